@@ -1,0 +1,25 @@
+# PGXS build for the eventgrid extension.
+#   make && sudo make install      build and install against pg_config on PATH
+#   make installcheck              pg_regress suite (own temporary instance)
+#                                  plus the TAP integration tests in test/t
+MODULE_big = eventgrid
+OBJS = src/eventgrid.o src/publish.o src/retry.o src/payload.o src/http.o src/worker.o
+
+EXTENSION = eventgrid
+DATA = sql/eventgrid--0.1.0.sql
+PGFILEDESC = "eventgrid - Event Grid push delivery for PostgreSQL"
+
+REGRESS = config publish retry
+REGRESS_OPTS = --temp-config=$(srcdir)/test/regress.conf --temp-instance=./tmp_check
+
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+PROVE_FLAGS = -I $(srcdir)/test/lib
+
+SHLIB_LINK += $(shell curl-config --libs)
+PG_CPPFLAGS += $(shell curl-config --cflags) -I$(srcdir)/src
+PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)

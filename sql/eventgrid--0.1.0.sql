@@ -1,0 +1,662 @@
+-- eventgrid 0.1.0: tables, configuration API, publish path and views.
+--
+-- Publishing is an INSERT into eventgrid.events.  A C row trigger validates
+-- and stamps each event (SPEC section 8); a statement trigger with a
+-- transition table creates, set-based and in the publishing transaction, one
+-- row in eventgrid.deliveries for every event x matching subscription
+-- (SPEC sections 1, 2 and 9), and asks for the delivery worker to be woken at
+-- commit.  The worker (src/worker.c) claims due rows, delivers them over HTTP
+-- and records outcomes; finished deliveries are deleted, dead letters are
+-- copied to eventgrid.dead_letters.
+
+\echo Use "CREATE EXTENSION eventgrid" to load this file. \quit
+
+----------------------------------------------------------------------------
+-- Tables
+----------------------------------------------------------------------------
+
+CREATE TABLE eventgrid.topics (
+    name          text PRIMARY KEY,
+    input_schema  text NOT NULL DEFAULT 'EventGridSchema',
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT topics_name_check
+        CHECK (name ~ '^[A-Za-z0-9-]{3,50}$'),
+    CONSTRAINT topics_input_schema_check
+        CHECK (input_schema IN ('EventGridSchema', 'CloudEventSchemaV1_0', 'CustomEventSchema'))
+);
+
+CREATE FUNCTION eventgrid._lower_array(a text[]) RETURNS text[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT array_agg(lower(x)) FROM unnest(a) AS x $$;
+
+CREATE TABLE eventgrid.event_subscriptions (
+    id                          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    topic                       text NOT NULL REFERENCES eventgrid.topics (name) ON DELETE CASCADE,
+    name                        text NOT NULL,
+    endpoint                    text NOT NULL,
+    event_delivery_schema       text NOT NULL,
+    included_event_types        text[],
+    included_event_types_lower  text[] GENERATED ALWAYS AS (eventgrid._lower_array(included_event_types)) STORED,
+    subject_begins_with         text,
+    subject_ends_with           text,
+    is_subject_case_sensitive   boolean NOT NULL DEFAULT false,
+    max_delivery_attempts       integer NOT NULL DEFAULT 30,
+    event_ttl                   integer NOT NULL DEFAULT 1440,
+    max_events_per_batch        integer,
+    preferred_batch_size_in_kilobytes integer,
+    deadletter                  boolean NOT NULL DEFAULT false,
+    created_at                  timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT event_subscriptions_topic_name_key UNIQUE (topic, name),
+    CONSTRAINT event_subscriptions_name_check
+        CHECK (name ~ '^[A-Za-z0-9-]{3,64}$'),
+    CONSTRAINT event_subscriptions_endpoint_check
+        CHECK (endpoint ~* '^https?://[^/?#[:space:]]+([/?#][^[:space:]]*)?$'),
+    CONSTRAINT event_subscriptions_schema_check
+        CHECK (event_delivery_schema IN ('EventGridSchema', 'CloudEventSchemaV1_0', 'CustomEventSchema')),
+    CONSTRAINT event_subscriptions_max_delivery_attempts_check
+        CHECK (max_delivery_attempts BETWEEN 1 AND 30),
+    CONSTRAINT event_subscriptions_event_ttl_check
+        CHECK (event_ttl BETWEEN 1 AND 1440),
+    CONSTRAINT event_subscriptions_max_events_per_batch_check
+        CHECK (max_events_per_batch BETWEEN 1 AND 5000),
+    CONSTRAINT event_subscriptions_preferred_batch_size_check
+        CHECK (preferred_batch_size_in_kilobytes BETWEEN 1 AND 1024),
+    CONSTRAINT event_subscriptions_included_event_types_check
+        CHECK (included_event_types IS NULL OR
+               (cardinality(included_event_types) > 0 AND array_position(included_event_types, NULL) IS NULL))
+);
+
+CREATE TABLE eventgrid.delivery_properties (
+    subscription_id  bigint NOT NULL REFERENCES eventgrid.event_subscriptions (id) ON DELETE CASCADE,
+    header           text NOT NULL,
+    value            text,
+    source_field     text,
+    is_secret        boolean NOT NULL DEFAULT false,
+    CONSTRAINT delivery_properties_header_check
+        CHECK (header ~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]{1,256}$' AND lower(header) NOT LIKE 'aeg-%'),
+    CONSTRAINT delivery_properties_value_check
+        CHECK (octet_length(value) <= 4096 AND value !~ '[\r\n]'),
+    CONSTRAINT delivery_properties_source_field_check
+        CHECK (source_field ~ '^[^.]+(\.[^.]+)*$' AND length(source_field) <= 512),
+    CONSTRAINT delivery_properties_kind_check
+        CHECK ((value IS NULL) <> (source_field IS NULL) AND NOT (is_secret AND source_field IS NOT NULL))
+);
+CREATE UNIQUE INDEX delivery_properties_header_key
+    ON eventgrid.delivery_properties (subscription_id, lower(header));
+
+CREATE TABLE eventgrid.events (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    topic         text NOT NULL REFERENCES eventgrid.topics (name) ON DELETE CASCADE,
+    event         jsonb NOT NULL,
+    publish_time  timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE eventgrid.deliveries (
+    id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event_id          bigint NOT NULL REFERENCES eventgrid.events (id) ON DELETE CASCADE,
+    subscription_id   bigint REFERENCES eventgrid.event_subscriptions (id) ON DELETE CASCADE,
+    attempts          integer NOT NULL DEFAULT 0 CHECK (attempts BETWEEN 0 AND 30),
+    next_attempt_at   timestamptz NOT NULL,
+    last_attempt_at   timestamptz,
+    last_outcome      text,
+    last_http_status  integer CHECK (last_http_status BETWEEN 100 AND 599),
+    lease_owner       integer
+);
+CREATE INDEX deliveries_due_idx ON eventgrid.deliveries (next_attempt_at);
+CREATE INDEX deliveries_event_idx ON eventgrid.deliveries (event_id);
+CREATE INDEX deliveries_subscription_idx ON eventgrid.deliveries (subscription_id);
+
+CREATE TABLE eventgrid.dead_letters (
+    id                          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    envelope_id                 uuid NOT NULL DEFAULT gen_random_uuid(),
+    topic                       text NOT NULL,
+    subscription_name           text NOT NULL,
+    subscription_id             bigint REFERENCES eventgrid.event_subscriptions (id) ON DELETE SET NULL,
+    input_schema                text NOT NULL,
+    event_delivery_schema       text NOT NULL,
+    event                       jsonb NOT NULL,
+    dead_letter_reason          text NOT NULL CHECK (dead_letter_reason IN
+                                    ('MaxDeliveryAttemptsExceeded', 'TimeToLiveExceeded', 'NonRetriableError')),
+    delivery_attempts           integer NOT NULL CHECK (delivery_attempts BETWEEN 0 AND 30),
+    last_delivery_outcome       text,
+    last_http_status_code       integer,
+    publish_time                timestamptz NOT NULL,
+    last_delivery_attempt_time  timestamptz,
+    dead_lettered_at            timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE eventgrid.subscription_counters (
+    subscription_id  bigint PRIMARY KEY REFERENCES eventgrid.event_subscriptions (id) ON DELETE CASCADE,
+    delivered        bigint NOT NULL DEFAULT 0,
+    failed_attempts  bigint NOT NULL DEFAULT 0,
+    dead_lettered    bigint NOT NULL DEFAULT 0,
+    dropped          bigint NOT NULL DEFAULT 0
+);
+
+CREATE TABLE eventgrid.topic_counters (
+    topic      text PRIMARY KEY REFERENCES eventgrid.topics (name) ON DELETE CASCADE,
+    unmatched  bigint NOT NULL DEFAULT 0
+);
+
+COMMENT ON TABLE eventgrid.topics IS
+    'Event Grid topics: named endpoints that events are published to, each with an input schema (SPEC 1).';
+COMMENT ON TABLE eventgrid.event_subscriptions IS
+    'Event subscriptions: one webhook consumer of a topic with filters, retry policy, batching and dead-letter switch (SPEC 1, 4, 5, 7, 9).';
+COMMENT ON TABLE eventgrid.delivery_properties IS
+    'Custom delivery properties (HTTP headers) of event subscriptions, at most 10 each (SPEC 8). Secret values are masked in eventgrid.event_subscription_delivery_properties.';
+COMMENT ON TABLE eventgrid.events IS
+    'Published events. Publish with INSERT INTO eventgrid.events (topic, event); rows are validated, stamped and fanned out to matching subscriptions in the same transaction, and removed once every delivery has finished (SPEC 1, 2, 8).';
+COMMENT ON TABLE eventgrid.deliveries IS
+    'Delivery state of one event for one subscription (subscription_id NULL marks an event that matched no subscription). Rows are deleted when delivered, dead-lettered or dropped (SPEC 1, 3, 4).';
+COMMENT ON TABLE eventgrid.dead_letters IS
+    'Dead-lettered events with reason, attempts and last outcome (SPEC 7). Read them through eventgrid.dead_letter_events.';
+COMMENT ON TABLE eventgrid.subscription_counters IS
+    'Running totals per event subscription, maintained by the delivery worker.';
+COMMENT ON TABLE eventgrid.topic_counters IS
+    'Running totals per topic: events that matched no subscription.';
+
+----------------------------------------------------------------------------
+-- Pure helpers
+----------------------------------------------------------------------------
+
+CREATE FUNCTION eventgrid.rfc3339(ts timestamptz) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') $$;
+COMMENT ON FUNCTION eventgrid.rfc3339(timestamptz) IS
+    'Formats a timestamp as RFC 3339 in UTC with microseconds, as used in event and dead-letter fields.';
+
+CREATE FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text,
+                                        publish_time timestamptz DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT CASE
+    WHEN from_schema = to_schema THEN event
+    WHEN from_schema = 'EventGridSchema' AND to_schema = 'CloudEventSchemaV1_0' THEN
+        jsonb_build_object('specversion', '1.0', 'id', event->'id', 'source', event->'topic',
+                           'subject', event->'subject', 'type', event->'eventType',
+                           'time', event->'eventTime', 'datacontenttype', 'application/json')
+        || CASE WHEN event ? 'data' THEN jsonb_build_object('data', event->'data') ELSE '{}' END
+        || CASE WHEN coalesce(event->>'dataVersion', '') <> ''
+                THEN jsonb_build_object('dataversion', event->'dataVersion') ELSE '{}' END
+    WHEN from_schema = 'CloudEventSchemaV1_0' AND to_schema = 'EventGridSchema' THEN
+        jsonb_build_object('id', event->'id', 'topic', event->'source',
+                           'subject', coalesce(event->'subject', '""'),
+                           'eventType', event->'type',
+                           'eventTime', coalesce(event->'time', to_jsonb(eventgrid.rfc3339(publish_time))),
+                           'data', coalesce(event->'data', 'null'),
+                           'dataVersion', coalesce(event->'dataversion', '""'),
+                           'metadataVersion', '1')
+END $$;
+COMMENT ON FUNCTION eventgrid.convert_event(jsonb, text, text, timestamptz) IS
+    'Maps an event between delivery schemas (Event Grid schema <-> CloudEvents 1.0; identity when the schemas are equal; NULL for mappings Event Grid does not offer). publish_time supplies eventTime for CloudEvents without time.';
+
+----------------------------------------------------------------------------
+-- Argument checking (used by the configuration functions)
+----------------------------------------------------------------------------
+
+CREATE FUNCTION eventgrid._check_range(field text, val integer, lo integer, hi integer, unit text DEFAULT '')
+RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF val IS NOT NULL AND (val < lo OR val > hi) THEN
+        RAISE EXCEPTION '% must be between % and %, got %', field, lo, hi || unit, val
+            USING ERRCODE = 'numeric_value_out_of_range',
+                  HINT = format('Choose a whole number from %s to %s%s.', lo, hi, unit);
+    END IF;
+END $$;
+
+CREATE FUNCTION eventgrid._check_schema(field text, val text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF val IS NULL OR val NOT IN ('EventGridSchema', 'CloudEventSchemaV1_0', 'CustomEventSchema') THEN
+        RAISE EXCEPTION 'invalid % "%"', field, val
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use EventGridSchema, CloudEventSchemaV1_0 or CustomEventSchema.';
+    END IF;
+END $$;
+
+CREATE FUNCTION eventgrid._subscription_id(topic text, name text, lock boolean DEFAULT false)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    sid bigint;
+BEGIN
+    IF lock THEN
+        SELECT s.id INTO sid FROM eventgrid.event_subscriptions s
+         WHERE s.topic = _subscription_id.topic AND s.name = _subscription_id.name FOR UPDATE;
+    ELSE
+        SELECT s.id INTO sid FROM eventgrid.event_subscriptions s
+         WHERE s.topic = _subscription_id.topic AND s.name = _subscription_id.name;
+    END IF;
+    IF sid IS NULL THEN
+        RAISE EXCEPTION 'event subscription "%" of topic "%" does not exist', name, topic
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'List subscriptions with: SELECT topic, name FROM eventgrid.event_subscriptions;';
+    END IF;
+    RETURN sid;
+END $$;
+
+----------------------------------------------------------------------------
+-- Topics
+----------------------------------------------------------------------------
+
+CREATE FUNCTION eventgrid.create_topic(name text, input_schema text DEFAULT 'EventGridSchema')
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF name IS NULL OR name !~ '^[A-Za-z0-9-]{3,50}$' THEN
+        RAISE EXCEPTION 'invalid topic name "%"', name
+            USING ERRCODE = 'invalid_name',
+                  HINT = 'A topic name has 3 to 50 characters: letters, digits and hyphens.';
+    END IF;
+    PERFORM eventgrid._check_schema('input_schema', input_schema);
+    IF EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = create_topic.name) THEN
+        RAISE EXCEPTION 'topic "%" already exists', name USING ERRCODE = 'duplicate_object';
+    END IF;
+    INSERT INTO eventgrid.topics (name, input_schema) VALUES (name, input_schema);
+    INSERT INTO eventgrid.topic_counters (topic) VALUES (name);
+END $$;
+COMMENT ON FUNCTION eventgrid.create_topic(text, text) IS
+    'Creates a topic. name: 3-50 letters, digits, hyphens. input_schema: EventGridSchema (default), CloudEventSchemaV1_0 or CustomEventSchema. Errors: 42602 bad name, 22023 bad schema, 42710 exists. SPEC 1.';
+
+CREATE FUNCTION eventgrid.drop_topic(name text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM eventgrid.topics t WHERE t.name = drop_topic.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'topic "%" does not exist', name USING ERRCODE = 'undefined_object';
+    END IF;
+END $$;
+COMMENT ON FUNCTION eventgrid.drop_topic(text) IS
+    'Drops a topic with its event subscriptions, pending events and deliveries. Dead letters are kept. Errors: 42704 no such topic.';
+
+----------------------------------------------------------------------------
+-- Event subscriptions
+----------------------------------------------------------------------------
+
+CREATE FUNCTION eventgrid.create_event_subscription(
+    topic text,
+    name text,
+    endpoint text,
+    event_delivery_schema text DEFAULT NULL,
+    included_event_types text[] DEFAULT NULL,
+    subject_begins_with text DEFAULT NULL,
+    subject_ends_with text DEFAULT NULL,
+    is_subject_case_sensitive boolean DEFAULT false,
+    max_delivery_attempts integer DEFAULT 30,
+    event_ttl integer DEFAULT 1440,
+    max_events_per_batch integer DEFAULT NULL,
+    preferred_batch_size_in_kilobytes integer DEFAULT NULL,
+    deadletter boolean DEFAULT false)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    in_schema text;
+    sid bigint;
+BEGIN
+    SELECT t.input_schema INTO in_schema FROM eventgrid.topics t WHERE t.name = topic FOR KEY SHARE;
+    IF in_schema IS NULL THEN
+        RAISE EXCEPTION 'topic "%" does not exist', topic
+            USING ERRCODE = 'undefined_object', HINT = 'Create it first with eventgrid.create_topic().';
+    END IF;
+    IF name IS NULL OR name !~ '^[A-Za-z0-9-]{3,64}$' THEN
+        RAISE EXCEPTION 'invalid event subscription name "%"', name
+            USING ERRCODE = 'invalid_name',
+                  HINT = 'An event subscription name has 3 to 64 characters: letters, digits and hyphens.';
+    END IF;
+    IF endpoint IS NULL OR endpoint !~* '^https?://[^/?#[:space:]]+([/?#][^[:space:]]*)?$' THEN
+        RAISE EXCEPTION 'invalid endpoint "%"', endpoint
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The endpoint must be an absolute http:// or https:// URL without spaces.';
+    END IF;
+    event_delivery_schema := coalesce(event_delivery_schema, in_schema);
+    PERFORM eventgrid._check_schema('event_delivery_schema', event_delivery_schema);
+    IF (in_schema = 'CustomEventSchema') <> (event_delivery_schema = 'CustomEventSchema') THEN
+        RAISE EXCEPTION 'event_delivery_schema % is not available for a topic with input schema %',
+                        event_delivery_schema, in_schema
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'EventGridSchema and CloudEventSchemaV1_0 map to each other; CustomEventSchema is delivered only as CustomEventSchema.';
+    END IF;
+    IF included_event_types IS NOT NULL AND
+       (cardinality(included_event_types) = 0 OR array_position(included_event_types, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'included_event_types must be NULL (all types) or a non-empty array without NULLs'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF is_subject_case_sensitive IS NULL OR deadletter IS NULL THEN
+        RAISE EXCEPTION 'is_subject_case_sensitive and deadletter must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF max_delivery_attempts IS NULL OR event_ttl IS NULL THEN
+        RAISE EXCEPTION 'max_delivery_attempts and event_ttl must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed', HINT = 'Omit them to get the defaults 30 and 1440.';
+    END IF;
+    PERFORM eventgrid._check_range('max_delivery_attempts', max_delivery_attempts, 1, 30);
+    PERFORM eventgrid._check_range('event_ttl', event_ttl, 1, 1440, ' minutes');
+    PERFORM eventgrid._check_range('max_events_per_batch', max_events_per_batch, 1, 5000);
+    PERFORM eventgrid._check_range('preferred_batch_size_in_kilobytes', preferred_batch_size_in_kilobytes, 1, 1024, ' kilobytes');
+    IF EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
+                WHERE s.topic = create_event_subscription.topic AND s.name = create_event_subscription.name) THEN
+        RAISE EXCEPTION 'event subscription "%" already exists for topic "%"', name, topic
+            USING ERRCODE = 'duplicate_object';
+    END IF;
+    INSERT INTO eventgrid.event_subscriptions AS s
+        (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
+         subject_ends_with, is_subject_case_sensitive, max_delivery_attempts, event_ttl,
+         max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter)
+    VALUES (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
+            subject_ends_with, is_subject_case_sensitive, max_delivery_attempts, event_ttl,
+            max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter)
+    RETURNING s.id INTO sid;
+    INSERT INTO eventgrid.subscription_counters (subscription_id) VALUES (sid);
+    RETURN sid;
+END $$;
+COMMENT ON FUNCTION eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean) IS
+    'Creates an event subscription and returns its id. endpoint: http(s) URL. event_delivery_schema: defaults to the topic''s input schema. Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive). max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440), max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). Errors: 42704, 42602, 22023, 22003, 22004, 42710. SPEC 1, 4, 5, 7, 9.';
+
+CREATE FUNCTION eventgrid.drop_event_subscription(topic text, name text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, name, true);
+BEGIN
+    DELETE FROM eventgrid.event_subscriptions s WHERE s.id = sid;
+END $$;
+COMMENT ON FUNCTION eventgrid.drop_event_subscription(text, text) IS
+    'Drops an event subscription and its pending deliveries. Dead letters are kept. Errors: 42704 no such subscription.';
+
+CREATE FUNCTION eventgrid.set_retry_policy(topic text, name text,
+                                           max_delivery_attempts integer DEFAULT NULL,
+                                           event_ttl integer DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, name, true);
+BEGIN
+    PERFORM eventgrid._check_range('max_delivery_attempts', max_delivery_attempts, 1, 30);
+    PERFORM eventgrid._check_range('event_ttl', event_ttl, 1, 1440, ' minutes');
+    UPDATE eventgrid.event_subscriptions s
+       SET max_delivery_attempts = coalesce(set_retry_policy.max_delivery_attempts, s.max_delivery_attempts),
+           event_ttl = coalesce(set_retry_policy.event_ttl, s.event_ttl)
+     WHERE s.id = sid;
+END $$;
+COMMENT ON FUNCTION eventgrid.set_retry_policy(text, text, integer, integer) IS
+    'Sets the retry policy of an event subscription; a NULL argument leaves that setting unchanged. max_delivery_attempts 1-30, event_ttl 1-1440 minutes; delivery stops at whichever limit comes first. Errors: 42704, 22003. SPEC 4.';
+
+CREATE FUNCTION eventgrid.set_batching(topic text, name text,
+                                       max_events_per_batch integer DEFAULT NULL,
+                                       preferred_batch_size_in_kilobytes integer DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, name, true);
+BEGIN
+    PERFORM eventgrid._check_range('max_events_per_batch', max_events_per_batch, 1, 5000);
+    PERFORM eventgrid._check_range('preferred_batch_size_in_kilobytes', preferred_batch_size_in_kilobytes, 1, 1024, ' kilobytes');
+    UPDATE eventgrid.event_subscriptions s
+       SET max_events_per_batch = set_batching.max_events_per_batch,
+           preferred_batch_size_in_kilobytes = set_batching.preferred_batch_size_in_kilobytes
+     WHERE s.id = sid;
+END $$;
+COMMENT ON FUNCTION eventgrid.set_batching(text, text, integer, integer) IS
+    'Sets output batching of an event subscription. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024; setting either turns batching on (the other comes from GUC eventgrid.default_max_events_per_batch or eventgrid.default_preferred_batch_size_in_kilobytes); both NULL turns batching off. Errors: 42704, 22003. SPEC 5.';
+
+CREATE FUNCTION eventgrid.set_deadletter(topic text, name text, enabled boolean)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, name, true);
+BEGIN
+    IF enabled IS NULL THEN
+        RAISE EXCEPTION 'enabled must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    UPDATE eventgrid.event_subscriptions s SET deadletter = enabled WHERE s.id = sid;
+END $$;
+COMMENT ON FUNCTION eventgrid.set_deadletter(text, text, boolean) IS
+    'Turns dead-lettering of an event subscription on or off (off by default: undeliverable events are then dropped and counted). Errors: 42704, 22004. SPEC 7.';
+
+CREATE FUNCTION eventgrid._put_delivery_property(p_topic text, p_subscription text, p_header text,
+                                                 p_value text, p_source_field text, p_is_secret boolean)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(p_topic, p_subscription, true);
+BEGIN
+    IF p_header IS NULL OR p_header !~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]{1,256}$' THEN
+        RAISE EXCEPTION 'invalid delivery property header name "%"', p_header
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A header name is an HTTP token of 1 to 256 characters (letters, digits and !#$%&''*+.^_`|~-).';
+    END IF;
+    IF lower(p_header) LIKE 'aeg-%' THEN
+        RAISE EXCEPTION 'delivery property header name "%" must not start with "aeg-"', p_header
+            USING ERRCODE = 'reserved_name', HINT = 'Headers starting with aeg- are set by eventgrid itself.';
+    END IF;
+    IF p_is_secret IS NULL THEN
+        RAISE EXCEPTION 'is_secret must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_source_field IS NULL AND p_value IS NULL THEN
+        RAISE EXCEPTION 'delivery property value must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Remove a header with eventgrid.remove_delivery_property().';
+    END IF;
+    IF octet_length(p_value) > 4096 THEN
+        RAISE EXCEPTION 'delivery property value of header "%" is % bytes; at most 4096 bytes are allowed',
+                        p_header, octet_length(p_value)
+            USING ERRCODE = 'string_data_right_truncation';
+    END IF;
+    IF p_value ~ '[\r\n]' THEN
+        RAISE EXCEPTION 'delivery property value of header "%" must not contain line breaks', p_header
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_source_field IS NOT NULL AND (p_source_field !~ '^[^.]+(\.[^.]+)*$' OR length(p_source_field) > 512) THEN
+        RAISE EXCEPTION 'invalid source_field "%"', p_source_field
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Name a field of the event as a dotted path such as data.orderId (at most 512 characters).';
+    END IF;
+    INSERT INTO eventgrid.delivery_properties AS p (subscription_id, header, value, source_field, is_secret)
+    VALUES (sid, p_header, p_value, p_source_field, p_is_secret)
+    ON CONFLICT (subscription_id, lower(header)) DO UPDATE
+        SET header = EXCLUDED.header, value = EXCLUDED.value,
+            source_field = EXCLUDED.source_field, is_secret = EXCLUDED.is_secret;
+    IF (SELECT count(*) FROM eventgrid.delivery_properties p WHERE p.subscription_id = sid) > 10 THEN
+        RAISE EXCEPTION 'event subscription "%" of topic "%" would have more than 10 delivery properties',
+                        p_subscription, p_topic
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Remove one with eventgrid.remove_delivery_property() first.';
+    END IF;
+END $$;
+
+CREATE FUNCTION eventgrid.set_delivery_property(topic text, subscription text, header text, value text,
+                                                is_secret boolean DEFAULT false)
+RETURNS void LANGUAGE sql
+AS $$ SELECT eventgrid._put_delivery_property(topic, subscription, header, value, NULL, is_secret) $$;
+COMMENT ON FUNCTION eventgrid.set_delivery_property(text, text, text, text, boolean) IS
+    'Adds or replaces a static custom delivery property (HTTP header sent with every request). header: HTTP token, 1-256 chars, not starting with aeg-. value: at most 4096 bytes, no line breaks. is_secret: value is sent but shown masked. At most 10 per subscription. Errors: 42704, 22023, 42939, 22001, 54000, 22004. SPEC 8.';
+
+CREATE FUNCTION eventgrid.set_dynamic_delivery_property(topic text, subscription text, header text,
+                                                        source_field text)
+RETURNS void LANGUAGE sql
+AS $$ SELECT eventgrid._put_delivery_property(topic, subscription, header, NULL, source_field, false) $$;
+COMMENT ON FUNCTION eventgrid.set_dynamic_delivery_property(text, text, text, text) IS
+    'Adds or replaces a dynamic custom delivery property whose value is taken from a field of each event (dotted path such as data.orderId; strings, numbers and booleans only, otherwise the header is left out). Same limits as set_delivery_property. SPEC 8.';
+
+CREATE FUNCTION eventgrid.remove_delivery_property(topic text, subscription text, header text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM eventgrid.delivery_properties p
+     WHERE p.subscription_id = eventgrid._subscription_id(topic, subscription)
+       AND lower(p.header) = lower(remove_delivery_property.header);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'event subscription "%" of topic "%" has no delivery property "%"', subscription, topic, header
+            USING ERRCODE = 'undefined_object';
+    END IF;
+END $$;
+COMMENT ON FUNCTION eventgrid.remove_delivery_property(text, text, text) IS
+    'Removes a custom delivery property. Errors: 42704 no such subscription or header.';
+
+----------------------------------------------------------------------------
+-- Publishing
+----------------------------------------------------------------------------
+
+CREATE FUNCTION eventgrid._validate_event() RETURNS trigger
+AS 'MODULE_PATHNAME', 'eventgrid_validate_event' LANGUAGE C;
+
+CREATE FUNCTION eventgrid._wake_worker_at_commit() RETURNS void
+AS 'MODULE_PATHNAME', 'eventgrid_wake_worker_at_commit' LANGUAGE C VOLATILE;
+
+CREATE FUNCTION eventgrid._fan_out() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    INSERT INTO eventgrid.deliveries (event_id, subscription_id, next_attempt_at)
+    SELECT e.id, s.id, e.publish_time
+      FROM new_events e
+      LEFT JOIN eventgrid.event_subscriptions s
+        ON s.topic = e.topic
+       AND (s.included_event_types_lower IS NULL
+            OR lower(coalesce(e.event->>'eventType', e.event->>'type')) = ANY (s.included_event_types_lower))
+       AND (s.subject_begins_with IS NULL
+            OR CASE WHEN s.is_subject_case_sensitive
+                    THEN starts_with(e.event->>'subject', s.subject_begins_with)
+                    ELSE starts_with(lower(e.event->>'subject'), lower(s.subject_begins_with)) END)
+       AND (s.subject_ends_with IS NULL
+            OR CASE WHEN s.is_subject_case_sensitive
+                    THEN right(e.event->>'subject', length(s.subject_ends_with)) = s.subject_ends_with
+                    ELSE lower(right(e.event->>'subject', length(s.subject_ends_with))) = lower(s.subject_ends_with) END);
+    PERFORM eventgrid._wake_worker_at_commit();
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION eventgrid._refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'published events are immutable'
+        USING ERRCODE = 'feature_not_supported',
+              HINT = 'Publish a new event instead; drop a topic or subscription to discard pending events.';
+END $$;
+
+CREATE TRIGGER events_validate BEFORE INSERT ON eventgrid.events
+    FOR EACH ROW EXECUTE FUNCTION eventgrid._validate_event();
+CREATE TRIGGER events_fan_out AFTER INSERT ON eventgrid.events
+    REFERENCING NEW TABLE AS new_events
+    FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._fan_out();
+CREATE TRIGGER events_immutable BEFORE UPDATE ON eventgrid.events
+    FOR EACH ROW EXECUTE FUNCTION eventgrid._refuse_change();
+
+CREATE FUNCTION eventgrid.publish(topic text, events jsonb) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    n integer;
+BEGIN
+    IF events IS NULL THEN
+        RAISE EXCEPTION 'events must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF jsonb_typeof(events) <> 'array' THEN
+        events := jsonb_build_array(events);
+    END IF;
+    n := jsonb_array_length(events);
+    IF n = 0 THEN
+        RAISE EXCEPTION 'a publish call must hold at least one event' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF n > 5000 THEN
+        RAISE EXCEPTION 'a publish call holds at most 5000 events, got %', n
+            USING ERRCODE = 'program_limit_exceeded', HINT = 'Split the events over several calls.';
+    END IF;
+    IF octet_length(events::text) > 1048576 THEN
+        RAISE EXCEPTION 'a publish call holds at most 1 MB (1048576 bytes) of events, got % bytes', octet_length(events::text)
+            USING ERRCODE = 'program_limit_exceeded', HINT = 'Split the events over several calls.';
+    END IF;
+    INSERT INTO eventgrid.events (topic, event)
+    SELECT publish.topic, e FROM jsonb_array_elements(events) AS e;
+    RETURN n;
+END $$;
+COMMENT ON FUNCTION eventgrid.publish(text, jsonb) IS
+    'Publishes one event (a JSON object) or a JSON array of events to a topic; returns how many. At most 5000 events and 1 MB (1048576 bytes of JSON text) per call; each event is validated as for INSERT INTO eventgrid.events. Errors: 22004, 22023, 54000, 42704. SPEC 2, 8.';
+
+----------------------------------------------------------------------------
+-- Retry schedule and outcomes (pure functions in src/retry.c)
+----------------------------------------------------------------------------
+
+CREATE FUNCTION eventgrid.retry_delay(attempt integer, http_status integer DEFAULT NULL)
+RETURNS interval AS 'MODULE_PATHNAME', 'eventgrid_retry_delay' LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION eventgrid.retry_delay(integer, integer) IS
+    'Delay before the next delivery attempt after failed attempt number attempt (1-30), without jitter: 10 s, 30 s, 1 min, 5 min, 10 min, 30 min, 1 h, 3 h, 6 h, then 12 h; at least 2 min after HTTP 408 and 30 s after 503. NULL when the status is not retried (400, 401, 403, 413) or is a success. Errors: 22003 attempt out of range. SPEC 3, 4.';
+
+CREATE FUNCTION eventgrid.delivery_outcome(http_status integer) RETURNS text
+AS 'MODULE_PATHNAME', 'eventgrid_delivery_outcome' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION eventgrid.delivery_outcome(integer) IS
+    'lastDeliveryOutcome name recorded for an HTTP status: Delivered (200-204), BadRequest (400), Unauthorized (401), Forbidden (403), NotFound (404), TimedOut (408), PayloadTooLarge (413), Busy (429, 503), GenericError (anything else). Errors: 22003 status outside 100-599. SPEC 3.';
+
+----------------------------------------------------------------------------
+-- Views
+----------------------------------------------------------------------------
+
+CREATE VIEW eventgrid.dead_letter_events AS
+SELECT d.id, d.topic, d.subscription_name, d.dead_letter_reason, d.delivery_attempts,
+       d.last_delivery_outcome, d.last_http_status_code, d.publish_time,
+       d.last_delivery_attempt_time, d.dead_lettered_at,
+       CASE d.event_delivery_schema
+       WHEN 'CloudEventSchemaV1_0' THEN
+           eventgrid.convert_event(d.event, d.input_schema, d.event_delivery_schema, d.publish_time)
+           || jsonb_build_object('deadletterreason', d.dead_letter_reason,
+                                 'deliveryattempts', d.delivery_attempts,
+                                 'lastdeliveryoutcome', d.last_delivery_outcome,
+                                 'publishtime', eventgrid.rfc3339(d.publish_time))
+           || CASE WHEN d.last_http_status_code IS NULL THEN '{}'::jsonb
+                   ELSE jsonb_build_object('lasthttpstatuscode', d.last_http_status_code) END
+       WHEN 'EventGridSchema' THEN
+           eventgrid.convert_event(d.event, d.input_schema, d.event_delivery_schema, d.publish_time)
+           || jsonb_build_object('deadLetterReason', d.dead_letter_reason,
+                                 'deliveryAttempts', d.delivery_attempts,
+                                 'lastDeliveryOutcome', d.last_delivery_outcome,
+                                 'publishTime', eventgrid.rfc3339(d.publish_time),
+                                 'lastDeliveryAttemptTime', eventgrid.rfc3339(d.last_delivery_attempt_time))
+           || CASE WHEN d.last_http_status_code IS NULL THEN '{}'::jsonb
+                   ELSE jsonb_build_object('lastHttpStatusCode', d.last_http_status_code) END
+       ELSE
+           jsonb_build_object('id', d.envelope_id, 'eventTime', eventgrid.rfc3339(d.publish_time),
+                              'eventType', 'CustomEvent', 'dataVersion', '', 'metadataVersion', '1',
+                              'topic', d.topic, 'subject', '',
+                              'deadLetterReason', d.dead_letter_reason,
+                              'deliveryAttempts', d.delivery_attempts,
+                              'lastDeliveryOutcome', d.last_delivery_outcome,
+                              'publishTime', eventgrid.rfc3339(d.publish_time),
+                              'lastDeliveryAttemptTime', eventgrid.rfc3339(d.last_delivery_attempt_time),
+                              'data', d.event)
+           || CASE WHEN d.last_http_status_code IS NULL THEN '{}'::jsonb
+                   ELSE jsonb_build_object('lastHttpStatusCode', d.last_http_status_code) END
+       END AS dead_letter_event
+  FROM eventgrid.dead_letters d;
+COMMENT ON VIEW eventgrid.dead_letter_events IS
+    'Dead-lettered events, each as the JSON document Event Grid writes for its delivery schema (SPEC 7): Event Grid schema with camelCase deadLetterReason, deliveryAttempts, lastDeliveryOutcome, lastHttpStatusCode, publishTime, lastDeliveryAttemptTime; CloudEvents with lowercase attributes; custom schema wrapped in an Event Grid envelope with the event as data.';
+
+CREATE VIEW eventgrid.delivery_statistics AS
+SELECT s.topic, s.name AS subscription,
+       (SELECT count(*) FROM eventgrid.deliveries d WHERE d.subscription_id = s.id) AS pending,
+       coalesce(c.delivered, 0) AS delivered,
+       coalesce(c.failed_attempts, 0) AS failed_attempts,
+       coalesce(c.dead_lettered, 0) AS dead_lettered,
+       coalesce(c.dropped, 0) AS dropped
+  FROM eventgrid.event_subscriptions s
+  LEFT JOIN eventgrid.subscription_counters c ON c.subscription_id = s.id;
+COMMENT ON VIEW eventgrid.delivery_statistics IS
+    'Per event subscription: deliveries pending, events delivered, failed delivery attempts, events dead-lettered and events dropped (undeliverable with dead-lettering off).';
+
+CREATE VIEW eventgrid.topic_statistics AS
+SELECT t.name AS topic, t.input_schema,
+       (SELECT count(*) FROM eventgrid.event_subscriptions s WHERE s.topic = t.name) AS event_subscriptions,
+       (SELECT count(*) FROM eventgrid.events e WHERE e.topic = t.name) AS events_pending,
+       coalesce(c.unmatched, 0)
+         + (SELECT count(*) FROM eventgrid.deliveries d JOIN eventgrid.events e ON e.id = d.event_id
+             WHERE d.subscription_id IS NULL AND e.topic = t.name) AS unmatched_events
+  FROM eventgrid.topics t
+  LEFT JOIN eventgrid.topic_counters c ON c.topic = t.name;
+COMMENT ON VIEW eventgrid.topic_statistics IS
+    'Per topic: input schema, number of event subscriptions, events still stored (not yet fully delivered), and events that matched no event subscription.';
+
+CREATE VIEW eventgrid.event_subscription_delivery_properties AS
+SELECT s.topic, s.name AS subscription, p.header,
+       CASE WHEN p.source_field IS NOT NULL THEN 'dynamic' WHEN p.is_secret THEN 'secret' ELSE 'static' END AS kind,
+       CASE WHEN p.is_secret THEN '********' ELSE p.value END AS value,
+       p.source_field
+  FROM eventgrid.delivery_properties p
+  JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id;
+COMMENT ON VIEW eventgrid.event_subscription_delivery_properties IS
+    'Custom delivery properties of each event subscription; secret values are shown as ********.';
+
+----------------------------------------------------------------------------
+-- Privileges: everything belongs to the extension owner.  Publishers need
+-- INSERT on eventgrid.events (granted by the administrator); the row trigger
+-- reads topic names and schemas, which every role may see.  Endpoints,
+-- events, dead letters and delivery properties (with secrets) stay private.
+----------------------------------------------------------------------------
+GRANT USAGE ON SCHEMA eventgrid TO PUBLIC;
+GRANT SELECT ON eventgrid.topics TO PUBLIC;
+REVOKE ALL ON eventgrid.delivery_properties FROM PUBLIC;

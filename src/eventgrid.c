@@ -1,0 +1,198 @@
+/*
+ * eventgrid.c - module entry: GUCs, the shared-memory block holding the
+ * delivery worker's latch, registration of the background worker, and the
+ * commit-time wake-up that publishing transactions use so delivery starts
+ * immediately without polling (SPEC section 2).
+ *
+ * The library works in two modes.  Preloaded (shared_preload_libraries =
+ * 'eventgrid') it registers the worker and shared memory.  Loaded on demand
+ * by CREATE EXTENSION or a trigger call, configuration and publishing work
+ * but nothing is delivered, and the wake-up is a no-op.
+ */
+#include "eventgrid.h"
+
+#include "access/xact.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+PG_MODULE_MAGIC;
+
+char	   *eg_database_name = NULL;
+int			eg_max_concurrent_requests = 64;
+int			eg_response_timeout_ms = 30000;
+int			eg_retry_jitter_percent = 10;
+int			eg_clock_offset_s = 0;
+int			eg_default_max_events_per_batch = 10;
+int			eg_default_preferred_batch_kb = 64;
+
+EgShared   *eg_shared = NULL;
+
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+#if PG_VERSION_NUM >= 150000
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+#endif
+
+static bool wake_at_commit = false;
+static bool xact_callback_registered = false;
+
+void		_PG_init(void);
+
+static void
+eg_shmem_request(void)
+{
+#if PG_VERSION_NUM >= 150000
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+#endif
+	RequestAddinShmemSpace(MAXALIGN(sizeof(EgShared)));
+}
+
+static void
+eg_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	eg_shared = ShmemInitStruct("eventgrid", sizeof(EgShared), &found);
+	if (!found)
+	{
+		SpinLockInit(&eg_shared->mutex);
+		eg_shared->worker_latch = NULL;
+		eg_shared->worker_pid = 0;
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+static void
+eg_define_gucs(void)
+{
+	DefineCustomStringVariable("eventgrid.database_name",
+							   gettext_noop("Database in which the eventgrid delivery worker runs."),
+							   gettext_noop("The extension must be created in this database."),
+							   &eg_database_name, "postgres",
+							   PGC_POSTMASTER, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.max_concurrent_requests",
+							gettext_noop("Maximum number of HTTP delivery requests in flight at once."),
+							NULL, &eg_max_concurrent_requests, 64, 1, 1000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.response_timeout",
+							gettext_noop("Time an endpoint has to answer a delivery request before the attempt counts as TimedOut."),
+							gettext_noop("Event Grid waits 30 seconds."),
+							&eg_response_timeout_ms, 30000, 100, 300000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.retry_jitter_percent",
+							gettext_noop("Random extra delay added to each retry step, as a percentage of the step (0 to this value)."),
+							NULL, &eg_retry_jitter_percent, 10, 0, 50,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.clock_offset",
+							gettext_noop("Shifts the delivery worker's clock forward, for tests and drills of the retry schedule."),
+							gettext_noop("Leave at 0 in production."),
+							&eg_clock_offset_s, 0, 0, 400 * 24 * 3600,
+							PGC_SIGHUP, GUC_UNIT_S | GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.default_max_events_per_batch",
+							gettext_noop("max_events_per_batch used when a subscription sets only preferred_batch_size_in_kilobytes."),
+							NULL, &eg_default_max_events_per_batch, 10, 1, 5000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.default_preferred_batch_size_in_kilobytes",
+							gettext_noop("preferred_batch_size_in_kilobytes used when a subscription sets only max_events_per_batch."),
+							NULL, &eg_default_preferred_batch_kb, 64, 1, 1024,
+							PGC_SIGHUP, GUC_UNIT_KB, NULL, NULL, NULL);
+#if PG_VERSION_NUM >= 150000
+	MarkGUCPrefixReserved("eventgrid");
+#else
+	EmitWarningsOnPlaceholders("eventgrid");
+#endif
+}
+
+void
+_PG_init(void)
+{
+	BackgroundWorker worker;
+
+	eg_define_gucs();
+
+	if (!process_shared_preload_libraries_in_progress || IsBinaryUpgrade)
+		return;
+
+#if PG_VERSION_NUM >= 150000
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = eg_shmem_request;
+#else
+	eg_shmem_request();
+#endif
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = eg_shmem_startup;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 1;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "eventgrid");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "eventgrid_worker_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "eventgrid delivery worker");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "eventgrid delivery worker");
+	worker.bgw_main_arg = Int32GetDatum(1);
+	RegisterBackgroundWorker(&worker);
+}
+
+TimestampTz
+eg_now(void)
+{
+	return GetCurrentTimestamp() + (TimestampTz) eg_clock_offset_s * USECS_PER_SEC;
+}
+
+static void
+eg_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+			if (wake_at_commit && eg_shared != NULL)
+			{
+				Latch	   *latch;
+
+				SpinLockAcquire(&eg_shared->mutex);
+				latch = eg_shared->worker_latch;
+				SpinLockRelease(&eg_shared->mutex);
+				if (latch)
+					SetLatch(latch);
+			}
+			wake_at_commit = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			wake_at_commit = false;
+			break;
+		default:
+			break;
+	}
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_wake_worker_at_commit);
+
+/*
+ * SQL: eventgrid._wake_worker_at_commit().  Called by the fan-out trigger:
+ * sets the delivery worker's latch once when the current transaction
+ * commits, so new deliveries start at once.  No-op when not preloaded.
+ */
+Datum
+eventgrid_wake_worker_at_commit(PG_FUNCTION_ARGS)
+{
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(eg_xact_callback, NULL);
+		xact_callback_registered = true;
+	}
+	wake_at_commit = true;
+	PG_RETURN_VOID();
+}

@@ -1,0 +1,113 @@
+/*
+ * eventgrid.h - declarations shared by the eventgrid extension's C files:
+ * GUC variables, the small shared-memory block through which publishing
+ * backends wake the delivery worker, the pure retry/outcome functions of
+ * retry.c, the request builder of payload.c and the libcurl multi wrapper of
+ * http.c.
+ */
+#ifndef EVENTGRID_H
+#define EVENTGRID_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "lib/stringinfo.h"
+#include "storage/latch.h"
+#include "storage/spin.h"
+
+/* SPEC section 3, 4, 5 and 8 limits. */
+#define EG_MAX_EVENT_BYTES (1024 * 1024)
+#define EG_MAX_DELIVERY_ATTEMPTS 30
+
+/* GUCs (eventgrid.c) */
+extern char *eg_database_name;
+extern int	eg_max_concurrent_requests;
+extern int	eg_response_timeout_ms;
+extern int	eg_retry_jitter_percent;
+extern int	eg_clock_offset_s;
+extern int	eg_default_max_events_per_batch;
+extern int	eg_default_preferred_batch_kb;
+
+/* Shared state: the worker's latch, set by publishers at commit. */
+typedef struct EgShared
+{
+	slock_t		mutex;
+	Latch	   *worker_latch;
+	pid_t		worker_pid;
+} EgShared;
+
+extern EgShared *eg_shared;
+
+/* Worker entry point (worker.c), registered from _PG_init. */
+extern PGDLLEXPORT void eventgrid_worker_main(Datum arg);
+
+/* Current time as the worker sees it: real time plus eventgrid.clock_offset. */
+extern TimestampTz eg_now(void);
+
+/*
+ * retry.c: outcome classification and the retry schedule (SPEC 3 and 4).
+ * Pure functions of their arguments.
+ */
+typedef enum EgTransport
+{
+	EG_TRANSPORT_OK = 0,		/* an HTTP response arrived */
+	EG_TRANSPORT_TIMEOUT,		/* no answer within eventgrid.response_timeout */
+	EG_TRANSPORT_RESOLVE,		/* DNS resolution failed */
+	EG_TRANSPORT_SOCKET			/* refused, reset, TLS or other network error */
+} EgTransport;
+
+typedef enum EgVerdict
+{
+	EG_VERDICT_DELIVERED,		/* success: 200-204 */
+	EG_VERDICT_RETRY,			/* failed, retry per schedule */
+	EG_VERDICT_NO_RETRY			/* failed, dead-letter or drop at once */
+} EgVerdict;
+
+extern bool eg_status_is_success(int http_status);
+extern const char *eg_outcome_name(EgTransport transport, int http_status);
+extern EgVerdict eg_verdict(EgTransport transport, int http_status);
+extern int64 eg_retry_delay_ms(int failed_attempt, int http_status);
+
+/*
+ * payload.c: builds the HTTP request for a batch of events of one
+ * subscription (SPEC 5 and 8).
+ */
+typedef struct EgEventPart
+{
+	const char *json;			/* event as JSON text, in the delivery schema */
+	int			len;
+} EgEventPart;
+
+extern const char *eg_content_type(const char *delivery_schema, int nevents);
+extern void eg_build_body(StringInfo buf, const char *delivery_schema,
+						  const EgEventPart *events, int nevents);
+extern int	eg_batch_take(const EgEventPart *events, int nevents,
+						  int max_events, int64 max_bytes);
+
+/* http.c: libcurl multi interface, many requests in flight. */
+typedef struct EgRequest
+{
+	void	   *easy;			/* CURL * */
+	struct curl_slist *headers;
+	char	   *body;			/* malloc'd, freed when the request ends */
+	size_t		body_len;
+	char		errbuf[256];
+	/* results */
+	EgTransport transport;
+	int			http_status;
+	/* caller's bookkeeping */
+	void	  **items;			/* the rows this request carries */
+	int			count;
+	TimestampTz started_at;
+	struct EgRequest *next;
+} EgRequest;
+
+extern void eg_http_init(void);
+extern void eg_http_shutdown(void);
+extern void eg_http_start(EgRequest *req, const char *url, long timeout_ms);
+extern void eg_http_add_header(EgRequest *req, const char *line);
+extern int	eg_http_in_flight(void);
+extern void eg_http_wait(int timeout_ms);
+extern EgRequest *eg_http_take_finished(void);
+
+#endif							/* EVENTGRID_H */

@@ -1,0 +1,358 @@
+/*
+ * publish.c - the BEFORE INSERT row trigger on eventgrid.events: validates
+ * each published event against its topic's input schema and stamps it
+ * (SPEC section 8).  Event Grid schema: id, subject, eventType and eventTime
+ * (RFC 3339) required, dataVersion stamped "" when absent, metadataVersion
+ * must be "1" (stamped when absent), topic stamped with the topic name.
+ * CloudEvents 1.0: id, source, type and specversion "1.0" required.  Custom
+ * schema: any JSON object.  Every event is at most 1 MB of JSON text, and its
+ * publish_time is the publishing transaction's start time.
+ */
+#include "eventgrid.h"
+
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+typedef enum EgSchema
+{
+	EG_SCHEMA_EVENTGRID,
+	EG_SCHEMA_CLOUDEVENTS,
+	EG_SCHEMA_CUSTOM
+} EgSchema;
+
+/* One-entry cache of the topic looked up by the current statement. */
+static char cached_topic[256];
+static EgSchema cached_schema;
+static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
+static CommandId cached_cid = InvalidCommandId;
+static SPIPlanPtr topic_plan = NULL;
+
+static LocalTransactionId
+current_lxid(void)
+{
+#if PG_VERSION_NUM >= 170000
+	return MyProc->vxid.lxid;
+#else
+	return MyProc->lxid;
+#endif
+}
+
+static EgSchema
+lookup_topic_schema(const char *topic)
+{
+	Datum		arg;
+	char	   *schema;
+	EgSchema	result;
+
+	if (cached_lxid == current_lxid() && cached_cid == GetCurrentCommandId(false) &&
+		strcmp(cached_topic, topic) == 0)
+		return cached_schema;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "eventgrid: SPI_connect failed");
+	if (topic_plan == NULL)
+	{
+		Oid			argtypes[1] = {TEXTOID};
+		SPIPlanPtr	plan = SPI_prepare("SELECT input_schema FROM eventgrid.topics WHERE name = $1",
+									   1, argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "eventgrid: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(plan);
+		topic_plan = plan;
+	}
+	arg = CStringGetTextDatum(topic);
+	if (SPI_execute_plan(topic_plan, &arg, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "eventgrid: topic lookup failed");
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("topic \"%s\" does not exist", topic),
+				 errhint("Create it with eventgrid.create_topic() before publishing to it.")));
+	schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (strcmp(schema, "CloudEventSchemaV1_0") == 0)
+		result = EG_SCHEMA_CLOUDEVENTS;
+	else if (strcmp(schema, "CustomEventSchema") == 0)
+		result = EG_SCHEMA_CUSTOM;
+	else
+		result = EG_SCHEMA_EVENTGRID;
+	SPI_finish();
+
+	if (strlen(topic) < sizeof(cached_topic))
+	{
+		strcpy(cached_topic, topic);
+		cached_schema = result;
+		cached_lxid = current_lxid();
+		cached_cid = GetCurrentCommandId(false);
+	}
+	return result;
+}
+
+/* Strict RFC 3339 date-time: YYYY-MM-DDTHH:MM:SS[.frac](Z|+HH:MM|-HH:MM). */
+static bool
+is_rfc3339(const char *s, int len)
+{
+	static const int mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+	int			i = 0;
+	int			v[6];
+	const char *seps = "--T::";
+
+	for (int f = 0; f < 6; f++)
+	{
+		int			width = (f == 0) ? 4 : 2;
+
+		v[f] = 0;
+		for (int k = 0; k < width; k++, i++)
+		{
+			if (i >= len || s[i] < '0' || s[i] > '9')
+				return false;
+			v[f] = v[f] * 10 + (s[i] - '0');
+		}
+		if (f < 5)
+		{
+			if (i >= len || !(s[i] == seps[f] || (f == 2 && (s[i] == 't' || s[i] == ' '))))
+				return false;
+			i++;
+		}
+	}
+	if (v[1] < 1 || v[1] > 12 || v[2] < 1 || v[2] > mdays[v[1] - 1] ||
+		v[3] > 23 || v[4] > 59 || v[5] > 60)
+		return false;
+	if (v[1] == 2 && v[2] == 29 && !((v[0] % 4 == 0 && v[0] % 100 != 0) || v[0] % 400 == 0))
+		return false;
+	if (i < len && s[i] == '.')
+	{
+		int			digits = 0;
+
+		for (i++; i < len && s[i] >= '0' && s[i] <= '9'; i++)
+			digits++;
+		if (digits == 0)
+			return false;
+	}
+	if (i < len && (s[i] == 'Z' || s[i] == 'z'))
+		return i + 1 == len;
+	if (i < len && (s[i] == '+' || s[i] == '-'))
+	{
+		if (len - i != 6 || s[i + 3] != ':' ||
+			!isdigit((unsigned char) s[i + 1]) || !isdigit((unsigned char) s[i + 2]) ||
+			!isdigit((unsigned char) s[i + 4]) || !isdigit((unsigned char) s[i + 5]))
+			return false;
+		return (s[i + 1] - '0') * 10 + (s[i + 2] - '0') <= 23 &&
+			(s[i + 4] - '0') * 10 + (s[i + 5] - '0') <= 59;
+	}
+	return false;
+}
+
+static const char *
+schema_requirements(EgSchema schema)
+{
+	return schema == EG_SCHEMA_CLOUDEVENTS
+		? "CloudEvents 1.0 events require the string attributes id, source, specversion (\"1.0\") and type."
+		: "Event Grid schema events require the string fields id, subject, eventType and eventTime (RFC 3339).";
+}
+
+/*
+ * Fetches a top-level field that must be a string when present.  Returns
+ * false when absent; errors when required and absent, not a string, or
+ * empty while nonempty is asked for.
+ */
+static bool
+get_string_field(Jsonb *jb, const char *key, bool required, bool nonempty,
+				 EgSchema schema, const char *topic, JsonbValue *out)
+{
+	if (getKeyJsonValueFromContainer(&jb->root, key, strlen(key), out) == NULL)
+	{
+		if (required)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("event is missing required field \"%s\"", key),
+					 errdetail("Topic \"%s\" takes %s", topic,
+							   schema == EG_SCHEMA_CLOUDEVENTS ? "CloudEvents 1.0 events." : "Event Grid schema events."),
+					 errhint("%s", schema_requirements(schema))));
+		return false;
+	}
+	if (out->type != jbvString)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("event field \"%s\" must be a JSON string", key),
+				 errhint("%s", schema_requirements(schema))));
+	if (nonempty && out->val.string.len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("event field \"%s\" must not be empty", key),
+				 errhint("%s", schema_requirements(schema))));
+	return true;
+}
+
+static void
+check_time_field(JsonbValue *v, const char *key)
+{
+	if (!is_rfc3339(v->val.string.val, v->val.string.len))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_DATETIME_FORMAT),
+				 errmsg("event field \"%s\" must be an RFC 3339 date-time, got \"%.*s\"",
+						key, Min(v->val.string.len, 64), v->val.string.val),
+				 errhint("Use the form 2024-05-01T12:34:56.789Z or 2024-05-01T14:34:56+02:00.")));
+}
+
+static void
+push_string_pair(JsonbParseState **st, const char *key, const char *val)
+{
+	JsonbValue	k,
+				v;
+
+	k.type = jbvString;
+	k.val.string.val = (char *) key;
+	k.val.string.len = strlen(key);
+	v.type = jbvString;
+	v.val.string.val = (char *) val;
+	v.val.string.len = strlen(val);
+	pushJsonbValue(st, WJB_KEY, &k);
+	pushJsonbValue(st, WJB_VALUE, &v);
+}
+
+/* Validates one Event Grid schema event and returns it stamped. */
+static Jsonb *
+validate_eventgrid(Jsonb *jb, const char *topic)
+{
+	JsonbValue	v;
+	bool		has_data_version;
+	bool		has_metadata_version;
+	JsonbParseState *st = NULL;
+	JsonbValue *stamp;
+
+	get_string_field(jb, "id", true, true, EG_SCHEMA_EVENTGRID, topic, &v);
+	get_string_field(jb, "subject", true, false, EG_SCHEMA_EVENTGRID, topic, &v);
+	get_string_field(jb, "eventType", true, true, EG_SCHEMA_EVENTGRID, topic, &v);
+	get_string_field(jb, "eventTime", true, true, EG_SCHEMA_EVENTGRID, topic, &v);
+	check_time_field(&v, "eventTime");
+	has_data_version = get_string_field(jb, "dataVersion", false, false, EG_SCHEMA_EVENTGRID, topic, &v);
+	has_metadata_version = get_string_field(jb, "metadataVersion", false, false, EG_SCHEMA_EVENTGRID, topic, &v);
+	if (has_metadata_version && !(v.val.string.len == 1 && v.val.string.val[0] == '1'))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("event field \"metadataVersion\" must be \"1\", got \"%.*s\"",
+						Min(v.val.string.len, 64), v.val.string.val),
+				 errhint("Leave metadataVersion out; eventgrid stamps it.")));
+
+	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	push_string_pair(&st, "topic", topic);
+	if (!has_data_version)
+		push_string_pair(&st, "dataVersion", "");
+	if (!has_metadata_version)
+		push_string_pair(&st, "metadataVersion", "1");
+	stamp = pushJsonbValue(&st, WJB_END_OBJECT, NULL);
+	return DatumGetJsonbP(DirectFunctionCall2(jsonb_concat, JsonbPGetDatum(jb),
+											  JsonbPGetDatum(JsonbValueToJsonb(stamp))));
+}
+
+static void
+validate_cloudevent(Jsonb *jb, const char *topic)
+{
+	JsonbValue	v;
+
+	get_string_field(jb, "id", true, true, EG_SCHEMA_CLOUDEVENTS, topic, &v);
+	get_string_field(jb, "source", true, true, EG_SCHEMA_CLOUDEVENTS, topic, &v);
+	get_string_field(jb, "specversion", true, true, EG_SCHEMA_CLOUDEVENTS, topic, &v);
+	if (!(v.val.string.len == 3 && memcmp(v.val.string.val, "1.0", 3) == 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("event attribute \"specversion\" must be \"1.0\", got \"%.*s\"",
+						Min(v.val.string.len, 64), v.val.string.val),
+				 errhint("Topic \"%s\" takes CloudEvents 1.0 events.", topic)));
+	get_string_field(jb, "type", true, true, EG_SCHEMA_CLOUDEVENTS, topic, &v);
+	get_string_field(jb, "subject", false, false, EG_SCHEMA_CLOUDEVENTS, topic, &v);
+	get_string_field(jb, "datacontenttype", false, false, EG_SCHEMA_CLOUDEVENTS, topic, &v);
+	if (get_string_field(jb, "time", false, true, EG_SCHEMA_CLOUDEVENTS, topic, &v))
+		check_time_field(&v, "time");
+}
+
+/* JSON text size of an event as it is delivered, with a cheap early exit. */
+static int64
+event_text_size(Jsonb *jb)
+{
+	char	   *text;
+	int64		len;
+
+	/* JSON text is at most ~6x the binary size; small events cannot be too big. */
+	if ((int64) VARSIZE(jb) * 8 < EG_MAX_EVENT_BYTES)
+		return VARSIZE(jb);
+	text = JsonbToCString(NULL, &jb->root, VARSIZE(jb));
+	len = strlen(text);
+	pfree(text);
+	return len;
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_validate_event);
+
+/* Trigger function eventgrid._validate_event(): BEFORE INSERT FOR EACH ROW. */
+Datum
+eventgrid_validate_event(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	TupleDesc	tupdesc;
+	HeapTuple	tuple;
+	int			cols[2];
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+	bool		isnull;
+	Datum		d;
+	char	   *topic;
+	Jsonb	   *jb;
+	EgSchema	schema;
+	int64		size;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) || !TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		elog(ERROR, "eventgrid._validate_event() must be a BEFORE INSERT FOR EACH ROW trigger");
+
+	tupdesc = trigdata->tg_relation->rd_att;
+	tuple = trigdata->tg_trigtuple;
+
+	d = SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "topic"), &isnull);
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NOT_NULL_VIOLATION),
+				 errmsg("topic of a published event must not be NULL")));
+	topic = TextDatumGetCString(d);
+	schema = lookup_topic_schema(topic);
+
+	cols[0] = SPI_fnumber(tupdesc, "event");
+	d = SPI_getbinval(tuple, tupdesc, cols[0], &isnull);
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NOT_NULL_VIOLATION),
+				 errmsg("event published to topic \"%s\" must not be NULL", topic)));
+	jb = DatumGetJsonbP(d);
+	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("an event must be a JSON object"),
+				 errhint("To publish several events, insert one row per event or call eventgrid.publish() with an array.")));
+
+	if (schema == EG_SCHEMA_EVENTGRID)
+		jb = validate_eventgrid(jb, topic);
+	else if (schema == EG_SCHEMA_CLOUDEVENTS)
+		validate_cloudevent(jb, topic);
+
+	size = event_text_size(jb);
+	if (size > EG_MAX_EVENT_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("event is %lld bytes; an event may be at most 1 MB (%d bytes)",
+						(long long) size, EG_MAX_EVENT_BYTES),
+				 errhint("Store large payloads elsewhere and publish a reference to them.")));
+
+	values[0] = JsonbPGetDatum(jb);
+	cols[1] = SPI_fnumber(tupdesc, "publish_time");
+	values[1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+
+	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, tupdesc, 2, cols, values, nulls));
+}

@@ -1,0 +1,160 @@
+/*
+ * retry.c - outcome classification and the retry schedule of Event Grid's
+ * topic profile (SPEC sections 3 and 4).  Pure functions with no I/O: the
+ * worker calls them to decide what happens after each delivery attempt, and
+ * eventgrid.retry_delay() / eventgrid.delivery_outcome() expose them to SQL
+ * for users and tests.
+ */
+#include "eventgrid.h"
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+/* Delay after failed attempt #n (1-based); the last step repeats. */
+static const int eg_schedule_s[] = {
+	10, 30, 60, 5 * 60, 10 * 60, 30 * 60, 60 * 60, 3 * 60 * 60, 6 * 60 * 60, 12 * 60 * 60
+};
+
+bool
+eg_status_is_success(int http_status)
+{
+	return http_status >= 200 && http_status <= 204;
+}
+
+/*
+ * lastDeliveryOutcome name for one attempt (SPEC 3).  Statuses the Event Grid
+ * table does not name are recorded as GenericError, with the number kept in
+ * last_http_status.
+ */
+const char *
+eg_outcome_name(EgTransport transport, int http_status)
+{
+	switch (transport)
+	{
+		case EG_TRANSPORT_TIMEOUT:
+			return "TimedOut";
+		case EG_TRANSPORT_RESOLVE:
+			return "ResolutionError";
+		case EG_TRANSPORT_SOCKET:
+			return "SocketError";
+		case EG_TRANSPORT_OK:
+			break;
+	}
+	if (eg_status_is_success(http_status))
+		return "Delivered";
+	switch (http_status)
+	{
+		case 400:
+			return "BadRequest";
+		case 401:
+			return "Unauthorized";
+		case 403:
+			return "Forbidden";
+		case 404:
+			return "NotFound";
+		case 408:
+			return "TimedOut";
+		case 413:
+			return "PayloadTooLarge";
+		case 429:
+		case 503:
+			return "Busy";
+		default:
+			return "GenericError";
+	}
+}
+
+/* Success only for 200-204; no retry for 400, 401, 403, 413 (SPEC 3). */
+EgVerdict
+eg_verdict(EgTransport transport, int http_status)
+{
+	if (transport != EG_TRANSPORT_OK)
+		return EG_VERDICT_RETRY;
+	if (eg_status_is_success(http_status))
+		return EG_VERDICT_DELIVERED;
+	switch (http_status)
+	{
+		case 400:
+		case 401:
+		case 403:
+		case 413:
+			return EG_VERDICT_NO_RETRY;
+		default:
+			return EG_VERDICT_RETRY;
+	}
+}
+
+/*
+ * Delay in milliseconds before the next attempt, after failed attempt number
+ * failed_attempt (>= 1), without jitter.  Floors: 2 minutes after 408,
+ * 30 seconds after 503, otherwise the schedule (whose minimum is 10 s).
+ * http_status 0 means no HTTP answer.
+ */
+int64
+eg_retry_delay_ms(int failed_attempt, int http_status)
+{
+	int			nsteps = lengthof(eg_schedule_s);
+	int			idx = Min(Max(failed_attempt, 1), nsteps) - 1;
+	int64		delay_s = eg_schedule_s[idx];
+
+	if (http_status == 408)
+		delay_s = Max(delay_s, 2 * 60);
+	else if (http_status == 503)
+		delay_s = Max(delay_s, 30);
+	else
+		delay_s = Max(delay_s, 10);
+	return delay_s * 1000;
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_retry_delay);
+
+/* SQL: eventgrid.retry_delay(attempt integer, http_status integer) -> interval */
+Datum
+eventgrid_retry_delay(PG_FUNCTION_ARGS)
+{
+	int			attempt;
+	int			status = 0;
+	Interval   *result;
+	int64		ms;
+
+	if (PG_ARGISNULL(0))
+		PG_RETURN_NULL();
+	attempt = PG_GETARG_INT32(0);
+	if (attempt < 1 || attempt > EG_MAX_DELIVERY_ATTEMPTS)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("attempt must be between 1 and %d, got %d",
+						EG_MAX_DELIVERY_ATTEMPTS, attempt),
+				 errhint("attempt is the number of the delivery attempt that failed.")));
+	if (!PG_ARGISNULL(1))
+	{
+		status = PG_GETARG_INT32(1);
+		if (status < 100 || status > 599)
+			ereport(ERROR,
+					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+					 errmsg("http_status must be between 100 and 599, got %d", status),
+					 errhint("Pass NULL for an attempt that got no HTTP answer.")));
+		if (eg_verdict(EG_TRANSPORT_OK, status) != EG_VERDICT_RETRY)
+			PG_RETURN_NULL();
+	}
+	ms = eg_retry_delay_ms(attempt, status);
+	result = (Interval *) palloc0(sizeof(Interval));
+	result->time = ms * 1000;
+	PG_RETURN_INTERVAL_P(result);
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_delivery_outcome);
+
+/* SQL: eventgrid.delivery_outcome(http_status integer) -> text */
+Datum
+eventgrid_delivery_outcome(PG_FUNCTION_ARGS)
+{
+	int			status = PG_GETARG_INT32(0);
+
+	if (status < 100 || status > 599)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("http_status must be between 100 and 599, got %d", status)));
+	PG_RETURN_TEXT_P(cstring_to_text(eg_outcome_name(EG_TRANSPORT_OK, status)));
+}

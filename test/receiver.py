@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""A scriptable webhook receiver for eventgrid's tests and demo.
+
+Listens on 127.0.0.1 (HTTP/1.1, keep-alive) and answers each POST according
+to its URL path, then appends one JSON line per request to the log file:
+{"time", "path", "headers", "body", "status"}.
+
+Paths:
+  /status/NNN[/anything]     answer with status NNN
+  /seq/A,B,C[/anything]      n-th request to this exact path gets the n-th
+                             status; the last one repeats
+  /reset[/anything]          close the connection without answering
+  any other path             answer 200
+Query ?delay_ms=N waits N milliseconds before answering.
+"""
+import argparse
+import json
+import socket
+import struct
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit, parse_qs
+
+LOCK = threading.Lock()
+COUNTS = {}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(length).decode("utf-8", "replace")
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        parts = url.path.strip("/").split("/")
+        status = 200
+        with LOCK:
+            n = COUNTS.get(self.path, 0)
+            COUNTS[self.path] = n + 1
+        if parts[0] == "status" and len(parts) > 1:
+            status = int(parts[1])
+        elif parts[0] == "seq" and len(parts) > 1:
+            seq = [int(x) for x in parts[1].split(",")]
+            status = seq[min(n, len(seq) - 1)]
+        elif parts[0] == "reset":
+            status = 0
+        record = {
+            "time": time.time(),
+            "path": url.path,
+            "headers": {k.lower(): v for k, v in self.headers.items()},
+            "body": body,
+            "status": status,
+        }
+        with LOCK:
+            with open(self.server.log_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        delay = int(query.get("delay_ms", ["0"])[0])
+        if delay:
+            time.sleep(delay / 1000.0)
+        if status == 0:
+            # RST instead of FIN: the client sees a reset connection.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            return
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # Clients that drop connections (a worker killed mid-request) are
+        # part of the tests, not receiver errors.
+        pass
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--log", required=True, help="JSON-lines file of received requests")
+    args = ap.parse_args()
+    server = Server(("127.0.0.1", args.port), Handler)
+    server.log_path = args.log
+    open(args.log, "a").close()
+    print(f"receiver listening on 127.0.0.1:{args.port}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
