@@ -73,7 +73,7 @@ CREATE TABLE eventgrid.delivery_properties (
     source_field     text,
     is_secret        boolean NOT NULL DEFAULT false,
     CONSTRAINT delivery_properties_header_check
-        CHECK (header ~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]{1,256}$' AND lower(header) NOT LIKE 'aeg-%'),
+        CHECK (header ~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]+$' AND length(header) <= 256 AND lower(header) NOT LIKE 'aeg-%'),
     CONSTRAINT delivery_properties_value_check
         CHECK (octet_length(value) <= 4096 AND value !~ '[\r\n]'),
     CONSTRAINT delivery_properties_source_field_check
@@ -241,7 +241,10 @@ END $$;
 CREATE FUNCTION eventgrid.create_topic(name text, input_schema text DEFAULT 'EventGridSchema')
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    IF name IS NULL OR name !~ '^[A-Za-z0-9-]{3,50}$' THEN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'topic name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF name !~ '^[A-Za-z0-9-]{3,50}$' THEN
         RAISE EXCEPTION 'invalid topic name "%"', name
             USING ERRCODE = 'invalid_name',
                   HINT = 'A topic name has 3 to 50 characters: letters, digits and hyphens.';
@@ -294,12 +297,15 @@ BEGIN
         RAISE EXCEPTION 'topic "%" does not exist', topic
             USING ERRCODE = 'undefined_object', HINT = 'Create it first with eventgrid.create_topic().';
     END IF;
-    IF name IS NULL OR name !~ '^[A-Za-z0-9-]{3,64}$' THEN
+    IF name IS NULL OR endpoint IS NULL THEN
+        RAISE EXCEPTION 'event subscription name and endpoint must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF name !~ '^[A-Za-z0-9-]{3,64}$' THEN
         RAISE EXCEPTION 'invalid event subscription name "%"', name
             USING ERRCODE = 'invalid_name',
                   HINT = 'An event subscription name has 3 to 64 characters: letters, digits and hyphens.';
     END IF;
-    IF endpoint IS NULL OR endpoint !~* '^https?://[^/?#[:space:]]+([/?#][^[:space:]]*)?$' THEN
+    IF endpoint !~* '^https?://[^/?#[:space:]]+([/?#][^[:space:]]*)?$' THEN
         RAISE EXCEPTION 'invalid endpoint "%"', endpoint
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'The endpoint must be an absolute http:// or https:// URL without spaces.';
@@ -411,7 +417,7 @@ RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     sid bigint := eventgrid._subscription_id(p_topic, p_subscription, true);
 BEGIN
-    IF p_header IS NULL OR p_header !~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]{1,256}$' THEN
+    IF p_header IS NULL OR p_header !~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]+$' OR length(p_header) > 256 THEN
         RAISE EXCEPTION 'invalid delivery property header name "%"', p_header
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'A header name is an HTTP token of 1 to 256 characters (letters, digits and !#$%&''*+.^_`|~-).';

@@ -1,0 +1,59 @@
+# Shared set-up for scripts/test.sh, scripts/demo.sh and bench/: installs the
+# Debian packages eventgrid needs, builds and installs the extension, and
+# prepares a copy of the tree that the unprivileged "postgres" user can use
+# (PostgreSQL refuses to run as root).  Sourced, not run.
+
+PG_MAJOR=${PG_MAJOR:-15}
+PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
+PG_CONFIG=$PG_BINDIR/pg_config
+EG_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+EG_PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libcurl4-openssl-dev libipc-run-perl
+             python3 make gcc git ca-certificates"
+
+# Re-runs the calling script through sudo when not root.
+eg_need_root() {
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            exec sudo -E bash "$0" "$@"
+        fi
+        echo "$(basename "$0"): run as root or through sudo (installs packages, runs PostgreSQL as user postgres)" >&2
+        exit 1
+    fi
+}
+
+# Installs what is missing, from Debian's archive only.
+eg_install_packages() {
+    local missing="" p
+    for p in $EG_PACKAGES ${EG_EXTRA_PACKAGES:-}; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+    done
+    if [ -n "$missing" ]; then
+        echo "== installing Debian packages:$missing"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -q
+        apt-get install -y -q --no-install-recommends $missing
+    fi
+}
+
+eg_build_and_install() {
+    echo "== building and installing eventgrid"
+    make -s -C "$EG_SRC" PG_CONFIG="$PG_CONFIG" clean >/dev/null
+    make -s -C "$EG_SRC" PG_CONFIG="$PG_CONFIG"
+    make -s -C "$EG_SRC" PG_CONFIG="$PG_CONFIG" install >/dev/null
+}
+
+# Prints a fresh directory holding a copy of the source tree owned by postgres.
+eg_copy_tree() {
+    local dest
+    dest=$(mktemp -d /tmp/eventgrid-XXXXXX)
+    (cd "$EG_SRC" && tar --exclude=.git --exclude='*.o' --exclude='*.so' --exclude=tmp_check \
+        --exclude=results --exclude=log -cf - .) | tar -C "$dest" -xf -
+    chown -R postgres:postgres "$dest"
+    chmod 755 "$dest"
+    echo "$dest"
+}
+
+# Runs a command as postgres with the PostgreSQL binaries first on PATH.
+eg_as_postgres() {
+    runuser -u postgres -- env PATH="$PG_BINDIR:/usr/bin:/bin" HOME=/tmp "$@"
+}

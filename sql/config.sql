@@ -1,0 +1,159 @@
+-- Configuration API: topics, event subscriptions, retry policy, batching,
+-- dead-lettering and custom delivery properties.  Every range bound of
+-- SPEC sections 4, 5 and 8 is tried on both sides.
+CREATE EXTENSION eventgrid;
+
+-- err(sql): runs sql and shows "SQLSTATE: message (hint: ...)" or "ok".
+CREATE FUNCTION err(q text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    st text; msg text; hint text;
+BEGIN
+    EXECUTE q;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
+    RETURN st || ': ' || msg || CASE WHEN hint <> '' THEN ' (hint: ' || hint || ')' ELSE '' END;
+END $$;
+
+-- Topics
+SELECT eventgrid.create_topic('orders');
+SELECT eventgrid.create_topic('cloud-orders', 'CloudEventSchemaV1_0');
+SELECT eventgrid.create_topic('custom-orders', input_schema => 'CustomEventSchema');
+SELECT err($$SELECT eventgrid.create_topic('ab')$$);
+SELECT err($$SELECT eventgrid.create_topic('abc')$$);
+SELECT err($$SELECT eventgrid.create_topic(repeat('t', 50))$$);
+SELECT err($$SELECT eventgrid.create_topic(repeat('t', 51))$$);
+SELECT err($$SELECT eventgrid.create_topic('bad_name')$$);
+SELECT err($$SELECT eventgrid.create_topic(NULL)$$);
+SELECT err($$SELECT eventgrid.create_topic('orders')$$);
+SELECT err($$SELECT eventgrid.create_topic('avro-orders', 'AvroSchema')$$);
+SELECT err($$SELECT eventgrid.drop_topic('abc')$$);
+SELECT err($$SELECT eventgrid.drop_topic(repeat('t', 50))$$);
+SELECT err($$SELECT eventgrid.drop_topic('no-such-topic')$$);
+SELECT name, input_schema FROM eventgrid.topics ORDER BY name;
+
+-- Event subscriptions: defaults
+SELECT eventgrid.create_event_subscription('orders', 'sub-default', 'https://example.com/hook') > 0 AS created;
+SELECT name, endpoint, event_delivery_schema, max_delivery_attempts, event_ttl,
+       max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter
+  FROM eventgrid.event_subscriptions WHERE name = 'sub-default';
+
+-- names and endpoints
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'ab', 'https://example.com/')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', repeat('s', 64), 'https://example.com/')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', repeat('s', 65), 'https://example.com/')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-default', 'https://example.com/')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('no-such-topic', 'sub-x', 'https://example.com/')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-ftp', 'ftp://example.com/')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-rel', '/relative/path')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-empty-host', 'http://')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-space', 'http://example.com/a b')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-null', NULL)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-http', 'HTTP://127.0.0.1:8080/x?y=1')$$);
+
+-- max_delivery_attempts 1..30
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'mda-0', 'https://example.com/', max_delivery_attempts => 0)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'mda-1', 'https://example.com/', max_delivery_attempts => 1)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'mda-30', 'https://example.com/', max_delivery_attempts => 30)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'mda-31', 'https://example.com/', max_delivery_attempts => 31)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'mda-null', 'https://example.com/', max_delivery_attempts => NULL)$$);
+-- event_ttl 1..1440 minutes
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'ttl-0', 'https://example.com/', event_ttl => 0)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'ttl-1', 'https://example.com/', event_ttl => 1)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'ttl-1440', 'https://example.com/', event_ttl => 1440)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'ttl-1441', 'https://example.com/', event_ttl => 1441)$$);
+-- max_events_per_batch 1..5000
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'meb-0', 'https://example.com/', max_events_per_batch => 0)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'meb-1', 'https://example.com/', max_events_per_batch => 1)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'meb-5000', 'https://example.com/', max_events_per_batch => 5000)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'meb-5001', 'https://example.com/', max_events_per_batch => 5001)$$);
+-- preferred_batch_size_in_kilobytes 1..1024
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'pbs-0', 'https://example.com/', preferred_batch_size_in_kilobytes => 0)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'pbs-1', 'https://example.com/', preferred_batch_size_in_kilobytes => 1)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'pbs-1024', 'https://example.com/', preferred_batch_size_in_kilobytes => 1024)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'pbs-1025', 'https://example.com/', preferred_batch_size_in_kilobytes => 1025)$$);
+-- filters
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'types-empty', 'https://example.com/', included_event_types => '{}')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'types-null', 'https://example.com/', included_event_types => ARRAY[NULL::text])$$);
+-- delivery schema mapping
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'eg-to-ce', 'https://example.com/', event_delivery_schema => 'CloudEventSchemaV1_0')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('cloud-orders', 'ce-to-eg', 'https://example.com/', event_delivery_schema => 'EventGridSchema')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'eg-to-custom', 'https://example.com/', event_delivery_schema => 'CustomEventSchema')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('custom-orders', 'custom-to-eg', 'https://example.com/', event_delivery_schema => 'EventGridSchema')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'bad-schema', 'https://example.com/', event_delivery_schema => 'Xml')$$);
+SELECT name, event_delivery_schema FROM eventgrid.event_subscriptions
+ WHERE topic IN ('cloud-orders', 'custom-orders') OR name LIKE '%-to-%' ORDER BY name;
+
+-- set_retry_policy: NULL leaves a setting unchanged
+SELECT eventgrid.set_retry_policy('orders', 'sub-default', max_delivery_attempts => 10);
+SELECT eventgrid.set_retry_policy('orders', 'sub-default', event_ttl => 30);
+SELECT max_delivery_attempts, event_ttl FROM eventgrid.event_subscriptions WHERE name = 'sub-default';
+SELECT err($$SELECT eventgrid.set_retry_policy('orders', 'sub-default', 0, NULL)$$);
+SELECT err($$SELECT eventgrid.set_retry_policy('orders', 'sub-default', 31, NULL)$$);
+SELECT err($$SELECT eventgrid.set_retry_policy('orders', 'sub-default', NULL, 0)$$);
+SELECT err($$SELECT eventgrid.set_retry_policy('orders', 'sub-default', NULL, 1441)$$);
+SELECT err($$SELECT eventgrid.set_retry_policy('orders', 'no-such-sub', 5, 5)$$);
+SELECT max_delivery_attempts, event_ttl FROM eventgrid.event_subscriptions WHERE name = 'sub-default';
+
+-- set_batching
+SELECT eventgrid.set_batching('orders', 'sub-default', 1000, 512);
+SELECT max_events_per_batch, preferred_batch_size_in_kilobytes FROM eventgrid.event_subscriptions WHERE name = 'sub-default';
+SELECT err($$SELECT eventgrid.set_batching('orders', 'sub-default', 5001, NULL)$$);
+SELECT err($$SELECT eventgrid.set_batching('orders', 'sub-default', NULL, 1025)$$);
+SELECT max_events_per_batch, preferred_batch_size_in_kilobytes FROM eventgrid.event_subscriptions WHERE name = 'sub-default';
+SELECT eventgrid.set_batching('orders', 'sub-default', NULL, NULL);
+SELECT max_events_per_batch, preferred_batch_size_in_kilobytes FROM eventgrid.event_subscriptions WHERE name = 'sub-default';
+
+-- set_deadletter
+SELECT eventgrid.set_deadletter('orders', 'sub-default', true);
+SELECT deadletter FROM eventgrid.event_subscriptions WHERE name = 'sub-default';
+SELECT err($$SELECT eventgrid.set_deadletter('orders', 'sub-default', NULL)$$);
+
+-- Constraints hold even for direct writes
+SELECT err($$UPDATE eventgrid.event_subscriptions SET max_delivery_attempts = 31 WHERE name = 'sub-default'$$);
+SELECT err($$UPDATE eventgrid.event_subscriptions SET event_ttl = 0 WHERE name = 'sub-default'$$);
+SELECT err($$UPDATE eventgrid.event_subscriptions SET max_events_per_batch = 5001 WHERE name = 'sub-default'$$);
+SELECT err($$UPDATE eventgrid.event_subscriptions SET preferred_batch_size_in_kilobytes = 0 WHERE name = 'sub-default'$$);
+SELECT err($$UPDATE eventgrid.event_subscriptions SET endpoint = 'gopher://x' WHERE name = 'sub-default'$$);
+SELECT err($$INSERT INTO eventgrid.topics (name, input_schema) VALUES ('direct', 'Xml')$$);
+SELECT err($$INSERT INTO eventgrid.delivery_properties (subscription_id, header, value) SELECT id, 'aeg-x', 'v' FROM eventgrid.event_subscriptions WHERE name = 'sub-default'$$);
+SELECT err($$INSERT INTO eventgrid.delivery_properties (subscription_id, header, value) SELECT id, 'X-Big', repeat('v', 4097) FROM eventgrid.event_subscriptions WHERE name = 'sub-default'$$);
+
+-- Custom delivery properties: at most 10, values at most 4096 bytes
+SELECT eventgrid.set_delivery_property('orders', 'sub-default', 'X-Header-' || n, 'value-' || n)
+  FROM generate_series(1, 8) AS n;
+SELECT eventgrid.set_delivery_property('orders', 'sub-default', 'Authorization', 'Bearer s3cr3t', is_secret => true);
+SELECT eventgrid.set_dynamic_delivery_property('orders', 'sub-default', 'X-Order-Id', 'data.orderId');
+SELECT err($$SELECT eventgrid.set_delivery_property('orders', 'sub-default', 'X-Eleventh', 'v')$$);
+-- replacing an existing header does not count twice (names are case-insensitive)
+SELECT err($$SELECT eventgrid.set_delivery_property('orders', 'sub-default', 'x-header-1', 'replaced')$$);
+SELECT err($$SELECT eventgrid.set_delivery_property('orders', 'sub-default', 'X-Header-2', repeat('v', 4096))$$);
+SELECT err($$SELECT eventgrid.set_delivery_property('orders', 'sub-default', 'X-Header-2', repeat('v', 4097))$$);
+SELECT err($$SELECT eventgrid.set_delivery_property('orders', 'sub-default', 'X-Header-2', repeat('é', 2049))$$);
+SELECT err($$SELECT eventgrid.set_delivery_property('orders', 'sub-default', 'aeg-custom', 'v')$$);
+SELECT err($$SELECT eventgrid.set_delivery_property('orders', 'sub-default', 'Bad Header', 'v')$$);
+SELECT err($$SELECT eventgrid.set_delivery_property('orders', 'sub-default', 'X-Header-3', E'line\r\nInjected: yes')$$);
+SELECT err($$SELECT eventgrid.set_delivery_property('orders', 'sub-default', 'X-Header-3', NULL)$$);
+SELECT err($$SELECT eventgrid.set_dynamic_delivery_property('orders', 'sub-default', 'X-Order-Id', 'data..orderId')$$);
+SELECT err($$SELECT eventgrid.set_delivery_property('orders', 'no-such-sub', 'X-A', 'v')$$);
+SELECT subscription, header, kind, left(value, 20) AS value, source_field
+  FROM eventgrid.event_subscription_delivery_properties ORDER BY lower(header);
+SELECT eventgrid.remove_delivery_property('orders', 'sub-default', 'X-HEADER-8');
+SELECT err($$SELECT eventgrid.remove_delivery_property('orders', 'sub-default', 'X-HEADER-8')$$);
+SELECT err($$SELECT eventgrid.set_delivery_property('orders', 'sub-default', 'X-Tenth', 'v')$$);
+SELECT count(*) FROM eventgrid.delivery_properties;
+
+-- Secrets are not readable by other roles
+CREATE ROLE eventgrid_reader;
+SET ROLE eventgrid_reader;
+SELECT err($$SELECT value FROM eventgrid.delivery_properties$$);
+SELECT err($$SELECT * FROM eventgrid.event_subscription_delivery_properties$$);
+SELECT count(*) > 0 AS can_list_topics FROM eventgrid.topics;
+RESET ROLE;
+DROP ROLE eventgrid_reader;
+
+-- Dropping
+SELECT eventgrid.drop_event_subscription('orders', 'mda-1');
+SELECT err($$SELECT eventgrid.drop_event_subscription('orders', 'mda-1')$$);
+SELECT eventgrid.drop_topic('custom-orders');
+SELECT count(*) FROM eventgrid.event_subscriptions WHERE topic = 'custom-orders';

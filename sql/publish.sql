@@ -1,0 +1,125 @@
+-- Publishing: validation and stamping per input schema (SPEC 8), size and
+-- count limits, set-based fan-out to matching subscriptions (SPEC 2, 9),
+-- unmatched events, transactionality.
+SELECT eventgrid.create_topic('shop');
+SELECT eventgrid.create_topic('ce-shop', 'CloudEventSchemaV1_0');
+SELECT eventgrid.create_topic('raw-shop', 'CustomEventSchema');
+
+-- Event Grid schema: stamped topic, dataVersion and metadataVersion, publish_time
+INSERT INTO eventgrid.events (topic, event) VALUES
+  ('shop', '{"id": "e1", "subject": "/orders/1", "eventType": "Shop.OrderCreated", "eventTime": "2024-05-01T12:00:00Z", "data": {"orderId": 1}}')
+RETURNING event, publish_time = now() AS publish_time_is_now;
+INSERT INTO eventgrid.events (topic, event) VALUES
+  ('shop', '{"id": "e2", "subject": "", "eventType": "Shop.OrderCreated", "eventTime": "2024-05-01T12:00:00.1234567+02:00", "dataVersion": "2.0", "metadataVersion": "1", "topic": "spoofed"}')
+RETURNING event;
+-- each required field
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": "x", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": "x", "subject": "/s", "eventTime": "2024-05-01T12:00:00Z"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": "x", "subject": "/s", "eventType": "T"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": 7, "subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": "", "subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}')$$);
+-- eventTime must be RFC 3339
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": "x", "subject": "/s", "eventType": "T", "eventTime": "2024-05-01 12:00:00"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": "x", "subject": "/s", "eventType": "T", "eventTime": "2023-02-29T12:00:00Z"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": "x", "subject": "/s", "eventType": "T", "eventTime": "2024-02-29T23:59:60.5-01:30"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": "x", "subject": "/s", "eventType": "T", "eventTime": "2024-13-01T00:00:00Z"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": "x", "subject": "/s", "eventType": "T", "eventTime": "yesterday"}')$$);
+-- metadataVersion must be "1"; dataVersion a string
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": "x", "subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z", "metadataVersion": "2"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": "x", "subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z", "dataVersion": 1}')$$);
+-- not an object, NULL, unknown topic
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '[{"id": "x"}]')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '"text"')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', NULL)$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES (NULL, '{}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('nowhere', '{}')$$);
+
+-- CloudEvents 1.0
+INSERT INTO eventgrid.events (topic, event) VALUES
+  ('ce-shop', '{"id": "c1", "source": "/shop", "specversion": "1.0", "type": "Shop.OrderCreated", "time": "2024-05-01T12:00:00Z", "subject": "orders/1", "data": {"orderId": 1}}')
+RETURNING event;
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('ce-shop', '{"source": "/s", "specversion": "1.0", "type": "T"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('ce-shop', '{"id": "x", "specversion": "1.0", "type": "T"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('ce-shop', '{"id": "x", "source": "/s", "type": "T"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('ce-shop', '{"id": "x", "source": "/s", "specversion": "1.0"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('ce-shop', '{"id": "x", "source": "/s", "specversion": "0.3", "type": "T"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('ce-shop', '{"id": "x", "source": "/s", "specversion": "1.0", "type": "T", "time": "noon"}')$$);
+
+-- Custom schema: any JSON object, as is
+INSERT INTO eventgrid.events (topic, event) VALUES ('raw-shop', '{"prop1": "my property", "prop2": 5}') RETURNING event;
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('raw-shop', '[1, 2]')$$);
+
+-- 1 MB per event (1048576 bytes of JSON text): exactly 1 MB passes, one byte more fails
+SELECT err(format($$INSERT INTO eventgrid.events (topic, event) VALUES ('raw-shop', jsonb_build_object('d', repeat('x', %s)))$$, 1048576 - 9));
+SELECT err(format($$INSERT INTO eventgrid.events (topic, event) VALUES ('raw-shop', jsonb_build_object('d', repeat('x', %s)))$$, 1048576 - 8));
+SELECT max(octet_length(event::text)) FROM eventgrid.events WHERE topic = 'raw-shop';
+
+-- publish(): one event or an array; at most 5000 events and 1 MB per call
+SELECT eventgrid.publish('raw-shop', '{"one": 1}');
+SELECT eventgrid.publish('raw-shop', '[{"a": 1}, {"a": 2}]');
+SELECT eventgrid.publish('raw-shop', (SELECT jsonb_agg(jsonb_build_object('n', n)) FROM generate_series(1, 5000) n));
+SELECT err($$SELECT eventgrid.publish('raw-shop', (SELECT jsonb_agg(jsonb_build_object('n', n)) FROM generate_series(1, 5001) n))$$);
+SELECT err($$SELECT eventgrid.publish('raw-shop', (SELECT jsonb_agg(jsonb_build_object('d', repeat('x', 600000))) FROM generate_series(1, 2)))$$);
+SELECT err($$SELECT eventgrid.publish('raw-shop', '[]')$$);
+SELECT err($$SELECT eventgrid.publish('raw-shop', NULL)$$);
+-- a bad event anywhere in a call rejects the whole call
+SELECT count(*) AS before FROM eventgrid.events WHERE topic = 'shop';
+SELECT err($$SELECT eventgrid.publish('shop', '[{"id": "ok", "subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}, {"id": "bad"}]')$$);
+SELECT count(*) AS after FROM eventgrid.events WHERE topic = 'shop';
+
+-- Published events are immutable
+SELECT err($$UPDATE eventgrid.events SET event = '{}' WHERE topic = 'shop'$$);
+
+-- Fan-out with filters
+SELECT eventgrid.create_topic('fanout');
+SELECT eventgrid.create_event_subscription('fanout', 'all-events', 'http://127.0.0.1:1/all') IS NOT NULL;
+SELECT eventgrid.create_event_subscription('fanout', 'created-only', 'http://127.0.0.1:1/created',
+       included_event_types => ARRAY['shop.ordercreated']) IS NOT NULL;
+SELECT eventgrid.create_event_subscription('fanout', 'blob-prefix', 'http://127.0.0.1:1/prefix',
+       subject_begins_with => '/blobServices/default/containers/images/') IS NOT NULL;
+SELECT eventgrid.create_event_subscription('fanout', 'jpg-suffix', 'http://127.0.0.1:1/suffix',
+       subject_ends_with => '.JPG') IS NOT NULL;
+SELECT eventgrid.create_event_subscription('fanout', 'jpg-exact-case', 'http://127.0.0.1:1/exact',
+       subject_ends_with => '.JPG', is_subject_case_sensitive => true) IS NOT NULL;
+SELECT eventgrid.create_event_subscription('fanout', 'typed-and-prefixed', 'http://127.0.0.1:1/both',
+       included_event_types => ARRAY['Shop.OrderShipped', 'Shop.OrderCreated'], subject_begins_with => '/orders/') IS NOT NULL;
+INSERT INTO eventgrid.events (topic, event)
+SELECT 'fanout', jsonb_build_object('id', id, 'subject', subject, 'eventType', type, 'eventTime', '2024-05-01T12:00:00Z')
+  FROM (VALUES ('f1', '/orders/1', 'Shop.OrderCreated'),
+               ('f2', '/blobServices/default/containers/images/blobs/cat.jpg', 'Microsoft.Storage.BlobCreated'),
+               ('f3', '/blobServices/default/containers/docs/blobs/a.JPG', 'Microsoft.Storage.BlobCreated'),
+               ('f4', '/orders/2', 'Shop.OrderShipped')) AS v(id, subject, type);
+SELECT e.event->>'id' AS event, string_agg(coalesce(s.name, '(unmatched)'), ', ' ORDER BY s.name) AS subscriptions
+  FROM eventgrid.events e JOIN eventgrid.deliveries d ON d.event_id = e.id
+  LEFT JOIN eventgrid.event_subscriptions s ON s.id = d.subscription_id
+ WHERE e.topic = 'fanout' GROUP BY 1 ORDER BY 1;
+-- new deliveries are due at once, with no attempt yet
+SELECT count(*) AS deliveries, bool_and(d.attempts = 0 AND d.next_attempt_at = e.publish_time AND d.last_outcome IS NULL) AS fresh
+  FROM eventgrid.deliveries d JOIN eventgrid.events e ON e.id = d.event_id WHERE e.topic = 'fanout';
+
+-- An event that matches no subscription is stored and counted as unmatched
+SELECT topic, event_subscriptions, events_pending, unmatched_events FROM eventgrid.topic_statistics ORDER BY topic;
+
+-- Rollback leaves no event and no delivery
+SELECT count(*) AS events FROM eventgrid.events \gset before_
+SELECT count(*) AS deliveries FROM eventgrid.deliveries \gset before_
+BEGIN;
+INSERT INTO eventgrid.events (topic, event) VALUES
+  ('fanout', '{"id": "r1", "subject": "/orders/9", "eventType": "Shop.OrderCreated", "eventTime": "2024-05-01T12:00:00Z"}');
+SELECT count(*) > :before_deliveries AS deliveries_inside_transaction FROM eventgrid.deliveries;
+ROLLBACK;
+SELECT count(*) = :before_events AS events_unchanged FROM eventgrid.events;
+SELECT count(*) = :before_deliveries AS deliveries_unchanged FROM eventgrid.deliveries;
+-- A failing row aborts the whole statement: nothing half-written
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES
+  ('fanout', '{"id": "ok1", "subject": "/orders/9", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}'),
+  ('fanout', '{"id": "bad1"}')$$);
+SELECT count(*) = :before_events AS events_unchanged FROM eventgrid.events;
+SELECT count(*) = :before_deliveries AS deliveries_unchanged FROM eventgrid.deliveries;
+
+-- Dropping a subscription drops its pending deliveries; dropping a topic its events
+SELECT eventgrid.drop_event_subscription('fanout', 'all-events');
+SELECT count(*) FROM eventgrid.deliveries d JOIN eventgrid.events e ON e.id = d.event_id WHERE e.topic = 'fanout';
+SELECT eventgrid.drop_topic('fanout');
+SELECT count(*) FROM eventgrid.events WHERE topic = 'fanout';

@@ -1,0 +1,57 @@
+-- The retry schedule, outcome names, schema conversion and dead-letter shapes
+-- (SPEC sections 3, 4 and 7) through the pure SQL functions.
+
+-- Topic profile schedule: 10 s, 30 s, 1 min, 5 min, 10 min, 30 min, 1 h, 3 h, 6 h, then 12 h
+SELECT n AS failed_attempt, eventgrid.retry_delay(n) AS delay FROM generate_series(1, 12) AS n;
+SELECT eventgrid.retry_delay(30) AS last_step;
+-- floors: 408 at least 2 minutes, 503 at least 30 seconds, others the schedule
+SELECT s AS status, eventgrid.retry_delay(1, s) AS after_1st, eventgrid.retry_delay(2, s) AS after_2nd,
+       eventgrid.retry_delay(5, s) AS after_5th
+  FROM unnest(ARRAY[404, 408, 429, 500, 503, 504, 302]) AS s;
+-- no retry for 400, 401, 403, 413, and nothing to retry after success
+SELECT s AS status, eventgrid.retry_delay(1, s) IS NULL AS not_retried
+  FROM unnest(ARRAY[200, 201, 202, 203, 204, 205, 400, 401, 403, 404, 413]) AS s;
+SELECT err($$SELECT eventgrid.retry_delay(0)$$);
+SELECT err($$SELECT eventgrid.retry_delay(31)$$);
+SELECT err($$SELECT eventgrid.retry_delay(1, 99)$$);
+SELECT err($$SELECT eventgrid.retry_delay(1, 600)$$);
+
+-- lastDeliveryOutcome per status
+SELECT s AS status, eventgrid.delivery_outcome(s) AS outcome
+  FROM unnest(ARRAY[200, 204, 205, 400, 401, 403, 404, 408, 413, 429, 500, 503]) AS s;
+SELECT err($$SELECT eventgrid.delivery_outcome(1000)$$);
+
+-- SPEC 4 worked example: TTL 30 minutes, 10 attempts allowed.  Attempts at
+-- 0 s, 10 s, 40 s, 1 min 40 s, 6 min 40 s, 16 min 40 s; the 7th would be due
+-- at 46 min 40 s, past the TTL, so the event is dead-lettered after 6.
+WITH RECURSIVE attempt(n, due) AS (
+    SELECT 1, interval '0'
+  UNION ALL
+    SELECT n + 1, due + eventgrid.retry_delay(n, 500) FROM attempt WHERE n < 10 AND due < interval '30 minutes'
+)
+SELECT n AS attempt, due, CASE WHEN due >= interval '30 minutes' THEN 'TimeToLiveExceeded' ELSE 'sent' END AS what
+  FROM attempt;
+
+-- Schema conversion between Event Grid schema and CloudEvents 1.0
+SELECT eventgrid.convert_event('{"id": "1", "topic": "shop", "subject": "/a", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z", "data": {"k": null}, "dataVersion": "2", "metadataVersion": "1"}',
+                               'EventGridSchema', 'CloudEventSchemaV1_0');
+SELECT eventgrid.convert_event('{"id": "1", "source": "/shop", "specversion": "1.0", "type": "T"}',
+                               'CloudEventSchemaV1_0', 'EventGridSchema', '2024-05-01 12:00:00+00');
+SELECT eventgrid.convert_event('{"a": 1}', 'CustomEventSchema', 'CustomEventSchema');
+SELECT eventgrid.convert_event('{"a": 1}', 'CustomEventSchema', 'EventGridSchema') IS NULL AS not_offered;
+
+-- Dead-letter documents per delivery schema (SPEC 7)
+INSERT INTO eventgrid.dead_letters (envelope_id, topic, subscription_name, input_schema, event_delivery_schema, event,
+       dead_letter_reason, delivery_attempts, last_delivery_outcome, last_http_status_code, publish_time, last_delivery_attempt_time)
+VALUES ('8bc07e6f-0885-4729-90e4-7c3f052bd754', 'shop', 'sub-eg', 'EventGridSchema', 'EventGridSchema',
+        '{"id": "1", "topic": "shop", "subject": "/a", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z", "data": {"x": 1}, "dataVersion": "", "metadataVersion": "1"}',
+        'MaxDeliveryAttemptsExceeded', 1, 'NotFound', 404, '2024-05-01 12:00:01+00', '2024-05-01 12:00:02+00'),
+       ('8bc07e6f-0885-4729-90e4-7c3f052bd755', 'ce-shop', 'sub-ce', 'CloudEventSchemaV1_0', 'CloudEventSchemaV1_0',
+        '{"id": "c1", "source": "mysource", "specversion": "1.0", "type": "fooEventType", "data": {"prop1": "value1"}}',
+        'TimeToLiveExceeded', 3, 'TimedOut', NULL, '2024-05-01 12:00:01+00', '2024-05-01 12:30:02+00'),
+       ('8bc07e6f-0885-4729-90e4-7c3f052bd756', 'raw-shop', 'sub-raw', 'CustomEventSchema', 'CustomEventSchema',
+        '{"prop1": "my property", "prop2": 5}',
+        'NonRetriableError', 1, 'BadRequest', 400, '2024-05-01 12:00:01+00', '2024-05-01 12:00:02+00');
+SELECT subscription_name, jsonb_pretty(dead_letter_event) FROM eventgrid.dead_letter_events ORDER BY id;
+SELECT err($$INSERT INTO eventgrid.dead_letters (topic, subscription_name, input_schema, event_delivery_schema, event, dead_letter_reason, delivery_attempts, publish_time)
+             VALUES ('t', 's', 'EventGridSchema', 'EventGridSchema', '{}', 'Bored', 1, now())$$);
