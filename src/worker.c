@@ -380,14 +380,26 @@ queue_request(EgRequest *req)
 	pending_tail = req;
 }
 
+/*
+ * Adds "name: value"; libcurl drops a header written with an empty value, so
+ * an empty one is written as "name;" which it sends as "name:".
+ */
+static void
+add_header(EgRequest *req, const char *name, const char *value)
+{
+	char	   *line = value[0] ? psprintf("%s: %s", name, value) : psprintf("%s;", name);
+
+	eg_http_add_header(req, line);
+	pfree(line);
+}
+
 /* Builds the request carrying rows[0..count) of one subscription. */
 static EgRequest *
 build_request(EgClaim *claim, EgDelivery **rows, int count, EgEventPart *parts, StringInfo body)
 {
 	EgDelivery *d = rows[0];
 	EgRequest  *req = MemoryContextAllocZero(claim->cxt, sizeof(EgRequest));
-	char		line[512];
-	char	   *upper;
+	char		count_text[16];
 
 	resetStringInfo(body);
 	eg_build_body(body, d->schema, parts, count);
@@ -400,23 +412,19 @@ build_request(EgClaim *claim, EgDelivery **rows, int count, EgEventPart *parts, 
 	memcpy(req->items, rows, sizeof(void *) * count);
 	req->count = count;
 
-	snprintf(line, sizeof(line), "Content-Type: %s", eg_content_type(d->schema, count));
-	eg_http_add_header(req, line);
-	eg_http_add_header(req, "aeg-event-type: Notification");
-	upper = asc_toupper(d->subscription_name, strlen(d->subscription_name));
-	snprintf(line, sizeof(line), "aeg-subscription-name: %s", upper);
-	eg_http_add_header(req, line);
-	snprintf(line, sizeof(line), "aeg-delivery-count: %d", d->attempts);
-	eg_http_add_header(req, line);
-	snprintf(line, sizeof(line), "aeg-metadata-version: %s", d->metadata_version);
-	eg_http_add_header(req, line);
+	/* SPEC 8: content type and the aeg-* headers Event Grid sends */
+	add_header(req, "Content-Type", eg_content_type(d->schema, count));
+	add_header(req, "aeg-event-type", "Notification");
+	add_header(req, "aeg-subscription-name",
+			   asc_toupper(d->subscription_name, strlen(d->subscription_name)));
+	snprintf(count_text, sizeof(count_text), "%d", d->attempts);
+	add_header(req, "aeg-delivery-count", count_text);
+	add_header(req, "aeg-metadata-version", d->metadata_version);
 	if (strcmp(d->schema, "CloudEventSchemaV1_0") != 0)
-	{
-		snprintf(line, sizeof(line), "aeg-data-version: %.400s", d->data_version);
-		eg_http_add_header(req, line);
-	}
-	snprintf(line, sizeof(line), "aeg-output-event-id: %.400s", d->output_event_id);
-	eg_http_add_header(req, line);
+		add_header(req, "aeg-data-version", d->data_version);
+	add_header(req, "aeg-output-event-id", d->output_event_id);
+
+	/* custom delivery properties: "Name: value" lines */
 	if (d->headers)
 	{
 		char	   *copy = pstrdup(d->headers);
@@ -424,15 +432,12 @@ build_request(EgClaim *claim, EgDelivery **rows, int count, EgEventPart *parts, 
 
 		for (char *h = strtok_r(copy, "\n", &save); h; h = strtok_r(NULL, "\n", &save))
 		{
-			size_t		hl = strlen(h);
+			char	   *sep = strstr(h, ": ");
 
-			/* libcurl drops "Name:" with no value; "Name;" sends it empty. */
-			if (hl >= 2 && h[hl - 1] == ' ' && h[hl - 2] == ':')
-			{
-				h[hl - 2] = ';';
-				h[hl - 1] = '\0';
-			}
-			eg_http_add_header(req, h);
+			if (sep == NULL)
+				continue;
+			*sep = '\0';
+			add_header(req, h, sep + 2);
 		}
 		pfree(copy);
 	}

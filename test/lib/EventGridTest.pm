@@ -1,0 +1,142 @@
+# EventGridTest: helpers for eventgrid's TAP integration tests.
+#
+# Starts real PostgreSQL clusters (PostgreSQL::Test::Cluster) with eventgrid
+# preloaded, and the scriptable HTTP receiver test/receiver.py on 127.0.0.1;
+# reads what the receiver got; moves the delivery worker's clock forward
+# (GUC eventgrid.clock_offset) so retry schedules are tested without waiting
+# real minutes.
+package EventGridTest;
+
+use strict;
+use warnings;
+use Exporter 'import';
+use File::Basename qw(dirname);
+use File::Spec;
+use IO::Socket::INET;
+use IPC::Run;
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+our @EXPORT = qw(new_node start_receiver requests wait_for_requests advance_clock
+  eg_event wait_for_sql query_row);
+
+my $json = JSON::PP->new->canonical;
+my $clock_offset = 0;
+
+# A started cluster with eventgrid preloaded and created in database postgres.
+# Jitter is off so retry times can be checked exactly.
+sub new_node
+{
+	my ($name, %conf) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	my %all = (
+		shared_preload_libraries => "'eventgrid'",
+		'eventgrid.retry_jitter_percent' => 0,
+		'eventgrid.response_timeout' => "'2s'",
+		%conf);
+	$node->append_conf('postgresql.conf',
+		join('', map { "$_ = $all{$_}\n" } sort keys %all));
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION eventgrid');
+	$clock_offset = 0;
+	return $node;
+}
+
+# Starts test/receiver.py on a free port; returns {port, url, log, handle}.
+sub start_receiver
+{
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $log = "$PostgreSQL::Test::Utils::tmp_check/receiver_$port.jsonl";
+	my $script = File::Spec->rel2abs(dirname(__FILE__) . '/../receiver.py');
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start([ '/usr/bin/python3', $script, '--port', $port, '--log', $log ],
+		'>', \$out, '2>', \$err);
+	for (1 .. 100)
+	{
+		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp');
+		if ($s) { close $s; last; }
+		usleep(100_000);
+	}
+	return { port => $port, url => "http://127.0.0.1:$port", log => $log, handle => $h };
+}
+
+# Requests the receiver got so far, optionally only those to a path.
+sub requests
+{
+	my ($r, $path) = @_;
+	my @reqs;
+	open(my $fh, '<', $r->{log}) or return ();
+	while (my $line = <$fh>)
+	{
+		next unless $line =~ /\n$/;
+		my $req = $json->decode($line);
+		push @reqs, $req if !defined $path || $req->{path} eq $path;
+	}
+	close $fh;
+	return @reqs;
+}
+
+# Waits until at least $n requests to $path arrived (at most $secs seconds).
+sub wait_for_requests
+{
+	my ($r, $path, $n, $secs) = @_;
+	$secs //= 60;
+	for (1 .. $secs * 10)
+	{
+		my @got = requests($r, $path);
+		return @got if @got >= $n;
+		usleep(100_000);
+	}
+	return requests($r, $path);
+}
+
+# Moves the worker's clock $secs seconds further ahead and wakes it.
+sub advance_clock
+{
+	my ($node, $secs) = @_;
+	$clock_offset += $secs;
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM SET eventgrid.clock_offset = '${clock_offset}s'; SELECT pg_reload_conf();");
+	return $clock_offset;
+}
+
+# An Event Grid schema event as JSON text.
+sub eg_event
+{
+	my ($id, %extra) = @_;
+	return $json->encode({
+		id => $id,
+		subject => "/orders/$id",
+		eventType => 'Shop.OrderCreated',
+		eventTime => '2024-05-01T12:00:00Z',
+		data => { orderId => $id },
+		%extra });
+}
+
+# Polls until $sql returns $expected (compared as text).
+sub wait_for_sql
+{
+	my ($node, $sql, $expected, $secs) = @_;
+	$secs //= 60;
+	my $got;
+	for (1 .. $secs * 10)
+	{
+		$got = $node->safe_psql('postgres', $sql);
+		return 1 if $got eq $expected;
+		usleep(100_000);
+	}
+	diag("waited for [$sql] = [$expected], last got [$got]");
+	return 0;
+}
+
+sub query_row
+{
+	my ($node, $sql) = @_;
+	return split(/\|/, $node->safe_psql('postgres', $sql));
+}
+
+1;
