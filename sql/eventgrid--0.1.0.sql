@@ -358,11 +358,18 @@ CREATE FUNCTION eventgrid.drop_event_subscription(topic text, name text) RETURNS
 LANGUAGE plpgsql AS $$
 DECLARE
     sid bigint := eventgrid._subscription_id(topic, name, true);
+    orphans bigint[];
 BEGIN
+    -- events whose last pending delivery goes with the subscription go too
+    WITH gone AS (DELETE FROM eventgrid.deliveries d WHERE d.subscription_id = sid RETURNING d.event_id)
+    SELECT array_agg(DISTINCT g.event_id) INTO orphans FROM gone g;
     DELETE FROM eventgrid.event_subscriptions s WHERE s.id = sid;
+    DELETE FROM eventgrid.events e
+     WHERE e.id = ANY (orphans)
+       AND NOT EXISTS (SELECT 1 FROM eventgrid.deliveries d WHERE d.event_id = e.id);
 END $$;
 COMMENT ON FUNCTION eventgrid.drop_event_subscription(text, text) IS
-    'Drops an event subscription and its pending deliveries. Dead letters are kept. Errors: 42704 no such subscription.';
+    'Drops an event subscription and its pending deliveries (and events left with no delivery). Dead letters are kept. Errors: 42704 no such subscription.';
 
 CREATE FUNCTION eventgrid.set_retry_policy(topic text, name text,
                                            max_delivery_attempts integer DEFAULT NULL,

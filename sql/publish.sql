@@ -121,5 +121,10 @@ SELECT count(*) = :before_deliveries AS deliveries_unchanged FROM eventgrid.deli
 -- Dropping a subscription drops its pending deliveries; dropping a topic its events
 SELECT eventgrid.drop_event_subscription('fanout', 'all-events');
 SELECT count(*) FROM eventgrid.deliveries d JOIN eventgrid.events e ON e.id = d.event_id WHERE e.topic = 'fanout';
+-- events left with no pending delivery go with the last subscription
+SELECT count(*) AS events_before FROM eventgrid.events WHERE topic = 'fanout';
+SELECT eventgrid.drop_event_subscription('fanout', s)
+  FROM unnest(ARRAY['created-only', 'blob-prefix', 'jpg-suffix', 'jpg-exact-case', 'typed-and-prefixed']) AS s;
+SELECT count(*) AS events_after FROM eventgrid.events WHERE topic = 'fanout';
 SELECT eventgrid.drop_topic('fanout');
 SELECT count(*) FROM eventgrid.events WHERE topic = 'fanout';

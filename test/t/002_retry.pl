@@ -1,0 +1,114 @@
+# The retry schedule and retry policy on the wire (SPEC 3 and 4), with the
+# worker's clock moved forward through eventgrid.clock_offset instead of
+# waiting real minutes: the schedule with its 503 and 408 floors, maximum
+# delivery attempts, and the worked example of SPEC 4 (TTL 30 min, 10
+# attempts allowed: 6 attempts, then TimeToLiveExceeded at 46 min 40 s).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../lib";
+use EventGridTest;
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep);
+
+my $node = new_node('retry');
+my $r = start_receiver();
+my $u = $r->{url};
+my $json = JSON::PP->new;
+
+sub sql { return $node->safe_psql('postgres', shift) }
+
+# wait after the last recorded attempt of a subscription's one delivery
+sub planned_wait
+{
+	my $sub = shift;
+	return sql("SELECT extract(epoch FROM d.next_attempt_at - d.last_attempt_at)::int FROM eventgrid.deliveries d "
+		  . "JOIN eventgrid.event_subscriptions s ON s.id = d.subscription_id WHERE s.name = '$sub'");
+}
+
+sub wait_recorded
+{
+	my ($sub, $attempts) = @_;
+	return wait_for_sql($node,
+		"SELECT count(*) FROM eventgrid.deliveries d JOIN eventgrid.event_subscriptions s ON s.id = d.subscription_id "
+		  . "WHERE s.name = '$sub' AND d.attempts = $attempts AND d.last_outcome <> 'Delivering'", '1');
+}
+
+sql("SELECT eventgrid.create_topic('shop')");
+
+# --- schedule with floors: 500 -> 10 s, 503 -> 30 s, 408 -> 2 min, then 200 ---
+sql("SELECT eventgrid.create_event_subscription('shop', 'sched', '$u/seq/500,503,408,200/sched')");
+sql("INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '" . eg_event('s-1') . "')");
+ok(wait_recorded('sched', 1), 'attempt 1 made and recorded');
+is(planned_wait('sched'), 10, 'after failure 1 (500): 10 s');
+# real time passes too: 8 s ahead plus 1 s of waiting stays short of 10 s
+advance_clock($node, 8);
+sleep 1;
+is(scalar(requests($r, '/seq/500,503,408,200/sched')), 1, 'no attempt before the retry is due');
+advance_clock($node, 2);
+ok(wait_recorded('sched', 2), 'attempt 2 made when due');
+is(planned_wait('sched'), 30, 'after failure 2 (503): 30 s');
+advance_clock($node, 30);
+ok(wait_recorded('sched', 3), 'attempt 3 made when due');
+is(planned_wait('sched'), 120, 'after failure 3 (408, schedule says 1 min): the 2 min floor');
+advance_clock($node, 120);
+ok(wait_for_sql($node, "SELECT delivered || '/' || pending || '/' || failed_attempts FROM eventgrid.delivery_statistics WHERE subscription = 'sched'", '1/0/3'),
+	'attempt 4 delivered');
+my @sched = requests($r, '/seq/500,503,408,200/sched');
+is_deeply([ map { $_->{headers}{'aeg-delivery-count'} } @sched ], [ 0, 1, 2, 3 ], 'aeg-delivery-count counts previous attempts');
+is_deeply([ map { $json->decode($_->{body})->[0]{id} } @sched ], [ ('s-1') x 4 ], 'the same event each time');
+
+# --- 503 floor on the first retry: 30 s instead of 10 s ------------------------
+sql("SELECT eventgrid.create_event_subscription('shop', 'busy', '$u/status/503/busy')");
+sql("INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '" . eg_event('b-1') . "')");
+ok(wait_recorded('busy', 1), '503: attempt 1 recorded');
+is(planned_wait('busy'), 30, 'after a first failure with 503: 30 s floor');
+sql("SELECT eventgrid.drop_event_subscription('shop', 'busy')");
+
+# --- maximum delivery attempts, dead-lettered ------------------------------------
+sql("SELECT eventgrid.create_event_subscription('shop', 'max3', '$u/status/500/max3', max_delivery_attempts => 3, deadletter => true)");
+sql("SELECT eventgrid.create_event_subscription('shop', 'max1-drop', '$u/status/500/max1', max_delivery_attempts => 1)");
+sql("INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '" . eg_event('m-1') . "')");
+ok(wait_recorded('max3', 1), 'max3: attempt 1');
+ok(wait_for_sql($node, "SELECT dropped FROM eventgrid.delivery_statistics WHERE subscription = 'max1-drop'", '1'),
+	'max_delivery_attempts 1 without dead-lettering: dropped after one failure');
+advance_clock($node, 10);
+ok(wait_recorded('max3', 2), 'max3: attempt 2');
+advance_clock($node, 30);
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.dead_letters WHERE subscription_name = 'max3'", '1'),
+	'max3: dead-lettered after attempt 3');
+is(scalar(requests($r, '/status/500/max3')), 3, 'exactly 3 attempts');
+my $dl = $json->decode(sql("SELECT dead_letter_event FROM eventgrid.dead_letter_events WHERE subscription_name = 'max3'"));
+is_deeply([ @{$dl}{qw(id deadLetterReason deliveryAttempts lastDeliveryOutcome lastHttpStatusCode)} ],
+	[ 'm-1', 'MaxDeliveryAttemptsExceeded', 3, 'GenericError', 500 ], 'dead letter: reason, attempts, last outcome and status');
+is(scalar(requests($r, '/status/500/max1')), 1, 'max1-drop: one attempt');
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.events", '0'), 'finished events are removed');
+
+# --- SPEC 4 worked example: TTL 30 min, 10 attempts allowed ----------------------
+sql("SELECT eventgrid.create_event_subscription('shop', 'ttl', '$u/status/500/ttl', event_ttl => 30, max_delivery_attempts => 10, deadletter => true)");
+sql("INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '" . eg_event('t-1') . "')");
+my $base = advance_clock($node, 0);
+my @at = (0, 10, 40, 100, 400, 1000);    # attempt times in seconds after publish
+for my $i (0 .. $#at)
+{
+	advance_clock($node, $at[$i] - ($i ? $at[ $i - 1 ] : 0)) if $i;
+	ok(wait_recorded('ttl', $i + 1), "attempt " . ($i + 1) . " at $at[$i] s");
+}
+is(planned_wait('ttl'), 1800, 'after failure 6: 30 min, due at 46 min 40 s, past the TTL');
+advance_clock($node, 1798);
+sleep 1;
+is(sql("SELECT count(*) FROM eventgrid.dead_letters WHERE subscription_name = 'ttl'"), '0',
+	'TTL ran out at 30 min, but expiry is checked only at the next scheduled attempt');
+advance_clock($node, 2);
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.dead_letters WHERE subscription_name = 'ttl'", '1'),
+	'dead-lettered when the 7th attempt comes due');
+is(scalar(requests($r, '/status/500/ttl')), 6, 'the 7th attempt is not sent');
+$dl = $json->decode(sql("SELECT dead_letter_event FROM eventgrid.dead_letter_events WHERE subscription_name = 'ttl'"));
+is_deeply([ @{$dl}{qw(id deadLetterReason deliveryAttempts lastDeliveryOutcome lastHttpStatusCode)} ],
+	[ 't-1', 'TimeToLiveExceeded', 6, 'GenericError', 500 ], 'dead letter after 6 attempts: TimeToLiveExceeded');
+
+$node->stop;
+done_testing();
