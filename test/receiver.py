@@ -75,6 +75,7 @@ class Handler(BaseHTTPRequestHandler):
 
 class Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 1024  # the default listen backlog of 5 drops bursts of connects
 
     def handle_error(self, request, client_address):
         # Clients that drop connections (a worker killed mid-request) are

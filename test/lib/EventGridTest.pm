@@ -117,16 +117,17 @@ sub eg_event
 		%extra });
 }
 
-# Polls until $sql returns $expected (compared as text).
+# Polls until $sql returns $expected (compared as text); connection
+# failures while the server restarts count as not yet.
 sub wait_for_sql
 {
 	my ($node, $sql, $expected, $secs) = @_;
 	$secs //= 60;
-	my $got;
+	my $got = '';
 	for (1 .. $secs * 10)
 	{
-		$got = $node->safe_psql('postgres', $sql);
-		return 1 if $got eq $expected;
+		my $ret = $node->psql('postgres', $sql, stdout => \$got, on_error_die => 0);
+		return 1 if $ret == 0 && $got eq $expected;
 		usleep(100_000);
 	}
 	diag("waited for [$sql] = [$expected], last got [$got]");
