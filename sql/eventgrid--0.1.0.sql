@@ -673,3 +673,12 @@ COMMENT ON VIEW eventgrid.event_subscription_delivery_properties IS
 GRANT USAGE ON SCHEMA eventgrid TO PUBLIC;
 GRANT SELECT ON eventgrid.topics TO PUBLIC;
 REVOKE ALL ON eventgrid.delivery_properties FROM PUBLIC;
+
+COMMENT ON FUNCTION eventgrid._validate_event() IS
+    'Internal: BEFORE INSERT row trigger on eventgrid.events; validates each event against its topic''s input schema and stamps it (SPEC 8).';
+COMMENT ON FUNCTION eventgrid._fan_out() IS
+    'Internal: AFTER INSERT statement trigger on eventgrid.events; creates the delivery rows of all new events set-based and wakes the worker at commit (SPEC 2, 9).';
+COMMENT ON FUNCTION eventgrid._wake_worker_at_commit() IS
+    'Internal: sets the delivery worker''s latch when the current transaction commits; no-op without shared_preload_libraries.';
+COMMENT ON FUNCTION eventgrid._refuse_change() IS
+    'Internal: refuses UPDATE of published events (0A000).';

@@ -1,0 +1,13 @@
+-- Demo configuration: two topics, a subscription that receives events and
+-- one whose endpoint refuses them (HTTP 400) with dead-lettering on.
+-- :receiver is the receiver's base URL.
+CREATE EXTENSION eventgrid;
+SELECT eventgrid.create_topic('storage');
+SELECT eventgrid.create_topic('orders-ce', 'CloudEventSchemaV1_0');
+SELECT eventgrid.create_event_subscription('storage', 'blob-created', :'receiver' || '/status/200/blob-created',
+       included_event_types => ARRAY['Microsoft.Storage.BlobCreated'],
+       subject_begins_with => '/blobServices/default/containers/images/');
+SELECT eventgrid.set_delivery_property('storage', 'blob-created', 'X-Api-Key', 'demo-secret', is_secret => true);
+SELECT eventgrid.create_event_subscription('storage', 'broken-endpoint', :'receiver' || '/status/400/broken',
+       deadletter => true);
+SELECT eventgrid.create_event_subscription('orders-ce', 'orders', :'receiver' || '/status/202/orders');
