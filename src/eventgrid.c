@@ -30,6 +30,7 @@ int			eg_retry_jitter_percent = 10;
 int			eg_clock_offset_s = 0;
 int			eg_default_max_events_per_batch = 10;
 int			eg_default_preferred_batch_kb = 64;
+bool		eg_delivery_paused = false;
 
 EgShared   *eg_shared = NULL;
 
@@ -106,6 +107,11 @@ eg_define_gucs(void)
 							gettext_noop("preferred_batch_size_in_kilobytes used when a subscription sets only max_events_per_batch."),
 							NULL, &eg_default_preferred_batch_kb, 64, 1, 1024,
 							PGC_SIGHUP, GUC_UNIT_KB, NULL, NULL, NULL);
+	DefineCustomBoolVariable("eventgrid.delivery_paused",
+							 gettext_noop("Pauses delivery: the worker finishes requests in flight and claims nothing new."),
+							 gettext_noop("Publishing goes on; deliveries wait and their time-to-live keeps running."),
+							 &eg_delivery_paused, false,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("eventgrid");
 #else

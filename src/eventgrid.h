@@ -27,6 +27,7 @@ extern int	eg_retry_jitter_percent;
 extern int	eg_clock_offset_s;
 extern int	eg_default_max_events_per_batch;
 extern int	eg_default_preferred_batch_kb;
+extern bool eg_delivery_paused;
 
 /* Shared state: the worker's latch, set by publishers at commit. */
 typedef struct EgShared

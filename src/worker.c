@@ -34,6 +34,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/formatting.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -43,6 +44,8 @@
 #endif
 
 #define EG_CLAIM_MAX_ROWS 1000
+#define EG_RECORD_MIN_ROWS 500
+#define EG_RECORD_MAX_DELAY_MS 20
 #define EG_IDLE_MAX_SLEEP_MS 60000
 #define EG_BUSY_POLL_MS 5
 #define EG_LEASE_MARGIN_MS 60000
@@ -100,6 +103,8 @@ static SPIPlanPtr release_plan = NULL;
 
 static EgRequest *pending_head = NULL;
 static EgRequest *pending_tail = NULL;
+static int	pending_n = 0;
+static TimestampTz first_unrecorded_at = 0;
 static EgDelivery **to_record = NULL;
 static int	to_record_n = 0;
 static int	to_record_cap = 0;
@@ -271,6 +276,8 @@ end_work(void)
 static void
 push_record(EgDelivery *d)
 {
+	if (to_record_n == 0)
+		first_unrecorded_at = GetCurrentTimestamp();
 	if (to_record_n == to_record_cap)
 	{
 		to_record_cap = Max(64, to_record_cap * 2);
@@ -378,6 +385,7 @@ queue_request(EgRequest *req)
 	else
 		pending_head = req;
 	pending_tail = req;
+	pending_n++;
 }
 
 /*
@@ -742,6 +750,7 @@ start_pending(void)
 		pending_head = req->next;
 		if (pending_head == NULL)
 			pending_tail = NULL;
+		pending_n--;
 		req->started_at = eg_now();
 		eg_http_start(req, ((EgDelivery *) req->items[0])->endpoint, eg_response_timeout_ms);
 	}
@@ -785,6 +794,14 @@ eventgrid_worker_main(Datum arg)
 	BackgroundWorkerInitializeConnection(eg_database_name, NULL, 0);
 	pgstat_report_appname("eventgrid delivery worker");
 
+	/*
+	 * The worker's own commits need not wait for the WAL flush: a claim or an
+	 * outcome lost in a crash only makes a delivery due again, and delivery
+	 * is at least once anyway.  Published events are as durable as the
+	 * publishing transaction made them.
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+
 	SpinLockAcquire(&eg_shared->mutex);
 	eg_shared->worker_latch = MyLatch;
 	eg_shared->worker_pid = MyProcPid;
@@ -817,11 +834,16 @@ eventgrid_worker_main(Datum arg)
 			if (!leases_released)
 				next_claim_at = now + (TimestampTz) 10 * USECS_PER_SEC;
 		}
-		if (leases_released && pending_head == NULL &&
-			eg_http_in_flight() < eg_max_concurrent_requests && now >= next_claim_at)
+		/*
+		 * Claim in large sets while fewer requests wait than can be in
+		 * flight, so HTTP never runs dry and each statement's fixed cost is
+		 * spread over many rows.  This worker never claims its own leased
+		 * rows again, however long they wait in the queue.
+		 */
+		if (leases_released && !eg_delivery_paused &&
+			pending_n < eg_max_concurrent_requests && now >= next_claim_at)
 		{
-			int			free_slots = eg_max_concurrent_requests - eg_http_in_flight();
-			int			limit = Min(free_slots * 8, EG_CLAIM_MAX_ROWS);
+			int			limit = EG_CLAIM_MAX_ROWS;
 			int			n = claim(limit);
 
 			if (n < 0)
@@ -835,7 +857,15 @@ eventgrid_worker_main(Datum arg)
 		if (eg_http_in_flight() > 0)
 			eg_http_wait(EG_BUSY_POLL_MS);
 		collect_finished();
-		if (to_record_n > 0)
+
+		/*
+		 * Record outcomes in sets of hundreds; a smaller set waits at most a
+		 * few milliseconds, or not at all once nothing is in flight.
+		 */
+		if (to_record_n >= EG_RECORD_MIN_ROWS ||
+			(to_record_n > 0 &&
+			 ((eg_http_in_flight() == 0 && pending_head == NULL) ||
+			  GetCurrentTimestamp() - first_unrecorded_at >= EG_RECORD_MAX_DELAY_MS * 1000)))
 		{
 			TimestampTz earliest = record();
 
@@ -852,6 +882,8 @@ eventgrid_worker_main(Datum arg)
 			now = eg_now();
 			timeout_ms = next_claim_at <= now ? 0
 				: (long) Min((next_claim_at - now + 999) / 1000, (TimestampTz) EG_IDLE_MAX_SLEEP_MS);
+			if (eg_delivery_paused)
+				timeout_ms = EG_IDLE_MAX_SLEEP_MS;	/* a reload (SIGHUP) sets the latch */
 			if (timeout_ms > 0)
 			{
 				rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

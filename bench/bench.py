@@ -1,0 +1,380 @@
+#!/usr/bin/python3
+"""eventgrid benchmark driver (started by bench/run.sh).
+
+Measures, in one run against one cluster and one nginx sink on 127.0.0.1:
+ 1. HTTP limit: wrk POSTing a ~1 KB event body with the worker's connection count
+ 2. single-event delivery: drain of a published backlog, events/s, and ratio to 1
+ 3. batched delivery (max_events_per_batch = 100), events/s
+ 4. fan-out: 10 subscriptions on one topic, deliveries/s
+ 5. publish cost: INSERT through eventgrid.events vs a plain jsonb table
+ 6. end-to-end latency at a steady rate: commit to arrival, p50/p99/max
+ 7. worker memory while draining a large backlog
+ 8. table sizes and throughput around a steady run, plainly and while a
+    REPEATABLE READ transaction stays open
+Prints each figure as it is measured, a summary table, and last one line
+"BENCH_RESULT {json}".  No figure is asserted; this only measures.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import psycopg2
+
+EVENT_BYTES = 1000  # approximate size of one published event
+
+
+def env_int(name, default):
+    return int(os.environ.get(name, default))
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.conn = self.connect()
+        self.results = {}
+        self.rows = []
+
+    def connect(self):
+        conn = psycopg2.connect(host=self.args.host, port=self.args.port, user="postgres", dbname="postgres")
+        conn.autocommit = True
+        return conn
+
+    def q(self, sql, params=None, conn=None):
+        with (conn or self.conn).cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchall() if cur.description else None
+
+    def one(self, sql, params=None):
+        return self.q(sql, params)[0][0]
+
+    def set_guc(self, name, value):
+        self.q(f"ALTER SYSTEM SET {name} = '{value}'")
+        self.q("SELECT pg_reload_conf()")
+        time.sleep(0.3)
+
+    def report(self, key, label, value, unit, target=None):
+        self.results[key] = value
+        shown = f"{value:,.1f}" if isinstance(value, float) else f"{value:,}"
+        line = f"{label:<58} {shown:>14} {unit:<12}" + (f" target {target}" if target else "")
+        self.rows.append(line)
+        print(line, flush=True)
+
+    def wait_drained(self, timeout=7200):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.one("SELECT NOT EXISTS (SELECT 1 FROM eventgrid.deliveries)"):
+                return time.time()
+            time.sleep(0.02)
+        raise RuntimeError("deliveries did not drain")
+
+    def worker_pid(self):
+        return self.one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'")
+
+    def reset_queue(self):
+        self.q("TRUNCATE eventgrid.deliveries, eventgrid.events")
+        for t in self.q("SELECT name FROM eventgrid.topics"):
+            self.q("SELECT eventgrid.drop_topic(%s)", (t[0],))
+        self.q("VACUUM ANALYZE eventgrid.deliveries, eventgrid.events")
+
+    def publish_backlog(self, topic, n):
+        """Publishes n ~1 KB events in transactions of at most 100,000."""
+        done = 0
+        while done < n:
+            k = min(100000, n - done)
+            self.q("INSERT INTO eventgrid.events (topic, event) SELECT %s, event FROM bench_src "
+                   "CROSS JOIN generate_series(1, %s) LIMIT %s", (topic, (k + self.src_n - 1) // self.src_n, k))
+            done += k
+
+    # -- set-up ---------------------------------------------------------------
+    def setup(self):
+        self.src_n = 100000
+        self.q("CREATE EXTENSION IF NOT EXISTS eventgrid")
+        self.q("DROP TABLE IF EXISTS bench_src")
+        self.q("""CREATE TABLE bench_src AS
+                  SELECT jsonb_build_object('id', 'evt-' || i, 'subject', '/bench/orders/' || i,
+                         'eventType', 'Bench.OrderCreated', 'eventTime', '2024-05-01T12:00:00Z',
+                         'data', jsonb_build_object('orderId', i, 'pad', repeat('x', 780))) AS event
+                    FROM generate_series(1, %s) i""", (self.src_n,))
+        size = self.one("SELECT avg(octet_length(event::text))::int FROM bench_src")
+        self.event_size = size
+        print(f"# events of {size} bytes; {self.args.host}:{self.args.port}; sink {self.args.sink}", flush=True)
+
+    # -- 1 ----------------------------------------------------------------------
+    def fig_http(self):
+        body = json.dumps([json.loads(self.one("SELECT event::text FROM bench_src LIMIT 1"))])
+        script = os.path.join(self.args.work, "post.lua")
+        with open(script, "w") as f:
+            f.write('wrk.method = "POST"\nwrk.body = %s\nwrk.headers["Content-Type"] = "application/json"\n'
+                    % json.dumps(body))
+        conns = self.one("SELECT current_setting('eventgrid.max_concurrent_requests')::int")
+        out = subprocess.run(["wrk", "-t2", f"-c{conns}", "-d10s", "-s", script, self.args.sink + "/wrk"],
+                             capture_output=True, text=True, check=True).stdout
+        rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+        self.report("http_limit_rps", f"1 HTTP limit (wrk, {conns} connections, ~1 KB POST)", rps, "requests/s")
+
+    # -- 2, 3, 4 -------------------------------------------------------------------
+    def drain(self, topic, nsubs, n_events, batch=None):
+        self.reset_queue()
+        self.q("SELECT eventgrid.create_topic(%s)", (topic,))
+        for i in range(nsubs):
+            self.q("SELECT eventgrid.create_event_subscription(%s, %s, %s, max_events_per_batch => %s)",
+                   (topic, f"sub-{i}", f"{self.args.sink}/{topic}/{i}", batch))
+        self.set_guc("eventgrid.delivery_paused", "on")
+        self.publish_backlog(topic, n_events)
+        self.set_guc("eventgrid.delivery_paused", "off")
+        t0 = time.time() - 0.3  # set_guc waited 0.3 s after the reload
+        t1 = self.wait_drained()
+        return n_events * nsubs / (t1 - t0)
+
+    def fig_drains(self):
+        n = env_int("BENCH_EVENTS", 200000)
+        rate = self.drain("single", 1, n)
+        self.report("single_events_per_s", f"2 single-event delivery ({n:,} events)", rate, "events/s", ">= 30,000")
+        self.report("single_vs_http_limit", "  ratio to the HTTP limit", rate / self.results["http_limit_rps"], "")
+        rate = self.drain("batched", 1, n, batch=100)
+        self.report("batched_events_per_s", f"3 batched delivery (max_events_per_batch 100)", rate, "events/s",
+                    ">= 150,000")
+        rate = self.drain("fanout", 10, n // 10)
+        self.report("fanout_deliveries_per_s", f"4 fan-out (10 subscriptions, {n // 10:,} events)", rate,
+                    "deliveries/s")
+
+    # -- 5 ----------------------------------------------------------------------
+    def fig_publish_cost(self):
+        n = env_int("BENCH_EVENTS", 200000)
+        n = min(n, self.src_n)
+        self.reset_queue()
+        self.set_guc("eventgrid.delivery_paused", "on")
+        self.q("SELECT eventgrid.create_topic('cost')")
+        self.q("SELECT eventgrid.create_event_subscription('cost', 'one', %s)", (self.args.sink + "/cost",))
+        self.q("DROP TABLE IF EXISTS plain_events")
+        self.q("CREATE TABLE plain_events (id bigserial PRIMARY KEY, topic text NOT NULL, event jsonb NOT NULL, "
+               "publish_time timestamptz NOT NULL DEFAULT now())")
+        bulk_eg, bulk_plain, row_eg, row_plain = [], [], [], []
+        single = min(n, 10000)
+        for _ in range(3):
+            self.q("TRUNCATE plain_events")
+            self.q("TRUNCATE eventgrid.deliveries, eventgrid.events")
+            self.q("CHECKPOINT")
+            t = time.time()
+            self.q("INSERT INTO plain_events (topic, event) SELECT 'cost', event FROM bench_src LIMIT %s", (n,))
+            bulk_plain.append(time.time() - t)
+            t = time.time()
+            self.q("INSERT INTO eventgrid.events (topic, event) SELECT 'cost', event FROM bench_src LIMIT %s", (n,))
+            bulk_eg.append(time.time() - t)
+            events = [r[0] for r in self.q("SELECT event::text FROM bench_src LIMIT %s", (single,))]
+            for table, acc in (("plain_events", row_plain), ("eventgrid.events", row_eg)):
+                with self.conn.cursor() as cur:
+                    t = time.time()
+                    for e in events:
+                        cur.execute(f"INSERT INTO {table} (topic, event) VALUES ('cost', %s)", (e,))
+                    acc.append(time.time() - t)
+        self.q("TRUNCATE eventgrid.deliveries, eventgrid.events")
+        self.set_guc("eventgrid.delivery_paused", "off")
+        b_eg, b_plain = statistics.median(bulk_eg), statistics.median(bulk_plain)
+        r_eg, r_plain = statistics.median(row_eg), statistics.median(row_plain)
+        self.report("publish_bulk_events_per_s", f"5 publish, one INSERT of {n:,} events", n / b_eg, "events/s")
+        self.report("plain_bulk_rows_per_s", f"  plain jsonb table, same INSERT", n / b_plain, "rows/s")
+        self.report("publish_cost_ratio_bulk", "  publish cost ratio (bulk)", b_eg / b_plain, "x", "<= 2.0")
+        self.report("publish_cost_ratio_single_row", f"  publish cost ratio ({single:,} one-row transactions)",
+                    r_eg / r_plain, "x", "<= 2.0")
+
+    # -- 6 ----------------------------------------------------------------------
+    def fig_latency(self):
+        seconds = env_int("BENCH_LATENCY_SECONDS", 20)
+        rate = 1000
+        arrivals = {}
+        lock = threading.Lock()
+
+        class Receiver(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                now = time.time()
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with lock:
+                    for e in json.loads(body):
+                        arrivals.setdefault(e["id"], now)
+                self.send_response(204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 1024
+
+        server = Server(("127.0.0.1", 0), Receiver)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.reset_queue()
+        self.q("SELECT eventgrid.create_topic('latency')")
+        self.q("SELECT eventgrid.create_event_subscription('latency', 'timed', %s)",
+               (f"http://127.0.0.1:{server.server_address[1]}/latency",))
+        pub = self.connect()
+        commits = {}
+        start = time.time()
+        with pub.cursor() as cur:
+            for i in range(rate * seconds):
+                due = start + i / rate
+                delay = due - time.time()
+                if delay > 0:
+                    time.sleep(delay)
+                eid = f"lat-{i}"
+                cur.execute("INSERT INTO eventgrid.events (topic, event) VALUES ('latency', "
+                            "jsonb_build_object('id', %s, 'subject', '/l', 'eventType', 'T', "
+                            "'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('pad', repeat('x', 800))))",
+                            (eid,))
+                commits[eid] = time.time()
+        achieved = len(commits) / (time.time() - start)
+        self.wait_drained()
+        time.sleep(0.5)
+        server.shutdown()
+        lat = sorted((arrivals[k] - v) * 1000 for k, v in commits.items() if k in arrivals)
+        missing = len(commits) - len(lat)
+        p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]
+        self.report("latency_rate", f"6 latency run: {len(commits):,} events at", achieved, "events/s")
+        self.report("latency_p50_ms", "  commit to arrival p50", p(0.50), "ms")
+        self.report("latency_p99_ms", "  commit to arrival p99", p(0.99), "ms", "<= 20")
+        self.report("latency_max_ms", "  commit to arrival max", lat[-1], "ms")
+        if missing:
+            self.report("latency_missing", "  events not seen by the receiver", missing, "events")
+
+    # -- 7 ----------------------------------------------------------------------
+    def fig_memory(self):
+        n = env_int("BENCH_BACKLOG", 1000000)
+        self.reset_queue()
+        self.q("SELECT eventgrid.create_topic('memory')")
+        self.q("SELECT eventgrid.create_event_subscription('memory', 'sink', %s)", (self.args.sink + "/memory",))
+        self.set_guc("eventgrid.delivery_paused", "on")
+        self.publish_backlog("memory", n)
+        pid = self.worker_pid()
+        peak = {"VmRSS": 0, "RssAnon": 0}
+
+        def sample():
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    k, _, v = line.partition(":")
+                    if k in peak:
+                        peak[k] = max(peak[k], int(v.split()[0]))
+
+        self.set_guc("eventgrid.delivery_paused", "off")
+        t0 = time.time() - 0.3
+        while not self.one("SELECT NOT EXISTS (SELECT 1 FROM eventgrid.deliveries)"):
+            sample()
+            time.sleep(0.05)
+        t1 = time.time()
+        self.report("worker_peak_private_mb", f"7 worker peak private memory (RssAnon), {n:,} backlog",
+                    peak["RssAnon"] / 1024, "MB", "<= 100")
+        self.report("worker_peak_rss_mb", "  worker peak RSS incl. shared buffers touched", peak["VmRSS"] / 1024, "MB")
+        self.report("backlog_drain_events_per_s", "  drain rate of that backlog", n / (t1 - t0), "events/s")
+
+    # -- 8 ----------------------------------------------------------------------
+    def queue_size_mb(self):
+        return self.one("SELECT ((pg_total_relation_size('eventgrid.events') + "
+                        "pg_total_relation_size('eventgrid.deliveries')) / 1048576.0)::float8")
+
+    def quick_drain(self, topic):
+        n = 20000
+        self.set_guc("eventgrid.delivery_paused", "on")
+        self.publish_backlog(topic, n)
+        self.set_guc("eventgrid.delivery_paused", "off")
+        t0 = time.time() - 0.3
+        return n / (self.wait_drained() - t0)
+
+    def fig_bloat(self, hold):
+        seconds = env_int("BENCH_STEADY_SECONDS", 300)
+        rate = env_int("BENCH_STEADY_RATE", 2000)
+        tag = "held REPEATABLE READ" if hold else "plain"
+        key = "rr" if hold else "plain"
+        self.reset_queue()
+        self.q("SELECT eventgrid.create_topic('steady')")
+        self.q("SELECT eventgrid.create_event_subscription('steady', 'sink', %s)", (self.args.sink + "/steady",))
+        before_tp = self.quick_drain("steady")
+        before_mb = self.queue_size_mb()
+        holder = None
+        if hold:
+            holder = self.connect()
+            holder.autocommit = False
+            holder.set_session(isolation_level="REPEATABLE READ")
+            self.q("SELECT count(*) FROM eventgrid.topics", conn=holder)
+        peak_mb, backlog_max = before_mb, 0
+        start = time.time()
+        tick = 0.1
+        i = 0
+        while time.time() - start < seconds:
+            due = start + i * tick
+            if due > time.time():
+                time.sleep(due - time.time())
+            self.q("INSERT INTO eventgrid.events (topic, event) SELECT 'steady', event FROM bench_src LIMIT %s",
+                   (int(rate * tick),))
+            i += 1
+            if i % 50 == 0:
+                peak_mb = max(peak_mb, self.queue_size_mb())
+                backlog_max = max(backlog_max, self.one("SELECT count(*) FROM eventgrid.deliveries"))
+        published = i * int(rate * tick)
+        t_end = self.wait_drained()
+        lag = t_end - (start + seconds)
+        if holder:
+            holder.rollback()
+            holder.close()
+        peak_mb = max(peak_mb, self.queue_size_mb())
+        self.q("VACUUM eventgrid.deliveries, eventgrid.events")
+        after_mb = self.queue_size_mb()
+        after_tp = self.quick_drain("steady")
+        self.q("VACUUM eventgrid.deliveries, eventgrid.events")
+        final_mb = self.queue_size_mb()
+        label = f"8 steady {rate:,}/s for {seconds} s, {tag}"
+        print(f"{label}: {published:,} events published, backlog at most {backlog_max:,}, "
+              f"drained {lag:.1f} s after the end", flush=True)
+        self.report(f"bloat_{key}_size_before_mb", f"{label}: queue size before", before_mb, "MB")
+        self.report(f"bloat_{key}_size_peak_mb", f"  queue size peak during the run", peak_mb, "MB")
+        self.report(f"bloat_{key}_size_after_mb", f"  queue size after the run and a VACUUM", after_mb, "MB")
+        self.report(f"bloat_{key}_size_final_mb", f"  queue size after a second drain and VACUUM", final_mb, "MB")
+        self.report(f"bloat_{key}_throughput_before", f"  drain rate before (20,000 events)", before_tp, "events/s")
+        self.report(f"bloat_{key}_throughput_after", f"  drain rate after", after_tp, "events/s")
+        self.report(f"bloat_{key}_max_backlog", f"  largest backlog during the run", backlog_max, "deliveries")
+
+
+def main():
+    ap = argparse.ArgumentParser(description="eventgrid benchmark driver")
+    ap.add_argument("--host", required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--sink", required=True)
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--only", default="1,2,5,6,7,8", help="comma-separated figure numbers (2 runs 2-4)")
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    b = Bench(args)
+    b.setup()
+    if "1" in only or "2" in only:
+        b.fig_http()
+    if "2" in only:
+        b.fig_drains()
+    if "5" in only:
+        b.fig_publish_cost()
+    if "6" in only:
+        b.fig_latency()
+    if "7" in only:
+        b.fig_memory()
+    if "8" in only:
+        b.fig_bloat(hold=False)
+        b.fig_bloat(hold=True)
+    print("\n== eventgrid benchmark (%s)" % time.strftime("%Y-%m-%d %H:%M:%S"))
+    for row in b.rows:
+        print(row)
+    print("BENCH_RESULT " + json.dumps({k: round(v, 2) if isinstance(v, float) else v
+                                        for k, v in b.results.items()}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

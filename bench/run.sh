@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# eventgrid benchmark on a fresh Debian 12 machine (as root or through sudo):
+# installs packages (nginx-light, wrk, python3-psycopg2 besides the build
+# dependencies), builds and installs the extension, starts a throwaway
+# PostgreSQL 15 cluster with eventgrid preloaded and nginx as the webhook
+# sink (return 204, access log off, keep-alive) on 127.0.0.1, then runs
+# bench/bench.py, which prints a table of figures and, last, one line
+# "BENCH_RESULT {json}".  Sizes and durations come from the environment:
+#   BENCH_EVENTS (200000)  BENCH_BACKLOG (1000000)  BENCH_LATENCY_SECONDS (20)
+#   BENCH_STEADY_SECONDS (300)  BENCH_STEADY_RATE (2000)
+# Arguments go to bench.py, e.g. --only 1,2 for figures 1-4.
+set -euo pipefail
+. "$(dirname "$0")/../scripts/common.sh"
+eg_need_root "$@"
+EG_EXTRA_PACKAGES="nginx-light wrk python3-psycopg2"
+eg_install_packages
+eg_build_and_install
+work=$(eg_copy_tree)
+port=55433
+sink_port=18181
+cleanup() {
+    eg_as_postgres pg_ctl -D "$work/data" -m immediate stop >/dev/null 2>&1 || true
+    [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+eg_as_postgres initdb -D "$work/data" -A trust -U postgres >/dev/null
+cat >> "$work/data/postgresql.conf" <<CONF
+shared_preload_libraries = 'eventgrid'
+port = $port
+listen_addresses = ''
+unix_socket_directories = '$work'
+shared_buffers = 1GB
+max_wal_size = 8GB
+checkpoint_timeout = 30min
+eventgrid.max_concurrent_requests = 64
+CONF
+eg_as_postgres pg_ctl -D "$work/data" -l "$work/server.log" -w start >/dev/null
+
+cat > "$work/nginx.conf" <<CONF
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/nginx-error.log;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 10000000;
+    keepalive_timeout 300s;
+    client_body_buffer_size 2m;
+    client_max_body_size 16m;
+    server { listen 127.0.0.1:$sink_port; location / { return 204; } }
+}
+CONF
+nginx -c "$work/nginx.conf" -p "$work"
+
+eg_as_postgres /usr/bin/python3 "$work/bench/bench.py" --host "$work" --port $port "$@" \
+    --sink "http://127.0.0.1:$sink_port" --data-dir "$work/data" --work "$work"
