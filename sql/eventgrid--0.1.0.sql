@@ -86,15 +86,20 @@ CREATE UNIQUE INDEX delivery_properties_header_key
 
 CREATE TABLE eventgrid.events (
     id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    topic         text NOT NULL REFERENCES eventgrid.topics (name) ON DELETE CASCADE,
+    topic         text NOT NULL,
     event         jsonb NOT NULL,
     publish_time  timestamptz NOT NULL DEFAULT now()
 );
 
+-- The hot tables carry no foreign keys: a per-row RI check would cost every
+-- publish three extra queries.  Integrity comes from the publish trigger
+-- (the topic must exist), the fan-out (only existing subscriptions), and
+-- drop_topic / drop_event_subscription, which lock eventgrid.events against
+-- concurrent publishing while they delete what hangs off the dropped object.
 CREATE TABLE eventgrid.deliveries (
     id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    event_id          bigint NOT NULL REFERENCES eventgrid.events (id) ON DELETE CASCADE,
-    subscription_id   bigint REFERENCES eventgrid.event_subscriptions (id) ON DELETE CASCADE,
+    event_id          bigint NOT NULL,
+    subscription_id   bigint,
     attempts          integer NOT NULL DEFAULT 0 CHECK (attempts BETWEEN 0 AND 30),
     next_attempt_at   timestamptz NOT NULL,
     last_attempt_at   timestamptz,
@@ -111,7 +116,7 @@ CREATE TABLE eventgrid.dead_letters (
     envelope_id                 uuid NOT NULL DEFAULT gen_random_uuid(),
     topic                       text NOT NULL,
     subscription_name           text NOT NULL,
-    subscription_id             bigint REFERENCES eventgrid.event_subscriptions (id) ON DELETE SET NULL,
+    subscription_id             bigint,  -- the subscription it was for (which may since be dropped)
     input_schema                text NOT NULL,
     event_delivery_schema       text NOT NULL,
     event                       jsonb NOT NULL,
@@ -261,10 +266,15 @@ COMMENT ON FUNCTION eventgrid.create_topic(text, text) IS
 
 CREATE FUNCTION eventgrid.drop_topic(name text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    DELETE FROM eventgrid.topics t WHERE t.name = drop_topic.name;
-    IF NOT FOUND THEN
+    -- waits for publishing transactions and holds new ones off until commit
+    LOCK TABLE eventgrid.events IN SHARE MODE;
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = drop_topic.name FOR UPDATE) THEN
         RAISE EXCEPTION 'topic "%" does not exist', name USING ERRCODE = 'undefined_object';
     END IF;
+    DELETE FROM eventgrid.deliveries d USING eventgrid.events e
+     WHERE d.event_id = e.id AND e.topic = drop_topic.name;
+    DELETE FROM eventgrid.events e WHERE e.topic = drop_topic.name;
+    DELETE FROM eventgrid.topics t WHERE t.name = drop_topic.name;
 END $$;
 COMMENT ON FUNCTION eventgrid.drop_topic(text) IS
     'Drops a topic with its event subscriptions, pending events and deliveries. Dead letters are kept. Errors: 42704 no such topic.';
@@ -357,9 +367,12 @@ COMMENT ON FUNCTION eventgrid.create_event_subscription(text, text, text, text, 
 CREATE FUNCTION eventgrid.drop_event_subscription(topic text, name text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    sid bigint := eventgrid._subscription_id(topic, name, true);
+    sid bigint;
     orphans bigint[];
 BEGIN
+    -- no publish may be fanning out to this subscription meanwhile
+    LOCK TABLE eventgrid.events IN SHARE MODE;
+    sid := eventgrid._subscription_id(topic, name, true);
     -- events whose last pending delivery goes with the subscription go too
     WITH gone AS (DELETE FROM eventgrid.deliveries d WHERE d.subscription_id = sid RETURNING d.event_id)
     SELECT array_agg(DISTINCT g.event_id) INTO orphans FROM gone g;

@@ -34,7 +34,6 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/formatting.h"
-#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -683,6 +682,14 @@ record(void)
 	args[7] = make_array(attempts, NULL, n, INT4OID);
 	args[8] = make_array(attempted_flags, NULL, n, BOOLOID);
 
+	/*
+	 * Outcomes need not wait for the WAL flush: one lost in a crash leaves
+	 * its row leased, so it is retried (and the attempt counted) after
+	 * restart, which at-least-once delivery allows.  Claims stay durable so
+	 * that interrupted attempts are always counted.
+	 */
+	if (SPI_execute("SET LOCAL synchronous_commit = off", false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "eventgrid: SET LOCAL synchronous_commit failed");
 	if (SPI_execute_plan(record_plan, args, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "eventgrid: recording outcomes failed");
 	event_ids = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -793,14 +800,6 @@ eventgrid_worker_main(Datum arg)
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(eg_database_name, NULL, 0);
 	pgstat_report_appname("eventgrid delivery worker");
-
-	/*
-	 * The worker's own commits need not wait for the WAL flush: a claim or an
-	 * outcome lost in a crash only makes a delivery due again, and delivery
-	 * is at least once anyway.  Published events are as durable as the
-	 * publishing transaction made them.
-	 */
-	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	SpinLockAcquire(&eg_shared->mutex);
 	eg_shared->worker_latch = MyLatch;
