@@ -109,7 +109,6 @@ CREATE TABLE eventgrid.deliveries (
 );
 CREATE INDEX deliveries_due_idx ON eventgrid.deliveries (next_attempt_at);
 CREATE INDEX deliveries_event_idx ON eventgrid.deliveries (event_id);
-CREATE INDEX deliveries_subscription_idx ON eventgrid.deliveries (subscription_id);
 
 CREATE TABLE eventgrid.dead_letters (
     id                          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

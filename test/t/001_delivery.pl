@@ -159,6 +159,17 @@ sql("INSERT INTO eventgrid.events (topic, event) VALUES ('lonely', '" . eg_event
 ok(wait_for_sql($node, "SELECT unmatched_events || '/' || events_pending FROM eventgrid.topic_statistics WHERE topic = 'lonely'", '1/0'),
 	'unmatched event counted, then removed');
 
+# --- eventgrid.delivery_paused holds deliveries back until it is turned off ---
+sql("ALTER SYSTEM SET eventgrid.delivery_paused = on; SELECT pg_reload_conf()");
+sleep 1;
+sql("INSERT INTO eventgrid.events (topic, event) VALUES ('raw-shop', '{\"paused\": true}')");
+sleep 2;
+is(scalar(requests($r, '/status/200/raw')), 2, 'nothing is delivered while paused');
+is(sql("SELECT count(*) FROM eventgrid.deliveries d JOIN eventgrid.event_subscriptions s ON s.id = d.subscription_id WHERE s.name = 'raw' AND d.attempts = 0"),
+	'1', 'the delivery waits, unattempted');
+sql("ALTER SYSTEM SET eventgrid.delivery_paused = off; SELECT pg_reload_conf()");
+is(scalar(wait_for_requests($r, '/status/200/raw', 3, 20)), 3, 'delivered once unpaused');
+
 # --- the worker reports itself in pg_stat_activity -----------------------------
 is(sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'"), '1',
 	'the delivery worker is visible in pg_stat_activity');
