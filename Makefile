@@ -16,7 +16,7 @@ TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 PROVE_FLAGS = -I $(srcdir)/test/lib
 
-SHLIB_LINK += $(shell curl-config --libs)
+SHLIB_LINK += $(shell curl-config --libs) -pthread
 PG_CPPFLAGS += $(shell curl-config --cflags) -I$(srcdir)/src
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
 

@@ -164,7 +164,7 @@ COMMENT ON TABLE eventgrid.topic_counters IS
 ----------------------------------------------------------------------------
 
 CREATE FUNCTION eventgrid.rfc3339(ts timestamptz) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
 AS $$ SELECT to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') $$;
 COMMENT ON FUNCTION eventgrid.rfc3339(timestamptz) IS
     'Formats a timestamp as RFC 3339 in UTC with microseconds, as used in event and dead-letter fields.';
@@ -172,7 +172,7 @@ COMMENT ON FUNCTION eventgrid.rfc3339(timestamptz) IS
 CREATE FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text,
                                         publish_time timestamptz DEFAULT NULL)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE  -- STABLE like jsonb_build_object, so it can be inlined
 AS $$ SELECT CASE
     WHEN from_schema = to_schema THEN event
     WHEN from_schema = 'EventGridSchema' AND to_schema = 'CloudEventSchemaV1_0' THEN

@@ -85,9 +85,11 @@ extern void eg_build_body(StringInfo buf, const char *delivery_schema,
 extern int	eg_batch_take(const EgEventPart *events, int nevents,
 						  int max_events, int64 max_bytes);
 
-/* http.c: libcurl multi interface, many requests in flight. */
+/* http.c: libcurl multi interface on its own thread, many requests in flight. */
 typedef struct EgRequest
 {
+	const char *url;
+	long		timeout_ms;
 	void	   *easy;			/* CURL * */
 	struct curl_slist *headers;
 	char	   *body;			/* malloc'd, freed when the request ends */

@@ -1,17 +1,40 @@
 /*
- * http.c - delivery requests through libcurl's multi interface: many POSTs
- * in flight on one thread, connections kept alive and reused, only http and
- * https, no redirects, response bodies discarded as they arrive, TLS
+ * http.c - delivery requests through libcurl's multi interface, on a thread
+ * of their own: many POSTs in flight, connections kept alive and reused, only
+ * http and https, no redirects, response bodies discarded as they arrive, TLS
  * verified, a total time limit per request (SPEC section 3's 30 s).
+ *
+ * Why a thread: the worker's main thread spends its time in SQL (claiming
+ * and recording); with HTTP on the same thread, transfers stall whenever a
+ * statement runs.  The HTTP thread runs only libcurl and plain C: it never
+ * calls into PostgreSQL (no palloc, no elog, no latches), all signals are
+ * blocked in it so PostgreSQL's handlers run on the main thread only, and it
+ * is stopped and joined before the process exits.  The two threads hand
+ * requests over through two mutex-protected lists: an inbox of requests to
+ * start (the thread is woken with curl_multi_wakeup) and a list of finished
+ * ones (the main thread waits on a condition variable with a timeout).
  */
 #include "eventgrid.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
 
 #include <curl/curl.h>
 
 static CURLM *multi = NULL;
-static int	in_flight = 0;
+static pthread_t http_thread;
+static bool thread_started = false;
+
+static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t finished_cv = PTHREAD_COND_INITIALIZER;
+/* all below are protected by mutex */
+static EgRequest *inbox_head = NULL;
+static EgRequest *inbox_tail = NULL;
 static EgRequest *finished_head = NULL;
 static EgRequest *finished_tail = NULL;
+static int	in_flight = 0;		/* handed to the thread, not yet taken back */
+static bool stopping = false;
 
 /* Response bodies are not kept: only the status matters (SPEC 3). */
 static size_t
@@ -20,91 +43,15 @@ discard_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return size * nmemb;
 }
 
-#define EG_SETOPT(h, opt, val) \
-	do { \
-		CURLcode rc_ = curl_easy_setopt((h), (opt), (val)); \
-		if (rc_ != CURLE_OK) \
-			elog(ERROR, "eventgrid: curl_easy_setopt(%s) failed: %s", #opt, curl_easy_strerror(rc_)); \
-	} while (0)
-
-/* Starts libcurl; call once in the worker before any request. */
-void
-eg_http_init(void)
+static void
+append(EgRequest **head, EgRequest **tail, EgRequest *req)
 {
-	if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
-		elog(ERROR, "eventgrid: curl_global_init failed");
-	multi = curl_multi_init();
-	if (multi == NULL)
-		elog(ERROR, "eventgrid: curl_multi_init failed");
-	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) Max(eg_max_concurrent_requests, 8));
-}
-
-void
-eg_http_shutdown(void)
-{
-	if (multi)
-		curl_multi_cleanup(multi);
-	multi = NULL;
-}
-
-/* Adds "Name: value" to a request not yet started. */
-void
-eg_http_add_header(EgRequest *req, const char *line)
-{
-	struct curl_slist *l = curl_slist_append(req->headers, line);
-
-	if (l == NULL)
-		elog(ERROR, "eventgrid: out of memory building request headers");
-	req->headers = l;
-}
-
-/*
- * Starts a POST of req->body to url.  The request owns req->body (malloc'd)
- * and req->headers until eg_http_take_finished() returns it.
- */
-void
-eg_http_start(EgRequest *req, const char *url, long timeout_ms)
-{
-	CURL	   *h = curl_easy_init();
-	CURLMcode	mrc;
-
-	if (h == NULL)
-		elog(ERROR, "eventgrid: curl_easy_init failed");
-	req->easy = h;
-	req->errbuf[0] = '\0';
-	eg_http_add_header(req, "Expect:");
-
-	EG_SETOPT(h, CURLOPT_URL, url);
-	EG_SETOPT(h, CURLOPT_POST, 1L);
-	EG_SETOPT(h, CURLOPT_POSTFIELDS, req->body);
-	EG_SETOPT(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
-	EG_SETOPT(h, CURLOPT_HTTPHEADER, req->headers);
-	EG_SETOPT(h, CURLOPT_TIMEOUT_MS, timeout_ms);
-	EG_SETOPT(h, CURLOPT_NOSIGNAL, 1L);
-	EG_SETOPT(h, CURLOPT_FOLLOWLOCATION, 0L);
-#if LIBCURL_VERSION_NUM >= 0x075500
-	EG_SETOPT(h, CURLOPT_PROTOCOLS_STR, "http,https");
-#else
-	EG_SETOPT(h, CURLOPT_PROTOCOLS, (long) (CURLPROTO_HTTP | CURLPROTO_HTTPS));
-#endif
-	EG_SETOPT(h, CURLOPT_SSL_VERIFYPEER, 1L);
-	EG_SETOPT(h, CURLOPT_SSL_VERIFYHOST, 2L);
-	EG_SETOPT(h, CURLOPT_WRITEFUNCTION, discard_body);
-	EG_SETOPT(h, CURLOPT_USERAGENT, "eventgrid-postgresql/0.1");
-	EG_SETOPT(h, CURLOPT_ERRORBUFFER, req->errbuf);
-	EG_SETOPT(h, CURLOPT_PRIVATE, (void *) req);
-	EG_SETOPT(h, CURLOPT_TCP_NODELAY, 1L);
-
-	mrc = curl_multi_add_handle(multi, h);
-	if (mrc != CURLM_OK)
-		elog(ERROR, "eventgrid: curl_multi_add_handle failed: %s", curl_multi_strerror(mrc));
-	in_flight++;
-}
-
-int
-eg_http_in_flight(void)
-{
-	return in_flight;
+	req->next = NULL;
+	if (*tail)
+		(*tail)->next = req;
+	else
+		*head = req;
+	*tail = req;
 }
 
 static EgTransport
@@ -124,77 +71,240 @@ classify(CURLcode rc)
 	}
 }
 
+/* Thread side: frees what libcurl owned and hands the request back. */
+static void
+finish(EgRequest *req, EgTransport transport, int http_status)
+{
+	if (req->easy)
+	{
+		curl_multi_remove_handle(multi, req->easy);
+		curl_easy_cleanup(req->easy);
+		req->easy = NULL;
+	}
+	curl_slist_free_all(req->headers);
+	req->headers = NULL;
+	free(req->body);
+	req->body = NULL;
+	req->transport = transport;
+	req->http_status = http_status;
+
+	pthread_mutex_lock(&mutex);
+	append(&finished_head, &finished_tail, req);
+	pthread_cond_signal(&finished_cv);
+	pthread_mutex_unlock(&mutex);
+}
+
+/* Thread side: sets up and adds one transfer; a setup failure finishes it as a SocketError. */
+static void
+start(EgRequest *req)
+{
+	CURL	   *h = curl_easy_init();
+	CURLcode	rc = CURLE_OK;
+
+	req->easy = h;
+	if (h == NULL)
+	{
+		finish(req, EG_TRANSPORT_SOCKET, 0);
+		return;
+	}
+#define SET(opt, val) do { if (rc == CURLE_OK) rc = curl_easy_setopt(h, (opt), (val)); } while (0)
+	SET(CURLOPT_URL, req->url);
+	SET(CURLOPT_POST, 1L);
+	SET(CURLOPT_POSTFIELDS, req->body);
+	SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
+	SET(CURLOPT_HTTPHEADER, req->headers);
+	SET(CURLOPT_TIMEOUT_MS, req->timeout_ms);
+	SET(CURLOPT_NOSIGNAL, 1L);
+	SET(CURLOPT_FOLLOWLOCATION, 0L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+	SET(CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+	SET(CURLOPT_PROTOCOLS, (long) (CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+	SET(CURLOPT_SSL_VERIFYPEER, 1L);
+	SET(CURLOPT_SSL_VERIFYHOST, 2L);
+	SET(CURLOPT_WRITEFUNCTION, discard_body);
+	SET(CURLOPT_USERAGENT, "eventgrid-postgresql/0.1");
+	SET(CURLOPT_ERRORBUFFER, req->errbuf);
+	SET(CURLOPT_PRIVATE, (void *) req);
+	SET(CURLOPT_TCP_NODELAY, 1L);
+#undef SET
+	if (rc != CURLE_OK || curl_multi_add_handle(multi, h) != CURLM_OK)
+		finish(req, EG_TRANSPORT_SOCKET, 0);
+}
+
+static void *
+http_thread_main(void *arg)
+{
+	for (;;)
+	{
+		EgRequest  *batch;
+		int			running;
+		CURLMsg    *msg;
+		int			left;
+
+		pthread_mutex_lock(&mutex);
+		if (stopping)
+		{
+			pthread_mutex_unlock(&mutex);
+			break;
+		}
+		batch = inbox_head;
+		inbox_head = inbox_tail = NULL;
+		pthread_mutex_unlock(&mutex);
+
+		while (batch)
+		{
+			EgRequest  *next = batch->next;
+
+			start(batch);
+			batch = next;
+		}
+
+		curl_multi_perform(multi, &running);
+		while ((msg = curl_multi_info_read(multi, &left)) != NULL)
+		{
+			EgRequest  *req;
+			long		status = 0;
+			EgTransport transport;
+
+			if (msg->msg != CURLMSG_DONE)
+				continue;
+			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
+			transport = classify(msg->data.result);
+			if (transport == EG_TRANSPORT_OK)
+			{
+				curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
+				if (status < 100 || status > 599)
+					transport = EG_TRANSPORT_SOCKET;	/* not a valid HTTP answer */
+			}
+			finish(req, transport, (int) status);
+		}
+		/* sleeps until socket activity, a timeout, or curl_multi_wakeup() */
+		curl_multi_poll(multi, NULL, 0, 1000, NULL);
+	}
+	return NULL;
+}
+
+/* Starts libcurl and the HTTP thread; call once in the worker. */
+void
+eg_http_init(void)
+{
+	sigset_t	all,
+				old;
+	int			rc;
+
+	if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
+		elog(ERROR, "eventgrid: curl_global_init failed");
+	multi = curl_multi_init();
+	if (multi == NULL)
+		elog(ERROR, "eventgrid: curl_multi_init failed");
+	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) Max(eg_max_concurrent_requests, 8));
+
+	/* the thread inherits the signal mask: block everything for it */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&http_thread, NULL, http_thread_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0)
+		elog(ERROR, "eventgrid: could not start the HTTP thread: %s", strerror(rc));
+	thread_started = true;
+}
+
+/* Stops and joins the HTTP thread, then frees libcurl; safe to call twice. */
+void
+eg_http_shutdown(void)
+{
+	if (thread_started)
+	{
+		pthread_mutex_lock(&mutex);
+		stopping = true;
+		pthread_mutex_unlock(&mutex);
+		curl_multi_wakeup(multi);
+		pthread_join(http_thread, NULL);
+		thread_started = false;
+	}
+	if (multi)
+		curl_multi_cleanup(multi);
+	multi = NULL;
+}
+
+/* Adds "Name: value" to a request not yet started. */
+void
+eg_http_add_header(EgRequest *req, const char *line)
+{
+	struct curl_slist *l = curl_slist_append(req->headers, line);
+
+	if (l == NULL)
+		elog(ERROR, "eventgrid: out of memory building request headers");
+	req->headers = l;
+}
+
 /*
- * Drives transfers, waiting at most timeout_ms for socket activity, and
- * moves completed requests to the finished list.
+ * Hands a POST of req->body to req->url over to the HTTP thread.  From here
+ * until eg_http_take_finished() returns it, the request (with its malloc'd
+ * body and header list, which the thread frees) belongs to the thread; the
+ * url must stay valid until then.
  */
+void
+eg_http_start(EgRequest *req, const char *url, long timeout_ms)
+{
+	req->url = url;
+	req->timeout_ms = timeout_ms;
+	req->errbuf[0] = '\0';
+	eg_http_add_header(req, "Expect:");
+
+	pthread_mutex_lock(&mutex);
+	append(&inbox_head, &inbox_tail, req);
+	in_flight++;
+	pthread_mutex_unlock(&mutex);
+	curl_multi_wakeup(multi);
+}
+
+int
+eg_http_in_flight(void)
+{
+	int			n;
+
+	pthread_mutex_lock(&mutex);
+	n = in_flight;
+	pthread_mutex_unlock(&mutex);
+	return n;
+}
+
+/* Waits at most timeout_ms for a request to finish (returns at once if one has). */
 void
 eg_http_wait(int timeout_ms)
 {
-	int			running;
-	CURLMsg    *msg;
-	int			left;
-	CURLMcode	mrc;
+	struct timespec deadline;
 
-	mrc = curl_multi_perform(multi, &running);
-	if (mrc != CURLM_OK)
-		elog(ERROR, "eventgrid: curl_multi_perform failed: %s", curl_multi_strerror(mrc));
-	if (running > 0 && timeout_ms > 0)
-	{
-		mrc = curl_multi_poll(multi, NULL, 0, timeout_ms, NULL);
-		if (mrc != CURLM_OK)
-			elog(ERROR, "eventgrid: curl_multi_poll failed: %s", curl_multi_strerror(mrc));
-		mrc = curl_multi_perform(multi, &running);
-		if (mrc != CURLM_OK)
-			elog(ERROR, "eventgrid: curl_multi_perform failed: %s", curl_multi_strerror(mrc));
-	}
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_nsec += (long) timeout_ms * 1000000L;
+	deadline.tv_sec += deadline.tv_nsec / 1000000000L;
+	deadline.tv_nsec %= 1000000000L;
 
-	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
-	{
-		EgRequest  *req;
-		long		status = 0;
-
-		if (msg->msg != CURLMSG_DONE)
-			continue;
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
-		req->transport = classify(msg->data.result);
-		if (req->transport == EG_TRANSPORT_OK)
-		{
-			curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
-			if (status < 100 || status > 599)
-				req->transport = EG_TRANSPORT_SOCKET;	/* not a valid HTTP answer */
-		}
-		req->http_status = (int) status;
-		curl_multi_remove_handle(multi, msg->easy_handle);
-		curl_easy_cleanup(msg->easy_handle);
-		req->easy = NULL;
-		curl_slist_free_all(req->headers);
-		req->headers = NULL;
-		free(req->body);
-		req->body = NULL;
-		in_flight--;
-
-		req->next = NULL;
-		if (finished_tail)
-			finished_tail->next = req;
-		else
-			finished_head = req;
-		finished_tail = req;
-	}
+	pthread_mutex_lock(&mutex);
+	if (finished_head == NULL && in_flight > 0)
+		pthread_cond_timedwait(&finished_cv, &mutex, &deadline);
+	pthread_mutex_unlock(&mutex);
 }
 
 /* Pops one finished request, or NULL. */
 EgRequest *
 eg_http_take_finished(void)
 {
-	EgRequest  *req = finished_head;
+	EgRequest  *req;
 
+	pthread_mutex_lock(&mutex);
+	req = finished_head;
 	if (req)
 	{
 		finished_head = req->next;
 		if (finished_head == NULL)
 			finished_tail = NULL;
 		req->next = NULL;
+		in_flight--;
 	}
+	pthread_mutex_unlock(&mutex);
 	return req;
 }

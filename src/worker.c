@@ -34,6 +34,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/formatting.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -128,7 +129,8 @@ static const char *claim_sql =
 "       (s.id IS NOT NULL AND e.publish_time + make_interval(mins => s.event_ttl) <= $1) AS expired,"
 "       s.endpoint, s.name, s.event_delivery_schema,"
 "       s.max_events_per_batch, s.preferred_batch_size_in_kilobytes,"
-"       eventgrid.convert_event(e.event, t.input_schema, s.event_delivery_schema, e.publish_time)::text,"
+"       (CASE WHEN t.input_schema = s.event_delivery_schema THEN e.event"
+"             ELSE eventgrid.convert_event(e.event, t.input_schema, s.event_delivery_schema, e.publish_time) END)::text,"
 "       coalesce(e.event->>'id', e.id::text),"
 "       coalesce(e.event->>'dataVersion', ''),"
 "       CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END,"
@@ -802,6 +804,15 @@ eventgrid_worker_main(Datum arg)
 	BackgroundWorkerInitializeConnection(eg_database_name, NULL, 0);
 	pgstat_report_appname("eventgrid delivery worker");
 
+	/*
+	 * Queue tables swing between empty and large.  After a VACUUM finds one
+	 * empty, the planner takes it for empty until the next ANALYZE and the
+	 * cached plans scan every page of it on each statement (measured: drain
+	 * rate 18,000 -> 2,800 events/s after a steady run).  Every statement of
+	 * this worker has an index path, so sequential scans are ruled out here.
+	 */
+	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+
 	SpinLockAcquire(&eg_shared->mutex);
 	eg_shared->worker_latch = MyLatch;
 	eg_shared->worker_pid = MyProcPid;
@@ -854,7 +865,10 @@ eventgrid_worker_main(Datum arg)
 				next_claim_at = now;
 		}
 		start_pending();
-		if (eg_http_in_flight() > 0)
+
+		/* wait for HTTP only when there is no claiming to do meanwhile */
+		if (eg_http_in_flight() > 0 &&
+			(eg_delivery_paused || pending_n >= eg_max_concurrent_requests || eg_now() < next_claim_at))
 			eg_http_wait(EG_BUSY_POLL_MS);
 		collect_finished();
 
