@@ -694,3 +694,13 @@ COMMENT ON FUNCTION eventgrid._wake_worker_at_commit() IS
     'Internal: sets the delivery worker''s latch when the current transaction commits; no-op without shared_preload_libraries.';
 COMMENT ON FUNCTION eventgrid._refuse_change() IS
     'Internal: refuses UPDATE of published events (0A000).';
+COMMENT ON FUNCTION eventgrid._lower_array(text[]) IS
+    'Internal: lower-cases every element; feeds event_subscriptions.included_event_types_lower.';
+COMMENT ON FUNCTION eventgrid._check_range(text, integer, integer, integer, text) IS
+    'Internal: raises 22003 naming the field and its range when val is outside lo..hi.';
+COMMENT ON FUNCTION eventgrid._check_schema(text, text) IS
+    'Internal: raises 22023 unless val is EventGridSchema, CloudEventSchemaV1_0 or CustomEventSchema.';
+COMMENT ON FUNCTION eventgrid._subscription_id(text, text, boolean) IS
+    'Internal: id of an event subscription (optionally locked FOR UPDATE); raises 42704 when there is none.';
+COMMENT ON FUNCTION eventgrid._put_delivery_property(text, text, text, text, text, boolean) IS
+    'Internal: validates and upserts one custom delivery property, enforcing at most 10 per subscription.';

@@ -76,11 +76,17 @@ eg_shmem_startup(void)
 static void
 eg_define_gucs(void)
 {
-	DefineCustomStringVariable("eventgrid.database_name",
-							   gettext_noop("Database in which the eventgrid delivery worker runs."),
-							   gettext_noop("The extension must be created in this database."),
-							   &eg_database_name, "postgres",
-							   PGC_POSTMASTER, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	/*
+	 * A PGC_POSTMASTER variable can only be defined while the postmaster
+	 * loads the library; loaded on demand, defining it would be FATAL.  It
+	 * only matters to the worker, which exists only when preloaded.
+	 */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomStringVariable("eventgrid.database_name",
+								   gettext_noop("Database in which the eventgrid delivery worker runs."),
+								   gettext_noop("The extension must be created in this database."),
+								   &eg_database_name, "postgres",
+								   PGC_POSTMASTER, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
 	DefineCustomIntVariable("eventgrid.max_concurrent_requests",
 							gettext_noop("Maximum number of HTTP delivery requests in flight at once."),
 							NULL, &eg_max_concurrent_requests, 64, 1, 1000,
