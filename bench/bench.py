@@ -282,12 +282,22 @@ class Bench:
                         "pg_total_relation_size('eventgrid.deliveries')) / 1048576.0)::float8")
 
     def quick_drain(self, topic):
+        """Drain rate of 20,000 events; prints what the worker was doing."""
         n = 20000
         self.set_guc("eventgrid.delivery_paused", "on")
         self.publish_backlog(topic, n)
         self.set_guc("eventgrid.delivery_paused", "off")
         t0 = time.time() - 0.3
-        return n / (self.wait_drained() - t0)
+        seen = {}
+        while not self.one("SELECT NOT EXISTS (SELECT 1 FROM eventgrid.deliveries)"):
+            for row in self.q("SELECT backend_type, coalesce(wait_event, 'CPU'), left(query, 40) FROM pg_stat_activity "
+                              "WHERE backend_type IN ('eventgrid delivery worker', 'autovacuum worker') AND state <> 'idle'"):
+                seen[row] = seen.get(row, 0) + 1
+            time.sleep(0.05)
+        rate = n / (time.time() - t0)
+        print("  samples during the drain: " + "; ".join(f"{k[0]} {k[1]} '{k[2]}' x{v}" for k, v in
+                                                        sorted(seen.items(), key=lambda kv: -kv[1])[:6]), flush=True)
+        return rate
 
     def fig_bloat(self, hold):
         seconds = env_int("BENCH_STEADY_SECONDS", 300)
@@ -366,8 +376,11 @@ def main():
     if "7" in only:
         b.fig_memory()
     if "8" in only:
-        b.fig_bloat(hold=False)
-        b.fig_bloat(hold=True)
+        cases = os.environ.get("BENCH_STEADY_CASES", "plain,rr").split(",")
+        if "plain" in cases:
+            b.fig_bloat(hold=False)
+        if "rr" in cases:
+            b.fig_bloat(hold=True)
     print("\n== eventgrid benchmark (%s)" % time.strftime("%Y-%m-%d %H:%M:%S"))
     for row in b.rows:
         print(row)

@@ -7,7 +7,7 @@
 # bench/bench.py, which prints a table of figures and, last, one line
 # "BENCH_RESULT {json}".  Sizes and durations come from the environment:
 #   BENCH_EVENTS (200000)  BENCH_BACKLOG (1000000)  BENCH_LATENCY_SECONDS (20)
-#   BENCH_STEADY_SECONDS (300)  BENCH_STEADY_RATE (2000)
+#   BENCH_STEADY_SECONDS (300)  BENCH_STEADY_RATE (2000)  BENCH_STEADY_CASES (plain,rr)
 # Arguments go to bench.py, e.g. --only 1,2 for figures 1-4.
 set -euo pipefail
 . "$(dirname "$0")/../scripts/common.sh"
