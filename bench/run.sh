@@ -11,11 +11,9 @@
 # Arguments go to bench.py, e.g. --only 1,2 for figures 1-4.
 set -euo pipefail
 . "$(dirname "$0")/../scripts/common.sh"
-eg_need_root "$@"
 EG_EXTRA_PACKAGES="nginx-light wrk python3-psycopg2"
-eg_install_packages
-eg_build_and_install
-work=$(eg_copy_tree)
+eg_setup "$@"
+work=$EG_WORK
 port=55433
 sink_port=18181
 cleanup() {
@@ -25,18 +23,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-eg_as_postgres initdb -D "$work/data" -A trust -U postgres >/dev/null
-cat >> "$work/data/postgresql.conf" <<CONF
-shared_preload_libraries = 'eventgrid'
-port = $port
-listen_addresses = ''
-unix_socket_directories = '$work'
+eg_start_cluster "$work" $port <<CONF
 shared_buffers = 1GB
 max_wal_size = 8GB
 checkpoint_timeout = 30min
 eventgrid.max_concurrent_requests = 64
 CONF
-eg_as_postgres pg_ctl -D "$work/data" -l "$work/server.log" -w start >/dev/null
 
 cat > "$work/nginx.conf" <<CONF
 worker_processes 1;

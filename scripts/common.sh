@@ -57,3 +57,28 @@ eg_copy_tree() {
 eg_as_postgres() {
     runuser -u postgres -- env PATH="$PG_BINDIR:/usr/bin:/bin" HOME=/tmp "$@"
 }
+
+# The preamble of every entry script: root, packages, build and install, and
+# a postgres-owned copy of the tree in $EG_WORK.
+eg_setup() {
+    eg_need_root "$@"
+    eg_install_packages
+    eg_build_and_install
+    EG_WORK=$(eg_copy_tree)
+}
+
+# Starts a throwaway cluster with eventgrid preloaded in $1/data, listening
+# only on a Unix socket in $1 at port $2; extra postgresql.conf lines come on
+# standard input.
+eg_start_cluster() {
+    local dir=$1 port=$2
+    eg_as_postgres initdb -D "$dir/data" -A trust -U postgres >/dev/null
+    {
+        echo "shared_preload_libraries = 'eventgrid'"
+        echo "port = $port"
+        echo "listen_addresses = ''"
+        echo "unix_socket_directories = '$dir'"
+        cat
+    } >> "$dir/data/postgresql.conf"
+    eg_as_postgres pg_ctl -D "$dir/data" -l "$dir/server.log" -w start >/dev/null
+}

@@ -6,10 +6,8 @@
 # receiver got and the dead letters in psql.  Everything is removed at exit.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
-eg_need_root "$@"
-eg_install_packages
-eg_build_and_install
-work=$(eg_copy_tree)
+eg_setup "$@"
+work=$EG_WORK
 port=55432
 rport=18080
 cleanup() {
@@ -20,14 +18,7 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== starting a throwaway cluster and the receiver"
-eg_as_postgres initdb -D "$work/data" -A trust -U postgres >/dev/null
-cat >> "$work/data/postgresql.conf" <<CONF
-shared_preload_libraries = 'eventgrid'
-port = $port
-listen_addresses = ''
-unix_socket_directories = '$work'
-CONF
-eg_as_postgres pg_ctl -D "$work/data" -l "$work/server.log" -w start >/dev/null
+eg_start_cluster "$work" $port </dev/null
 eg_as_postgres /usr/bin/python3 "$work/test/receiver.py" --port $rport --log "$work/received.jsonl" >/dev/null 2>&1 &
 receiver_pid=$!
 psql() { eg_as_postgres psql -X -h "$work" -p $port -U postgres -d postgres "$@"; }

@@ -7,10 +7,8 @@
 # failure; prove prints the closing summary.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
-eg_need_root "$@"
-eg_install_packages
-eg_build_and_install
-work=$(eg_copy_tree)
+eg_setup "$@"
+work=$EG_WORK
 trap 'rm -rf "$work"' EXIT
 echo "== running tests in $work"
 status=0

@@ -34,7 +34,7 @@ sub wait_recorded
 	my ($sub, $attempts) = @_;
 	return wait_for_sql($node,
 		"SELECT count(*) FROM eventgrid.deliveries d JOIN eventgrid.event_subscriptions s ON s.id = d.subscription_id "
-		  . "WHERE s.name = '$sub' AND d.attempts = $attempts AND d.last_outcome <> 'Delivering'", '1');
+		  . "WHERE s.name = '$sub' AND d.attempts = $attempts AND d.lease_owner IS NULL", '1');
 }
 
 sql("SELECT eventgrid.create_topic('shop')");
@@ -109,6 +109,26 @@ is(scalar(requests($r, '/status/500/ttl')), 6, 'the 7th attempt is not sent');
 $dl = $json->decode(sql("SELECT dead_letter_event FROM eventgrid.dead_letter_events WHERE subscription_name = 'ttl'"));
 is_deeply([ @{$dl}{qw(id deadLetterReason deliveryAttempts lastDeliveryOutcome lastHttpStatusCode)} ],
 	[ 't-1', 'TimeToLiveExceeded', 6, 'GenericError', 500 ], 'dead letter after 6 attempts: TimeToLiveExceeded');
+
+# --- jitter: 0 to eventgrid.retry_jitter_percent of the step, floors kept -------
+sql("ALTER SYSTEM SET eventgrid.retry_jitter_percent = 50; SELECT pg_reload_conf()");
+sleep 1;
+sql("SELECT eventgrid.create_topic('jitter')");
+for my $i (1 .. 5)
+{
+	sql("SELECT eventgrid.create_event_subscription('jitter', 'jit-$i', '$u/status/500/jit-$i')");
+	sql("SELECT eventgrid.create_event_subscription('jitter', 'jit503-$i', '$u/status/503/jit-$i')");
+}
+sql("INSERT INTO eventgrid.events (topic, event) VALUES ('jitter', '" . eg_event('j-1') . "')");
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.deliveries d JOIN eventgrid.event_subscriptions s ON s.id = d.subscription_id "
+	  . "WHERE s.topic = 'jitter' AND d.attempts = 1 AND d.lease_owner IS NULL", '10'),
+	'jitter: first attempts recorded');
+my @waits = split /\n/, sql("SELECT extract(epoch FROM d.next_attempt_at - d.last_attempt_at) FROM eventgrid.deliveries d "
+	  . "JOIN eventgrid.event_subscriptions s ON s.id = d.subscription_id WHERE s.name LIKE 'jit-%'");
+is(scalar(grep { $_ >= 10 && $_ <= 15.01 } @waits), 5, 'after failure 1 with 50 % jitter: between 10 and 15 s');
+my @waits503 = split /\n/, sql("SELECT extract(epoch FROM d.next_attempt_at - d.last_attempt_at) FROM eventgrid.deliveries d "
+	  . "JOIN eventgrid.event_subscriptions s ON s.id = d.subscription_id WHERE s.name LIKE 'jit503-%'");
+is(scalar(grep { $_ >= 30 && $_ <= 45.01 } @waits503), 5, '503 with jitter: never below the 30 s floor');
 
 $node->stop;
 done_testing();
