@@ -153,30 +153,28 @@ static const char *next_due_sql =
 "SELECT min(next_attempt_at) FROM eventgrid.deliveries WHERE lease_owner IS DISTINCT FROM $1";
 
 /*
- * Outcome i of this round is element i of each array, and the row is found
- * through the primary key ($1): no join against the arrays, so the plan does
- * not depend on what the planner believes about the size of the tables.
+ * One statement records a round: retries get their next attempt, finished
+ * rows are deleted and dead-lettered or counted.  d.id = ANY ($1) lets the
+ * primary key drive the join with the outcome arrays.
  */
 static const char *record_sql =
-"WITH retried AS ("
+"WITH r AS ("
+"  SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::int4[], $5::timestamptz[],"
+"                       $6::timestamptz[], $7::text[], $8::int4[], $9::bool[])"
+"         AS r(id, action, outcome, status, attempted_at, next_at, reason, attempts, attempted)"
+"), retried AS ("
 "  UPDATE eventgrid.deliveries d"
-"     SET attempts = ($8::int4[])[array_position($1::int8[], d.id)],"
-"         next_attempt_at = ($6::timestamptz[])[array_position($1::int8[], d.id)],"
-"         last_attempt_at = ($5::timestamptz[])[array_position($1::int8[], d.id)],"
-"         last_outcome = ($3::text[])[array_position($1::int8[], d.id)],"
-"         last_http_status = ($4::int4[])[array_position($1::int8[], d.id)],"
-"         lease_owner = NULL"
-"   WHERE d.id = ANY ($1) AND ($2::text[])[array_position($1::int8[], d.id)] = 'r'"
+"     SET attempts = r.attempts, next_attempt_at = r.next_at, last_attempt_at = r.attempted_at,"
+"         last_outcome = r.outcome, last_http_status = r.status, lease_owner = NULL"
+"    FROM r WHERE d.id = ANY ($1) AND d.id = r.id AND r.action = 'r'"
 "  RETURNING d.subscription_id"
 "), finished AS ("
-"  DELETE FROM eventgrid.deliveries d"
-"   WHERE d.id = ANY ($1) AND ($2::text[])[array_position($1::int8[], d.id)] <> 'r'"
-"  RETURNING d.event_id, d.subscription_id, array_position($1::int8[], d.id) AS i"
+"  DELETE FROM eventgrid.deliveries d USING r"
+"   WHERE d.id = ANY ($1) AND d.id = r.id AND r.action <> 'r'"
+"  RETURNING d.event_id, d.subscription_id, r.action, r.reason, r.attempts,"
+"            r.outcome, r.status, r.attempted_at, r.attempted"
 "), fin AS ("
-"  SELECT f.event_id, f.subscription_id, ($2::text[])[f.i] AS action, ($7::text[])[f.i] AS reason,"
-"         ($8::int4[])[f.i] AS attempts, ($3::text[])[f.i] AS outcome, ($4::int4[])[f.i] AS status,"
-"         ($5::timestamptz[])[f.i] AS attempted_at, ($9::bool[])[f.i] AS attempted,"
-"         coalesce(s.deadletter, false) AS deadletter, s.topic, s.name, s.event_delivery_schema"
+"  SELECT f.*, coalesce(s.deadletter, false) AS deadletter, s.topic, s.name, s.event_delivery_schema"
 "    FROM finished f LEFT JOIN eventgrid.event_subscriptions s ON s.id = f.subscription_id"
 "), dead AS ("
 "  INSERT INTO eventgrid.dead_letters (topic, subscription_name, subscription_id, input_schema,"
