@@ -12,7 +12,10 @@ port=55432
 rport=18080
 cleanup() {
     eg_as_postgres pg_ctl -D "$work/data" -m fast stop >/dev/null 2>&1 || true
-    [ -n "${receiver_pid:-}" ] && kill "$receiver_pid" 2>/dev/null || true
+    # the receiver runs under runuser: stop it by its path, not runuser's pid
+    pkill -f "$work/test/receiver.py" 2>/dev/null || true
+    sleep 0.2
+    pkill -KILL -f "$work/test/receiver.py" 2>/dev/null || true
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -20,7 +23,6 @@ trap cleanup EXIT
 echo "== starting a throwaway cluster and the receiver"
 eg_start_cluster "$work" $port </dev/null
 eg_as_postgres /usr/bin/python3 "$work/test/receiver.py" --port $rport --log "$work/received.jsonl" >/dev/null 2>&1 &
-receiver_pid=$!
 psql() { eg_as_postgres psql -X -h "$work" -p $port -U postgres -d postgres "$@"; }
 for _ in $(seq 50); do [ -f "$work/received.jsonl" ] && break; sleep 0.1; done
 

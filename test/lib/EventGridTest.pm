@@ -25,6 +25,16 @@ our @EXPORT = qw(new_node start_receiver requests wait_for_requests advance_cloc
 
 my $json = JSON::PP->new->canonical;
 my $clock_offset = 0;
+my @receivers;
+
+# receivers are stopped when the test script ends; reaping them must not
+# change the script's exit status
+END
+{
+	my $status = $?;
+	$_->kill_kill for @receivers;
+	$? = $status;
+}
 
 # A started cluster with eventgrid preloaded and created in database postgres.
 # Jitter is off so retry times can be checked exactly.
@@ -55,6 +65,7 @@ sub start_receiver
 	my ($out, $err) = ('', '');
 	my $h = IPC::Run::start([ '/usr/bin/python3', $script, '--port', $port, '--log', $log ],
 		'>', \$out, '2>', \$err);
+	push @receivers, $h;
 	for (1 .. 100)
 	{
 		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp');
