@@ -12,6 +12,30 @@
 \echo Use "CREATE EXTENSION eventgrid" to load this file. \quit
 
 ----------------------------------------------------------------------------
+-- Validation rules, each written once: the table CHECK constraints and the
+-- configuration functions (which raise friendlier errors first) share them.
+----------------------------------------------------------------------------
+
+CREATE FUNCTION eventgrid._is_topic_name(v text) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT v ~ '^[A-Za-z0-9-]{3,50}$' $$;
+CREATE FUNCTION eventgrid._is_subscription_name(v text) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT v ~ '^[A-Za-z0-9-]{3,64}$' $$;
+CREATE FUNCTION eventgrid._is_endpoint(v text) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT v ~* '^https?://[^/?#[:space:]]+([/?#][^[:space:]]*)?$' $$;
+CREATE FUNCTION eventgrid._is_schema(v text) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT v IN ('EventGridSchema', 'CloudEventSchemaV1_0', 'CustomEventSchema') $$;
+CREATE FUNCTION eventgrid._is_header_name(v text) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT v ~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]+$' AND length(v) <= 256 $$;
+CREATE FUNCTION eventgrid._is_source_field(v text) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT v ~ '^[^.]+(\.[^.]+)*$' AND length(v) <= 512 $$;
+
+----------------------------------------------------------------------------
 -- Tables
 ----------------------------------------------------------------------------
 
@@ -20,9 +44,9 @@ CREATE TABLE eventgrid.topics (
     input_schema  text NOT NULL DEFAULT 'EventGridSchema',
     created_at    timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT topics_name_check
-        CHECK (name ~ '^[A-Za-z0-9-]{3,50}$'),
+        CHECK (eventgrid._is_topic_name(name)),
     CONSTRAINT topics_input_schema_check
-        CHECK (input_schema IN ('EventGridSchema', 'CloudEventSchemaV1_0', 'CustomEventSchema'))
+        CHECK (eventgrid._is_schema(input_schema))
 );
 
 CREATE FUNCTION eventgrid._lower_array(a text[]) RETURNS text[]
@@ -48,11 +72,11 @@ CREATE TABLE eventgrid.event_subscriptions (
     created_at                  timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT event_subscriptions_topic_name_key UNIQUE (topic, name),
     CONSTRAINT event_subscriptions_name_check
-        CHECK (name ~ '^[A-Za-z0-9-]{3,64}$'),
+        CHECK (eventgrid._is_subscription_name(name)),
     CONSTRAINT event_subscriptions_endpoint_check
-        CHECK (endpoint ~* '^https?://[^/?#[:space:]]+([/?#][^[:space:]]*)?$'),
+        CHECK (eventgrid._is_endpoint(endpoint)),
     CONSTRAINT event_subscriptions_schema_check
-        CHECK (event_delivery_schema IN ('EventGridSchema', 'CloudEventSchemaV1_0', 'CustomEventSchema')),
+        CHECK (eventgrid._is_schema(event_delivery_schema)),
     CONSTRAINT event_subscriptions_max_delivery_attempts_check
         CHECK (max_delivery_attempts BETWEEN 1 AND 30),
     CONSTRAINT event_subscriptions_event_ttl_check
@@ -73,11 +97,11 @@ CREATE TABLE eventgrid.delivery_properties (
     source_field     text,
     is_secret        boolean NOT NULL DEFAULT false,
     CONSTRAINT delivery_properties_header_check
-        CHECK (header ~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]+$' AND length(header) <= 256 AND lower(header) NOT LIKE 'aeg-%'),
+        CHECK (eventgrid._is_header_name(header) AND lower(header) NOT LIKE 'aeg-%'),
     CONSTRAINT delivery_properties_value_check
         CHECK (octet_length(value) <= 4096 AND value !~ '[\r\n]'),
     CONSTRAINT delivery_properties_source_field_check
-        CHECK (source_field ~ '^[^.]+(\.[^.]+)*$' AND length(source_field) <= 512),
+        CHECK (eventgrid._is_source_field(source_field)),
     CONSTRAINT delivery_properties_kind_check
         CHECK ((value IS NULL) <> (source_field IS NULL) AND NOT (is_secret AND source_field IS NOT NULL))
 );
@@ -211,7 +235,7 @@ END $$;
 CREATE FUNCTION eventgrid._check_schema(field text, val text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    IF val IS NULL OR val NOT IN ('EventGridSchema', 'CloudEventSchemaV1_0', 'CustomEventSchema') THEN
+    IF val IS NULL OR NOT eventgrid._is_schema(val) THEN
         RAISE EXCEPTION 'invalid % "%"', field, val
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Use EventGridSchema, CloudEventSchemaV1_0 or CustomEventSchema.';
@@ -248,7 +272,7 @@ BEGIN
     IF name IS NULL THEN
         RAISE EXCEPTION 'topic name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    IF name !~ '^[A-Za-z0-9-]{3,50}$' THEN
+    IF NOT eventgrid._is_topic_name(name) THEN
         RAISE EXCEPTION 'invalid topic name "%"', name
             USING ERRCODE = 'invalid_name',
                   HINT = 'A topic name has 3 to 50 characters: letters, digits and hyphens.';
@@ -309,12 +333,12 @@ BEGIN
     IF name IS NULL OR endpoint IS NULL THEN
         RAISE EXCEPTION 'event subscription name and endpoint must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    IF name !~ '^[A-Za-z0-9-]{3,64}$' THEN
+    IF NOT eventgrid._is_subscription_name(name) THEN
         RAISE EXCEPTION 'invalid event subscription name "%"', name
             USING ERRCODE = 'invalid_name',
                   HINT = 'An event subscription name has 3 to 64 characters: letters, digits and hyphens.';
     END IF;
-    IF endpoint !~* '^https?://[^/?#[:space:]]+([/?#][^[:space:]]*)?$' THEN
+    IF NOT eventgrid._is_endpoint(endpoint) THEN
         RAISE EXCEPTION 'invalid endpoint "%"', endpoint
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'The endpoint must be an absolute http:// or https:// URL without spaces.';
@@ -436,7 +460,7 @@ RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     sid bigint := eventgrid._subscription_id(p_topic, p_subscription, true);
 BEGIN
-    IF p_header IS NULL OR p_header !~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]+$' OR length(p_header) > 256 THEN
+    IF p_header IS NULL OR NOT eventgrid._is_header_name(p_header) THEN
         RAISE EXCEPTION 'invalid delivery property header name "%"', p_header
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'A header name is an HTTP token of 1 to 256 characters (letters, digits and !#$%&''*+.^_`|~-).';
@@ -462,7 +486,7 @@ BEGIN
         RAISE EXCEPTION 'delivery property value of header "%" must not contain line breaks', p_header
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF p_source_field IS NOT NULL AND (p_source_field !~ '^[^.]+(\.[^.]+)*$' OR length(p_source_field) > 512) THEN
+    IF p_source_field IS NOT NULL AND NOT eventgrid._is_source_field(p_source_field) THEN
         RAISE EXCEPTION 'invalid source_field "%"', p_source_field
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Name a field of the event as a dotted path such as data.orderId (at most 512 characters).';
@@ -704,3 +728,9 @@ COMMENT ON FUNCTION eventgrid._subscription_id(text, text, boolean) IS
     'Internal: id of an event subscription (optionally locked FOR UPDATE); raises 42704 when there is none.';
 COMMENT ON FUNCTION eventgrid._put_delivery_property(text, text, text, text, text, boolean) IS
     'Internal: validates and upserts one custom delivery property, enforcing at most 10 per subscription.';
+COMMENT ON FUNCTION eventgrid._is_topic_name(text) IS 'Internal: a topic name has 3 to 50 letters, digits and hyphens.';
+COMMENT ON FUNCTION eventgrid._is_subscription_name(text) IS 'Internal: an event subscription name has 3 to 64 letters, digits and hyphens.';
+COMMENT ON FUNCTION eventgrid._is_endpoint(text) IS 'Internal: an endpoint is an absolute http:// or https:// URL without spaces.';
+COMMENT ON FUNCTION eventgrid._is_schema(text) IS 'Internal: EventGridSchema, CloudEventSchemaV1_0 or CustomEventSchema.';
+COMMENT ON FUNCTION eventgrid._is_header_name(text) IS 'Internal: a header name is an HTTP token of 1 to 256 characters.';
+COMMENT ON FUNCTION eventgrid._is_source_field(text) IS 'Internal: a dynamic property source is a dotted field path of at most 512 characters.';
