@@ -101,6 +101,7 @@ static SPIPlanPtr next_due_plan = NULL;
 static SPIPlanPtr record_plan = NULL;
 static SPIPlanPtr cleanup_plan = NULL;
 static SPIPlanPtr release_plan = NULL;
+static SPIPlanPtr nosync_plan = NULL;
 
 static EgRequest *pending_head = NULL;
 static EgRequest *pending_tail = NULL;
@@ -263,6 +264,7 @@ begin_work(const char *activity)
 		record_plan = prepare(record_sql, 9, record_types);
 		cleanup_plan = prepare(cleanup_sql, 1, cleanup_types);
 		release_plan = prepare(release_sql, 2, release_types);
+		nosync_plan = prepare("SET LOCAL synchronous_commit = off", 0, NULL);
 	}
 	return true;
 }
@@ -717,7 +719,7 @@ record(void)
 	 * restart, which at-least-once delivery allows.  Claims stay durable so
 	 * that interrupted attempts are always counted.
 	 */
-	if (SPI_execute("SET LOCAL synchronous_commit = off", false, 0) != SPI_OK_UTILITY)
+	if (SPI_execute_plan(nosync_plan, NULL, NULL, false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "eventgrid: SET LOCAL synchronous_commit failed");
 	if (SPI_execute_plan(record_plan, args, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "eventgrid: recording outcomes failed");

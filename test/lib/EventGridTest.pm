@@ -21,7 +21,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(new_node start_receiver requests wait_for_requests advance_clock
-  eg_event wait_for_sql query_row);
+  eg_event wait_for_sql);
 
 my $json = JSON::PP->new->canonical;
 my $clock_offset = 0;
@@ -143,12 +143,6 @@ sub wait_for_sql
 	}
 	diag("waited for [$sql] = [$expected], last got [$got]");
 	return 0;
-}
-
-sub query_row
-{
-	my ($node, $sql) = @_;
-	return split(/\|/, $node->safe_psql('postgres', $sql));
 }
 
 1;
