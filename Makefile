@@ -3,21 +3,24 @@
 #   make installcheck              pg_regress suite (own temporary instance)
 #                                  plus the TAP integration tests in test/t
 MODULE_big = eventgrid
-OBJS = src/eventgrid.o src/publish.o src/retry.o src/payload.o src/http.o src/worker.o
+OBJS = src/eventgrid.o src/launcher.o src/publish.o src/retry.o src/payload.o src/request.o \
+       src/http.o src/worker.o
 
 EXTENSION = eventgrid
 DATA = sql/eventgrid--0.1.0.sql
 PGFILEDESC = "eventgrid - Event Grid push delivery for PostgreSQL"
 
-REGRESS = config publish retry
+REGRESS = config publish retry security
 REGRESS_OPTS = --temp-config=$(srcdir)/test/regress.conf --temp-instance=./tmp_check
 
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 PROVE_FLAGS = -I $(srcdir)/test/lib
 
+EG_VERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/eventgrid.control)
+
 SHLIB_LINK += $(shell curl-config --libs) -pthread
-PG_CPPFLAGS += $(shell curl-config --cflags) -I$(srcdir)/src
+PG_CPPFLAGS += $(shell curl-config --cflags) -I$(srcdir)/src -DEG_VERSION='"$(EG_VERSION)"'
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
 
 PG_CONFIG ?= pg_config

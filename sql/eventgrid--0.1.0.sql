@@ -1,4 +1,11 @@
--- eventgrid 0.1.0: tables, configuration API, publish path and views.
+-- eventgrid 0.1.0: tables, configuration API, publish path, views, roles.
+--
+-- Safety rules every object here follows, whoever calls it: SQL functions
+-- have SQL-standard bodies (RETURN / BEGIN ATOMIC), bound to pg_catalog's
+-- functions and operators when the extension is created; PL/pgSQL functions
+-- run with search_path = pg_catalog, pg_temp; nothing is executable by
+-- PUBLIC.  Two roles carry the privileges: eventgrid_admin (configuration,
+-- statistics, dead letters) and eventgrid_publisher (publishing).
 --
 -- Publishing is an INSERT into eventgrid.events.  A C row trigger validates
 -- and stamps each event (SPEC section 8); a statement trigger with a
@@ -11,6 +18,26 @@
 
 \echo Use "CREATE EXTENSION eventgrid" to load this file. \quit
 
+-- Preloaded, the worker serves one database: refuse to install anywhere else.
+CREATE FUNCTION eventgrid._check_install_database() RETURNS void
+AS 'MODULE_PATHNAME', 'eventgrid_check_install_database' LANGUAGE C;
+SELECT eventgrid._check_install_database();
+
+-- The two roles administrators grant (cluster-wide; kept if the extension is dropped).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'eventgrid_admin') THEN
+        CREATE ROLE eventgrid_admin NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'eventgrid_publisher') THEN
+        CREATE ROLE eventgrid_publisher NOLOGIN;
+    END IF;
+END $$;
+COMMENT ON ROLE eventgrid_admin IS
+    'eventgrid: may configure topics and event subscriptions, read statistics, and read and delete dead letters. Grant it to administrators.';
+COMMENT ON ROLE eventgrid_publisher IS
+    'eventgrid: may publish events (INSERT INTO eventgrid.events (topic, event), eventgrid.publish()). Grant it to applications.';
+
 ----------------------------------------------------------------------------
 -- Validation rules, each written once: the table CHECK constraints and the
 -- configuration functions (which raise friendlier errors first) share them.
@@ -18,22 +45,26 @@
 
 CREATE FUNCTION eventgrid._is_topic_name(v text) RETURNS boolean
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-AS $$ SELECT v ~ '^[A-Za-z0-9-]{3,50}$' $$;
+RETURN v ~ '^[A-Za-z0-9-]{3,50}$';
 CREATE FUNCTION eventgrid._is_subscription_name(v text) RETURNS boolean
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-AS $$ SELECT v ~ '^[A-Za-z0-9-]{3,64}$' $$;
-CREATE FUNCTION eventgrid._is_endpoint(v text) RETURNS boolean
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-AS $$ SELECT v ~* '^https?://[^/?#[:space:]]+([/?#][^[:space:]]*)?$' $$;
+RETURN v ~ '^[A-Za-z0-9-]{3,64}$';
+-- libcurl's URL parser decides (src/http.c): what it accepts, it can deliver to
+CREATE FUNCTION eventgrid._endpoint_problem(endpoint text) RETURNS text
+AS 'MODULE_PATHNAME', 'eventgrid_endpoint_problem' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 CREATE FUNCTION eventgrid._is_schema(v text) RETURNS boolean
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-AS $$ SELECT v IN ('EventGridSchema', 'CloudEventSchemaV1_0', 'CustomEventSchema') $$;
-CREATE FUNCTION eventgrid._is_header_name(v text) RETURNS boolean
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-AS $$ SELECT v ~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]+$' AND length(v) <= 256 $$;
+RETURN v IN ('EventGridSchema', 'CloudEventSchemaV1_0', 'CustomEventSchema');
+-- the sender's own header rule (src/request.c)
+CREATE FUNCTION eventgrid._header_problem(header text, value text) RETURNS text
+AS 'MODULE_PATHNAME', 'eventgrid_header_problem' LANGUAGE C IMMUTABLE PARALLEL SAFE;
 CREATE FUNCTION eventgrid._is_source_field(v text) RETURNS boolean
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-AS $$ SELECT v ~ '^[^.]+(\.[^.]+)*$' AND length(v) <= 512 $$;
+RETURN v ~ '^[^.]+(\.[^.]+)*$' AND length(v) <= 512;
+-- error messages quote at most 64 characters of an argument
+CREATE FUNCTION eventgrid._quote(v text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN '"' || CASE WHEN length(v) > 64 THEN left(v, 64) || '..."' ELSE v || '"' END;
 
 ----------------------------------------------------------------------------
 -- Tables
@@ -51,7 +82,9 @@ CREATE TABLE eventgrid.topics (
 
 CREATE FUNCTION eventgrid._lower_array(a text[]) RETURNS text[]
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-AS $$ SELECT array_agg(lower(x)) FROM unnest(a) AS x $$;
+BEGIN ATOMIC
+    SELECT array_agg(lower(x)) FROM unnest(a) AS x;
+END;
 
 CREATE TABLE eventgrid.event_subscriptions (
     id                          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -74,7 +107,7 @@ CREATE TABLE eventgrid.event_subscriptions (
     CONSTRAINT event_subscriptions_name_check
         CHECK (eventgrid._is_subscription_name(name)),
     CONSTRAINT event_subscriptions_endpoint_check
-        CHECK (eventgrid._is_endpoint(endpoint)),
+        CHECK (eventgrid._endpoint_problem(endpoint) IS NULL),
     CONSTRAINT event_subscriptions_schema_check
         CHECK (eventgrid._is_schema(event_delivery_schema)),
     CONSTRAINT event_subscriptions_max_delivery_attempts_check
@@ -97,9 +130,7 @@ CREATE TABLE eventgrid.delivery_properties (
     source_field     text,
     is_secret        boolean NOT NULL DEFAULT false,
     CONSTRAINT delivery_properties_header_check
-        CHECK (eventgrid._is_header_name(header) AND lower(header) NOT LIKE 'aeg-%'),
-    CONSTRAINT delivery_properties_value_check
-        CHECK (octet_length(value) <= 4096 AND value !~ '[\r\n]'),
+        CHECK (eventgrid._header_problem(header, value) IS NULL),
     CONSTRAINT delivery_properties_source_field_check
         CHECK (eventgrid._is_source_field(source_field)),
     CONSTRAINT delivery_properties_kind_check
@@ -108,11 +139,15 @@ CREATE TABLE eventgrid.delivery_properties (
 CREATE UNIQUE INDEX delivery_properties_header_key
     ON eventgrid.delivery_properties (subscription_id, lower(header));
 
+-- publish_time and event_bytes are stamped by the publish trigger; a row
+-- that arrives with publish_time set (pg_restore; publishers may only write
+-- topic and event) is stored as it is.
 CREATE TABLE eventgrid.events (
     id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     topic         text NOT NULL,
     event         jsonb NOT NULL,
-    publish_time  timestamptz NOT NULL DEFAULT now()
+    publish_time  timestamptz NOT NULL,
+    event_bytes   integer
 );
 
 -- The hot tables carry no foreign keys: a per-row RI check would cost every
@@ -133,6 +168,16 @@ CREATE TABLE eventgrid.deliveries (
 );
 CREATE INDEX deliveries_due_idx ON eventgrid.deliveries (next_attempt_at);
 CREATE INDEX deliveries_event_idx ON eventgrid.deliveries (event_id);
+
+-- Deliveries handed to HTTP, one row per wave of requests, written before
+-- they are sent and deleted once their outcomes are recorded: after a crash
+-- only these are charged an attempt.  Transient: not dumped.
+CREATE TABLE eventgrid.requests_in_flight (
+    lease_owner   integer NOT NULL,
+    wave          bigint NOT NULL,
+    delivery_ids  bigint[] NOT NULL,
+    PRIMARY KEY (lease_owner, wave)
+);
 
 CREATE TABLE eventgrid.dead_letters (
     id                          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -182,6 +227,23 @@ COMMENT ON TABLE eventgrid.subscription_counters IS
     'Running totals per event subscription, maintained by the delivery worker.';
 COMMENT ON TABLE eventgrid.topic_counters IS
     'Running totals per topic: events that matched no subscription.';
+COMMENT ON TABLE eventgrid.requests_in_flight IS
+    'Internal: deliveries the worker handed to HTTP and has not recorded yet; after a crash only these are charged an attempt (outcome Aborted).';
+
+-- Everything that holds user data goes into pg_dump, with its identity
+-- sequence (requests_in_flight is transient and stays out).
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.topics', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.event_subscriptions', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_properties', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.events', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.deliveries', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letters', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.subscription_counters', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.topic_counters', '');
+SELECT pg_catalog.pg_extension_config_dump(pg_catalog.pg_get_serial_sequence('eventgrid.event_subscriptions', 'id'), '');
+SELECT pg_catalog.pg_extension_config_dump(pg_catalog.pg_get_serial_sequence('eventgrid.events', 'id'), '');
+SELECT pg_catalog.pg_extension_config_dump(pg_catalog.pg_get_serial_sequence('eventgrid.deliveries', 'id'), '');
+SELECT pg_catalog.pg_extension_config_dump(pg_catalog.pg_get_serial_sequence('eventgrid.dead_letters', 'id'), '');
 
 ----------------------------------------------------------------------------
 -- Pure helpers
@@ -189,7 +251,7 @@ COMMENT ON TABLE eventgrid.topic_counters IS
 
 CREATE FUNCTION eventgrid.rfc3339(ts timestamptz) RETURNS text
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
-AS $$ SELECT to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') $$;
+RETURN to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
 COMMENT ON FUNCTION eventgrid.rfc3339(timestamptz) IS
     'Formats a timestamp as RFC 3339 in UTC with microseconds, as used in event and dead-letter fields.';
 
@@ -197,7 +259,7 @@ CREATE FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema
                                         publish_time timestamptz DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE sql STABLE PARALLEL SAFE  -- STABLE like jsonb_build_object, so it can be inlined
-AS $$ SELECT CASE
+RETURN CASE
     WHEN from_schema = to_schema THEN event
     WHEN from_schema = 'EventGridSchema' AND to_schema = 'CloudEventSchemaV1_0' THEN
         jsonb_build_object('specversion', '1.0', 'id', event->'id', 'source', event->'topic',
@@ -214,7 +276,7 @@ AS $$ SELECT CASE
                            'data', coalesce(event->'data', 'null'),
                            'dataVersion', coalesce(event->'dataversion', '""'),
                            'metadataVersion', '1')
-END $$;
+END;
 COMMENT ON FUNCTION eventgrid.convert_event(jsonb, text, text, timestamptz) IS
     'Maps an event between delivery schemas (Event Grid schema <-> CloudEvents 1.0; identity when the schemas are equal; NULL for mappings Event Grid does not offer). publish_time supplies eventTime for CloudEvents without time.';
 
@@ -223,7 +285,7 @@ COMMENT ON FUNCTION eventgrid.convert_event(jsonb, text, text, timestamptz) IS
 ----------------------------------------------------------------------------
 
 CREATE FUNCTION eventgrid._check_range(field text, val integer, lo integer, hi integer, unit text DEFAULT '')
-RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
+RETURNS void LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF val IS NOT NULL AND (val < lo OR val > hi) THEN
         RAISE EXCEPTION '% must be between % and %, got %', field, lo, hi || unit, val
@@ -233,20 +295,30 @@ BEGIN
 END $$;
 
 CREATE FUNCTION eventgrid._check_schema(field text, val text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE AS $$
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF val IS NULL OR NOT eventgrid._is_schema(val) THEN
-        RAISE EXCEPTION 'invalid % "%"', field, val
+        RAISE EXCEPTION 'invalid % %', field, eventgrid._quote(val)
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Use EventGridSchema, CloudEventSchemaV1_0 or CustomEventSchema.';
     END IF;
 END $$;
 
+CREATE FUNCTION eventgrid._check_not_null(field text, val anyelement) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF val IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', field USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+END $$;
+
 CREATE FUNCTION eventgrid._subscription_id(topic text, name text, lock boolean DEFAULT false)
-RETURNS bigint LANGUAGE plpgsql AS $$
+RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     sid bigint;
 BEGIN
+    PERFORM eventgrid._check_not_null('topic', topic);
+    PERFORM eventgrid._check_not_null('event subscription name', name);
     IF lock THEN
         SELECT s.id INTO sid FROM eventgrid.event_subscriptions s
          WHERE s.topic = _subscription_id.topic AND s.name = _subscription_id.name FOR UPDATE;
@@ -255,25 +327,36 @@ BEGIN
          WHERE s.topic = _subscription_id.topic AND s.name = _subscription_id.name;
     END IF;
     IF sid IS NULL THEN
-        RAISE EXCEPTION 'event subscription "%" of topic "%" does not exist', name, topic
+        RAISE EXCEPTION 'event subscription % of topic % does not exist', eventgrid._quote(name), eventgrid._quote(topic)
             USING ERRCODE = 'undefined_object',
                   HINT = 'List subscriptions with: SELECT topic, name FROM eventgrid.event_subscriptions;';
     END IF;
     RETURN sid;
 END $$;
 
+CREATE FUNCTION eventgrid._check_endpoint(endpoint text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    problem text := eventgrid._endpoint_problem(endpoint);
+BEGIN
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'invalid endpoint %: %', eventgrid._quote(endpoint), problem
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use an absolute http:// or https:// URL with a host and no user name or password; send credentials as a secret delivery property.';
+    END IF;
+END $$;
+
 ----------------------------------------------------------------------------
--- Topics
+-- Topics.  The configuration functions are SECURITY DEFINER: members of
+-- eventgrid_admin call them without any privilege on the tables themselves.
 ----------------------------------------------------------------------------
 
 CREATE FUNCTION eventgrid.create_topic(name text, input_schema text DEFAULT 'EventGridSchema')
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF name IS NULL THEN
-        RAISE EXCEPTION 'topic name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
+    PERFORM eventgrid._check_not_null('topic name', name);
     IF NOT eventgrid._is_topic_name(name) THEN
-        RAISE EXCEPTION 'invalid topic name "%"', name
+        RAISE EXCEPTION 'invalid topic name %', eventgrid._quote(name)
             USING ERRCODE = 'invalid_name',
                   HINT = 'A topic name has 3 to 50 characters: letters, digits and hyphens.';
     END IF;
@@ -285,14 +368,17 @@ BEGIN
     INSERT INTO eventgrid.topic_counters (topic) VALUES (name);
 END $$;
 COMMENT ON FUNCTION eventgrid.create_topic(text, text) IS
-    'Creates a topic. name: 3-50 letters, digits, hyphens. input_schema: EventGridSchema (default), CloudEventSchemaV1_0 or CustomEventSchema. Errors: 42602 bad name, 22023 bad schema, 42710 exists. SPEC 1.';
+    'Creates a topic. name: 3-50 letters, digits, hyphens. input_schema: EventGridSchema (default), CloudEventSchemaV1_0 or CustomEventSchema. Requires eventgrid_admin. Errors: 22004 NULL, 42602 bad name, 22023 bad schema, 42710 exists. SPEC 1.';
 
-CREATE FUNCTION eventgrid.drop_topic(name text) RETURNS void LANGUAGE plpgsql AS $$
+CREATE FUNCTION eventgrid.drop_topic(name text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    -- waits for publishing transactions and holds new ones off until commit
+    PERFORM eventgrid._check_not_null('topic name', name);
+    -- lock order of every writer: events first (this waits for publishing
+    -- transactions and holds new ones off until commit), then deliveries
     LOCK TABLE eventgrid.events IN SHARE MODE;
     IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = drop_topic.name FOR UPDATE) THEN
-        RAISE EXCEPTION 'topic "%" does not exist', name USING ERRCODE = 'undefined_object';
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(name) USING ERRCODE = 'undefined_object';
     END IF;
     DELETE FROM eventgrid.deliveries d USING eventgrid.events e
      WHERE d.event_id = e.id AND e.topic = drop_topic.name;
@@ -300,7 +386,7 @@ BEGIN
     DELETE FROM eventgrid.topics t WHERE t.name = drop_topic.name;
 END $$;
 COMMENT ON FUNCTION eventgrid.drop_topic(text) IS
-    'Drops a topic with its event subscriptions, pending events and deliveries. Dead letters are kept. Errors: 42704 no such topic.';
+    'Drops a topic with its event subscriptions, pending events and deliveries. Dead letters are kept. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such topic.';
 
 ----------------------------------------------------------------------------
 -- Event subscriptions
@@ -320,29 +406,26 @@ CREATE FUNCTION eventgrid.create_event_subscription(
     max_events_per_batch integer DEFAULT NULL,
     preferred_batch_size_in_kilobytes integer DEFAULT NULL,
     deadletter boolean DEFAULT false)
-RETURNS bigint LANGUAGE plpgsql AS $$
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     in_schema text;
     sid bigint;
 BEGIN
+    PERFORM eventgrid._check_not_null('topic', topic);
     SELECT t.input_schema INTO in_schema FROM eventgrid.topics t WHERE t.name = topic FOR KEY SHARE;
     IF in_schema IS NULL THEN
-        RAISE EXCEPTION 'topic "%" does not exist', topic
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic)
             USING ERRCODE = 'undefined_object', HINT = 'Create it first with eventgrid.create_topic().';
     END IF;
     IF name IS NULL OR endpoint IS NULL THEN
         RAISE EXCEPTION 'event subscription name and endpoint must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     IF NOT eventgrid._is_subscription_name(name) THEN
-        RAISE EXCEPTION 'invalid event subscription name "%"', name
+        RAISE EXCEPTION 'invalid event subscription name %', eventgrid._quote(name)
             USING ERRCODE = 'invalid_name',
                   HINT = 'An event subscription name has 3 to 64 characters: letters, digits and hyphens.';
     END IF;
-    IF NOT eventgrid._is_endpoint(endpoint) THEN
-        RAISE EXCEPTION 'invalid endpoint "%"', endpoint
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'The endpoint must be an absolute http:// or https:// URL without spaces.';
-    END IF;
+    PERFORM eventgrid._check_endpoint(endpoint);
     event_delivery_schema := coalesce(event_delivery_schema, in_schema);
     PERFORM eventgrid._check_schema('event_delivery_schema', event_delivery_schema);
     IF (in_schema = 'CustomEventSchema') <> (event_delivery_schema = 'CustomEventSchema') THEN
@@ -385,15 +468,16 @@ BEGIN
     RETURN sid;
 END $$;
 COMMENT ON FUNCTION eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean) IS
-    'Creates an event subscription and returns its id. endpoint: http(s) URL. event_delivery_schema: defaults to the topic''s input schema. Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive). max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440), max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). Errors: 42704, 42602, 22023, 22003, 22004, 42710. SPEC 1, 4, 5, 7, 9.';
+    'Creates an event subscription and returns its id. endpoint: http(s) URL that libcurl parses (no user name or password). event_delivery_schema: defaults to the topic''s input schema. Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive). max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440), max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). Requires eventgrid_admin. Errors: 42704, 42602, 22023, 22003, 22004, 42710. SPEC 1, 4, 5, 7, 9.';
 
 CREATE FUNCTION eventgrid.drop_event_subscription(topic text, name text) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     sid bigint;
     orphans bigint[];
 BEGIN
-    -- no publish may be fanning out to this subscription meanwhile
+    -- lock order of every writer: events first, then deliveries; no publish
+    -- may be fanning out to this subscription meanwhile
     LOCK TABLE eventgrid.events IN SHARE MODE;
     sid := eventgrid._subscription_id(topic, name, true);
     -- events whose last pending delivery goes with the subscription go too
@@ -405,12 +489,12 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM eventgrid.deliveries d WHERE d.event_id = e.id);
 END $$;
 COMMENT ON FUNCTION eventgrid.drop_event_subscription(text, text) IS
-    'Drops an event subscription and its pending deliveries (and events left with no delivery). Dead letters are kept. Errors: 42704 no such subscription.';
+    'Drops an event subscription and its pending deliveries (and events left with no delivery). Dead letters are kept. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription.';
 
 CREATE FUNCTION eventgrid.set_retry_policy(topic text, name text,
                                            max_delivery_attempts integer DEFAULT NULL,
                                            event_ttl integer DEFAULT NULL)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     sid bigint := eventgrid._subscription_id(topic, name, true);
 BEGIN
@@ -422,12 +506,12 @@ BEGIN
      WHERE s.id = sid;
 END $$;
 COMMENT ON FUNCTION eventgrid.set_retry_policy(text, text, integer, integer) IS
-    'Sets the retry policy of an event subscription; a NULL argument leaves that setting unchanged. max_delivery_attempts 1-30, event_ttl 1-1440 minutes; delivery stops at whichever limit comes first. Errors: 42704, 22003. SPEC 4.';
+    'Sets the retry policy of an event subscription; a NULL argument leaves that setting unchanged. max_delivery_attempts 1-30, event_ttl 1-1440 minutes; delivery stops at whichever limit comes first. Requires eventgrid_admin. Errors: 42704, 22003, 22004. SPEC 4.';
 
 CREATE FUNCTION eventgrid.set_batching(topic text, name text,
                                        max_events_per_batch integer DEFAULT NULL,
                                        preferred_batch_size_in_kilobytes integer DEFAULT NULL)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     sid bigint := eventgrid._subscription_id(topic, name, true);
 BEGIN
@@ -439,55 +523,50 @@ BEGIN
      WHERE s.id = sid;
 END $$;
 COMMENT ON FUNCTION eventgrid.set_batching(text, text, integer, integer) IS
-    'Sets output batching of an event subscription. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024; setting either turns batching on (the other comes from GUC eventgrid.default_max_events_per_batch or eventgrid.default_preferred_batch_size_in_kilobytes); both NULL turns batching off. Errors: 42704, 22003. SPEC 5.';
+    'Sets output batching of an event subscription. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024; setting either turns batching on (the other comes from GUC eventgrid.default_max_events_per_batch or eventgrid.default_preferred_batch_size_in_kilobytes); both NULL turns batching off. Requires eventgrid_admin. Errors: 42704, 22003, 22004. SPEC 5.';
 
 CREATE FUNCTION eventgrid.set_deadletter(topic text, name text, enabled boolean)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     sid bigint := eventgrid._subscription_id(topic, name, true);
 BEGIN
-    IF enabled IS NULL THEN
-        RAISE EXCEPTION 'enabled must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
+    PERFORM eventgrid._check_not_null('enabled', enabled);
     UPDATE eventgrid.event_subscriptions s SET deadletter = enabled WHERE s.id = sid;
 END $$;
 COMMENT ON FUNCTION eventgrid.set_deadletter(text, text, boolean) IS
-    'Turns dead-lettering of an event subscription on or off (off by default: undeliverable events are then dropped and counted). Errors: 42704, 22004. SPEC 7.';
+    'Turns dead-lettering of an event subscription on or off (off by default: undeliverable events are then dropped and counted). Requires eventgrid_admin. Errors: 42704, 22004. SPEC 7.';
 
 CREATE FUNCTION eventgrid._put_delivery_property(p_topic text, p_subscription text, p_header text,
                                                  p_value text, p_source_field text, p_is_secret boolean)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     sid bigint := eventgrid._subscription_id(p_topic, p_subscription, true);
+    problem text;
 BEGIN
-    IF p_header IS NULL OR NOT eventgrid._is_header_name(p_header) THEN
-        RAISE EXCEPTION 'invalid delivery property header name "%"', p_header
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'A header name is an HTTP token of 1 to 256 characters (letters, digits and !#$%&''*+.^_`|~-).';
-    END IF;
-    IF lower(p_header) LIKE 'aeg-%' THEN
-        RAISE EXCEPTION 'delivery property header name "%" must not start with "aeg-"', p_header
-            USING ERRCODE = 'reserved_name', HINT = 'Headers starting with aeg- are set by eventgrid itself.';
-    END IF;
-    IF p_is_secret IS NULL THEN
-        RAISE EXCEPTION 'is_secret must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
+    PERFORM eventgrid._check_not_null('header', p_header);
+    PERFORM eventgrid._check_not_null('is_secret', p_is_secret);
     IF p_source_field IS NULL AND p_value IS NULL THEN
         RAISE EXCEPTION 'delivery property value must not be NULL'
             USING ERRCODE = 'null_value_not_allowed',
                   HINT = 'Remove a header with eventgrid.remove_delivery_property().';
     END IF;
+    IF lower(p_header) LIKE 'aeg-%' THEN
+        RAISE EXCEPTION 'delivery property header name % must not start with "aeg-"', eventgrid._quote(p_header)
+            USING ERRCODE = 'reserved_name', HINT = 'Headers starting with aeg- are set by eventgrid itself.';
+    END IF;
     IF octet_length(p_value) > 4096 THEN
-        RAISE EXCEPTION 'delivery property value of header "%" is % bytes; at most 4096 bytes are allowed',
-                        p_header, octet_length(p_value)
+        RAISE EXCEPTION 'delivery property value of header % is % bytes; at most 4096 bytes are allowed',
+                        eventgrid._quote(p_header), octet_length(p_value)
             USING ERRCODE = 'string_data_right_truncation';
     END IF;
-    IF p_value ~ '[\r\n]' THEN
-        RAISE EXCEPTION 'delivery property value of header "%" must not contain line breaks', p_header
-            USING ERRCODE = 'invalid_parameter_value';
+    problem := eventgrid._header_problem(p_header, p_value);
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'invalid delivery property %: %', eventgrid._quote(p_header), problem
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Names are HTTP tokens of at most 256 characters other than Content-Length, Transfer-Encoding, Host, Connection, Upgrade, TE, Trailer, Expect, Keep-Alive, Content-Type and Proxy-*; values hold no control characters.';
     END IF;
     IF p_source_field IS NOT NULL AND NOT eventgrid._is_source_field(p_source_field) THEN
-        RAISE EXCEPTION 'invalid source_field "%"', p_source_field
+        RAISE EXCEPTION 'invalid source_field %', eventgrid._quote(p_source_field)
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Name a field of the event as a dotted path such as data.orderId (at most 512 characters).';
     END IF;
@@ -506,31 +585,38 @@ END $$;
 
 CREATE FUNCTION eventgrid.set_delivery_property(topic text, subscription text, header text, value text,
                                                 is_secret boolean DEFAULT false)
-RETURNS void LANGUAGE sql
-AS $$ SELECT eventgrid._put_delivery_property(topic, subscription, header, value, NULL, is_secret) $$;
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM eventgrid._put_delivery_property(topic, subscription, header, value, NULL, is_secret);
+END $$;
 COMMENT ON FUNCTION eventgrid.set_delivery_property(text, text, text, text, boolean) IS
-    'Adds or replaces a static custom delivery property (HTTP header sent with every request). header: HTTP token, 1-256 chars, not starting with aeg-. value: at most 4096 bytes, no line breaks. is_secret: value is sent but shown masked. At most 10 per subscription. Errors: 42704, 22023, 42939, 22001, 54000, 22004. SPEC 8.';
+    'Adds or replaces a static custom delivery property (HTTP header sent with every request). header: HTTP token, 1-256 chars, not aeg-*, not one that changes framing or routing (Content-Length, Transfer-Encoding, Host, Connection, Upgrade, TE, Trailer, Expect, Keep-Alive, Proxy-*) nor Content-Type. value: at most 4096 bytes, no control characters. is_secret: value is sent but shown masked. At most 10 per subscription. Requires eventgrid_admin. Errors: 42704, 22023, 42939, 22001, 54000, 22004. SPEC 8.';
 
 CREATE FUNCTION eventgrid.set_dynamic_delivery_property(topic text, subscription text, header text,
                                                         source_field text)
-RETURNS void LANGUAGE sql
-AS $$ SELECT eventgrid._put_delivery_property(topic, subscription, header, NULL, source_field, false) $$;
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM eventgrid._check_not_null('source_field', source_field);
+    PERFORM eventgrid._put_delivery_property(topic, subscription, header, NULL, source_field, false);
+END $$;
 COMMENT ON FUNCTION eventgrid.set_dynamic_delivery_property(text, text, text, text) IS
-    'Adds or replaces a dynamic custom delivery property whose value is taken from a field of each event (dotted path such as data.orderId; strings, numbers and booleans only, otherwise the header is left out). Same limits as set_delivery_property. SPEC 8.';
+    'Adds or replaces a dynamic custom delivery property whose value is taken from a field of each event (dotted path such as data.orderId; strings, numbers and booleans only; a value that is of another type, longer than 4096 bytes or holding a control character leaves the header out). Same name rules as set_delivery_property. Requires eventgrid_admin. SPEC 8.';
 
 CREATE FUNCTION eventgrid.remove_delivery_property(topic text, subscription text, header text)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    PERFORM eventgrid._check_not_null('header', header);
     DELETE FROM eventgrid.delivery_properties p
      WHERE p.subscription_id = eventgrid._subscription_id(topic, subscription)
        AND lower(p.header) = lower(remove_delivery_property.header);
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'event subscription "%" of topic "%" has no delivery property "%"', subscription, topic, header
+        RAISE EXCEPTION 'event subscription % of topic % has no delivery property %',
+                        eventgrid._quote(subscription), eventgrid._quote(topic), eventgrid._quote(header)
             USING ERRCODE = 'undefined_object';
     END IF;
 END $$;
 COMMENT ON FUNCTION eventgrid.remove_delivery_property(text, text, text) IS
-    'Removes a custom delivery property. Errors: 42704 no such subscription or header.';
+    'Removes a custom delivery property. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription or header.';
 
 ----------------------------------------------------------------------------
 -- Publishing
@@ -542,6 +628,8 @@ AS 'MODULE_PATHNAME', 'eventgrid_validate_event' LANGUAGE C;
 CREATE FUNCTION eventgrid._wake_worker_at_commit() RETURNS void
 AS 'MODULE_PATHNAME', 'eventgrid_wake_worker_at_commit' LANGUAGE C VOLATILE;
 
+-- Restored rows (publish_time older than this transaction: pg_restore) keep
+-- the deliveries that were dumped with them; only new events fan out.
 CREATE FUNCTION eventgrid._fan_out() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -559,12 +647,14 @@ BEGIN
        AND (s.subject_ends_with IS NULL
             OR CASE WHEN s.is_subject_case_sensitive
                     THEN right(e.event->>'subject', length(s.subject_ends_with)) = s.subject_ends_with
-                    ELSE lower(right(e.event->>'subject', length(s.subject_ends_with))) = lower(s.subject_ends_with) END);
+                    ELSE lower(right(e.event->>'subject', length(s.subject_ends_with))) = lower(s.subject_ends_with) END)
+     WHERE e.publish_time = transaction_timestamp();
     PERFORM eventgrid._wake_worker_at_commit();
     RETURN NULL;
 END $$;
 
-CREATE FUNCTION eventgrid._refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION eventgrid._refuse_change() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RAISE EXCEPTION 'published events are immutable'
         USING ERRCODE = 'feature_not_supported',
@@ -579,18 +669,34 @@ CREATE TRIGGER events_fan_out AFTER INSERT ON eventgrid.events
 CREATE TRIGGER events_immutable BEFORE UPDATE ON eventgrid.events
     FOR EACH ROW EXECUTE FUNCTION eventgrid._refuse_change();
 
+-- SECURITY INVOKER: the INSERT runs with the caller's own column privileges.
 CREATE FUNCTION eventgrid.publish(topic text, events jsonb) RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n integer;
+    bytes bigint;
 BEGIN
-    IF events IS NULL THEN
-        RAISE EXCEPTION 'events must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    -- SECURITY INVOKER: only functions every caller may execute are used here
+    IF topic IS NULL OR events IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', CASE WHEN topic IS NULL THEN 'topic' ELSE 'events' END
+            USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    IF NOT has_column_privilege('eventgrid.events', 'event', 'INSERT') THEN
+        RAISE EXCEPTION 'permission denied to publish to topic "%"',
+                        CASE WHEN length(topic) > 64 THEN left(topic, 64) || '...' ELSE topic END
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Role %I may not insert into eventgrid.events.', current_user),
+                  HINT = format('An administrator grants publishing with: GRANT eventgrid_publisher TO %I;', current_user);
+    END IF;
+    bytes := octet_length(events::text);
     IF jsonb_typeof(events) <> 'array' THEN
         events := jsonb_build_array(events);
+        n := 1;
+    ELSE
+        n := jsonb_array_length(events);
+        -- the events' own text: without the brackets and the ", " between elements
+        bytes := bytes - 2 - 2 * greatest(n - 1, 0);
     END IF;
-    n := jsonb_array_length(events);
     IF n = 0 THEN
         RAISE EXCEPTION 'a publish call must hold at least one event' USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -598,8 +704,8 @@ BEGIN
         RAISE EXCEPTION 'a publish call holds at most 5000 events, got %', n
             USING ERRCODE = 'program_limit_exceeded', HINT = 'Split the events over several calls.';
     END IF;
-    IF octet_length(events::text) > 1048576 THEN
-        RAISE EXCEPTION 'a publish call holds at most 1 MB (1048576 bytes) of events, got % bytes', octet_length(events::text)
+    IF bytes > 1048576 THEN
+        RAISE EXCEPTION 'a publish call holds at most 1 MB (1048576 bytes) of events, got % bytes', bytes
             USING ERRCODE = 'program_limit_exceeded', HINT = 'Split the events over several calls.';
     END IF;
     INSERT INTO eventgrid.events (topic, event)
@@ -607,7 +713,7 @@ BEGIN
     RETURN n;
 END $$;
 COMMENT ON FUNCTION eventgrid.publish(text, jsonb) IS
-    'Publishes one event (a JSON object) or a JSON array of events to a topic; returns how many. At most 5000 events and 1 MB (1048576 bytes of JSON text) per call; each event is validated as for INSERT INTO eventgrid.events. Errors: 22004, 22023, 54000, 42704. SPEC 2, 8.';
+    'Publishes one event (a JSON object) or a JSON array of events to a topic; returns how many. At most 5000 events and 1 MB (1048576 bytes: the events'' JSON text, without the array''s brackets and separators) per call; each event is validated as for INSERT INTO eventgrid.events. Requires eventgrid_publisher. Errors: 22004 NULL, 42501 not a publisher, 22023, 54000, 42704. SPEC 2, 8.';
 
 ----------------------------------------------------------------------------
 -- Retry schedule and outcomes (pure functions in src/retry.c)
@@ -701,14 +807,53 @@ COMMENT ON VIEW eventgrid.event_subscription_delivery_properties IS
     'Custom delivery properties of each event subscription; secret values are shown as ********.';
 
 ----------------------------------------------------------------------------
--- Privileges: everything belongs to the extension owner.  Publishers need
--- INSERT on eventgrid.events (granted by the administrator); the row trigger
--- reads topic names and schemas, which every role may see.  Endpoints,
--- events, dead letters and delivery properties (with secrets) stay private.
+-- Privileges.  Everything belongs to the extension owner; PUBLIC may only
+-- call publish(), which checks the caller's privileges.  eventgrid_publisher may insert (topic, event) into
+-- eventgrid.events (no other column: ids and publish times are the
+-- extension's) and call publish(); the publish trigger reads the topic's
+-- input schema with the publisher's privileges.  eventgrid_admin calls the
+-- configuration functions (SECURITY DEFINER), reads every table and view
+-- except the raw delivery_properties (secrets show masked in
+-- event_subscription_delivery_properties), and may delete dead letters.
 ----------------------------------------------------------------------------
+REVOKE ALL ON SCHEMA eventgrid FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA eventgrid FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA eventgrid FROM PUBLIC;
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA eventgrid FROM PUBLIC;
+
+-- The schema's names are visible to all, and publish() is callable by all:
+-- it is SECURITY INVOKER, so it inserts with the caller's own privileges,
+-- and refuses a caller who is not a publisher with a hint naming the role.
 GRANT USAGE ON SCHEMA eventgrid TO PUBLIC;
-GRANT SELECT ON eventgrid.topics TO PUBLIC;
-REVOKE ALL ON eventgrid.delivery_properties FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid.publish(text, jsonb) TO PUBLIC;
+
+GRANT SELECT (name, input_schema) ON eventgrid.topics TO eventgrid_publisher;
+GRANT INSERT (topic, event) ON eventgrid.events TO eventgrid_publisher;
+
+GRANT SELECT ON eventgrid.topics, eventgrid.event_subscriptions, eventgrid.events,
+    eventgrid.deliveries, eventgrid.dead_letters, eventgrid.subscription_counters,
+    eventgrid.topic_counters, eventgrid.dead_letter_events, eventgrid.delivery_statistics,
+    eventgrid.topic_statistics, eventgrid.event_subscription_delivery_properties
+    TO eventgrid_admin;
+GRANT DELETE ON eventgrid.dead_letters TO eventgrid_admin;
+GRANT EXECUTE ON FUNCTION
+    eventgrid.create_topic(text, text),
+    eventgrid.drop_topic(text),
+    eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean),
+    eventgrid.drop_event_subscription(text, text),
+    eventgrid.set_retry_policy(text, text, integer, integer),
+    eventgrid.set_batching(text, text, integer, integer),
+    eventgrid.set_deadletter(text, text, boolean),
+    eventgrid.set_delivery_property(text, text, text, text, boolean),
+    eventgrid.set_dynamic_delivery_property(text, text, text, text),
+    eventgrid.remove_delivery_property(text, text, text)
+    TO eventgrid_admin;
+GRANT EXECUTE ON FUNCTION
+    eventgrid.retry_delay(integer, integer),
+    eventgrid.delivery_outcome(integer),
+    eventgrid.convert_event(jsonb, text, text, timestamptz),
+    eventgrid.rfc3339(timestamptz)
+    TO eventgrid_admin, eventgrid_publisher;
 
 COMMENT ON FUNCTION eventgrid._validate_event() IS
     'Internal: BEFORE INSERT row trigger on eventgrid.events; validates each event against its topic''s input schema and stamps it (SPEC 8).';
@@ -730,7 +875,11 @@ COMMENT ON FUNCTION eventgrid._put_delivery_property(text, text, text, text, tex
     'Internal: validates and upserts one custom delivery property, enforcing at most 10 per subscription.';
 COMMENT ON FUNCTION eventgrid._is_topic_name(text) IS 'Internal: a topic name has 3 to 50 letters, digits and hyphens.';
 COMMENT ON FUNCTION eventgrid._is_subscription_name(text) IS 'Internal: an event subscription name has 3 to 64 letters, digits and hyphens.';
-COMMENT ON FUNCTION eventgrid._is_endpoint(text) IS 'Internal: an endpoint is an absolute http:// or https:// URL without spaces.';
+COMMENT ON FUNCTION eventgrid._endpoint_problem(text) IS 'Internal: NULL when libcurl''s URL parser accepts the endpoint (http or https, a host, port 1-65535, no user name or password), else why not.';
+COMMENT ON FUNCTION eventgrid._check_endpoint(text) IS 'Internal: raises 22023 with libcurl''s reason when the endpoint is not usable.';
+COMMENT ON FUNCTION eventgrid._check_not_null(text, anyelement) IS 'Internal: raises 22004 naming the field when val is NULL.';
+COMMENT ON FUNCTION eventgrid._check_install_database() IS 'Internal: refuses CREATE EXTENSION outside eventgrid.database_name when preloaded (55000); a NOTICE when not preloaded.';
+COMMENT ON FUNCTION eventgrid._quote(text) IS 'Internal: double-quotes at most the first 64 characters of an argument for error messages.';
 COMMENT ON FUNCTION eventgrid._is_schema(text) IS 'Internal: EventGridSchema, CloudEventSchemaV1_0 or CustomEventSchema.';
-COMMENT ON FUNCTION eventgrid._is_header_name(text) IS 'Internal: a header name is an HTTP token of 1 to 256 characters.';
+COMMENT ON FUNCTION eventgrid._header_problem(text, text) IS 'Internal: NULL when a custom delivery property may be sent (HTTP token name of 1-256 characters, not aeg-*, not a framing or routing header, not Content-Type; value at most 4096 bytes without control characters), else why not.';
 COMMENT ON FUNCTION eventgrid._is_source_field(text) IS 'Internal: a dynamic property source is a dotted field path of at most 512 characters.';

@@ -1,23 +1,27 @@
 /*
  * eventgrid.c - module entry: GUCs, the shared-memory block holding the
- * delivery worker's latch, registration of the background worker, and the
- * commit-time wake-up that publishing transactions use so delivery starts
- * immediately without polling (SPEC section 2).
+ * delivery worker's latch, registration of the launcher, the commit-time
+ * wake-up that publishing transactions use so delivery starts immediately
+ * without polling (SPEC section 2), including after COMMIT PREPARED, and
+ * the check that CREATE EXTENSION runs in the database the worker serves.
  *
  * The library works in two modes.  Preloaded (shared_preload_libraries =
- * 'eventgrid') it registers the worker and shared memory.  Loaded on demand
+ * 'eventgrid') it registers the launcher and shared memory.  Loaded on demand
  * by CREATE EXTENSION or a trigger call, configuration and publishing work
  * but nothing is delivered, and the wake-up is a no-op.
  */
 #include "eventgrid.h"
 
 #include "access/xact.h"
+#include "commands/dbcommands.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "tcop/utility.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
@@ -31,10 +35,12 @@ int			eg_clock_offset_s = 0;
 int			eg_default_max_events_per_batch = 10;
 int			eg_default_preferred_batch_kb = 64;
 bool		eg_delivery_paused = false;
+int			eg_max_bytes_in_flight_kb = 64 * 1024;
 
 EgShared   *eg_shared = NULL;
 
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+static ProcessUtility_hook_type prev_process_utility_hook = NULL;
 #if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 #endif
@@ -43,6 +49,9 @@ static bool wake_at_commit = false;
 static bool xact_callback_registered = false;
 
 void		_PG_init(void);
+static void eg_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+							   ProcessUtilityContext context, ParamListInfo params,
+							   QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc);
 
 static void
 eg_shmem_request(void)
@@ -118,6 +127,11 @@ eg_define_gucs(void)
 							 gettext_noop("Publishing goes on; deliveries wait and their time-to-live keeps running."),
 							 &eg_delivery_paused, false,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.max_bytes_in_flight",
+							gettext_noop("Event bytes the delivery worker may hold at once: claimed, in flight, or awaiting their outcome."),
+							gettext_noop("Bounds the worker's memory; an event larger than this still goes, alone."),
+							&eg_max_bytes_in_flight_kb, 64 * 1024, 1024, 1024 * 1024,
+							PGC_SIGHUP, GUC_UNIT_KB, NULL, NULL, NULL);
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("eventgrid");
 #else
@@ -144,16 +158,59 @@ _PG_init(void)
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = eg_shmem_startup;
 
+	prev_process_utility_hook = ProcessUtility_hook;
+	ProcessUtility_hook = eg_process_utility;
+
+	/* the launcher starts the delivery worker once its database exists */
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = 1;
+	worker.bgw_restart_time = 5;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "eventgrid");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "eventgrid_worker_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "eventgrid delivery worker");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "eventgrid delivery worker");
-	worker.bgw_main_arg = Int32GetDatum(1);
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "eventgrid_launcher_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "eventgrid launcher");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "eventgrid launcher");
 	RegisterBackgroundWorker(&worker);
+}
+
+/* Sets the delivery worker's latch, if it runs. */
+void
+eg_wake_worker(void)
+{
+	Latch	   *latch;
+
+	if (eg_shared == NULL)
+		return;
+	SpinLockAcquire(&eg_shared->mutex);
+	latch = eg_shared->worker_latch;
+	SpinLockRelease(&eg_shared->mutex);
+	if (latch)
+		SetLatch(latch);
+}
+
+/*
+ * COMMIT PREPARED runs in a session that may never have published, so the
+ * commit callback of the publishing transaction cannot wake the worker: it
+ * is woken after every COMMIT PREPARED instead (an idle worker finds
+ * nothing new and sleeps again).
+ */
+static void
+eg_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+				   ProcessUtilityContext context, ParamListInfo params,
+				   QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *stmt = pstmt->utilityStmt;
+	bool		commit_prepared = IsA(stmt, TransactionStmt) &&
+		((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED;
+
+	if (prev_process_utility_hook)
+		prev_process_utility_hook(pstmt, queryString, readOnlyTree, context, params,
+								  queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+								queryEnv, dest, qc);
+	if (commit_prepared)
+		eg_wake_worker();
 }
 
 TimestampTz
@@ -168,16 +225,8 @@ eg_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_COMMIT:
-			if (wake_at_commit && eg_shared != NULL)
-			{
-				Latch	   *latch;
-
-				SpinLockAcquire(&eg_shared->mutex);
-				latch = eg_shared->worker_latch;
-				SpinLockRelease(&eg_shared->mutex);
-				if (latch)
-					SetLatch(latch);
-			}
+			if (wake_at_commit)
+				eg_wake_worker();
 			wake_at_commit = false;
 			break;
 		case XACT_EVENT_ABORT:
@@ -206,5 +255,41 @@ eventgrid_wake_worker_at_commit(PG_FUNCTION_ARGS)
 		xact_callback_registered = true;
 	}
 	wake_at_commit = true;
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_check_install_database);
+
+/*
+ * SQL: eventgrid._check_install_database(), run first by the install
+ * script.  Preloaded, the worker serves only eventgrid.database_name:
+ * installing anywhere else would store events that are never delivered, so
+ * it is refused with 55000.  Not preloaded, installing works and a NOTICE
+ * says which database the worker will serve once the library is preloaded.
+ */
+Datum
+eventgrid_check_install_database(PG_FUNCTION_ARGS)
+{
+	const char *target = GetConfigOption("eventgrid.database_name", true, false);
+	char	   *current = get_database_name(MyDatabaseId);
+
+	if (target == NULL)
+		target = "postgres";
+	if (IsBinaryUpgrade)
+		PG_RETURN_VOID();
+	if (eg_shared == NULL)
+		ereport(NOTICE,
+				(errmsg("eventgrid is not in shared_preload_libraries: events are stored but not delivered until it is"),
+				 errdetail("Once preloaded, the delivery worker serves database \"%s\" (eventgrid.database_name).",
+						   target),
+				 errhint("Add eventgrid to shared_preload_libraries in postgresql.conf and restart the server.")));
+	else if (strcmp(current, target) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("can only create extension eventgrid in database \"%s\"", target),
+				 errdetail("The eventgrid delivery worker serves the database named by eventgrid.database_name, \"%s\"; events published in \"%s\" would never be delivered.",
+						   target, current),
+				 errhint("Create the extension in \"%s\", or set eventgrid.database_name = '%s' in postgresql.conf and restart the server.",
+						 target, current)));
 	PG_RETURN_VOID();
 }

@@ -1,8 +1,9 @@
 /*
  * eventgrid.h - declarations shared by the eventgrid extension's C files:
  * GUC variables, the small shared-memory block through which publishing
- * backends wake the delivery worker, the pure retry/outcome functions of
- * retry.c, the request builder of payload.c and the libcurl multi wrapper of
+ * backends wake the delivery worker, the launcher and worker entry points,
+ * the pure retry/outcome functions of retry.c, the body builder of
+ * payload.c, the header checks of request.c and the libcurl wrapper of
  * http.c.
  */
 #ifndef EVENTGRID_H
@@ -19,6 +20,11 @@
 #define EG_MAX_EVENT_BYTES (1024 * 1024)
 #define EG_MAX_DELIVERY_ATTEMPTS 30
 
+/* Set by the Makefile from eventgrid.control; the worker compares it with the schema's. */
+#ifndef EG_VERSION
+#error "EG_VERSION must be defined"
+#endif
+
 /* GUCs (eventgrid.c) */
 extern char *eg_database_name;
 extern int	eg_max_concurrent_requests;
@@ -28,6 +34,7 @@ extern int	eg_clock_offset_s;
 extern int	eg_default_max_events_per_batch;
 extern int	eg_default_preferred_batch_kb;
 extern bool eg_delivery_paused;
+extern int	eg_max_bytes_in_flight_kb;
 
 /* Shared state: the worker's latch, set by publishers at commit. */
 typedef struct EgShared
@@ -39,8 +46,16 @@ typedef struct EgShared
 
 extern EgShared *eg_shared;
 
-/* Worker entry point (worker.c), registered from _PG_init. */
+/*
+ * Entry points.  The launcher (launcher.c) is registered from _PG_init; it
+ * waits for eventgrid.database_name to exist and starts the delivery worker
+ * (worker.c) there, restarting it with backoff when it exits.
+ */
+extern PGDLLEXPORT void eventgrid_launcher_main(Datum arg);
 extern PGDLLEXPORT void eventgrid_worker_main(Datum arg);
+
+/* Wakes the delivery worker now (no-op when it is not running). */
+extern void eg_wake_worker(void);
 
 /* Current time as the worker sees it: real time plus eventgrid.clock_offset. */
 extern TimestampTz eg_now(void);
@@ -85,6 +100,32 @@ extern void eg_build_body(StringInfo buf, const char *delivery_schema,
 extern int	eg_batch_take(const EgEventPart *events, int nevents,
 						  int max_events, int64 max_bytes);
 
+/*
+ * request.c: HTTP header lines.  eg_header_problem() returns NULL when
+ * "name: value" may be sent, else why not (a name that is not an HTTP token,
+ * a control character, a name that changes HTTP framing or routing).
+ */
+extern const char *eg_header_problem(const char *name, const char *value, bool custom);
+
+/* A bounded, quotable prefix of s for error messages (64 bytes and "..."). */
+extern char *eg_quote_prefix(const char *s);
+
+/* What the headers of one request say (the first event's values for a batch). */
+typedef struct EgRequestSpec
+{
+	const char *schema;			/* delivery schema */
+	const char *subscription_name;
+	int			delivery_count; /* attempts made before this one */
+	const char *metadata_version;
+	const char *data_version;
+	const char *output_event_id;
+	const char *custom_headers; /* "Name: value" lines separated by '\n', or NULL */
+} EgRequestSpec;
+
+struct EgRequest;
+extern bool eg_request_build(struct EgRequest *req, const EgRequestSpec *spec,
+							 const EgEventPart *events, int nevents, StringInfo scratch);
+
 /* http.c: libcurl multi interface on its own thread, many requests in flight. */
 typedef struct EgRequest
 {
@@ -105,10 +146,13 @@ typedef struct EgRequest
 	struct EgRequest *next;
 } EgRequest;
 
+extern const char *eg_endpoint_problem(const char *url);
 extern void eg_http_init(void);
+extern void eg_http_set_max_connections(long n);
 extern void eg_http_shutdown(void);
 extern void eg_http_start(EgRequest *req, const char *url, long timeout_ms);
 extern void eg_http_add_header(EgRequest *req, const char *line);
+extern void eg_http_free_headers(EgRequest *req);
 extern int	eg_http_in_flight(void);
 extern void eg_http_wait(int timeout_ms);
 extern EgRequest *eg_http_take_finished(void);

@@ -16,6 +16,9 @@
  */
 #include "eventgrid.h"
 
+#include "fmgr.h"
+#include "utils/builtins.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -35,6 +38,7 @@ static EgRequest *finished_head = NULL;
 static EgRequest *finished_tail = NULL;
 static int	in_flight = 0;		/* handed to the thread, not yet taken back */
 static bool stopping = false;
+static long want_max_connections = 0;	/* applied by the thread; 0: unchanged */
 
 /* Response bodies are not kept: only the status matters (SPEC 3). */
 static size_t
@@ -143,6 +147,8 @@ http_thread_main(void *arg)
 		CURLMsg    *msg;
 		int			left;
 
+		long		max_connections;
+
 		pthread_mutex_lock(&mutex);
 		if (stopping)
 		{
@@ -151,7 +157,13 @@ http_thread_main(void *arg)
 		}
 		batch = inbox_head;
 		inbox_head = inbox_tail = NULL;
+		max_connections = want_max_connections;
+		want_max_connections = 0;
 		pthread_mutex_unlock(&mutex);
+
+		/* the multi handle belongs to this thread: only it may change it */
+		if (max_connections > 0)
+			curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, max_connections);
 
 		while (batch)
 		{
@@ -200,6 +212,8 @@ eg_http_init(void)
 	if (multi == NULL)
 		elog(ERROR, "eventgrid: curl_multi_init failed");
 	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) Max(eg_max_concurrent_requests, 8));
+	want_max_connections = 0;
+	stopping = false;
 
 	/* the thread inherits the signal mask: block everything for it */
 	sigfillset(&all);
@@ -229,6 +243,20 @@ eg_http_shutdown(void)
 	multi = NULL;
 }
 
+/*
+ * Sets the size of libcurl's connection cache (kept-alive connections) to
+ * follow eventgrid.max_concurrent_requests after a reload; at least 8.
+ */
+void
+eg_http_set_max_connections(long n)
+{
+	pthread_mutex_lock(&mutex);
+	want_max_connections = Max(n, 8);
+	pthread_mutex_unlock(&mutex);
+	if (multi)
+		curl_multi_wakeup(multi);
+}
+
 /* Adds "Name: value" to a request not yet started. */
 void
 eg_http_add_header(EgRequest *req, const char *line)
@@ -238,6 +266,14 @@ eg_http_add_header(EgRequest *req, const char *line)
 	if (l == NULL)
 		elog(ERROR, "eventgrid: out of memory building request headers");
 	req->headers = l;
+}
+
+/* Frees the header list of a request that will not be started. */
+void
+eg_http_free_headers(EgRequest *req)
+{
+	curl_slist_free_all(req->headers);
+	req->headers = NULL;
 }
 
 /*
@@ -307,4 +343,63 @@ eg_http_take_finished(void)
 	}
 	pthread_mutex_unlock(&mutex);
 	return req;
+}
+
+/*
+ * Why libcurl could not deliver to url, or NULL when it can.  The URL is
+ * parsed by libcurl's URL API, the parser the requests themselves use, so
+ * an endpoint accepted here is one libcurl can connect to: scheme http or
+ * https, a host, a port from 1 to 65535, and no user name or password (they
+ * would be shown in the catalog and in logs; send credentials as a secret
+ * delivery property instead).  Returns a static string.
+ */
+const char *
+eg_endpoint_problem(const char *url)
+{
+	CURLU	   *h = curl_url();
+	CURLUcode	rc;
+	char	   *scheme = NULL,
+			   *user = NULL,
+			   *password = NULL,
+			   *port = NULL;
+	const char *problem = NULL;
+
+	if (h == NULL)
+		return "out of memory";
+	rc = curl_url_set(h, CURLUPART_URL, url, 0);
+	if (rc != CURLUE_OK)
+		problem = curl_url_strerror(rc);
+	else if (curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+			 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
+		problem = "the scheme must be http or https";
+	else if (curl_url_get(h, CURLUPART_USER, &user, 0) == CURLUE_OK ||
+			 curl_url_get(h, CURLUPART_PASSWORD, &password, 0) == CURLUE_OK)
+		problem = "the URL holds a user name or password";
+	else if (curl_url_get(h, CURLUPART_PORT, &port, 0) == CURLUE_OK && strtol(port, NULL, 10) == 0)
+		problem = "Port number was not a decimal number between 1 and 65535";
+	curl_free(scheme);
+	curl_free(user);
+	curl_free(password);
+	curl_free(port);
+	curl_url_cleanup(h);
+	return problem;
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_endpoint_problem);
+
+/*
+ * SQL: eventgrid._endpoint_problem(endpoint text) -> text: NULL for an
+ * endpoint libcurl can deliver to, else the reason (see eg_endpoint_problem).
+ * Used by the CHECK constraint on event_subscriptions.endpoint and by the
+ * configuration functions, so both apply the same rule.
+ */
+Datum
+eventgrid_endpoint_problem(PG_FUNCTION_ARGS)
+{
+	char	   *url = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	const char *problem = eg_endpoint_problem(url);
+
+	if (problem == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(problem));
 }

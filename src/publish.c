@@ -5,8 +5,15 @@
  * (RFC 3339) required, dataVersion stamped "" when absent, metadataVersion
  * must be "1" (stamped when absent), topic stamped with the topic name.
  * CloudEvents 1.0: id, source, type and specversion "1.0" required.  Custom
- * schema: any JSON object.  Every event is at most 1 MB of JSON text, and its
- * publish_time is the publishing transaction's start time.
+ * schema: any JSON object.  In every schema, id and dataVersion become HTTP
+ * headers, so they may hold no control characters.  Every event is at most
+ * 1 MB of JSON text; its publish_time is the publishing transaction's start
+ * time and event_bytes its size.
+ *
+ * A row that arrives with publish_time already set comes from someone
+ * allowed to write that column (the extension's owner: pg_restore of a dump,
+ * publishers cannot) and is stored as it is: it was validated when first
+ * published, and its topic may not be restored yet.
  */
 #include "eventgrid.h"
 
@@ -60,7 +67,8 @@ lookup_topic_schema(const char *topic)
 	if (topic_plan == NULL)
 	{
 		Oid			argtypes[1] = {TEXTOID};
-		SPIPlanPtr	plan = SPI_prepare("SELECT input_schema FROM eventgrid.topics WHERE name = $1",
+		SPIPlanPtr	plan = SPI_prepare("SELECT input_schema FROM eventgrid.topics"
+									   " WHERE name OPERATOR(pg_catalog.=) $1",
 									   1, argtypes);
 
 		if (plan == NULL)
@@ -74,7 +82,7 @@ lookup_topic_schema(const char *topic)
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("topic \"%s\" does not exist", topic),
+				 errmsg("topic \"%s\" does not exist", eg_quote_prefix(topic)),
 				 errhint("Create it with eventgrid.create_topic() before publishing to it.")));
 	schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	if (strcmp(schema, "CloudEventSchemaV1_0") == 0)
@@ -218,6 +226,37 @@ push_string_pair(JsonbParseState **st, const char *key, const char *val)
 	pushJsonbValue(st, WJB_VALUE, &v);
 }
 
+/*
+ * id and dataVersion, when strings, become the aeg-output-event-id and
+ * aeg-data-version headers: a control character there could end the header
+ * line and inject others (request smuggling), so it is refused.
+ */
+static void
+check_header_fields(Jsonb *jb)
+{
+	static const char *const keys[] = {"id", "dataVersion"};
+
+	for (int k = 0; k < (int) lengthof(keys); k++)
+	{
+		JsonbValue	v;
+
+		if (getKeyJsonValueFromContainer(&jb->root, keys[k], strlen(keys[k]), &v) == NULL ||
+			v.type != jbvString)
+			continue;
+		for (int i = 0; i < v.val.string.len; i++)
+		{
+			unsigned char c = (unsigned char) v.val.string.val[i];
+
+			if (c < 0x20 || c == 0x7f)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("event field \"%s\" must not contain control characters", keys[k]),
+						 errdetail("It holds character U+%04X at byte %d.", c, i + 1),
+						 errhint("The field is sent as an HTTP header; remove line breaks, tabs and other control characters.")));
+		}
+	}
+}
+
 /* Validates one Event Grid schema event and returns it stamped. */
 static Jsonb *
 validate_eventgrid(Jsonb *jb, const char *topic)
@@ -299,9 +338,9 @@ eventgrid_validate_event(PG_FUNCTION_ARGS)
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	TupleDesc	tupdesc;
 	HeapTuple	tuple;
-	int			cols[2];
-	Datum		values[2];
-	bool		nulls[2] = {false, false};
+	int			cols[3];
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
 	bool		isnull;
 	Datum		d;
 	char	   *topic;
@@ -311,10 +350,17 @@ eventgrid_validate_event(PG_FUNCTION_ARGS)
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
 		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) || !TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
-		elog(ERROR, "eventgrid._validate_event() must be a BEFORE INSERT FOR EACH ROW trigger");
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("eventgrid._validate_event() must be called as a BEFORE INSERT FOR EACH ROW trigger")));
 
 	tupdesc = trigdata->tg_relation->rd_att;
 	tuple = trigdata->tg_trigtuple;
+
+	/* restored rows (publish_time given) are stored as they are */
+	(void) SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "publish_time"), &isnull);
+	if (!isnull)
+		return PointerGetDatum(tuple);
 
 	d = SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "topic"), &isnull);
 	if (isnull)
@@ -329,7 +375,7 @@ eventgrid_validate_event(PG_FUNCTION_ARGS)
 	if (isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_NOT_NULL_VIOLATION),
-				 errmsg("event published to topic \"%s\" must not be NULL", topic)));
+				 errmsg("event published to topic \"%s\" must not be NULL", eg_quote_prefix(topic))));
 	jb = DatumGetJsonbP(d);
 	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
 		ereport(ERROR,
@@ -341,6 +387,7 @@ eventgrid_validate_event(PG_FUNCTION_ARGS)
 		jb = validate_eventgrid(jb, topic);
 	else if (schema == EG_SCHEMA_CLOUDEVENTS)
 		validate_cloudevent(jb, topic);
+	check_header_fields(jb);
 
 	size = event_text_size(jb);
 	if (size > EG_MAX_EVENT_BYTES)
@@ -353,6 +400,8 @@ eventgrid_validate_event(PG_FUNCTION_ARGS)
 	values[0] = JsonbPGetDatum(jb);
 	cols[1] = SPI_fnumber(tupdesc, "publish_time");
 	values[1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	cols[2] = SPI_fnumber(tupdesc, "event_bytes");
+	values[2] = Int32GetDatum((int32) size);
 
-	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, tupdesc, 2, cols, values, nulls));
+	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, tupdesc, 3, cols, values, nulls));
 }

@@ -1,0 +1,182 @@
+-- Trust: roles and grants, header and endpoint rules, NULL arguments,
+-- bounded error messages, publish size, restore mode, and CREATE EXTENSION
+-- in a database the worker does not serve.
+DROP EXTENSION eventgrid;
+CREATE EXTENSION eventgrid;
+SET client_min_messages = warning;
+
+CREATE OR REPLACE FUNCTION err(q text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    st text; msg text; hint text;
+BEGIN
+    EXECUTE q;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
+    RETURN st || ': ' || left(msg, 200) || CASE WHEN hint <> '' THEN ' (hint: ' || hint || ')' ELSE '' END;
+END $$;
+GRANT EXECUTE ON FUNCTION err(text) TO PUBLIC;
+
+SELECT eventgrid.create_topic('shop');
+SELECT eventgrid.create_event_subscription('shop', 'billing', 'http://127.0.0.1:9/hook', deadletter => true) > 0 AS created;
+SELECT eventgrid.set_delivery_property('shop', 'billing', 'Authorization', 'Bearer s3cret', is_secret => true);
+
+-- Nothing internal is executable by PUBLIC; only publish() is, and it checks.
+SELECT p.proname FROM pg_proc p
+ WHERE p.pronamespace = 'eventgrid'::regnamespace
+   AND has_function_privilege('public', p.oid, 'EXECUTE')
+ ORDER BY 1;
+SELECT c.relname FROM pg_class c
+ WHERE c.relnamespace = 'eventgrid'::regnamespace AND c.relkind IN ('r', 'v', 'S')
+   AND (has_table_privilege('public', c.oid, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE')
+        OR has_any_column_privilege('public', c.oid, 'SELECT, INSERT, UPDATE'))
+ ORDER BY 1;
+SELECT rolname, rolcanlogin FROM pg_roles WHERE rolname LIKE 'eventgrid\_%' ORDER BY 1;
+
+CREATE ROLE eg_alice;                       -- an administrator
+CREATE ROLE eg_bob;                         -- an application that publishes
+CREATE ROLE eg_carol;                       -- neither
+GRANT eventgrid_admin TO eg_alice;
+GRANT eventgrid_publisher TO eg_bob;
+
+-- A role with neither role
+SET ROLE eg_carol;
+SELECT err($$SELECT eventgrid.publish('shop', '{"id": "c1", "subject": "s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{}')$$);
+SELECT err($$SELECT eventgrid.create_topic('carol-topic')$$);
+SELECT err($$SELECT eventgrid._wake_worker_at_commit()$$);
+SELECT err($$SELECT eventgrid._endpoint_problem('http://x/')$$);
+SELECT err($$SELECT * FROM eventgrid.topics$$);
+SELECT err($$SELECT * FROM eventgrid.dead_letter_events$$);
+RESET ROLE;
+
+-- The publisher: INSERT (topic, event) and publish(), nothing else
+SET ROLE eg_bob;
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": "b1", "subject": "s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}')$$);
+SELECT err($$SELECT eventgrid.publish('shop', '{"id": "b2", "subject": "s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (id, topic, event) OVERRIDING SYSTEM VALUE VALUES (1000000, 'shop', '{"id": "b3", "subject": "s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event, publish_time) VALUES ('shop', '{"id": "b4", "subject": "s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}', now() - interval '1 day')$$);
+SELECT err($$SELECT * FROM eventgrid.events$$);
+SELECT err($$UPDATE eventgrid.events SET topic = 'shop'$$);
+SELECT err($$DELETE FROM eventgrid.events$$);
+SELECT err($$INSERT INTO eventgrid.deliveries (event_id, next_attempt_at) VALUES (1, now())$$);
+SELECT err($$SELECT eventgrid.create_topic('bob-topic')$$);
+SELECT err($$SELECT * FROM eventgrid.dead_letters$$);
+SELECT err($$SELECT eventgrid._validate_event()$$);
+SELECT name, input_schema FROM eventgrid.topics;
+RESET ROLE;
+SELECT count(*) AS bobs_events FROM eventgrid.events WHERE event->>'id' LIKE 'b%';
+
+-- The administrator: configuration, statistics, dead letters; no secrets, no publishing
+SET ROLE eg_alice;
+SELECT err($$SELECT eventgrid.create_topic('alice-topic')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('alice-topic', 'alice-sub', 'https://example.com/x')$$);
+SELECT err($$SELECT eventgrid.set_retry_policy('alice-topic', 'alice-sub', 5, 60)$$);
+SELECT err($$SELECT eventgrid.set_delivery_property('alice-topic', 'alice-sub', 'X-Key', 'v')$$);
+SELECT subscription, header, kind, value FROM eventgrid.event_subscription_delivery_properties ORDER BY 1, 2;
+SELECT err($$SELECT value FROM eventgrid.delivery_properties$$);
+SELECT topic, subscription, pending FROM eventgrid.delivery_statistics ORDER BY 1, 2;
+SELECT err($$DELETE FROM eventgrid.dead_letters WHERE false$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{}')$$);
+SELECT err($$UPDATE eventgrid.event_subscriptions SET endpoint = 'http://evil/'$$);
+SELECT err($$DELETE FROM eventgrid.deliveries$$);
+SELECT err($$SELECT eventgrid._put_delivery_property('shop', 'billing', 'X-A', 'v', NULL, false)$$);
+SELECT err($$SELECT eventgrid.drop_topic('alice-topic')$$);
+RESET ROLE;
+
+-- Endpoints: what libcurl cannot use is refused with its parser's reason
+SELECT err($$SELECT eventgrid.create_event_subscription('shop', 'ep-1', 'http://127.0.0.1:99999/')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('shop', 'ep-2', 'http://[zz/')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('shop', 'ep-3', 'http://a@b@127.0.0.1:56350/')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('shop', 'ep-4', E'http://127.0.0.1\x01:8080/')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('shop', 'ep-5', 'http://user:pw@127.0.0.1/')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('shop', 'ep-6', 'http://127.0.0.1:0/')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('shop', 'ep-7', 'http://127.0.0.1:65535/ok')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('shop', 'ep-8', 'https://[::1]:8443/ok?a=b')$$);
+SELECT err($$UPDATE eventgrid.event_subscriptions SET endpoint = 'http://[zz/' WHERE name = 'ep-7'$$);
+
+-- Delivery properties: framing and routing headers, control characters
+SELECT h, err(format($$SELECT eventgrid.set_delivery_property('shop', 'billing', %L, 'v')$$, h))
+  FROM unnest(ARRAY['Content-Length', 'transfer-encoding', 'Host', 'Connection', 'Upgrade', 'TE',
+                    'Trailer', 'Expect', 'Keep-Alive', 'Proxy-Authorization', 'proxy-x',
+                    'Content-Type', 'aeg-x', 'X-Fine']) AS h;
+SELECT c, err(format($$SELECT eventgrid.set_delivery_property('shop', 'billing', 'X-Ctl', %L)$$, 'a' || chr(c) || 'b'))
+  FROM unnest(ARRAY[1, 9, 10, 11, 13, 27, 31, 127]) AS c;
+SELECT err($$SELECT eventgrid.set_delivery_property('shop', 'billing', 'X-Utf8', 'café ok')$$);
+SELECT err($$SELECT eventgrid.set_dynamic_delivery_property('shop', 'billing', 'Host', 'data.host')$$);
+SELECT err($$INSERT INTO eventgrid.delivery_properties (subscription_id, header, value) SELECT id, 'X-Raw', E'a\x0bb' FROM eventgrid.event_subscriptions WHERE name = 'billing'$$);
+SELECT err($$INSERT INTO eventgrid.delivery_properties (subscription_id, header, value) SELECT id, 'Transfer-Encoding', 'chunked' FROM eventgrid.event_subscriptions WHERE name = 'billing'$$);
+
+-- Publishing refuses control characters in fields that become headers
+SELECT eventgrid.create_topic('cloud', 'CloudEventSchemaV1_0');
+SELECT eventgrid.create_topic('raw', 'CustomEventSchema');
+SELECT err($$SELECT eventgrid.publish('shop', jsonb_build_object('id', E'x\r\nContent-Length: 0\r\n\r\nGET /smuggled HTTP/1.1', 'subject', 's', 'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z'))$$);
+SELECT err($$SELECT eventgrid.publish('shop', jsonb_build_object('id', 'ok', 'dataVersion', E'1\x7f', 'subject', 's', 'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z'))$$);
+SELECT err($$SELECT eventgrid.publish('shop', jsonb_build_object('id', E'tab\there', 'subject', 's', 'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z'))$$);
+SELECT err($$SELECT eventgrid.publish('cloud', jsonb_build_object('id', E'a\nb', 'source', 's', 'specversion', '1.0', 'type', 'T'))$$);
+SELECT err($$SELECT eventgrid.publish('raw', jsonb_build_object('id', E'a\x0bb'))$$);
+SELECT err($$SELECT eventgrid.publish('raw', jsonb_build_object('id', jsonb_build_object('nested', E'a\nb')))$$);
+SELECT err($$SELECT eventgrid.publish('shop', jsonb_build_object('id', 'fine', 'subject', E'line\nbreaks are fine here', 'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z', 'data', E'and\nhere'))$$);
+
+-- NULL topic and subscription arguments: 22004
+SELECT err($$SELECT eventgrid.drop_topic(NULL)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription(NULL, 'x-sub', 'http://x/')$$);
+SELECT err($$SELECT eventgrid.drop_event_subscription('shop', NULL)$$);
+SELECT err($$SELECT eventgrid.set_retry_policy(NULL, 'billing', 3)$$);
+SELECT err($$SELECT eventgrid.set_batching('shop', NULL, 3)$$);
+SELECT err($$SELECT eventgrid.set_deadletter('shop', 'billing', NULL)$$);
+SELECT err($$SELECT eventgrid.remove_delivery_property('shop', 'billing', NULL)$$);
+SELECT err($$SELECT eventgrid.set_dynamic_delivery_property('shop', 'billing', 'X-D', NULL)$$);
+SELECT err($$SELECT eventgrid.publish(NULL, '{}')$$);
+SELECT err($$SELECT eventgrid.publish('shop', NULL)$$);
+
+-- Errors quote at most 64 characters of an argument
+SELECT length(err(format($$SELECT eventgrid.create_topic(%L)$$, repeat('t', 1048576)))) < 600 AS create_topic_bounded;
+SELECT length(err(format($$SELECT eventgrid.drop_topic(%L)$$, repeat('t', 1048576)))) < 600 AS drop_topic_bounded;
+SELECT length(err(format($$SELECT eventgrid.create_event_subscription('shop', %L, 'http://x/')$$, repeat('s', 1048576)))) < 600 AS subscription_bounded;
+SELECT length(err(format($$SELECT eventgrid.set_delivery_property('shop', 'billing', %L, 'v')$$, repeat('h', 1048576)))) < 600 AS header_bounded;
+SELECT length(err(format($$SELECT eventgrid.set_dynamic_delivery_property('shop', 'billing', 'X-D', %L)$$, repeat('f', 1048576)))) < 600 AS source_field_bounded;
+DO $$
+DECLARE msg text;
+BEGIN
+    INSERT INTO eventgrid.events (topic, event) VALUES (repeat('t', 1048576), '{}');
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+    RAISE WARNING 'INSERT with a 1 MB topic: % (% characters)', left(msg, 40), length(msg);
+END $$;
+
+-- publish() takes an object of exactly 1 MB, as INSERT does; one byte more is refused
+SELECT octet_length(jsonb_build_object('d', repeat('x', 1048567))::text) AS object_bytes;
+SELECT err($$SELECT eventgrid.publish('raw', jsonb_build_object('d', repeat('x', 1048567)))$$);
+SELECT err($$SELECT eventgrid.publish('raw', jsonb_build_array(jsonb_build_object('d', repeat('x', 1048567))))$$);
+SELECT err($$SELECT eventgrid.publish('raw', jsonb_build_object('d', repeat('x', 1048568)))$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('raw', jsonb_build_object('d', repeat('x', 1048567)))$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('raw', jsonb_build_object('d', repeat('x', 1048568)))$$);
+
+-- Restore mode: a row written with publish_time (pg_restore) is stored as it is, without fan-out
+SELECT count(*) AS deliveries_before FROM eventgrid.deliveries \gset
+INSERT INTO eventgrid.events (topic, event, publish_time, event_bytes)
+VALUES ('not-restored-yet', '{"anything": true}', '2024-05-01 12:00:00+00', 18);
+SELECT topic, event, publish_time = '2024-05-01 12:00:00+00' AS publish_time_kept, event_bytes FROM eventgrid.events WHERE topic = 'not-restored-yet';
+SELECT count(*) - :deliveries_before AS new_deliveries FROM eventgrid.deliveries;
+SELECT event_bytes > 0 AS stamped FROM eventgrid.events WHERE event->>'id' = 'b1';
+
+-- The trigger function called directly
+SELECT err($$SELECT eventgrid._validate_event()$$);
+
+-- Every table with user data and its identity sequence is dumped by pg_dump
+SELECT c.relname FROM pg_extension x, unnest(x.extconfig) AS cfg(oid) JOIN pg_class c ON c.oid = cfg.oid
+ WHERE x.extname = 'eventgrid' ORDER BY 1;
+
+-- Preloaded, CREATE EXTENSION is refused outside eventgrid.database_name
+CREATE DATABASE eventgrid_elsewhere;
+\c eventgrid_elsewhere
+SET client_min_messages = warning;
+CREATE EXTENSION eventgrid;
+\c contrib_regression
+DROP DATABASE eventgrid_elsewhere;
+
+DROP EXTENSION eventgrid;
+DROP ROLE eg_alice;
+DROP ROLE eg_bob;
+DROP ROLE eg_carol;

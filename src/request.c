@@ -1,0 +1,203 @@
+/*
+ * request.c - builds the HTTP request of one delivery attempt (SPEC section
+ * 8): body, content type, Event Grid's aeg-* headers and the subscription's
+ * custom delivery properties, and checks every header line before it is
+ * written.
+ *
+ * Header values come partly from events (id, dataVersion, dynamic delivery
+ * properties), which are untrusted.  Publishing already refuses control
+ * characters in those fields; the check here is the second line of defence
+ * (rows written around the publish trigger, a restored dump, a future
+ * field): a request with a header line holding a control character is not
+ * sent at all, so no event can inject a header or smuggle a second request.
+ */
+#include "eventgrid.h"
+
+#include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "utils/builtins.h"
+#include "utils/formatting.h"
+
+#define EG_HEADER_NAME_MAX 256
+#define EG_HEADER_VALUE_MAX 4096
+
+/* Header names a delivery property may not use: they change framing or routing. */
+static const char *const reserved_names[] = {
+	"content-length", "transfer-encoding", "host", "connection", "upgrade", "te",
+	"trailer", "expect", "keep-alive", "content-type"
+};
+
+static bool
+is_token_char(unsigned char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+/*
+ * NULL when "name: value" may be sent, else a static reason.  Every header
+ * line: name an HTTP token, value without control characters (C0 and DEL;
+ * tabs included).  Custom delivery properties (custom = true) also: name at
+ * most 256 characters, not aeg-* (Event Grid's own), not one that changes
+ * HTTP framing or routing (Content-Length, Transfer-Encoding, Host,
+ * Connection, Upgrade, TE, Trailer, Expect, Keep-Alive, Proxy-*, and
+ * Content-Type, which eventgrid sets per delivery schema); value at most
+ * 4096 bytes.
+ */
+const char *
+eg_header_problem(const char *name, const char *value, bool custom)
+{
+	size_t		len = strlen(name);
+
+	if (len == 0)
+		return "the header name is empty";
+	for (size_t i = 0; i < len; i++)
+		if (!is_token_char((unsigned char) name[i]))
+			return "the header name is not an HTTP token (letters, digits and !#$%&'*+-.^_`|~)";
+	for (const unsigned char *p = (const unsigned char *) value; *p; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			return "the header value holds a control character";
+	if (!custom)
+		return NULL;
+	if (len > EG_HEADER_NAME_MAX)
+		return "the header name is longer than 256 characters";
+	if (pg_strncasecmp(name, "aeg-", 4) == 0)
+		return "header names starting with aeg- are set by eventgrid itself";
+	if (pg_strncasecmp(name, "proxy-", 6) == 0)
+		return "Proxy-* headers change HTTP routing";
+	for (int i = 0; i < (int) lengthof(reserved_names); i++)
+		if (pg_strcasecmp(name, reserved_names[i]) == 0)
+			return "the header changes HTTP framing or routing, or is set by eventgrid itself";
+	if (strlen(value) > EG_HEADER_VALUE_MAX)
+		return "the header value is longer than 4096 bytes";
+	return NULL;
+}
+
+/*
+ * At most the first 64 bytes of s (cut at a character boundary), with "..."
+ * when s is longer: error messages quote arguments, and an argument may be
+ * a megabyte long.
+ */
+char *
+eg_quote_prefix(const char *s)
+{
+	int			len = strlen(s);
+	int			cut;
+
+	if (len <= 64)
+		return pstrdup(s);
+	cut = pg_mbcliplen(s, len, 64);
+	return psprintf("%.*s...", cut, s);
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_header_problem);
+
+/*
+ * SQL: eventgrid._header_problem(header text, value text) -> text: NULL when
+ * a custom delivery property may be sent, else why not (see
+ * eg_header_problem; a NULL value, as dynamic properties have, is not
+ * checked).  The CHECK constraint of eventgrid.delivery_properties and the
+ * configuration functions use it, so both apply the rule the sender applies.
+ */
+Datum
+eventgrid_header_problem(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	char	   *value = "";
+	const char *problem;
+
+	if (PG_ARGISNULL(0))
+		PG_RETURN_NULL();
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	if (!PG_ARGISNULL(1))
+		value = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	problem = eg_header_problem(name, value, true);
+	if (problem == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(problem));
+}
+
+/*
+ * Adds "name: value" after checking it; false (nothing added) when the line
+ * may not be sent.  libcurl drops a header written with an empty value, so
+ * an empty one is written as "name;", which it sends as "name:".
+ */
+static bool
+add_header(EgRequest *req, const char *name, const char *value, bool custom)
+{
+	char	   *line;
+
+	if (eg_header_problem(name, value, custom) != NULL)
+		return false;
+	line = value[0] ? psprintf("%s: %s", name, value) : psprintf("%s;", name);
+	eg_http_add_header(req, line);
+	pfree(line);
+	return true;
+}
+
+/*
+ * Fills req with the request carrying events[0..nevents) of one
+ * subscription: the body (malloc'd, handed to the HTTP thread), the content
+ * type, the aeg-* headers (describing the first event of a batch) and the
+ * custom delivery properties ("Name: value" lines separated by '\n').
+ * Returns false, with nothing allocated, when a header line holds a control
+ * character or is otherwise unsendable: the request must then not be sent.
+ */
+bool
+eg_request_build(EgRequest *req, const EgRequestSpec *spec,
+				 const EgEventPart *events, int nevents, StringInfo scratch)
+{
+	char		count_text[16];
+	bool		ok = true;
+
+	ok = ok && add_header(req, "Content-Type", eg_content_type(spec->schema, nevents), false);
+	ok = ok && add_header(req, "aeg-event-type", "Notification", false);
+	ok = ok && add_header(req, "aeg-subscription-name",
+						  asc_toupper(spec->subscription_name, strlen(spec->subscription_name)),
+						  false);
+	snprintf(count_text, sizeof(count_text), "%d", spec->delivery_count);
+	ok = ok && add_header(req, "aeg-delivery-count", count_text, false);
+	ok = ok && add_header(req, "aeg-metadata-version", spec->metadata_version, false);
+	if (strcmp(spec->schema, "CloudEventSchemaV1_0") != 0)
+		ok = ok && add_header(req, "aeg-data-version", spec->data_version, false);
+	ok = ok && add_header(req, "aeg-output-event-id", spec->output_event_id, false);
+
+	if (ok && spec->custom_headers)
+	{
+		char	   *copy = pstrdup(spec->custom_headers);
+		char	   *save = NULL;
+
+		for (char *h = strtok_r(copy, "\n", &save); h && ok; h = strtok_r(NULL, "\n", &save))
+		{
+			char	   *sep = strstr(h, ": ");
+
+			if (sep == NULL)
+			{
+				ok = false;
+				break;
+			}
+			*sep = '\0';
+			ok = add_header(req, h, sep + 2, true);
+		}
+		pfree(copy);
+	}
+	if (!ok)
+	{
+		eg_http_free_headers(req);
+		return false;
+	}
+
+	resetStringInfo(scratch);
+	eg_build_body(scratch, spec->schema, events, nevents);
+	req->body = malloc(scratch->len + 1);
+	if (req->body == NULL)
+	{
+		eg_http_free_headers(req);
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("eventgrid: out of memory for a %d-byte request body", scratch->len)));
+	}
+	memcpy(req->body, scratch->data, scratch->len + 1);
+	req->body_len = scratch->len;
+	return true;
+}
