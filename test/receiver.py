@@ -3,7 +3,8 @@
 
 Listens on 127.0.0.1 (HTTP/1.1, keep-alive) and answers each POST according
 to its URL path, then appends one JSON line per request to the log file:
-{"time", "path", "headers", "body", "status"}.
+{"time", "path", "headers", "body", "status", "peer_port"} (peer_port tells
+connections apart: a kept-alive connection keeps its client port).
 
 Paths:
   /status/NNN[/anything]     answer with status NNN
@@ -56,6 +57,7 @@ class Handler(BaseHTTPRequestHandler):
             "headers": {k.lower(): v for k, v in self.headers.items()},
             "body": body,
             "status": status,
+            "peer_port": self.client_address[1],
         }
         with LOCK:
             with open(self.server.log_path, "a") as f:

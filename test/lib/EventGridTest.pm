@@ -128,16 +128,18 @@ sub eg_event
 		%extra });
 }
 
-# Polls until $sql returns $expected (compared as text); connection
-# failures while the server restarts count as not yet.
+# Polls until $sql returns $expected (compared as text) in database $db
+# (default postgres); connection failures while the server restarts count
+# as not yet.
 sub wait_for_sql
 {
-	my ($node, $sql, $expected, $secs) = @_;
+	my ($node, $sql, $expected, $secs, $db) = @_;
 	$secs //= 60;
+	$db //= 'postgres';
 	my $got = '';
 	for (1 .. $secs * 10)
 	{
-		my $ret = $node->psql('postgres', $sql, stdout => \$got, on_error_die => 0);
+		my $ret = $node->psql($db, $sql, stdout => \$got, on_error_die => 0);
 		return 1 if $ret == 0 && $got eq $expected;
 		usleep(100_000);
 	}

@@ -1,0 +1,74 @@
+# pg_dump / pg_restore keeps everything (issue "Trust", item 5): topics,
+# event subscriptions, delivery properties with secrets, queued events and
+# their deliveries, dead letters, counters and identity sequences.  The
+# restored database is delivered from, with secrets intact, and new events
+# get ids that do not collide with restored ones.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../lib";
+use EventGridTest;
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_node('dump');
+my $r = start_receiver();
+my $u = $r->{url};
+my $json = JSON::PP->new;
+
+sub sql { my ($db, $q) = @_; return $node->safe_psql($db, $q) }
+
+sql('postgres', "SELECT eventgrid.create_topic('shop')");
+sql('postgres', "SELECT eventgrid.create_event_subscription('shop', 'billing', '$u/status/200/billing')");
+sql('postgres', "SELECT eventgrid.set_delivery_property('shop', 'billing', 'X-Secret', 's3cret', is_secret => true)");
+sql('postgres', "SELECT eventgrid.set_dynamic_delivery_property('shop', 'billing', 'X-Order', 'data.orderId')");
+sql('postgres', "SELECT eventgrid.create_event_subscription('shop', 'refusing', '$u/status/400/refusing', deadletter => true)");
+sql('postgres', "SELECT eventgrid.publish('shop', '[" . join(',', map { eg_event("before-$_") } 1 .. 3) . "]')");
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.dead_letters", '3'), 'three dead letters before the dump');
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.events", '0'), 'nothing pending before the dump');
+
+# queue ten events while delivery is paused
+sql('postgres', "ALTER SYSTEM SET eventgrid.delivery_paused = on; SELECT pg_reload_conf()");
+sleep 1;
+sql('postgres', "SELECT eventgrid.publish('shop', '[" . join(',', map { eg_event("queued-$_") } 1 .. 10) . "]')");
+my $snapshot = "SELECT (SELECT count(*) FROM eventgrid.topics) || '/' || (SELECT count(*) FROM eventgrid.event_subscriptions)"
+  . " || '/' || (SELECT count(*) FROM eventgrid.delivery_properties) || '/' || (SELECT count(*) FROM eventgrid.events)"
+  . " || '/' || (SELECT count(*) FROM eventgrid.deliveries) || '/' || (SELECT count(*) FROM eventgrid.dead_letters)"
+  . " || '/' || (SELECT sum(dead_lettered) FROM eventgrid.subscription_counters)";
+my $before = sql('postgres', $snapshot);
+is($before, '1/2/2/10/20/3/3', 'configuration, queue and dead letters before the dump');
+my $max_event_id = sql('postgres', 'SELECT max(id) FROM eventgrid.events');
+
+my $dump = "$PostgreSQL::Test::Utils::tmp_check/eventgrid.dump";
+$node->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $node->connstr('postgres') ], 'pg_dump -Fc');
+
+# the worker moves to the new database: eventgrid.database_name, then restart
+$node->append_conf('postgresql.conf', "eventgrid.database_name = 'restored'\n");
+$node->restart;
+sql('postgres', 'CREATE DATABASE restored');
+$node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('restored'), $dump ], 'pg_restore into a new database');
+
+is(sql('restored', $snapshot), $before, 'everything restored: topics, subscriptions, properties, events, deliveries, dead letters, counters');
+is(sql('restored', "SELECT value FROM eventgrid.delivery_properties WHERE is_secret"), 's3cret', 'the secret value is intact');
+is(sql('restored', "SELECT count(*) FROM eventgrid.dead_letter_events WHERE dead_letter_reason = 'NonRetriableError'"), '3',
+	'dead letters read as before');
+
+sql('restored', "ALTER SYSTEM SET eventgrid.delivery_paused = off; SELECT pg_reload_conf()");
+my @got = wait_for_requests($r, '/status/200/billing', 13, 60);
+my @queued = grep { $json->decode($_->{body})->[0]{id} =~ /^queued-/ } @got;
+is(scalar @queued, 10, 'the restored queue is delivered');
+ok(!(grep { ($_->{headers}{'x-secret'} // '') ne 's3cret' } @queued), 'with the secret header intact');
+ok(!(grep { !defined $_->{headers}{'x-order'} } @queued), 'and the dynamic header');
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.events", '0', 60, 'restored'), 'nothing left in the restored queue');
+
+# new events continue the restored identity sequences
+sql('restored', "SELECT eventgrid.publish('shop', '" . eg_event('after-1') . "')");
+cmp_ok(sql('restored', "SELECT pg_sequence_last_value('eventgrid.events_id_seq')"), '>', $max_event_id,
+	'new event ids follow the restored ones');
+ok(scalar(grep { $json->decode($_->{body})->[0]{id} eq 'after-1' } wait_for_requests($r, '/status/200/billing', 14, 30)),
+	'a new event is delivered from the restored database');
+
+$node->stop;
+done_testing();
