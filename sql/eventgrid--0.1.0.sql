@@ -878,7 +878,7 @@ COMMENT ON FUNCTION eventgrid._is_subscription_name(text) IS 'Internal: an event
 COMMENT ON FUNCTION eventgrid._endpoint_problem(text) IS 'Internal: NULL when libcurl''s URL parser accepts the endpoint (http or https, a host, port 1-65535, no user name or password), else why not.';
 COMMENT ON FUNCTION eventgrid._check_endpoint(text) IS 'Internal: raises 22023 with libcurl''s reason when the endpoint is not usable.';
 COMMENT ON FUNCTION eventgrid._check_not_null(text, anyelement) IS 'Internal: raises 22004 naming the field when val is NULL.';
-COMMENT ON FUNCTION eventgrid._check_install_database() IS 'Internal: refuses CREATE EXTENSION outside eventgrid.database_name when preloaded (55000); a NOTICE when not preloaded.';
+COMMENT ON FUNCTION eventgrid._check_install_database() IS 'Internal: refuses CREATE EXTENSION outside eventgrid.database_name when preloaded (55000); a WARNING when not preloaded.';
 COMMENT ON FUNCTION eventgrid._quote(text) IS 'Internal: double-quotes at most the first 64 characters of an argument for error messages.';
 COMMENT ON FUNCTION eventgrid._is_schema(text) IS 'Internal: EventGridSchema, CloudEventSchemaV1_0 or CustomEventSchema.';
 COMMENT ON FUNCTION eventgrid._header_problem(text, text) IS 'Internal: NULL when a custom delivery property may be sent (HTTP token name of 1-256 characters, not aeg-*, not a framing or routing header, not Content-Type; value at most 4096 bytes without control characters), else why not.';

@@ -264,7 +264,7 @@ PG_FUNCTION_INFO_V1(eventgrid_check_install_database);
  * SQL: eventgrid._check_install_database(), run first by the install
  * script.  Preloaded, the worker serves only eventgrid.database_name:
  * installing anywhere else would store events that are never delivered, so
- * it is refused with 55000.  Not preloaded, installing works and a NOTICE
+ * it is refused with 55000.  Not preloaded, installing works and a WARNING
  * says which database the worker will serve once the library is preloaded.
  */
 Datum
@@ -277,8 +277,12 @@ eventgrid_check_install_database(PG_FUNCTION_ARGS)
 		target = "postgres";
 	if (IsBinaryUpgrade)
 		PG_RETURN_VOID();
+	/*
+	 * A WARNING, not a NOTICE: CREATE EXTENSION raises client_min_messages
+	 * to WARNING while its script runs, so a NOTICE would never be seen.
+	 */
 	if (eg_shared == NULL)
-		ereport(NOTICE,
+		ereport(WARNING,
 				(errmsg("eventgrid is not in shared_preload_libraries: events are stored but not delivered until it is"),
 				 errdetail("Once preloaded, the delivery worker serves database \"%s\" (eventgrid.database_name).",
 						   target),

@@ -19,7 +19,10 @@ my $r = start_receiver();
 
 sub sql { return $node->safe_psql('postgres', shift) }
 
-sql('CREATE EXTENSION eventgrid');
+my ($ret, $out, $err) = $node->psql('postgres', 'CREATE EXTENSION eventgrid');
+is($ret, 0, 'CREATE EXTENSION works without preload');
+like($err, qr/WARNING:  eventgrid is not in shared_preload_libraries.*\n.*serves database "postgres" \(eventgrid\.database_name\)/,
+	'a warning says that nothing is delivered yet and which database the worker will serve');
 is(sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'"), '0',
 	'no delivery worker without preload');
 sql("SELECT eventgrid.create_topic('shop')");
@@ -28,7 +31,7 @@ sql("SELECT eventgrid.set_delivery_property('shop', 'later', 'X-Key', 'v')");
 is(sql("SELECT eventgrid.publish('shop', '[" . eg_event('n-1') . "," . eg_event('n-2') . "]')"), '2',
 	'publishing works without preload');
 is(sql("SELECT count(*) FROM eventgrid.deliveries"), '2', 'deliveries are created and wait');
-my ($ret, $out, $err) = $node->psql('postgres', "SELECT eventgrid.create_topic('x')");
+($ret, $out, $err) = $node->psql('postgres', "SELECT eventgrid.create_topic('x')");
 like($err, qr/invalid topic name/, 'validation works without preload');
 is(sql("SELECT eventgrid.retry_delay(1) IS NOT NULL; SHOW eventgrid.response_timeout"), "t\n30s",
 	'GUCs are defined when the library loads on demand');

@@ -1,0 +1,115 @@
+# Operating the worker (issue "Trust", items 12, 13 and 15):
+# 15. eventgrid.database_name names a database that does not exist yet: one
+#     LOG line naming the setting, no crash loop, and delivery starts once the
+#     database and the extension are created;
+# 13. a schema of another version than the library: the worker idles with
+#     one clear LOG line and resumes after the update, without restarting;
+# 12. COMMIT PREPARED of a publishing transaction wakes the worker; a reload
+#     of eventgrid.max_concurrent_requests reaches libcurl's connection
+#     cache; a busy worker notices the postmaster's death.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../lib";
+use EventGridTest;
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+my $node = PostgreSQL::Test::Cluster->new('operations');
+$node->init;
+$node->append_conf('postgresql.conf', join('', map { "$_\n" }
+	"shared_preload_libraries = 'eventgrid'",
+	"eventgrid.database_name = 'later'",
+	"eventgrid.retry_jitter_percent = 0",
+	"eventgrid.response_timeout = '30s'",
+	"eventgrid.max_concurrent_requests = 2",
+	"max_prepared_transactions = 5"));
+$node->start;
+my $r = start_receiver();
+my $u = $r->{url};
+my $json = JSON::PP->new;
+
+sub sql { return $node->safe_psql('later', shift) }
+sub count_log { my $re = shift; my @m = slurp_file($node->logfile) =~ /$re/g; return scalar @m }
+sub worker_pid { return sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'") }
+
+# --- 15. the database does not exist yet
+sleep 6;
+is(count_log(qr/database "later" does not exist; the delivery worker waits for it/), 1,
+	'missing database: logged once');
+like(slurp_file($node->logfile), qr/named by the setting eventgrid\.database_name/, 'missing database: the log names the setting');
+is(count_log(qr/FATAL/), 0, 'missing database: no FATAL, no restart loop');
+$node->safe_psql('postgres', 'CREATE DATABASE later');
+sql('CREATE EXTENSION eventgrid');
+ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'", '1', 90, 'later'),
+	'missing database: the worker starts once it exists');
+sql("SELECT eventgrid.create_topic('ops')");
+sql("SELECT eventgrid.create_event_subscription('ops', 'fast', '$u/status/200/fast')");
+sql("SELECT eventgrid.publish('ops', '" . eg_event('first') . "')");
+is(scalar(wait_for_requests($r, '/status/200/fast', 1, 30)), 1, 'missing database: delivery works once created');
+
+# --- 13. library and schema of different versions
+my $pid = worker_pid();
+# what a library older or newer than the schema looks like to the worker
+sql("UPDATE pg_extension SET extversion = '0.0.9' WHERE extname = 'eventgrid'");
+sql("SELECT eventgrid.publish('ops', '" . eg_event('skew-1') . "')");
+sleep 2;
+sql("SELECT eventgrid.publish('ops', '" . eg_event('skew-2') . "')");
+sleep 2;
+is(scalar(requests($r, '/status/200/fast')), 1, 'version skew: nothing is delivered');
+is(count_log(qr/the installed extension is version 0\.0\.9 but the loaded library is version \S+; the delivery worker idles/), 1,
+	'version skew: one clear LOG line');
+is(worker_pid(), $pid, 'version skew: the worker idles instead of crashing');
+sql("UPDATE pg_extension SET extversion = (SELECT default_version FROM pg_available_extensions WHERE name = 'eventgrid') WHERE extname = 'eventgrid'");
+is(scalar(wait_for_requests($r, '/status/200/fast', 3, 30)), 3, 'version skew: delivery resumes after the update');
+like(slurp_file($node->logfile), qr/is ready; the delivery worker resumes/, 'version skew: the resumption is logged');
+is(worker_pid(), $pid, 'version skew: same worker throughout');
+
+# --- 12a. COMMIT PREPARED wakes the worker (its idle sleep is a minute)
+sleep 2;
+$node->safe_psql('later', "BEGIN; SELECT eventgrid.publish('ops', '" . eg_event('prepared') . "'); PREPARE TRANSACTION 'p1'");
+sleep 1;
+is(scalar(requests($r, '/status/200/fast')), 3, 'prepared: nothing delivered before COMMIT PREPARED');
+$node->safe_psql('later', "COMMIT PREPARED 'p1'");
+is(scalar(wait_for_requests($r, '/status/200/fast', 4, 10)), 4, 'prepared: COMMIT PREPARED wakes the worker');
+
+# --- 12b. a reload of max_concurrent_requests reaches libcurl's connection cache
+sql("ALTER SYSTEM SET eventgrid.max_concurrent_requests = 40; SELECT pg_reload_conf()");
+sleep 1;
+sql("SELECT eventgrid.create_event_subscription('ops', 'wide', '$u/status/200/wide?delay_ms=500')");
+sub wave
+{
+	my ($tag, $n) = @_;
+	sql("INSERT INTO eventgrid.events (topic, event) SELECT 'ops', jsonb_build_object('id', '$tag-' || i, 'subject', '/s',"
+		  . " 'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z') FROM generate_series(1, 40) i");
+	wait_for_requests($r, '/status/200/wide', $n, 60);
+	ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.events", '0', 60, 'later'), "connections: wave $tag delivered");
+}
+wave('w1', 40);
+wave('w2', 80);
+my @wide = requests($r, '/status/200/wide');
+my %first = map { $_->{peer_port} => 1 } grep { $json->decode($_->{body})->[0]{id} =~ /^w1-/ } @wide;
+my %second = map { $_->{peer_port} => 1 } grep { $json->decode($_->{body})->[0]{id} =~ /^w2-/ } @wide;
+my $reused = scalar(grep { $first{$_} } keys %second);
+note("connections of the first wave reused by the second: $reused of " . scalar(keys %second));
+cmp_ok($reused, '>', 16, 'connections: the connection cache grew with max_concurrent_requests (more than the 8 it started with)');
+
+# --- 12c. a busy worker notices the postmaster's death
+sql("SELECT eventgrid.create_event_subscription('ops', 'hang', '$u/status/200/hang?delay_ms=25000')");
+sql("INSERT INTO eventgrid.events (topic, event) SELECT 'ops', jsonb_build_object('id', 'h-' || i, 'subject', '/s',"
+	  . " 'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z') FROM generate_series(1, 60) i");
+wait_for_requests($r, '/status/200/hang', 40, 30);
+$pid = worker_pid();
+$node->kill9;
+my $gone = 0;
+for (1 .. 100)
+{
+	if (!kill(0, $pid)) { $gone = 1; last; }
+	usleep(100_000);
+}
+ok($gone, 'postmaster death: the busy worker exits within 10 s, without waiting for its requests (25 s)');
+
+done_testing();
