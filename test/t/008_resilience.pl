@@ -110,6 +110,7 @@ sql("ALTER DATABASE postgres RESET lock_timeout");
 
 # --- 9. default_transaction_read_only = on for the database
 sql("ALTER DATABASE postgres SET default_transaction_read_only = on");
+$pid = worker_pid();
 sql("SELECT pg_terminate_backend($pid)");
 ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker' AND pid <> $pid", '1', 60),
 	'the worker restarted with a read-only default');
@@ -121,13 +122,17 @@ ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHER
 	'read-only default: the outcome is recorded');
 $node->safe_psql('postgres', "SET default_transaction_read_only = off; ALTER DATABASE postgres RESET default_transaction_read_only");
 
-# --- 10. one lock order: drop_topic while the worker records
+# --- 10. one lock order: drop_topic while the worker records.  X holds the
+# subscription's counter row, so the worker's recording stops halfway, after
+# it has deleted delivery rows; drop_topic then runs.  Taking events before
+# deliveries, as drop_topic does, the worker makes drop_topic wait instead of
+# deadlocking with it.
 sql("SELECT eventgrid.create_topic('order')");
-sql("SELECT eventgrid.create_event_subscription('order', 'slowish', '$u/status/200/order?delay_ms=1000')");
+my $sid = sql("SELECT eventgrid.create_event_subscription('order', 'slowish', '$u/status/200/order?delay_ms=1000')");
 publish_n('order', 'o', 5);
 wait_for_requests($r, '/status/200/order', 5, 30);
 my $x = $node->background_psql('postgres');
-$x->query_safe('BEGIN; LOCK TABLE eventgrid.events IN SHARE MODE;');
+$x->query_safe("BEGIN; SELECT * FROM eventgrid.subscription_counters WHERE subscription_id = $sid FOR UPDATE;");
 sleep 2;    # the answers are back: the worker is recording, and waits for X
 my $y = $node->background_psql('postgres', on_error_stop => 0);
 $y->query_until(qr/dropping/, "\\echo dropping\nSELECT eventgrid.drop_topic('order');\n\\echo dropped\n");
