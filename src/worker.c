@@ -313,7 +313,6 @@ static char *last_error = NULL;
 static int	error_streak = 0;
 static long error_backoff_ms = 0;
 static TimestampTz db_retry_at = 0; /* no database work before this */
-static bool in_work = false;
 
 /* readiness of the extension in this database */
 typedef enum EgReadiness
@@ -438,7 +437,6 @@ begin_work(const char *activity)
 {
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
-	in_work = true;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "eventgrid: SPI_connect failed");
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -447,7 +445,6 @@ begin_work(const char *activity)
 		SPI_finish();
 		PopActiveSnapshot();
 		CommitTransactionCommand();
-		in_work = false;
 		MemoryContextSwitchTo(round_cxt);
 		db_retry_at = GetCurrentTimestamp() + (TimestampTz) EG_NOT_READY_RETRY_MS * 1000;
 		return false;
@@ -462,7 +459,6 @@ end_work(void)
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
-	in_work = false;
 	MemoryContextSwitchTo(round_cxt);
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
@@ -1209,7 +1205,6 @@ recover_from_error(void)
 	FlushErrorState();
 
 	AbortCurrentTransaction();
-	in_work = false;
 	if (claim_in_progress)
 	{
 		free_built_requests();
