@@ -3,7 +3,7 @@
 #   make installcheck              pg_regress suite (own temporary instance)
 #                                  plus the TAP integration tests in test/t
 MODULE_big = eventgrid
-OBJS = src/eventgrid.o src/launcher.o src/publish.o src/retry.o src/payload.o src/request.o \
+OBJS = src/eventgrid.o src/launcher.o src/publish.o src/retry.o src/payload.o src/request.o src/queue.o \
        src/http.o src/worker.o
 
 EXTENSION = eventgrid

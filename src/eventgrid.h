@@ -2,9 +2,9 @@
  * eventgrid.h - declarations shared by the eventgrid extension's C files:
  * GUC variables, the small shared-memory block through which publishing
  * backends wake the delivery worker, the launcher and worker entry points,
- * the pure retry/outcome functions of retry.c, the body builder of
- * payload.c, the header checks of request.c and the libcurl wrapper of
- * http.c.
+ * the pure retry/outcome functions of retry.c, the queue's SQL in
+ * queue.c, the body builder of payload.c, the header checks of request.c
+ * and the libcurl wrapper of http.c.
  */
 #ifndef EVENTGRID_H
 #define EVENTGRID_H
@@ -84,16 +84,94 @@ extern const char *eg_outcome_name(EgTransport transport, int http_status);
 extern EgVerdict eg_verdict(EgTransport transport, int http_status);
 extern int64 eg_retry_delay_ms(int failed_attempt, int http_status);
 
+/* What happens to a delivery after one attempt (eg_decide). */
+typedef struct EgDecision
+{
+	char		action;			/* d delivered, r retry, f final failure */
+	const char *outcome;		/* lastDeliveryOutcome of the attempt */
+	int32		http_status;	/* 0: no HTTP answer */
+	int32		attempts_after; /* attempts made, this one included */
+	const char *reason;			/* dead-letter reason when action is f */
+	int64		delay_ms;		/* until the next attempt when action is r */
+} EgDecision;
+
+extern EgDecision eg_decide(int attempts_before, int max_attempts, EgTransport transport,
+							int http_status, int jitter_percent, double random_fraction);
+
 /*
- * payload.c: builds the HTTP request for a batch of events of one
- * subscription (SPEC 5 and 8).
+ * queue.c: the delivery queue's SQL behind a few functions.  Each runs in a
+ * unit of work opened by eg_queue_begin() and closed by eg_queue_commit();
+ * an ERROR aborts the unit, and the caller's loop recovers.
  */
+typedef enum EgReadiness
+{
+	EG_READY_UNKNOWN,
+	EG_READY_OK,				/* installed, in this library's version */
+	EG_READY_MISSING,			/* not installed in this database */
+	EG_READY_VERSION			/* installed in another version */
+} EgReadiness;
+
 typedef struct EgEventPart
 {
 	const char *json;			/* event as JSON text, in the delivery schema */
 	int			len;
 } EgEventPart;
 
+/* One claimed delivery; its texts live until eg_queue_commit(). */
+typedef struct EgClaimedRow
+{
+	int64		id;
+	int64		subscription_id;	/* 0: the event matched no subscription */
+	int32		attempts;		/* attempts made before this claim */
+	int32		max_attempts;
+	bool		expired;		/* time-to-live ran out before this attempt */
+	const char *endpoint;
+	const char *subscription_name;
+	const char *schema;			/* delivery schema */
+	int32		max_events_per_batch;	/* 0: not set */
+	int32		preferred_batch_kb; /* 0: not set */
+	EgEventPart payload;		/* json NULL: the event is gone */
+	const char *output_event_id;
+	const char *data_version;
+	const char *metadata_version;
+	const char *custom_headers; /* "Name: value" lines, or NULL */
+	const char *prev_outcome;	/* of the previous attempt, or NULL */
+	int32		prev_http_status;
+	TimestampTz prev_attempted_at;	/* 0: none */
+	int64		bytes;			/* event size, counted against max_bytes_in_flight */
+} EgClaimedRow;
+
+/* The outcome of one delivery, as recorded. */
+typedef struct EgOutcome
+{
+	int64		id;
+	char		action;			/* d delivered, r retry, f final failure, u unmatched or gone */
+	const char *outcome;		/* last outcome; NULL if never attempted */
+	int32		http_status;	/* 0: none */
+	bool		attempted;		/* an attempt was made in this round */
+	int32		attempts_after;
+	TimestampTz attempted_at;	/* 0: none */
+	TimestampTz next_at;		/* when action is r */
+	const char *reason;			/* dead-letter reason when action is f */
+} EgOutcome;
+
+extern EgReadiness eg_queue_readiness;
+extern bool eg_queue_begin(const char *activity);
+extern void eg_queue_commit(void);
+extern void eg_queue_no_flush_wait(void);
+extern int	eg_queue_claim(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
+						   int64 lease_ms, EgClaimedRow **rows);
+extern void eg_queue_analyze(void);
+extern void eg_queue_mark_in_flight(int lease_owner, int64 wave, const int64 *ids, int n);
+extern void eg_queue_forget_waves(int lease_owner, const int64 *waves, int n);
+extern TimestampTz eg_queue_record(EgOutcome *const *outcomes, int n);
+extern TimestampTz eg_queue_next_due(int lease_owner);
+extern void eg_queue_recover(int lease_owner, TimestampTz now, uint64 *charged, uint64 *released);
+
+/*
+ * payload.c: builds the HTTP request for a batch of events of one
+ * subscription (SPEC 5 and 8).
+ */
 extern const char *eg_content_type(const char *delivery_schema, int nevents);
 extern void eg_build_body(StringInfo buf, const char *delivery_schema,
 						  const EgEventPart *events, int nevents);

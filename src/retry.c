@@ -1,9 +1,9 @@
 /*
- * retry.c - outcome classification and the retry schedule of Event Grid's
- * topic profile (SPEC sections 3 and 4).  Pure functions with no I/O: the
- * worker calls them to decide what happens after each delivery attempt, and
- * eventgrid.retry_delay() / eventgrid.delivery_outcome() expose them to SQL
- * for users and tests.
+ * retry.c - outcome classification, the retry schedule of Event Grid's
+ * topic profile and the decision after each attempt (SPEC sections 3, 4 and
+ * 7).  Pure functions with no I/O: the worker calls eg_decide() after each
+ * delivery attempt, and eventgrid.retry_delay() / eventgrid.delivery_outcome()
+ * expose them to SQL for users and tests.
  */
 #include "eventgrid.h"
 
@@ -105,6 +105,46 @@ eg_retry_delay_ms(int failed_attempt, int http_status)
 	else
 		delay_s = Max(delay_s, 10);
 	return delay_s * 1000;
+}
+
+/*
+ * What happens to a delivery after one attempt (SPEC 3, 4 and 7): the
+ * attempt count advances; a success is final; a no-retry status ends it
+ * with reason NonRetriableError, and so does the last allowed attempt with
+ * MaxDeliveryAttemptsExceeded; otherwise the next attempt waits the
+ * scheduled delay plus random_fraction (0 to 1) of jitter_percent of it.
+ */
+EgDecision
+eg_decide(int attempts_before, int max_attempts, EgTransport transport, int http_status,
+		  int jitter_percent, double random_fraction)
+{
+	EgVerdict	verdict = eg_verdict(transport, http_status);
+	EgDecision	dec;
+
+	dec.attempts_after = attempts_before + 1;
+	dec.outcome = eg_outcome_name(transport, http_status);
+	dec.http_status = transport == EG_TRANSPORT_OK ? http_status : 0;
+	dec.reason = NULL;
+	dec.delay_ms = 0;
+	if (verdict == EG_VERDICT_DELIVERED)
+		dec.action = 'd';
+	else if (verdict == EG_VERDICT_NO_RETRY)
+	{
+		dec.action = 'f';
+		dec.reason = "NonRetriableError";
+	}
+	else if (dec.attempts_after >= max_attempts)
+	{
+		dec.action = 'f';
+		dec.reason = "MaxDeliveryAttemptsExceeded";
+	}
+	else
+	{
+		dec.action = 'r';
+		dec.delay_ms = eg_retry_delay_ms(dec.attempts_after, dec.http_status);
+		dec.delay_ms += (int64) (dec.delay_ms * (jitter_percent / 100.0) * random_fraction);
+	}
+	return dec;
 }
 
 PG_FUNCTION_INFO_V1(eventgrid_retry_delay);
