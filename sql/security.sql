@@ -48,7 +48,20 @@ SELECT err($$SELECT eventgrid._wake_worker_at_commit()$$);
 SELECT err($$SELECT eventgrid._endpoint_problem('http://x/')$$);
 SELECT err($$SELECT * FROM eventgrid.topics$$);
 SELECT err($$SELECT * FROM eventgrid.dead_letter_events$$);
+-- PostgreSQL's own permission errors get a hint naming the role to grant
+\set VERBOSITY default
+SELECT eventgrid.create_topic('carol-topic');
+INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{}');
+SELECT count(*) FROM eventgrid.dead_letter_events;
+SELECT eventgrid._wake_worker_at_commit();
 RESET ROLE;
+-- and errors that are not about eventgrid's objects get none
+CREATE TABLE not_eventgrid_events (x int);
+SET ROLE eg_carol;
+SELECT * FROM not_eventgrid_events;
+INSERT INTO not_eventgrid_events SELECT count(*) FROM eventgrid.topics;
+RESET ROLE;
+DROP TABLE not_eventgrid_events;
 
 -- The publisher: INSERT (topic, event) and publish(), nothing else
 SET ROLE eg_bob;

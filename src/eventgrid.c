@@ -21,7 +21,10 @@
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "tcop/tcopprot.h"
 #include "tcop/utility.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
@@ -41,6 +44,7 @@ EgShared   *eg_shared = NULL;
 
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static ProcessUtility_hook_type prev_process_utility_hook = NULL;
+static emit_log_hook_type prev_emit_log_hook = NULL;
 #if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 #endif
@@ -52,6 +56,7 @@ void		_PG_init(void);
 static void eg_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 							   ProcessUtilityContext context, ParamListInfo params,
 							   QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc);
+static void eg_emit_log(ErrorData *edata);
 
 static void
 eg_shmem_request(void)
@@ -160,6 +165,8 @@ _PG_init(void)
 
 	prev_process_utility_hook = ProcessUtility_hook;
 	ProcessUtility_hook = eg_process_utility;
+	prev_emit_log_hook = emit_log_hook;
+	emit_log_hook = eg_emit_log;
 
 	/* the launcher starts the delivery worker once its database exists */
 	memset(&worker, 0, sizeof(worker));
@@ -256,6 +263,75 @@ eventgrid_wake_worker_at_commit(PG_FUNCTION_ARGS)
 	}
 	wake_at_commit = true;
 	PG_RETURN_VOID();
+}
+
+/* eventgrid's tables, views and functions callable by its roles, by name. */
+static const char *const granted_objects[] = {
+	"topics", "event_subscriptions", "delivery_properties", "events", "deliveries", "dead_letters",
+	"subscription_counters", "topic_counters", "dead_letter_events", "delivery_statistics",
+	"topic_statistics", "event_subscription_delivery_properties", "create_topic", "drop_topic",
+	"create_event_subscription", "drop_event_subscription", "set_retry_policy", "set_batching",
+	"set_deadletter", "set_delivery_property", "set_dynamic_delivery_property",
+	"remove_delivery_property", "retry_delay", "delivery_outcome", "convert_event", "rfc3339"
+};
+
+/* Does s contain needle, ignoring ASCII case?  (Queries may be large: no copy.) */
+static bool
+contains_ci(const char *s, const char *needle)
+{
+	size_t		n = strlen(needle);
+
+	for (; *s; s++)
+		if (pg_strncasecmp(s, needle, n) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * PostgreSQL's own "permission denied for table events" or "... for function
+ * create_topic" names no role.  For such an error (42501 from the privilege
+ * check) about one of eventgrid's objects, in a statement that names
+ * eventgrid.*, add a hint saying which of eventgrid's roles to grant.  Only the hint is added; the error
+ * is unchanged.  Runs in backends that loaded the library at start
+ * (shared_preload_libraries), for errors that reach the server log.
+ */
+static void
+eg_emit_log(ErrorData *edata)
+{
+	const char *object;
+	const char *user = NULL;
+
+	if (prev_emit_log_hook)
+		prev_emit_log_hook(edata);
+	if (edata->elevel < ERROR || edata->sqlerrcode != ERRCODE_INSUFFICIENT_PRIVILEGE ||
+		edata->hint != NULL || edata->message_id == NULL || edata->message == NULL ||
+		strncmp(edata->message_id, "permission denied for ", 22) != 0 ||
+		debug_query_string == NULL || !contains_ci(debug_query_string, "eventgrid."))
+		return;
+
+	object = strrchr(edata->message, ' ');
+	object = object ? object + 1 : edata->message;
+	if (object[0] != '_')
+	{
+		bool		ours = false;
+
+		for (int i = 0; i < (int) lengthof(granted_objects) && !ours; i++)
+			ours = strcmp(object, granted_objects[i]) == 0;
+		if (!ours)
+			return;
+	}
+	if (IsTransactionState())
+		user = GetUserNameFromId(GetUserId(), true);
+	if (user == NULL)
+		user = "<role>";
+	if (object[0] == '_')
+		edata->hint = pstrdup("Functions whose names start with an underscore are eventgrid's internals; no role may call them.");
+	else if (strcmp(object, "events") == 0 && contains_ci(debug_query_string, "insert"))
+		edata->hint = psprintf("Publishing requires the role eventgrid_publisher: GRANT eventgrid_publisher TO %s;",
+							   quote_identifier(user));
+	else
+		edata->hint = psprintf("Configuring eventgrid and reading its tables, statistics and dead letters requires the role eventgrid_admin: GRANT eventgrid_admin TO %s;",
+							   quote_identifier(user));
 }
 
 PG_FUNCTION_INFO_V1(eventgrid_check_install_database);
