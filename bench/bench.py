@@ -11,6 +11,10 @@ Measures, in one run against one cluster and one nginx sink on 127.0.0.1:
  7. worker memory while draining a large backlog
  8. table sizes and throughput around a steady run, plainly and while a
     REPEATABLE READ transaction stays open
+Figures 2-4 also report, per delivery, the CPU time of all PostgreSQL
+processes (the worker with its HTTP thread, WAL writer, checkpointer, and
+the benchmark's own polling session) and of the worker alone, and the WAL
+written.
 Prints each figure as it is measured, a summary table, and last one line
 "BENCH_RESULT {json}".  No figure is asserted; this only measures.
 """
@@ -74,6 +78,25 @@ class Bench:
             time.sleep(0.02)
         raise RuntimeError("deliveries did not drain")
 
+    def cluster_cpu(self):
+        """CPU seconds used so far by the postmaster and each of its children, by pid."""
+        with open(os.path.join(self.args.data_dir, "postmaster.pid")) as f:
+            postmaster = int(f.readline())
+        tick = os.sysconf("SC_CLK_TCK")
+        usage = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            pid, ppid = int(entry), int(fields[1])
+            if pid == postmaster or ppid == postmaster:
+                usage[pid] = (int(fields[11]) + int(fields[12])) / tick
+        return usage
+
     def worker_pid(self):
         return self.one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'")
 
@@ -128,19 +151,35 @@ class Bench:
                    (topic, f"sub-{i}", f"{self.args.sink}/{topic}/{i}", batch))
         self.set_guc("eventgrid.delivery_paused", "on")
         self.publish_backlog(topic, n_events)
+        self.q("CHECKPOINT")
+        worker = self.worker_pid()
+        cpu0, lsn0 = self.cluster_cpu(), self.one("SELECT pg_current_wal_lsn()")
         self.set_guc("eventgrid.delivery_paused", "off")
         t0 = time.time() - 0.3  # set_guc waited 0.3 s after the reload
         t1 = self.wait_drained()
-        return n_events * nsubs / (t1 - t0)
+        cpu1 = self.cluster_cpu()
+        wal = self.one("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn0,))
+        deliveries = n_events * nsubs
+        all_cpu = sum(v - cpu0.get(pid, 0) for pid, v in cpu1.items())
+        worker_cpu = cpu1.get(worker, 0) - cpu0.get(worker, 0)
+        self.report(f"{topic}_cpu_us_per_delivery", "  CPU of all PostgreSQL processes per delivery",
+                    all_cpu * 1e6 / deliveries, "µs")
+        self.report(f"{topic}_worker_cpu_us_per_delivery", "  of which the delivery worker (with its HTTP thread)",
+                    worker_cpu * 1e6 / deliveries, "µs")
+        self.report(f"{topic}_wal_bytes_per_delivery", "  WAL written per delivery", float(wal) / deliveries, "bytes")
+        return deliveries / (t1 - t0)
 
     def fig_drains(self):
         n = env_int("BENCH_EVENTS", 200000)
+        print(f"2 single-event delivery ({n:,} events):", flush=True)
         rate = self.drain("single", 1, n)
         self.report("single_events_per_s", f"2 single-event delivery ({n:,} events)", rate, "events/s", ">= 30,000")
         self.report("single_vs_http_limit", "  ratio to the HTTP limit", rate / self.results["http_limit_rps"], "")
+        print("3 batched delivery:", flush=True)
         rate = self.drain("batched", 1, n, batch=100)
         self.report("batched_events_per_s", f"3 batched delivery (max_events_per_batch 100)", rate, "events/s",
                     ">= 150,000")
+        print("4 fan-out:", flush=True)
         rate = self.drain("fanout", 10, n // 10)
         self.report("fanout_deliveries_per_s", f"4 fan-out (10 subscriptions, {n // 10:,} events)", rate,
                     "deliveries/s")
