@@ -5,16 +5,7 @@ DROP EXTENSION eventgrid;
 CREATE EXTENSION eventgrid;
 SET client_min_messages = warning;
 
-CREATE OR REPLACE FUNCTION err(q text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    st text; msg text; hint text;
-BEGIN
-    EXECUTE q;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
-    RETURN st || ': ' || left(msg, 200) || CASE WHEN hint <> '' THEN ' (hint: ' || hint || ')' ELSE '' END;
-END $$;
+-- err(sql), from the config suite, shows "SQLSTATE: message (hint: ...)" or "ok"
 GRANT EXECUTE ON FUNCTION err(text) TO PUBLIC;
 
 SELECT eventgrid.create_topic('shop');
