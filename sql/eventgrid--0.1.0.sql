@@ -3,8 +3,8 @@
 -- Safety rules every object here follows, whoever calls it: SQL functions
 -- have SQL-standard bodies (RETURN / BEGIN ATOMIC), bound to pg_catalog's
 -- functions and operators when the extension is created; PL/pgSQL functions
--- run with search_path = pg_catalog, pg_temp; nothing is executable by
--- PUBLIC.  Two roles carry the privileges: eventgrid_admin (configuration,
+-- run with search_path = pg_catalog, pg_temp; PUBLIC may execute only
+-- publish(), which checks the caller's privileges.  Two roles carry the privileges: eventgrid_admin (configuration,
 -- statistics, dead letters) and eventgrid_publisher (publishing).
 --
 -- Publishing is an INSERT into eventgrid.events.  A C row trigger validates
