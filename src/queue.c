@@ -62,6 +62,12 @@ typedef struct EgPlanDef
 } EgPlanDef;
 
 static const EgPlanDef plan_defs[PLAN_COUNT] = {
+	/*
+	 * The claim: due rows, within the byte budget, leased; each with its
+	 * event converted to the delivery schema.  Custom headers are looked up
+	 * once per subscription (props), and per row only for the subscriptions
+	 * whose headers take values from the event (dynamic properties).
+	 */
 	[PLAN_CLAIM] = {
 		"WITH due AS ("
 		"  SELECT d.ctid AS tid, d.event_id, d.next_attempt_at, d.id FROM eventgrid.deliveries d"
@@ -79,6 +85,13 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"   WHERE d.ctid = ANY (ARRAY(SELECT tid FROM sized WHERE before < $5))"
 		"  RETURNING d.id, d.event_id, d.subscription_id, d.attempts,"
 		"            d.last_outcome, d.last_http_status, d.last_attempt_at"
+		"), props AS ("
+		"  SELECT p.subscription_id,"
+		"         string_agg(p.header || ': ' || p.value, E'\\n') FILTER (WHERE p.source_field IS NULL) AS static_headers,"
+		"         bool_or(p.source_field IS NOT NULL) AS has_dynamic"
+		"    FROM eventgrid.delivery_properties p"
+		"   WHERE p.subscription_id = ANY (ARRAY(SELECT DISTINCT c.subscription_id FROM claimed c))"
+		"   GROUP BY p.subscription_id"
 		")"
 		"SELECT c.id, c.subscription_id, c.attempts, s.max_delivery_attempts,"
 		"       (s.id IS NOT NULL AND e.publish_time + make_interval(mins => s.event_ttl) <= $1) AS expired,"
@@ -89,20 +102,21 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"       coalesce(e.event->>'id', e.id::text),"
 		"       coalesce(e.event->>'dataVersion', ''),"
 		"       CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END,"
-		"       (SELECT string_agg(p.header || ': ' || v.value, E'\\n')"
-		"          FROM eventgrid.delivery_properties p"
-		"          CROSS JOIN LATERAL (SELECT CASE"
-		"               WHEN p.source_field IS NULL THEN p.value"
-		"               WHEN jsonb_typeof(e.event #> string_to_array(p.source_field, '.')) IN ('string', 'number', 'boolean')"
-		"               THEN e.event #>> string_to_array(p.source_field, '.') END AS value) v"
-		"         WHERE p.subscription_id = s.id AND v.value IS NOT NULL"
-		"           AND v.value !~ '[\\x01-\\x1f\\x7f]' AND octet_length(v.value) <= 4096),"
+		"       nullif(concat_ws(E'\\n', pr.static_headers, CASE WHEN pr.has_dynamic THEN"
+		"         (SELECT string_agg(p.header || ': ' || v.value, E'\\n')"
+		"            FROM eventgrid.delivery_properties p"
+		"            CROSS JOIN LATERAL (SELECT CASE"
+		"                 WHEN jsonb_typeof(e.event #> string_to_array(p.source_field, '.')) IN ('string', 'number', 'boolean')"
+		"                 THEN e.event #>> string_to_array(p.source_field, '.') END AS value) v"
+		"           WHERE p.subscription_id = s.id AND p.source_field IS NOT NULL AND v.value IS NOT NULL"
+		"             AND v.value !~ '[\\x01-\\x1f\\x7f]' AND octet_length(v.value) <= 4096) END), ''),"
 		"       c.last_outcome, c.last_http_status, c.last_attempt_at,"
 		"       coalesce(e.event_bytes, 0)"
 		"  FROM claimed c"
 		"  LEFT JOIN eventgrid.events e ON e.id = c.event_id"
 		"  LEFT JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id AND e.id IS NOT NULL"
 		"  LEFT JOIN eventgrid.topics t ON t.name = s.topic"
+		"  LEFT JOIN props pr ON pr.subscription_id = s.id"
 		" ORDER BY c.subscription_id NULLS FIRST, c.id",
 		5, {TIMESTAMPTZOID, INT4OID, INT4OID, INT8OID, INT8OID}
 	},
