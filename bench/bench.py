@@ -177,8 +177,8 @@ class Bench:
         n = env_int("BENCH_EVENTS", 200000)
         rate, costs = self.drain("single", 1, n)
         self.report("single_events_per_s", f"2 single-event delivery ({n:,} events)", rate, "events/s", ">= 30,000")
-        self.report_costs("single", costs)
         self.report("single_vs_http_limit", "  ratio to the HTTP limit", rate / self.results["http_limit_rps"], "")
+        self.report_costs("single", costs)
         rate, costs = self.drain("batched", 1, n, batch=100)
         self.report("batched_events_per_s", f"3 batched delivery (max_events_per_batch 100)", rate, "events/s",
                     ">= 150,000")
