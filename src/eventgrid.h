@@ -184,9 +184,7 @@ extern int	eg_batch_take(const EgEventPart *events, int nevents,
  * a control character, a name that changes HTTP framing or routing).
  */
 extern const char *eg_header_problem(const char *name, const char *value, bool custom);
-
-/* A bounded, quotable prefix of s for error messages (64 bytes and "..."). */
-extern char *eg_quote_prefix(const char *s);
+extern int	eg_control_char_at(const char *s, int len);
 
 /* What the headers of one request say (the first event's values for a batch). */
 typedef struct EgRequestSpec

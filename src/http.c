@@ -85,8 +85,7 @@ finish(EgRequest *req, EgTransport transport, int http_status)
 		curl_easy_cleanup(req->easy);
 		req->easy = NULL;
 	}
-	curl_slist_free_all(req->headers);
-	req->headers = NULL;
+	eg_http_free_headers(req);
 	free(req->body);
 	req->body = NULL;
 	req->transport = transport;

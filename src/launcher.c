@@ -42,11 +42,8 @@
 static void
 launcher_sleep(long ms)
 {
-	int			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							   ms, PG_WAIT_EXTENSION);
-
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
-	(void) rc;
 	CHECK_FOR_INTERRUPTS();
 	if (ConfigReloadPending)
 	{

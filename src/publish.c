@@ -21,6 +21,7 @@
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "mb/pg_wchar.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
@@ -40,6 +41,20 @@ static EgSchema cached_schema;
 static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
 static CommandId cached_cid = InvalidCommandId;
 static SPIPlanPtr topic_plan = NULL;
+
+/*
+ * At most the first 64 bytes of s (cut at a character boundary), with "..."
+ * when s is longer: error messages quote the topic, which may be a megabyte.
+ */
+static char *
+quote_prefix(const char *s)
+{
+	int			len = strlen(s);
+
+	if (len <= 64)
+		return pstrdup(s);
+	return psprintf("%.*s...", pg_mbcliplen(s, len, 64), s);
+}
 
 static LocalTransactionId
 current_lxid(void)
@@ -82,7 +97,7 @@ lookup_topic_schema(const char *topic)
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("topic \"%s\" does not exist", eg_quote_prefix(topic)),
+				 errmsg("topic \"%s\" does not exist", quote_prefix(topic)),
 				 errhint("Create it with eventgrid.create_topic() before publishing to it.")));
 	schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	if (strcmp(schema, "CloudEventSchemaV1_0") == 0)
@@ -239,21 +254,19 @@ check_header_fields(Jsonb *jb)
 	for (int k = 0; k < (int) lengthof(keys); k++)
 	{
 		JsonbValue	v;
+		int			at;
 
 		if (getKeyJsonValueFromContainer(&jb->root, keys[k], strlen(keys[k]), &v) == NULL ||
 			v.type != jbvString)
 			continue;
-		for (int i = 0; i < v.val.string.len; i++)
-		{
-			unsigned char c = (unsigned char) v.val.string.val[i];
-
-			if (c < 0x20 || c == 0x7f)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("event field \"%s\" must not contain control characters", keys[k]),
-						 errdetail("It holds character U+%04X at byte %d.", c, i + 1),
-						 errhint("The field is sent as an HTTP header; remove line breaks, tabs and other control characters.")));
-		}
+		at = eg_control_char_at(v.val.string.val, v.val.string.len);
+		if (at >= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("event field \"%s\" must not contain control characters", keys[k]),
+					 errdetail("It holds character U+%04X at byte %d.",
+							   (unsigned char) v.val.string.val[at], at + 1),
+					 errhint("The field is sent as an HTTP header; remove line breaks, tabs and other control characters.")));
 	}
 }
 
@@ -375,7 +388,7 @@ eventgrid_validate_event(PG_FUNCTION_ARGS)
 	if (isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_NOT_NULL_VIOLATION),
-				 errmsg("event published to topic \"%s\" must not be NULL", eg_quote_prefix(topic))));
+				 errmsg("event published to topic \"%s\" must not be NULL", quote_prefix(topic))));
 	jb = DatumGetJsonbP(d);
 	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
 		ereport(ERROR,

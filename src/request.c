@@ -14,7 +14,6 @@
 #include "eventgrid.h"
 
 #include "fmgr.h"
-#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/formatting.h"
 
@@ -26,6 +25,20 @@ static const char *const reserved_names[] = {
 	"content-length", "transfer-encoding", "host", "connection", "upgrade", "te",
 	"trailer", "expect", "keep-alive", "content-type"
 };
+
+/*
+ * The offset of the first control character (C0, tab included, or DEL) in
+ * s[0..len), or -1.  Such a byte in a header value could end the header
+ * line: the publish trigger and the request builder both refuse it.
+ */
+int
+eg_control_char_at(const char *s, int len)
+{
+	for (int i = 0; i < len; i++)
+		if ((unsigned char) s[i] < 0x20 || (unsigned char) s[i] == 0x7f)
+			return i;
+	return -1;
+}
 
 static bool
 is_token_char(unsigned char c)
@@ -54,9 +67,8 @@ eg_header_problem(const char *name, const char *value, bool custom)
 	for (size_t i = 0; i < len; i++)
 		if (!is_token_char((unsigned char) name[i]))
 			return "the header name is not an HTTP token (letters, digits and !#$%&'*+-.^_`|~)";
-	for (const unsigned char *p = (const unsigned char *) value; *p; p++)
-		if (*p < 0x20 || *p == 0x7f)
-			return "the header value holds a control character";
+	if (eg_control_char_at(value, strlen(value)) >= 0)
+		return "the header value holds a control character";
 	if (!custom)
 		return NULL;
 	if (len > EG_HEADER_NAME_MAX)
@@ -71,23 +83,6 @@ eg_header_problem(const char *name, const char *value, bool custom)
 	if (strlen(value) > EG_HEADER_VALUE_MAX)
 		return "the header value is longer than 4096 bytes";
 	return NULL;
-}
-
-/*
- * At most the first 64 bytes of s (cut at a character boundary), with "..."
- * when s is longer: error messages quote arguments, and an argument may be
- * a megabyte long.
- */
-char *
-eg_quote_prefix(const char *s)
-{
-	int			len = strlen(s);
-	int			cut;
-
-	if (len <= 64)
-		return pstrdup(s);
-	cut = pg_mbcliplen(s, len, 64);
-	return psprintf("%.*s...", cut, s);
 }
 
 PG_FUNCTION_INFO_V1(eventgrid_header_problem);

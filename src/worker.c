@@ -746,8 +746,7 @@ eventgrid_worker_main(Datum arg)
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-			pin_settings();
+			ProcessConfigFile(PGC_SIGHUP);	/* pinned settings outrank the file */
 			eg_http_set_max_connections(eg_max_concurrent_requests);
 			next_claim_at = 0;
 		}
