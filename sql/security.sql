@@ -107,6 +107,10 @@ SELECT h, err(format($$SELECT eventgrid.set_delivery_property('shop', 'billing',
 SELECT c, err(format($$SELECT eventgrid.set_delivery_property('shop', 'billing', 'X-Ctl', %L)$$, 'a' || chr(c) || 'b'))
   FROM unnest(ARRAY[1, 9, 10, 11, 13, 27, 31, 127]) AS c;
 SELECT err($$SELECT eventgrid.set_delivery_property('shop', 'billing', 'X-Utf8', 'café ok')$$);
+-- header names: at most 256 characters
+SELECT err($$SELECT eventgrid.set_delivery_property('shop', 'billing', 'X-' || repeat('n', 254), 'v')$$);
+SELECT err($$SELECT eventgrid.set_delivery_property('shop', 'billing', 'X-' || repeat('n', 255), 'v')$$);
+SELECT err($$SELECT eventgrid.remove_delivery_property('shop', 'billing', 'X-' || repeat('n', 254))$$);
 SELECT err($$SELECT eventgrid.set_dynamic_delivery_property('shop', 'billing', 'Host', 'data.host')$$);
 SELECT err($$INSERT INTO eventgrid.delivery_properties (subscription_id, header, value) SELECT id, 'X-Raw', E'a\x0bb' FROM eventgrid.event_subscriptions WHERE name = 'billing'$$);
 SELECT err($$INSERT INTO eventgrid.delivery_properties (subscription_id, header, value) SELECT id, 'Transfer-Encoding', 'chunked' FROM eventgrid.event_subscriptions WHERE name = 'billing'$$);
