@@ -7,7 +7,7 @@ OBJS = src/eventgrid.o src/launcher.o src/publish.o src/retry.o src/payload.o sr
        src/http.o src/worker.o
 
 EXTENSION = eventgrid
-DATA = sql/eventgrid--0.1.0.sql
+DATA = sql/eventgrid--0.1.0.sql sql/eventgrid--0.2.0.sql sql/eventgrid--0.1.0--0.2.0.sql
 PGFILEDESC = "eventgrid - Event Grid push delivery for PostgreSQL"
 
 REGRESS = config publish retry security

@@ -70,10 +70,18 @@ class Bench:
         self.rows.append(line)
         print(line, flush=True)
 
+    def drained(self):
+        """Nothing pending: no retry, no chunk in flight, no event past a position."""
+        return self.one("SELECT NOT EXISTS (SELECT 1 FROM eventgrid.retries) AND NOT EXISTS (SELECT 1 FROM eventgrid.chunks_in_flight) "
+                    "AND NOT EXISTS (SELECT 1 FROM eventgrid.subscription_positions p "
+                    "JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id "
+                    "JOIN eventgrid.events e ON e.topic = s.topic AND e.txid >= pg_snapshot_xmin(p.done) "
+                    "WHERE NOT pg_visible_in_snapshot(e.txid, p.done))")
+
     def wait_drained(self, timeout=7200):
         deadline = time.time() + timeout
         while time.time() < deadline:
-            if self.one("SELECT NOT EXISTS (SELECT 1 FROM eventgrid.deliveries)"):
+            if self.drained():
                 return time.time()
             time.sleep(0.02)
         raise RuntimeError("deliveries did not drain")
@@ -101,10 +109,11 @@ class Bench:
         return self.one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'")
 
     def reset_queue(self):
-        self.q("TRUNCATE eventgrid.deliveries, eventgrid.events")
+        self.q("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2, "
+               "eventgrid.retries, eventgrid.chunks_in_flight")
         for t in self.q("SELECT name FROM eventgrid.topics"):
             self.q("SELECT eventgrid.drop_topic(%s)", (t[0],))
-        self.q("VACUUM ANALYZE eventgrid.deliveries, eventgrid.events")
+        self.q("VACUUM ANALYZE eventgrid.retries, eventgrid.events")
 
     def publish_backlog(self, topic, n):
         """Publishes n ~1 KB events in transactions of at most 100,000."""
@@ -203,7 +212,8 @@ class Bench:
         single = min(n, 10000)
         for _ in range(3):
             self.q("TRUNCATE plain_events")
-            self.q("TRUNCATE eventgrid.deliveries, eventgrid.events")
+            self.q("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2, "
+               "eventgrid.retries, eventgrid.chunks_in_flight")
             self.q("CHECKPOINT")
             t = time.time()
             self.q("INSERT INTO plain_events (topic, event) SELECT 'cost', event FROM bench_src LIMIT %s", (n,))
@@ -218,7 +228,8 @@ class Bench:
                     for e in events:
                         cur.execute(f"INSERT INTO {table} (topic, event) VALUES ('cost', %s)", (e,))
                     acc.append(time.time() - t)
-        self.q("TRUNCATE eventgrid.deliveries, eventgrid.events")
+        self.q("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2, "
+               "eventgrid.retries, eventgrid.chunks_in_flight")
         self.set_guc("eventgrid.delivery_paused", "off")
         b_eg, b_plain = statistics.median(bulk_eg), statistics.median(bulk_plain)
         r_eg, r_plain = statistics.median(row_eg), statistics.median(row_plain)
@@ -310,7 +321,7 @@ class Bench:
 
         self.set_guc("eventgrid.delivery_paused", "off")
         t0 = time.time() - 0.3
-        while not self.one("SELECT NOT EXISTS (SELECT 1 FROM eventgrid.deliveries)"):
+        while not self.drained():
             sample()
             time.sleep(0.05)
         t1 = time.time()
@@ -321,8 +332,9 @@ class Bench:
 
     # -- 8 ----------------------------------------------------------------------
     def queue_size_mb(self):
-        return self.one("SELECT ((pg_total_relation_size('eventgrid.events') + "
-                        "pg_total_relation_size('eventgrid.deliveries')) / 1048576.0)::float8")
+        return self.one("SELECT (sum(pg_total_relation_size(c)) / 1048576.0)::float8 FROM unnest(ARRAY["
+                        "'eventgrid.events_0', 'eventgrid.events_1', 'eventgrid.events_2', 'eventgrid.retries', "
+                        "'eventgrid.chunks_in_flight', 'eventgrid.subscription_positions']::regclass[]) AS c")
 
     def quick_drain(self, topic):
         """Drain rate of 20,000 events; prints what the worker was doing."""
@@ -332,7 +344,7 @@ class Bench:
         self.set_guc("eventgrid.delivery_paused", "off")
         t0 = time.time() - 0.3
         seen = {}
-        while not self.one("SELECT NOT EXISTS (SELECT 1 FROM eventgrid.deliveries)"):
+        while not self.drained():
             for row in self.q("SELECT backend_type, coalesce(wait_event, 'CPU'), left(query, 40) FROM pg_stat_activity "
                               "WHERE backend_type IN ('eventgrid delivery worker', 'autovacuum worker') AND state <> 'idle'"):
                 seen[row] = seen.get(row, 0) + 1
@@ -371,7 +383,7 @@ class Bench:
             i += 1
             if i % 50 == 0:
                 peak_mb = max(peak_mb, self.queue_size_mb())
-                backlog_max = max(backlog_max, self.one("SELECT count(*) FROM eventgrid.deliveries"))
+                backlog_max = max(backlog_max, self.one("SELECT coalesce(sum(pending), 0) FROM eventgrid.delivery_statistics"))
         published = i * int(rate * tick)
         t_end = self.wait_drained()
         lag = t_end - (start + seconds)
@@ -379,10 +391,10 @@ class Bench:
             holder.rollback()
             holder.close()
         peak_mb = max(peak_mb, self.queue_size_mb())
-        self.q("VACUUM eventgrid.deliveries, eventgrid.events")
+        self.q("VACUUM eventgrid.retries, eventgrid.events")
         after_mb = self.queue_size_mb()
         after_tp = self.quick_drain("steady")
-        self.q("VACUUM eventgrid.deliveries, eventgrid.events")
+        self.q("VACUUM eventgrid.retries, eventgrid.events")
         final_mb = self.queue_size_mb()
         label = f"8 steady {rate:,}/s for {seconds} s, {tag}"
         print(f"{label}: {published:,} events published, backlog at most {backlog_max:,}, "

@@ -33,7 +33,7 @@ psql -c "SELECT topic, name, endpoint, event_delivery_schema, included_event_typ
 echo "== publishing the sample events (demo/events.sql)"
 psql -v ON_ERROR_STOP=1 -f "$work/demo/events.sql"
 for _ in $(seq 100); do
-    [ "$(psql -Atc 'SELECT count(*) FROM eventgrid.deliveries')" = 0 ] && break
+    [ "$(psql -Atc 'SELECT coalesce(sum(pending), 0) FROM eventgrid.delivery_statistics')" = 0 ] && break
     sleep 0.1
 done
 

@@ -39,6 +39,7 @@ int			eg_default_max_events_per_batch = 10;
 int			eg_default_preferred_batch_kb = 64;
 bool		eg_delivery_paused = false;
 int			eg_max_bytes_in_flight_kb = 64 * 1024;
+int			eg_event_table_rotation_s = 10;
 
 EgShared   *eg_shared = NULL;
 
@@ -137,6 +138,11 @@ eg_define_gucs(void)
 							gettext_noop("Bounds the worker's memory; an event larger than this still goes, alone."),
 							&eg_max_bytes_in_flight_kb, 64 * 1024, 1024, 1024 * 1024,
 							PGC_SIGHUP, GUC_UNIT_KB, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.event_table_rotation",
+							gettext_noop("How long each of the three event tables takes new events before the next one does."),
+							gettext_noop("A table is emptied once everything has passed its events, so the queue holds about two of these periods of events."),
+							&eg_event_table_rotation_s, 10, 1, 3600,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("eventgrid");
 #else
@@ -265,9 +271,36 @@ eventgrid_wake_worker_at_commit(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/*
+ * Which event table (0, 1 or 2) a transaction that started at ts appends
+ * to: they take turns every eventgrid.event_table_rotation seconds.
+ */
+int
+eg_event_table_at(TimestampTz ts)
+{
+	int64		period = (int64) eg_event_table_rotation_s * USECS_PER_SEC;
+
+	return (int) (((ts / period) % EG_EVENT_TABLES + EG_EVENT_TABLES) % EG_EVENT_TABLES);
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_event_table);
+
+/*
+ * SQL: eventgrid._event_table(), the default of events.event_table: the
+ * event table of the current transaction's start time.  Every row of a
+ * transaction goes to the same table.
+ */
+Datum
+eventgrid_event_table(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT16((int16) eg_event_table_at(GetCurrentTransactionStartTimestamp()));
+}
+
 /* eventgrid's tables, views and functions callable by its roles, by name. */
 static const char *const granted_objects[] = {
-	"topics", "event_subscriptions", "delivery_properties", "events", "deliveries", "dead_letters",
+	"topics", "event_subscriptions", "delivery_properties", "events", "retries",
+	"subscription_positions", "topic_positions", "chunks_in_flight", "event_table_rotations",
+	"event_tables", "dead_letters",
 	"subscription_counters", "topic_counters", "dead_letter_events", "delivery_statistics",
 	"topic_statistics", "event_subscription_delivery_properties", "create_topic", "drop_topic",
 	"create_event_subscription", "drop_event_subscription", "set_retry_policy", "set_batching",
@@ -325,7 +358,7 @@ eg_emit_log(ErrorData *edata)
 	if (user == NULL)
 		user = "<role>";
 	if (object[0] == '_')
-		edata->hint = pstrdup("Functions whose names start with an underscore are eventgrid's internals; no role may call them.");
+		edata->hint = pstrdup("Functions whose names start with an underscore are eventgrid's internals; they are not meant to be called directly.");
 	else if (strcmp(object, "events") == 0 && contains_ci(debug_query_string, "insert"))
 		edata->hint = psprintf("Publishing requires the role eventgrid_publisher: GRANT eventgrid_publisher TO %s;",
 							   quote_identifier(user));

@@ -35,6 +35,11 @@ extern int	eg_default_max_events_per_batch;
 extern int	eg_default_preferred_batch_kb;
 extern bool eg_delivery_paused;
 extern int	eg_max_bytes_in_flight_kb;
+extern int	eg_event_table_rotation_s;
+
+/* Published events go to three event tables that take turns (eventgrid.c). */
+#define EG_EVENT_TABLES 3
+extern int	eg_event_table_at(TimestampTz ts);
 
 /* Shared state: the worker's latch, set by publishers at commit. */
 typedef struct EgShared
@@ -117,11 +122,19 @@ typedef struct EgEventPart
 	int			len;
 } EgEventPart;
 
-/* One claimed delivery; its texts live until eg_queue_commit(). */
+/*
+ * One claimed delivery: a first attempt (chunk > 0: an event reached by its
+ * subscription's position, identified by its (txid, event_id) key) or a
+ * retry (retry_id > 0: a row of eventgrid.retries).  Its texts live until
+ * eg_queue_commit().
+ */
 typedef struct EgClaimedRow
 {
-	int64		id;
-	int64		subscription_id;	/* 0: the event matched no subscription */
+	int64		retry_id;
+	int64		chunk;
+	uint64		txid;
+	int64		event_id;
+	int64		subscription_id;	/* 0: a retry whose subscription is gone */
 	int32		attempts;		/* attempts made before this claim */
 	int32		max_attempts;
 	bool		expired;		/* time-to-live ran out before this attempt */
@@ -130,7 +143,7 @@ typedef struct EgClaimedRow
 	const char *schema;			/* delivery schema */
 	int32		max_events_per_batch;	/* 0: not set */
 	int32		preferred_batch_kb; /* 0: not set */
-	EgEventPart payload;		/* json NULL: the event is gone */
+	EgEventPart payload;
 	const char *output_event_id;
 	const char *data_version;
 	const char *metadata_version;
@@ -144,8 +157,11 @@ typedef struct EgClaimedRow
 /* The outcome of one delivery, as recorded. */
 typedef struct EgOutcome
 {
-	int64		id;
-	char		action;			/* d delivered, r retry, f final failure, u unmatched or gone */
+	int64		retry_id;		/* 0: a first attempt, keyed by subscription, txid, event_id */
+	int64		subscription_id;
+	uint64		txid;
+	int64		event_id;
+	char		action;			/* d delivered, r retry, f final failure, u subscription gone */
 	const char *outcome;		/* last outcome; NULL if never attempted */
 	int32		http_status;	/* 0: none */
 	bool		attempted;		/* an attempt was made in this round */
@@ -155,18 +171,33 @@ typedef struct EgOutcome
 	const char *reason;			/* dead-letter reason when action is f */
 } EgOutcome;
 
+/* How far a chunk's first attempts have been handed to HTTP. */
+typedef struct EgChunkMark
+{
+	int64		chunk;
+	uint64		txid;
+	int64		event_id;
+} EgChunkMark;
+
 extern EgReadiness eg_queue_readiness;
 extern bool eg_queue_begin(const char *activity);
 extern void eg_queue_commit(void);
 extern void eg_queue_no_flush_wait(void);
-extern int	eg_queue_claim(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
-						   int64 lease_ms, EgClaimedRow **rows);
+extern int	eg_queue_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
+								   int64 lease_ms, EgClaimedRow **rows);
+extern int	eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
+								 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked);
 extern void eg_queue_analyze(void);
-extern void eg_queue_mark_in_flight(int lease_owner, int64 wave, const int64 *ids, int n);
+extern void eg_queue_mark_in_flight(int lease_owner, int64 wave, const int64 *retry_ids, int nretries,
+									const EgChunkMark *marks, int nmarks);
 extern void eg_queue_forget_waves(int lease_owner, const int64 *waves, int n);
-extern TimestampTz eg_queue_record(EgOutcome *const *outcomes, int n);
+extern TimestampTz eg_queue_record(EgOutcome *const *outcomes, int n, int lease_owner,
+								   const int64 *chunks, int nchunks);
 extern TimestampTz eg_queue_next_due(int lease_owner);
-extern void eg_queue_recover(int lease_owner, TimestampTz now, uint64 *charged, uint64 *released);
+extern void eg_queue_recover(int lease_owner, bool all, TimestampTz now, uint64 *charged, uint64 *released);
+extern uint64 eg_queue_rebase(TimestampTz now);
+extern void eg_queue_count_unmatched(void);
+extern char *eg_queue_truncate(int event_table, TimestampTz now);
 
 /*
  * payload.c: builds the HTTP request for a batch of events of one

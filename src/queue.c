@@ -1,15 +1,31 @@
 /*
  * queue.c - the delivery queue's SQL and SPI, behind a few functions: open
- * and commit a unit of work, claim due deliveries, record outcomes, note
- * requests in flight, find the next due time, and recover the leases of a
- * previous run (SPEC sections 2, 3, 4 and 7).  worker.c calls these from its
- * loop and knows nothing of tables or statements.
+ * and commit a unit of work, claim first attempts and due retries, note
+ * requests in flight, record outcomes, recover after a crash, count
+ * unmatched events and empty event tables (SPEC sections 2, 3, 4 and 7).
+ * worker.c calls these from its loop and knows nothing of tables or
+ * statements.
  *
- * Storage (sql/eventgrid--0.1.0.sql): one eventgrid.deliveries row per
- * event x subscription, leased by a claim (next_attempt_at pushed past the
- * response timeout, lease_owner set to the worker's pid), updated or
- * deleted when its outcome is recorded; eventgrid.requests_in_flight names
- * the deliveries handed to HTTP.
+ * Storage (sql/eventgrid--0.2.0.sql), PgQ's design adapted:
+ *  - events are appended to three event tables that take turns; nothing
+ *    per delivery is written at publish;
+ *  - each event subscription has a position: the snapshot "done" (events
+ *    whose transaction is visible in it were claimed) and the batch being
+ *    worked through (snapshot "upto", last event claimed).  A claim takes a
+ *    new snapshot; the batch is the events whose transaction is visible in
+ *    it and not in "done", read in (txid, id) order a chunk at a time, so a
+ *    transaction that commits late is still delivered and a rolled-back one
+ *    never is;
+ *  - a chunk claimed is a row of eventgrid.chunks_in_flight, and the
+ *    position moves past it in the same transaction; before its requests go
+ *    to HTTP the chunk's sent mark is committed durably; its outcomes are
+ *    recorded as a whole, and only failures become rows of
+ *    eventgrid.retries, which are claimed by due time and leased;
+ *  - after a crash the chunks left become retries, charged an attempt
+ *    (Aborted) up to their sent mark; leased retries named in
+ *    eventgrid.requests_in_flight are charged, the others only released;
+ *  - an event table is emptied with TRUNCATE once no position, chunk or
+ *    unmatched count needs its events, under a lock taken only if free.
  *
  * Every statement is prepared when first used and kept; a unit of work is
  * one transaction.  The extension's presence and version are checked at the
@@ -23,12 +39,14 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/indexing.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -40,17 +58,29 @@
 /* The worker's statements, prepared when first used. */
 typedef enum EgPlanId
 {
-	PLAN_CLAIM,
+	PLAN_CLAIM_FIRST,
+	PLAN_ADVANCE,
+	PLAN_CLAIM_RETRIES,
 	PLAN_NEXT_DUE,
-	PLAN_LOCK_EVENTS,
+	PLAN_LOCK_SUBSCRIPTIONS,
 	PLAN_NO_SYNC,
-	PLAN_RECORD,
-	PLAN_CLEANUP,
+	PLAN_RECORD_FIRST,
+	PLAN_RECORD_RETRIES,
 	PLAN_WAVES_DONE,
 	PLAN_IN_FLIGHT,
+	PLAN_SENT_MARKS,
+	PLAN_RECOVER_CHUNKS,
 	PLAN_CHARGE_SENT,
 	PLAN_RELEASE,
 	PLAN_FORGET_WAVES,
+	PLAN_FOREIGN,
+	PLAN_REBASE_PENDING,
+	PLAN_REBASE_POSITIONS,
+	PLAN_UNMATCHED,
+	PLAN_HOLDERS,
+	PLAN_POSITIONS,
+	PLAN_TRUNCATED,
+	PLAN_TRUNCATE_FAILED,
 	PLAN_COUNT
 } EgPlanId;
 
@@ -58,108 +88,284 @@ typedef struct EgPlanDef
 {
 	const char *sql;
 	int			nargs;
-	Oid			types[9];
+	Oid			types[13];
 } EgPlanDef;
+
+/* The events of a chunk c (joined with its subscription s), as the claim read them. */
+#define CHUNK_EVENTS_JOIN \
+	" JOIN eventgrid.events e ON e.topic = c.topic AND e.txid >= pg_snapshot_xmin(c.done)"
+#define CHUNK_EVENTS_WHERE \
+	" WHERE eventgrid._in_batch(e.txid, c.done, c.upto)" \
+	"   AND (e.txid, e.id) > (coalesce(c.after_txid, '0'::xid8), coalesce(c.after_id, 0))" \
+	"   AND (e.txid, e.id) <= (c.last_txid, c.last_id)" \
+	"   AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with," \
+	"                          s.subject_ends_with, s.is_subject_case_sensitive)"
+
+/* An event e converted to subscription s's delivery schema (topic t), as JSON text. */
+#define PAYLOAD_TEXT \
+	"(CASE WHEN t.input_schema = s.event_delivery_schema THEN e.event" \
+	"      ELSE eventgrid.convert_event(e.event, t.input_schema, s.event_delivery_schema, e.publish_time) END)::text"
+
+/* Custom headers of subscription s for event e: static ones from props pr, dynamic ones per event. */
+#define CUSTOM_HEADERS(ev) \
+	"nullif(concat_ws(E'\\n', pr.static_headers, CASE WHEN pr.has_dynamic THEN" \
+	"  (SELECT string_agg(p.header || ': ' || v.value, E'\\n')" \
+	"     FROM eventgrid.delivery_properties p" \
+	"     CROSS JOIN LATERAL (SELECT CASE" \
+	"          WHEN jsonb_typeof(" ev " #> string_to_array(p.source_field, '.')) IN ('string', 'number', 'boolean')" \
+	"          THEN " ev " #>> string_to_array(p.source_field, '.') END AS value) v" \
+	"    WHERE p.subscription_id = s.id AND p.source_field IS NOT NULL AND v.value IS NOT NULL" \
+	"      AND v.value !~ '[\\x01-\\x1f\\x7f]' AND octet_length(v.value) <= 4096) END), '')"
+
+/* Static custom headers once per subscription among those in sub_ids. */
+#define PROPS(sub_ids) \
+	"props AS (" \
+	"  SELECT p.subscription_id," \
+	"         string_agg(p.header || ': ' || p.value, E'\\n') FILTER (WHERE p.source_field IS NULL) AS static_headers," \
+	"         bool_or(p.source_field IS NOT NULL) AS has_dynamic" \
+	"    FROM eventgrid.delivery_properties p" \
+	"   WHERE p.subscription_id = ANY (" sub_ids ")" \
+	"   GROUP BY p.subscription_id" \
+	")"
 
 static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	/*
-	 * The claim: due rows, within the byte budget, leased; each with its
-	 * event converted to the delivery schema.  Custom headers are looked up
-	 * once per subscription (props), and per row only for the subscriptions
-	 * whose headers take values from the event (dynamic properties).
+	 * First attempts.  For each position (locked; one worker at a time), the
+	 * next events of its batch in (txid, id) order: those of transactions
+	 * that were in progress at "done", and those that began after it, both
+	 * visible in "upto" (a new snapshot when no batch is open).  At most $2
+	 * per subscription, cut where the matching events' bytes reach $3.  A
+	 * position with nothing left in its batch gives one row with no event.
 	 */
-	[PLAN_CLAIM] = {
+	[PLAN_CLAIM_FIRST] = {
+		"WITH snap AS MATERIALIZED ("
+		"  SELECT pg_current_snapshot() AS s, eventgrid._system_identifier() AS sysid"
+		"), pos AS MATERIALIZED ("
+		"  SELECT p.subscription_id, p.done, coalesce(p.upto, snap.s) AS upto,"
+		"         coalesce(p.after_txid, '0'::xid8) AS after_txid, coalesce(p.after_id, 0) AS after_id,"
+		"         ARRAY(SELECT pg_snapshot_xip(p.done)) AS done_xip, p.served_at, p.upto IS NULL AS fresh"
+		"    FROM eventgrid.subscription_positions p CROSS JOIN snap"
+		"   WHERE p.system_identifier = snap.sysid"
+		"   ORDER BY p.subscription_id"
+		"   FOR UPDATE OF p SKIP LOCKED"
+		"), scan AS ("
+		"  SELECT pos.subscription_id, pos.served_at, pos.done, pos.upto, pos.fresh, pos.after_txid AS pos_after_txid,"
+		"         pos.after_id AS pos_after_id, e.txid, e.id, e.event,"
+		"         e.publish_time, e.event_bytes,"
+		"         e.id IS NOT NULL AND eventgrid._matches(e.event, s.included_event_types_lower,"
+		"             s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive) AS matched"
+		"    FROM pos JOIN eventgrid.event_subscriptions s ON s.id = pos.subscription_id"
+		"    LEFT JOIN LATERAL ("
+		"      SELECT u.* FROM ("
+		"        (SELECT e.txid, e.id, e.event, e.publish_time, e.event_bytes FROM eventgrid.events e"
+		"          WHERE e.topic = s.topic AND e.txid = ANY (pos.done_xip)"
+		"            AND (e.txid, e.id) > (pos.after_txid, pos.after_id)"
+		"            AND pg_visible_in_snapshot(e.txid, pos.upto)"
+		"          ORDER BY e.txid, e.id LIMIT $2)"
+		"        UNION ALL"
+		"        (SELECT e.txid, e.id, e.event, e.publish_time, e.event_bytes FROM eventgrid.events e"
+		"          WHERE e.topic = s.topic"
+		"            AND (e.txid, e.id) > (pos.after_txid, pos.after_id)"
+		"            AND e.txid >= pg_snapshot_xmax(pos.done) AND e.txid < pg_snapshot_xmax(pos.upto)"
+		"            AND pg_visible_in_snapshot(e.txid, pos.upto)"
+		"          ORDER BY e.txid, e.id LIMIT $2)"
+		"      ) u ORDER BY u.txid, u.id LIMIT $2"
+		"    ) e ON true"
+		"), sized AS ("
+		"  SELECT sc.*, count(sc.id) OVER (PARTITION BY sc.subscription_id) AS scanned,"
+		"         coalesce(sum(CASE WHEN sc.matched THEN coalesce(sc.event_bytes, 0) ELSE 0 END)"
+		"           OVER (ORDER BY sc.served_at NULLS FIRST, sc.subscription_id, sc.txid, sc.id"
+		"                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before"
+		"    FROM scan sc"
+		"), kept AS ("
+		"  SELECT * FROM sized WHERE before < $3 OR id IS NULL"
+		"), " PROPS("ARRAY(SELECT DISTINCT k.subscription_id FROM kept k WHERE k.matched)")
+		" SELECT k.subscription_id, k.txid, k.id, k.matched, k.scanned, k.done::text, k.upto::text,"
+		"       s.topic, s.max_delivery_attempts,"
+		"       (k.matched AND k.publish_time + make_interval(mins => s.event_ttl) <= $1) AS expired,"
+		"       s.endpoint, s.name, s.event_delivery_schema,"
+		"       s.max_events_per_batch, s.preferred_batch_size_in_kilobytes,"
+		"       CASE WHEN k.matched THEN " PAYLOAD_TEXT " END,"
+		"       CASE WHEN k.matched THEN coalesce(e.event->>'id', e.id::text) END,"
+		"       CASE WHEN k.matched THEN coalesce(e.event->>'dataVersion', '') END,"
+		"       CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END,"
+		"       CASE WHEN k.matched THEN " CUSTOM_HEADERS("e.event") " END,"
+		"       coalesce(k.event_bytes, 0), k.fresh, k.pos_after_txid, k.pos_after_id"
+		"  FROM kept k"
+		"  CROSS JOIN LATERAL (SELECT k.event, k.id, k.publish_time) e"
+		"  JOIN eventgrid.event_subscriptions s ON s.id = k.subscription_id"
+		"  JOIN eventgrid.topics t ON t.name = s.topic"
+		"  LEFT JOIN props pr ON pr.subscription_id = s.id"
+		" ORDER BY k.served_at NULLS FIRST, k.subscription_id, k.txid, k.id",
+		3, {TIMESTAMPTZOID, INT4OID, INT8OID}
+	},
+
+	/*
+	 * Moves positions past what a claim took, and writes its chunks.  Per
+	 * subscription: complete (the batch is done: "done" becomes "upto"), or
+	 * the batch "upto" with the last event taken; and a chunk when events
+	 * were taken for delivery.
+	 */
+	[PLAN_ADVANCE] = {
+		"WITH a AS ("
+		"  SELECT * FROM unnest($1::int8[], $2::bool[], $3::text[], $4::xid8[], $5::int8[], $6::int8[],"
+		"                       $7::text[], $8::text[], $11::xid8[], $12::int8[])"
+		"         AS a(subscription_id, complete, upto, last_txid, last_id, chunk, topic, done,"
+		"              old_after_txid, old_after_id)"
+		"), moved AS ("
+		"  UPDATE eventgrid.subscription_positions p"
+		"     SET done = CASE WHEN a.complete THEN a.upto::pg_snapshot ELSE p.done END,"
+		"         upto = CASE WHEN a.complete THEN NULL ELSE a.upto::pg_snapshot END,"
+		"         after_txid = CASE WHEN a.complete THEN NULL ELSE a.last_txid END,"
+		"         after_id = CASE WHEN a.complete THEN NULL ELSE a.last_id END,"
+		"         served_at = $9"
+		"    FROM a WHERE p.subscription_id = a.subscription_id"
+		"  RETURNING p.subscription_id"
+		")"
+		"INSERT INTO eventgrid.chunks_in_flight (lease_owner, chunk, subscription_id, topic, done, upto,"
+		"       after_txid, after_id, last_txid, last_id)"
+		"SELECT $10, a.chunk, a.subscription_id, a.topic, a.done::pg_snapshot, a.upto::pg_snapshot,"
+		"       nullif(a.old_after_txid, '0'::xid8), nullif(a.old_after_id, 0), a.last_txid, a.last_id"
+		"  FROM a WHERE a.chunk IS NOT NULL",
+		12, {INT8ARRAYOID, BOOLARRAYOID, TEXTARRAYOID, XID8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID,
+		TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZOID, INT4OID, XID8ARRAYOID, INT8ARRAYOID}
+	},
+
+	/*
+	 * Due retries, within the byte budget, leased.  Custom headers are
+	 * looked up once per subscription (props), and per row only for the
+	 * subscriptions whose headers take values from the event.
+	 */
+	[PLAN_CLAIM_RETRIES] = {
 		"WITH due AS ("
-		"  SELECT d.ctid AS tid, d.event_id, d.next_attempt_at, d.id FROM eventgrid.deliveries d"
-		"   WHERE d.next_attempt_at <= $1 AND d.lease_owner IS DISTINCT FROM $3"
-		"   ORDER BY d.next_attempt_at"
+		"  SELECT r.ctid AS tid, r.next_attempt_at, r.id, r.event_bytes FROM eventgrid.retries r"
+		"   WHERE r.next_attempt_at <= $1 AND r.lease_owner IS DISTINCT FROM $3"
+		"   ORDER BY r.next_attempt_at"
 		"   LIMIT $2"
 		"   FOR UPDATE SKIP LOCKED"
 		"), sized AS ("
-		"  SELECT due.tid, sum(coalesce(e.event_bytes, 0)) OVER w - coalesce(e.event_bytes, 0) AS before"
-		"    FROM due LEFT JOIN eventgrid.events e ON e.id = due.event_id"
-		"  WINDOW w AS (ORDER BY due.next_attempt_at, due.id ROWS UNBOUNDED PRECEDING)"
+		"  SELECT due.tid, sum(due.event_bytes) OVER w - due.event_bytes AS before"
+		"    FROM due WINDOW w AS (ORDER BY due.next_attempt_at, due.id ROWS UNBOUNDED PRECEDING)"
 		"), claimed AS ("
-		"  UPDATE eventgrid.deliveries d"
+		"  UPDATE eventgrid.retries r"
 		"     SET next_attempt_at = $1 + $4 * interval '1 millisecond', lease_owner = $3"
-		"   WHERE d.ctid = ANY (ARRAY(SELECT tid FROM sized WHERE before < $5))"
-		"  RETURNING d.id, d.event_id, d.subscription_id, d.attempts,"
-		"            d.last_outcome, d.last_http_status, d.last_attempt_at"
-		"), props AS ("
-		"  SELECT p.subscription_id,"
-		"         string_agg(p.header || ': ' || p.value, E'\\n') FILTER (WHERE p.source_field IS NULL) AS static_headers,"
-		"         bool_or(p.source_field IS NOT NULL) AS has_dynamic"
-		"    FROM eventgrid.delivery_properties p"
-		"   WHERE p.subscription_id = ANY (ARRAY(SELECT DISTINCT c.subscription_id FROM claimed c))"
-		"   GROUP BY p.subscription_id"
-		")"
-		"SELECT c.id, c.subscription_id, c.attempts, s.max_delivery_attempts,"
-		"       (s.id IS NOT NULL AND e.publish_time + make_interval(mins => s.event_ttl) <= $1) AS expired,"
+		"   WHERE r.ctid = ANY (ARRAY(SELECT tid FROM sized WHERE before < $5))"
+		"  RETURNING r.*"
+		"), " PROPS("ARRAY(SELECT DISTINCT c.subscription_id FROM claimed c)")
+		" SELECT c.id, s.id, c.attempts, s.max_delivery_attempts,"
+		"       (s.id IS NOT NULL AND c.publish_time + make_interval(mins => s.event_ttl) <= $1) AS expired,"
 		"       s.endpoint, s.name, s.event_delivery_schema,"
 		"       s.max_events_per_batch, s.preferred_batch_size_in_kilobytes,"
-		"       (CASE WHEN t.input_schema = s.event_delivery_schema THEN e.event"
-		"             ELSE eventgrid.convert_event(e.event, t.input_schema, s.event_delivery_schema, e.publish_time) END)::text,"
-		"       coalesce(e.event->>'id', e.id::text),"
-		"       coalesce(e.event->>'dataVersion', ''),"
+		"       c.payload,"
+		"       coalesce(c.event->>'id', c.event_id::text),"
+		"       coalesce(c.event->>'dataVersion', ''),"
 		"       CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END,"
-		"       nullif(concat_ws(E'\\n', pr.static_headers, CASE WHEN pr.has_dynamic THEN"
-		"         (SELECT string_agg(p.header || ': ' || v.value, E'\\n')"
-		"            FROM eventgrid.delivery_properties p"
-		"            CROSS JOIN LATERAL (SELECT CASE"
-		"                 WHEN jsonb_typeof(e.event #> string_to_array(p.source_field, '.')) IN ('string', 'number', 'boolean')"
-		"                 THEN e.event #>> string_to_array(p.source_field, '.') END AS value) v"
-		"           WHERE p.subscription_id = s.id AND p.source_field IS NOT NULL AND v.value IS NOT NULL"
-		"             AND v.value !~ '[\\x01-\\x1f\\x7f]' AND octet_length(v.value) <= 4096) END), ''),"
-		"       c.last_outcome, c.last_http_status, c.last_attempt_at,"
-		"       coalesce(e.event_bytes, 0)"
+		"       " CUSTOM_HEADERS("c.event") ","
+		"       c.last_outcome, c.last_http_status, c.last_attempt_at, c.event_bytes"
 		"  FROM claimed c"
-		"  LEFT JOIN eventgrid.events e ON e.id = c.event_id"
-		"  LEFT JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id AND e.id IS NOT NULL"
-		"  LEFT JOIN eventgrid.topics t ON t.name = s.topic"
+		"  LEFT JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
 		"  LEFT JOIN props pr ON pr.subscription_id = s.id"
-		" ORDER BY c.subscription_id NULLS FIRST, c.id",
+		" ORDER BY s.id NULLS FIRST, c.next_attempt_at, c.id",
 		5, {TIMESTAMPTZOID, INT4OID, INT4OID, INT8OID, INT8OID}
 	},
 	[PLAN_NEXT_DUE] = {
-		"SELECT min(next_attempt_at) FROM eventgrid.deliveries WHERE lease_owner IS DISTINCT FROM $1",
+		"SELECT min(next_attempt_at) FROM eventgrid.retries WHERE lease_owner IS DISTINCT FROM $1",
 		1, {INT4OID}
 	},
-	/* one lock order everywhere: events before deliveries (drop_topic does the same) */
-	[PLAN_LOCK_EVENTS] = {"LOCK TABLE eventgrid.events IN ROW EXCLUSIVE MODE", 0, {0}},
+	/* lock order of every writer: subscriptions first (drop_event_subscription does the same) */
+	[PLAN_LOCK_SUBSCRIPTIONS] = {
+		"SELECT s.id FROM eventgrid.event_subscriptions s WHERE s.id = ANY ($1) ORDER BY s.id FOR KEY SHARE",
+		1, {INT8ARRAYOID}
+	},
 	[PLAN_NO_SYNC] = {"SET LOCAL synchronous_commit = off", 0, {0}},
 
 	/*
-	 * One statement records a round: retries get their next attempt, finished
-	 * rows are deleted and dead-lettered or counted.  d.id = ANY ($1) lets the
-	 * primary key drive the join with the outcome arrays.
+	 * Outcomes of whole chunks of first attempts: failures become retries
+	 * (with a copy of the event and its delivered text) or dead letters,
+	 * counters move, and the chunks are forgotten.  Only failures touch the
+	 * event tables.
 	 */
-	[PLAN_RECORD] = {
+	[PLAN_RECORD_FIRST] = {
 		"WITH r AS ("
-		"  SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::int4[], $5::timestamptz[],"
-		"                       $6::timestamptz[], $7::text[], $8::int4[], $9::bool[])"
-		"         AS r(id, action, outcome, status, attempted_at, next_at, reason, attempts, attempted)"
+		"  SELECT * FROM unnest($1::int8[], $2::xid8[], $3::int8[], $4::text[], $5::text[], $6::int4[],"
+		"                       $7::timestamptz[], $8::timestamptz[], $9::text[], $10::int4[], $11::bool[])"
+		"         AS r(subscription_id, txid, id, action, outcome, status, attempted_at, next_at, reason,"
+		"              attempts, attempted)"
+		"), subs AS ("
+		"  SELECT s.*, t.input_schema FROM eventgrid.event_subscriptions s JOIN eventgrid.topics t ON t.name = s.topic"
+		"   WHERE s.id = ANY ($1)"
+		"), failed AS ("
+		"  SELECT r.*, s.topic, s.name, s.deadletter, s.event_delivery_schema, s.input_schema,"
+		"         e.event, e.publish_time, e.event_bytes, " PAYLOAD_TEXT " AS payload"
+		"    FROM r JOIN subs s ON s.id = r.subscription_id"
+		"    JOIN eventgrid.topics t ON t.name = s.topic"
+		"    JOIN eventgrid.events e ON e.topic = s.topic AND e.txid = r.txid AND e.id = r.id"
+		"   WHERE r.action <> 'd'"
 		"), retried AS ("
-		"  UPDATE eventgrid.deliveries d"
-		"     SET attempts = r.attempts, next_attempt_at = r.next_at, last_attempt_at = r.attempted_at,"
-		"         last_outcome = r.outcome, last_http_status = r.status, lease_owner = NULL"
-		"    FROM r WHERE d.id = ANY ($1) AND d.id = r.id AND r.action = 'r'"
-		"  RETURNING d.subscription_id"
-		"), finished AS ("
-		"  DELETE FROM eventgrid.deliveries d USING r"
-		"   WHERE d.id = ANY ($1) AND d.id = r.id AND r.action <> 'r'"
-		"  RETURNING d.event_id, d.subscription_id, r.action, r.reason, r.attempts,"
-		"            r.outcome, r.status, r.attempted_at, r.attempted"
-		"), fin AS ("
-		"  SELECT f.*, coalesce(s.deadletter, false) AS deadletter, s.topic, s.name, s.event_delivery_schema"
-		"    FROM finished f LEFT JOIN eventgrid.event_subscriptions s ON s.id = f.subscription_id"
+		"  INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,"
+		"         attempts, next_attempt_at, last_attempt_at, last_outcome, last_http_status)"
+		"  SELECT f.subscription_id, f.id, f.event, f.payload, f.publish_time, coalesce(f.event_bytes, 0),"
+		"         f.attempts, f.next_at, f.attempted_at, f.outcome, f.status"
+		"    FROM failed f WHERE f.action = 'r'"
 		"), dead AS ("
 		"  INSERT INTO eventgrid.dead_letters (topic, subscription_name, subscription_id, input_schema,"
 		"         event_delivery_schema, event, dead_letter_reason, delivery_attempts, last_delivery_outcome,"
 		"         last_http_status_code, publish_time, last_delivery_attempt_time)"
-		"  SELECT f.topic, f.name, f.subscription_id, t.input_schema, f.event_delivery_schema, e.event,"
-		"         f.reason, f.attempts, f.outcome, f.status, e.publish_time, f.attempted_at"
-		"    FROM fin f JOIN eventgrid.events e ON e.id = f.event_id JOIN eventgrid.topics t ON t.name = e.topic"
-		"   WHERE f.action = 'f' AND f.deadletter"
+		"  SELECT f.topic, f.name, f.subscription_id, f.input_schema, f.event_delivery_schema, f.event,"
+		"         f.reason, f.attempts, f.outcome, f.status, f.publish_time, f.attempted_at"
+		"    FROM failed f WHERE f.action = 'f' AND f.deadletter"
+		"), stats AS ("
+		"  SELECT r.subscription_id, count(*) FILTER (WHERE r.action = 'd') AS delivered,"
+		"         count(*) FILTER (WHERE r.action <> 'd' AND r.attempted) AS failed,"
+		"         count(*) FILTER (WHERE r.action = 'f' AND s.deadletter) AS dead,"
+		"         count(*) FILTER (WHERE r.action = 'f' AND NOT s.deadletter) AS dropped"
+		"    FROM r JOIN subs s ON s.id = r.subscription_id"
+		"   GROUP BY r.subscription_id"
+		"), counted AS ("
+		"  UPDATE eventgrid.subscription_counters c"
+		"     SET delivered = c.delivered + stats.delivered, failed_attempts = c.failed_attempts + stats.failed,"
+		"         dead_lettered = c.dead_lettered + stats.dead, dropped = c.dropped + stats.dropped"
+		"    FROM stats WHERE c.subscription_id = stats.subscription_id"
+		")"
+		"DELETE FROM eventgrid.chunks_in_flight c WHERE c.lease_owner = $12 AND c.chunk = ANY ($13)",
+		13, {INT8ARRAYOID, XID8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
+			TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, INT4ARRAYOID, BOOLARRAYOID,
+		INT4OID, INT8ARRAYOID}
+	},
+
+	/*
+	 * Outcomes of retries: the next attempt is scheduled, or the row is
+	 * deleted and dead-lettered or counted.  r.id = ANY ($1) lets the
+	 * primary key drive the join with the outcome arrays.
+	 */
+	[PLAN_RECORD_RETRIES] = {
+		"WITH o AS ("
+		"  SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::int4[], $5::timestamptz[],"
+		"                       $6::timestamptz[], $7::text[], $8::int4[], $9::bool[])"
+		"         AS o(id, action, outcome, status, attempted_at, next_at, reason, attempts, attempted)"
+		"), retried AS ("
+		"  UPDATE eventgrid.retries r"
+		"     SET attempts = o.attempts, next_attempt_at = o.next_at, last_attempt_at = o.attempted_at,"
+		"         last_outcome = o.outcome, last_http_status = o.status, lease_owner = NULL"
+		"    FROM o WHERE r.id = ANY ($1) AND r.id = o.id AND o.action = 'r'"
+		"  RETURNING r.subscription_id"
+		"), finished AS ("
+		"  DELETE FROM eventgrid.retries r USING o"
+		"   WHERE r.id = ANY ($1) AND r.id = o.id AND o.action <> 'r'"
+		"  RETURNING r.subscription_id, r.event, r.publish_time, o.action, o.reason, o.attempts,"
+		"            o.outcome, o.status, o.attempted_at, o.attempted"
+		"), fin AS ("
+		"  SELECT f.*, coalesce(s.deadletter, false) AS deadletter, s.topic, s.name, s.event_delivery_schema,"
+		"         t.input_schema"
+		"    FROM finished f JOIN eventgrid.event_subscriptions s ON s.id = f.subscription_id"
+		"    JOIN eventgrid.topics t ON t.name = s.topic"
+		"), dead AS ("
+		"  INSERT INTO eventgrid.dead_letters (topic, subscription_name, subscription_id, input_schema,"
+		"         event_delivery_schema, event, dead_letter_reason, delivery_attempts, last_delivery_outcome,"
+		"         last_http_status_code, publish_time, last_delivery_attempt_time)"
+		"  SELECT f.topic, f.name, f.subscription_id, f.input_schema, f.event_delivery_schema, f.event,"
+		"         f.reason, f.attempts, f.outcome, f.status, f.publish_time, f.attempted_at"
+		"    FROM fin f WHERE f.action = 'f' AND f.deadletter"
 		"), stats AS ("
 		"  SELECT x.subscription_id, sum(x.delivered) AS delivered, sum(x.failed) AS failed,"
 		"         sum(x.dead) AS dead, sum(x.dropped) AS dropped"
@@ -167,54 +373,165 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"          UNION ALL"
 		"          SELECT subscription_id, (action = 'd')::int, (action = 'f' AND attempted)::int,"
 		"                 (action = 'f' AND deadletter)::int, (action = 'f' AND NOT deadletter)::int"
-		"            FROM fin WHERE subscription_id IS NOT NULL) x"
+		"            FROM fin) x"
 		"   GROUP BY x.subscription_id"
-		"), counted AS ("
-		"  UPDATE eventgrid.subscription_counters c"
-		"     SET delivered = c.delivered + stats.delivered, failed_attempts = c.failed_attempts + stats.failed,"
-		"         dead_lettered = c.dead_lettered + stats.dead, dropped = c.dropped + stats.dropped"
-		"    FROM stats WHERE c.subscription_id = stats.subscription_id"
-		"), unmatched AS ("
-		"  UPDATE eventgrid.topic_counters c SET unmatched = c.unmatched + u.n"
-		"    FROM (SELECT e.topic, count(*) AS n FROM fin f JOIN eventgrid.events e ON e.id = f.event_id"
-		"           WHERE f.action = 'u' GROUP BY e.topic) u"
-		"   WHERE c.topic = u.topic"
 		")"
-		"SELECT array_agg(DISTINCT event_id) FROM finished",
+		"UPDATE eventgrid.subscription_counters c"
+		"   SET delivered = c.delivered + stats.delivered, failed_attempts = c.failed_attempts + stats.failed,"
+		"       dead_lettered = c.dead_lettered + stats.dead, dropped = c.dropped + stats.dropped"
+		"  FROM stats WHERE c.subscription_id = stats.subscription_id",
 		9, {INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID,
 		TIMESTAMPTZARRAYOID, TEXTARRAYOID, INT4ARRAYOID, BOOLARRAYOID}
-	},
-	[PLAN_CLEANUP] = {
-		"DELETE FROM eventgrid.events e WHERE e.id = ANY ($1)"
-		"   AND NOT EXISTS (SELECT 1 FROM eventgrid.deliveries d WHERE d.event_id = e.id)",
-		1, {INT8ARRAYOID}
 	},
 	[PLAN_WAVES_DONE] = {
 		"DELETE FROM eventgrid.requests_in_flight WHERE lease_owner = $1 AND wave = ANY ($2)",
 		2, {INT4OID, INT8ARRAYOID}
 	},
 	[PLAN_IN_FLIGHT] = {
-		"INSERT INTO eventgrid.requests_in_flight (lease_owner, wave, delivery_ids) VALUES ($1, $2, $3)",
+		"INSERT INTO eventgrid.requests_in_flight (lease_owner, wave, retry_ids) VALUES ($1, $2, $3)",
 		3, {INT4OID, INT8OID, INT8ARRAYOID}
 	},
-	/* after a crash: an attempt for every delivery that went to HTTP, none for the rest */
+	[PLAN_SENT_MARKS] = {
+		"UPDATE eventgrid.chunks_in_flight c SET sent_txid = m.txid, sent_id = m.id"
+		"  FROM unnest($2::int8[], $3::xid8[], $4::int8[]) AS m(chunk, txid, id)"
+		" WHERE c.lease_owner = $1 AND c.chunk = m.chunk",
+		4, {INT4OID, INT8ARRAYOID, XID8ARRAYOID, INT8ARRAYOID}
+	},
+
+	/*
+	 * After a crash: the events of chunks left in flight become retries due
+	 * at $2, charged an attempt (Aborted) up to the chunk's sent mark.
+	 * $1 NULL takes every chunk (at start), else those of other owners.
+	 */
+	[PLAN_RECOVER_CHUNKS] = {
+		"WITH c AS ("
+		"  DELETE FROM eventgrid.chunks_in_flight c WHERE $1 IS NULL OR c.lease_owner <> $1 RETURNING c.*"
+		")"
+		"INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,"
+		"       attempts, next_attempt_at, last_attempt_at, last_outcome)"
+		"SELECT s.id, e.id, e.event, " PAYLOAD_TEXT ", e.publish_time, coalesce(e.event_bytes, 0),"
+		"       x.sent::int, $2, CASE WHEN x.sent THEN $2 END, CASE WHEN x.sent THEN 'Aborted' END"
+		"  FROM c JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
+		"  JOIN eventgrid.topics t ON t.name = s.topic"
+		CHUNK_EVENTS_JOIN
+		" CROSS JOIN LATERAL (SELECT coalesce((e.txid, e.id) <= (c.sent_txid, c.sent_id), false) AS sent) x"
+		CHUNK_EVENTS_WHERE
+		" RETURNING attempts",
+		2, {INT4OID, TIMESTAMPTZOID}
+	},
+	/* after a crash: an attempt for every retry that went to HTTP, none for the rest */
 	[PLAN_CHARGE_SENT] = {
-		"UPDATE eventgrid.deliveries d"
-		"   SET attempts = least(d.attempts + 1, 30), last_outcome = 'Aborted', last_http_status = NULL,"
+		"UPDATE eventgrid.retries r"
+		"   SET attempts = least(r.attempts + 1, 30), last_outcome = 'Aborted', last_http_status = NULL,"
 		"       last_attempt_at = $2"
-		"  FROM (SELECT DISTINCT unnest(f.delivery_ids) AS id FROM eventgrid.requests_in_flight f"
-		"         WHERE f.lease_owner <> $1) sent"
-		" WHERE d.id = sent.id AND d.lease_owner IS NOT NULL AND d.lease_owner <> $1",
+		"  FROM (SELECT DISTINCT unnest(f.retry_ids) AS id FROM eventgrid.requests_in_flight f) sent"
+		" WHERE r.id = sent.id AND r.lease_owner IS NOT NULL",
 		2, {INT4OID, TIMESTAMPTZOID}
 	},
 	[PLAN_RELEASE] = {
-		"UPDATE eventgrid.deliveries SET next_attempt_at = least(next_attempt_at, $2), lease_owner = NULL"
-		" WHERE lease_owner IS NOT NULL AND lease_owner <> $1",
+		"UPDATE eventgrid.retries SET next_attempt_at = least(next_attempt_at, $2), lease_owner = NULL"
+		" WHERE lease_owner IS NOT NULL",
 		2, {INT4OID, TIMESTAMPTZOID}
 	},
 	[PLAN_FORGET_WAVES] = {
-		"DELETE FROM eventgrid.requests_in_flight WHERE lease_owner <> $1",
+		"DELETE FROM eventgrid.requests_in_flight",
 		1, {INT4OID}
+	},
+
+	/* positions whose snapshots belong to another cluster (a restored dump) */
+	[PLAN_FOREIGN] = {
+		"SELECT EXISTS (SELECT 1 FROM eventgrid.subscription_positions p"
+		"                WHERE p.system_identifier <> eventgrid._system_identifier())"
+		"    OR EXISTS (SELECT 1 FROM eventgrid.topic_positions p"
+		"                WHERE p.system_identifier <> eventgrid._system_identifier())",
+		0, {0}
+	},
+	/* what such positions had not passed becomes retries, due at $1 */
+	[PLAN_REBASE_PENDING] = {
+		"INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,"
+		"       attempts, next_attempt_at)"
+		"SELECT s.id, e.id, e.event, " PAYLOAD_TEXT ", e.publish_time, coalesce(e.event_bytes, 0), 0, $1"
+		"  FROM eventgrid.subscription_positions p"
+		"  JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
+		"  JOIN eventgrid.topics t ON t.name = s.topic"
+		"  JOIN eventgrid.events e ON e.topic = s.topic"
+		" WHERE p.system_identifier <> eventgrid._system_identifier()"
+		"   AND NOT pg_visible_in_snapshot(e.txid, p.done)"
+		"   AND NOT (p.upto IS NOT NULL AND pg_visible_in_snapshot(e.txid, p.upto)"
+		"            AND (e.txid, e.id) <= (coalesce(p.after_txid, '0'::xid8), coalesce(p.after_id, 0)))"
+		"   AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with,"
+		"                          s.subject_ends_with, s.is_subject_case_sensitive)",
+		1, {TIMESTAMPTZOID}
+	},
+	/* ... and every position starts afresh from now, on emptied event tables */
+	[PLAN_REBASE_POSITIONS] = {
+		"WITH sub AS ("
+		"  UPDATE eventgrid.subscription_positions"
+		"     SET since = pg_current_snapshot(), done = pg_current_snapshot(), upto = NULL, after_txid = NULL,"
+		"         after_id = NULL, system_identifier = eventgrid._system_identifier()"
+		")"
+		"UPDATE eventgrid.topic_positions"
+		"   SET done = pg_current_snapshot(), system_identifier = eventgrid._system_identifier()",
+		0, {0}
+	},
+
+	/*
+	 * Unmatched events: per topic, the events visible in a new snapshot and
+	 * not in its position's that no event subscription takes (a filter, or a
+	 * subscription created after the event), counted; the position moves on.
+	 */
+	[PLAN_UNMATCHED] = {
+		"WITH snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s),"
+		" tp AS MATERIALIZED ("
+		"  SELECT p.topic, p.done FROM eventgrid.topic_positions p"
+		"   WHERE p.system_identifier = eventgrid._system_identifier()"
+		"   ORDER BY p.topic FOR UPDATE SKIP LOCKED"
+		"), n AS ("
+		"  SELECT tp.topic,"
+		"         CASE WHEN EXISTS ("
+		"           SELECT 1 FROM eventgrid.event_subscriptions s"
+		"             JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
+		"            WHERE s.topic = tp.topic AND s.included_event_types IS NULL"
+		"              AND s.subject_begins_with IS NULL AND s.subject_ends_with IS NULL"
+		"              AND pg_snapshot_xmax(p.since) <= pg_snapshot_xmin(tp.done))"
+		"         THEN 0 ELSE"
+		"         (SELECT count(*) FROM eventgrid.events e"
+		"           WHERE e.topic = tp.topic AND e.txid >= pg_snapshot_xmin(tp.done)"
+		"             AND e.txid < pg_snapshot_xmax(snap.s)"
+		"             AND eventgrid._in_batch(e.txid, tp.done, snap.s)"
+		"             AND NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s"
+		"                               JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
+		"                              WHERE s.topic = e.topic AND NOT pg_visible_in_snapshot(e.txid, p.since)"
+		"                                AND eventgrid._matches(e.event, s.included_event_types_lower,"
+		"                                      s.subject_begins_with, s.subject_ends_with,"
+		"                                      s.is_subject_case_sensitive))) END AS unmatched"
+		"    FROM tp CROSS JOIN snap"
+		"), counted AS ("
+		"  UPDATE eventgrid.topic_counters c SET unmatched = c.unmatched + n.unmatched"
+		"    FROM n WHERE c.topic = n.topic AND n.unmatched > 0"
+		")"
+		"UPDATE eventgrid.topic_positions p SET done = snap.s FROM snap, n WHERE p.topic = n.topic",
+		0, {0}
+	},
+	[PLAN_HOLDERS] = {
+		"SELECT CASE WHEN pg_relation_size(format('eventgrid.events_%s', $1)::regclass) > 0"
+		"            THEN coalesce(array_to_string(eventgrid._event_table_holders($1::smallint), '; '), '') END",
+		1, {INT4OID}
+	},
+	[PLAN_POSITIONS] = {
+		"SELECT count(*) FROM eventgrid.subscription_positions p"
+		" WHERE p.system_identifier = eventgrid._system_identifier()",
+		0, {0}
+	},
+	[PLAN_TRUNCATED] = {
+		"UPDATE eventgrid.event_table_rotations SET truncated_at = $2, last_try_at = $2, last_failure = NULL"
+		" WHERE event_table = $1",
+		2, {INT4OID, TIMESTAMPTZOID}
+	},
+	[PLAN_TRUNCATE_FAILED] = {
+		"UPDATE eventgrid.event_table_rotations SET last_try_at = $2, last_failure = $3"
+		" WHERE event_table = $1",
+		3, {INT4OID, TIMESTAMPTZOID, TEXTOID}
 	},
 };
 
@@ -412,15 +729,50 @@ int32_col(SPITupleTable *tt, int row, int col, int32 dflt)
 	return isnull ? dflt : DatumGetInt32(d);
 }
 
+static int64
+int64_col(SPITupleTable *tt, int row, int col, int64 dflt)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tt->vals[row], tt->tupdesc, col, &isnull);
+
+	return isnull ? dflt : DatumGetInt64(d);
+}
+
+static Datum
+xid8_array(const uint64 *values, int n)
+{
+	Datum	   *d = palloc(Max(n, 1) * sizeof(Datum));
+
+	for (int i = 0; i < n; i++)
+		d[i] = UInt64GetDatum(values[i]);
+	return make_array(d, NULL, n, XID8OID);
+}
+
+/* A text column borrowed from the result (valid until eg_queue_commit()). */
+static void
+payload_col(SPITupleTable *tt, int row, int col, EgEventPart *part)
+{
+	bool		isnull;
+	Datum		v = SPI_getbinval(tt->vals[row], tt->tupdesc, col, &isnull);
+
+	if (!isnull)
+	{
+		text	   *t = DatumGetTextPP(v);
+
+		part->json = VARDATA_ANY(t);
+		part->len = VARSIZE_ANY_EXHDR(t);
+	}
+}
+
 /*
- * Claims up to limit due deliveries whose events add up to about
- * byte_budget bytes (at least one), leasing them to lease_owner for
- * lease_ms, ordered by subscription.  *rows (allocated in the unit of work)
- * stay valid until eg_queue_commit(); event texts are not copied.
+ * Claims up to limit due retries whose events add up to about byte_budget
+ * bytes (at least one), leasing them to lease_owner for lease_ms, ordered
+ * by subscription.  *rows (allocated in the unit of work) stay valid until
+ * eg_queue_commit(); event texts are not copied.
  */
 int
-eg_queue_claim(TimestampTz now, int limit, int64 byte_budget, int lease_owner, int64 lease_ms,
-			   EgClaimedRow **rows)
+eg_queue_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_owner, int64 lease_ms,
+					   EgClaimedRow **rows)
 {
 	Datum		args[5];
 	SPITupleTable *tt;
@@ -432,7 +784,7 @@ eg_queue_claim(TimestampTz now, int limit, int64 byte_budget, int lease_owner, i
 	args[2] = Int32GetDatum(lease_owner);
 	args[3] = Int64GetDatum(lease_ms);
 	args[4] = Int64GetDatum(Max(byte_budget, 1));
-	run_plan(PLAN_CLAIM, args, false, SPI_OK_SELECT);
+	run_plan(PLAN_CLAIM_RETRIES, args, false, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	tt = SPI_tuptable;
 	out = palloc0(Max(n, 1) * sizeof(EgClaimedRow));
@@ -442,9 +794,8 @@ eg_queue_claim(TimestampTz now, int limit, int64 byte_budget, int lease_owner, i
 		bool		isnull;
 		Datum		v;
 
-		r->id = DatumGetInt64(SPI_getbinval(tt->vals[i], tt->tupdesc, 1, &isnull));
-		v = SPI_getbinval(tt->vals[i], tt->tupdesc, 2, &isnull);
-		r->subscription_id = isnull ? 0 : DatumGetInt64(v);
+		r->retry_id = int64_col(tt, i, 1, 0);
+		r->subscription_id = int64_col(tt, i, 2, 0);
 		r->attempts = int32_col(tt, i, 3, 0);
 		r->max_attempts = int32_col(tt, i, 4, 1);
 		v = SPI_getbinval(tt->vals[i], tt->tupdesc, 5, &isnull);
@@ -454,14 +805,7 @@ eg_queue_claim(TimestampTz now, int limit, int64 byte_budget, int lease_owner, i
 		r->schema = text_col(tt, i, 8);
 		r->max_events_per_batch = int32_col(tt, i, 9, 0);
 		r->preferred_batch_kb = int32_col(tt, i, 10, 0);
-		v = SPI_getbinval(tt->vals[i], tt->tupdesc, 11, &isnull);
-		if (!isnull)
-		{
-			text	   *t = DatumGetTextPP(v);
-
-			r->payload.json = VARDATA_ANY(t);
-			r->payload.len = VARSIZE_ANY_EXHDR(t);
-		}
+		payload_col(tt, i, 11, &r->payload);
 		r->output_event_id = text_col(tt, i, 12);
 		r->data_version = text_col(tt, i, 13);
 		r->metadata_version = text_col(tt, i, 14);
@@ -477,34 +821,219 @@ eg_queue_claim(TimestampTz now, int limit, int64 byte_budget, int lease_owner, i
 }
 
 /*
- * Fresh statistics for eventgrid.deliveries.  Queue tables swing between
+ * Claims first attempts: for every event subscription whose position no
+ * other session holds, the next events of its snapshot batch, at most limit
+ * per subscription, cut where the events to deliver reach byte_budget bytes
+ * (at least one event).  Events the subscription's filters leave out are
+ * passed over.  Positions move past what was taken, and what is to be
+ * delivered is written as chunks in flight numbered from *next_chunk (one
+ * per subscription), in this unit of work.  Returns the deliveries, ordered
+ * by subscription and then (txid, id); *more says whether a position has
+ * more to give at once, *locked that another session holds a position.
+ * *rows stay valid until eg_queue_commit().
+ */
+int
+eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
+					 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked)
+{
+	int			nseen = 0;
+	Datum		args[12];
+	SPITupleTable *tt;
+	int			n;
+	int			nout = 0;
+	int			nsubs = 0;
+	EgClaimedRow *out;
+	Datum	   *sub_ids,
+			   *complete,
+			   *uptos,
+			   *chunks,
+			   *topics,
+			   *dones,
+			   *last_ids,
+			   *old_after_ids;
+	bool	   *chunk_nulls;
+	uint64	   *last_txids,
+			   *old_after_txids;
+
+	args[0] = TimestampTzGetDatum(now);
+	args[1] = Int32GetDatum(limit);
+	args[2] = Int64GetDatum(Max(byte_budget, 1));
+	run_plan(PLAN_CLAIM_FIRST, args, false, SPI_OK_SELECT);
+	n = (int) SPI_processed;
+	tt = SPI_tuptable;
+	*more = false;
+	out = palloc0(Max(n, 1) * sizeof(EgClaimedRow));
+	sub_ids = palloc(Max(n, 1) * sizeof(Datum));
+	complete = palloc(Max(n, 1) * sizeof(Datum));
+	uptos = palloc(Max(n, 1) * sizeof(Datum));
+	chunks = palloc(Max(n, 1) * sizeof(Datum));
+	chunk_nulls = palloc(Max(n, 1) * sizeof(bool));
+	topics = palloc(Max(n, 1) * sizeof(Datum));
+	dones = palloc(Max(n, 1) * sizeof(Datum));
+	last_ids = palloc(Max(n, 1) * sizeof(Datum));
+	old_after_ids = palloc(Max(n, 1) * sizeof(Datum));
+	last_txids = palloc(Max(n, 1) * sizeof(uint64));
+	old_after_txids = palloc(Max(n, 1) * sizeof(uint64));
+
+	/* rows come grouped by subscription, events in (txid, id) order */
+	for (int i = 0; i < n;)
+	{
+		int64		sub = int64_col(tt, i, 1, 0);
+		int64		scanned = int64_col(tt, i, 5, 0);
+		int			j = i;
+		int			taken = 0;
+		int			delivered = 0;
+		bool		isnull;
+		Datum		v;
+
+		while (j < n && int64_col(tt, j, 1, 0) == sub)
+			j++;
+		nseen++;
+		v = SPI_getbinval(tt->vals[i], tt->tupdesc, 2, &isnull);
+		if (!isnull)
+			taken = j - i;
+
+		/*
+		 * Nothing in the batch: it is complete.  All it had was taken: the
+		 * batch is complete unless the limit stopped the scan.  Cut by the
+		 * byte budget: the position stops at the last event taken.
+		 */
+		if (taken == 0 && (scanned > 0 || DatumGetBool(SPI_getbinval(tt->vals[i], tt->tupdesc, 22, &isnull))))
+		{
+			/* cut before its first event, or idle with no batch open: nothing to write */
+			if (scanned > 0)
+				*more = true;
+			i = j;
+			continue;
+		}
+		sub_ids[nsubs] = Int64GetDatum(sub);
+		complete[nsubs] = BoolGetDatum(taken == scanned && scanned < limit);
+		if (!(taken == scanned && scanned < limit))
+			*more = true;
+		uptos[nsubs] = PointerGetDatum(DatumGetTextPP(SPI_getbinval(tt->vals[i], tt->tupdesc, 7, &isnull)));
+		dones[nsubs] = PointerGetDatum(DatumGetTextPP(SPI_getbinval(tt->vals[i], tt->tupdesc, 6, &isnull)));
+		topics[nsubs] = PointerGetDatum(DatumGetTextPP(SPI_getbinval(tt->vals[i], tt->tupdesc, 8, &isnull)));
+		last_txids[nsubs] = 0;
+		last_ids[nsubs] = Int64GetDatum(0);
+		chunk_nulls[nsubs] = true;
+		chunks[nsubs] = Int64GetDatum(0);
+		old_after_txids[nsubs] = DatumGetUInt64(SPI_getbinval(tt->vals[i], tt->tupdesc, 23, &isnull));
+		old_after_ids[nsubs] = Int64GetDatum(int64_col(tt, i, 24, 0));
+
+		for (int k = i; k < i + taken; k++)
+		{
+			EgClaimedRow *r;
+
+			v = SPI_getbinval(tt->vals[k], tt->tupdesc, 4, &isnull);
+			last_txids[nsubs] = DatumGetUInt64(SPI_getbinval(tt->vals[k], tt->tupdesc, 2, &isnull));
+			last_ids[nsubs] = Int64GetDatum(int64_col(tt, k, 3, 0));
+			if (!DatumGetBool(v))
+				continue;		/* left out by the subscription's filters */
+			if (delivered++ == 0)
+			{
+				chunk_nulls[nsubs] = false;
+				chunks[nsubs] = Int64GetDatum((*next_chunk)++);
+			}
+			r = &out[nout++];
+			r->chunk = DatumGetInt64(chunks[nsubs]);
+			r->txid = last_txids[nsubs];
+			r->event_id = DatumGetInt64(last_ids[nsubs]);
+			r->subscription_id = sub;
+			r->attempts = 0;
+			r->max_attempts = int32_col(tt, k, 9, 1);
+			v = SPI_getbinval(tt->vals[k], tt->tupdesc, 10, &isnull);
+			r->expired = !isnull && DatumGetBool(v);
+			r->endpoint = text_col(tt, k, 11);
+			r->subscription_name = text_col(tt, k, 12);
+			r->schema = text_col(tt, k, 13);
+			r->max_events_per_batch = int32_col(tt, k, 14, 0);
+			r->preferred_batch_kb = int32_col(tt, k, 15, 0);
+			payload_col(tt, k, 16, &r->payload);
+			r->output_event_id = text_col(tt, k, 17);
+			r->data_version = text_col(tt, k, 18);
+			r->metadata_version = text_col(tt, k, 19);
+			r->custom_headers = text_col(tt, k, 20);
+			r->bytes = int32_col(tt, k, 21, 0);
+		}
+		nsubs++;
+		i = j;
+	}
+
+	if (nsubs > 0)
+	{
+		args[0] = make_array(sub_ids, NULL, nsubs, INT8OID);
+		args[1] = make_array(complete, NULL, nsubs, BOOLOID);
+		args[2] = make_array(uptos, NULL, nsubs, TEXTOID);
+		args[3] = xid8_array(last_txids, nsubs);
+		args[4] = make_array(last_ids, NULL, nsubs, INT8OID);
+		args[5] = make_array(chunks, chunk_nulls, nsubs, INT8OID);
+		args[6] = make_array(topics, NULL, nsubs, TEXTOID);
+		args[7] = make_array(dones, NULL, nsubs, TEXTOID);
+		args[8] = TimestampTzGetDatum(now);
+		args[9] = Int32GetDatum(lease_owner);
+		args[10] = xid8_array(old_after_txids, nsubs);
+		args[11] = make_array(old_after_ids, NULL, nsubs, INT8OID);
+		run_plan(PLAN_ADVANCE, args, false, SPI_OK_INSERT);
+	}
+	run_plan(PLAN_POSITIONS, NULL, true, SPI_OK_SELECT);
+	*locked = int64_col(SPI_tuptable, 0, 1, 0) > nseen;
+	*rows = out;
+	return nout;
+}
+
+/*
+ * Fresh statistics for eventgrid.retries.  Queue tables swing between
  * empty and large; after a VACUUM finds one empty the planner believes it
  * empty until the next ANALYZE and picks nested loops that cost the square
- * of the rows per statement (measured: drain rate 18,000 -> 2,700 events/s).
- * Only deliveries: its estimates shape the plans (events are always reached
- * through their primary key), its rows are small, and sampling 30,000 events
- * of up to 1 MB would swell the worker's memory.
+ * of the rows per statement.  The event tables are always reached through
+ * their index, in (topic, txid, id) order.
  */
 void
 eg_queue_analyze(void)
 {
-	if (SPI_execute("ANALYZE eventgrid.deliveries", false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "eventgrid: ANALYZE of eventgrid.deliveries failed");
+	if (SPI_execute("ANALYZE eventgrid.retries", false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "eventgrid: ANALYZE of eventgrid.retries failed");
 }
 
-/* Records that the deliveries ids[0..n) are handed to HTTP as wave number wave. */
+/*
+ * Records, before a wave of requests goes to HTTP, what it carries: the
+ * retries retry_ids[0..nretries) under wave number wave, and for each chunk
+ * in marks[0..nmarks) the last of its events handed to HTTP so far.
+ */
 void
-eg_queue_mark_in_flight(int lease_owner, int64 wave, const int64 *ids, int n)
+eg_queue_mark_in_flight(int lease_owner, int64 wave, const int64 *retry_ids, int nretries,
+						const EgChunkMark *marks, int nmarks)
 {
-	Datum		args[3];
+	Datum		args[4];
 
-	args[0] = Int32GetDatum(lease_owner);
-	args[1] = Int64GetDatum(wave);
-	args[2] = int8_array(ids, n);
-	run_plan(PLAN_IN_FLIGHT, args, false, SPI_OK_INSERT);
+	if (nretries > 0)
+	{
+		args[0] = Int32GetDatum(lease_owner);
+		args[1] = Int64GetDatum(wave);
+		args[2] = int8_array(retry_ids, nretries);
+		run_plan(PLAN_IN_FLIGHT, args, false, SPI_OK_INSERT);
+	}
+	if (nmarks > 0)
+	{
+		int64	   *chunks = palloc(nmarks * sizeof(int64));
+		uint64	   *txids = palloc(nmarks * sizeof(uint64));
+		int64	   *ids = palloc(nmarks * sizeof(int64));
+
+		for (int i = 0; i < nmarks; i++)
+		{
+			chunks[i] = marks[i].chunk;
+			txids[i] = marks[i].txid;
+			ids[i] = marks[i].event_id;
+		}
+		args[0] = Int32GetDatum(lease_owner);
+		args[1] = int8_array(chunks, nmarks);
+		args[2] = xid8_array(txids, nmarks);
+		args[3] = int8_array(ids, nmarks);
+		run_plan(PLAN_SENT_MARKS, args, false, SPI_OK_UPDATE);
+	}
 }
 
-/* Forgets the in-flight records of waves whose outcomes are all recorded. */
+/* Forgets the in-flight records of waves whose retries are all recorded. */
 void
 eg_queue_forget_waves(int lease_owner, const int64 *waves, int n)
 {
@@ -517,76 +1046,146 @@ eg_queue_forget_waves(int lease_owner, const int64 *waves, int n)
 	run_plan(PLAN_WAVES_DONE, args, false, SPI_OK_DELETE);
 }
 
+/* Outcome arrays of one record statement. */
+typedef struct OutcomeArrays
+{
+	int			n;
+	Datum	   *ids,
+			   *subs,
+			   *event_ids,
+			   *actions,
+			   *names,
+			   *statuses,
+			   *attempted,
+			   *next_at,
+			   *reasons,
+			   *attempts,
+			   *flags;
+	uint64	   *txids;
+	bool	   *n_name,
+			   *n_status,
+			   *n_attempted,
+			   *n_next,
+			   *n_reason;
+} OutcomeArrays;
+
+static void
+outcome_arrays_init(OutcomeArrays *a, int cap)
+{
+	cap = Max(cap, 1);
+	a->n = 0;
+	a->ids = palloc(cap * sizeof(Datum));
+	a->subs = palloc(cap * sizeof(Datum));
+	a->event_ids = palloc(cap * sizeof(Datum));
+	a->actions = palloc(cap * sizeof(Datum));
+	a->names = palloc(cap * sizeof(Datum));
+	a->statuses = palloc(cap * sizeof(Datum));
+	a->attempted = palloc(cap * sizeof(Datum));
+	a->next_at = palloc(cap * sizeof(Datum));
+	a->reasons = palloc(cap * sizeof(Datum));
+	a->attempts = palloc(cap * sizeof(Datum));
+	a->flags = palloc(cap * sizeof(Datum));
+	a->txids = palloc(cap * sizeof(uint64));
+	a->n_name = palloc(cap * sizeof(bool));
+	a->n_status = palloc(cap * sizeof(bool));
+	a->n_attempted = palloc(cap * sizeof(bool));
+	a->n_next = palloc(cap * sizeof(bool));
+	a->n_reason = palloc(cap * sizeof(bool));
+}
+
+static void
+outcome_arrays_add(OutcomeArrays *a, const EgOutcome *o)
+{
+	int			i = a->n++;
+	char		act[2] = {o->action, '\0'};
+
+	a->ids[i] = Int64GetDatum(o->retry_id);
+	a->subs[i] = Int64GetDatum(o->subscription_id);
+	a->event_ids[i] = Int64GetDatum(o->event_id);
+	a->txids[i] = o->txid;
+	a->actions[i] = CStringGetTextDatum(act);
+	a->n_name[i] = o->outcome == NULL;
+	a->names[i] = o->outcome ? CStringGetTextDatum(o->outcome) : (Datum) 0;
+	a->n_status[i] = o->http_status == 0;
+	a->statuses[i] = Int32GetDatum(o->http_status);
+	a->n_attempted[i] = o->attempted_at == 0;
+	a->attempted[i] = TimestampTzGetDatum(o->attempted_at);
+	a->n_next[i] = o->action != 'r';
+	a->next_at[i] = TimestampTzGetDatum(o->next_at);
+	a->n_reason[i] = o->reason == NULL;
+	a->reasons[i] = o->reason ? CStringGetTextDatum(o->reason) : (Datum) 0;
+	a->attempts[i] = Int32GetDatum(o->attempts_after);
+	a->flags[i] = BoolGetDatum(o->attempted);
+}
+
 /*
- * Writes outcomes back: one set-based statement for retries, deletions,
- * dead letters and counters, one for events that no longer have
- * deliveries.  Takes eventgrid.events before eventgrid.deliveries, the lock
- * order of every writer.  Returns the earliest retry time, or DT_NOEND.
+ * Writes outcomes back: for first attempts (whose chunks chunks[0..nchunks)
+ * are then complete and forgotten) and for retries, set-based.  Locks the
+ * subscriptions concerned first (FOR KEY SHARE), the lock order of every
+ * writer, so that a subscription dropped meanwhile gets no new rows.
+ * Returns the earliest retry time recorded, or DT_NOEND.
  */
 TimestampTz
-eg_queue_record(EgOutcome *const *outcomes, int n)
+eg_queue_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 *chunks, int nchunks)
 {
-	Datum	   *ids = palloc(Max(n, 1) * sizeof(Datum)),
-			   *actions = palloc(Max(n, 1) * sizeof(Datum)),
-			   *names = palloc(Max(n, 1) * sizeof(Datum)),
-			   *statuses = palloc(Max(n, 1) * sizeof(Datum)),
-			   *attempted = palloc(Max(n, 1) * sizeof(Datum)),
-			   *next_at = palloc(Max(n, 1) * sizeof(Datum)),
-			   *reasons = palloc(Max(n, 1) * sizeof(Datum)),
-			   *attempts = palloc(Max(n, 1) * sizeof(Datum)),
-			   *flags = palloc(Max(n, 1) * sizeof(Datum));
-	bool	   *n_name = palloc(Max(n, 1) * sizeof(bool)),
-			   *n_status = palloc(Max(n, 1) * sizeof(bool)),
-			   *n_attempted = palloc(Max(n, 1) * sizeof(bool)),
-			   *n_next = palloc(Max(n, 1) * sizeof(bool)),
-			   *n_reason = palloc(Max(n, 1) * sizeof(bool));
-	Datum		args[9];
+	OutcomeArrays first,
+				retry;
+	Datum	   *subs = palloc(Max(n, 1) * sizeof(Datum));
+	Datum		args[13];
 	TimestampTz earliest = DT_NOEND;
-	bool		isnull;
-	Datum		event_ids;
 
-	run_plan(PLAN_LOCK_EVENTS, NULL, false, SPI_OK_UTILITY);
-	if (n == 0)
-		return earliest;
+	outcome_arrays_init(&first, n);
+	outcome_arrays_init(&retry, n);
 	for (int i = 0; i < n; i++)
 	{
 		const EgOutcome *o = outcomes[i];
-		char		a[2] = {o->action, '\0'};
 
-		ids[i] = Int64GetDatum(o->id);
-		actions[i] = CStringGetTextDatum(a);
-		n_name[i] = o->outcome == NULL;
-		names[i] = o->outcome ? CStringGetTextDatum(o->outcome) : (Datum) 0;
-		n_status[i] = o->http_status == 0;
-		statuses[i] = Int32GetDatum(o->http_status);
-		n_attempted[i] = o->attempted_at == 0;
-		attempted[i] = TimestampTzGetDatum(o->attempted_at);
-		n_next[i] = o->action != 'r';
-		next_at[i] = TimestampTzGetDatum(o->next_at);
-		n_reason[i] = o->reason == NULL;
-		reasons[i] = o->reason ? CStringGetTextDatum(o->reason) : (Datum) 0;
-		attempts[i] = Int32GetDatum(o->attempts_after);
-		flags[i] = BoolGetDatum(o->attempted);
+		subs[i] = Int64GetDatum(o->subscription_id);
+		outcome_arrays_add(o->retry_id != 0 ? &retry : &first, o);
 		if (o->action == 'r' && o->next_at < earliest)
 			earliest = o->next_at;
 	}
-	args[0] = make_array(ids, NULL, n, INT8OID);
-	args[1] = make_array(actions, NULL, n, TEXTOID);
-	args[2] = make_array(names, n_name, n, TEXTOID);
-	args[3] = make_array(statuses, n_status, n, INT4OID);
-	args[4] = make_array(attempted, n_attempted, n, TIMESTAMPTZOID);
-	args[5] = make_array(next_at, n_next, n, TIMESTAMPTZOID);
-	args[6] = make_array(reasons, n_reason, n, TEXTOID);
-	args[7] = make_array(attempts, NULL, n, INT4OID);
-	args[8] = make_array(flags, NULL, n, BOOLOID);
-	run_plan(PLAN_RECORD, args, false, SPI_OK_SELECT);
-	event_ids = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	if (!isnull)
-		run_plan(PLAN_CLEANUP, &event_ids, false, SPI_OK_DELETE);
+	args[0] = make_array(subs, NULL, n, INT8OID);
+	run_plan(PLAN_LOCK_SUBSCRIPTIONS, args, false, SPI_OK_SELECT);
+
+	if (first.n > 0 || nchunks > 0)
+	{
+		OutcomeArrays *a = &first;
+
+		args[0] = make_array(a->subs, NULL, a->n, INT8OID);
+		args[1] = xid8_array(a->txids, a->n);
+		args[2] = make_array(a->event_ids, NULL, a->n, INT8OID);
+		args[3] = make_array(a->actions, NULL, a->n, TEXTOID);
+		args[4] = make_array(a->names, a->n_name, a->n, TEXTOID);
+		args[5] = make_array(a->statuses, a->n_status, a->n, INT4OID);
+		args[6] = make_array(a->attempted, a->n_attempted, a->n, TIMESTAMPTZOID);
+		args[7] = make_array(a->next_at, a->n_next, a->n, TIMESTAMPTZOID);
+		args[8] = make_array(a->reasons, a->n_reason, a->n, TEXTOID);
+		args[9] = make_array(a->attempts, NULL, a->n, INT4OID);
+		args[10] = make_array(a->flags, NULL, a->n, BOOLOID);
+		args[11] = Int32GetDatum(lease_owner);
+		args[12] = int8_array(chunks, nchunks);
+		run_plan(PLAN_RECORD_FIRST, args, false, SPI_OK_DELETE);
+	}
+	if (retry.n > 0)
+	{
+		OutcomeArrays *a = &retry;
+
+		args[0] = make_array(a->ids, NULL, a->n, INT8OID);
+		args[1] = make_array(a->actions, NULL, a->n, TEXTOID);
+		args[2] = make_array(a->names, a->n_name, a->n, TEXTOID);
+		args[3] = make_array(a->statuses, a->n_status, a->n, INT4OID);
+		args[4] = make_array(a->attempted, a->n_attempted, a->n, TIMESTAMPTZOID);
+		args[5] = make_array(a->next_at, a->n_next, a->n, TIMESTAMPTZOID);
+		args[6] = make_array(a->reasons, a->n_reason, a->n, TEXTOID);
+		args[7] = make_array(a->attempts, NULL, a->n, INT4OID);
+		args[8] = make_array(a->flags, NULL, a->n, BOOLOID);
+		run_plan(PLAN_RECORD_RETRIES, args, false, SPI_OK_UPDATE);
+	}
 	return earliest;
 }
 
-/* Earliest next_attempt_at of deliveries lease_owner does not hold, or DT_NOEND. */
+/* Earliest next_attempt_at of retries lease_owner does not hold, or DT_NOEND. */
 TimestampTz
 eg_queue_next_due(int lease_owner)
 {
@@ -600,21 +1199,121 @@ eg_queue_next_due(int lease_owner)
 }
 
 /*
- * Takes back the leases other owners (a crashed run, a restored dump) left:
- * deliveries named in their in-flight records were handed to HTTP and are
- * charged an attempt with outcome Aborted; all are due at now.  Returns how
- * many were charged and how many released.
+ * Takes back what another run of the worker left (a crash, or a restored
+ * dump): chunks of first attempts become retries due at now, charged an
+ * attempt with outcome Aborted up to what had been handed to HTTP.  With
+ * all (at start, when this worker holds nothing yet) every chunk is taken,
+ * and leased retries are released too, those named in an in-flight record
+ * charged an attempt; otherwise only chunks of other owners.  Returns how
+ * many deliveries were charged and how many taken back in all.
  */
 void
-eg_queue_recover(int lease_owner, TimestampTz now, uint64 *charged, uint64 *released)
+eg_queue_recover(int lease_owner, bool all, TimestampTz now, uint64 *charged, uint64 *released)
 {
 	Datum		args[2];
+	SPIPlanPtr	plan = get_plan(PLAN_RECOVER_CHUNKS);
 
 	args[0] = Int32GetDatum(lease_owner);
 	args[1] = TimestampTzGetDatum(now);
-	run_plan(PLAN_CHARGE_SENT, args, false, SPI_OK_UPDATE);
-	*charged = SPI_processed;
-	run_plan(PLAN_RELEASE, args, false, SPI_OK_UPDATE);
+	*charged = 0;
+	if (SPI_execute_plan(plan, args, all ? "n " : "  ", false, 0) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "eventgrid: recovering chunks in flight failed");
 	*released = SPI_processed;
+	for (uint64 i = 0; i < SPI_processed; i++)
+		if (int32_col(SPI_tuptable, (int) i, 1, 0) > 0)
+			(*charged)++;
+	if (!all)
+		return;
+	run_plan(PLAN_CHARGE_SENT, args, false, SPI_OK_UPDATE);
+	*charged += SPI_processed;
+	run_plan(PLAN_RELEASE, args, false, SPI_OK_UPDATE);
+	*released += SPI_processed;
 	run_plan(PLAN_FORGET_WAVES, args, false, SPI_OK_DELETE);
+}
+
+/*
+ * Positions restored from another cluster (pg_restore elsewhere,
+ * pg_upgrade) hold snapshots of that cluster's transaction ids: what they
+ * had not passed becomes retries due at now, the event tables are emptied
+ * (their transaction ids mean nothing here) and every position starts
+ * afresh.  Returns the number of retries made; 0 and nothing done when
+ * every position is this cluster's.
+ */
+uint64
+eg_queue_rebase(TimestampTz now)
+{
+	Datum		arg = TimestampTzGetDatum(now);
+	bool		isnull;
+	uint64		made;
+
+	run_plan(PLAN_FOREIGN, NULL, true, SPI_OK_SELECT);
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		return 0;
+	run_plan(PLAN_REBASE_PENDING, &arg, false, SPI_OK_INSERT);
+	made = SPI_processed;
+	if (SPI_execute("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2", false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "eventgrid: emptying the event tables failed");
+	run_plan(PLAN_REBASE_POSITIONS, NULL, false, SPI_OK_UPDATE);
+	ereport(LOG,
+			(errmsg("eventgrid: positions restored from another cluster start afresh; %llu pending deliveries became retries",
+					(unsigned long long) made)));
+	return made;
+}
+
+/* Counts the events that no event subscription takes, per topic (SPEC 9). */
+void
+eg_queue_count_unmatched(void)
+{
+	run_plan(PLAN_UNMATCHED, NULL, false, SPI_OK_UPDATE);
+}
+
+/*
+ * Empties event table eventgrid.events_<event_table> when nothing needs its
+ * events, with a lock taken only if it is free at once, so that no
+ * publisher or reader ever waits for it.  Returns NULL when emptied, else
+ * why not (also written to eventgrid.event_table_rotations).
+ */
+char *
+eg_queue_truncate(int event_table, TimestampTz now)
+{
+	char		name[NAMEDATALEN];
+	Oid			relid;
+	Datum		args[3];
+	char	   *why = NULL;
+
+	snprintf(name, sizeof(name), "events_%d", event_table);
+	relid = get_relname_relid(name, get_namespace_oid("eventgrid", false));
+	if (!OidIsValid(relid))
+		elog(ERROR, "eventgrid: event table eventgrid.%s is missing", name);
+
+	args[0] = Int32GetDatum(event_table);
+	run_plan(PLAN_HOLDERS, args, true, SPI_OK_SELECT);
+	why = text_col(SPI_tuptable, 0, 1);
+	if (why == NULL)
+		return NULL;			/* empty already */
+	if (why[0] != '\0')
+		why = psprintf("waiting for %s", why);
+	else if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
+		why = pstrdup("another session holds a lock on the table");
+	else
+	{
+		/* rows committed since the first look, by a transaction that began earlier */
+		run_plan(PLAN_HOLDERS, args, true, SPI_OK_SELECT);
+		why = text_col(SPI_tuptable, 0, 1);
+		if (why && why[0] != '\0')
+			why = psprintf("waiting for %s", why);
+		else
+			why = NULL;
+	}
+	args[1] = TimestampTzGetDatum(now);
+	if (why)
+	{
+		args[2] = CStringGetTextDatum(why);
+		run_plan(PLAN_TRUNCATE_FAILED, args, false, SPI_OK_UPDATE);
+		return why;
+	}
+	if (SPI_execute(psprintf("TRUNCATE eventgrid.%s", name), false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "eventgrid: TRUNCATE eventgrid.%s failed", name);
+	run_plan(PLAN_TRUNCATED, args, false, SPI_OK_UPDATE);
+	return NULL;
 }

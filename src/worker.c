@@ -4,17 +4,22 @@
  * building in request.c, the decision after each attempt in retry.c; this
  * file is the loop and its bookkeeping.
  *
- * Claim: due deliveries, as many as eventgrid.max_bytes_in_flight leaves,
- * are claimed and leased in one statement, turned into requests (one event
- * each, or batches when the subscription batches) from the claim's result,
- * and the transaction commits before any network I/O.  Deliver: before
- * requests are handed to libcurl, their deliveries are recorded as in
- * flight (durably); libcurl sends many at once on its own thread.  Record:
- * outcomes go back in sets of hundreds.
+ * Claim: due retries and, from each event subscription's position, the
+ * next chunk of first attempts, as many as eventgrid.max_bytes_in_flight
+ * leaves, turned into requests (one event each, or batches when the
+ * subscription batches) from the claim's result; the transaction commits
+ * before any network I/O.  Deliver: before requests are handed to libcurl,
+ * what they carry is recorded as in flight (durably); libcurl sends many at
+ * once on its own thread.  Record: outcomes go back in sets of hundreds, a
+ * chunk of first attempts once all of its outcomes are known.
  *
- * Crashes: a new worker takes back the leases a previous one left, charging
- * an attempt (outcome Aborted) only to deliveries recorded as in flight, the
- * ones that really went to HTTP.
+ * Crashes: a new worker turns the chunks a previous one left into retries
+ * and takes back its leases, charging an attempt (outcome Aborted) only to
+ * what was recorded as in flight, what really went to HTTP.
+ *
+ * Upkeep, about once a second while there is work: unmatched events are
+ * counted, positions restored from another cluster start afresh, and event
+ * tables that nothing needs any more are emptied.
  *
  * Errors: any ERROR in a unit of database work aborts that unit only; what
  * HTTP is doing and the outcomes decided but not yet recorded stay in
@@ -46,7 +51,10 @@
 #include "common/pg_prng.h"
 #endif
 
-#define EG_CLAIM_MAX_ROWS 1000
+#define EG_CLAIM_MAX_ROWS 1000	/* retries per claim */
+#define EG_CHUNK_MAX_ROWS 1000	/* first attempts per subscription per claim */
+#define EG_UPKEEP_INTERVAL_MS 1000
+#define EG_UPKEEP_IDLE_INTERVAL_MS 60000
 #define EG_RECORD_MIN_ROWS 500
 #define EG_RECORD_MAX_DELAY_MS 20
 #define EG_IDLE_MAX_SLEEP_MS 60000
@@ -61,19 +69,27 @@
 
 struct EgClaim;
 
-/* Deliveries handed to HTTP together, recorded as one in-flight record. */
+/* Retries handed to HTTP together, recorded as one in-flight record. */
 typedef struct EgWave
 {
 	int64		no;
-	int			remaining;		/* its deliveries not yet recorded */
+	int			remaining;		/* its retries not yet recorded */
 } EgWave;
+
+/* First attempts claimed together from one position; recorded as a whole. */
+typedef struct EgChunk
+{
+	int64		no;
+	int			undecided;		/* deliveries without an outcome yet */
+	int			count;
+} EgChunk;
 
 /* One claimed delivery and, once decided, its outcome. */
 typedef struct EgDelivery
 {
 	struct EgClaim *claim;
-	EgOutcome	out;			/* out.id is the delivery's id */
-	int64		subscription_id;	/* 0: the event matched no subscription */
+	EgChunk    *chunk;			/* a first attempt's chunk; NULL for a retry */
+	EgOutcome	out;			/* out.retry_id or (subscription_id, txid, event_id) name it */
 	int32		attempts;		/* attempts made before this claim */
 	int32		max_attempts;
 	int64		bytes;			/* event size, counted against max_bytes_in_flight */
@@ -98,18 +114,23 @@ static EgRequest *pending_tail = NULL;
 static int	pending_n = 0;
 static TimestampTz last_analyze = 0;
 static TimestampTz first_unrecorded_at = 0;
-static EgDelivery **to_record = NULL;
+static EgDelivery **to_record = NULL;	/* decided, not recorded */
 static int	to_record_n = 0;
 static int	to_record_cap = 0;
+static int	recordable_n = 0;	/* of those, how many may be recorded now */
+static int64 next_chunk_no = 1;
+static TimestampTz last_upkeep = 0;
+static bool upkeep_wanted = true;	/* work came in since the last upkeep */
 static int64 bytes_held = 0;	/* event bytes claimed and not yet recorded */
 static int64 next_wave_no = 1;
 static int64 *waves_done = NULL;	/* recorded waves whose in-flight records can go */
 static int	waves_done_n = 0;
 static int	waves_done_cap = 0;
 
-/* a claim being turned into requests; freed if its transaction fails */
+/* a claim being turned into requests (in order); freed if its transaction fails */
 static EgClaim *claim_in_progress = NULL;
 static EgRequest *built_head = NULL;
+static EgRequest *built_tail = NULL;
 
 /* error recovery */
 static char *last_error = NULL;
@@ -148,11 +169,18 @@ end_work(void)
 	last_error = NULL;
 }
 
+/*
+ * Queues a decided delivery for recording.  A retry may be recorded at
+ * once; a first attempt once every delivery of its chunk is decided.
+ */
 static void
 push_record(EgDelivery *d)
 {
-	if (to_record_n == 0)
+	int			ready = d->chunk == NULL ? 1 : (--d->chunk->undecided == 0 ? d->chunk->count : 0);
+
+	if (recordable_n == 0 && ready > 0)
 		first_unrecorded_at = GetCurrentTimestamp();
+	recordable_n += ready;
 	if (to_record_n == to_record_cap)
 	{
 		to_record_cap = Max(64, to_record_cap * 2);
@@ -235,6 +263,7 @@ free_built_requests(void)
 		built_head->body = NULL;
 		built_head = next;
 	}
+	built_tail = NULL;
 }
 
 /*
@@ -256,14 +285,12 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 	{
 		EgDelivery *d = &claim->rows[k];
 
-		if (d->subscription_id == 0)
-			finish_without_attempt(d, 'u', NULL, NULL);
+		if (d->out.subscription_id == 0)
+			finish_without_attempt(d, 'u', NULL, NULL); /* a retry whose subscription is gone */
 		else if (rows[k].expired)
 			finish_without_attempt(d, 'f', "TimeToLiveExceeded", NULL);
 		else if (d->attempts >= d->max_attempts)
 			finish_without_attempt(d, 'f', "MaxDeliveryAttemptsExceeded", NULL);
-		else if (rows[k].payload.json == NULL)
-			finish_without_attempt(d, 'u', NULL, NULL); /* its event was deleted by hand */
 		else
 		{
 			parts[nsend] = rows[k].payload;
@@ -298,8 +325,12 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 			req->items = MemoryContextAlloc(claim->cxt, sizeof(void *) * take);
 			memcpy(req->items, &send[k], sizeof(void *) * take);
 			req->count = take;
-			req->next = built_head;
-			built_head = req;
+			req->next = NULL;
+			if (built_tail)
+				built_tail->next = req;
+			else
+				built_head = req;
+			built_tail = req;
 		}
 		else
 		{
@@ -319,42 +350,61 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 }
 
 /*
- * Claims due deliveries, within byte_budget event bytes, and turns them
- * into queued requests.  Returns the number claimed, or -1 when the
- * extension is not ready.
+ * Claims due retries and first attempts, within byte_budget event bytes,
+ * and turns them into queued requests.  Returns the number claimed, or -1
+ * when the extension is not ready; *more says that more is ready at once,
+ * *locked that another session holds what would be claimed.
  */
 static int
-claim(int limit, int64 byte_budget)
+claim(int64 byte_budget, bool *more, bool *locked)
 {
 	EgClaim    *claim;
+	EgClaimedRow *rrows;
+	EgClaimedRow *frows;
 	EgClaimedRow *rows;
+	int			nr;
+	int			nf;
 	int			n;
+	int64		retry_bytes = 0;
 	StringInfoData scratch;
 
-	if (!begin_work("eventgrid: claiming due deliveries"))
+	*more = false;
+	*locked = false;
+	if (!begin_work("eventgrid: claiming deliveries"))
 		return -1;
 
 	/*
-	 * A claim lost in a crash only means its rows are claimed again (none of
-	 * them was sent before a later, durable in-flight record): no need to
-	 * wait for the flush.
+	 * A claim lost in a crash only means claiming again (nothing of it was
+	 * sent before a later, durable in-flight record): no need to wait for
+	 * the flush.
 	 */
 	eg_queue_no_flush_wait();
-	n = eg_queue_claim(eg_now(), limit, byte_budget, lease_owner,
-					   (int64) eg_response_timeout_ms + EG_LEASE_MARGIN_MS, &rows);
+	nr = eg_queue_claim_retries(eg_now(), EG_CLAIM_MAX_ROWS, byte_budget, lease_owner,
+								(int64) eg_response_timeout_ms + EG_LEASE_MARGIN_MS, &rrows);
+	for (int i = 0; i < nr; i++)
+		retry_bytes += rrows[i].bytes;
+	/* chunk numbers of a claim that fails are not used again: no harm */
+	nf = eg_queue_claim_first(eg_now(), EG_CHUNK_MAX_ROWS, Max(byte_budget - retry_bytes, 1),
+							  lease_owner, &next_chunk_no, &frows, more, locked);
+	if (nr == EG_CLAIM_MAX_ROWS)
+		*more = true;
 
 	/*
 	 * In-flight records of recorded waves go in the same transaction: a
-	 * delivery claimed again must not be named by an old one once this
+	 * retry claimed again must not be named by an old one once this
 	 * commits.
 	 */
 	eg_queue_forget_waves(lease_owner, waves_done, waves_done_n);
+	n = nr + nf;
 	if (n == 0)
 	{
 		end_work();
 		waves_done_n = 0;
 		return 0;
 	}
+	rows = palloc(n * sizeof(EgClaimedRow));
+	memcpy(rows, rrows, nr * sizeof(EgClaimedRow));
+	memcpy(rows + nr, frows, nf * sizeof(EgClaimedRow));
 
 	claim = MemoryContextAllocZero(TopMemoryContext, sizeof(EgClaim));
 	claim->cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid claim", ALLOCSET_DEFAULT_SIZES);
@@ -366,8 +416,22 @@ claim(int limit, int64 byte_budget)
 		EgDelivery *d = &claim->rows[i];
 
 		d->claim = claim;
-		d->out.id = rows[i].id;
-		d->subscription_id = rows[i].subscription_id;
+		if (rows[i].chunk != 0)
+		{
+			if (i == 0 || rows[i - 1].chunk != rows[i].chunk)
+			{
+				d->chunk = MemoryContextAllocZero(claim->cxt, sizeof(EgChunk));
+				d->chunk->no = rows[i].chunk;
+			}
+			else
+				d->chunk = claim->rows[i - 1].chunk;
+			d->chunk->undecided++;
+			d->chunk->count++;
+		}
+		d->out.retry_id = rows[i].retry_id;
+		d->out.subscription_id = rows[i].subscription_id;
+		d->out.txid = rows[i].txid;
+		d->out.event_id = rows[i].event_id;
 		d->attempts = rows[i].attempts;
 		d->max_attempts = rows[i].max_attempts;
 		d->bytes = rows[i].bytes;
@@ -376,13 +440,14 @@ claim(int limit, int64 byte_budget)
 		d->prev_attempted_at = rows[i].prev_attempted_at;
 	}
 
-	/* rows of one subscription (the claim is ordered by it) become requests */
+	/* rows of one subscription (retries) or one chunk (first attempts) become requests */
 	initStringInfo(&scratch);
 	for (int i = 0; i < n;)
 	{
 		int			j = i;
 
-		while (j < n && rows[j].subscription_id == rows[i].subscription_id)
+		while (j < n && rows[j].subscription_id == rows[i].subscription_id &&
+			   rows[j].chunk == rows[i].chunk)
 			j++;
 		build_requests(claim, rows, i, j, &scratch);
 		i = j;
@@ -390,6 +455,7 @@ claim(int limit, int64 byte_budget)
 	pfree(scratch.data);
 	end_work();
 	waves_done_n = 0;
+	upkeep_wanted = true;
 
 	/* committed: the requests may go, and rows finished without an attempt are recorded */
 	while (built_head)
@@ -399,6 +465,7 @@ claim(int limit, int64 byte_budget)
 		built_head = req->next;
 		queue_request(req);
 	}
+	built_tail = NULL;
 	for (int i = 0; i < n; i++)
 	{
 		bytes_held += claim->rows[i].bytes;
@@ -407,11 +474,11 @@ claim(int limit, int64 byte_budget)
 	}
 	claim_in_progress = NULL;
 
-	/* a full claim means a backlog: fresh statistics, at most once a minute */
-	if (n == limit && GetCurrentTimestamp() - last_analyze >= EG_ANALYZE_INTERVAL_MS * 1000)
+	/* a full claim of retries means a backlog: fresh statistics, at most once a minute */
+	if (nr == EG_CLAIM_MAX_ROWS && GetCurrentTimestamp() - last_analyze >= EG_ANALYZE_INTERVAL_MS * 1000)
 	{
 		last_analyze = GetCurrentTimestamp();
-		if (begin_work("eventgrid: analyzing eventgrid.deliveries"))
+		if (begin_work("eventgrid: analyzing eventgrid.retries"))
 		{
 			eg_queue_analyze();
 			end_work();
@@ -447,17 +514,41 @@ release_claim_row(EgDelivery *d)
 }
 
 /*
- * Writes every decided delivery back in one transaction.  Returns the
- * earliest retry time recorded, or DT_NOEND.  On an ERROR nothing is lost:
- * the deliveries stay decided in memory and the next call writes them.
+ * Writes back, in one transaction, every decided retry and every chunk of
+ * first attempts whose deliveries are all decided.  Returns the earliest
+ * retry time recorded, or DT_NOEND.  On an ERROR nothing is lost: the
+ * deliveries stay decided in memory and the next call writes them.
  */
 static TimestampTz
 record(void)
 {
-	int			n = to_record_n;
 	int			nwaves = waves_done_n;
+	int			n = 0;
+	int			nchunks = 0;
+	int			keep = 0;
 	TimestampTz earliest = DT_NOEND;
-	EgOutcome **outcomes;
+	EgOutcome **outcomes = palloc(Max(to_record_n, 1) * sizeof(EgOutcome *));
+	EgDelivery **done = palloc(Max(to_record_n, 1) * sizeof(EgDelivery *));
+	int64	   *chunks = palloc(Max(to_record_n, 1) * sizeof(int64));
+
+	for (int i = 0; i < to_record_n; i++)
+	{
+		EgDelivery *d = to_record[i];
+
+		if (d->chunk != NULL && d->chunk->undecided > 0)
+			continue;
+		if (d->chunk != NULL && (n == 0 || done[n - 1]->chunk != d->chunk))
+		{
+			bool		seen = false;
+
+			for (int k = 0; k < nchunks && !seen; k++)
+				seen = chunks[k] == d->chunk->no;
+			if (!seen)
+				chunks[nchunks++] = d->chunk->no;
+		}
+		outcomes[n] = &d->out;
+		done[n++] = d;
+	}
 
 	if (!begin_work("eventgrid: recording delivery outcomes"))
 	{
@@ -466,17 +557,15 @@ record(void)
 			goto release;
 		return DT_NOEND;
 	}
-	outcomes = palloc(Max(n, 1) * sizeof(EgOutcome *));
-	for (int i = 0; i < n; i++)
-		outcomes[i] = &to_record[i]->out;
 
 	/*
 	 * Outcomes need not wait for the WAL flush: one lost in a crash leaves
-	 * its delivery leased and recorded as in flight, so after restart it is
-	 * charged as Aborted and retried, which at-least-once delivery allows.
+	 * its chunk in flight (or its retry leased and in an in-flight record),
+	 * so after restart it is charged as Aborted and retried, which
+	 * at-least-once delivery allows.
 	 */
 	eg_queue_no_flush_wait();
-	earliest = eg_queue_record(outcomes, n);
+	earliest = eg_queue_record(outcomes, n, lease_owner, chunks, nchunks);
 	eg_queue_forget_waves(lease_owner, waves_done, nwaves);
 	end_work();
 
@@ -484,13 +573,22 @@ record(void)
 	memmove(waves_done, waves_done + nwaves, (waves_done_n - nwaves) * sizeof(int64));
 	waves_done_n -= nwaves;
 release:
+	/* keep what could not be recorded yet, in order */
+	for (int i = 0; i < to_record_n; i++)
+	{
+		EgDelivery *d = to_record[i];
+
+		if (d->chunk != NULL && d->chunk->undecided > 0)
+			to_record[keep++] = d;
+	}
+	to_record_n = keep;
+	recordable_n = 0;
 	for (int i = 0; i < n; i++)
-		release_claim_row(to_record[i]);
-	to_record_n = 0;
+		release_claim_row(done[i]);
 	return earliest;
 }
 
-/* Earliest due time of deliveries this worker does not hold, or DT_NOEND. */
+/* Earliest due time of retries this worker does not hold, or DT_NOEND. */
 static TimestampTz
 next_due(void)
 {
@@ -504,9 +602,10 @@ next_due(void)
 }
 
 /*
- * Takes back the leases a previous run of the worker left (a crash, or a
- * restored dump): deliveries that were handed to HTTP are charged an attempt
- * with outcome Aborted, the others are not, and all are due at once.
+ * Takes back what a previous run of the worker left (a crash, or a restored
+ * dump): chunks in flight become retries, leased retries are released;
+ * deliveries that were handed to HTTP are charged an attempt with outcome
+ * Aborted, the others are not, and all are due at once.
  */
 static bool
 release_old_leases(void)
@@ -516,7 +615,7 @@ release_old_leases(void)
 
 	if (!begin_work("eventgrid: releasing leases of an interrupted run"))
 		return false;
-	eg_queue_recover(lease_owner, eg_now(), &charged, &released);
+	eg_queue_recover(lease_owner, true, eg_now(), &charged, &released);
 	if (released > 0)
 		ereport(LOG,
 				(errmsg("eventgrid: %llu deliveries in flight when the worker stopped will be retried",
@@ -528,10 +627,11 @@ release_old_leases(void)
 }
 
 /*
- * Hands queued requests to HTTP as slots free up.  Before they go, their
- * deliveries are recorded as in flight, committed durably, so that after a
- * crash exactly these are charged an attempt: requests still queued in
- * memory were never sent and are not charged.
+ * Hands queued requests to HTTP as slots free up.  Before they go, what
+ * they carry is recorded as in flight, committed durably: retries by id,
+ * first attempts as the last event of each chunk sent so far (a chunk's
+ * requests go in order).  After a crash exactly these are charged an
+ * attempt: requests still queued in memory were never sent.
  */
 static void
 start_pending(void)
@@ -539,8 +639,11 @@ start_pending(void)
 	int			room = eg_max_concurrent_requests - eg_http_in_flight();
 	int			nreq = 0;
 	int			nrows = 0;
+	int			nretries = 0;
+	int			nmarks = 0;
 	int64	   *ids;
-	EgWave	   *wave;
+	EgChunkMark *marks;
+	EgWave	   *wave = NULL;
 	EgRequest  *req;
 
 	for (req = pending_head; req && nreq < room; req = req->next)
@@ -554,19 +657,37 @@ start_pending(void)
 	if (!begin_work("eventgrid: recording requests in flight"))
 		return;
 	ids = palloc(nrows * sizeof(int64));
-	nrows = 0;
+	marks = palloc(nrows * sizeof(EgChunkMark));
 	req = pending_head;
 	for (int i = 0; i < nreq; i++, req = req->next)
 		for (int k = 0; k < req->count; k++)
-			ids[nrows++] = ((EgDelivery *) req->items[k])->out.id;
-	eg_queue_mark_in_flight(lease_owner, next_wave_no, ids, nrows);
+		{
+			EgDelivery *d = (EgDelivery *) req->items[k];
+			int			m;
+
+			if (d->chunk == NULL)
+			{
+				ids[nretries++] = d->out.retry_id;
+				continue;
+			}
+			for (m = 0; m < nmarks && marks[m].chunk != d->chunk->no; m++)
+				;
+			if (m == nmarks)
+				marks[nmarks++].chunk = d->chunk->no;
+			marks[m].txid = d->out.txid;
+			marks[m].event_id = d->out.event_id;
+		}
+	eg_queue_mark_in_flight(lease_owner, next_wave_no, ids, nretries, marks, nmarks);
 	eg_queue_forget_waves(lease_owner, waves_done, waves_done_n);
 	end_work();
 	waves_done_n = 0;
 
-	wave = MemoryContextAlloc(TopMemoryContext, sizeof(EgWave));
-	wave->no = next_wave_no++;
-	wave->remaining = nrows;
+	if (nretries > 0)
+	{
+		wave = MemoryContextAlloc(TopMemoryContext, sizeof(EgWave));
+		wave->no = next_wave_no++;
+		wave->remaining = nretries;
+	}
 	for (int i = 0; i < nreq; i++)
 	{
 		req = pending_head;
@@ -575,9 +696,50 @@ start_pending(void)
 			pending_tail = NULL;
 		pending_n--;
 		for (int k = 0; k < req->count; k++)
-			((EgDelivery *) req->items[k])->wave = wave;
+			if (((EgDelivery *) req->items[k])->chunk == NULL)
+				((EgDelivery *) req->items[k])->wave = wave;
 		req->started_at = eg_now();
 		eg_http_start(req, req->url, eg_response_timeout_ms);
+	}
+}
+
+/*
+ * Upkeep of the queue: positions restored from another cluster start
+ * afresh, chunks left by another run become retries, unmatched events are
+ * counted, and each event table other than the current one is emptied if
+ * nothing needs it.  Each step is its own unit of work.
+ */
+static void
+upkeep(void)
+{
+	TimestampTz now = eg_now();
+	uint64		charged;
+	uint64		taken;
+	int			current = eg_event_table_at(GetCurrentTimestamp());
+
+	last_upkeep = GetCurrentTimestamp();
+	upkeep_wanted = false;
+	if (!begin_work("eventgrid: counting unmatched events"))
+		return;
+	eg_queue_rebase(now);
+	eg_queue_recover(lease_owner, false, now, &charged, &taken);
+	if (taken > 0)
+		ereport(LOG,
+				(errmsg("eventgrid: %llu first attempts left in flight by another run of the worker will be retried",
+						(unsigned long long) taken),
+				 errdetail("%llu of them had been sent and are counted as attempts with outcome Aborted.",
+						   (unsigned long long) charged)));
+	eg_queue_count_unmatched();
+	end_work();
+
+	for (int k = 0; k < EG_EVENT_TABLES; k++)
+	{
+		if (k == current)
+			continue;
+		if (!begin_work("eventgrid: emptying an event table"))
+			return;
+		(void) eg_queue_truncate(k, now);
+		end_work();
 	}
 }
 
@@ -772,21 +934,22 @@ eventgrid_worker_main(Datum arg)
 			(bytes_held == 0 || bytes_held < byte_limit / 2);
 		if (want_claim)
 		{
-			int			limit = EG_CLAIM_MAX_ROWS;
-			int			n = claim(limit, (byte_limit - bytes_held) / 2);
+			bool		more;
+			bool		locked;
+			int			n = claim((byte_limit - bytes_held) / 2, &more, &locked);
 
 			if (n < 0)
 				next_claim_at = 0;	/* db_retry_at holds it back */
-			else if (n < limit)
+			else if (!more)
 			{
 				next_claim_at = next_due();
 
 				/*
-				 * Due rows the claim did not get are locked by another
-				 * session (SKIP LOCKED passed them by): look again a little
-				 * later, not in a busy loop.
+				 * Due retries or positions the claim did not get are locked
+				 * by another session (SKIP LOCKED passed them by): look
+				 * again a little later, not in a busy loop.
 				 */
-				if (next_claim_at <= now)
+				if (next_claim_at <= now || locked)
 					next_claim_at = now + (TimestampTz) EG_LOCKED_DUE_RETRY_MS * 1000;
 			}
 			else
@@ -805,8 +968,8 @@ eventgrid_worker_main(Datum arg)
 		 * few milliseconds, or not at all once nothing is in flight.
 		 */
 		if (GetCurrentTimestamp() >= db_retry_at &&
-			(to_record_n >= EG_RECORD_MIN_ROWS ||
-			 (to_record_n > 0 &&
+			(recordable_n >= EG_RECORD_MIN_ROWS ||
+			 (recordable_n > 0 &&
 			  ((eg_http_in_flight() == 0 && pending_head == NULL) ||
 			   GetCurrentTimestamp() - first_unrecorded_at >= EG_RECORD_MAX_DELAY_MS * 1000))))
 		{
@@ -816,6 +979,12 @@ eventgrid_worker_main(Datum arg)
 				next_claim_at = earliest;
 		}
 
+		/* upkeep about once a second after work came in, else once a minute */
+		if (db_ok && leases_released && GetCurrentTimestamp() >= db_retry_at &&
+			GetCurrentTimestamp() - last_upkeep >=
+			(TimestampTz) (upkeep_wanted ? EG_UPKEEP_INTERVAL_MS : EG_UPKEEP_IDLE_INTERVAL_MS) * 1000)
+			upkeep();
+
 		if (eg_http_in_flight() == 0)
 		{
 			long		timeout_ms;
@@ -824,8 +993,10 @@ eventgrid_worker_main(Datum arg)
 			now = eg_now();
 			if (eg_delivery_paused && pending_head == NULL && to_record_n == 0)
 				wake_at = DT_NOEND; /* a reload (SIGHUP) sets the latch */
-			if (pending_head || to_record_n > 0 || !leases_released)
+			if (pending_head || recordable_n > 0 || !leases_released)
 				wake_at = Min(wake_at, now);
+			wake_at = Min(wake_at, now + (last_upkeep - GetCurrentTimestamp()) +
+						  (TimestampTz) (upkeep_wanted ? EG_UPKEEP_INTERVAL_MS : EG_UPKEEP_IDLE_INTERVAL_MS) * 1000);
 			if (GetCurrentTimestamp() < db_retry_at)
 				wake_at = Max(wake_at, now + (db_retry_at - GetCurrentTimestamp()));
 			timeout_ms = wake_at <= now ? 0
@@ -839,6 +1010,7 @@ eventgrid_worker_main(Datum arg)
 				if (rc & WL_LATCH_SET)
 				{
 					next_claim_at = 0;
+					upkeep_wanted = true;
 					/* a publish: the extension may just have been created or updated */
 					if (eg_queue_readiness != EG_READY_OK && error_streak == 0)
 						db_retry_at = 0;
@@ -849,6 +1021,7 @@ eventgrid_worker_main(Datum arg)
 		{
 			ResetLatch(MyLatch);
 			next_claim_at = 0;
+			upkeep_wanted = true;
 		}
 	}
 }

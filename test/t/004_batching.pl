@@ -41,7 +41,7 @@ sub batches
 sub wait_done
 {
 	my $topic = shift;
-	return wait_for_sql($node, "SELECT count(*) FROM eventgrid.events WHERE topic = '$topic'", '0', 120);
+	return wait_for_sql($node, "SELECT coalesce(sum(pending), 0) FROM eventgrid.delivery_statistics WHERE topic = '$topic'", '0', 120);
 }
 
 sql("SELECT eventgrid.create_topic('shop')");
@@ -100,7 +100,7 @@ publish_many('shop', 'f', 5, 10);
 my @first = wait_for_requests($r, '/status/500/failing', 1, 20);
 is(scalar(@first), 1, 'failing: one request for the five events');
 is(scalar(@{ $json->decode($first[0]{body}) }), 5, 'failing: the batch holds all five');
-ok(wait_for_sql($node, "SELECT count(*) || ' ' || min(attempts) || ' ' || max(attempts) || ' ' || count(DISTINCT next_attempt_at) FROM eventgrid.deliveries", '5 1 1 1'),
+ok(wait_for_sql($node, "SELECT count(*) || ' ' || min(attempts) || ' ' || max(attempts) || ' ' || count(DISTINCT next_attempt_at) FROM eventgrid.retries", '5 1 1 1'),
 	'failing: every event of the batch advanced together to the same retry time');
 advance_clock($node, 10);
 ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.dead_letters WHERE subscription_name = 'failing'", '5'),
