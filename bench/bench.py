@@ -383,7 +383,7 @@ class Bench:
             i += 1
             if i % 50 == 0:
                 peak_mb = max(peak_mb, self.queue_size_mb())
-                backlog_max = max(backlog_max, self.one("SELECT coalesce(sum(pending), 0) FROM eventgrid.delivery_statistics"))
+                backlog_max = max(backlog_max, self.one("SELECT coalesce(sum(pending), 0)::bigint FROM eventgrid.delivery_statistics"))
         published = i * int(rate * tick)
         t_end = self.wait_drained()
         lag = t_end - (start + seconds)

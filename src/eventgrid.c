@@ -84,6 +84,7 @@ eg_shmem_startup(void)
 		SpinLockInit(&eg_shared->mutex);
 		eg_shared->worker_latch = NULL;
 		eg_shared->worker_pid = 0;
+		eg_shared->upkeep_wanted = true;
 	}
 	LWLockRelease(AddinShmemInitLock);
 }

@@ -47,6 +47,7 @@ typedef struct EgShared
 	slock_t		mutex;
 	Latch	   *worker_latch;
 	pid_t		worker_pid;
+	bool		upkeep_wanted;	/* the delivery worker had work since the last upkeep */
 } EgShared;
 
 extern EgShared *eg_shared;
@@ -58,6 +59,7 @@ extern EgShared *eg_shared;
  */
 extern PGDLLEXPORT void eventgrid_launcher_main(Datum arg);
 extern PGDLLEXPORT void eventgrid_worker_main(Datum arg);
+extern PGDLLEXPORT void eventgrid_upkeep_main(Datum arg);
 
 /* Wakes the delivery worker now (no-op when it is not running). */
 extern void eg_wake_worker(void);
@@ -180,6 +182,7 @@ typedef struct EgChunkMark
 } EgChunkMark;
 
 extern EgReadiness eg_queue_readiness;
+extern bool eg_queue_quiet;
 extern bool eg_queue_begin(const char *activity);
 extern void eg_queue_commit(void);
 extern void eg_queue_no_flush_wait(void);
@@ -198,6 +201,7 @@ extern void eg_queue_recover(int lease_owner, bool all, TimestampTz now, uint64 
 extern uint64 eg_queue_rebase(TimestampTz now);
 extern void eg_queue_count_unmatched(void);
 extern char *eg_queue_truncate(int event_table, TimestampTz now);
+extern bool eg_queue_table_used(int event_table);
 
 /*
  * payload.c: builds the HTTP request for a batch of events of one

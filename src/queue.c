@@ -79,6 +79,7 @@ typedef enum EgPlanId
 	PLAN_UNMATCHED,
 	PLAN_HOLDERS,
 	PLAN_POSITIONS,
+	PLAN_TABLE_USED,
 	PLAN_TRUNCATED,
 	PLAN_TRUNCATE_FAILED,
 	PLAN_COUNT
@@ -525,6 +526,10 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		" WHERE p.system_identifier = eventgrid._system_identifier()",
 		0, {0}
 	},
+	[PLAN_TABLE_USED] = {
+		"SELECT pg_relation_size(format('eventgrid.events_%s', $1)::regclass) > 0",
+		1, {INT4OID}
+	},
 	[PLAN_TRUNCATED] = {
 		"UPDATE eventgrid.event_table_rotations SET truncated_at = $2, last_try_at = $2, last_failure = NULL"
 		" WHERE event_table = $1",
@@ -540,6 +545,7 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 static SPIPlanPtr plans[PLAN_COUNT];
 
 EgReadiness eg_queue_readiness = EG_READY_UNKNOWN;
+bool		eg_queue_quiet = false; /* the upkeep worker leaves readiness messages to the delivery worker */
 
 static SPIPlanPtr
 get_plan(EgPlanId id)
@@ -646,7 +652,9 @@ extension_ready(void)
 
 	if (now != eg_queue_readiness)
 	{
-		if (now == EG_READY_MISSING)
+		if (eg_queue_quiet)
+			;
+		else if (now == EG_READY_MISSING)
 			ereport(LOG,
 					(errmsg("eventgrid: extension eventgrid is not installed in database \"%s\"; the delivery worker waits for it",
 							get_database_name(MyDatabaseId)),
@@ -1267,6 +1275,17 @@ void
 eg_queue_count_unmatched(void)
 {
 	run_plan(PLAN_UNMATCHED, NULL, false, SPI_OK_UPDATE);
+}
+
+/* Has event table eventgrid.events_<event_table> been written since it was last emptied? */
+bool
+eg_queue_table_used(int event_table)
+{
+	Datum		arg = Int32GetDatum(event_table);
+	bool		isnull;
+
+	run_plan(PLAN_TABLE_USED, &arg, true, SPI_OK_SELECT);
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
 /*

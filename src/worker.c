@@ -17,9 +17,14 @@
  * and takes back its leases, charging an attempt (outcome Aborted) only to
  * what was recorded as in flight, what really went to HTTP.
  *
- * Upkeep, about once a second while there is work: unmatched events are
- * counted, positions restored from another cluster start afresh, and event
- * tables that nothing needs any more are emptied.
+ * Upkeep runs in a process of its own, the upkeep worker, which the
+ * delivery worker starts (and starts again) and which exits with it: about
+ * once a second while there is work or an event table holds rows (once a
+ * minute otherwise) it counts
+ * unmatched events, starts afresh positions restored from another cluster,
+ * turns chunks left by another run into retries, and empties event tables
+ * that nothing needs any more.  TRUNCATE and its commit take milliseconds
+ * that would otherwise stall delivery.
  *
  * Errors: any ERROR in a unit of database work aborts that unit only; what
  * HTTP is doing and the outcomes decided but not yet recorded stay in
@@ -55,6 +60,7 @@
 #define EG_CHUNK_MAX_ROWS 1000	/* first attempts per subscription per claim */
 #define EG_UPKEEP_INTERVAL_MS 1000
 #define EG_UPKEEP_IDLE_INTERVAL_MS 60000
+#define EG_UPKEEP_RESTART_MS 10000
 #define EG_RECORD_MIN_ROWS 500
 #define EG_RECORD_MAX_DELAY_MS 20
 #define EG_IDLE_MAX_SLEEP_MS 60000
@@ -119,8 +125,11 @@ static int	to_record_n = 0;
 static int	to_record_cap = 0;
 static int	recordable_n = 0;	/* of those, how many may be recorded now */
 static int64 next_chunk_no = 1;
-static TimestampTz last_upkeep = 0;
-static bool upkeep_wanted = true;	/* work came in since the last upkeep */
+static BackgroundWorkerHandle *upkeep_handle = NULL;
+static TimestampTz upkeep_start_at = 0;	/* no (re)start of the upkeep worker before this */
+static const char *worker_kind = "delivery worker";
+
+static void want_upkeep(void);
 static int64 bytes_held = 0;	/* event bytes claimed and not yet recorded */
 static int64 next_wave_no = 1;
 static int64 *waves_done = NULL;	/* recorded waves whose in-flight records can go */
@@ -455,7 +464,7 @@ claim(int64 byte_budget, bool *more, bool *locked)
 	pfree(scratch.data);
 	end_work();
 	waves_done_n = 0;
-	upkeep_wanted = true;
+	want_upkeep();
 
 	/* committed: the requests may go, and rows finished without an attempt are recorded */
 	while (built_head)
@@ -705,24 +714,26 @@ start_pending(void)
 
 /*
  * Upkeep of the queue: positions restored from another cluster start
- * afresh, chunks left by another run become retries, unmatched events are
- * counted, and each event table other than the current one is emptied if
- * nothing needs it.  Each step is its own unit of work.
+ * afresh, chunks left by runs other than the delivery worker delivery_pid
+ * become retries, unmatched events are counted, and each event table other
+ * than the current one is emptied if nothing needs it.  Each step is its
+ * own unit of work.  Runs in the upkeep worker.  Returns whether an event
+ * table holds rows still (upkeep is then wanted again soon).
  */
-static void
-upkeep(void)
+static bool
+upkeep(int delivery_pid)
 {
+	bool		used = false;
+
 	TimestampTz now = eg_now();
 	uint64		charged;
 	uint64		taken;
 	int			current = eg_event_table_at(GetCurrentTimestamp());
 
-	last_upkeep = GetCurrentTimestamp();
-	upkeep_wanted = false;
 	if (!begin_work("eventgrid: counting unmatched events"))
-		return;
+		return false;
 	eg_queue_rebase(now);
-	eg_queue_recover(lease_owner, false, now, &charged, &taken);
+	eg_queue_recover(delivery_pid, false, now, &charged, &taken);
 	if (taken > 0)
 		ereport(LOG,
 				(errmsg("eventgrid: %llu first attempts left in flight by another run of the worker will be retried",
@@ -734,12 +745,71 @@ upkeep(void)
 
 	for (int k = 0; k < EG_EVENT_TABLES; k++)
 	{
-		if (k == current)
-			continue;
 		if (!begin_work("eventgrid: emptying an event table"))
-			return;
-		(void) eg_queue_truncate(k, now);
+			return used;
+		if (k == current)
+			used |= eg_queue_table_used(k);
+		else
+			used |= eg_queue_truncate(k, now) != NULL;
 		end_work();
+	}
+	return used;
+}
+
+/* Tells the upkeep worker that work came in: upkeep within a second. */
+static void
+want_upkeep(void)
+{
+	SpinLockAcquire(&eg_shared->mutex);
+	eg_shared->upkeep_wanted = true;
+	SpinLockRelease(&eg_shared->mutex);
+}
+
+/*
+ * Starts the upkeep worker for database dboid when it is not running (again
+ * at most every 10 s).  It is not waited for: a delivery worker keeps
+ * delivering without it.
+ */
+static void
+ensure_upkeep_worker(Oid dboid)
+{
+	BackgroundWorker worker;
+	pid_t		pid;
+	MemoryContext oldcxt;
+	bool		started;
+
+	if (upkeep_handle != NULL)
+	{
+		if (GetBackgroundWorkerPid(upkeep_handle, &pid) != BGWH_STOPPED)
+			return;
+		pfree(upkeep_handle);
+		upkeep_handle = NULL;
+		upkeep_start_at = GetCurrentTimestamp() + (TimestampTz) EG_UPKEEP_RESTART_MS * 1000;
+	}
+	if (GetCurrentTimestamp() < upkeep_start_at)
+		return;
+	upkeep_start_at = GetCurrentTimestamp() + (TimestampTz) EG_UPKEEP_RESTART_MS * 1000;
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "eventgrid");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "eventgrid_upkeep_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "eventgrid upkeep worker");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "eventgrid upkeep worker");
+	worker.bgw_main_arg = ObjectIdGetDatum(dboid);
+	worker.bgw_notify_pid = MyProcPid;
+	/* the handle outlives this loop round */
+	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	started = RegisterDynamicBackgroundWorker(&worker, &upkeep_handle);
+	MemoryContextSwitchTo(oldcxt);
+	if (!started)
+	{
+		upkeep_handle = NULL;
+		ereport(LOG,
+				(errmsg("eventgrid: could not start the upkeep worker; trying again in %d s",
+						EG_UPKEEP_RESTART_MS / 1000),
+				 errhint("Raise max_worker_processes: eventgrid needs three background workers.")));
 	}
 }
 
@@ -856,8 +926,8 @@ recover_from_error(void)
 	db_retry_at = GetCurrentTimestamp() + (TimestampTz) error_backoff_ms * 1000;
 	if (!repeated)
 		ereport(LOG,
-				(errmsg("eventgrid: the delivery worker will try that again in %ld ms; requests in flight and recorded outcomes are kept",
-						error_backoff_ms)));
+				(errmsg("eventgrid: the %s will try that again in %ld ms; requests in flight and recorded outcomes are kept",
+						worker_kind, error_backoff_ms)));
 	MemoryContextSwitchTo(round_cxt);
 	RESUME_INTERRUPTS();
 }
@@ -979,11 +1049,8 @@ eventgrid_worker_main(Datum arg)
 				next_claim_at = earliest;
 		}
 
-		/* upkeep about once a second after work came in, else once a minute */
-		if (db_ok && leases_released && GetCurrentTimestamp() >= db_retry_at &&
-			GetCurrentTimestamp() - last_upkeep >=
-			(TimestampTz) (upkeep_wanted ? EG_UPKEEP_INTERVAL_MS : EG_UPKEEP_IDLE_INTERVAL_MS) * 1000)
-			upkeep();
+		if (leases_released)
+			ensure_upkeep_worker(DatumGetObjectId(arg));
 
 		if (eg_http_in_flight() == 0)
 		{
@@ -995,8 +1062,8 @@ eventgrid_worker_main(Datum arg)
 				wake_at = DT_NOEND; /* a reload (SIGHUP) sets the latch */
 			if (pending_head || recordable_n > 0 || !leases_released)
 				wake_at = Min(wake_at, now);
-			wake_at = Min(wake_at, now + (last_upkeep - GetCurrentTimestamp()) +
-						  (TimestampTz) (upkeep_wanted ? EG_UPKEEP_INTERVAL_MS : EG_UPKEEP_IDLE_INTERVAL_MS) * 1000);
+			if (upkeep_handle == NULL && leases_released)
+				wake_at = Min(wake_at, now + (upkeep_start_at - GetCurrentTimestamp()));
 			if (GetCurrentTimestamp() < db_retry_at)
 				wake_at = Max(wake_at, now + (db_retry_at - GetCurrentTimestamp()));
 			timeout_ms = wake_at <= now ? 0
@@ -1010,7 +1077,7 @@ eventgrid_worker_main(Datum arg)
 				if (rc & WL_LATCH_SET)
 				{
 					next_claim_at = 0;
-					upkeep_wanted = true;
+					want_upkeep();
 					/* a publish: the extension may just have been created or updated */
 					if (eg_queue_readiness != EG_READY_OK && error_streak == 0)
 						db_retry_at = 0;
@@ -1021,7 +1088,75 @@ eventgrid_worker_main(Datum arg)
 		{
 			ResetLatch(MyLatch);
 			next_claim_at = 0;
-			upkeep_wanted = true;
+			want_upkeep();
 		}
+	}
+}
+
+/*
+ * Background worker entry point of the upkeep worker, started by the
+ * delivery worker for the database dboid: upkeep about once a second while
+ * the delivery worker has work or an event table holds rows, once a minute
+ * otherwise.  Exits when the
+ * delivery worker is gone (the next one starts a new upkeep worker).
+ */
+void
+eventgrid_upkeep_main(Datum arg)
+{
+	sigjmp_buf	local_sigjmp_buf;
+	volatile TimestampTz last_upkeep = 0;
+	volatile bool again = true;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	pqsignal(SIGINT, StatementCancelHandler);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(arg), InvalidOid, 0);
+	pgstat_report_appname("eventgrid upkeep worker");
+	pin_settings();
+	worker_kind = "upkeep worker";
+	eg_queue_quiet = true;
+	round_cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid round", ALLOCSET_DEFAULT_SIZES);
+
+	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
+		recover_from_error();
+	PG_exception_stack = &local_sigjmp_buf;
+
+	for (;;)
+	{
+		pid_t		delivery_pid;
+		bool		wanted;
+
+		MemoryContextSwitchTo(round_cxt);
+		MemoryContextReset(round_cxt);
+		CHECK_FOR_INTERRUPTS();
+		if (!PostmasterIsAlive())
+			proc_exit(1);
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		SpinLockAcquire(&eg_shared->mutex);
+		delivery_pid = eg_shared->worker_pid;
+		wanted = eg_shared->upkeep_wanted;
+		SpinLockRelease(&eg_shared->mutex);
+		if (delivery_pid == 0 || kill(delivery_pid, 0) != 0)
+			proc_exit(0);
+
+		if (GetCurrentTimestamp() >= db_retry_at &&
+			(wanted || again ||
+			 GetCurrentTimestamp() - last_upkeep >= (TimestampTz) EG_UPKEEP_IDLE_INTERVAL_MS * 1000))
+		{
+			SpinLockAcquire(&eg_shared->mutex);
+			eg_shared->upkeep_wanted = false;
+			SpinLockRelease(&eg_shared->mutex);
+			last_upkeep = GetCurrentTimestamp();
+			again = true;		/* until upkeep says otherwise, also after an error */
+			again = upkeep(delivery_pid);
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 EG_UPKEEP_INTERVAL_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
 	}
 }
