@@ -732,7 +732,9 @@ upkeep(int delivery_pid)
 
 	if (!begin_work("eventgrid: counting unmatched events"))
 		return false;
-	eg_queue_rebase(now);
+	/* not while paused: a pg_restore may still be writing positions and events */
+	if (!eg_delivery_paused)
+		eg_queue_rebase(now);
 	eg_queue_recover(delivery_pid, false, now, &charged, &taken);
 	if (taken > 0)
 		ereport(LOG,
