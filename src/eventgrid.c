@@ -284,6 +284,22 @@ eg_event_table_at(TimestampTz ts)
 	return (int) (((ts / period) % EG_EVENT_TABLES + EG_EVENT_TABLES) % EG_EVENT_TABLES);
 }
 
+/* See eventgrid.h. */
+void
+eg_worker_spec(BackgroundWorker *worker, const char *function, const char *type, Oid dboid)
+{
+	memset(worker, 0, sizeof(*worker));
+	worker->bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker->bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker->bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker->bgw_library_name, BGW_MAXLEN, "eventgrid");
+	snprintf(worker->bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(worker->bgw_name, BGW_MAXLEN, "eventgrid %s", type);
+	snprintf(worker->bgw_type, BGW_MAXLEN, "eventgrid %s", type);
+	worker->bgw_main_arg = ObjectIdGetDatum(dboid);
+	worker->bgw_notify_pid = MyProcPid;
+}
+
 PG_FUNCTION_INFO_V1(eventgrid_event_table);
 
 /*

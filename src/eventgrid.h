@@ -12,6 +12,7 @@
 #include "postgres.h"
 
 #include "datatype/timestamp.h"
+#include "postmaster/bgworker.h"
 #include "lib/stringinfo.h"
 #include "storage/latch.h"
 #include "storage/spin.h"
@@ -60,6 +61,13 @@ extern EgShared *eg_shared;
 extern PGDLLEXPORT void eventgrid_launcher_main(Datum arg);
 extern PGDLLEXPORT void eventgrid_worker_main(Datum arg);
 extern PGDLLEXPORT void eventgrid_upkeep_main(Datum arg);
+
+/*
+ * Describes one of eventgrid's dynamic background workers: entry point
+ * function, type (also its name) "eventgrid <type>", database dboid, not
+ * restarted by the postmaster, reporting start and exit to this process.
+ */
+extern void eg_worker_spec(BackgroundWorker *worker, const char *function, const char *type, Oid dboid);
 
 /* Wakes the delivery worker now (no-op when it is not running). */
 extern void eg_wake_worker(void);

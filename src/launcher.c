@@ -104,16 +104,7 @@ start_delivery_worker(Oid dboid)
 	BackgroundWorkerHandle *handle;
 	pid_t		pid;
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "eventgrid");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "eventgrid_worker_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "eventgrid delivery worker");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "eventgrid delivery worker");
-	worker.bgw_main_arg = ObjectIdGetDatum(dboid);
-	worker.bgw_notify_pid = MyProcPid;
+	eg_worker_spec(&worker, "eventgrid_worker_main", "delivery worker", dboid);
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 		return NULL;
 	if (WaitForBackgroundWorkerStartup(handle, &pid) != BGWH_STARTED)

@@ -791,16 +791,7 @@ ensure_upkeep_worker(Oid dboid)
 	if (GetCurrentTimestamp() < upkeep_start_at)
 		return;
 	upkeep_start_at = GetCurrentTimestamp() + (TimestampTz) EG_UPKEEP_RESTART_MS * 1000;
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "eventgrid");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "eventgrid_upkeep_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "eventgrid upkeep worker");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "eventgrid upkeep worker");
-	worker.bgw_main_arg = ObjectIdGetDatum(dboid);
-	worker.bgw_notify_pid = MyProcPid;
+	eg_worker_spec(&worker, "eventgrid_upkeep_main", "upkeep worker", dboid);
 	/* the handle outlives this loop round */
 	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
 	started = RegisterDynamicBackgroundWorker(&worker, &upkeep_handle);
@@ -934,6 +925,24 @@ recover_from_error(void)
 	RESUME_INTERRUPTS();
 }
 
+/*
+ * What both workers do first: signal handlers (SIGINT cancels only the
+ * statement running), a connection to database dboid, the pinned settings,
+ * the name shown in pg_stat_activity.
+ */
+static void
+worker_start(Datum dboid, const char *kind)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	pqsignal(SIGINT, StatementCancelHandler);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(dboid), InvalidOid, 0);
+	worker_kind = kind;
+	pgstat_report_appname(psprintf("eventgrid %s", kind));
+	pin_settings();
+}
+
 /* Background worker entry point, started by the launcher for the database dboid. */
 void
 eventgrid_worker_main(Datum arg)
@@ -942,13 +951,7 @@ eventgrid_worker_main(Datum arg)
 	volatile TimestampTz next_claim_at = 0;
 	volatile bool leases_released = false;
 
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	pqsignal(SIGINT, StatementCancelHandler);
-	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(arg), InvalidOid, 0);
-	pgstat_report_appname("eventgrid delivery worker");
-	pin_settings();
+	worker_start(arg, "delivery worker");
 	lease_owner = MyProcPid;
 
 	SpinLockAcquire(&eg_shared->mutex);
@@ -1099,8 +1102,8 @@ eventgrid_worker_main(Datum arg)
  * Background worker entry point of the upkeep worker, started by the
  * delivery worker for the database dboid: upkeep about once a second while
  * the delivery worker has work or an event table holds rows, once a minute
- * otherwise.  Exits when the
- * delivery worker is gone (the next one starts a new upkeep worker).
+ * otherwise.  Exits when the delivery worker is gone (the next one starts a
+ * new upkeep worker).
  */
 void
 eventgrid_upkeep_main(Datum arg)
@@ -1109,14 +1112,7 @@ eventgrid_upkeep_main(Datum arg)
 	volatile TimestampTz last_upkeep = 0;
 	volatile bool again = true;
 
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	pqsignal(SIGINT, StatementCancelHandler);
-	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(arg), InvalidOid, 0);
-	pgstat_report_appname("eventgrid upkeep worker");
-	pin_settings();
-	worker_kind = "upkeep worker";
+	worker_start(arg, "upkeep worker");
 	eg_queue_quiet = true;
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid round", ALLOCSET_DEFAULT_SIZES);
 
