@@ -426,19 +426,19 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	[PLAN_CHARGE_SENT] = {
 		"UPDATE eventgrid.retries r"
 		"   SET attempts = least(r.attempts + 1, 30), last_outcome = 'Aborted', last_http_status = NULL,"
-		"       last_attempt_at = $2"
+		"       last_attempt_at = $1"
 		"  FROM (SELECT DISTINCT unnest(f.retry_ids) AS id FROM eventgrid.requests_in_flight f) sent"
 		" WHERE r.id = sent.id AND r.lease_owner IS NOT NULL",
-		2, {INT4OID, TIMESTAMPTZOID}
+		1, {TIMESTAMPTZOID}
 	},
 	[PLAN_RELEASE] = {
-		"UPDATE eventgrid.retries SET next_attempt_at = least(next_attempt_at, $2), lease_owner = NULL"
+		"UPDATE eventgrid.retries SET next_attempt_at = least(next_attempt_at, $1), lease_owner = NULL"
 		" WHERE lease_owner IS NOT NULL",
-		2, {INT4OID, TIMESTAMPTZOID}
+		1, {TIMESTAMPTZOID}
 	},
 	[PLAN_FORGET_WAVES] = {
 		"DELETE FROM eventgrid.requests_in_flight",
-		1, {INT4OID}
+		0, {0}
 	},
 
 	/* positions whose snapshots belong to another cluster (a restored dump) */
@@ -775,6 +775,34 @@ payload_col(SPITupleTable *tt, int row, int col, EgEventPart *part)
 }
 
 /*
+ * The twelve columns both claims return from column col on, in this order:
+ * max_delivery_attempts, expired, endpoint, subscription name, delivery
+ * schema, max_events_per_batch, preferred batch size, the event's delivered
+ * text, aeg-output-event-id, aeg-data-version, aeg-metadata-version, custom
+ * header lines.
+ */
+static void
+request_cols(SPITupleTable *tt, int row, int col, EgClaimedRow *r)
+{
+	bool		isnull;
+	Datum		v;
+
+	r->max_attempts = int32_col(tt, row, col, 1);
+	v = SPI_getbinval(tt->vals[row], tt->tupdesc, col + 1, &isnull);
+	r->expired = !isnull && DatumGetBool(v);
+	r->endpoint = text_col(tt, row, col + 2);
+	r->subscription_name = text_col(tt, row, col + 3);
+	r->schema = text_col(tt, row, col + 4);
+	r->max_events_per_batch = int32_col(tt, row, col + 5, 0);
+	r->preferred_batch_kb = int32_col(tt, row, col + 6, 0);
+	payload_col(tt, row, col + 7, &r->payload);
+	r->output_event_id = text_col(tt, row, col + 8);
+	r->data_version = text_col(tt, row, col + 9);
+	r->metadata_version = text_col(tt, row, col + 10);
+	r->custom_headers = text_col(tt, row, col + 11);
+}
+
+/*
  * Claims up to limit due retries whose events add up to about byte_budget
  * bytes (at least one), leasing them to lease_owner for lease_ms, ordered
  * by subscription.  *rows (allocated in the unit of work) stay valid until
@@ -807,19 +835,7 @@ eg_queue_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_
 		r->retry_id = int64_col(tt, i, 1, 0);
 		r->subscription_id = int64_col(tt, i, 2, 0);
 		r->attempts = int32_col(tt, i, 3, 0);
-		r->max_attempts = int32_col(tt, i, 4, 1);
-		v = SPI_getbinval(tt->vals[i], tt->tupdesc, 5, &isnull);
-		r->expired = !isnull && DatumGetBool(v);
-		r->endpoint = text_col(tt, i, 6);
-		r->subscription_name = text_col(tt, i, 7);
-		r->schema = text_col(tt, i, 8);
-		r->max_events_per_batch = int32_col(tt, i, 9, 0);
-		r->preferred_batch_kb = int32_col(tt, i, 10, 0);
-		payload_col(tt, i, 11, &r->payload);
-		r->output_event_id = text_col(tt, i, 12);
-		r->data_version = text_col(tt, i, 13);
-		r->metadata_version = text_col(tt, i, 14);
-		r->custom_headers = text_col(tt, i, 15);
+		request_cols(tt, i, 4, r);
 		r->prev_outcome = text_col(tt, i, 16);
 		r->prev_http_status = int32_col(tt, i, 17, 0);
 		v = SPI_getbinval(tt->vals[i], tt->tupdesc, 18, &isnull);
@@ -950,19 +966,7 @@ eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 			r->event_id = DatumGetInt64(last_ids[nsubs]);
 			r->subscription_id = sub;
 			r->attempts = 0;
-			r->max_attempts = int32_col(tt, k, 9, 1);
-			v = SPI_getbinval(tt->vals[k], tt->tupdesc, 10, &isnull);
-			r->expired = !isnull && DatumGetBool(v);
-			r->endpoint = text_col(tt, k, 11);
-			r->subscription_name = text_col(tt, k, 12);
-			r->schema = text_col(tt, k, 13);
-			r->max_events_per_batch = int32_col(tt, k, 14, 0);
-			r->preferred_batch_kb = int32_col(tt, k, 15, 0);
-			payload_col(tt, k, 16, &r->payload);
-			r->output_event_id = text_col(tt, k, 17);
-			r->data_version = text_col(tt, k, 18);
-			r->metadata_version = text_col(tt, k, 19);
-			r->custom_headers = text_col(tt, k, 20);
+			request_cols(tt, k, 9, r);
 			r->bytes = int32_col(tt, k, 21, 0);
 		}
 		nsubs++;
@@ -1234,11 +1238,11 @@ eg_queue_recover(int lease_owner, bool all, TimestampTz now, uint64 *charged, ui
 			(*charged)++;
 	if (!all)
 		return;
-	run_plan(PLAN_CHARGE_SENT, args, false, SPI_OK_UPDATE);
+	run_plan(PLAN_CHARGE_SENT, &args[1], false, SPI_OK_UPDATE);
 	*charged += SPI_processed;
-	run_plan(PLAN_RELEASE, args, false, SPI_OK_UPDATE);
+	run_plan(PLAN_RELEASE, &args[1], false, SPI_OK_UPDATE);
 	*released += SPI_processed;
-	run_plan(PLAN_FORGET_WAVES, args, false, SPI_OK_DELETE);
+	run_plan(PLAN_FORGET_WAVES, NULL, false, SPI_OK_DELETE);
 }
 
 /*

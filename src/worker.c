@@ -941,6 +941,27 @@ worker_start(Datum dboid, const char *kind)
 	worker_kind = kind;
 	pgstat_report_appname(psprintf("eventgrid %s", kind));
 	pin_settings();
+	round_cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid round", ALLOCSET_DEFAULT_SIZES);
+}
+
+/*
+ * What both workers do at the top of each loop round: fresh scratch memory,
+ * interrupts, exit with the postmaster, configuration reload.  Returns
+ * whether the configuration was reloaded.
+ */
+static bool
+begin_round(void)
+{
+	MemoryContextSwitchTo(round_cxt);
+	MemoryContextReset(round_cxt);
+	CHECK_FOR_INTERRUPTS();
+	if (!PostmasterIsAlive())
+		proc_exit(1);
+	if (!ConfigReloadPending)
+		return false;
+	ConfigReloadPending = false;
+	ProcessConfigFile(PGC_SIGHUP);	/* pinned settings outrank the file */
+	return true;
 }
 
 /* Background worker entry point, started by the launcher for the database dboid. */
@@ -962,7 +983,6 @@ eventgrid_worker_main(Datum arg)
 	before_shmem_exit(detach_latch, (Datum) 0);
 
 	ereport(LOG, (errmsg("eventgrid delivery worker started in database \"%s\"", eg_database_name)));
-	round_cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid round", ALLOCSET_DEFAULT_SIZES);
 
 	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
 		recover_from_error();
@@ -975,15 +995,8 @@ eventgrid_worker_main(Datum arg)
 		bool		want_claim;
 		int64		byte_limit = (int64) eg_max_bytes_in_flight_kb * 1024;
 
-		MemoryContextSwitchTo(round_cxt);
-		MemoryContextReset(round_cxt);
-		CHECK_FOR_INTERRUPTS();
-		if (!PostmasterIsAlive())
-			proc_exit(1);
-		if (ConfigReloadPending)
+		if (begin_round())
 		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);	/* pinned settings outrank the file */
 			eg_http_set_max_connections(eg_max_concurrent_requests);
 			next_claim_at = 0;
 		}
@@ -1114,7 +1127,6 @@ eventgrid_upkeep_main(Datum arg)
 
 	worker_start(arg, "upkeep worker");
 	eg_queue_quiet = true;
-	round_cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid round", ALLOCSET_DEFAULT_SIZES);
 
 	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
 		recover_from_error();
@@ -1125,16 +1137,7 @@ eventgrid_upkeep_main(Datum arg)
 		pid_t		delivery_pid;
 		bool		wanted;
 
-		MemoryContextSwitchTo(round_cxt);
-		MemoryContextReset(round_cxt);
-		CHECK_FOR_INTERRUPTS();
-		if (!PostmasterIsAlive())
-			proc_exit(1);
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
+		(void) begin_round();
 		SpinLockAcquire(&eg_shared->mutex);
 		delivery_pid = eg_shared->worker_pid;
 		wanted = eg_shared->upkeep_wanted;
