@@ -60,6 +60,9 @@ SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id":
 SELECT err($$SELECT eventgrid.publish('shop', '{"id": "b2", "subject": "s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}')$$);
 SELECT err($$INSERT INTO eventgrid.events (id, topic, event) OVERRIDING SYSTEM VALUE VALUES (1000000, 'shop', '{"id": "b3", "subject": "s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}')$$);
 SELECT err($$INSERT INTO eventgrid.events (topic, event, publish_time) VALUES ('shop', '{"id": "b4", "subject": "s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}', now() - interval '1 day')$$);
+-- nor the transaction id or event table that decide when and whether it is delivered
+SELECT err($$INSERT INTO eventgrid.events (topic, event, txid) VALUES ('shop', '{"id": "b5", "subject": "s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}', '1')$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event, event_table) VALUES ('shop', '{"id": "b6", "subject": "s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}', 2)$$);
 SELECT err($$SELECT * FROM eventgrid.events$$);
 SELECT err($$UPDATE eventgrid.events SET topic = 'shop'$$);
 SELECT err($$DELETE FROM eventgrid.events$$);
