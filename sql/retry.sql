@@ -55,3 +55,20 @@ VALUES ('8bc07e6f-0885-4729-90e4-7c3f052bd754', 'shop', 'sub-eg', 'EventGridSche
 SELECT subscription_name, jsonb_pretty(dead_letter_event) FROM eventgrid.dead_letter_events ORDER BY id;
 SELECT err($$INSERT INTO eventgrid.dead_letters (topic, subscription_name, input_schema, event_delivery_schema, event, dead_letter_reason, delivery_attempts, publish_time)
              VALUES ('t', 's', 'EventGridSchema', 'EventGridSchema', '{}', 'Bored', 1, now())$$);
+
+-- Delayed delivery: probation by the outcome that caused it, growth, bounds (SPEC 6)
+SELECT o AS outcome, eventgrid.probation_duration(o) AS first,
+       eventgrid.probation_duration(o, 2) AS second, eventgrid.probation_duration(o, 3) AS third
+  FROM unnest(ARRAY['Busy', 'NotFound', 'SocketError', 'ResolutionError', 'Disabled', 'Full',
+                    'TimedOut', 'Unauthorized', 'Forbidden', 'GenericError', 'Aborted']) AS o;
+-- outcomes that say nothing about the endpoint: no probation
+SELECT o AS outcome, eventgrid.probation_duration(o) IS NULL AS no_probation
+  FROM unnest(ARRAY['Delivered', 'BadRequest', 'PayloadTooLarge', 'Probation']) AS o;
+-- growth doubles each probation in a row, up to 4 hours
+SELECT n AS probation, eventgrid.probation_duration('Busy', n) AS busy, eventgrid.probation_duration('NotFound', n) AS not_found
+  FROM generate_series(1, 13) AS n;
+SELECT eventgrid.probation_duration('SocketError', 1000) AS longest;
+SELECT eventgrid.probation_duration(NULL) IS NULL AS null_in_null_out;
+SELECT err($$SELECT eventgrid.probation_duration('busy')$$);
+SELECT err($$SELECT eventgrid.probation_duration('Busy', 0)$$);
+SELECT err($$SELECT eventgrid.probation_duration('Busy', 1001)$$);

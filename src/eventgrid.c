@@ -40,6 +40,8 @@ int			eg_default_preferred_batch_kb = 64;
 bool		eg_delivery_paused = false;
 int			eg_max_bytes_in_flight_kb = 64 * 1024;
 int			eg_event_table_rotation_s = 10;
+int			eg_max_requests_per_endpoint = 16;
+int			eg_probation_failures = 10;
 
 EgShared   *eg_shared = NULL;
 
@@ -139,6 +141,16 @@ eg_define_gucs(void)
 							gettext_noop("Bounds the worker's memory; an event larger than this still goes, alone."),
 							&eg_max_bytes_in_flight_kb, 64 * 1024, 1024, 1024 * 1024,
 							PGC_SIGHUP, GUC_UNIT_KB, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.max_requests_per_endpoint",
+							gettext_noop("Maximum number of HTTP delivery requests in flight at once to one endpoint host (scheme, host and port)."),
+							gettext_noop("Hosts take turns for the free connections; a host that hangs holds at most this many."),
+							&eg_max_requests_per_endpoint, 16, 1, 1000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.probation_failures",
+							gettext_noop("Consecutive failed delivery attempts to an endpoint that put it on probation (delayed delivery)."),
+							gettext_noop("Event Grid's example: the first 10 events to an endpoint all fail."),
+							&eg_probation_failures, 10, 1, 1000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("eventgrid.event_table_rotation",
 							gettext_noop("How long each of the three event tables takes new events before the next one does."),
 							gettext_noop("A table is emptied once everything has passed its events, so the queue holds about two of these periods of events."),

@@ -37,6 +37,8 @@ extern int	eg_default_preferred_batch_kb;
 extern bool eg_delivery_paused;
 extern int	eg_max_bytes_in_flight_kb;
 extern int	eg_event_table_rotation_s;
+extern int	eg_max_requests_per_endpoint;
+extern int	eg_probation_failures;
 
 /* Published events go to three event tables that take turns (eventgrid.c). */
 #define EG_EVENT_TABLES 3
@@ -84,7 +86,8 @@ typedef enum EgTransport
 	EG_TRANSPORT_OK = 0,		/* an HTTP response arrived */
 	EG_TRANSPORT_TIMEOUT,		/* no answer within eventgrid.response_timeout */
 	EG_TRANSPORT_RESOLVE,		/* DNS resolution failed */
-	EG_TRANSPORT_SOCKET			/* refused, reset, TLS or other network error */
+	EG_TRANSPORT_SOCKET,		/* refused, reset, TLS or other network error */
+	EG_TRANSPORT_HELD			/* not sent: the endpoint is on probation (SPEC 6) */
 } EgTransport;
 
 typedef enum EgVerdict
@@ -98,6 +101,10 @@ extern bool eg_status_is_success(int http_status);
 extern const char *eg_outcome_name(EgTransport transport, int http_status);
 extern EgVerdict eg_verdict(EgTransport transport, int http_status);
 extern int64 eg_retry_delay_ms(int failed_attempt, int http_status);
+
+/* Delayed delivery (SPEC 6): probations grow to at most this long. */
+#define EG_MAX_PROBATION_MS ((int64) 4 * 60 * 60 * 1000)
+extern int64 eg_probation_ms(const char *outcome, int probation);
 
 /* What happens to a delivery after one attempt (eg_decide). */
 typedef struct EgDecision
@@ -197,6 +204,7 @@ extern void eg_queue_no_flush_wait(void);
 extern int	eg_queue_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
 								   int64 lease_ms, EgClaimedRow **rows);
 extern int	eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
+								 const int64 *skip, int nskip,
 								 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked);
 extern void eg_queue_analyze(void);
 extern void eg_queue_mark_in_flight(int lease_owner, int64 wave, const int64 *retry_ids, int nretries,
@@ -210,6 +218,10 @@ extern uint64 eg_queue_rebase(TimestampTz now);
 extern void eg_queue_count_unmatched(void);
 extern char *eg_queue_truncate(int event_table, TimestampTz now);
 extern bool eg_queue_table_used(int event_table);
+struct EgHealth;
+extern int	eg_queue_load_health(struct EgHealth **rows);
+extern void eg_queue_save_health(const struct EgHealth *rows, int n, TimestampTz now);
+extern void eg_queue_forget_health(void);
 
 /*
  * payload.c: builds the HTTP request for a batch of events of one
@@ -261,11 +273,49 @@ typedef struct EgRequest
 	/* caller's bookkeeping */
 	void	  **items;			/* the rows this request carries */
 	int			count;
+	int64		subscription_id;
+	int64		bytes;			/* event bytes carried */
+	struct EgTarget *target;	/* its endpoint (endpoint.c) */
+	bool		probe;			/* sent to end its endpoint's probation */
 	TimestampTz started_at;
 	struct EgRequest *next;
 } EgRequest;
 
 extern const char *eg_endpoint_problem(const char *url);
+
+/*
+ * endpoint.c: a fair queue of requests per endpoint host and the health of
+ * each endpoint URL (SPEC 6, delayed delivery).
+ */
+typedef struct EgTarget EgTarget;
+
+/* Health of one endpoint URL, as kept in eventgrid.endpoint_states. */
+typedef struct EgHealth
+{
+	const char *endpoint;
+	const char *state;			/* healthy, probation or probing */
+	int32		consecutive_failures;
+	const char *last_failure_outcome;	/* NULL: none */
+	const char *probation_cause;	/* NULL: healthy */
+	TimestampTz probation_started_at;	/* 0: healthy */
+	TimestampTz probation_until;	/* 0: healthy */
+	int32		probations;		/* in a row since the last success */
+} EgHealth;
+
+extern EgTarget *eg_target(const char *url);
+extern const char *eg_target_url(const EgTarget *t);
+extern void eg_target_queue(EgRequest *req);
+extern EgRequest *eg_target_next(TimestampTz now, bool may_send, bool *hold);
+extern void eg_target_unsend(EgRequest *req);
+extern bool eg_target_finished(EgRequest *req, TimestampTz now);
+extern int	eg_targets_queued(void);
+extern int	eg_targets_queued_ready(void);
+extern int64 eg_targets_bytes_backed_up(void);
+extern int	eg_targets_skip_list(int64 **subs);
+extern bool eg_targets_unblocked(void);
+extern int	eg_targets_dirty(EgHealth **out);
+extern void eg_targets_written(const EgHealth *written, int n);
+extern void eg_targets_load(const EgHealth *rows, int n);
 extern void eg_http_init(void);
 extern void eg_http_set_max_connections(long n);
 extern void eg_http_shutdown(void);

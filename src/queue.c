@@ -82,6 +82,9 @@ typedef enum EgPlanId
 	PLAN_TABLE_USED,
 	PLAN_TRUNCATED,
 	PLAN_TRUNCATE_FAILED,
+	PLAN_HEALTH_LOAD,
+	PLAN_HEALTH_SAVE,
+	PLAN_HEALTH_FORGET,
 	PLAN_COUNT
 } EgPlanId;
 
@@ -146,7 +149,7 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"         coalesce(p.after_txid, '0'::xid8) AS after_txid, coalesce(p.after_id, 0) AS after_id,"
 		"         ARRAY(SELECT pg_snapshot_xip(p.done)) AS done_xip, p.served_at, p.upto IS NULL AS fresh"
 		"    FROM eventgrid.subscription_positions p CROSS JOIN snap"
-		"   WHERE p.system_identifier = snap.sysid"
+		"   WHERE p.system_identifier = snap.sysid AND p.subscription_id <> ALL ($4)"
 		"   ORDER BY p.subscription_id"
 		"   FOR UPDATE OF p SKIP LOCKED"
 		"), scan AS ("
@@ -200,7 +203,7 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"  JOIN eventgrid.topics t ON t.name = s.topic"
 		"  LEFT JOIN props pr ON pr.subscription_id = s.id"
 		" ORDER BY k.served_at NULLS FIRST, k.subscription_id, k.txid, k.id",
-		3, {TIMESTAMPTZOID, INT4OID, INT8OID}
+		4, {TIMESTAMPTZOID, INT4OID, INT8OID, INT8ARRAYOID}
 	},
 
 	/*
@@ -351,7 +354,7 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"     SET attempts = o.attempts, next_attempt_at = o.next_at, last_attempt_at = o.attempted_at,"
 		"         last_outcome = o.outcome, last_http_status = o.status, lease_owner = NULL"
 		"    FROM o WHERE r.id = ANY ($1) AND r.id = o.id AND o.action = 'r'"
-		"  RETURNING r.subscription_id"
+		"  RETURNING r.subscription_id, o.attempted"
 		"), finished AS ("
 		"  DELETE FROM eventgrid.retries r USING o"
 		"   WHERE r.id = ANY ($1) AND r.id = o.id AND o.action <> 'r'"
@@ -372,7 +375,7 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"), stats AS ("
 		"  SELECT x.subscription_id, sum(x.delivered) AS delivered, sum(x.failed) AS failed,"
 		"         sum(x.dead) AS dead, sum(x.dropped) AS dropped"
-		"    FROM (SELECT subscription_id, 0 AS delivered, 1 AS failed, 0 AS dead, 0 AS dropped FROM retried"
+		"    FROM (SELECT subscription_id, 0 AS delivered, attempted::int AS failed, 0 AS dead, 0 AS dropped FROM retried"
 		"          UNION ALL"
 		"          SELECT subscription_id, (action = 'd')::int, (action = 'f' AND attempted)::int,"
 		"                 (action = 'f' AND deadletter)::int, (action = 'f' AND NOT deadletter)::int"
@@ -539,6 +542,41 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"UPDATE eventgrid.event_table_rotations SET last_try_at = $2, last_failure = $3"
 		" WHERE event_table = $1",
 		3, {INT4OID, TIMESTAMPTZOID, TEXTOID}
+	},
+
+	/* Endpoint health (SPEC 6), written only by the delivery worker. */
+	[PLAN_HEALTH_LOAD] = {
+		"SELECT endpoint, state, consecutive_failures, last_failure_outcome, probation_cause,"
+		"       probation_started_at, probation_until, probations"
+		"  FROM eventgrid.endpoint_states",
+		0, {0}
+	},
+	/* a healthy endpoint with no failures in a row needs no row */
+	[PLAN_HEALTH_SAVE] = {
+		"WITH h AS ("
+		"  SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::text[], $5::text[],"
+		"                       $6::timestamptz[], $7::timestamptz[], $8::int4[])"
+		"         AS h(endpoint, state, consecutive_failures, last_failure_outcome, probation_cause,"
+		"              probation_started_at, probation_until, probations)"
+		"), gone AS ("
+		"  DELETE FROM eventgrid.endpoint_states s USING h"
+		"   WHERE s.endpoint = h.endpoint AND h.state = 'healthy' AND h.consecutive_failures = 0"
+		")"
+		"INSERT INTO eventgrid.endpoint_states AS s (endpoint, state, consecutive_failures, last_failure_outcome,"
+		"       probation_cause, probation_started_at, probation_until, probations, updated_at)"
+		"SELECT h.*, $9 FROM h WHERE NOT (h.state = 'healthy' AND h.consecutive_failures = 0)"
+		"    ON CONFLICT (endpoint) DO UPDATE"
+		"   SET state = excluded.state, consecutive_failures = excluded.consecutive_failures,"
+		"       last_failure_outcome = excluded.last_failure_outcome, probation_cause = excluded.probation_cause,"
+		"       probation_started_at = excluded.probation_started_at, probation_until = excluded.probation_until,"
+		"       probations = excluded.probations, updated_at = excluded.updated_at",
+		9, {TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID,
+		TIMESTAMPTZARRAYOID, INT4ARRAYOID, TIMESTAMPTZOID}
+	},
+	[PLAN_HEALTH_FORGET] = {
+		"DELETE FROM eventgrid.endpoint_states h"
+		" WHERE NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s WHERE s.endpoint = h.endpoint)",
+		0, {0}
 	},
 };
 
@@ -856,10 +894,13 @@ eg_queue_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_
  * per subscription), in this unit of work.  Returns the deliveries, ordered
  * by subscription and then (txid, id); *more says whether a position has
  * more to give at once, *locked that another session holds a position.
+ * The nskip event subscriptions in skip are left out (their endpoint is
+ * backed up).
  * *rows stay valid until eg_queue_commit().
  */
 int
 eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
+					 const int64 *skip, int nskip,
 					 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked)
 {
 	int			nseen = 0;
@@ -884,6 +925,7 @@ eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 	args[0] = TimestampTzGetDatum(now);
 	args[1] = Int32GetDatum(limit);
 	args[2] = Int64GetDatum(Max(byte_budget, 1));
+	args[3] = int8_array(skip, nskip);
 	run_plan(PLAN_CLAIM_FIRST, args, false, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	tt = SPI_tuptable;
@@ -990,7 +1032,7 @@ eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 		run_plan(PLAN_ADVANCE, args, false, SPI_OK_INSERT);
 	}
 	run_plan(PLAN_POSITIONS, NULL, true, SPI_OK_SELECT);
-	*locked = int64_col(SPI_tuptable, 0, 1, 0) > nseen;
+	*locked = int64_col(SPI_tuptable, 0, 1, 0) > nseen + nskip;
 	*rows = out;
 	return nout;
 }
@@ -1341,4 +1383,103 @@ eg_queue_truncate(int event_table, TimestampTz now)
 		elog(ERROR, "eventgrid: TRUNCATE eventgrid.%s failed", name);
 	run_plan(PLAN_TRUNCATED, args, false, SPI_OK_UPDATE);
 	return NULL;
+}
+
+/*
+ * The health of every endpoint as an earlier run of the delivery worker
+ * left it (SPEC 6); *rows stay valid until eg_queue_commit().
+ */
+int
+eg_queue_load_health(EgHealth **rows)
+{
+	SPITupleTable *tt;
+	int			n;
+	EgHealth   *out;
+
+	run_plan(PLAN_HEALTH_LOAD, NULL, true, SPI_OK_SELECT);
+	n = (int) SPI_processed;
+	tt = SPI_tuptable;
+	out = palloc0(Max(n, 1) * sizeof(EgHealth));
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+		Datum		v;
+
+		out[i].endpoint = text_col(tt, i, 1);
+		out[i].state = text_col(tt, i, 2);
+		out[i].consecutive_failures = int32_col(tt, i, 3, 0);
+		out[i].last_failure_outcome = text_col(tt, i, 4);
+		out[i].probation_cause = text_col(tt, i, 5);
+		v = SPI_getbinval(tt->vals[i], tt->tupdesc, 6, &isnull);
+		out[i].probation_started_at = isnull ? 0 : DatumGetTimestampTz(v);
+		v = SPI_getbinval(tt->vals[i], tt->tupdesc, 7, &isnull);
+		out[i].probation_until = isnull ? 0 : DatumGetTimestampTz(v);
+		out[i].probations = int32_col(tt, i, 8, 0);
+	}
+	*rows = out;
+	return n;
+}
+
+static Datum
+text_array(const char *const *values, int n)
+{
+	Datum	   *d = palloc(Max(n, 1) * sizeof(Datum));
+	bool	   *nulls = palloc(Max(n, 1) * sizeof(bool));
+
+	for (int i = 0; i < n; i++)
+	{
+		nulls[i] = values[i] == NULL;
+		d[i] = nulls[i] ? (Datum) 0 : CStringGetTextDatum(values[i]);
+	}
+	return make_array(d, nulls, n, TEXTOID);
+}
+
+/* Writes the health of n endpoints, as of now (SPEC 6). */
+void
+eg_queue_save_health(const EgHealth *rows, int n, TimestampTz now)
+{
+	const char **endpoints = palloc(Max(n, 1) * sizeof(char *));
+	const char **states = palloc(Max(n, 1) * sizeof(char *));
+	const char **lasts = palloc(Max(n, 1) * sizeof(char *));
+	const char **causes = palloc(Max(n, 1) * sizeof(char *));
+	Datum	   *failures = palloc(Max(n, 1) * sizeof(Datum));
+	Datum	   *probations = palloc(Max(n, 1) * sizeof(Datum));
+	Datum	   *started = palloc(Max(n, 1) * sizeof(Datum));
+	Datum	   *until = palloc(Max(n, 1) * sizeof(Datum));
+	bool	   *started_null = palloc(Max(n, 1) * sizeof(bool));
+	bool	   *until_null = palloc(Max(n, 1) * sizeof(bool));
+	Datum		args[9];
+
+	if (n == 0)
+		return;
+	for (int i = 0; i < n; i++)
+	{
+		endpoints[i] = rows[i].endpoint;
+		states[i] = rows[i].state;
+		lasts[i] = rows[i].last_failure_outcome;
+		causes[i] = rows[i].probation_cause;
+		failures[i] = Int32GetDatum(rows[i].consecutive_failures);
+		probations[i] = Int32GetDatum(rows[i].probations);
+		started_null[i] = rows[i].probation_started_at == 0;
+		started[i] = TimestampTzGetDatum(rows[i].probation_started_at);
+		until_null[i] = rows[i].probation_until == 0;
+		until[i] = TimestampTzGetDatum(rows[i].probation_until);
+	}
+	args[0] = text_array(endpoints, n);
+	args[1] = text_array(states, n);
+	args[2] = make_array(failures, NULL, n, INT4OID);
+	args[3] = text_array(lasts, n);
+	args[4] = text_array(causes, n);
+	args[5] = make_array(started, started_null, n, TIMESTAMPTZOID);
+	args[6] = make_array(until, until_null, n, TIMESTAMPTZOID);
+	args[7] = make_array(probations, NULL, n, INT4OID);
+	args[8] = TimestampTzGetDatum(now);
+	run_plan(PLAN_HEALTH_SAVE, args, false, SPI_OK_INSERT);
+}
+
+/* Forgets the health of endpoint URLs that no event subscription uses any more. */
+void
+eg_queue_forget_health(void)
+{
+	run_plan(PLAN_HEALTH_FORGET, NULL, false, SPI_OK_DELETE);
 }

@@ -38,6 +38,8 @@ eg_outcome_name(EgTransport transport, int http_status)
 			return "ResolutionError";
 		case EG_TRANSPORT_SOCKET:
 			return "SocketError";
+		case EG_TRANSPORT_HELD:
+			return "Probation";
 		case EG_TRANSPORT_OK:
 			break;
 	}
@@ -145,6 +147,90 @@ eg_decide(int attempts_before, int max_attempts, EgTransport transport, int http
 		dec.delay_ms += (int64) (dec.delay_ms * (jitter_percent / 100.0) * random_fraction);
 	}
 	return dec;
+}
+
+/*
+ * Delayed delivery (SPEC 6): how long an endpoint stays on probation, in
+ * milliseconds, when a failure with this lastDeliveryOutcome puts it there
+ * for the probation-th time in a row (>= 1; the count starts again after a
+ * success).  The first probation lasts the time of the contract's table
+ * (Busy and TimedOut 10 s, SocketError 30 s, NotFound, ResolutionError,
+ * Unauthorized, Forbidden, Disabled and Full 5 minutes; any other failure,
+ * such as GenericError or Aborted, 10 s); each further one in a row lasts
+ * twice the one before, up to EG_MAX_PROBATION_MS (4 hours).  Returns -1
+ * for outcomes that say nothing about the endpoint's health: success,
+ * BadRequest and PayloadTooLarge (a problem of the event, not of the
+ * endpoint) and Probation itself.
+ */
+int64
+eg_probation_ms(const char *outcome, int probation)
+{
+	static const struct
+	{
+		const char *outcome;
+		int			seconds;
+	}			table[] = {
+		{"Busy", 10}, {"NotFound", 300}, {"SocketError", 30}, {"ResolutionError", 300},
+		{"Disabled", 300}, {"Full", 300}, {"TimedOut", 10}, {"Unauthorized", 300},
+		{"Forbidden", 300},
+	};
+	int64		ms = 10 * 1000;
+
+	if (strcmp(outcome, "Delivered") == 0 || strcmp(outcome, "BadRequest") == 0 ||
+		strcmp(outcome, "PayloadTooLarge") == 0 || strcmp(outcome, "Probation") == 0)
+		return -1;
+	for (int i = 0; i < (int) lengthof(table); i++)
+		if (strcmp(outcome, table[i].outcome) == 0)
+			ms = (int64) table[i].seconds * 1000;
+	for (int i = 1; i < probation && ms < EG_MAX_PROBATION_MS; i++)
+		ms *= 2;
+	return Min(ms, EG_MAX_PROBATION_MS);
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_probation_duration);
+
+/*
+ * SQL: eventgrid.probation_duration(outcome text, probation integer) ->
+ * interval: eg_probation_ms() as an interval; NULL for an outcome that does
+ * not put an endpoint on probation.  outcome must be a lastDeliveryOutcome
+ * name (22023), probation 1-1000 (22003).
+ */
+Datum
+eventgrid_probation_duration(PG_FUNCTION_ARGS)
+{
+	static const char *const names[] = {
+		"Delivered", "NotFound", "Disabled", "Full", "Unauthorized", "BadRequest", "TimedOut", "Busy",
+		"PayloadTooLarge", "Probation", "Canceled", "Aborted", "SocketError", "ResolutionError",
+		"Forbidden", "GenericError", "InvalidHeader",
+	};
+	char	   *outcome;
+	int			probation;
+	bool		known = false;
+	int64		ms;
+	Interval   *result;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		PG_RETURN_NULL();
+	outcome = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	probation = PG_GETARG_INT32(1);
+	for (int i = 0; i < (int) lengthof(names) && !known; i++)
+		known = strcmp(outcome, names[i]) == 0;
+	if (!known)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("outcome must be a lastDeliveryOutcome name, got \"%.64s\"", outcome),
+				 errhint("Names are case-sensitive, e.g. Busy, NotFound, SocketError, ResolutionError, TimedOut, Unauthorized, Forbidden, GenericError.")));
+	if (probation < 1 || probation > 1000)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("probation must be between 1 and 1000, got %d", probation),
+				 errhint("probation counts the probations in a row: 1 for the first.")));
+	ms = eg_probation_ms(outcome, probation);
+	if (ms < 0)
+		PG_RETURN_NULL();
+	result = (Interval *) palloc0(sizeof(Interval));
+	result->time = ms * 1000;
+	PG_RETURN_INTERVAL_P(result);
 }
 
 PG_FUNCTION_INFO_V1(eventgrid_retry_delay);

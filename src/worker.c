@@ -115,9 +115,6 @@ typedef struct EgClaim
 static int	lease_owner;		/* this worker's pid */
 static MemoryContext round_cxt; /* scratch memory of one loop round */
 
-static EgRequest *pending_head = NULL;
-static EgRequest *pending_tail = NULL;
-static int	pending_n = 0;
 static TimestampTz last_analyze = 0;
 static TimestampTz first_unrecorded_at = 0;
 static EgDelivery **to_record = NULL;	/* decided, not recorded */
@@ -135,6 +132,10 @@ static int64 next_wave_no = 1;
 static int64 *waves_done = NULL;	/* recorded waves whose in-flight records can go */
 static int	waves_done_n = 0;
 static int	waves_done_cap = 0;
+
+/* requests being recorded as in flight; put back in their queues if that fails */
+static EgRequest **starting = NULL;
+static int	starting_n = 0;
 
 /* a claim being turned into requests (in order); freed if its transaction fails */
 static EgClaim *claim_in_progress = NULL;
@@ -210,7 +211,12 @@ random_fraction(void)
 #endif
 }
 
-/* Applies eg_decide() to a delivery after an attempt that started at started. */
+/*
+ * Applies eg_decide() to a delivery after an attempt that started at
+ * started, or (transport EG_TRANSPORT_HELD) one its endpoint's probation
+ * held back: that counts as an attempt with outcome Probation, but no
+ * request was sent.
+ */
 static void
 decide(EgDelivery *d, EgTransport transport, int http_status, TimestampTz started, TimestampTz now)
 {
@@ -220,7 +226,7 @@ decide(EgDelivery *d, EgTransport transport, int http_status, TimestampTz starte
 	d->out.action = dec.action;
 	d->out.outcome = dec.outcome;
 	d->out.http_status = dec.http_status;
-	d->out.attempted = true;
+	d->out.attempted = transport != EG_TRANSPORT_HELD;
 	d->out.attempts_after = dec.attempts_after;
 	d->out.attempted_at = started;
 	d->out.reason = dec.reason;
@@ -247,17 +253,6 @@ finish_without_attempt(EgDelivery *d, char action, const char *reason, const cha
 	d->out.attempts_after = d->attempts;
 }
 
-static void
-queue_request(EgRequest *req)
-{
-	req->next = NULL;
-	if (pending_tail)
-		pending_tail->next = req;
-	else
-		pending_head = req;
-	pending_tail = req;
-	pending_n++;
-}
 
 /* Frees requests that were built but will never be started. */
 static void
@@ -330,10 +325,15 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 		spec.custom_headers = first->custom_headers;
 		if (eg_request_build(req, &spec, &parts[k], take, scratch))
 		{
-			req->url = MemoryContextStrdup(claim->cxt, first->endpoint);
+			req->target = eg_target(first->endpoint);
+			req->url = eg_target_url(req->target);
+			req->subscription_id = first->subscription_id;
 			req->items = MemoryContextAlloc(claim->cxt, sizeof(void *) * take);
 			memcpy(req->items, &send[k], sizeof(void *) * take);
 			req->count = take;
+			req->bytes = 0;
+			for (int j = k; j < k + take; j++)
+				req->bytes += send[j]->bytes;
 			req->next = NULL;
 			if (built_tail)
 				built_tail->next = req;
@@ -376,6 +376,8 @@ claim(int64 byte_budget, bool *more, bool *locked)
 	int			n;
 	int64		retry_bytes = 0;
 	StringInfoData scratch;
+	int64	   *skip;
+	int			nskip = eg_targets_skip_list(&skip);
 
 	*more = false;
 	*locked = false;
@@ -394,7 +396,7 @@ claim(int64 byte_budget, bool *more, bool *locked)
 		retry_bytes += rrows[i].bytes;
 	/* chunk numbers of a claim that fails are not used again: no harm */
 	nf = eg_queue_claim_first(eg_now(), EG_CHUNK_MAX_ROWS, Max(byte_budget - retry_bytes, 1),
-							  lease_owner, &next_chunk_no, &frows, more, locked);
+							  lease_owner, skip, nskip, &next_chunk_no, &frows, more, locked);
 	if (nr == EG_CLAIM_MAX_ROWS)
 		*more = true;
 
@@ -472,7 +474,7 @@ claim(int64 byte_budget, bool *more, bool *locked)
 		EgRequest  *req = built_head;
 
 		built_head = req->next;
-		queue_request(req);
+		eg_target_queue(req);
 	}
 	built_tail = NULL;
 	for (int i = 0; i < n; i++)
@@ -523,8 +525,9 @@ release_claim_row(EgDelivery *d)
 }
 
 /*
- * Writes back, in one transaction, every decided retry and every chunk of
- * first attempts whose deliveries are all decided.  Returns the earliest
+ * Writes back, in one transaction, every decided retry, every chunk of
+ * first attempts whose deliveries are all decided, and the health of the
+ * endpoints whose health changed.  Returns the earliest
  * retry time recorded, or DT_NOEND.  On an ERROR nothing is lost: the
  * deliveries stay decided in memory and the next call writes them.
  */
@@ -539,6 +542,8 @@ record(void)
 	EgOutcome **outcomes = palloc(Max(to_record_n, 1) * sizeof(EgOutcome *));
 	EgDelivery **done = palloc(Max(to_record_n, 1) * sizeof(EgDelivery *));
 	int64	   *chunks = palloc(Max(to_record_n, 1) * sizeof(int64));
+	EgHealth   *health;
+	int			nhealth = eg_targets_dirty(&health);
 
 	for (int i = 0; i < to_record_n; i++)
 	{
@@ -576,7 +581,9 @@ record(void)
 	eg_queue_no_flush_wait();
 	earliest = eg_queue_record(outcomes, n, lease_owner, chunks, nchunks);
 	eg_queue_forget_waves(lease_owner, waves_done, nwaves);
+	eg_queue_save_health(health, nhealth, eg_now());
 	end_work();
+	eg_targets_written(health, nhealth);
 
 	/* waves recorded before this call are forgotten now */
 	memmove(waves_done, waves_done + nwaves, (waves_done_n - nwaves) * sizeof(int64));
@@ -614,17 +621,22 @@ next_due(void)
  * Takes back what a previous run of the worker left (a crash, or a restored
  * dump): chunks in flight become retries, leased retries are released;
  * deliveries that were handed to HTTP are charged an attempt with outcome
- * Aborted, the others are not, and all are due at once.
+ * Aborted, the others are not, and all are due at once.  The endpoints'
+ * health is taken over.
  */
 static bool
 release_old_leases(void)
 {
 	uint64		charged;
 	uint64		released;
+	EgHealth   *health;
+	int			nhealth;
 
 	if (!begin_work("eventgrid: releasing leases of an interrupted run"))
 		return false;
 	eg_queue_recover(lease_owner, true, eg_now(), &charged, &released);
+	nhealth = eg_queue_load_health(&health);
+	eg_targets_load(health, nhealth);
 	if (released > 0)
 		ereport(LOG,
 				(errmsg("eventgrid: %llu deliveries in flight when the worker stopped will be retried",
@@ -635,18 +647,40 @@ release_old_leases(void)
 	return true;
 }
 
+/* Records the deliveries of a request its endpoint's probation holds back, and frees it. */
+static void
+hold_request(EgRequest *req, TimestampTz now)
+{
+	for (int k = 0; k < req->count; k++)
+		decide((EgDelivery *) req->items[k], EG_TRANSPORT_HELD, 0, now, now);
+	eg_http_free_headers(req);
+	free(req->body);
+	req->body = NULL;
+}
+
+/* Puts the requests being started back in their queues, in order (their in-flight record failed). */
+static void
+unsend_starting(void)
+{
+	for (int i = starting_n - 1; i >= 0; i--)
+		eg_target_unsend(starting[i]);
+	starting_n = 0;
+}
+
 /*
- * Hands queued requests to HTTP as slots free up.  Before they go, what
- * they carry is recorded as in flight, committed durably: retries by id,
- * first attempts as the last event of each chunk sent so far (a chunk's
- * requests go in order).  After a crash exactly these are charged an
- * attempt: requests still queued in memory were never sent.
+ * Hands queued requests to HTTP as slots free up, hosts in turn, each
+ * within eventgrid.max_requests_per_endpoint; requests to an endpoint on
+ * probation are held instead (SPEC 6).  Before requests go, what they carry
+ * is recorded as in flight, committed durably: retries by id, first
+ * attempts as the last event of each chunk sent so far (a chunk's requests
+ * go in order: one subscription, one host queue).  After a crash exactly
+ * these are charged an attempt: requests still queued in memory were never
+ * sent.
  */
 static void
 start_pending(void)
 {
 	int			room = eg_max_concurrent_requests - eg_http_in_flight();
-	int			nreq = 0;
 	int			nrows = 0;
 	int			nretries = 0;
 	int			nmarks = 0;
@@ -654,21 +688,34 @@ start_pending(void)
 	EgChunkMark *marks;
 	EgWave	   *wave = NULL;
 	EgRequest  *req;
+	TimestampTz now = eg_now();
+	bool		hold;
 
-	for (req = pending_head; req && nreq < room; req = req->next)
+	starting = palloc(Max(room, 1) * sizeof(EgRequest *));
+	starting_n = 0;
+	while ((req = eg_target_next(now, starting_n < room, &hold)) != NULL)
 	{
-		nreq++;
-		nrows += req->count;
+		if (hold)
+			hold_request(req, now);
+		else
+		{
+			starting[starting_n++] = req;
+			nrows += req->count;
+		}
 	}
-	if (nreq == 0)
+	if (starting_n == 0)
 		return;
 
 	if (!begin_work("eventgrid: recording requests in flight"))
+	{
+		unsend_starting();
 		return;
+	}
 	ids = palloc(nrows * sizeof(int64));
 	marks = palloc(nrows * sizeof(EgChunkMark));
-	req = pending_head;
-	for (int i = 0; i < nreq; i++, req = req->next)
+	for (int i = 0; i < starting_n; i++)
+	{
+		req = starting[i];
 		for (int k = 0; k < req->count; k++)
 		{
 			EgDelivery *d = (EgDelivery *) req->items[k];
@@ -686,6 +733,7 @@ start_pending(void)
 			marks[m].txid = d->out.txid;
 			marks[m].event_id = d->out.event_id;
 		}
+	}
 	eg_queue_mark_in_flight(lease_owner, next_wave_no, ids, nretries, marks, nmarks);
 	eg_queue_forget_waves(lease_owner, waves_done, waves_done_n);
 	end_work();
@@ -697,19 +745,16 @@ start_pending(void)
 		wave->no = next_wave_no++;
 		wave->remaining = nretries;
 	}
-	for (int i = 0; i < nreq; i++)
+	for (int i = 0; i < starting_n; i++)
 	{
-		req = pending_head;
-		pending_head = req->next;
-		if (pending_head == NULL)
-			pending_tail = NULL;
-		pending_n--;
+		req = starting[i];
 		for (int k = 0; k < req->count; k++)
 			if (((EgDelivery *) req->items[k])->chunk == NULL)
 				((EgDelivery *) req->items[k])->wave = wave;
 		req->started_at = eg_now();
 		eg_http_start(req, req->url, eg_response_timeout_ms);
 	}
+	starting_n = 0;
 }
 
 /*
@@ -743,6 +788,7 @@ upkeep(int delivery_pid)
 				 errdetail("%llu of them had been sent and are counted as attempts with outcome Aborted.",
 						   (unsigned long long) charged)));
 	eg_queue_count_unmatched();
+	eg_queue_forget_health();
 	end_work();
 
 	for (int k = 0; k < EG_EVENT_TABLES; k++)
@@ -818,6 +864,7 @@ collect_finished(void)
 			ereport(DEBUG1,
 					(errmsg("eventgrid: delivery request to \"%s\" failed: %s", req->url,
 							req->errbuf[0] ? req->errbuf : eg_outcome_name(req->transport, 0))));
+		eg_target_finished(req, now);
 		for (int k = 0; k < req->count; k++)
 			decide((EgDelivery *) req->items[k], req->transport, req->http_status,
 				   req->started_at, now);
@@ -905,6 +952,7 @@ recover_from_error(void)
 	FlushErrorState();
 
 	AbortCurrentTransaction();
+	unsend_starting();
 	if (claim_in_progress)
 	{
 		free_built_requests();
@@ -994,6 +1042,7 @@ eventgrid_worker_main(Datum arg)
 		bool		db_ok;
 		bool		want_claim;
 		int64		byte_limit = (int64) eg_max_bytes_in_flight_kb * 1024;
+		int64		bytes_claimable;
 
 		if (begin_round())
 		{
@@ -1017,14 +1066,17 @@ eventgrid_worker_main(Datum arg)
 		 * built from it both exist for a moment, so a claim takes at most
 		 * half of what is left (and at least one event when nothing is held).
 		 */
+		if (eg_targets_unblocked())
+			next_claim_at = 0;	/* a backed-up endpoint host drained: its subscriptions may claim */
+		bytes_claimable = bytes_held - eg_targets_bytes_backed_up();
 		want_claim = db_ok && leases_released && !eg_delivery_paused &&
-			pending_n < eg_max_concurrent_requests && now >= next_claim_at &&
-			(bytes_held == 0 || bytes_held < byte_limit / 2);
+			eg_targets_queued_ready() < eg_max_concurrent_requests && now >= next_claim_at &&
+			(bytes_claimable == 0 || bytes_claimable < byte_limit / 2);
 		if (want_claim)
 		{
 			bool		more;
 			bool		locked;
-			int			n = claim((byte_limit - bytes_held) / 2, &more, &locked);
+			int			n = claim((byte_limit - bytes_claimable) / 2, &more, &locked);
 
 			if (n < 0)
 				next_claim_at = 0;	/* db_retry_at holds it back */
@@ -1043,7 +1095,7 @@ eventgrid_worker_main(Datum arg)
 			else
 				next_claim_at = now;
 		}
-		if (pending_head && GetCurrentTimestamp() >= db_retry_at)
+		if (eg_targets_queued() > 0 && GetCurrentTimestamp() >= db_retry_at)
 			start_pending();
 
 		/* wait for HTTP only when there is no claiming to do meanwhile */
@@ -1058,7 +1110,7 @@ eventgrid_worker_main(Datum arg)
 		if (GetCurrentTimestamp() >= db_retry_at &&
 			(recordable_n >= EG_RECORD_MIN_ROWS ||
 			 (recordable_n > 0 &&
-			  ((eg_http_in_flight() == 0 && pending_head == NULL) ||
+			  ((eg_http_in_flight() == 0 && eg_targets_queued() == 0) ||
 			   GetCurrentTimestamp() - first_unrecorded_at >= EG_RECORD_MAX_DELAY_MS * 1000))))
 		{
 			TimestampTz earliest = record();
@@ -1076,9 +1128,9 @@ eventgrid_worker_main(Datum arg)
 			TimestampTz wake_at = next_claim_at;
 
 			now = eg_now();
-			if (eg_delivery_paused && pending_head == NULL && to_record_n == 0)
+			if (eg_delivery_paused && eg_targets_queued() == 0 && to_record_n == 0)
 				wake_at = DT_NOEND; /* a reload (SIGHUP) sets the latch */
-			if (pending_head || recordable_n > 0 || !leases_released)
+			if (eg_targets_queued() > 0 || recordable_n > 0 || !leases_released)
 				wake_at = Min(wake_at, now);
 			if (upkeep_handle == NULL && leases_released)
 				wake_at = Min(wake_at, now + (upkeep_start_at - GetCurrentTimestamp()));

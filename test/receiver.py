@@ -11,6 +11,10 @@ Paths:
   /seq/A,B,C[/anything]      n-th request to this exact path gets the n-th
                              status; the last one repeats
   /reset[/anything]          close the connection without answering
+  /hang[/anything]           never answer; hold the connection until the
+                             client closes it (logged on arrival, with
+                             "concurrent": how many requests to this path
+                             are held open at that moment, this one included)
   any other path             answer 200
 Query ?delay_ms=N waits N milliseconds before answering.
 """
@@ -26,6 +30,7 @@ from urllib.parse import urlsplit, parse_qs
 
 LOCK = threading.Lock()
 COUNTS = {}
+HANGING = {}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -59,6 +64,9 @@ class Handler(BaseHTTPRequestHandler):
             "status": status,
             "peer_port": self.client_address[1],
         }
+        if parts[0] == "hang":
+            self.hang(url.path, record)
+            return
         with LOCK:
             with open(self.server.log_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
@@ -73,6 +81,24 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Length", "0")
         self.end_headers()
+
+
+    def hang(self, path, record):
+        with LOCK:
+            HANGING[path] = HANGING.get(path, 0) + 1
+            record["status"] = 0
+            record["concurrent"] = HANGING[path]
+            with open(self.server.log_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        try:
+            while self.connection.recv(4096):
+                pass
+        except OSError:
+            pass
+        finally:
+            with LOCK:
+                HANGING[path] -= 1
+        self.close_connection = True
 
 
 class Server(ThreadingHTTPServer):

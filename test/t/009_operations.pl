@@ -76,8 +76,8 @@ is(scalar(requests($r, '/status/200/fast')), 3, 'prepared: nothing delivered bef
 $node->safe_psql('later', "COMMIT PREPARED 'p1'");
 is(scalar(wait_for_requests($r, '/status/200/fast', 4, 10)), 4, 'prepared: COMMIT PREPARED wakes the worker');
 
-# --- 12b. a reload of max_concurrent_requests reaches libcurl's connection cache
-sql("ALTER SYSTEM SET eventgrid.max_concurrent_requests = 40; SELECT pg_reload_conf()");
+# --- 12b. a reload of max_concurrent_requests (and of the per-host limit) reaches libcurl's connection cache
+sql("ALTER SYSTEM SET eventgrid.max_concurrent_requests = 40; ALTER SYSTEM SET eventgrid.max_requests_per_endpoint = 40; SELECT pg_reload_conf()");
 sleep 1;
 sql("SELECT eventgrid.create_event_subscription('ops', 'wide', '$u/status/200/wide?delay_ms=500')");
 sub wave

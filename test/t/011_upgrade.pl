@@ -1,7 +1,8 @@
 # ALTER EXTENSION eventgrid UPDATE from 0.1.0 (a row per delivery) to 0.2.0
-# (event tables, positions, retries): configuration, queued deliveries,
-# attempts already made and dead letters survive, and the queue is
-# delivered.  Issue: "Queue storage", version 0.2.0 with an upgrade script.
+# (event tables, positions, retries) and on to 0.3.0 (endpoint health):
+# configuration, queued deliveries, attempts already made and dead letters
+# survive, and the queue is delivered.  Issues: "Queue storage" (0.2.0 with
+# an upgrade script) and "Endpoint health" (0.3.0).
 use strict;
 use warnings;
 use FindBin;
@@ -23,7 +24,7 @@ my $json = JSON::PP->new;
 
 sub sql { return $node->safe_psql('postgres', shift) }
 
-# --- a 0.1.0 installation: the 0.2.0 library waits for the update meanwhile
+# --- a 0.1.0 installation: the library (of a later version) waits for the update meanwhile
 sql("CREATE EXTENSION eventgrid VERSION '0.1.0'");
 sql("SELECT eventgrid.create_topic('shop')");
 sql("SELECT eventgrid.create_topic('lonely')");
@@ -49,7 +50,7 @@ sql("INSERT INTO eventgrid.dead_letters (topic, subscription_name, subscription_
 	  . eg_event('dead-1') . "', 'NonRetriableError', 1, 'BadRequest', 400, now(), now())");
 is(sql("SELECT count(*) FROM eventgrid.deliveries"), '9', '0.1.0: four events for two subscriptions and one unmatched queued');
 sleep 1;
-is(scalar(requests($r)), 0, '0.1.0 schema with the 0.2.0 library: the worker waits, nothing is sent');
+is(scalar(requests($r)), 0, '0.1.0 schema with a later library: the worker waits, nothing is sent');
 my $max_id = sql("SELECT max(id) FROM eventgrid.events");
 
 # --- the update
@@ -69,6 +70,14 @@ is(join(' ', @fresh),
 	'chunks_in_flight dead_letters dead_letters_id_seq delivery_properties event_subscriptions event_subscriptions_id_seq events_0 events_1 events_2 '
 	  . 'events_id_seq retries retries_id_seq subscription_counters subscription_positions topic_counters topic_positions topics',
 	'pg_dump takes the same tables as after CREATE EXTENSION');
+
+# --- then to the current version (0.3.0: endpoint health), which the library waits for
+is(scalar(requests($r)), 0, '0.2.0 schema with the 0.3.0 library: the worker waits, nothing is sent');
+sql("ALTER EXTENSION eventgrid UPDATE");
+is(sql("SELECT extversion = default_version FROM pg_extension x JOIN pg_available_extensions a ON a.name = x.extname"
+	  . " WHERE x.extname = 'eventgrid'"), 't', 'updated to the version of the library');
+is(sql("SELECT string_agg(subscription || ':' || state, ' ' ORDER BY subscription) FROM eventgrid.endpoint_health"),
+	'all:healthy created:healthy', 'endpoint health is shown for every subscription');
 
 # --- the worker resumes by itself and delivers the queue, then new events
 my @all = wait_for_requests($r, '/status/200/all', 4, 60);
