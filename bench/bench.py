@@ -11,6 +11,11 @@ Measures, in one run against one cluster and one nginx sink on 127.0.0.1:
  7. worker memory while draining a large backlog
  8. table sizes and throughput around a steady run, plainly and while a
     REPEATABLE READ transaction stays open
+ 9. isolation: a healthy subscription's latency beside 500 subscriptions to a
+    port where nothing listens and 200 to an endpoint that accepts and never
+    answers (30 s response timeout), and the worker's peak descriptors and
+    memory (BENCH_ISOLATION_RATE events/s, default 10, for
+    BENCH_ISOLATION_SECONDS, default 30)
 Figures 2-4 also report, per delivery, the CPU time of all PostgreSQL
 processes (the worker with its HTTP thread, WAL writer, checkpointer, and
 the benchmark's own polling session) and of the worker alone, and the WAL
@@ -22,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -301,6 +307,93 @@ class Bench:
         if missing:
             self.report("latency_missing", "  events not seen by the receiver", missing, "events")
 
+    # -- 9 ----------------------------------------------------------------------
+    def fig_isolation(self):
+        """A healthy subscription beside 500 to a refusing port and 200 to an endpoint that never answers."""
+        seconds = env_int("BENCH_ISOLATION_SECONDS", 30)
+        rate = env_int("BENCH_ISOLATION_RATE", 10)
+        arrivals = {}
+        lock = threading.Lock()
+
+        class Receiver(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                now = time.time()
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with lock:
+                    for e in json.loads(body):
+                        arrivals.setdefault(e["id"], now)
+                self.send_response(204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 1024
+
+        server = Server(("127.0.0.1", 0), Receiver)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        # accepts connections (the kernel completes them) and never reads or answers
+        hang = socket.socket()
+        hang.bind(("127.0.0.1", 0))
+        hang.listen(4096)
+        refusing = socket.socket()
+        refusing.bind(("127.0.0.1", 0))
+        refused_port = refusing.getsockname()[1]
+        refusing.close()
+        self.reset_queue()
+        self.q("SELECT eventgrid.create_topic('isolation')")
+        self.q("SELECT eventgrid.create_event_subscription('isolation', 'refused-' || i, %s) FROM generate_series(1, 500) i",
+               (f"http://127.0.0.1:{refused_port}/refused",))
+        self.q("SELECT eventgrid.create_event_subscription('isolation', 'hanging-' || i, %s) FROM generate_series(1, 200) i",
+               (f"http://127.0.0.1:{hang.getsockname()[1]}/hanging",))
+        self.q("SELECT eventgrid.create_event_subscription('isolation', 'healthy', %s)",
+               (f"http://127.0.0.1:{server.server_address[1]}/healthy",))
+        worker = self.worker_pid()
+        peak_fds = 0
+        peak_anon = 0
+        pub = self.connect()
+        commits = {}
+        start = time.time()
+        with pub.cursor() as cur:
+            for i in range(rate * seconds):
+                due = start + i / rate
+                delay = due - time.time()
+                if delay > 0:
+                    time.sleep(delay)
+                eid = f"iso-{i}"
+                cur.execute("INSERT INTO eventgrid.events (topic, event) VALUES ('isolation', "
+                            "jsonb_build_object('id', %s, 'subject', '/i', 'eventType', 'T', "
+                            "'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('pad', repeat('x', 800))))",
+                            (eid,))
+                commits[eid] = time.time()
+                try:
+                    peak_fds = max(peak_fds, len(os.listdir(f"/proc/{worker}/fd")))
+                    with open(f"/proc/{worker}/status") as f:
+                        anon = next(int(line.split()[1]) for line in f if line.startswith("RssAnon:"))
+                    peak_anon = max(peak_anon, anon)
+                except OSError:
+                    pass
+        deadline = time.time() + 60
+        while time.time() < deadline and len(arrivals) < len(commits):
+            time.sleep(0.1)
+        server.shutdown()
+        hang.close()
+        lat = sorted((arrivals[k] - v) * 1000 for k, v in commits.items() if k in arrivals)
+        p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]
+        self.report("isolation_rate", f"9 isolation: {len(commits):,} events, 500 refused + 200 hanging subs, at", rate, "events/s")
+        self.report("isolation_p50_ms", "  healthy subscription, commit to arrival p50", p(0.50), "ms")
+        self.report("isolation_p95_ms", "  healthy subscription, commit to arrival p95", p(0.95), "ms", "<= 100")
+        self.report("isolation_max_ms", "  healthy subscription, commit to arrival max", lat[-1], "ms")
+        self.report("isolation_missing", "  events the healthy subscription did not get", len(commits) - len(lat), "events")
+        self.report("isolation_peak_fds", "  worker file descriptors, peak", peak_fds, "fds")
+        self.report("isolation_rss_anon_mb", "  worker private memory, peak (RssAnon, sampled)", peak_anon / 1024.0, "MB")
+        self.q("SELECT eventgrid.drop_topic('isolation')")
+
     # -- 7 ----------------------------------------------------------------------
     def fig_memory(self):
         n = env_int("BENCH_BACKLOG", 1000000)
@@ -415,7 +508,7 @@ def main():
     ap.add_argument("--sink", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", default="1,2,5,6,7,8", help="comma-separated figure numbers (2 runs 2-4)")
+    ap.add_argument("--only", default="1,2,5,6,7,8,9", help="comma-separated figure numbers (2 runs 2-4)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     b = Bench(args)
@@ -430,6 +523,8 @@ def main():
         b.fig_latency()
     if "7" in only:
         b.fig_memory()
+    if "9" in only:
+        b.fig_isolation()
     if "8" in only:
         cases = os.environ.get("BENCH_STEADY_CASES", "plain,rr").split(",")
         if "plain" in cases:

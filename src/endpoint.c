@@ -25,7 +25,8 @@
  * probation, its failure starts the next, twice as long, at most 4 hours.
  * Outcomes that concern the event rather than the endpoint (BadRequest,
  * PayloadTooLarge) neither count nor reset.  Entering and leaving probation
- * are logged once each; the state is written to eventgrid.endpoint_states
+ * are logged once each (naming the host and an event subscription, never
+ * the URL's path or query); the state is written to eventgrid.endpoint_states
  * with the outcomes (eg_targets_dirty), and read back when a worker starts.
  */
 #include "eventgrid.h"
@@ -57,7 +58,6 @@ typedef struct EgHost
 struct EgTarget
 {
 	const char *url;			/* hash key */
-	char	   *display;		/* the URL without query and fragment, for logs */
 	EgHost	   *host;
 	int			waiting;		/* requests queued or in flight */
 	TimestampTz last_used;
@@ -193,7 +193,6 @@ sweep(TimestampTz now)
 		if (t->waiting > 0 || t->dirty || t->probation_started != 0 || t->consecutive_failures > 0 ||
 			now - t->last_used < (TimestampTz) EG_TARGET_IDLE_MS * 1000)
 			continue;
-		pfree(t->display);
 		hash_search(targets, &url, HASH_REMOVE, &found);
 		pfree(url);
 		if (--h->targets == 0 && h->queued == 0 && h->in_flight == 0)
@@ -232,7 +231,6 @@ eg_target(const char *url)
 
 		memset(t, 0, sizeof(EgTarget));
 		t->url = pstrdup(url);
-		t->display = pnstrdup(url, strcspn(url, "?#"));
 		h = hash_search(hosts, &key, HASH_ENTER, &found);
 		if (!found)
 		{
@@ -254,6 +252,13 @@ const char *
 eg_target_url(const EgTarget *t)
 {
 	return t->url;
+}
+
+/* When the endpoint's probation time ends (0: not on probation; in the past: its probe is due or in flight). */
+TimestampTz
+eg_target_probation_until(const EgTarget *t)
+{
+	return t->probation_started != 0 ? t->probation_until : 0;
 }
 
 /* Queues req (req->target set, req->bytes its event bytes) behind its host's other requests. */
@@ -381,8 +386,13 @@ eg_target_unsend(EgRequest *req)
 	ring_add(h);
 }
 
+/*
+ * Log lines name an endpoint by its host ("scheme://host:port", never the
+ * path or query, which may hold a secret) and the event subscription whose
+ * request changed its state; eventgrid.endpoint_health has the rest.
+ */
 static void
-start_probation(EgTarget *t, const char *outcome, TimestampTz now)
+start_probation(EgTarget *t, const EgRequest *req, const char *outcome, TimestampTz now)
 {
 	int64		ms;
 
@@ -392,15 +402,16 @@ start_probation(EgTarget *t, const char *outcome, TimestampTz now)
 	{
 		t->probation_started = now;
 		ereport(LOG,
-				(errmsg("eventgrid: endpoint \"%s\" is on probation for %lld s after %d consecutive failed delivery attempts (last outcome %s)",
-						t->display, (long long) (ms / 1000), t->consecutive_failures, outcome),
+				(errmsg("eventgrid: the endpoint of event subscription \"%s\" (%s) is on probation for %lld s after %d consecutive failed delivery attempts (last outcome %s)",
+						req->subscription_name, t->host->key, (long long) (ms / 1000),
+						t->consecutive_failures, outcome),
 				 errdetail("Nothing is sent to it until then; deliveries that come due meanwhile are recorded with outcome Probation."),
 				 errhint("See eventgrid.endpoint_health.")));
 	}
 	else
 		ereport(DEBUG1,
-				(errmsg("eventgrid: endpoint \"%s\" failed its probe (%s); probation %d lasts %lld s",
-						t->display, outcome, t->probations, (long long) (ms / 1000))));
+				(errmsg("eventgrid: the endpoint of event subscription \"%s\" (%s) failed its probe (%s); probation %d lasts %lld s",
+						req->subscription_name, t->host->key, outcome, t->probations, (long long) (ms / 1000))));
 	t->cause = outcome;
 	t->probation_until = now + ms * 1000;
 	t->dirty = true;
@@ -431,8 +442,8 @@ eg_target_finished(EgRequest *req, TimestampTz now)
 		if (t->probation_started != 0)
 		{
 			ereport(LOG,
-					(errmsg("eventgrid: endpoint \"%s\" is healthy again: a delivery attempt succeeded after %d probations",
-							t->display, t->probations),
+					(errmsg("eventgrid: the endpoint of event subscription \"%s\" (%s) is healthy again: a delivery attempt succeeded after %d probations",
+							req->subscription_name, t->host->key, t->probations),
 					 errdetail("It was on probation since %s, first for outcome %s.",
 							   timestamptz_to_str(t->probation_started), t->cause)));
 			ended = true;
@@ -452,9 +463,9 @@ eg_target_finished(EgRequest *req, TimestampTz now)
 	t->last_failure = outcome;
 	t->dirty = true;
 	if (req->probe)
-		start_probation(t, outcome, now);
+		start_probation(t, req, outcome, now);
 	else if (t->probation_started == 0 && t->consecutive_failures >= eg_probation_failures)
-		start_probation(t, outcome, now);
+		start_probation(t, req, outcome, now);
 	return false;
 }
 

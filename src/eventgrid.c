@@ -40,7 +40,7 @@ int			eg_default_preferred_batch_kb = 64;
 bool		eg_delivery_paused = false;
 int			eg_max_bytes_in_flight_kb = 64 * 1024;
 int			eg_event_table_rotation_s = 10;
-int			eg_max_requests_per_endpoint = 16;
+int			eg_max_requests_per_endpoint = 32;
 int			eg_probation_failures = 10;
 
 EgShared   *eg_shared = NULL;
@@ -144,7 +144,7 @@ eg_define_gucs(void)
 	DefineCustomIntVariable("eventgrid.max_requests_per_endpoint",
 							gettext_noop("Maximum number of HTTP delivery requests in flight at once to one endpoint host (scheme, host and port)."),
 							gettext_noop("Hosts take turns for the free connections; a host that hangs holds at most this many."),
-							&eg_max_requests_per_endpoint, 16, 1, 1000,
+							&eg_max_requests_per_endpoint, 32, 1, 1000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("eventgrid.probation_failures",
 							gettext_noop("Consecutive failed delivery attempts to an endpoint that put it on probation (delayed delivery)."),

@@ -274,6 +274,7 @@ typedef struct EgRequest
 	void	  **items;			/* the rows this request carries */
 	int			count;
 	int64		subscription_id;
+	const char *subscription_name;
 	int64		bytes;			/* event bytes carried */
 	struct EgTarget *target;	/* its endpoint (endpoint.c) */
 	bool		probe;			/* sent to end its endpoint's probation */
@@ -304,6 +305,7 @@ typedef struct EgHealth
 
 extern EgTarget *eg_target(const char *url);
 extern const char *eg_target_url(const EgTarget *t);
+extern TimestampTz eg_target_probation_until(const EgTarget *t);
 extern void eg_target_queue(EgRequest *req);
 extern EgRequest *eg_target_next(TimestampTz now, bool may_send, bool *hold);
 extern void eg_target_unsend(EgRequest *req);

@@ -328,6 +328,7 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 			req->target = eg_target(first->endpoint);
 			req->url = eg_target_url(req->target);
 			req->subscription_id = first->subscription_id;
+			req->subscription_name = MemoryContextStrdup(claim->cxt, first->subscription_name);
 			req->items = MemoryContextAlloc(claim->cxt, sizeof(void *) * take);
 			memcpy(req->items, &send[k], sizeof(void *) * take);
 			req->count = take;
@@ -647,12 +648,25 @@ release_old_leases(void)
 	return true;
 }
 
-/* Records the deliveries of a request its endpoint's probation holds back, and frees it. */
+/*
+ * Records the deliveries of a request its endpoint's probation holds back
+ * (an attempt with outcome Probation, due again on the schedule but not
+ * before the probation ends), and frees it.
+ */
 static void
 hold_request(EgRequest *req, TimestampTz now)
 {
+	TimestampTz until = eg_target_probation_until(req->target);
+
 	for (int k = 0; k < req->count; k++)
-		decide((EgDelivery *) req->items[k], EG_TRANSPORT_HELD, 0, now, now);
+	{
+		EgDelivery *d = (EgDelivery *) req->items[k];
+
+		decide(d, EG_TRANSPORT_HELD, 0, now, now);
+		/* not due again before the probation ends: that would only be held again */
+		if (d->out.action == 'r' && d->out.next_at < until)
+			d->out.next_at = until;
+	}
 	eg_http_free_headers(req);
 	free(req->body);
 	req->body = NULL;

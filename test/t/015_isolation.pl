@@ -52,12 +52,14 @@ sub status_kb
 # one event every $interval s, each carrying the time just before its commit
 my %sent;
 my $peak_fds = 0;
+my $peak_anon = 0;
 for my $i (1 .. $events)
 {
 	my $t = time;
 	sql("SELECT eventgrid.publish('load', '" . eg_event("e-$i") . "')");
 	$sent{"e-$i"} = $t;
 	$peak_fds = fds() if fds() > $peak_fds;
+	$peak_anon = status_kb('RssAnon') if status_kb('RssAnon') > $peak_anon;
 	sleep($interval - (time - $t)) if time - $t < $interval;
 }
 my @got = wait_for_requests($good, '/status/200/healthy', $events, 60);
@@ -89,8 +91,8 @@ my $pct = sub { my $p = shift; return $latency[ int($p * $#latency + 0.5) ] };
 diag(sprintf("isolation: healthy subscription latency over %d events (500 refused + 200 hanging subscriptions, "
 		  . "30 s response timeout): p50 %.1f ms, p95 %.1f ms, max %.1f ms",
 		$events, $pct->(0.5), $pct->(0.95), $latency[-1]));
-diag(sprintf("isolation: worker peaks: %d file descriptors, %d kB resident (VmHWM); hanging endpoint: %d requests, at most %d at once",
-		$peak_fds, status_kb('VmHWM'), scalar(@hanging), $max_concurrent));
+diag(sprintf("isolation: worker peaks (sampled): %d file descriptors, %d kB private memory (RssAnon); hanging endpoint: %d requests, at most %d at once",
+		$peak_fds, $peak_anon, scalar(@hanging), $max_concurrent));
 
 $node->stop('immediate');
 done_testing();
