@@ -787,13 +787,14 @@ upkeep(int delivery_pid)
 	TimestampTz now = eg_now();
 	uint64		charged;
 	uint64		taken;
+	uint64		rebased = 0;
 	int			current = eg_event_table_at(GetCurrentTimestamp());
 
 	if (!begin_work("eventgrid: counting unmatched events"))
 		return false;
 	/* not while paused: a pg_restore may still be writing positions and events */
 	if (!eg_delivery_paused)
-		eg_queue_rebase(now);
+		rebased = eg_queue_rebase(now);
 	eg_queue_recover(delivery_pid, false, now, &charged, &taken);
 	if (taken > 0)
 		ereport(LOG,
@@ -804,6 +805,9 @@ upkeep(int delivery_pid)
 	eg_queue_count_unmatched();
 	eg_queue_forget_health();
 	end_work();
+	/* retries made here are due at once: the delivery worker may be asleep until its next due time */
+	if (rebased > 0 || taken > 0)
+		eg_wake_worker();
 
 	for (int k = 0; k < EG_EVENT_TABLES; k++)
 	{
