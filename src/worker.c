@@ -253,7 +253,6 @@ finish_without_attempt(EgDelivery *d, char action, const char *reason, const cha
 	d->out.attempts_after = d->attempts;
 }
 
-
 /* Frees requests that were built but will never be started. */
 static void
 free_built_requests(void)
@@ -704,6 +703,7 @@ start_pending(void)
 	EgRequest  *req;
 	TimestampTz now = eg_now();
 	bool		hold;
+	int			nstart;
 
 	starting = palloc(Max(room, 1) * sizeof(EgRequest *));
 	starting_n = 0;
@@ -752,6 +752,8 @@ start_pending(void)
 	eg_queue_forget_waves(lease_owner, waves_done, waves_done_n);
 	end_work();
 	waves_done_n = 0;
+	nstart = starting_n;
+	starting_n = 0;				/* committed: nothing to put back from here on */
 
 	if (nretries > 0)
 	{
@@ -759,7 +761,7 @@ start_pending(void)
 		wave->no = next_wave_no++;
 		wave->remaining = nretries;
 	}
-	for (int i = 0; i < starting_n; i++)
+	for (int i = 0; i < nstart; i++)
 	{
 		req = starting[i];
 		for (int k = 0; k < req->count; k++)
@@ -768,7 +770,6 @@ start_pending(void)
 		req->started_at = eg_now();
 		eg_http_start(req, req->url, eg_response_timeout_ms);
 	}
-	starting_n = 0;
 }
 
 /*
@@ -1083,6 +1084,8 @@ eventgrid_worker_main(Datum arg)
 		 * eventgrid.max_bytes_in_flight: a claim's result and the requests
 		 * built from it both exist for a moment, so a claim takes at most
 		 * half of what is left (and at least one event when nothing is held).
+		 * Bytes waiting on a backed-up endpoint host do not count here: its
+		 * subscriptions claim nothing more until it drains (endpoint.c).
 		 */
 		if (eg_targets_unblocked())
 			next_claim_at = 0;	/* a backed-up endpoint host drained: its subscriptions may claim */
