@@ -44,6 +44,35 @@ def env_int(name, default):
     return int(os.environ.get(name, default))
 
 
+def arrival_receiver(arrivals):
+    """A receiver on 127.0.0.1 (any free port) that notes when each event id first arrives."""
+    lock = threading.Lock()
+
+    class Receiver(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            now = time.time()
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            with lock:
+                for e in json.loads(body):
+                    arrivals.setdefault(e["id"], now)
+            self.send_response(204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 1024
+
+    server = Server(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -250,30 +279,7 @@ class Bench:
         seconds = env_int("BENCH_LATENCY_SECONDS", 20)
         rate = 1000
         arrivals = {}
-        lock = threading.Lock()
-
-        class Receiver(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                now = time.time()
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                with lock:
-                    for e in json.loads(body):
-                        arrivals.setdefault(e["id"], now)
-                self.send_response(204)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            request_queue_size = 1024
-
-        server = Server(("127.0.0.1", 0), Receiver)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        server = arrival_receiver(arrivals)
         self.reset_queue()
         self.q("SELECT eventgrid.create_topic('latency')")
         self.q("SELECT eventgrid.create_event_subscription('latency', 'timed', %s)",
@@ -313,30 +319,7 @@ class Bench:
         seconds = env_int("BENCH_ISOLATION_SECONDS", 30)
         rate = env_int("BENCH_ISOLATION_RATE", 10)
         arrivals = {}
-        lock = threading.Lock()
-
-        class Receiver(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                now = time.time()
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                with lock:
-                    for e in json.loads(body):
-                        arrivals.setdefault(e["id"], now)
-                self.send_response(204)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            request_queue_size = 1024
-
-        server = Server(("127.0.0.1", 0), Receiver)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        server = arrival_receiver(arrivals)
         # accepts connections (the kernel completes them) and never reads or answers
         hang = socket.socket()
         hang.bind(("127.0.0.1", 0))
