@@ -159,6 +159,28 @@ class Bench:
                    "CROSS JOIN generate_series(1, %s) LIMIT %s", (topic, (k + self.src_n - 1) // self.src_n, k))
             done += k
 
+    def publish_at_rate(self, topic, prefix, rate, seconds, after_each=None):
+        """Publishes rate events/s for seconds, one per transaction, ids prefix-0, prefix-1, ...;
+        returns each id's commit time.  after_each() runs after each commit."""
+        pub = self.connect()
+        commits = {}
+        start = time.time()
+        with pub.cursor() as cur:
+            for i in range(rate * seconds):
+                delay = start + i / rate - time.time()
+                if delay > 0:
+                    time.sleep(delay)
+                eid = f"{prefix}-{i}"
+                cur.execute("INSERT INTO eventgrid.events (topic, event) VALUES (%s, "
+                            "jsonb_build_object('id', %s, 'subject', '/' || %s, 'eventType', 'T', "
+                            "'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('pad', repeat('x', 800))))",
+                            (topic, eid, prefix))
+                commits[eid] = time.time()
+                if after_each:
+                    after_each()
+        pub.close()
+        return commits
+
     # -- set-up ---------------------------------------------------------------
     def setup(self):
         self.src_n = 100000
@@ -284,21 +306,8 @@ class Bench:
         self.q("SELECT eventgrid.create_topic('latency')")
         self.q("SELECT eventgrid.create_event_subscription('latency', 'timed', %s)",
                (f"http://127.0.0.1:{server.server_address[1]}/latency",))
-        pub = self.connect()
-        commits = {}
         start = time.time()
-        with pub.cursor() as cur:
-            for i in range(rate * seconds):
-                due = start + i / rate
-                delay = due - time.time()
-                if delay > 0:
-                    time.sleep(delay)
-                eid = f"lat-{i}"
-                cur.execute("INSERT INTO eventgrid.events (topic, event) VALUES ('latency', "
-                            "jsonb_build_object('id', %s, 'subject', '/l', 'eventType', 'T', "
-                            "'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('pad', repeat('x', 800))))",
-                            (eid,))
-                commits[eid] = time.time()
+        commits = self.publish_at_rate("latency", "lat", rate, seconds)
         achieved = len(commits) / (time.time() - start)
         self.wait_drained()
         time.sleep(0.5)
@@ -339,28 +348,18 @@ class Bench:
         worker = self.worker_pid()
         peak_fds = 0
         peak_anon = 0
-        pub = self.connect()
-        commits = {}
-        start = time.time()
-        with pub.cursor() as cur:
-            for i in range(rate * seconds):
-                due = start + i / rate
-                delay = due - time.time()
-                if delay > 0:
-                    time.sleep(delay)
-                eid = f"iso-{i}"
-                cur.execute("INSERT INTO eventgrid.events (topic, event) VALUES ('isolation', "
-                            "jsonb_build_object('id', %s, 'subject', '/i', 'eventType', 'T', "
-                            "'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('pad', repeat('x', 800))))",
-                            (eid,))
-                commits[eid] = time.time()
-                try:
-                    peak_fds = max(peak_fds, len(os.listdir(f"/proc/{worker}/fd")))
-                    with open(f"/proc/{worker}/status") as f:
-                        anon = next(int(line.split()[1]) for line in f if line.startswith("RssAnon:"))
-                    peak_anon = max(peak_anon, anon)
-                except OSError:
-                    pass
+
+        def sample():
+            nonlocal peak_fds, peak_anon
+            try:
+                peak_fds = max(peak_fds, len(os.listdir(f"/proc/{worker}/fd")))
+                with open(f"/proc/{worker}/status") as f:
+                    anon = next(int(line.split()[1]) for line in f if line.startswith("RssAnon:"))
+                peak_anon = max(peak_anon, anon)
+            except OSError:
+                pass
+
+        commits = self.publish_at_rate("isolation", "iso", rate, seconds, after_each=sample)
         deadline = time.time() + 60
         while time.time() < deadline and len(arrivals) < len(commits):
             time.sleep(0.1)

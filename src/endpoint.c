@@ -241,9 +241,9 @@ eg_target(const char *url)
 			pfree(key);
 		h->targets++;
 		t->host = h;
+		t->last_used = GetCurrentTimestamp();	/* and when each request to it finishes */
 		MemoryContextSwitchTo(old);
 	}
-	t->last_used = GetCurrentTimestamp();
 	return t;
 }
 
@@ -469,22 +469,28 @@ eg_target_finished(EgRequest *req, TimestampTz now)
 	return false;
 }
 
-/* Requests waiting on hosts that are not backed up (they may start soon). */
-int
-eg_targets_queued_ready(void)
+/*
+ * What waits, seen from the claim: requests waiting on hosts that are not
+ * backed up (*ready: they may start soon), and the event bytes of the
+ * requests waiting on backed-up hosts (*backed_up_bytes).
+ */
+void
+eg_targets_waiting(int *ready, int64 *backed_up_bytes)
 {
-	int			n = 0;
 	EgHost	   *h = ring;
 
+	*ready = 0;
+	*backed_up_bytes = 0;
 	if (h == NULL)
-		return 0;
+		return;
 	do
 	{
-		if (!backed_up(h))
-			n += h->queued;
+		if (backed_up(h))
+			*backed_up_bytes += h->queued_bytes;
+		else
+			*ready += h->queued;
 		h = h->ring_next;
 	} while (h != ring);
-	return n;
 }
 
 /* Requests waiting, on all hosts. */
@@ -492,24 +498,6 @@ int
 eg_targets_queued(void)
 {
 	return queued_total;
-}
-
-/* Event bytes of the requests waiting on backed-up hosts. */
-int64
-eg_targets_bytes_backed_up(void)
-{
-	int64		n = 0;
-	EgHost	   *h = ring;
-
-	if (h == NULL)
-		return 0;
-	do
-	{
-		if (backed_up(h))
-			n += h->queued_bytes;
-		h = h->ring_next;
-	} while (h != ring);
-	return n;
 }
 
 static int

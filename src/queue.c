@@ -1175,6 +1175,24 @@ outcome_arrays_add(OutcomeArrays *a, const EgOutcome *o)
 }
 
 /*
+ * The eight outcome arrays both recording statements take, in their order:
+ * action, outcome, HTTP status, attempted at, next attempt at, dead-letter
+ * reason, attempts, attempted (a request was sent).
+ */
+static void
+outcome_args(const OutcomeArrays *a, Datum *args)
+{
+	args[0] = make_array(a->actions, NULL, a->n, TEXTOID);
+	args[1] = make_array(a->names, a->n_name, a->n, TEXTOID);
+	args[2] = make_array(a->statuses, a->n_status, a->n, INT4OID);
+	args[3] = make_array(a->attempted, a->n_attempted, a->n, TIMESTAMPTZOID);
+	args[4] = make_array(a->next_at, a->n_next, a->n, TIMESTAMPTZOID);
+	args[5] = make_array(a->reasons, a->n_reason, a->n, TEXTOID);
+	args[6] = make_array(a->attempts, NULL, a->n, INT4OID);
+	args[7] = make_array(a->flags, NULL, a->n, BOOLOID);
+}
+
+/*
  * Writes outcomes back: for first attempts (whose chunks chunks[0..nchunks)
  * are then complete and forgotten) and for retries, set-based.  Locks the
  * subscriptions concerned first (FOR KEY SHARE), the lock order of every
@@ -1211,14 +1229,7 @@ eg_queue_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 
 		args[0] = make_array(a->subs, NULL, a->n, INT8OID);
 		args[1] = xid8_array(a->txids, a->n);
 		args[2] = make_array(a->event_ids, NULL, a->n, INT8OID);
-		args[3] = make_array(a->actions, NULL, a->n, TEXTOID);
-		args[4] = make_array(a->names, a->n_name, a->n, TEXTOID);
-		args[5] = make_array(a->statuses, a->n_status, a->n, INT4OID);
-		args[6] = make_array(a->attempted, a->n_attempted, a->n, TIMESTAMPTZOID);
-		args[7] = make_array(a->next_at, a->n_next, a->n, TIMESTAMPTZOID);
-		args[8] = make_array(a->reasons, a->n_reason, a->n, TEXTOID);
-		args[9] = make_array(a->attempts, NULL, a->n, INT4OID);
-		args[10] = make_array(a->flags, NULL, a->n, BOOLOID);
+		outcome_args(a, &args[3]);
 		args[11] = Int32GetDatum(lease_owner);
 		args[12] = int8_array(chunks, nchunks);
 		run_plan(PLAN_RECORD_FIRST, args, false, SPI_OK_DELETE);
@@ -1228,14 +1239,7 @@ eg_queue_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 
 		OutcomeArrays *a = &retry;
 
 		args[0] = make_array(a->ids, NULL, a->n, INT8OID);
-		args[1] = make_array(a->actions, NULL, a->n, TEXTOID);
-		args[2] = make_array(a->names, a->n_name, a->n, TEXTOID);
-		args[3] = make_array(a->statuses, a->n_status, a->n, INT4OID);
-		args[4] = make_array(a->attempted, a->n_attempted, a->n, TIMESTAMPTZOID);
-		args[5] = make_array(a->next_at, a->n_next, a->n, TIMESTAMPTZOID);
-		args[6] = make_array(a->reasons, a->n_reason, a->n, TEXTOID);
-		args[7] = make_array(a->attempts, NULL, a->n, INT4OID);
-		args[8] = make_array(a->flags, NULL, a->n, BOOLOID);
+		outcome_args(a, &args[1]);
 		run_plan(PLAN_RECORD_RETRIES, args, false, SPI_OK_UPDATE);
 	}
 	return earliest;

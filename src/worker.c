@@ -283,6 +283,7 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 	int			nsend = 0;
 	int			max_events = 1;
 	int64		max_bytes = 0;
+	EgTarget   *target = NULL;
 
 	for (int k = from; k < to; k++)
 	{
@@ -324,8 +325,10 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 		spec.custom_headers = first->custom_headers;
 		if (eg_request_build(req, &spec, &parts[k], take, scratch))
 		{
-			req->target = eg_target(first->endpoint);
-			req->url = eg_target_url(req->target);
+			if (target == NULL)
+				target = eg_target(first->endpoint);	/* one subscription: one endpoint */
+			req->target = target;
+			req->url = eg_target_url(target);
 			req->subscription_id = first->subscription_id;
 			req->subscription_name = MemoryContextStrdup(claim->cxt, first->subscription_name);
 			req->items = MemoryContextAlloc(claim->cxt, sizeof(void *) * take);
@@ -1062,6 +1065,8 @@ eventgrid_worker_main(Datum arg)
 		bool		want_claim;
 		int64		byte_limit = (int64) eg_max_bytes_in_flight_kb * 1024;
 		int64		bytes_claimable;
+		int			ready;
+		int64		backed_up_bytes;
 
 		if (begin_round())
 		{
@@ -1089,9 +1094,10 @@ eventgrid_worker_main(Datum arg)
 		 */
 		if (eg_targets_unblocked())
 			next_claim_at = 0;	/* a backed-up endpoint host drained: its subscriptions may claim */
-		bytes_claimable = bytes_held - eg_targets_bytes_backed_up();
+		eg_targets_waiting(&ready, &backed_up_bytes);
+		bytes_claimable = bytes_held - backed_up_bytes;
 		want_claim = db_ok && leases_released && !eg_delivery_paused &&
-			eg_targets_queued_ready() < eg_max_concurrent_requests && now >= next_claim_at &&
+			ready < eg_max_concurrent_requests && now >= next_claim_at &&
 			(bytes_claimable == 0 || bytes_claimable < byte_limit / 2);
 		if (want_claim)
 		{
