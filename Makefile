@@ -4,11 +4,11 @@
 #                                  plus the TAP integration tests in test/t
 MODULE_big = eventgrid
 OBJS = src/eventgrid.o src/launcher.o src/publish.o src/retry.o src/payload.o src/request.o src/queue.o \
-       src/http.o src/endpoint.o src/worker.o
+       src/http.o src/endpoint.o src/filter.o src/worker.o
 
 EXTENSION = eventgrid
 DATA = sql/eventgrid--0.1.0.sql sql/eventgrid--0.2.0.sql sql/eventgrid--0.1.0--0.2.0.sql \
-       sql/eventgrid--0.2.0--0.3.0.sql
+       sql/eventgrid--0.2.0--0.3.0.sql sql/eventgrid--0.3.0--0.4.0.sql
 PGFILEDESC = "eventgrid - Event Grid push delivery for PostgreSQL"
 
 REGRESS = config publish retry security

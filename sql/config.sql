@@ -56,7 +56,9 @@ SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'mda-0', 'http
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'mda-1', 'https://example.com/', max_delivery_attempts => 1)$$);
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'mda-30', 'https://example.com/', max_delivery_attempts => 30)$$);
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'mda-31', 'https://example.com/', max_delivery_attempts => 31)$$);
-SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'mda-null', 'https://example.com/', max_delivery_attempts => NULL)$$);
+-- NULL means the profile's default (30 attempts, 1440 minutes)
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'mda-null', 'https://example.com/', max_delivery_attempts => NULL, event_ttl => NULL)$$);
+SELECT max_delivery_attempts, event_ttl FROM eventgrid.event_subscriptions WHERE name = 'mda-null';
 -- event_ttl 1..1440 minutes
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'ttl-0', 'https://example.com/', event_ttl => 0)$$);
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'ttl-1', 'https://example.com/', event_ttl => 1)$$);

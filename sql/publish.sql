@@ -95,7 +95,7 @@ SELECT e.event->>'id' AS event, string_agg(coalesce(s.name, '(unmatched)'), ', '
   FROM eventgrid.events e
   LEFT JOIN eventgrid.event_subscriptions s ON s.topic = e.topic
        AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with,
-                              s.subject_ends_with, s.is_subject_case_sensitive)
+                              s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays)
  WHERE e.topic = 'fanout' GROUP BY 1 ORDER BY 1;
 -- publishing writes the events and nothing per delivery; each subscription has its deliveries pending
 SELECT subscription, pending FROM eventgrid.delivery_statistics WHERE topic = 'fanout' ORDER BY 1;

@@ -20,6 +20,7 @@
 /* SPEC section 3, 4, 5 and 8 limits. */
 #define EG_MAX_EVENT_BYTES (1024 * 1024)
 #define EG_MAX_DELIVERY_ATTEMPTS 30
+#define EG_MAX_DELIVERY_COUNT 10	/* namespace topics */
 
 /* Set by the Makefile from eventgrid.control; the worker compares it with the schema's. */
 #ifndef EG_VERSION
@@ -97,10 +98,17 @@ typedef enum EgVerdict
 	EG_VERDICT_NO_RETRY			/* failed, dead-letter or drop at once */
 } EgVerdict;
 
+/* The delivery profile of a subscription: its topic's topic_type. */
+typedef enum EgProfile
+{
+	EG_PROFILE_CUSTOM,			/* custom topics (SPEC 3, 4) */
+	EG_PROFILE_NAMESPACE		/* namespace topics (seed 002) */
+} EgProfile;
+
 extern bool eg_status_is_success(int http_status);
 extern const char *eg_outcome_name(EgTransport transport, int http_status);
-extern EgVerdict eg_verdict(EgTransport transport, int http_status);
-extern int64 eg_retry_delay_ms(int failed_attempt, int http_status);
+extern EgVerdict eg_verdict(EgProfile profile, EgTransport transport, int http_status);
+extern int64 eg_retry_delay_ms(EgProfile profile, int failed_attempt, int http_status);
 
 /* Delayed delivery (SPEC 6): probations grow to at most this long. */
 #define EG_MAX_PROBATION_MS ((int64) 4 * 60 * 60 * 1000)
@@ -117,8 +125,9 @@ typedef struct EgDecision
 	int64		delay_ms;		/* until the next attempt when action is r */
 } EgDecision;
 
-extern EgDecision eg_decide(int attempts_before, int max_attempts, EgTransport transport,
-							int http_status, int jitter_percent, double random_fraction);
+extern EgDecision eg_decide(EgProfile profile, int attempts_before, int max_attempts,
+							EgTransport transport, int http_status, int jitter_percent,
+							double random_fraction);
 
 /*
  * queue.c: the delivery queue's SQL behind a few functions.  Each runs in a
@@ -154,6 +163,7 @@ typedef struct EgClaimedRow
 	int64		subscription_id;	/* 0: a retry whose subscription is gone */
 	int32		attempts;		/* attempts made before this claim */
 	int32		max_attempts;
+	EgProfile	profile;		/* delivery profile of the subscription */
 	bool		expired;		/* time-to-live ran out before this attempt */
 	const char *endpoint;
 	const char *subscription_name;

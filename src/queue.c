@@ -103,7 +103,8 @@ typedef struct EgPlanDef
 	"   AND (e.txid, e.id) > (coalesce(c.after_txid, '0'::xid8), coalesce(c.after_id, 0))" \
 	"   AND (e.txid, e.id) <= (c.last_txid, c.last_id)" \
 	"   AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with," \
-	"                          s.subject_ends_with, s.is_subject_case_sensitive)"
+	"                          s.subject_ends_with, s.is_subject_case_sensitive," \
+	"                          s.advanced_filters, s.enable_advanced_filtering_on_arrays)"
 
 /* An event e converted to subscription s's delivery schema (topic t), as JSON text. */
 #define PAYLOAD_TEXT \
@@ -157,7 +158,8 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"         pos.after_id AS pos_after_id, e.txid, e.id, e.event,"
 		"         e.publish_time, e.event_bytes,"
 		"         e.id IS NOT NULL AND eventgrid._matches(e.event, s.included_event_types_lower,"
-		"             s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive) AS matched"
+		"             s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive,"
+		"             s.advanced_filters, s.enable_advanced_filtering_on_arrays) AS matched"
 		"    FROM pos JOIN eventgrid.event_subscriptions s ON s.id = pos.subscription_id"
 		"    LEFT JOIN LATERAL ("
 		"      SELECT u.* FROM ("
@@ -196,7 +198,8 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"       CASE WHEN k.matched THEN coalesce(e.event->>'dataVersion', '') END,"
 		"       CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END,"
 		"       CASE WHEN k.matched THEN " CUSTOM_HEADERS("e.event") " END,"
-		"       coalesce(k.event_bytes, 0), k.fresh, k.pos_after_txid, k.pos_after_id"
+		"       coalesce(k.event_bytes, 0), k.fresh, k.pos_after_txid, k.pos_after_id,"
+		"       s.topic_type = 'namespace'"
 		"  FROM kept k"
 		"  CROSS JOIN LATERAL (SELECT k.event, k.id, k.publish_time) e"
 		"  JOIN eventgrid.event_subscriptions s ON s.id = k.subscription_id"
@@ -267,7 +270,8 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"       coalesce(c.event->>'dataVersion', ''),"
 		"       CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END,"
 		"       " CUSTOM_HEADERS("c.event") ","
-		"       c.last_outcome, c.last_http_status, c.last_attempt_at, c.event_bytes"
+		"       c.last_outcome, c.last_http_status, c.last_attempt_at, c.event_bytes,"
+		"       s.topic_type = 'namespace'"
 		"  FROM claimed c"
 		"  LEFT JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
 		"  LEFT JOIN props pr ON pr.subscription_id = s.id"
@@ -301,7 +305,7 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"  SELECT s.*, t.input_schema FROM eventgrid.event_subscriptions s JOIN eventgrid.topics t ON t.name = s.topic"
 		"   WHERE s.id = ANY ($1)"
 		"), failed AS ("
-		"  SELECT r.*, s.topic, s.name, s.deadletter, s.event_delivery_schema, s.input_schema,"
+		"  SELECT r.*, s.topic, s.name, s.deadletter, s.event_delivery_schema, s.input_schema, s.topic_type,"
 		"         e.event, e.publish_time, e.event_bytes, " PAYLOAD_TEXT " AS payload"
 		"    FROM r JOIN subs s ON s.id = r.subscription_id"
 		"    JOIN eventgrid.topics t ON t.name = s.topic"
@@ -316,9 +320,9 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"), dead AS ("
 		"  INSERT INTO eventgrid.dead_letters (topic, subscription_name, subscription_id, input_schema,"
 		"         event_delivery_schema, event, dead_letter_reason, delivery_attempts, last_delivery_outcome,"
-		"         last_http_status_code, publish_time, last_delivery_attempt_time)"
+		"         last_http_status_code, publish_time, last_delivery_attempt_time, topic_type)"
 		"  SELECT f.topic, f.name, f.subscription_id, f.input_schema, f.event_delivery_schema, f.event,"
-		"         f.reason, f.attempts, f.outcome, f.status, f.publish_time, f.attempted_at"
+		"         f.reason, f.attempts, f.outcome, f.status, f.publish_time, f.attempted_at, f.topic_type"
 		"    FROM failed f WHERE f.action = 'f' AND f.deadletter"
 		"), stats AS ("
 		"  SELECT r.subscription_id, count(*) FILTER (WHERE r.action = 'd') AS delivered,"
@@ -362,15 +366,15 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"            o.outcome, o.status, o.attempted_at, o.attempted"
 		"), fin AS ("
 		"  SELECT f.*, coalesce(s.deadletter, false) AS deadletter, s.topic, s.name, s.event_delivery_schema,"
-		"         t.input_schema"
+		"         t.input_schema, s.topic_type"
 		"    FROM finished f JOIN eventgrid.event_subscriptions s ON s.id = f.subscription_id"
 		"    JOIN eventgrid.topics t ON t.name = s.topic"
 		"), dead AS ("
 		"  INSERT INTO eventgrid.dead_letters (topic, subscription_name, subscription_id, input_schema,"
 		"         event_delivery_schema, event, dead_letter_reason, delivery_attempts, last_delivery_outcome,"
-		"         last_http_status_code, publish_time, last_delivery_attempt_time)"
+		"         last_http_status_code, publish_time, last_delivery_attempt_time, topic_type)"
 		"  SELECT f.topic, f.name, f.subscription_id, f.input_schema, f.event_delivery_schema, f.event,"
-		"         f.reason, f.attempts, f.outcome, f.status, f.publish_time, f.attempted_at"
+		"         f.reason, f.attempts, f.outcome, f.status, f.publish_time, f.attempted_at, f.topic_type"
 		"    FROM fin f WHERE f.action = 'f' AND f.deadletter"
 		"), stats AS ("
 		"  SELECT x.subscription_id, sum(x.delivered) AS delivered, sum(x.failed) AS failed,"
@@ -466,7 +470,8 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"   AND NOT (p.upto IS NOT NULL AND pg_visible_in_snapshot(e.txid, p.upto)"
 		"            AND (e.txid, e.id) <= (coalesce(p.after_txid, '0'::xid8), coalesce(p.after_id, 0)))"
 		"   AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with,"
-		"                          s.subject_ends_with, s.is_subject_case_sensitive)",
+		"                          s.subject_ends_with, s.is_subject_case_sensitive,"
+		"                          s.advanced_filters, s.enable_advanced_filtering_on_arrays)",
 		1, {TIMESTAMPTZOID}
 	},
 	/* ... and every position starts afresh from now, on emptied event tables */
@@ -499,6 +504,7 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"             JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
 		"            WHERE s.topic = tp.topic AND s.included_event_types IS NULL"
 		"              AND s.subject_begins_with IS NULL AND s.subject_ends_with IS NULL"
+		"              AND s.advanced_filters IS NULL"
 		"              AND pg_snapshot_xmax(p.since) <= pg_snapshot_xmin(tp.done))"
 		"         THEN 0 ELSE"
 		"         (SELECT count(*) FROM eventgrid.events e"
@@ -510,7 +516,8 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"                              WHERE s.topic = e.topic AND NOT pg_visible_in_snapshot(e.txid, p.since)"
 		"                                AND eventgrid._matches(e.event, s.included_event_types_lower,"
 		"                                      s.subject_begins_with, s.subject_ends_with,"
-		"                                      s.is_subject_case_sensitive))) END AS unmatched"
+		"                                      s.is_subject_case_sensitive, s.advanced_filters,"
+		"                                      s.enable_advanced_filtering_on_arrays))) END AS unmatched"
 		"    FROM tp CROSS JOIN snap"
 		"), counted AS ("
 		"  UPDATE eventgrid.topic_counters c SET unmatched = c.unmatched + n.unmatched"
@@ -777,6 +784,16 @@ int32_col(SPITupleTable *tt, int row, int col, int32 dflt)
 	return isnull ? dflt : DatumGetInt32(d);
 }
 
+/* A boolean column; NULL reads as false. */
+static bool
+bool_col(SPITupleTable *tt, int row, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tt->vals[row], tt->tupdesc, col, &isnull);
+
+	return !isnull && DatumGetBool(d);
+}
+
 static int64
 int64_col(SPITupleTable *tt, int row, int col, int64 dflt)
 {
@@ -879,6 +896,7 @@ eg_queue_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_
 		v = SPI_getbinval(tt->vals[i], tt->tupdesc, 18, &isnull);
 		r->prev_attempted_at = isnull ? 0 : DatumGetTimestampTz(v);
 		r->bytes = int32_col(tt, i, 19, 0);
+		r->profile = bool_col(tt, i, 20) ? EG_PROFILE_NAMESPACE : EG_PROFILE_CUSTOM;
 	}
 	*rows = out;
 	return n;
@@ -1010,6 +1028,7 @@ eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 			r->attempts = 0;
 			request_cols(tt, k, 9, r);
 			r->bytes = int32_col(tt, k, 21, 0);
+			r->profile = bool_col(tt, k, 25) ? EG_PROFILE_NAMESPACE : EG_PROFILE_CUSTOM;
 		}
 		nsubs++;
 		i = j;

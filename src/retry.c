@@ -1,9 +1,10 @@
 /*
- * retry.c - outcome classification, the retry schedule of Event Grid's
- * topic profile and the decision after each attempt (SPEC sections 3, 4 and
- * 7).  Pure functions with no I/O: the worker calls eg_decide() after each
- * delivery attempt, and eventgrid.retry_delay() / eventgrid.delivery_outcome()
- * expose them to SQL for users and tests.
+ * retry.c - outcome classification, the retry schedules of Event Grid's
+ * two delivery profiles and the decision after each attempt (SPEC sections
+ * 3, 4 and 7; the namespace profile from seed 002).  Pure functions with no
+ * I/O: the worker calls eg_decide() after each delivery attempt, and
+ * eventgrid.retry_delay() / eventgrid.delivery_outcome() expose them to SQL
+ * for users and tests.
  */
 #include "eventgrid.h"
 
@@ -11,10 +12,20 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-/* Delay after failed attempt #n (1-based); the last step repeats. */
+/* Custom topics: delay after failed attempt #n (1-based); the last step repeats. */
 static const int eg_schedule_s[] = {
 	10, 30, 60, 5 * 60, 10 * 60, 30 * 60, 60 * 60, 3 * 60 * 60, 6 * 60 * 60, 12 * 60 * 60
 };
+
+/*
+ * Namespace topics: retries at these offsets from the first attempt, then
+ * every 5 minutes.  The seed's schedule reads "0 s (immediate retry), 10 s,
+ * 30 s, 1 min, 5 min"; its worked example (attempts at 0 s, 10 s, 30 s,
+ * 1 min, 5 min, 10 min, 15 min, 20 min) only agrees when the 0 s is the
+ * first attempt itself and the times are offsets from it, so that is the
+ * reading: after failed attempt #n the worker waits offset[n] - offset[n-1].
+ */
+static const int eg_namespace_offsets_s[] = {0, 10, 30, 60, 5 * 60};
 
 bool
 eg_status_is_success(int http_status)
@@ -67,12 +78,24 @@ eg_outcome_name(EgTransport transport, int http_status)
 	}
 }
 
-/* Success only for 200-204; no retry for 400, 401, 403, 413 (SPEC 3). */
+/*
+ * Success only for 200-204.  Custom topics: no retry for 400, 401, 403, 413
+ * (SPEC 3).  Namespace topics (seed 002): no retry for 400, 401, 403, 404,
+ * 413, 414, and for the seed's conditions that map to our outcomes: a
+ * timeout (TimeoutException: no answer within the response timeout,
+ * TimedOut), a socket error (SocketException: SocketError, and
+ * ResolutionError, which .NET also reports as a SocketException).  A held
+ * attempt (Probation) sent nothing, so it is retried in both profiles.
+ */
 EgVerdict
-eg_verdict(EgTransport transport, int http_status)
+eg_verdict(EgProfile profile, EgTransport transport, int http_status)
 {
 	if (transport != EG_TRANSPORT_OK)
+	{
+		if (profile == EG_PROFILE_NAMESPACE && transport != EG_TRANSPORT_HELD)
+			return EG_VERDICT_NO_RETRY;
 		return EG_VERDICT_RETRY;
+	}
 	if (eg_status_is_success(http_status))
 		return EG_VERDICT_DELIVERED;
 	switch (http_status)
@@ -82,6 +105,9 @@ eg_verdict(EgTransport transport, int http_status)
 		case 403:
 		case 413:
 			return EG_VERDICT_NO_RETRY;
+		case 404:
+		case 414:
+			return profile == EG_PROFILE_NAMESPACE ? EG_VERDICT_NO_RETRY : EG_VERDICT_RETRY;
 		default:
 			return EG_VERDICT_RETRY;
 	}
@@ -89,16 +115,27 @@ eg_verdict(EgTransport transport, int http_status)
 
 /*
  * Delay in milliseconds before the next attempt, after failed attempt number
- * failed_attempt (>= 1), without jitter.  Floors: 2 minutes after 408,
- * 30 seconds after 503, otherwise the schedule (whose minimum is 10 s).
- * http_status 0 means no HTTP answer.
+ * failed_attempt (>= 1), without jitter, in the profile's schedule.  Floors:
+ * 2 minutes after 408, 30 seconds after 503, otherwise 10 s.  http_status 0
+ * means no HTTP answer.
  */
 int64
-eg_retry_delay_ms(int failed_attempt, int http_status)
+eg_retry_delay_ms(EgProfile profile, int failed_attempt, int http_status)
 {
-	int			nsteps = lengthof(eg_schedule_s);
-	int			idx = Min(Max(failed_attempt, 1), nsteps) - 1;
-	int64		delay_s = eg_schedule_s[idx];
+	int64		delay_s;
+
+	failed_attempt = Max(failed_attempt, 1);
+	if (profile == EG_PROFILE_NAMESPACE)
+	{
+		int			n = lengthof(eg_namespace_offsets_s);
+
+		if (failed_attempt < n)
+			delay_s = eg_namespace_offsets_s[failed_attempt] - eg_namespace_offsets_s[failed_attempt - 1];
+		else
+			delay_s = 5 * 60;
+	}
+	else
+		delay_s = eg_schedule_s[Min(failed_attempt, (int) lengthof(eg_schedule_s)) - 1];
 
 	if (http_status == 408)
 		delay_s = Max(delay_s, 2 * 60);
@@ -110,17 +147,17 @@ eg_retry_delay_ms(int failed_attempt, int http_status)
 }
 
 /*
- * What happens to a delivery after one attempt (SPEC 3, 4 and 7): the
- * attempt count advances; a success is final; a no-retry status ends it
+ * What happens to a delivery after one attempt (SPEC 3, 4 and 7), in the
+ * subscription's delivery profile: the attempt count advances; a success is final; a no-retry status ends it
  * with reason NonRetriableError, and so does the last allowed attempt with
  * MaxDeliveryAttemptsExceeded; otherwise the next attempt waits the
  * scheduled delay plus random_fraction (0 to 1) of jitter_percent of it.
  */
 EgDecision
-eg_decide(int attempts_before, int max_attempts, EgTransport transport, int http_status,
-		  int jitter_percent, double random_fraction)
+eg_decide(EgProfile profile, int attempts_before, int max_attempts, EgTransport transport,
+		  int http_status, int jitter_percent, double random_fraction)
 {
-	EgVerdict	verdict = eg_verdict(transport, http_status);
+	EgVerdict	verdict = eg_verdict(profile, transport, http_status);
 	EgDecision	dec;
 
 	dec.attempts_after = attempts_before + 1;
@@ -143,7 +180,7 @@ eg_decide(int attempts_before, int max_attempts, EgTransport transport, int http
 	else
 	{
 		dec.action = 'r';
-		dec.delay_ms = eg_retry_delay_ms(dec.attempts_after, dec.http_status);
+		dec.delay_ms = eg_retry_delay_ms(profile, dec.attempts_after, dec.http_status);
 		dec.delay_ms += (int64) (dec.delay_ms * (jitter_percent / 100.0) * random_fraction);
 	}
 	return dec;
@@ -235,23 +272,40 @@ eventgrid_probation_duration(PG_FUNCTION_ARGS)
 
 PG_FUNCTION_INFO_V1(eventgrid_retry_delay);
 
-/* SQL: eventgrid.retry_delay(attempt integer, http_status integer) -> interval */
+/*
+ * SQL: eventgrid.retry_delay(attempt integer, http_status integer,
+ * topic_type text) -> interval: eg_retry_delay_ms() of the profile (custom:
+ * attempt 1-30, namespace: 1-10); NULL when the status is a success or not
+ * retried.  Errors: 22003 attempt or status out of range, 22023 topic_type.
+ */
 Datum
 eventgrid_retry_delay(PG_FUNCTION_ARGS)
 {
 	int			attempt;
 	int			status = 0;
+	EgProfile	profile = EG_PROFILE_CUSTOM;
+	int			max_attempt;
 	Interval   *result;
 	int64		ms;
 
-	if (PG_ARGISNULL(0))
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(2))
 		PG_RETURN_NULL();
+	{
+		char	   *type = text_to_cstring(PG_GETARG_TEXT_PP(2));
+
+		if (strcmp(type, "namespace") == 0)
+			profile = EG_PROFILE_NAMESPACE;
+		else if (strcmp(type, "custom") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("topic_type must be custom or namespace, got \"%.64s\"", type)));
+	}
+	max_attempt = profile == EG_PROFILE_NAMESPACE ? EG_MAX_DELIVERY_COUNT : EG_MAX_DELIVERY_ATTEMPTS;
 	attempt = PG_GETARG_INT32(0);
-	if (attempt < 1 || attempt > EG_MAX_DELIVERY_ATTEMPTS)
+	if (attempt < 1 || attempt > max_attempt)
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("attempt must be between 1 and %d, got %d",
-						EG_MAX_DELIVERY_ATTEMPTS, attempt),
+				 errmsg("attempt must be between 1 and %d, got %d", max_attempt, attempt),
 				 errhint("attempt is the number of the delivery attempt that failed.")));
 	if (!PG_ARGISNULL(1))
 	{
@@ -261,10 +315,10 @@ eventgrid_retry_delay(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 					 errmsg("http_status must be between 100 and 599, got %d", status),
 					 errhint("Pass NULL for an attempt that got no HTTP answer.")));
-		if (eg_verdict(EG_TRANSPORT_OK, status) != EG_VERDICT_RETRY)
+		if (eg_verdict(profile, EG_TRANSPORT_OK, status) != EG_VERDICT_RETRY)
 			PG_RETURN_NULL();
 	}
-	ms = eg_retry_delay_ms(attempt, status);
+	ms = eg_retry_delay_ms(profile, attempt, status);
 	result = (Interval *) palloc0(sizeof(Interval));
 	result->time = ms * 1000;
 	PG_RETURN_INTERVAL_P(result);

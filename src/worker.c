@@ -98,6 +98,7 @@ typedef struct EgDelivery
 	EgOutcome	out;			/* out.retry_id or (subscription_id, txid, event_id) name it */
 	int32		attempts;		/* attempts made before this claim */
 	int32		max_attempts;
+	EgProfile	profile;		/* delivery profile of its subscription */
 	int64		bytes;			/* event size, counted against max_bytes_in_flight */
 	EgWave	   *wave;			/* set once handed to HTTP */
 	char	   *prev_outcome;	/* outcome of the previous attempt, if any */
@@ -220,7 +221,7 @@ random_fraction(void)
 static void
 decide(EgDelivery *d, EgTransport transport, int http_status, TimestampTz started, TimestampTz now)
 {
-	EgDecision	dec = eg_decide(d->attempts, d->max_attempts, transport, http_status,
+	EgDecision	dec = eg_decide(d->profile, d->attempts, d->max_attempts, transport, http_status,
 								eg_retry_jitter_percent, random_fraction());
 
 	d->out.action = dec.action;
@@ -448,6 +449,7 @@ claim(int64 byte_budget, bool *more, bool *locked)
 		d->out.event_id = rows[i].event_id;
 		d->attempts = rows[i].attempts;
 		d->max_attempts = rows[i].max_attempts;
+		d->profile = rows[i].profile;
 		d->bytes = rows[i].bytes;
 		d->prev_outcome = rows[i].prev_outcome ? MemoryContextStrdup(claim->cxt, rows[i].prev_outcome) : NULL;
 		d->prev_http_status = rows[i].prev_http_status;
