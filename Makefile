@@ -11,7 +11,7 @@ DATA = sql/eventgrid--0.1.0.sql sql/eventgrid--0.2.0.sql sql/eventgrid--0.1.0--0
        sql/eventgrid--0.2.0--0.3.0.sql sql/eventgrid--0.3.0--0.4.0.sql
 PGFILEDESC = "eventgrid - Event Grid push delivery for PostgreSQL"
 
-REGRESS = config publish retry security
+REGRESS = config publish retry filters security
 REGRESS_OPTS = --temp-config=$(srcdir)/test/regress.conf --temp-instance=./tmp_check
 
 TAP_TESTS = 1

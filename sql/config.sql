@@ -159,3 +159,50 @@ SELECT eventgrid.drop_event_subscription('orders', 'mda-1');
 SELECT err($$SELECT eventgrid.drop_event_subscription('orders', 'mda-1')$$);
 SELECT eventgrid.drop_topic('custom-orders');
 SELECT count(*) FROM eventgrid.event_subscriptions WHERE topic = 'custom-orders';
+
+-- Namespace topics: CloudEvents only, their own retry policy arguments
+SELECT err($$SELECT eventgrid.create_topic('ns-orders', topic_type => 'namespace')$$);
+SELECT err($$SELECT eventgrid.create_topic('ns-orders', 'CloudEventSchemaV1_0', 'domain')$$);
+SELECT err($$SELECT eventgrid.create_topic('ns-orders', 'CloudEventSchemaV1_0', NULL)$$);
+SELECT eventgrid.create_topic('ns-orders', 'CloudEventSchemaV1_0', topic_type => 'namespace');
+SELECT name, input_schema, topic_type FROM eventgrid.topics WHERE name IN ('orders', 'ns-orders') ORDER BY 1;
+SELECT err($$SELECT eventgrid.create_event_subscription('ns-orders', 'ns-eg', 'https://example.com/', event_delivery_schema => 'EventGridSchema')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('ns-orders', 'ns-mda', 'https://example.com/', max_delivery_attempts => 5)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('ns-orders', 'ns-ttl', 'https://example.com/', event_ttl => 5)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'cu-mdc', 'https://example.com/', max_delivery_count => 5)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'cu-etl', 'https://example.com/', event_time_to_live => 'PT5M')$$);
+-- max_delivery_count 1..10
+SELECT err($$SELECT eventgrid.create_event_subscription('ns-orders', 'mdc-0', 'https://example.com/', max_delivery_count => 0)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('ns-orders', 'mdc-1', 'https://example.com/', max_delivery_count => 1)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('ns-orders', 'mdc-10', 'https://example.com/', max_delivery_count => 10)$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('ns-orders', 'mdc-11', 'https://example.com/', max_delivery_count => 11)$$);
+-- event_time_to_live: ISO 8601 with minute precision, PT1M..P7D
+SELECT v AS event_time_to_live,
+       err(format('SELECT eventgrid.create_event_subscription(%L, %L, %L, event_time_to_live => %L)',
+                  'ns-orders', 'etl-' || n, 'https://example.com/', v)) AS result
+  FROM unnest(ARRAY['PT1M', 'PT0M', 'PT20M', 'PT1H30M', 'P1DT2H', 'P1W', 'P7D', 'P7DT1M', 'P8D', 'PT30S',
+                    'PT1M30S', 'P1M', 'P1Y', 'PT', 'P', '20', 'pt20m', 'PT-5M']) WITH ORDINALITY AS t(v, n);
+SELECT name, max_delivery_attempts, event_ttl, max_delivery_count, event_time_to_live
+  FROM eventgrid.event_subscriptions WHERE topic = 'ns-orders' ORDER BY id;
+-- set_retry_policy takes the profile's own arguments
+SELECT eventgrid.set_retry_policy('ns-orders', 'etl-3', max_delivery_count => 3, event_time_to_live => 'PT45M');
+SELECT err($$SELECT eventgrid.set_retry_policy('ns-orders', 'etl-3', max_delivery_attempts => 3)$$);
+SELECT err($$SELECT eventgrid.set_retry_policy('ns-orders', 'etl-3', event_time_to_live => 'P8D')$$);
+SELECT err($$SELECT eventgrid.set_retry_policy('orders', 'sub-default', event_time_to_live => 'PT5M')$$);
+SELECT name, max_delivery_count, event_time_to_live FROM eventgrid.event_subscriptions WHERE name = 'etl-3';
+
+-- Advanced filters: set, shown, replaced, removed; bad ones refused and nothing changed
+SELECT eventgrid.create_event_subscription('orders', 'adv-filters', 'https://example.com/',
+       advanced_filters => '[{"operatorType": "NumberGreaterThan", "key": "data.total", "value": 100}]') > 0 AS created;
+SELECT advanced_filters, enable_advanced_filtering_on_arrays FROM eventgrid.event_subscriptions WHERE name = 'adv-filters';
+SELECT eventgrid.set_advanced_filters('orders', 'adv-filters',
+       '[{"operatorType": "StringIn", "key": "data.tags", "values": ["red"]}]', enable_advanced_filtering_on_arrays => true);
+SELECT advanced_filters, enable_advanced_filtering_on_arrays FROM eventgrid.event_subscriptions WHERE name = 'adv-filters';
+SELECT err($$SELECT eventgrid.set_advanced_filters('orders', 'adv-filters', '[{"operatorType": "StringIn", "key": "data.tags", "values": [1]}]')$$);
+SELECT err($$SELECT eventgrid.set_advanced_filters('orders', 'no-such', '[]')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'adv-bad', 'https://example.com/', advanced_filters => '[{"operatorType": "Nope", "key": "a"}]')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'adv-bad', 'https://example.com/', enable_advanced_filtering_on_arrays => NULL)$$);
+SELECT err($$UPDATE eventgrid.event_subscriptions SET advanced_filters = '[{"operatorType": "Nope", "key": "a"}]' WHERE name = 'adv-filters'$$);
+SELECT advanced_filters, enable_advanced_filtering_on_arrays FROM eventgrid.event_subscriptions WHERE name = 'adv-filters';
+SELECT eventgrid.set_advanced_filters('orders', 'adv-filters', '[]');
+SELECT advanced_filters IS NULL AS removed, enable_advanced_filtering_on_arrays FROM eventgrid.event_subscriptions WHERE name = 'adv-filters';

@@ -72,3 +72,40 @@ SELECT eventgrid.probation_duration(NULL) IS NULL AS null_in_null_out;
 SELECT err($$SELECT eventgrid.probation_duration('busy')$$);
 SELECT err($$SELECT eventgrid.probation_duration('Busy', 0)$$);
 SELECT err($$SELECT eventgrid.probation_duration('Busy', 1001)$$);
+
+-- Namespace topics (seed 002): retries 10 s, 30 s, 1 min, 5 min after the
+-- first attempt, then every 5 minutes; retry_delay gives the wait after each
+-- failed attempt (the difference between offsets).
+SELECT n AS failed_attempt, eventgrid.retry_delay(n, NULL, 'namespace') AS delay
+  FROM generate_series(1, 10) AS n;
+-- not retried: 400, 401, 403, 404, 413, 414; floors for 408 and 503 as in the topic profile
+SELECT s AS status, eventgrid.retry_delay(1, s, 'namespace') AS namespace_after_1st,
+       eventgrid.retry_delay(1, s) AS custom_after_1st
+  FROM unnest(ARRAY[400, 401, 403, 404, 408, 413, 414, 429, 500, 503]) AS s;
+SELECT err($$SELECT eventgrid.retry_delay(11, NULL, 'namespace')$$);
+SELECT err($$SELECT eventgrid.retry_delay(1, NULL, 'basic')$$);
+-- The seed's worked example: retention 20 minutes, 10 deliveries at most.
+-- Attempts at 0 s, 10 s, 30 s, 1 min, 5 min, 10 min, 15 min; the 8th is due
+-- at 20 minutes, when the event has expired: it is dead-lettered, not sent.
+WITH RECURSIVE attempt(n, due) AS (
+    SELECT 1, interval '0'
+  UNION ALL
+    SELECT n + 1, due + eventgrid.retry_delay(n, 500, 'namespace') FROM attempt
+     WHERE n < 10 AND due < interval '20 minutes'
+)
+SELECT n AS attempt, due, CASE WHEN due >= interval '20 minutes' THEN 'TimeToLiveExceeded' ELSE 'sent' END AS what
+  FROM attempt;
+
+-- Dead letters of namespace topics: deadLetterProperties and the event
+INSERT INTO eventgrid.dead_letters (topic, subscription_name, input_schema, event_delivery_schema, event,
+       dead_letter_reason, delivery_attempts, last_delivery_outcome, last_http_status_code, publish_time,
+       last_delivery_attempt_time, topic_type)
+VALUES ('ns-shop', 'ns-max', 'CloudEventSchemaV1_0', 'CloudEventSchemaV1_0',
+        '{"id": "A234-1234-1234", "source": "/mycontext", "specversion": "1.0", "type": "com.example.someevent", "comexampleextension1": "value1"}',
+        'MaxDeliveryAttemptsExceeded', 1, 'GenericError', 500, '2023-11-01 20:33:51.452146+00', '2023-11-01 20:33:52.369207+00', 'namespace'),
+       ('ns-shop', 'ns-ttl', 'CloudEventSchemaV1_0', 'CloudEventSchemaV1_0', '{"id": "n2", "source": "/s", "specversion": "1.0", "type": "T"}',
+        'TimeToLiveExceeded', 0, NULL, NULL, '2023-11-01 20:33:51+00', NULL, 'namespace'),
+       ('ns-shop', 'ns-socket', 'CloudEventSchemaV1_0', 'CloudEventSchemaV1_0', '{"id": "n3", "source": "/s", "specversion": "1.0", "type": "T"}',
+        'NonRetriableError', 1, 'SocketError', NULL, '2023-11-01 20:33:51+00', '2023-11-01 20:33:52+00', 'namespace');
+SELECT subscription_name, jsonb_pretty(dead_letter_event) FROM eventgrid.dead_letter_events
+ WHERE topic = 'ns-shop' ORDER BY id;
