@@ -25,6 +25,16 @@ sql('postgres', "SELECT eventgrid.create_event_subscription('shop', 'billing', '
 sql('postgres', "SELECT eventgrid.set_delivery_property('shop', 'billing', 'X-Secret', 's3cret', is_secret => true)");
 sql('postgres', "SELECT eventgrid.set_dynamic_delivery_property('shop', 'billing', 'X-Order', 'data.orderId')");
 sql('postgres', "SELECT eventgrid.create_event_subscription('shop', 'refusing', '$u/status/400/refusing', deadletter => true)");
+# a namespace topic, and a subscription with advanced filters (0.4.0)
+sql('postgres', "SELECT eventgrid.create_topic('ns-shop', 'CloudEventSchemaV1_0', topic_type => 'namespace')");
+sql('postgres', "SELECT eventgrid.create_event_subscription('ns-shop', 'ns-sub', '$u/status/200/ns', max_delivery_count => 3,"
+	  . " event_time_to_live => 'P1DT2H', advanced_filters => '[{\"operatorType\": \"NumberIn\", \"key\": \"data.n\", \"values\": [1, 2]}]',"
+	  . " enable_advanced_filtering_on_arrays => true)");
+my $profile = "SELECT string_agg(concat_ws(' ', t.name, t.topic_type, s.name, s.max_delivery_count, s.event_time_to_live,"
+  . " s.advanced_filters, s.enable_advanced_filtering_on_arrays), '; ' ORDER BY s.id)"
+  . " FROM eventgrid.event_subscriptions s JOIN eventgrid.topics t ON t.name = s.topic";
+my $profile_before = sql('postgres', $profile);
+like($profile_before, qr/ns-shop namespace ns-sub 3 P1DT2H \[\{.*NumberIn.*\}\] t$/, 'namespace profile and advanced filters before the dump');
 sql('postgres', "SELECT eventgrid.publish('shop', '[" . join(',', map { eg_event("before-$_") } 1 .. 3) . "]')");
 ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.dead_letters", '3'), 'three dead letters before the dump');
 ok(wait_for_sql($node, "SELECT coalesce(sum(pending), 0) FROM eventgrid.delivery_statistics", '0'), 'nothing pending before the dump');
@@ -38,7 +48,7 @@ my $snapshot = "SELECT (SELECT count(*) FROM eventgrid.topics) || '/' || (SELECT
   . " || '/' || (SELECT count(*) FROM eventgrid.retries) || '/' || (SELECT count(*) FROM eventgrid.dead_letters)"
   . " || '/' || (SELECT sum(dead_lettered) FROM eventgrid.subscription_counters)";
 my $before = sql('postgres', $snapshot);
-is($before, '1/2/2/20/0/3/3', 'configuration, queue and dead letters before the dump');
+is($before, '2/3/2/20/0/3/3', 'configuration, queue and dead letters before the dump');
 my $max_event_id = sql('postgres', 'SELECT max(id) FROM eventgrid.events');
 
 my $dump = "$PostgreSQL::Test::Utils::tmp_check/eventgrid.dump";
@@ -52,6 +62,7 @@ $node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('resto
 
 is(sql('restored', $snapshot), $before, 'everything restored: topics, subscriptions, properties, positions and pending deliveries, dead letters, counters');
 is(sql('restored', "SELECT value FROM eventgrid.delivery_properties WHERE is_secret"), 's3cret', 'the secret value is intact');
+is(sql('restored', $profile), $profile_before, 'topic types, namespace retry policies and advanced filters restored');
 is(sql('restored', "SELECT count(*) FROM eventgrid.dead_letter_events WHERE dead_letter_reason = 'NonRetriableError'"), '3',
 	'dead letters read as before');
 

@@ -1,5 +1,6 @@
 # ALTER EXTENSION eventgrid UPDATE from 0.1.0 (a row per delivery) to 0.2.0
-# (event tables, positions, retries) and on to 0.3.0 (endpoint health):
+# (event tables, positions, retries) and on to the current version (0.3.0:
+# endpoint health; 0.4.0: advanced filters and namespace topics):
 # configuration, queued deliveries, attempts already made and dead letters
 # survive, and the queue is delivered.  Issues: "Queue storage" (0.2.0 with
 # an upgrade script) and "Endpoint health" (0.3.0).
@@ -71,13 +72,19 @@ is(join(' ', @fresh),
 	  . 'events_id_seq retries retries_id_seq subscription_counters subscription_positions topic_counters topic_positions topics',
 	'pg_dump takes the same tables as after CREATE EXTENSION');
 
-# --- then to the current version (0.3.0: endpoint health), which the library waits for
-is(scalar(requests($r)), 0, '0.2.0 schema with the 0.3.0 library: the worker waits, nothing is sent');
+# --- then to the current version, which the library waits for
+is(scalar(requests($r)), 0, '0.2.0 schema with the current library: the worker waits, nothing is sent');
 sql("ALTER EXTENSION eventgrid UPDATE");
 is(sql("SELECT extversion = default_version FROM pg_extension x JOIN pg_available_extensions a ON a.name = x.extname"
 	  . " WHERE x.extname = 'eventgrid'"), 't', 'updated to the version of the library');
 is(sql("SELECT string_agg(subscription || ':' || state, ' ' ORDER BY subscription) FROM eventgrid.endpoint_health"),
 	'all:healthy created:healthy', 'endpoint health is shown for every subscription');
+is(sql("SELECT string_agg(s.name || ':' || t.topic_type || ':' || s.topic_type || ':' || s.max_delivery_attempts || ':' || s.event_ttl"
+	  . " || ':' || coalesce(s.advanced_filters::text, 'none'), ' ' ORDER BY s.name)"
+	  . " FROM eventgrid.event_subscriptions s JOIN eventgrid.topics t ON t.name = s.topic"),
+	'all:custom:custom:30:1440:none created:custom:custom:30:1440:none',
+	'subscriptions keep their retry policy, as custom topics without advanced filters');
+is(sql("SELECT string_agg(DISTINCT topic_type, ',') FROM eventgrid.dead_letters"), 'custom', 'dead letters keep the custom shape');
 
 # --- the worker resumes by itself and delivers the queue, then new events
 my @all = wait_for_requests($r, '/status/200/all', 4, 60);
