@@ -70,6 +70,8 @@ SELECT err($$INSERT INTO eventgrid.retries (subscription_id, event_id, event, pa
 SELECT err($$SELECT eventgrid.create_topic('bob-topic')$$);
 SELECT err($$SELECT * FROM eventgrid.dead_letters$$);
 SELECT err($$SELECT eventgrid._validate_event()$$);
+SELECT err($$SELECT eventgrid.set_advanced_filters('shop', 'billing', '[]')$$);
+SELECT err($$SELECT eventgrid._advanced_match('{}', '[]', false)$$);
 SELECT name, input_schema FROM eventgrid.topics;
 RESET ROLE;
 SELECT count(*) AS bobs_events FROM eventgrid.events WHERE event->>'id' LIKE 'b%';
@@ -79,6 +81,9 @@ SET ROLE eg_alice;
 SELECT err($$SELECT eventgrid.create_topic('alice-topic')$$);
 SELECT err($$SELECT eventgrid.create_event_subscription('alice-topic', 'alice-sub', 'https://example.com/x')$$);
 SELECT err($$SELECT eventgrid.set_retry_policy('alice-topic', 'alice-sub', 5, 60)$$);
+SELECT err($$SELECT eventgrid.set_advanced_filters('alice-topic', 'alice-sub', '[{"operatorType": "IsNotNull", "key": "data.a"}]')$$);
+SELECT err($$UPDATE eventgrid.event_subscriptions SET advanced_filters = NULL$$);
+SELECT err($$SELECT eventgrid.create_topic('alice-ns', 'CloudEventSchemaV1_0', 'namespace')$$);
 SELECT err($$SELECT eventgrid.set_delivery_property('alice-topic', 'alice-sub', 'X-Key', 'v')$$);
 SELECT subscription, header, kind, value FROM eventgrid.event_subscription_delivery_properties ORDER BY 1, 2;
 SELECT err($$SELECT value FROM eventgrid.delivery_properties$$);
