@@ -11,6 +11,9 @@ Measures, in one run against one cluster and one nginx sink on 127.0.0.1:
  7. worker memory while draining a large backlog
  8. table sizes and throughput around a steady run, plainly and while a
     REPEATABLE READ transaction stays open
+ 10. fan-out with advanced filters: figure 4 again with 5 advanced filters on
+    each of the 10 subscriptions (every event passes them, so the deliveries
+    are the same and the difference is the cost of the filters)
  9. isolation: a healthy subscription's latency beside 500 subscriptions to a
     port where nothing listens and 200 to an endpoint that accepts and never
     answers (30 s response timeout), and the worker's peak descriptors and
@@ -209,12 +212,14 @@ class Bench:
         self.report("http_limit_rps", f"1 HTTP limit (wrk, {conns} connections, ~1 KB POST)", rps, "requests/s")
 
     # -- 2, 3, 4 -------------------------------------------------------------------
-    def drain(self, topic, nsubs, n_events, batch=None):
+    def drain(self, topic, nsubs, n_events, batch=None, filters=None):
         self.reset_queue()
         self.q("SELECT eventgrid.create_topic(%s)", (topic,))
         for i in range(nsubs):
-            self.q("SELECT eventgrid.create_event_subscription(%s, %s, %s, max_events_per_batch => %s)",
-                   (topic, f"sub-{i}", f"{self.args.sink}/{topic}/{i}", batch))
+            self.q("SELECT eventgrid.create_event_subscription(%s, %s, %s, max_events_per_batch => %s, "
+                   "advanced_filters => %s)",
+                   (topic, f"sub-{i}", f"{self.args.sink}/{topic}/{i}", batch,
+                    json.dumps(filters) if filters else None))
         self.set_guc("eventgrid.delivery_paused", "on")
         self.publish_backlog(topic, n_events)
         self.q("CHECKPOINT")
@@ -253,6 +258,25 @@ class Bench:
         self.report("fanout_deliveries_per_s", f"4 fan-out (10 subscriptions, {n // 10:,} events)", rate,
                     "deliveries/s")
         self.report_costs("fanout", costs)
+
+    # -- 10 ---------------------------------------------------------------------
+    def fig_filtered_fanout(self):
+        n = env_int("BENCH_EVENTS", 200000)
+        filters = [
+            {"operatorType": "NumberGreaterThan", "key": "data.orderId", "value": 0},
+            {"operatorType": "NumberInRange", "key": "data.orderId", "values": [[0, 1e9]]},
+            {"operatorType": "StringBeginsWith", "key": "subject", "values": ["/BENCH/", "/other/"]},
+            {"operatorType": "StringIn", "key": "eventType", "values": ["bench.ordercreated", "Bench.OrderShipped"]},
+            {"operatorType": "IsNotNull", "key": "data.pad"},
+        ]
+        rate, costs = self.drain("fanout", 10, n // 10)
+        self.report("fanout_unfiltered_deliveries_per_s", f"10 fan-out without filters (10 subscriptions, {n // 10:,} events)",
+                    rate, "deliveries/s")
+        self.report_costs("fanout_unfiltered", costs)
+        rate, costs = self.drain("filtered", 10, n // 10, filters=filters)
+        self.report("fanout_filtered_deliveries_per_s", "  the same with 5 advanced filters per subscription", rate,
+                    "deliveries/s")
+        self.report_costs("fanout_filtered", costs)
 
     # -- 5 ----------------------------------------------------------------------
     def fig_publish_cost(self):
@@ -490,7 +514,7 @@ def main():
     ap.add_argument("--sink", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", default="1,2,5,6,7,8,9", help="comma-separated figure numbers (2 runs 2-4)")
+    ap.add_argument("--only", default="1,2,5,6,7,8,9,10", help="comma-separated figure numbers (2 runs 2-4)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     b = Bench(args)
@@ -507,6 +531,8 @@ def main():
         b.fig_memory()
     if "9" in only:
         b.fig_isolation()
+    if "10" in only:
+        b.fig_filtered_fanout()
     if "8" in only:
         cases = os.environ.get("BENCH_STEADY_CASES", "plain,rr").split(",")
         if "plain" in cases:
