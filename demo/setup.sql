@@ -1,5 +1,6 @@
--- Demo configuration: two topics, a subscription that receives events and
--- one whose endpoint refuses them (HTTP 400) with dead-lettering on.
+-- Demo configuration: two topics, a subscription that receives events, one
+-- with advanced filters on the event's data, and one whose endpoint refuses
+-- them (HTTP 400) with dead-lettering on.
 -- :receiver is the receiver's base URL.
 CREATE EXTENSION eventgrid;
 SELECT eventgrid.create_topic('storage');
@@ -8,6 +9,9 @@ SELECT eventgrid.create_event_subscription('storage', 'blob-created', :'receiver
        included_event_types => ARRAY['Microsoft.Storage.BlobCreated'],
        subject_begins_with => '/blobServices/default/containers/images/');
 SELECT eventgrid.set_delivery_property('storage', 'blob-created', 'X-Api-Key', 'demo-secret', is_secret => true);
+SELECT eventgrid.create_event_subscription('storage', 'small-text-blobs', :'receiver' || '/status/200/small-text-blobs',
+       advanced_filters => '[{"operatorType": "StringIn", "key": "data.contentType", "values": ["text/plain"]},
+                             {"operatorType": "NumberLessThan", "key": "data.contentLength", "value": 1024}]');
 SELECT eventgrid.create_event_subscription('storage', 'broken-endpoint', :'receiver' || '/status/400/broken',
        deadletter => true);
 SELECT eventgrid.create_event_subscription('orders-ce', 'orders', :'receiver' || '/status/202/orders');

@@ -28,7 +28,7 @@ for _ in $(seq 50); do [ -f "$work/received.jsonl" ] && break; sleep 0.1; done
 
 echo "== configuring topics and event subscriptions (demo/setup.sql)"
 psql -q -v ON_ERROR_STOP=1 -v receiver="http://127.0.0.1:$rport" -f "$work/demo/setup.sql" >/dev/null
-psql -c "SELECT topic, name, endpoint, event_delivery_schema, included_event_types, deadletter FROM eventgrid.event_subscriptions ORDER BY id"
+psql -c "SELECT topic, name, endpoint, event_delivery_schema, included_event_types, advanced_filters IS NOT NULL AS advanced_filters, deadletter FROM eventgrid.event_subscriptions ORDER BY id"
 
 echo "== publishing the sample events (demo/events.sql)"
 psql -v ON_ERROR_STOP=1 -f "$work/demo/events.sql"
