@@ -6,7 +6,7 @@
 -- worker tests them in its claim queries (eventgrid._advanced_match, C in
 -- src/filter.c).
 --
--- Namespace topics (seed 002, "push delivery with namespace topics"): a
+-- Namespace topics (SPEC 4 and 7): a
 -- topic created with topic_type => 'namespace' takes CloudEvents 1.0 only,
 -- and its event subscriptions are delivered with the namespace profile:
 -- retries 10 s, 30 s, 1 min, 5 min after the first attempt and then every

@@ -73,7 +73,7 @@ SELECT err($$SELECT eventgrid.probation_duration('busy')$$);
 SELECT err($$SELECT eventgrid.probation_duration('Busy', 0)$$);
 SELECT err($$SELECT eventgrid.probation_duration('Busy', 1001)$$);
 
--- Namespace topics (seed 002): retries 10 s, 30 s, 1 min, 5 min after the
+-- Namespace topics (SPEC 4): retries 10 s, 30 s, 1 min, 5 min after the
 -- first attempt, then every 5 minutes; retry_delay gives the wait after each
 -- failed attempt (the difference between offsets).
 SELECT n AS failed_attempt, eventgrid.retry_delay(n, NULL, 'namespace') AS delay
@@ -84,7 +84,7 @@ SELECT s AS status, eventgrid.retry_delay(1, s, 'namespace') AS namespace_after_
   FROM unnest(ARRAY[400, 401, 403, 404, 408, 413, 414, 429, 500, 503]) AS s;
 SELECT err($$SELECT eventgrid.retry_delay(11, NULL, 'namespace')$$);
 SELECT err($$SELECT eventgrid.retry_delay(1, NULL, 'basic')$$);
--- The seed's worked example: retention 20 minutes, 10 deliveries at most.
+-- SPEC 4's namespace worked example: retention 20 minutes, 10 deliveries at most.
 -- Attempts at 0 s, 10 s, 30 s, 1 min, 5 min, 10 min, 15 min; the 8th is due
 -- at 20 minutes, when the event has expired: it is dead-lettered, not sent.
 WITH RECURSIVE attempt(n, due) AS (

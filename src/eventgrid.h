@@ -102,7 +102,7 @@ typedef enum EgVerdict
 typedef enum EgProfile
 {
 	EG_PROFILE_CUSTOM,			/* custom topics (SPEC 3, 4) */
-	EG_PROFILE_NAMESPACE		/* namespace topics (seed 002) */
+	EG_PROFILE_NAMESPACE		/* namespace topics (SPEC 4) */
 } EgProfile;
 
 extern bool eg_status_is_success(int http_status);

@@ -1,7 +1,7 @@
 /*
  * retry.c - outcome classification, the retry schedules of Event Grid's
  * two delivery profiles and the decision after each attempt (SPEC sections
- * 3, 4 and 7; the namespace profile from seed 002).  Pure functions with no
+ * 3, 4 and 7).  Pure functions with no
  * I/O: the worker calls eg_decide() after each delivery attempt, and
  * eventgrid.retry_delay() / eventgrid.delivery_outcome() expose them to SQL
  * for users and tests.
@@ -19,7 +19,7 @@ static const int eg_schedule_s[] = {
 
 /*
  * Namespace topics: retries at these offsets from the first attempt, then
- * every 5 minutes.  The seed's schedule reads "0 s (immediate retry), 10 s,
+ * every 5 minutes (SPEC 4).  Event Grid's page reads "0 s (immediate retry), 10 s,
  * 30 s, 1 min, 5 min"; its worked example (attempts at 0 s, 10 s, 30 s,
  * 1 min, 5 min, 10 min, 15 min, 20 min) only agrees when the 0 s is the
  * first attempt itself and the times are offsets from it, so that is the
@@ -80,8 +80,8 @@ eg_outcome_name(EgTransport transport, int http_status)
 
 /*
  * Success only for 200-204.  Custom topics: no retry for 400, 401, 403, 413
- * (SPEC 3).  Namespace topics (seed 002): no retry for 400, 401, 403, 404,
- * 413, 414, and for the seed's conditions that map to our outcomes: a
+ * (SPEC 3).  Namespace topics (SPEC 4): no retry for 400, 401, 403, 404,
+ * 413, 414, and for the page's conditions that map to our outcomes: a
  * timeout (TimeoutException: no answer within the response timeout,
  * TimedOut), a socket error (SocketException: SocketError, and
  * ResolutionError, which .NET also reports as a SocketException).  A held

@@ -130,7 +130,7 @@ my @raw = requests($r, '/status/200/raw-batch');
 is(sum(map { my $b = $json->decode($_->{body}); ref $b eq 'ARRAY' ? scalar @$b : 1 } @raw), 4, 'custom schema: every event arrived');
 ok(grep({ ref($json->decode($_->{body})) eq 'ARRAY' } @raw), 'custom schema: a batch is a JSON array');
 
-# --- the CLI example of the seeds under load: 1000 events, 512 KB -------------
+# --- the documentation's CLI example under load: 1000 events, 512 KB -------------
 sql("SELECT eventgrid.create_event_subscription('shop', 'cli', '$u/status/200/cli', max_events_per_batch => 1000, preferred_batch_size_in_kilobytes => 512)");
 publish_many('shop', 'cli', 5000, 900);
 ok(wait_done('shop'), 'cli: 5000 events delivered');

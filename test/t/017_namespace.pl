@@ -1,5 +1,5 @@
-# The namespace-topic delivery profile on the wire (seed 002), with the
-# worker's clock moved through eventgrid.clock_offset: the seed's worked
+# The namespace-topic delivery profile on the wire (SPEC 4 and 7), with the
+# worker's clock moved through eventgrid.clock_offset: the worked
 # example (retention PT20M, 10 deliveries at most: attempts at 0 s, 10 s,
 # 30 s, 1 min, 5 min, 10 min, 15 min, and the attempt due at 20 minutes
 # finds the event expired), max_delivery_count, the statuses and conditions
@@ -53,7 +53,7 @@ sub ce_event
 
 sql("SELECT eventgrid.create_topic('ns-shop', 'CloudEventSchemaV1_0', topic_type => 'namespace')");
 
-# --- the seed's worked example --------------------------------------------------
+# --- SPEC 4's worked example ----------------------------------------------------
 sql("SELECT eventgrid.create_event_subscription('ns-shop', 'example', '$u/status/500/example',"
 	  . " max_delivery_count => 10, event_time_to_live => 'PT20M', deadletter => true)");
 sql("SELECT eventgrid.publish('ns-shop', '" . ce_event('x-1') . "')");
