@@ -4,15 +4,24 @@
 # postgres, the pg_regress suite (sql/, expected/) and the TAP integration
 # tests (test/t/) against real throwaway PostgreSQL clusters with the library
 # preloaded and a real HTTP receiver on 127.0.0.1.  Exits non-zero on any
-# failure; prove prints the closing summary.
+# failure; pg_regress and prove report each suite, and a last line sums
+# them up.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 eg_setup "$@"
 work=$EG_WORK
 trap 'rm -rf "$work"' EXIT
 echo "== running tests in $work"
-status=0
-eg_as_postgres make -C "$work" PG_CONFIG="$PG_CONFIG" installcheck || status=$?
+# make -s: each suite's own report (pg_regress, prove), not make's command lines
+set +e
+eg_as_postgres make -s --no-print-directory -C "$work" PG_CONFIG="$PG_CONFIG" installcheck 2>&1 \
+    | tee "$work/test-output.log"
+status=${PIPESTATUS[0]}
+set -e
+regress=$(grep -Eo '(All [0-9]+ tests passed|[0-9]+ of [0-9]+ tests failed)' "$work/test-output.log" | tail -n 1 || true)
+tap=$(grep -E '^Files=[0-9]+, Tests=[0-9]+' "$work/test-output.log" | sed 's/,  *[0-9]* wallclock.*//' | tail -n 1 || true)
+result=$(grep -E '^Result: ' "$work/test-output.log" | tail -n 1 || true)
+echo "== summary: pg_regress: ${regress:-not run}; TAP: ${tap:-not run} ${result:-}; exit status $status"
 if [ $status -ne 0 ]; then
     for f in "$work"/regression.diffs "$work"/tmp_check/log/regress_log_*; do
         [ -f "$f" ] && { echo "== $f"; tail -n 80 "$f"; }

@@ -206,3 +206,13 @@ SELECT err($$UPDATE eventgrid.event_subscriptions SET advanced_filters = '[{"ope
 SELECT advanced_filters, enable_advanced_filtering_on_arrays FROM eventgrid.event_subscriptions WHERE name = 'adv-filters';
 SELECT eventgrid.set_advanced_filters('orders', 'adv-filters', '[]');
 SELECT advanced_filters IS NULL AS removed, enable_advanced_filtering_on_arrays FROM eventgrid.event_subscriptions WHERE name = 'adv-filters';
+
+-- Batching as the worker applies it: the GUC default fills in the setting a subscription left out
+SELECT eventgrid.set_batching('orders', 'sub-default', max_events_per_batch => 50);
+SELECT * FROM eventgrid.event_subscription_batching
+ WHERE subscription IN ('sub-default', 'adv-filters') ORDER BY subscription;
+SELECT eventgrid.set_batching('orders', 'sub-default', preferred_batch_size_in_kilobytes => 128);
+SELECT * FROM eventgrid.event_subscription_batching WHERE subscription = 'sub-default';
+SELECT eventgrid.set_batching('orders', 'sub-default', 20, 256);
+SELECT * FROM eventgrid.event_subscription_batching WHERE subscription = 'sub-default';
+SELECT eventgrid.set_batching('orders', 'sub-default');

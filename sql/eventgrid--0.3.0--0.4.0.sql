@@ -477,6 +477,95 @@ SELECT t.name AS topic, t.input_schema,
   LEFT JOIN eventgrid.topic_counters c ON c.topic = t.name;
 
 ----------------------------------------------------------------------------
+-- Event ids back to publishers: publish() returns them, and a publisher may
+-- read the id column, so INSERT ... RETURNING id works too.
+----------------------------------------------------------------------------
+
+DROP FUNCTION eventgrid.publish(text, jsonb);
+-- SECURITY INVOKER: the INSERT runs with the caller's own column privileges.
+CREATE FUNCTION eventgrid.publish(topic text, events jsonb) RETURNS bigint[]
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n integer;
+    bytes bigint;
+    ids bigint[];
+BEGIN
+    -- SECURITY INVOKER: only functions every caller may execute are used here
+    IF topic IS NULL OR events IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', CASE WHEN topic IS NULL THEN 'topic' ELSE 'events' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT has_column_privilege('eventgrid.events', 'event', 'INSERT') THEN
+        RAISE EXCEPTION 'permission denied to publish to topic "%"',
+                        CASE WHEN length(topic) > 64 THEN left(topic, 64) || '...' ELSE topic END
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Role %I may not insert into eventgrid.events.', current_user),
+                  HINT = format('An administrator grants publishing with: GRANT eventgrid_publisher TO %I;', current_user);
+    END IF;
+    bytes := octet_length(events::text);
+    IF jsonb_typeof(events) <> 'array' THEN
+        events := jsonb_build_array(events);
+        n := 1;
+    ELSE
+        n := jsonb_array_length(events);
+        -- the events' own text: without the brackets and the ", " between elements
+        bytes := bytes - 2 - 2 * greatest(n - 1, 0);
+    END IF;
+    IF n = 0 THEN
+        RAISE EXCEPTION 'a publish call must hold at least one event' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF n > 5000 THEN
+        RAISE EXCEPTION 'a publish call holds at most 5000 events, got %', n
+            USING ERRCODE = 'program_limit_exceeded', HINT = 'Split the events over several calls.';
+    END IF;
+    IF bytes > 1048576 THEN
+        RAISE EXCEPTION 'a publish call holds at most 1 MB (1048576 bytes) of events, got % bytes', bytes
+            USING ERRCODE = 'program_limit_exceeded', HINT = 'Split the events over several calls.';
+    END IF;
+    -- rows are inserted in the order given and draw their ids from the
+    -- sequence in that order, so ascending ids are the order given
+    WITH stored AS (
+        INSERT INTO eventgrid.events (topic, event)
+        SELECT publish.topic, e.value FROM jsonb_array_elements(events) WITH ORDINALITY AS e(value, n)
+         ORDER BY e.n
+        RETURNING id
+    )
+    SELECT array_agg(stored.id ORDER BY stored.id) INTO ids FROM stored;
+    RETURN ids;
+END $$;
+COMMENT ON FUNCTION eventgrid.publish(text, jsonb) IS
+    'Publishes one event (a JSON object) or a JSON array of events to a topic; returns the ids the events were stored under (eventgrid.events.id), in the order given. At most 5000 events and 1 MB (1048576 bytes: the events'' JSON text, without the array''s brackets and separators) per call; each event is validated as for INSERT INTO eventgrid.events. Requires eventgrid_publisher. Errors: 22004 NULL, 42501 not a publisher, 22023, 54000, 42704. SPEC 2, 8.';
+GRANT EXECUTE ON FUNCTION eventgrid.publish(text, jsonb) TO PUBLIC;
+GRANT SELECT (id) ON eventgrid.events TO eventgrid_publisher;
+
+----------------------------------------------------------------------------
+-- Batching as the worker applies it
+----------------------------------------------------------------------------
+
+CREATE VIEW eventgrid.event_subscription_batching AS
+SELECT s.topic, s.name AS subscription,
+       (s.max_events_per_batch IS NOT NULL OR s.preferred_batch_size_in_kilobytes IS NOT NULL) AS batching,
+       CASE WHEN s.max_events_per_batch IS NOT NULL OR s.preferred_batch_size_in_kilobytes IS NOT NULL
+            THEN coalesce(s.max_events_per_batch,
+                          coalesce((SELECT g.setting::integer FROM pg_catalog.pg_settings g WHERE g.name = 'eventgrid.default_max_events_per_batch'), 10))
+            ELSE 1 END AS max_events_per_batch,
+       CASE WHEN s.max_events_per_batch IS NOT NULL OR s.preferred_batch_size_in_kilobytes IS NOT NULL
+            THEN coalesce(s.preferred_batch_size_in_kilobytes,
+                          coalesce((SELECT g.setting::integer FROM pg_catalog.pg_settings g WHERE g.name = 'eventgrid.default_preferred_batch_size_in_kilobytes'), 64))
+            END AS preferred_batch_size_in_kilobytes,
+       CASE WHEN s.max_events_per_batch IS NOT NULL THEN 'subscription'
+            WHEN s.preferred_batch_size_in_kilobytes IS NOT NULL THEN 'eventgrid.default_max_events_per_batch'
+            ELSE 'batching off' END AS max_events_per_batch_from,
+       CASE WHEN s.preferred_batch_size_in_kilobytes IS NOT NULL THEN 'subscription'
+            WHEN s.max_events_per_batch IS NOT NULL THEN 'eventgrid.default_preferred_batch_size_in_kilobytes'
+            ELSE 'batching off' END AS preferred_batch_size_from
+  FROM eventgrid.event_subscriptions s;
+COMMENT ON VIEW eventgrid.event_subscription_batching IS
+    'Per event subscription, the output batching the delivery worker applies (SPEC 5): off (one event per request), or the event count and size ceiling it uses, each from the subscription or, where the subscription set only the other one, from GUC eventgrid.default_max_events_per_batch / eventgrid.default_preferred_batch_size_in_kilobytes (the server''s values; 10 and 64 when the library is not loaded).';
+REVOKE ALL ON eventgrid.event_subscription_batching FROM PUBLIC;
+GRANT SELECT ON eventgrid.event_subscription_batching TO eventgrid_admin;
+
+----------------------------------------------------------------------------
 -- Privileges
 ----------------------------------------------------------------------------
 

@@ -56,9 +56,13 @@ SELECT err(format($$INSERT INTO eventgrid.events (topic, event) VALUES ('raw-sho
 SELECT max(octet_length(event::text)) FROM eventgrid.events WHERE topic = 'raw-shop';
 
 -- publish(): one event or an array; at most 5000 events and 1 MB per call
-SELECT eventgrid.publish('raw-shop', '{"one": 1}');
-SELECT eventgrid.publish('raw-shop', '[{"a": 1}, {"a": 2}]');
-SELECT eventgrid.publish('raw-shop', (SELECT jsonb_agg(jsonb_build_object('n', n)) FROM generate_series(1, 5000) n));
+SELECT cardinality(eventgrid.publish('raw-shop', '{"one": 1}')) AS ids;
+-- publish() returns the ids the events were stored under, in the order given
+SELECT eventgrid.publish('raw-shop', '[{"a": 3}, {"a": 1}, {"a": 2}]') AS ids \gset
+SELECT cardinality(:'ids'::bigint[]) AS ids,
+       (SELECT array_agg(e.event->>'a' ORDER BY i.n) FROM unnest(:'ids'::bigint[]) WITH ORDINALITY AS i(id, n)
+          JOIN eventgrid.events e ON e.id = i.id) AS events_in_order;
+SELECT cardinality(eventgrid.publish('raw-shop', (SELECT jsonb_agg(jsonb_build_object('n', n)) FROM generate_series(1, 5000) n))) AS ids;
 SELECT err($$SELECT eventgrid.publish('raw-shop', (SELECT jsonb_agg(jsonb_build_object('n', n)) FROM generate_series(1, 5001) n))$$);
 SELECT err($$SELECT eventgrid.publish('raw-shop', (SELECT jsonb_agg(jsonb_build_object('d', repeat('x', 600000))) FROM generate_series(1, 2)))$$);
 SELECT err($$SELECT eventgrid.publish('raw-shop', '[]')$$);

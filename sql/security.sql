@@ -70,6 +70,11 @@ SELECT err($$INSERT INTO eventgrid.retries (subscription_id, event_id, event, pa
 SELECT err($$SELECT eventgrid.create_topic('bob-topic')$$);
 SELECT err($$SELECT * FROM eventgrid.dead_letters$$);
 SELECT err($$SELECT eventgrid._validate_event()$$);
+-- the publisher gets its events' ids back, and reads nothing else of events
+SELECT cardinality(eventgrid.publish('shop', '[{"id": "b7", "subject": "s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}, {"id": "b8", "subject": "s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}]')) AS ids_back;
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": "b9", "subject": "s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}') RETURNING id$$);
+SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": "b10", "subject": "s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}') RETURNING event$$);
+SELECT err($$SELECT event FROM eventgrid.events$$);
 SELECT err($$SELECT eventgrid.set_advanced_filters('shop', 'billing', '[]')$$);
 SELECT err($$SELECT eventgrid._advanced_match('{}', '[]', false)$$);
 SELECT name, input_schema FROM eventgrid.topics;
