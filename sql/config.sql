@@ -216,3 +216,9 @@ SELECT * FROM eventgrid.event_subscription_batching WHERE subscription = 'sub-de
 SELECT eventgrid.set_batching('orders', 'sub-default', 20, 256);
 SELECT * FROM eventgrid.event_subscription_batching WHERE subscription = 'sub-default';
 SELECT eventgrid.set_batching('orders', 'sub-default');
+
+-- Dead letters: the filters of redeliver_dead_letters and purge_dead_letters
+SELECT err($$SELECT eventgrid.purge_dead_letters(reason => 'Bored')$$);
+SELECT err($$SELECT eventgrid.redeliver_dead_letters(dead_lettered_after => now(), dead_lettered_before => now() - interval '1 day')$$);
+SELECT eventgrid.purge_dead_letters(topic => 'no-such-topic') AS purged,
+       eventgrid.redeliver_dead_letters(topic => 'no-such-topic') AS redelivered;

@@ -117,7 +117,11 @@ COMMENT ON COLUMN eventgrid.event_subscriptions.max_delivery_count IS
 COMMENT ON COLUMN eventgrid.event_subscriptions.event_time_to_live IS
     'Namespace topic subscriptions: event_time_to_live as an ISO 8601 duration (event_ttl in minutes); NULL otherwise.';
 
-ALTER TABLE eventgrid.dead_letters ADD COLUMN topic_type text NOT NULL DEFAULT 'custom';
+ALTER TABLE eventgrid.dead_letters ADD COLUMN topic_type text NOT NULL DEFAULT 'custom',
+    ADD COLUMN event_id bigint;
+COMMENT ON COLUMN eventgrid.dead_letters.event_id IS
+    'The event''s id in eventgrid.events (what publish() and INSERT ... RETURNING id gave the publisher); NULL for dead letters written before 0.4.0.';
+ALTER TABLE eventgrid.subscription_counters ADD COLUMN redelivered bigint NOT NULL DEFAULT 0;
 COMMENT ON COLUMN eventgrid.dead_letters.topic_type IS
     'Delivery profile of the subscription it was for: custom or namespace (sets the shape in eventgrid.dead_letter_events).';
 
@@ -462,7 +466,8 @@ SELECT d.id, d.topic, d.subscription_name, d.dead_letter_reason, d.delivery_atte
                               'data', d.event)
            || CASE WHEN d.last_http_status_code IS NULL THEN '{}'::jsonb
                    ELSE jsonb_build_object('lastHttpStatusCode', d.last_http_status_code) END
-       END AS dead_letter_event
+       END AS dead_letter_event,
+       d.event_id
   FROM eventgrid.dead_letters d;
 COMMENT ON VIEW eventgrid.dead_letter_events IS
     'Dead-lettered events, each as the JSON document Event Grid writes for its delivery schema (SPEC 7): Event Grid schema with camelCase deadLetterReason, deliveryAttempts, lastDeliveryOutcome, lastHttpStatusCode, publishTime, lastDeliveryAttemptTime; CloudEvents with lowercase attributes; custom schema wrapped in an Event Grid envelope with the event as data. Namespace topics: {"deadLetterProperties": {deadletterreason (a sentence), deliveryattempts, deliveryresult (last outcome and HTTP status, or NotAttempted), publishutc, deliveryattemptutc}, "event": the CloudEvent}.';
@@ -539,6 +544,116 @@ GRANT EXECUTE ON FUNCTION eventgrid.publish(text, jsonb) TO PUBLIC;
 GRANT SELECT (id) ON eventgrid.events TO eventgrid_publisher;
 
 ----------------------------------------------------------------------------
+-- Dead letters: delivered again, or purged
+----------------------------------------------------------------------------
+
+-- The dead letters a filter selects (NULL: any), locked.
+CREATE FUNCTION eventgrid._dead_letter_ids(topic text, subscription text, reason text,
+                                           dead_lettered_after timestamptz, dead_lettered_before timestamptz)
+RETURNS bigint[] LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    ids bigint[];
+BEGIN
+    IF reason IS NOT NULL AND reason NOT IN ('MaxDeliveryAttemptsExceeded', 'TimeToLiveExceeded', 'NonRetriableError') THEN
+        RAISE EXCEPTION 'reason must be MaxDeliveryAttemptsExceeded, TimeToLiveExceeded or NonRetriableError, got %',
+                        eventgrid._quote(reason)
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for any reason.';
+    END IF;
+    IF dead_lettered_after IS NOT NULL AND dead_lettered_before IS NOT NULL
+       AND dead_lettered_after >= dead_lettered_before THEN
+        RAISE EXCEPTION 'dead_lettered_after must be earlier than dead_lettered_before'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT array_agg(d.id ORDER BY d.id) INTO ids
+      FROM (SELECT d.id FROM eventgrid.dead_letters d
+             WHERE (_dead_letter_ids.topic IS NULL OR d.topic = _dead_letter_ids.topic)
+               AND (_dead_letter_ids.subscription IS NULL OR d.subscription_name = _dead_letter_ids.subscription)
+               AND (_dead_letter_ids.reason IS NULL OR d.dead_letter_reason = _dead_letter_ids.reason)
+               AND (dead_lettered_after IS NULL OR d.dead_lettered_at >= dead_lettered_after)
+               AND (dead_lettered_before IS NULL OR d.dead_lettered_at < dead_lettered_before)
+             ORDER BY d.id FOR UPDATE) d;
+    RETURN coalesce(ids, '{}');
+END $$;
+COMMENT ON FUNCTION eventgrid._dead_letter_ids(text, text, text, timestamptz, timestamptz) IS
+    'Internal: ids of the dead letters a filter selects (NULL: any), locked FOR UPDATE; 22023 for an unknown reason or an empty time range.';
+
+CREATE FUNCTION eventgrid.redeliver_dead_letters(topic text DEFAULT NULL, subscription text DEFAULT NULL,
+                                                 reason text DEFAULT NULL,
+                                                 dead_lettered_after timestamptz DEFAULT NULL,
+                                                 dead_lettered_before timestamptz DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sids bigint[];
+    ids bigint[];
+    n bigint;
+BEGIN
+    -- the subscriptions first (the delivery worker's lock order), then the dead letters
+    SELECT array_agg(s.id ORDER BY s.id) INTO sids
+      FROM (SELECT s.id FROM eventgrid.event_subscriptions s
+             WHERE (redeliver_dead_letters.topic IS NULL OR s.topic = redeliver_dead_letters.topic)
+               AND (redeliver_dead_letters.subscription IS NULL OR s.name = redeliver_dead_letters.subscription)
+             ORDER BY s.id FOR KEY SHARE) s;
+    ids := eventgrid._dead_letter_ids(topic, subscription, reason, dead_lettered_after, dead_lettered_before);
+    WITH gone AS (
+        DELETE FROM eventgrid.dead_letters d
+         WHERE d.id = ANY (ids) AND d.subscription_id = ANY (sids)
+        RETURNING d.*
+    ), queued AS (
+        -- a fresh start: no attempts made, the time-to-live counted from now
+        INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,
+                                       attempts, next_attempt_at)
+        SELECT g.subscription_id, coalesce(g.event_id, 0), g.event,
+               eventgrid.convert_event(g.event, g.input_schema, s.event_delivery_schema, g.publish_time)::text,
+               now(), octet_length(g.event::text), 0, now()
+          FROM gone g JOIN eventgrid.event_subscriptions s ON s.id = g.subscription_id
+        RETURNING subscription_id
+    ), counted AS (
+        SELECT q.subscription_id, count(*) AS n FROM queued q GROUP BY q.subscription_id
+    ), bumped AS (
+        UPDATE eventgrid.subscription_counters c SET redelivered = c.redelivered + counted.n
+          FROM counted WHERE c.subscription_id = counted.subscription_id
+    )
+    SELECT coalesce(sum(counted.n), 0) INTO n FROM counted;
+    IF n > 0 THEN
+        PERFORM eventgrid._wake_worker_at_commit();
+    END IF;
+    RETURN n;
+END $$;
+COMMENT ON FUNCTION eventgrid.redeliver_dead_letters(text, text, text, timestamptz, timestamptz) IS
+    'Queues dead letters for delivery again and returns how many: each becomes a delivery with no attempts made and its time-to-live counted from now, due at once, and leaves eventgrid.dead_letters (if it fails again it is dead-lettered again). Filters (NULL: any): topic, subscription name, reason (MaxDeliveryAttemptsExceeded, TimeToLiveExceeded, NonRetriableError), dead_lettered_at >= dead_lettered_after and < dead_lettered_before. Dead letters of dropped subscriptions stay. Running it twice queues nothing the second time. Counted in subscription_counters.redelivered. Requires eventgrid_admin. Errors: 22023. SPEC 7.';
+
+CREATE FUNCTION eventgrid.purge_dead_letters(topic text DEFAULT NULL, subscription text DEFAULT NULL,
+                                             reason text DEFAULT NULL,
+                                             dead_lettered_after timestamptz DEFAULT NULL,
+                                             dead_lettered_before timestamptz DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    ids bigint[] := eventgrid._dead_letter_ids(topic, subscription, reason, dead_lettered_after,
+                                               dead_lettered_before);
+    n bigint;
+BEGIN
+    DELETE FROM eventgrid.dead_letters d WHERE d.id = ANY (ids);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END $$;
+COMMENT ON FUNCTION eventgrid.purge_dead_letters(text, text, text, timestamptz, timestamptz) IS
+    'Deletes the dead letters a filter selects and returns how many; the same filters as redeliver_dead_letters (NULL: any). Running it twice deletes nothing the second time. Requires eventgrid_admin. Errors: 22023. SPEC 7.';
+
+CREATE OR REPLACE VIEW eventgrid.delivery_statistics AS
+SELECT s.topic, s.name AS subscription,
+       eventgrid._pending(s.id) AS pending,
+       (SELECT count(*) FROM eventgrid.retries r WHERE r.subscription_id = s.id) AS retrying,
+       coalesce(c.delivered, 0) AS delivered,
+       coalesce(c.failed_attempts, 0) AS failed_attempts,
+       coalesce(c.dead_lettered, 0) AS dead_lettered,
+       coalesce(c.dropped, 0) AS dropped,
+       coalesce(c.redelivered, 0) AS redelivered
+  FROM eventgrid.event_subscriptions s
+  LEFT JOIN eventgrid.subscription_counters c ON c.subscription_id = s.id;
+COMMENT ON VIEW eventgrid.delivery_statistics IS
+    'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), and dead letters queued again by redeliver_dead_letters.';
+
+----------------------------------------------------------------------------
 -- Batching as the worker applies it
 ----------------------------------------------------------------------------
 
@@ -581,13 +696,18 @@ REVOKE EXECUTE ON FUNCTION
     eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text),
     eventgrid.set_retry_policy(text, text, integer, integer, integer, text),
     eventgrid.set_advanced_filters(text, text, jsonb, boolean),
-    eventgrid.retry_delay(integer, integer, text)
+    eventgrid.retry_delay(integer, integer, text),
+    eventgrid._dead_letter_ids(text, text, text, timestamptz, timestamptz),
+    eventgrid.redeliver_dead_letters(text, text, text, timestamptz, timestamptz),
+    eventgrid.purge_dead_letters(text, text, text, timestamptz, timestamptz)
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     eventgrid.create_topic(text, text, text),
     eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text),
     eventgrid.set_retry_policy(text, text, integer, integer, integer, text),
-    eventgrid.set_advanced_filters(text, text, jsonb, boolean)
+    eventgrid.set_advanced_filters(text, text, jsonb, boolean),
+    eventgrid.redeliver_dead_letters(text, text, text, timestamptz, timestamptz),
+    eventgrid.purge_dead_letters(text, text, text, timestamptz, timestamptz)
     TO eventgrid_admin;
 -- the views call these with the caller's privileges
 GRANT EXECUTE ON FUNCTION

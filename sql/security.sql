@@ -76,6 +76,8 @@ SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id":
 SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": "b10", "subject": "s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}') RETURNING event$$);
 SELECT err($$SELECT event FROM eventgrid.events$$);
 SELECT err($$SELECT eventgrid.set_advanced_filters('shop', 'billing', '[]')$$);
+SELECT err($$SELECT eventgrid.redeliver_dead_letters()$$);
+SELECT err($$SELECT eventgrid.purge_dead_letters()$$);
 SELECT err($$SELECT eventgrid._advanced_match('{}', '[]', false)$$);
 SELECT name, input_schema FROM eventgrid.topics;
 RESET ROLE;
