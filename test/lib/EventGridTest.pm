@@ -21,7 +21,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(new_node start_receiver requests wait_for_requests advance_clock
-  eg_event wait_for_sql);
+  eg_event wait_for_sql planned_wait wait_recorded);
 
 my $json = JSON::PP->new->canonical;
 my $clock_offset = 0;
@@ -113,6 +113,26 @@ sub advance_clock
 	$node->safe_psql('postgres',
 		"ALTER SYSTEM SET eventgrid.clock_offset = '${clock_offset}s'; SELECT pg_reload_conf();");
 	return $clock_offset;
+}
+
+# Seconds the worker planned to wait after the last recorded attempt of
+# subscription $sub's one retry.
+sub planned_wait
+{
+	my ($node, $sub) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT extract(epoch FROM d.next_attempt_at - d.last_attempt_at)::int FROM eventgrid.retries d "
+		  . "JOIN eventgrid.event_subscriptions s ON s.id = d.subscription_id WHERE s.name = '$sub'");
+}
+
+# Waits until subscription $sub's one retry has $attempts attempts recorded
+# and is not leased.
+sub wait_recorded
+{
+	my ($node, $sub, $attempts) = @_;
+	return wait_for_sql($node,
+		"SELECT count(*) FROM eventgrid.retries d JOIN eventgrid.event_subscriptions s ON s.id = d.subscription_id "
+		  . "WHERE s.name = '$sub' AND d.attempts = $attempts AND d.lease_owner IS NULL", '1');
 }
 
 # An Event Grid schema event as JSON text.

@@ -21,39 +21,23 @@ my $json = JSON::PP->new;
 
 sub sql { return $node->safe_psql('postgres', shift) }
 
-# wait after the last recorded attempt of a subscription's one delivery
-sub planned_wait
-{
-	my $sub = shift;
-	return sql("SELECT extract(epoch FROM d.next_attempt_at - d.last_attempt_at)::int FROM eventgrid.retries d "
-		  . "JOIN eventgrid.event_subscriptions s ON s.id = d.subscription_id WHERE s.name = '$sub'");
-}
-
-sub wait_recorded
-{
-	my ($sub, $attempts) = @_;
-	return wait_for_sql($node,
-		"SELECT count(*) FROM eventgrid.retries d JOIN eventgrid.event_subscriptions s ON s.id = d.subscription_id "
-		  . "WHERE s.name = '$sub' AND d.attempts = $attempts AND d.lease_owner IS NULL", '1');
-}
-
 sql("SELECT eventgrid.create_topic('shop')");
 
 # --- schedule with floors: 500 -> 10 s, 503 -> 30 s, 408 -> 2 min, then 200 ---
 sql("SELECT eventgrid.create_event_subscription('shop', 'sched', '$u/seq/500,503,408,200/sched')");
 sql("INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '" . eg_event('s-1') . "')");
-ok(wait_recorded('sched', 1), 'attempt 1 made and recorded');
-is(planned_wait('sched'), 10, 'after failure 1 (500): 10 s');
+ok(wait_recorded($node, 'sched', 1), 'attempt 1 made and recorded');
+is(planned_wait($node, 'sched'), 10, 'after failure 1 (500): 10 s');
 # real time passes too: 8 s ahead plus 1 s of waiting stays short of 10 s
 advance_clock($node, 8);
 sleep 1;
 is(scalar(requests($r, '/seq/500,503,408,200/sched')), 1, 'no attempt before the retry is due');
 advance_clock($node, 2);
-ok(wait_recorded('sched', 2), 'attempt 2 made when due');
-is(planned_wait('sched'), 30, 'after failure 2 (503): 30 s');
+ok(wait_recorded($node, 'sched', 2), 'attempt 2 made when due');
+is(planned_wait($node, 'sched'), 30, 'after failure 2 (503): 30 s');
 advance_clock($node, 30);
-ok(wait_recorded('sched', 3), 'attempt 3 made when due');
-is(planned_wait('sched'), 120, 'after failure 3 (408, schedule says 1 min): the 2 min floor');
+ok(wait_recorded($node, 'sched', 3), 'attempt 3 made when due');
+is(planned_wait($node, 'sched'), 120, 'after failure 3 (408, schedule says 1 min): the 2 min floor');
 advance_clock($node, 120);
 ok(wait_for_sql($node, "SELECT delivered || '/' || pending || '/' || failed_attempts FROM eventgrid.delivery_statistics WHERE subscription = 'sched'", '1/0/3'),
 	'attempt 4 delivered');
@@ -64,19 +48,19 @@ is_deeply([ map { $json->decode($_->{body})->[0]{id} } @sched ], [ ('s-1') x 4 ]
 # --- 503 floor on the first retry: 30 s instead of 10 s ------------------------
 sql("SELECT eventgrid.create_event_subscription('shop', 'busy', '$u/status/503/busy')");
 sql("INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '" . eg_event('b-1') . "')");
-ok(wait_recorded('busy', 1), '503: attempt 1 recorded');
-is(planned_wait('busy'), 30, 'after a first failure with 503: 30 s floor');
+ok(wait_recorded($node, 'busy', 1), '503: attempt 1 recorded');
+is(planned_wait($node, 'busy'), 30, 'after a first failure with 503: 30 s floor');
 sql("SELECT eventgrid.drop_event_subscription('shop', 'busy')");
 
 # --- maximum delivery attempts, dead-lettered ------------------------------------
 sql("SELECT eventgrid.create_event_subscription('shop', 'max3', '$u/status/500/max3', max_delivery_attempts => 3, deadletter => true)");
 sql("SELECT eventgrid.create_event_subscription('shop', 'max1-drop', '$u/status/500/max1', max_delivery_attempts => 1)");
 sql("INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '" . eg_event('m-1') . "')");
-ok(wait_recorded('max3', 1), 'max3: attempt 1');
+ok(wait_recorded($node, 'max3', 1), 'max3: attempt 1');
 ok(wait_for_sql($node, "SELECT dropped FROM eventgrid.delivery_statistics WHERE subscription = 'max1-drop'", '1'),
 	'max_delivery_attempts 1 without dead-lettering: dropped after one failure');
 advance_clock($node, 10);
-ok(wait_recorded('max3', 2), 'max3: attempt 2');
+ok(wait_recorded($node, 'max3', 2), 'max3: attempt 2');
 advance_clock($node, 30);
 ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.dead_letters WHERE subscription_name = 'max3'", '1'),
 	'max3: dead-lettered after attempt 3');
@@ -95,9 +79,9 @@ my @at = (0, 10, 40, 100, 400, 1000);    # attempt times in seconds after publis
 for my $i (0 .. $#at)
 {
 	advance_clock($node, $at[$i] - ($i ? $at[ $i - 1 ] : 0)) if $i;
-	ok(wait_recorded('ttl', $i + 1), "attempt " . ($i + 1) . " at $at[$i] s");
+	ok(wait_recorded($node, 'ttl', $i + 1), "attempt " . ($i + 1) . " at $at[$i] s");
 }
-is(planned_wait('ttl'), 1800, 'after failure 6: 30 min, due at 46 min 40 s, past the TTL');
+is(planned_wait($node, 'ttl'), 1800, 'after failure 6: 30 min, due at 46 min 40 s, past the TTL');
 advance_clock($node, 1798);
 sleep 1;
 is(sql("SELECT count(*) FROM eventgrid.dead_letters WHERE subscription_name = 'ttl'"), '0',

@@ -23,21 +23,6 @@ my $json = JSON::PP->new;
 
 sub sql { return $node->safe_psql('postgres', shift) }
 
-sub planned_wait
-{
-	my $sub = shift;
-	return sql("SELECT extract(epoch FROM d.next_attempt_at - d.last_attempt_at)::int FROM eventgrid.retries d "
-		  . "JOIN eventgrid.event_subscriptions s ON s.id = d.subscription_id WHERE s.name = '$sub'");
-}
-
-sub wait_recorded
-{
-	my ($sub, $attempts) = @_;
-	return wait_for_sql($node,
-		"SELECT count(*) FROM eventgrid.retries d JOIN eventgrid.event_subscriptions s ON s.id = d.subscription_id "
-		  . "WHERE s.name = '$sub' AND d.attempts = $attempts AND d.lease_owner IS NULL", '1');
-}
-
 sub dead_letter
 {
 	my $sub = shift;
@@ -61,8 +46,8 @@ my @at = (0, 10, 30, 60, 300, 600, 900);    # attempt times in seconds after the
 for my $i (0 .. $#at)
 {
 	advance_clock($node, $at[$i] - $at[ $i - 1 ]) if $i;
-	ok(wait_recorded('example', $i + 1), "attempt " . ($i + 1) . " at $at[$i] s");
-	is(planned_wait('example'), ($i < $#at ? $at[ $i + 1 ] - $at[$i] : 300),
+	ok(wait_recorded($node, 'example', $i + 1), "attempt " . ($i + 1) . " at $at[$i] s");
+	is(planned_wait($node, 'example'), ($i < $#at ? $at[ $i + 1 ] - $at[$i] : 300),
 		"then a wait of " . ($i < $#at ? $at[ $i + 1 ] - $at[$i] : 300) . " s");
 }
 # real time passes too: 297 s ahead plus 1 s of waiting stays short of 300 s
@@ -92,8 +77,8 @@ sql("SELECT eventgrid.drop_event_subscription('ns-shop', 'example')");
 sql("SELECT eventgrid.create_event_subscription('ns-shop', 'twice', '$u/status/503/twice',"
 	  . " max_delivery_count => 2, deadletter => true)");
 sql("SELECT eventgrid.publish('ns-shop', '" . ce_event('x-2') . "')");
-ok(wait_recorded('twice', 1), 'max_delivery_count 2: attempt 1');
-is(planned_wait('twice'), 30, '503 keeps its 30 s floor');
+ok(wait_recorded($node, 'twice', 1), 'max_delivery_count 2: attempt 1');
+is(planned_wait($node, 'twice'), 30, '503 keeps its 30 s floor');
 advance_clock($node, 30);
 ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.dead_letters WHERE subscription_name = 'twice'", '1'),
 	'dead-lettered after attempt 2');
@@ -123,7 +108,7 @@ is(sql("SELECT string_agg(subscription_name || ':' || dead_letter_reason || ':' 
 	'each after one attempt, with its outcome');
 is(dead_letter('gone')->{deadLetterProperties}{deliveryresult}, 'NotFound (HTTP 404)', 'deliveryresult names the outcome and status');
 is(dead_letter('refused')->{deadLetterProperties}{deliveryresult}, 'SocketError', 'no HTTP status without an answer');
-ok(wait_recorded('custom-gone', 1) && wait_recorded('custom-refused', 1),
+ok(wait_recorded($node, 'custom-gone', 1) && wait_recorded($node, 'custom-refused', 1),
 	'the same failures on a custom topic are retried');
 is(sql("SELECT count(*) FROM eventgrid.dead_letters WHERE subscription_name LIKE 'custom-%'"), '0', 'and not dead-lettered');
 
