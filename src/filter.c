@@ -125,6 +125,14 @@ static const char *const eg_aliases[][2] = {
 	{"eventType", "type"}, {"topic", "source"}, {"dataVersion", "dataversion"}, {"eventTime", "time"},
 };
 
+/* Hints that more than one check gives. */
+#define HINT_OPERATORS \
+	"operatorType is one of NumberIn, NumberNotIn, NumberLessThan, NumberGreaterThan, NumberLessThanOrEquals, NumberGreaterThanOrEquals, NumberInRange, NumberNotInRange, BoolEquals, StringContains, StringNotContains, StringBeginsWith, StringNotBeginsWith, StringEndsWith, StringNotEndsWith, StringIn, StringNotIn, IsNullOrUndefined, IsNotNull."
+#define HINT_VALUE_OR_VALUES \
+	"NumberLessThan, NumberGreaterThan, NumberLessThanOrEquals, NumberGreaterThanOrEquals and BoolEquals take one \"value\"; the other operators take \"values\"."
+#define HINT_RANGES \
+	"NumberInRange and NumberNotInRange take values such as [[0, 10], [20, 30]]: inclusive [low, high] pairs."
+
 static void pg_attribute_noreturn()
 filter_error(int sqlstate, int pos, const char *opname, const char *hint, const char *fmt,...)
 pg_attribute_printf(5, 6);
@@ -206,6 +214,21 @@ filter_number(const JsonbValue *v, int pos, const char *opname, const char *fiel
 }
 
 /*
+ * Adds n values of filter pos (its field "value" or "values") to the count
+ * over all filters; 54000 past the limit.
+ */
+static void
+charge_values(int pos, const char *opname, const char *field, int n, int *total_values)
+{
+	if (*total_values + n > EG_MAX_FILTER_VALUES)
+		filter_error(ERRCODE_PROGRAM_LIMIT_EXCEEDED, pos, opname,
+					 "Event Grid allows 25 advanced filter values in all per event subscription.",
+					 "%s brings the advanced filter values to %d, more than %d in all",
+					 field, *total_values + n, EG_MAX_FILTER_VALUES);
+	*total_values += n;
+}
+
+/*
  * Checks one filter object (1-based position pos) and compiles it into f;
  * *total_values counts values over all filters for the limit.
  */
@@ -250,7 +273,7 @@ compile_filter(JsonbValue *elem, int pos, EgFilter *f, int *total_values)
 
 	if (!get_field(obj, "operatorType", &opv) || opv.type != jbvString)
 		filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, NULL,
-					 "operatorType is one of NumberIn, NumberNotIn, NumberLessThan, NumberGreaterThan, NumberLessThanOrEquals, NumberGreaterThanOrEquals, NumberInRange, NumberNotInRange, BoolEquals, StringContains, StringNotContains, StringBeginsWith, StringNotBeginsWith, StringEndsWith, StringNotEndsWith, StringIn, StringNotIn, IsNullOrUndefined, IsNotNull.",
+					 HINT_OPERATORS,
 					 "operatorType must be a string naming the operator");
 	f->kind = -1;
 	for (int i = 0; i < (int) lengthof(eg_ops); i++)
@@ -259,7 +282,7 @@ compile_filter(JsonbValue *elem, int pos, EgFilter *f, int *total_values)
 			f->kind = i;
 	if (f->kind < 0)
 		filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, NULL,
-					 "operatorType is one of NumberIn, NumberNotIn, NumberLessThan, NumberGreaterThan, NumberLessThanOrEquals, NumberGreaterThanOrEquals, NumberInRange, NumberNotInRange, BoolEquals, StringContains, StringNotContains, StringBeginsWith, StringNotBeginsWith, StringEndsWith, StringNotEndsWith, StringIn, StringNotIn, IsNullOrUndefined, IsNotNull.",
+					 HINT_OPERATORS,
 					 "unknown operatorType \"%.*s\"", Min(opv.val.string.len, 64), opv.val.string.val);
 	opname = eg_ops[f->kind].name;
 	arg = eg_ops[f->kind].arg;
@@ -318,7 +341,7 @@ compile_filter(JsonbValue *elem, int pos, EgFilter *f, int *total_values)
 		case ARG_BOOL:
 			if (has_values || !has_value)
 				filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname,
-							 "NumberLessThan, NumberGreaterThan, NumberLessThanOrEquals, NumberGreaterThanOrEquals and BoolEquals take one \"value\"; the other operators take \"values\".",
+							 HINT_VALUE_OR_VALUES,
 							 "needs \"value\", not \"values\"");
 			f->nvalues = 1;
 			if (arg == ARG_BOOL)
@@ -342,7 +365,7 @@ compile_filter(JsonbValue *elem, int pos, EgFilter *f, int *total_values)
 
 				if (has_value || !has_values)
 					filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname,
-								 "NumberLessThan, NumberGreaterThan, NumberLessThanOrEquals, NumberGreaterThanOrEquals and BoolEquals take one \"value\"; the other operators take \"values\".",
+								 HINT_VALUE_OR_VALUES,
 								 "needs \"values\", not \"value\"");
 				if (valuesv.type != jbvBinary || !JsonContainerIsArray(valuesv.val.binary.data))
 					filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname, NULL,
@@ -352,11 +375,7 @@ compile_filter(JsonbValue *elem, int pos, EgFilter *f, int *total_values)
 				if (f->nvalues == 0)
 					filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname, NULL,
 								 "values must hold at least one value");
-				if (*total_values + f->nvalues > EG_MAX_FILTER_VALUES)
-					filter_error(ERRCODE_PROGRAM_LIMIT_EXCEEDED, pos, opname,
-								 "Event Grid allows 25 advanced filter values in all per event subscription.",
-								 "values brings the advanced filter values to %d, more than %d in all",
-								 *total_values + f->nvalues, EG_MAX_FILTER_VALUES);
+				charge_values(pos, opname, "values", f->nvalues, total_values);
 				if (arg == ARG_STRINGS)
 				{
 					f->strings = palloc(f->nvalues * sizeof(char *));
@@ -389,7 +408,7 @@ compile_filter(JsonbValue *elem, int pos, EgFilter *f, int *total_values)
 
 						if (pair == NULL || !JsonContainerIsArray(pair) || JsonContainerSize(pair) != 2)
 							filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname,
-										 "NumberInRange and NumberNotInRange take values such as [[0, 10], [20, 30]]: inclusive [low, high] pairs.",
+										 HINT_RANGES,
 										 "%s must be a [low, high] pair of numbers", field);
 						f->numbers[2 * i] = filter_number(getIthJsonbValueFromContainer(pair, 0),
 														  pos, opname, field);
@@ -397,23 +416,15 @@ compile_filter(JsonbValue *elem, int pos, EgFilter *f, int *total_values)
 															  pos, opname, field);
 						if (f->numbers[2 * i] > f->numbers[2 * i + 1])
 							filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname,
-										 "NumberInRange and NumberNotInRange take values such as [[0, 10], [20, 30]]: inclusive [low, high] pairs.",
+										 HINT_RANGES,
 										 "%s has low greater than high", field);
 					}
 				}
-				*total_values += f->nvalues;
 				break;
 			}
 	}
 	if (arg == ARG_NUMBER || arg == ARG_BOOL)
-	{
-		if (*total_values + 1 > EG_MAX_FILTER_VALUES)
-			filter_error(ERRCODE_PROGRAM_LIMIT_EXCEEDED, pos, opname,
-						 "Event Grid allows 25 advanced filter values in all per event subscription.",
-						 "value brings the advanced filter values to %d, more than %d in all",
-						 *total_values + 1, EG_MAX_FILTER_VALUES);
-		*total_values += 1;
-	}
+		charge_values(pos, opname, "value", 1, total_values);
 }
 
 /* Checks and compiles a filter array, in the current memory context. */

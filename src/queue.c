@@ -839,12 +839,8 @@ payload_col(SPITupleTable *tt, int row, int col, EgEventPart *part)
 static void
 request_cols(SPITupleTable *tt, int row, int col, EgClaimedRow *r)
 {
-	bool		isnull;
-	Datum		v;
-
 	r->max_attempts = int32_col(tt, row, col, 1);
-	v = SPI_getbinval(tt->vals[row], tt->tupdesc, col + 1, &isnull);
-	r->expired = !isnull && DatumGetBool(v);
+	r->expired = bool_col(tt, row, col + 1);
 	r->endpoint = text_col(tt, row, col + 2);
 	r->subscription_name = text_col(tt, row, col + 3);
 	r->schema = text_col(tt, row, col + 4);
@@ -970,12 +966,11 @@ eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 		int			taken = 0;
 		int			delivered = 0;
 		bool		isnull;
-		Datum		v;
 
 		while (j < n && int64_col(tt, j, 1, 0) == sub)
 			j++;
 		nseen++;
-		v = SPI_getbinval(tt->vals[i], tt->tupdesc, 2, &isnull);
+		(void) SPI_getbinval(tt->vals[i], tt->tupdesc, 2, &isnull);	/* no event: nothing taken */
 		if (!isnull)
 			taken = j - i;
 
@@ -984,7 +979,7 @@ eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 		 * batch is complete unless the limit stopped the scan.  Cut by the
 		 * byte budget: the position stops at the last event taken.
 		 */
-		if (taken == 0 && (scanned > 0 || DatumGetBool(SPI_getbinval(tt->vals[i], tt->tupdesc, 22, &isnull))))
+		if (taken == 0 && (scanned > 0 || bool_col(tt, i, 22)))
 		{
 			/* cut before its first event, or idle with no batch open: nothing to write */
 			if (scanned > 0)
@@ -1010,10 +1005,9 @@ eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 		{
 			EgClaimedRow *r;
 
-			v = SPI_getbinval(tt->vals[k], tt->tupdesc, 4, &isnull);
 			last_txids[nsubs] = DatumGetUInt64(SPI_getbinval(tt->vals[k], tt->tupdesc, 2, &isnull));
 			last_ids[nsubs] = Int64GetDatum(int64_col(tt, k, 3, 0));
-			if (!DatumGetBool(v))
+			if (!bool_col(tt, k, 4))
 				continue;		/* left out by the subscription's filters */
 			if (delivered++ == 0)
 			{
