@@ -8,7 +8,7 @@ OBJS = src/eventgrid.o src/launcher.o src/publish.o src/retry.o src/payload.o sr
 
 EXTENSION = eventgrid
 DATA = sql/eventgrid--0.1.0.sql sql/eventgrid--0.2.0.sql sql/eventgrid--0.1.0--0.2.0.sql \
-       sql/eventgrid--0.2.0--0.3.0.sql sql/eventgrid--0.3.0--0.4.0.sql
+       sql/eventgrid--0.2.0--0.3.0.sql sql/eventgrid--0.3.0--0.4.0.sql sql/eventgrid--0.4.0--0.5.0.sql
 PGFILEDESC = "eventgrid - Event Grid push delivery for PostgreSQL"
 
 REGRESS = config publish retry filters security
@@ -27,3 +27,6 @@ PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# every C file includes the shared header: rebuild them all when it changes
+$(OBJS): src/eventgrid.h

@@ -14,6 +14,8 @@ Measures, in one run against one cluster and one nginx sink on 127.0.0.1:
  10. fan-out with advanced filters: figure 4 again with 5 advanced filters on
     each of the 10 subscriptions (every event passes them, so the deliveries
     are the same and the difference is the cost of the filters)
+ 11. attempt history: single-event delivery with eventgrid.attempt_history
+    off and all, alternately twice, and the drop in events/s it costs
  9. isolation: a healthy subscription's latency beside 500 subscriptions to a
     port where nothing listens and 200 to an endpoint that accepts and never
     answers (30 s response timeout), and the worker's peak descriptors and
@@ -278,6 +280,28 @@ class Bench:
                     "deliveries/s")
         self.report_costs("fanout_filtered", costs)
 
+    # -- 11 ---------------------------------------------------------------------
+    def fig_history(self):
+        n = env_int("BENCH_EVENTS", 200000)
+        rates = {"off": [], "all": []}
+        for mode in ("off", "all", "off", "all"):
+            self.set_guc("eventgrid.attempt_history", mode)
+            rate, costs = self.drain("history", 1, n)
+            rates[mode].append((rate, costs))
+        self.set_guc("eventgrid.attempt_history", "all")
+        for mode in ("off", "all"):
+            rate = statistics.mean(r for r, _ in rates[mode])
+            worker = statistics.mean(c["worker"] for _, c in rates[mode])
+            wal = statistics.mean(c["wal"] for _, c in rates[mode])
+            label = (f"11 single-event delivery, attempt history {mode} ({n:,} events, mean of 2)"
+                     if mode == "off" else f"  the same with attempt history {mode}")
+            self.report(f"history_{mode}_events_per_s", label, rate, "events/s")
+            self.report(f"history_{mode}_worker_cpu_us_per_delivery", "  delivery worker CPU per delivery", worker, "µs")
+            self.report(f"history_{mode}_wal_bytes_per_delivery", "  WAL written per delivery", wal, "bytes")
+        self.report("history_cost_percent", "  drop in events/s with the full history",
+                    100.0 * (1 - self.results["history_all_events_per_s"] / self.results["history_off_events_per_s"]),
+                    "%", "<= 10 %")
+
     # -- 5 ----------------------------------------------------------------------
     def fig_publish_cost(self):
         n = env_int("BENCH_EVENTS", 200000)
@@ -514,7 +538,7 @@ def main():
     ap.add_argument("--sink", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", default="1,2,5,6,7,8,9,10", help="comma-separated figure numbers (2 runs 2-4)")
+    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11", help="comma-separated figure numbers (2 runs 2-4)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     b = Bench(args)
@@ -533,6 +557,8 @@ def main():
         b.fig_isolation()
     if "10" in only:
         b.fig_filtered_fanout()
+    if "11" in only:
+        b.fig_history()
     if "8" in only:
         cases = os.environ.get("BENCH_STEADY_CASES", "plain,rr").split(",")
         if "plain" in cases:

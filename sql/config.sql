@@ -222,3 +222,16 @@ SELECT err($$SELECT eventgrid.purge_dead_letters(reason => 'Bored')$$);
 SELECT err($$SELECT eventgrid.redeliver_dead_letters(dead_lettered_after => now(), dead_lettered_before => now() - interval '1 day')$$);
 SELECT eventgrid.purge_dead_letters(topic => 'no-such-topic') AS purged,
        eventgrid.redeliver_dead_letters(topic => 'no-such-topic') AS redelivered;
+
+-- Attempt history and metrics: the settings, their ranges, the views' shape
+SELECT name, setting, unit, min_val, max_val, enumvals, context FROM pg_settings
+ WHERE name LIKE 'eventgrid.attempt\_history%' ORDER BY name;
+ALTER SYSTEM SET eventgrid.attempt_history = 'sometimes';
+ALTER SYSTEM SET eventgrid.attempt_history_retention = '1min';
+ALTER SYSTEM SET eventgrid.attempt_history_max_rows = 10;
+SELECT err($$SET eventgrid.attempt_history = 'off'$$);
+SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+ WHERE attrelid = 'eventgrid.delivery_attempts'::regclass AND attnum > 0 ORDER BY attnum;
+SELECT metric_name, aggregation, unit FROM eventgrid.metrics
+ WHERE topic = 'orders' AND (event_subscription IS NULL OR event_subscription = 'sub-default')
+ ORDER BY event_subscription NULLS FIRST, metric_name, aggregation;

@@ -79,6 +79,9 @@ SELECT err($$SELECT eventgrid.set_advanced_filters('shop', 'billing', '[]')$$);
 SELECT err($$SELECT eventgrid.redeliver_dead_letters()$$);
 SELECT err($$SELECT eventgrid.purge_dead_letters()$$);
 SELECT err($$SELECT eventgrid._advanced_match('{}', '[]', false)$$);
+SELECT err($$SELECT * FROM eventgrid.delivery_attempts$$);
+SELECT err($$SELECT * FROM eventgrid.attempt_log$$);
+SELECT err($$SELECT * FROM eventgrid.metrics$$);
 SELECT name, input_schema FROM eventgrid.topics;
 RESET ROLE;
 SELECT count(*) AS bobs_events FROM eventgrid.events WHERE event->>'id' LIKE 'b%';
@@ -101,6 +104,12 @@ SELECT err($$UPDATE eventgrid.event_subscriptions SET endpoint = 'http://evil/'$
 SELECT err($$DELETE FROM eventgrid.retries$$);
 SELECT err($$SELECT eventgrid._put_delivery_property('shop', 'billing', 'X-A', 'v', NULL, false)$$);
 SELECT err($$SELECT eventgrid.drop_topic('alice-topic')$$);
+-- attempt history and metrics: readable, not writable
+SELECT err($$SELECT count(*) FROM eventgrid.delivery_attempts$$);
+SELECT err($$SELECT count(*) FROM eventgrid.metrics WHERE metric_name = 'PublishSuccessCount'$$);
+SELECT err($$SELECT history_table FROM eventgrid.attempt_log_rotation$$);
+SELECT err($$DELETE FROM eventgrid.attempt_log$$);
+SELECT err($$UPDATE eventgrid.attempt_log_rotation SET history_table = 1$$);
 RESET ROLE;
 
 -- Endpoints: what libcurl cannot use is refused with its parser's reason

@@ -42,6 +42,16 @@ int			eg_max_bytes_in_flight_kb = 64 * 1024;
 int			eg_event_table_rotation_s = 10;
 int			eg_max_requests_per_endpoint = 32;
 int			eg_probation_failures = 10;
+int			eg_attempt_history = EG_HISTORY_ALL;
+int			eg_attempt_history_retention_s = 24 * 3600;
+int			eg_attempt_history_max_rows = 1000000;
+
+static const struct config_enum_entry history_modes[] = {
+	{"all", EG_HISTORY_ALL, false},
+	{"failures", EG_HISTORY_FAILURES, false},
+	{"off", EG_HISTORY_OFF, false},
+	{NULL, 0, false}
+};
 
 EgShared   *eg_shared = NULL;
 
@@ -87,6 +97,7 @@ eg_shmem_startup(void)
 		eg_shared->worker_latch = NULL;
 		eg_shared->worker_pid = 0;
 		eg_shared->upkeep_wanted = true;
+		eg_shared->backlog = 0;
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -156,6 +167,21 @@ eg_define_gucs(void)
 							gettext_noop("A table is emptied once everything has passed its events, so the queue holds about two of these periods of events."),
 							&eg_event_table_rotation_s, 10, 1, 3600,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomEnumVariable("eventgrid.attempt_history",
+							 gettext_noop("Which delivery attempts the history (view eventgrid.delivery_attempts) keeps: all, failures or off."),
+							 gettext_noop("failures keeps every attempt that did not deliver; off keeps none."),
+							 &eg_attempt_history, EG_HISTORY_ALL, history_modes,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.attempt_history_retention",
+							gettext_noop("How long the delivery attempt history keeps an attempt at least."),
+							gettext_noop("Three tables take turns, each for half of this; an attempt is removed between one and one and a half times this after it was made."),
+							&eg_attempt_history_retention_s, 24 * 3600, 120, 90 * 24 * 3600,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.attempt_history_max_rows",
+							gettext_noop("How many delivery attempts the history keeps at least before the oldest are removed."),
+							gettext_noop("A history table takes half of this many rows before the next one does; the history holds at most one and a half times this."),
+							&eg_attempt_history_max_rows, 1000000, 1000, INT_MAX,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("eventgrid");
 #else

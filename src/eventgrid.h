@@ -40,6 +40,20 @@ extern int	eg_max_bytes_in_flight_kb;
 extern int	eg_event_table_rotation_s;
 extern int	eg_max_requests_per_endpoint;
 extern int	eg_probation_failures;
+extern int	eg_attempt_history;
+extern int	eg_attempt_history_retention_s;
+extern int	eg_attempt_history_max_rows;
+
+/* eventgrid.attempt_history: which delivery attempts the history keeps. */
+typedef enum EgHistoryMode
+{
+	EG_HISTORY_ALL,
+	EG_HISTORY_FAILURES,
+	EG_HISTORY_OFF
+} EgHistoryMode;
+
+/* Delivery attempt history: three tables that take turns (queue.c). */
+#define EG_HISTORY_TABLES 3
 
 /* Published events go to three event tables that take turns (eventgrid.c). */
 #define EG_EVENT_TABLES 3
@@ -52,6 +66,7 @@ typedef struct EgShared
 	Latch	   *worker_latch;
 	pid_t		worker_pid;
 	bool		upkeep_wanted;	/* the delivery worker had work since the last upkeep */
+	int64		backlog;		/* deliveries ready and not claimed, as the upkeep worker last counted */
 } EgShared;
 
 extern EgShared *eg_shared;
@@ -198,6 +213,24 @@ typedef struct EgOutcome
 	const char *reason;			/* dead-letter reason when action is f */
 } EgOutcome;
 
+/*
+ * One delivery attempt as the history keeps it: one HTTP request (or one
+ * held back by probation), with the ids of every event it carried.
+ */
+typedef struct EgAttempt
+{
+	TimestampTz attempted_at;
+	int64		subscription_id;
+	const char *subscription_name;
+	const int64 *event_ids;
+	int			nevents;
+	int32		attempt;		/* 1-based; a batch: its first event's */
+	int32		http_status;	/* 0: no HTTP answer */
+	const char *outcome;
+	double		duration_ms;	/* < 0: not sent */
+	const char *error;			/* transport error text, or NULL */
+} EgAttempt;
+
 /* How far a chunk's first attempts have been handed to HTTP. */
 typedef struct EgChunkMark
 {
@@ -221,9 +254,23 @@ extern void eg_queue_mark_in_flight(int lease_owner, int64 wave, const int64 *re
 									const EgChunkMark *marks, int nmarks);
 extern void eg_queue_forget_waves(int lease_owner, const int64 *waves, int n);
 extern TimestampTz eg_queue_record(EgOutcome *const *outcomes, int n, int lease_owner,
-								   const int64 *chunks, int nchunks);
+								   const int64 *chunks, int nchunks,
+								   const EgAttempt *attempts, int nattempts);
 extern TimestampTz eg_queue_next_due(int lease_owner);
-extern void eg_queue_recover(int lease_owner, bool all, TimestampTz now, uint64 *charged, uint64 *released);
+extern void eg_queue_recover(int lease_owner, bool all, TimestampTz now, bool history,
+							 uint64 *charged, uint64 *released);
+extern char *eg_queue_rotate_history(TimestampTz now, int64 period_ms, int64 max_rows);
+extern int64 eg_queue_backlog(TimestampTz now);
+
+/* Events dead-lettered and dropped so far (eg_queue_finals). */
+typedef struct EgFinals
+{
+	int64		last_dead_letter_id;	/* highest dead letter id */
+	int64		dropped;		/* sum of the subscriptions' dropped counters */
+	char	   *by_reason;		/* "reason n, ..." of dead letters after the given id, or NULL */
+	int64		dead_lettered;	/* how many dead letters after the given id */
+} EgFinals;
+extern EgFinals eg_queue_finals(int64 after_dead_letter_id);
 extern uint64 eg_queue_rebase(TimestampTz now);
 extern void eg_queue_count_unmatched(void);
 extern char *eg_queue_truncate(int event_table, TimestampTz now);
@@ -280,6 +327,7 @@ typedef struct EgRequest
 	/* results */
 	EgTransport transport;
 	int			http_status;
+	double		duration_ms;	/* libcurl's total time of the transfer */
 	/* caller's bookkeeping */
 	void	  **items;			/* the rows this request carries */
 	int			count;

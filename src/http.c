@@ -75,6 +75,25 @@ classify(CURLcode rc)
 	}
 }
 
+/* libcurl's total time of a finished transfer, in milliseconds. */
+static double
+total_time_ms(CURL *easy)
+{
+#if LIBCURL_VERSION_NUM >= 0x073d00
+	curl_off_t	us = 0;
+
+	if (curl_easy_getinfo(easy, CURLINFO_TOTAL_TIME_T, &us) != CURLE_OK)
+		return 0;
+	return (double) us / 1000.0;
+#else
+	double		s = 0;
+
+	if (curl_easy_getinfo(easy, CURLINFO_TOTAL_TIME, &s) != CURLE_OK)
+		return 0;
+	return s * 1000.0;
+#endif
+}
+
 /* Thread side: frees what libcurl owned and hands the request back. */
 static void
 finish(EgRequest *req, EgTransport transport, int http_status)
@@ -107,6 +126,7 @@ start(EgRequest *req)
 	req->easy = h;
 	if (h == NULL)
 	{
+		snprintf(req->errbuf, sizeof(req->errbuf), "could not set up the transfer: out of memory");
 		finish(req, EG_TRANSPORT_SOCKET, 0);
 		return;
 	}
@@ -133,7 +153,11 @@ start(EgRequest *req)
 	SET(CURLOPT_TCP_NODELAY, 1L);
 #undef SET
 	if (rc != CURLE_OK || curl_multi_add_handle(multi, h) != CURLM_OK)
+	{
+		snprintf(req->errbuf, sizeof(req->errbuf), "could not set up the transfer: %s",
+				 rc != CURLE_OK ? curl_easy_strerror(rc) : "curl_multi_add_handle failed");
 		finish(req, EG_TRANSPORT_SOCKET, 0);
+	}
 }
 
 static void *
@@ -187,8 +211,15 @@ http_thread_main(void *arg)
 			{
 				curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
 				if (status < 100 || status > 599)
+				{
 					transport = EG_TRANSPORT_SOCKET;	/* not a valid HTTP answer */
+					snprintf(req->errbuf, sizeof(req->errbuf), "invalid HTTP status code %ld", status);
+					status = 0;
+				}
 			}
+			else if (req->errbuf[0] == '\0')
+				snprintf(req->errbuf, sizeof(req->errbuf), "%s", curl_easy_strerror(msg->data.result));
+			req->duration_ms = total_time_ms(msg->easy_handle);
 			finish(req, transport, (int) status);
 		}
 		/* sleeps until socket activity, a timeout, or curl_multi_wakeup() */
@@ -287,6 +318,7 @@ eg_http_start(EgRequest *req, const char *url, long timeout_ms)
 	req->url = url;
 	req->timeout_ms = timeout_ms;
 	req->errbuf[0] = '\0';
+	req->duration_ms = 0;
 	eg_http_add_header(req, "Expect:");
 
 	pthread_mutex_lock(&mutex);

@@ -66,6 +66,7 @@ typedef enum EgPlanId
 	PLAN_NO_SYNC,
 	PLAN_RECORD_FIRST,
 	PLAN_RECORD_RETRIES,
+	PLAN_RECORD_ATTEMPTS,
 	PLAN_WAVES_DONE,
 	PLAN_IN_FLIGHT,
 	PLAN_SENT_MARKS,
@@ -82,6 +83,12 @@ typedef enum EgPlanId
 	PLAN_TABLE_USED,
 	PLAN_TRUNCATED,
 	PLAN_TRUNCATE_FAILED,
+	PLAN_HISTORY_STATE,
+	PLAN_HISTORY_USED,
+	PLAN_HISTORY_ROTATED,
+	PLAN_HISTORY_ROTATE_FAILED,
+	PLAN_BACKLOG,
+	PLAN_FINALS,
 	PLAN_HEALTH_LOAD,
 	PLAN_HEALTH_SAVE,
 	PLAN_HEALTH_FORGET,
@@ -132,6 +139,21 @@ typedef struct EgPlanDef
 	"   WHERE p.subscription_id = ANY (" sub_ids ")" \
 	"   GROUP BY p.subscription_id" \
 	")"
+
+/*
+ * Attempt history rows for deliveries a crash interrupted after they were
+ * handed to HTTP (outcome Aborted, at time parameter at), from a CTE rows
+ * with subscription_id, event_id and attempts (0: not charged, no row);
+ * only when the boolean parameter keep is true.
+ */
+#define ABORTED_HISTORY(rows, at, keep) \
+	"  INSERT INTO eventgrid.attempt_log (history_table, attempted_at, topic, subscription_id," \
+	"         subscription_name, event_ids, attempt, outcome, error)" \
+	"  SELECT h.history_table, " at ", s.topic, s.id, s.name, ARRAY[m.event_id], m.attempts, 'Aborted'," \
+	"         'the delivery worker stopped before the outcome of this request was recorded'" \
+	"    FROM " rows " m JOIN eventgrid.event_subscriptions s ON s.id = m.subscription_id" \
+	"   CROSS JOIN eventgrid.attempt_log_rotation h" \
+	"   WHERE " keep " AND m.attempts > 0"
 
 static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	/*
@@ -271,7 +293,7 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"       CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END,"
 		"       " CUSTOM_HEADERS("c.event") ","
 		"       c.last_outcome, c.last_http_status, c.last_attempt_at, c.event_bytes,"
-		"       s.topic_type = 'namespace'"
+		"       s.topic_type = 'namespace', c.event_id"
 		"  FROM claimed c"
 		"  LEFT JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
 		"  LEFT JOIN props pr ON pr.subscription_id = s.id"
@@ -325,7 +347,7 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"         f.reason, f.attempts, f.outcome, f.status, f.publish_time, f.attempted_at, f.topic_type, f.id"
 		"    FROM failed f WHERE f.action = 'f' AND f.deadletter"
 		"), stats AS ("
-		"  SELECT r.subscription_id, count(*) FILTER (WHERE r.action = 'd') AS delivered,"
+		"  SELECT r.subscription_id, count(*) AS matched, count(*) FILTER (WHERE r.action = 'd') AS delivered,"
 		"         count(*) FILTER (WHERE r.action <> 'd' AND r.attempted) AS failed,"
 		"         count(*) FILTER (WHERE r.action = 'f' AND s.deadletter) AS dead,"
 		"         count(*) FILTER (WHERE r.action = 'f' AND NOT s.deadletter) AS dropped"
@@ -333,7 +355,8 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"   GROUP BY r.subscription_id"
 		"), counted AS ("
 		"  UPDATE eventgrid.subscription_counters c"
-		"     SET delivered = c.delivered + stats.delivered, failed_attempts = c.failed_attempts + stats.failed,"
+		"     SET matched = c.matched + stats.matched,"
+		"         delivered = c.delivered + stats.delivered, failed_attempts = c.failed_attempts + stats.failed,"
 		"         dead_lettered = c.dead_lettered + stats.dead, dropped = c.dropped + stats.dropped"
 		"    FROM stats WHERE c.subscription_id = stats.subscription_id"
 		")"
@@ -393,6 +416,26 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		9, {INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID,
 		TIMESTAMPTZARRAYOID, TEXTARRAYOID, INT4ARRAYOID, BOOLARRAYOID}
 	},
+
+	/*
+	 * Delivery attempts, one row each, into the history table that takes
+	 * rows now; $5 holds the event ids of all of them, attempt k's from
+	 * $6[k] to $7[k].
+	 */
+	[PLAN_RECORD_ATTEMPTS] = {
+		"INSERT INTO eventgrid.attempt_log (history_table, attempted_at, topic, subscription_id,"
+		"       subscription_name, event_ids, attempt, http_status, outcome, duration_ms, error)"
+		"SELECT h.history_table, a.attempted_at, s.topic, a.subscription_id, a.subscription_name,"
+		"       $5[a.first:a.last], a.attempt, a.status, a.outcome, a.duration_ms, a.error"
+		"  FROM eventgrid.attempt_log_rotation h"
+		" CROSS JOIN unnest($1::timestamptz[], $2::int8[], $3::text[], $4::int4[], $6::int4[], $7::int4[],"
+		"                   $8::int4[], $9::text[], $10::float8[], $11::text[])"
+		"       AS a(attempted_at, subscription_id, subscription_name, attempt, first, last, status, outcome,"
+		"            duration_ms, error)"
+		"  LEFT JOIN eventgrid.event_subscriptions s ON s.id = a.subscription_id",
+		11, {TIMESTAMPTZARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT4ARRAYOID,
+		INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, FLOAT8ARRAYOID, TEXTARRAYOID}
+	},
 	[PLAN_WAVES_DONE] = {
 		"DELETE FROM eventgrid.requests_in_flight WHERE lease_owner = $1 AND wave = ANY ($2)",
 		2, {INT4OID, INT8ARRAYOID}
@@ -416,27 +459,41 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	[PLAN_RECOVER_CHUNKS] = {
 		"WITH c AS ("
 		"  DELETE FROM eventgrid.chunks_in_flight c WHERE $1 IS NULL OR c.lease_owner <> $1 RETURNING c.*"
-		")"
-		"INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,"
-		"       attempts, next_attempt_at, last_attempt_at, last_outcome)"
-		"SELECT s.id, e.id, e.event, " PAYLOAD_TEXT ", e.publish_time, coalesce(e.event_bytes, 0),"
-		"       x.sent::int, $2, CASE WHEN x.sent THEN $2 END, CASE WHEN x.sent THEN 'Aborted' END"
-		"  FROM c JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
-		"  JOIN eventgrid.topics t ON t.name = s.topic"
+		"), made AS ("
+		"  INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,"
+		"         attempts, next_attempt_at, last_attempt_at, last_outcome)"
+		"  SELECT s.id, e.id, e.event, " PAYLOAD_TEXT ", e.publish_time, coalesce(e.event_bytes, 0),"
+		"         x.sent::int, $2, CASE WHEN x.sent THEN $2 END, CASE WHEN x.sent THEN 'Aborted' END"
+		"    FROM c JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
+		"    JOIN eventgrid.topics t ON t.name = s.topic"
 		CHUNK_EVENTS_JOIN
-		" CROSS JOIN LATERAL (SELECT coalesce((e.txid, e.id) <= (c.sent_txid, c.sent_id), false) AS sent) x"
+		"   CROSS JOIN LATERAL (SELECT coalesce((e.txid, e.id) <= (c.sent_txid, c.sent_id), false) AS sent) x"
 		CHUNK_EVENTS_WHERE
-		" RETURNING attempts",
-		2, {INT4OID, TIMESTAMPTZOID}
+		"  RETURNING subscription_id, event_id, attempts"
+		"), counted AS ("
+		"  UPDATE eventgrid.subscription_counters sc SET matched = sc.matched + m.n"
+		"    FROM (SELECT subscription_id, count(*) AS n FROM made GROUP BY subscription_id) m"
+		"   WHERE sc.subscription_id = m.subscription_id"
+		"), history AS ("
+		ABORTED_HISTORY("made", "$2", "$3")
+		")"
+		"SELECT attempts FROM made",
+		3, {INT4OID, TIMESTAMPTZOID, BOOLOID}
 	},
 	/* after a crash: an attempt for every retry that went to HTTP, none for the rest */
 	[PLAN_CHARGE_SENT] = {
-		"UPDATE eventgrid.retries r"
-		"   SET attempts = least(r.attempts + 1, 30), last_outcome = 'Aborted', last_http_status = NULL,"
-		"       last_attempt_at = $1"
-		"  FROM (SELECT DISTINCT unnest(f.retry_ids) AS id FROM eventgrid.requests_in_flight f) sent"
-		" WHERE r.id = sent.id AND r.lease_owner IS NOT NULL",
-		1, {TIMESTAMPTZOID}
+		"WITH charged AS ("
+		"  UPDATE eventgrid.retries r"
+		"     SET attempts = least(r.attempts + 1, 30), last_outcome = 'Aborted', last_http_status = NULL,"
+		"         last_attempt_at = $1"
+		"    FROM (SELECT DISTINCT unnest(f.retry_ids) AS id FROM eventgrid.requests_in_flight f) sent"
+		"   WHERE r.id = sent.id AND r.lease_owner IS NOT NULL"
+		"  RETURNING r.subscription_id, r.event_id, r.attempts"
+		"), history AS ("
+		ABORTED_HISTORY("charged", "$1", "$2")
+		")"
+		"SELECT count(*) FROM charged",
+		2, {TIMESTAMPTZOID, BOOLOID}
 	},
 	[PLAN_RELEASE] = {
 		"UPDATE eventgrid.retries SET next_attempt_at = least(next_attempt_at, $1), lease_owner = NULL"
@@ -487,9 +544,10 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	},
 
 	/*
-	 * Unmatched events: per topic, the events visible in a new snapshot and
-	 * not in its position's that no event subscription takes (a filter, or a
-	 * subscription created after the event), counted; the position moves on.
+	 * Published and unmatched events: per topic, the events visible in a new
+	 * snapshot and not in its position's are counted, and of them those that
+	 * no event subscription takes (a filter, or a subscription created after
+	 * the event); the position moves on.
 	 */
 	[PLAN_UNMATCHED] = {
 		"WITH snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s),"
@@ -499,6 +557,10 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"   ORDER BY p.topic FOR UPDATE SKIP LOCKED"
 		"), n AS ("
 		"  SELECT tp.topic,"
+		"         (SELECT count(*) FROM eventgrid.events e"
+		"           WHERE e.topic = tp.topic AND e.txid >= pg_snapshot_xmin(tp.done)"
+		"             AND e.txid < pg_snapshot_xmax(snap.s)"
+		"             AND eventgrid._in_batch(e.txid, tp.done, snap.s)) AS published,"
 		"         CASE WHEN EXISTS ("
 		"           SELECT 1 FROM eventgrid.event_subscriptions s"
 		"             JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
@@ -520,8 +582,9 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"                                      s.enable_advanced_filtering_on_arrays))) END AS unmatched"
 		"    FROM tp CROSS JOIN snap"
 		"), counted AS ("
-		"  UPDATE eventgrid.topic_counters c SET unmatched = c.unmatched + n.unmatched"
-		"    FROM n WHERE c.topic = n.topic AND n.unmatched > 0"
+		"  UPDATE eventgrid.topic_counters c"
+		"     SET unmatched = c.unmatched + n.unmatched, published = c.published + n.published"
+		"    FROM n WHERE c.topic = n.topic AND (n.unmatched > 0 OR n.published > 0)"
 		")"
 		"UPDATE eventgrid.topic_positions p SET done = snap.s FROM snap, n WHERE p.topic = n.topic",
 		0, {0}
@@ -549,6 +612,53 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"UPDATE eventgrid.event_table_rotations SET last_try_at = $2, last_failure = $3"
 		" WHERE event_table = $1",
 		3, {INT4OID, TIMESTAMPTZOID, TEXTOID}
+	},
+
+	/* The attempt history's rotation: the table taking rows, and the last id used. */
+	[PLAN_HISTORY_STATE] = {
+		"SELECT h.history_table::int4, h.started_at, h.first_id,"
+		"       (SELECT CASE WHEN q.is_called THEN q.last_value ELSE q.last_value - 1 END"
+		"          FROM eventgrid.attempt_log_id_seq q)"
+		"  FROM eventgrid.attempt_log_rotation h FOR UPDATE",
+		0, {0}
+	},
+	[PLAN_HISTORY_USED] = {
+		"SELECT pg_relation_size(format('eventgrid.attempt_log_%s', $1)::regclass) > 0",
+		1, {INT4OID}
+	},
+	[PLAN_HISTORY_ROTATED] = {
+		"UPDATE eventgrid.attempt_log_rotation"
+		"   SET history_table = $1, started_at = $2, first_id = $3, last_try_at = $2, last_failure = NULL",
+		3, {INT4OID, TIMESTAMPTZOID, INT8OID}
+	},
+	[PLAN_HISTORY_ROTATE_FAILED] = {
+		"UPDATE eventgrid.attempt_log_rotation SET last_try_at = $1, last_failure = $2",
+		2, {TIMESTAMPTZOID, TEXTOID}
+	},
+
+	/*
+	 * Deliveries ready and not claimed: events the positions have not
+	 * passed (before filters, so an upper bound) and retries due at $1.
+	 */
+	[PLAN_BACKLOG] = {
+		"SELECT (SELECT count(*) FROM eventgrid.retries r WHERE r.next_attempt_at <= $1 AND r.lease_owner IS NULL)"
+		"     + (SELECT count(*) FROM eventgrid.subscription_positions p"
+		"          JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
+		"          JOIN eventgrid.events e ON e.topic = s.topic AND e.txid >= pg_snapshot_xmin(p.done)"
+		"         WHERE NOT pg_visible_in_snapshot(e.txid, p.done)"
+		"           AND NOT (p.upto IS NOT NULL AND pg_visible_in_snapshot(e.txid, p.upto)"
+		"                    AND (e.txid, e.id) <= (coalesce(p.after_txid, '0'::xid8), coalesce(p.after_id, 0))))",
+		1, {TIMESTAMPTZOID}
+	},
+	/* dead letters after id $1, by reason; the newest id; events dropped so far */
+	[PLAN_FINALS] = {
+		"SELECT (SELECT coalesce(max(d.id), 0) FROM eventgrid.dead_letters d),"
+		"       (SELECT coalesce(sum(c.dropped), 0)::int8 FROM eventgrid.subscription_counters c),"
+		"       (SELECT string_agg(x.reason || ' ' || x.n, ', ' ORDER BY x.reason)"
+		"          FROM (SELECT d.dead_letter_reason AS reason, count(*) AS n FROM eventgrid.dead_letters d"
+		"                 WHERE d.id > $1 GROUP BY 1) x),"
+		"       (SELECT count(*) FROM eventgrid.dead_letters d WHERE d.id > $1)",
+		1, {INT8OID}
 	},
 
 	/* Endpoint health (SPEC 6), written only by the delivery worker. */
@@ -893,6 +1003,7 @@ eg_queue_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_
 		r->prev_attempted_at = isnull ? 0 : DatumGetTimestampTz(v);
 		r->bytes = int32_col(tt, i, 19, 0);
 		r->profile = bool_col(tt, i, 20) ? EG_PROFILE_NAMESPACE : EG_PROFILE_CUSTOM;
+		r->event_id = int64_col(tt, i, 21, 0);
 	}
 	*rows = out;
 	return n;
@@ -1207,13 +1318,74 @@ outcome_args(const OutcomeArrays *a, Datum *args)
 
 /*
  * Writes outcomes back: for first attempts (whose chunks chunks[0..nchunks)
- * are then complete and forgotten) and for retries, set-based.  Locks the
+ * are then complete and forgotten) and for retries, set-based, and the
+ * attempts attempts[0..nattempts) to the attempt history.  Locks the
  * subscriptions concerned first (FOR KEY SHARE), the lock order of every
  * writer, so that a subscription dropped meanwhile gets no new rows.
  * Returns the earliest retry time recorded, or DT_NOEND.
  */
+/* Writes delivery attempts to the attempt history (PLAN_RECORD_ATTEMPTS). */
+static void
+record_attempts(const EgAttempt *attempts, int n)
+{
+	Datum	   *at = palloc(n * sizeof(Datum));
+	Datum	   *subs = palloc(n * sizeof(Datum));
+	Datum	   *names = palloc(n * sizeof(Datum));
+	Datum	   *numbers = palloc(n * sizeof(Datum));
+	Datum	   *firsts = palloc(n * sizeof(Datum));
+	Datum	   *lasts = palloc(n * sizeof(Datum));
+	Datum	   *statuses = palloc(n * sizeof(Datum));
+	Datum	   *outcomes = palloc(n * sizeof(Datum));
+	Datum	   *durations = palloc(n * sizeof(Datum));
+	Datum	   *errors = palloc(n * sizeof(Datum));
+	bool	   *n_status = palloc(n * sizeof(bool));
+	bool	   *n_duration = palloc(n * sizeof(bool));
+	bool	   *n_error = palloc(n * sizeof(bool));
+	int			nids = 0;
+	int64	   *ids;
+	Datum		args[11];
+
+	for (int i = 0; i < n; i++)
+		nids += attempts[i].nevents;
+	ids = palloc(Max(nids, 1) * sizeof(int64));
+	nids = 0;
+	for (int i = 0; i < n; i++)
+	{
+		const EgAttempt *a = &attempts[i];
+
+		at[i] = TimestampTzGetDatum(a->attempted_at);
+		subs[i] = Int64GetDatum(a->subscription_id);
+		names[i] = CStringGetTextDatum(a->subscription_name);
+		numbers[i] = Int32GetDatum(a->attempt);
+		firsts[i] = Int32GetDatum(nids + 1);
+		memcpy(ids + nids, a->event_ids, a->nevents * sizeof(int64));
+		nids += a->nevents;
+		lasts[i] = Int32GetDatum(nids);
+		n_status[i] = a->http_status == 0;
+		statuses[i] = Int32GetDatum(a->http_status);
+		outcomes[i] = CStringGetTextDatum(a->outcome);
+		n_duration[i] = a->duration_ms < 0;
+		durations[i] = Float8GetDatum(a->duration_ms);
+		n_error[i] = a->error == NULL;
+		errors[i] = a->error ? CStringGetTextDatum(a->error) : (Datum) 0;
+	}
+	args[0] = make_array(at, NULL, n, TIMESTAMPTZOID);
+	args[1] = make_array(subs, NULL, n, INT8OID);
+	args[2] = make_array(names, NULL, n, TEXTOID);
+	args[3] = make_array(numbers, NULL, n, INT4OID);
+	args[4] = int8_array(ids, nids);
+	args[5] = make_array(firsts, NULL, n, INT4OID);
+	args[6] = make_array(lasts, NULL, n, INT4OID);
+	args[7] = make_array(statuses, n_status, n, INT4OID);
+	args[8] = make_array(outcomes, NULL, n, TEXTOID);
+	args[9] = make_array(durations, n_duration, n, FLOAT8OID);
+	args[10] = make_array(errors, n_error, n, TEXTOID);
+	run_plan(PLAN_RECORD_ATTEMPTS, args, false, SPI_OK_INSERT);
+}
+
 TimestampTz
-eg_queue_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 *chunks, int nchunks)
+eg_queue_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 *chunks, int nchunks,
+				const EgAttempt *attempts, int nattempts)
 {
 	OutcomeArrays first,
 				retry;
@@ -1255,6 +1427,8 @@ eg_queue_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 
 		outcome_args(a, &args[1]);
 		run_plan(PLAN_RECORD_RETRIES, args, false, SPI_OK_UPDATE);
 	}
+	if (nattempts > 0)
+		record_attempts(attempts, nattempts);
 	return earliest;
 }
 
@@ -1281,15 +1455,16 @@ eg_queue_next_due(int lease_owner)
  * many deliveries were charged and how many taken back in all.
  */
 void
-eg_queue_recover(int lease_owner, bool all, TimestampTz now, uint64 *charged, uint64 *released)
+eg_queue_recover(int lease_owner, bool all, TimestampTz now, bool history, uint64 *charged, uint64 *released)
 {
-	Datum		args[2];
+	Datum		args[3];
 	SPIPlanPtr	plan = get_plan(PLAN_RECOVER_CHUNKS);
 
 	args[0] = Int32GetDatum(lease_owner);
 	args[1] = TimestampTzGetDatum(now);
+	args[2] = BoolGetDatum(history);
 	*charged = 0;
-	if (SPI_execute_plan(plan, args, all ? "n " : "  ", false, 0) != SPI_OK_INSERT_RETURNING)
+	if (SPI_execute_plan(plan, args, all ? "n  " : "   ", false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "eventgrid: recovering chunks in flight failed");
 	*released = SPI_processed;
 	for (uint64 i = 0; i < SPI_processed; i++)
@@ -1297,8 +1472,8 @@ eg_queue_recover(int lease_owner, bool all, TimestampTz now, uint64 *charged, ui
 			(*charged)++;
 	if (!all)
 		return;
-	run_plan(PLAN_CHARGE_SENT, &args[1], false, SPI_OK_UPDATE);
-	*charged += SPI_processed;
+	run_plan(PLAN_CHARGE_SENT, &args[1], false, SPI_OK_SELECT);
+	*charged += (uint64) int64_col(SPI_tuptable, 0, 1, 0);
 	run_plan(PLAN_RELEASE, &args[1], false, SPI_OK_UPDATE);
 	*released += SPI_processed;
 	run_plan(PLAN_FORGET_WAVES, NULL, false, SPI_OK_DELETE);
@@ -1400,6 +1575,95 @@ eg_queue_truncate(int event_table, TimestampTz now)
 		elog(ERROR, "eventgrid: TRUNCATE eventgrid.%s failed", name);
 	run_plan(PLAN_TRUNCATED, args, false, SPI_OK_UPDATE);
 	return NULL;
+}
+
+/*
+ * Rotates the attempt history when the table taking rows has done so for
+ * period_ms or holds max_rows: the oldest of the three tables is emptied
+ * with TRUNCATE, under a lock taken only if it is free at once (a session
+ * reading the history is never made to wait), and takes rows from now on.
+ * Returns NULL when nothing was due or the rotation was made, else why not
+ * (also written to eventgrid.attempt_log_rotation).
+ */
+char *
+eg_queue_rotate_history(TimestampTz now, int64 period_ms, int64 max_rows)
+{
+	int			current;
+	int			next;
+	TimestampTz started;
+	int64		first_id;
+	int64		last_id;
+	bool		isnull;
+	char		name[NAMEDATALEN];
+	Oid			relid;
+	Datum		args[3];
+
+	run_plan(PLAN_HISTORY_STATE, NULL, false, SPI_OK_SELECT);
+	current = int32_col(SPI_tuptable, 0, 1, 0);
+	started = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	first_id = int64_col(SPI_tuptable, 0, 3, 0);
+	last_id = int64_col(SPI_tuptable, 0, 4, 0);
+	if (now - started < period_ms * 1000 && last_id - first_id + 1 < max_rows)
+		return NULL;
+
+	next = (current + 1) % EG_HISTORY_TABLES;
+	snprintf(name, sizeof(name), "attempt_log_%d", next);
+	relid = get_relname_relid(name, get_namespace_oid("eventgrid", false));
+	if (!OidIsValid(relid))
+		elog(ERROR, "eventgrid: attempt history table eventgrid.%s is missing", name);
+	args[0] = Int32GetDatum(next);
+	run_plan(PLAN_HISTORY_USED, args, true, SPI_OK_SELECT);
+	if (bool_col(SPI_tuptable, 0, 1))
+	{
+		if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
+		{
+			char	   *why = pstrdup("another session holds a lock on the table");
+
+			args[0] = TimestampTzGetDatum(now);
+			args[1] = CStringGetTextDatum(why);
+			run_plan(PLAN_HISTORY_ROTATE_FAILED, args, false, SPI_OK_UPDATE);
+			return why;
+		}
+		if (SPI_execute(psprintf("TRUNCATE eventgrid.%s", name), false, 0) != SPI_OK_UTILITY)
+			elog(ERROR, "eventgrid: TRUNCATE eventgrid.%s failed", name);
+	}
+	args[1] = TimestampTzGetDatum(now);
+	args[2] = Int64GetDatum(last_id + 1);
+	run_plan(PLAN_HISTORY_ROTATED, args, false, SPI_OK_UPDATE);
+	return NULL;
+}
+
+/*
+ * Deliveries ready at now and not claimed yet: due retries, and events the
+ * positions have not passed, counted before filters (an upper bound).
+ */
+int64
+eg_queue_backlog(TimestampTz now)
+{
+	Datum		arg = TimestampTzGetDatum(now);
+
+	run_plan(PLAN_BACKLOG, &arg, true, SPI_OK_SELECT);
+	return int64_col(SPI_tuptable, 0, 1, 0);
+}
+
+/*
+ * Dead letters and dropped events so far: the newest dead letter id, the
+ * sum of the dropped counters, and the dead letters written after
+ * after_dead_letter_id, counted and by reason (text valid until
+ * eg_queue_commit()).
+ */
+EgFinals
+eg_queue_finals(int64 after_dead_letter_id)
+{
+	Datum		arg = Int64GetDatum(after_dead_letter_id);
+	EgFinals	f;
+
+	run_plan(PLAN_FINALS, &arg, true, SPI_OK_SELECT);
+	f.last_dead_letter_id = int64_col(SPI_tuptable, 0, 1, 0);
+	f.dropped = int64_col(SPI_tuptable, 0, 2, 0);
+	f.by_reason = text_col(SPI_tuptable, 0, 3);
+	f.dead_lettered = int64_col(SPI_tuptable, 0, 4, 0);
+	return f;
 }
 
 /*

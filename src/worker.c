@@ -128,6 +128,22 @@ static TimestampTz upkeep_start_at = 0;	/* no (re)start of the upkeep worker bef
 static const char *worker_kind = "delivery worker";
 
 static void want_upkeep(void);
+static void log_summary(void);
+
+/* upkeep worker: the backlog count and the dead-letter summary */
+#define EG_BACKLOG_INTERVAL_MS 5000
+#define EG_SUMMARY_INTERVAL_MS 60000
+static TimestampTz backlog_at = 0;
+static TimestampTz summary_at = 0;
+static int64 summary_dead_letter_id = -1;	/* -1: no baseline yet */
+static int64 summary_dropped = 0;
+
+/* delivery worker: what pg_stat_activity shows */
+#define EG_STATUS_INTERVAL_MS 250
+static char status_kind = 0;
+static TimestampTz status_at = 0;
+static bool status_due = true;	/* a unit of work replaced the text */
+static bool was_paused = false;
 static int64 bytes_held = 0;	/* event bytes claimed and not yet recorded */
 static int64 next_wave_no = 1;
 static int64 *waves_done = NULL;	/* recorded waves whose in-flight records can go */
@@ -142,6 +158,15 @@ static int	starting_n = 0;
 static EgClaim *claim_in_progress = NULL;
 static EgRequest *built_head = NULL;
 static EgRequest *built_tail = NULL;
+
+/*
+ * Delivery attempts made and not yet written to the attempt history, in
+ * their own memory (reset once written); written with the next outcomes.
+ */
+static MemoryContext history_cxt = NULL;
+static EgAttempt *history = NULL;
+static int	history_n = 0;
+static int	history_cap = 0;
 
 /* error recovery */
 static char *last_error = NULL;
@@ -178,6 +203,87 @@ end_work(void)
 	if (last_error)
 		pfree(last_error);
 	last_error = NULL;
+	status_due = true;
+}
+
+/*
+ * Shows in pg_stat_activity what the delivery worker does: waiting for the
+ * extension, retrying failed database work, paused, delivering (requests in
+ * flight and waiting, outcomes to record, the backlog the upkeep worker last
+ * counted) or idle (and when the next retry is due).  The text is replaced
+ * when its kind changes or a unit of work replaced it, else at most every
+ * EG_STATUS_INTERVAL_MS.  Logs pausing and resuming once each.
+ */
+static void
+report_status(TimestampTz next_claim_at)
+{
+	char		text[256];
+	char		kind;
+	int			in_flight = eg_http_in_flight();
+	int			waiting = eg_targets_queued();
+	int64		backlog;
+	TimestampTz now = GetCurrentTimestamp();
+	BackendState state = STATE_IDLE;
+
+	if (eg_delivery_paused != was_paused)
+	{
+		was_paused = eg_delivery_paused;
+		if (was_paused)
+			ereport(LOG,
+					(errmsg("eventgrid: delivery paused (eventgrid.delivery_paused = on); %d requests in flight will finish, nothing new is claimed",
+							in_flight)));
+		else
+			ereport(LOG, (errmsg("eventgrid: delivery resumed (eventgrid.delivery_paused = off)")));
+	}
+
+	SpinLockAcquire(&eg_shared->mutex);
+	backlog = eg_shared->backlog;
+	SpinLockRelease(&eg_shared->mutex);
+
+	if (eg_queue_readiness == EG_READY_MISSING)
+	{
+		kind = 'm';
+		snprintf(text, sizeof(text), "eventgrid: waiting for CREATE EXTENSION eventgrid in this database");
+	}
+	else if (eg_queue_readiness == EG_READY_VERSION)
+	{
+		kind = 'v';
+		snprintf(text, sizeof(text), "eventgrid: waiting for ALTER EXTENSION eventgrid UPDATE TO '%s'", EG_VERSION);
+	}
+	else if (error_streak > 0)
+	{
+		kind = 'e';
+		snprintf(text, sizeof(text), "eventgrid: database work failed %d times in a row (see the server log); trying again",
+				 error_streak);
+	}
+	else if (eg_delivery_paused)
+	{
+		kind = 'p';
+		snprintf(text, sizeof(text), "eventgrid: paused (eventgrid.delivery_paused); %d requests in flight", in_flight);
+	}
+	else if (in_flight > 0 || waiting > 0 || to_record_n > 0)
+	{
+		kind = 'd';
+		state = STATE_RUNNING;
+		snprintf(text, sizeof(text),
+				 "eventgrid: delivering: %d requests in flight, %d waiting to be sent, %d outcomes to record; backlog of about %lld deliveries",
+				 in_flight, waiting, to_record_n, (long long) backlog);
+	}
+	else
+	{
+		kind = 'i';
+		if (next_claim_at > 0 && next_claim_at < DT_NOEND)
+			snprintf(text, sizeof(text), "eventgrid: idle; next retry due at %s",
+					 timestamptz_to_str(next_claim_at));
+		else
+			snprintf(text, sizeof(text), "eventgrid: idle");
+	}
+	if (kind == status_kind && !status_due && now - status_at < (TimestampTz) EG_STATUS_INTERVAL_MS * 1000)
+		return;
+	status_kind = kind;
+	status_due = false;
+	status_at = now;
+	pgstat_report_activity(state, text);
 }
 
 /*
@@ -252,6 +358,81 @@ finish_without_attempt(EgDelivery *d, char action, const char *reason, const cha
 	d->out.http_status = outcome ? 0 : d->prev_http_status;
 	d->out.attempted_at = outcome ? eg_now() : d->prev_attempted_at;
 	d->out.attempts_after = d->attempts;
+}
+
+/*
+ * A copy of a transport error text fit for the history: bytes outside
+ * printable ASCII (which an endpoint's answer could put into libcurl's
+ * message) become '?'.
+ */
+static char *
+printable_copy(const char *text)
+{
+	char	   *copy = MemoryContextStrdup(history_cxt, text);
+
+	for (char *c = copy; *c; c++)
+		if ((unsigned char) *c < 0x20 || (unsigned char) *c > 0x7e)
+			*c = '?';
+	return copy;
+}
+
+/*
+ * Keeps the attempt a request made (or, transport EG_TRANSPORT_HELD, that
+ * its endpoint's probation held back) for the attempt history, as
+ * eventgrid.attempt_history says.  Called before its deliveries are decided.
+ */
+static void
+remember_attempt(EgRequest *req, TimestampTz started)
+{
+	EgAttempt  *a;
+	int64	   *ids;
+	bool		delivered = req->transport == EG_TRANSPORT_OK && eg_status_is_success(req->http_status);
+
+	if (eg_attempt_history == EG_HISTORY_OFF ||
+		(eg_attempt_history == EG_HISTORY_FAILURES && delivered) || req->count == 0)
+		return;
+	if (history_cxt == NULL)
+		history_cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid attempt history",
+											ALLOCSET_DEFAULT_SIZES);
+	if (history_n == history_cap)
+	{
+		history_cap = Max(64, history_cap * 2);
+		history = history == NULL
+			? MemoryContextAlloc(TopMemoryContext, history_cap * sizeof(EgAttempt))
+			: repalloc(history, history_cap * sizeof(EgAttempt));
+	}
+	a = &history[history_n++];
+	ids = MemoryContextAlloc(history_cxt, req->count * sizeof(int64));
+	for (int k = 0; k < req->count; k++)
+		ids[k] = ((EgDelivery *) req->items[k])->out.event_id;
+	a->attempted_at = started;
+	a->subscription_id = req->subscription_id;
+	a->subscription_name = MemoryContextStrdup(history_cxt, req->subscription_name);
+	a->event_ids = ids;
+	a->nevents = req->count;
+	a->attempt = ((EgDelivery *) req->items[0])->attempts + 1;
+	a->http_status = req->transport == EG_TRANSPORT_OK ? req->http_status : 0;
+	a->outcome = eg_outcome_name(req->transport, a->http_status);
+	if (req->transport == EG_TRANSPORT_HELD)
+	{
+		a->duration_ms = -1;
+		a->error = "not sent: the endpoint is on probation (delayed delivery)";
+	}
+	else
+	{
+		a->duration_ms = req->duration_ms;
+		a->error = req->transport == EG_TRANSPORT_OK ? NULL
+			: printable_copy(req->errbuf[0] ? req->errbuf : a->outcome);
+	}
+}
+
+/* Forgets the attempts kept for the history (written, or nowhere to write them). */
+static void
+forget_attempts(void)
+{
+	history_n = 0;
+	if (history_cxt)
+		MemoryContextReset(history_cxt);
 }
 
 /* Frees requests that were built but will never be started. */
@@ -573,7 +754,10 @@ record(void)
 	{
 		/* extension dropped: nothing to record into */
 		if (eg_queue_readiness == EG_READY_MISSING)
+		{
+			forget_attempts();
 			goto release;
+		}
 		return DT_NOEND;
 	}
 
@@ -584,11 +768,12 @@ record(void)
 	 * at-least-once delivery allows.
 	 */
 	eg_queue_no_flush_wait();
-	earliest = eg_queue_record(outcomes, n, lease_owner, chunks, nchunks);
+	earliest = eg_queue_record(outcomes, n, lease_owner, chunks, nchunks, history, history_n);
 	eg_queue_forget_waves(lease_owner, waves_done, nwaves);
 	eg_queue_save_health(health, nhealth, eg_now());
 	end_work();
 	eg_targets_written(health, nhealth);
+	forget_attempts();
 
 	/* waves recorded before this call are forgotten now */
 	memmove(waves_done, waves_done + nwaves, (waves_done_n - nwaves) * sizeof(int64));
@@ -639,7 +824,7 @@ release_old_leases(void)
 
 	if (!begin_work("eventgrid: releasing leases of an interrupted run"))
 		return false;
-	eg_queue_recover(lease_owner, true, eg_now(), &charged, &released);
+	eg_queue_recover(lease_owner, true, eg_now(), eg_attempt_history != EG_HISTORY_OFF, &charged, &released);
 	nhealth = eg_queue_load_health(&health);
 	eg_targets_load(health, nhealth);
 	if (released > 0)
@@ -662,6 +847,9 @@ hold_request(EgRequest *req, TimestampTz now)
 {
 	TimestampTz until = eg_target_probation_until(req->target);
 
+	req->transport = EG_TRANSPORT_HELD;
+	req->http_status = 0;
+	remember_attempt(req, now);
 	for (int k = 0; k < req->count; k++)
 	{
 		EgDelivery *d = (EgDelivery *) req->items[k];
@@ -780,8 +968,9 @@ start_pending(void)
 /*
  * Upkeep of the queue: positions restored from another cluster start
  * afresh, chunks left by runs other than the delivery worker delivery_pid
- * become retries, unmatched events are counted, and each event table other
- * than the current one is emptied if nothing needs it.  Each step is its
+ * become retries, published and unmatched events are counted, each event
+ * table other than the current one is emptied if nothing needs it, and the
+ * attempt history is rotated when its current table is due.  Each step is its
  * own unit of work.  Runs in the upkeep worker.  Returns whether an event
  * table holds rows still (upkeep is then wanted again soon).
  */
@@ -796,12 +985,12 @@ upkeep(int delivery_pid)
 	uint64		rebased = 0;
 	int			current = eg_event_table_at(GetCurrentTimestamp());
 
-	if (!begin_work("eventgrid: counting unmatched events"))
+	if (!begin_work("eventgrid: counting published and unmatched events"))
 		return false;
 	/* not while paused: a pg_restore may still be writing positions and events */
 	if (!eg_delivery_paused)
 		rebased = eg_queue_rebase(now);
-	eg_queue_recover(delivery_pid, false, now, &charged, &taken);
+	eg_queue_recover(delivery_pid, false, now, eg_attempt_history != EG_HISTORY_OFF, &charged, &taken);
 	if (taken > 0)
 		ereport(LOG,
 				(errmsg("eventgrid: %llu first attempts left in flight by another run of the worker will be retried",
@@ -825,7 +1014,56 @@ upkeep(int delivery_pid)
 			used |= eg_queue_truncate(k, now) != NULL;
 		end_work();
 	}
+
+	if (!begin_work("eventgrid: rotating the attempt history"))
+		return used;
+	(void) eg_queue_rotate_history(eg_now(), (int64) eg_attempt_history_retention_s * 500,
+								   Max(eg_attempt_history_max_rows / 2, 1));
+	end_work();
+
+	if (GetCurrentTimestamp() - backlog_at >= (TimestampTz) EG_BACKLOG_INTERVAL_MS * 1000)
+	{
+		int64		backlog;
+
+		if (!begin_work("eventgrid: counting the backlog"))
+			return used;
+		backlog = eg_queue_backlog(now);
+		end_work();
+		backlog_at = GetCurrentTimestamp();
+		SpinLockAcquire(&eg_shared->mutex);
+		eg_shared->backlog = backlog;
+		SpinLockRelease(&eg_shared->mutex);
+	}
+	if (GetCurrentTimestamp() - summary_at >= (TimestampTz) EG_SUMMARY_INTERVAL_MS * 1000)
+	{
+		if (!begin_work("eventgrid: summing up dead-lettered and dropped events"))
+			return used;
+		log_summary();
+		end_work();
+		summary_at = GetCurrentTimestamp();
+	}
 	return used;
+}
+
+/*
+ * Logs, at most once a minute and only when there were any, how many events
+ * were dead-lettered (by reason) and dropped since the last summary; the
+ * first call only takes the baseline.  Never a line per event.
+ */
+static void
+log_summary(void)
+{
+	EgFinals	f = eg_queue_finals(summary_dead_letter_id < 0 ? PG_INT64_MAX : summary_dead_letter_id);
+	int64		dropped = summary_dead_letter_id < 0 ? 0 : Max(f.dropped - summary_dropped, 0);
+
+	if (f.dead_lettered > 0 || dropped > 0)
+		ereport(LOG,
+				(errmsg("eventgrid: since the last summary %lld events were dead-lettered and %lld dropped",
+						(long long) f.dead_lettered, (long long) dropped),
+				 f.by_reason ? errdetail("Dead-lettered by reason: %s.", f.by_reason) : 0,
+				 errhint("eventgrid.dead_letter_events lists the dead letters; eventgrid.delivery_statistics counts both per event subscription.")));
+	summary_dead_letter_id = Max(f.last_dead_letter_id, summary_dead_letter_id < 0 ? 0 : summary_dead_letter_id);
+	summary_dropped = f.dropped;
 }
 
 /* Tells the upkeep worker that work came in: upkeep within a second. */
@@ -889,6 +1127,7 @@ collect_finished(void)
 					(errmsg("eventgrid: delivery request to \"%s\" failed: %s", req->url,
 							req->errbuf[0] ? req->errbuf : eg_outcome_name(req->transport, 0))));
 		eg_target_finished(req, now);
+		remember_attempt(req, req->started_at);
 		for (int k = 0; k < req->count; k++)
 			decide((EgDelivery *) req->items[k], req->transport, req->http_status,
 				   req->started_at, now);
@@ -1150,6 +1389,7 @@ eventgrid_worker_main(Datum arg)
 
 		if (leases_released)
 			ensure_upkeep_worker(DatumGetObjectId(arg));
+		report_status(next_claim_at);
 
 		if (eg_http_in_flight() == 0)
 		{
@@ -1218,7 +1458,8 @@ eventgrid_upkeep_main(Datum arg)
 		pid_t		delivery_pid;
 		bool		wanted;
 
-		(void) begin_round();
+		if (begin_round())
+			again = true;		/* new settings (e.g. the attempt history's) apply at once */
 		SpinLockAcquire(&eg_shared->mutex);
 		delivery_pid = eg_shared->worker_pid;
 		wanted = eg_shared->upkeep_wanted;

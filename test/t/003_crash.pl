@@ -49,6 +49,10 @@ sub run_case
 		"$n/0/0/0", "$name: all recorded as delivered, none lost");
 	my @again = grep { $json->decode($_->{body})->[0]{id} eq "$name-1" } requests($r, $path);
 	is($again[-1]{headers}{'aeg-delivery-count'}, '1', "$name: the redelivery counts the interrupted attempt");
+	is(sql("SELECT count(*) FILTER (WHERE outcome = 'Aborted' AND attempt = 1 AND error IS NOT NULL) || '/' ||"
+		  . " count(*) FILTER (WHERE outcome = 'Delivered' AND attempt = 2) FROM eventgrid.delivery_attempts"
+		  . " WHERE subscription = 's-$name'"), "$n/$n",
+		"$name: the attempt history shows each interrupted attempt as Aborted, then the delivery");
 }
 
 run_case('immediate', sub {

@@ -49,6 +49,9 @@ my $snapshot = "SELECT (SELECT count(*) FROM eventgrid.topics) || '/' || (SELECT
   . " || '/' || (SELECT sum(dead_lettered) FROM eventgrid.subscription_counters)";
 my $before = sql('postgres', $snapshot);
 is($before, '2/3/2/20/0/3/3', 'configuration, queue and dead letters before the dump');
+my $history = "SELECT count(*) || '/' || string_agg(DISTINCT outcome, ',' ORDER BY outcome) FROM eventgrid.delivery_attempts";
+my $history_before = sql('postgres', $history);
+like($history_before, qr{^[1-9]\d*/}, "attempt history before the dump ($history_before)");
 my $max_event_id = sql('postgres', 'SELECT max(id) FROM eventgrid.events');
 
 my $dump = "$PostgreSQL::Test::Utils::tmp_check/eventgrid.dump";
@@ -62,6 +65,7 @@ $node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('resto
 
 is(sql('restored', $snapshot), $before, 'everything restored: topics, subscriptions, properties, positions and pending deliveries, dead letters, counters');
 is(sql('restored', "SELECT value FROM eventgrid.delivery_properties WHERE is_secret"), 's3cret', 'the secret value is intact');
+is(sql('restored', $history), $history_before, 'the attempt history restored');
 is(sql('restored', $profile), $profile_before, 'topic types, namespace retry policies and advanced filters restored');
 is(sql('restored', "SELECT count(*) FROM eventgrid.dead_letter_events WHERE dead_letter_reason = 'NonRetriableError'"), '3',
 	'dead letters read as before');

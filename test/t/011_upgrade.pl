@@ -1,6 +1,7 @@
 # ALTER EXTENSION eventgrid UPDATE from 0.1.0 (a row per delivery) to 0.2.0
 # (event tables, positions, retries) and on to the current version (0.3.0:
-# endpoint health; 0.4.0: advanced filters and namespace topics):
+# endpoint health; 0.4.0: advanced filters and namespace topics; 0.5.0:
+# attempt history and metrics):
 # configuration, queued deliveries, attempts already made and dead letters
 # survive, and the queue is delivered.  Issues: "Queue storage" (0.2.0 with
 # an upgrade script) and "Endpoint health" (0.3.0).
@@ -99,6 +100,10 @@ is(scalar @new, 1, 'a new event is delivered');
 cmp_ok(sql("SELECT max(id) FROM eventgrid.events"), '>', $max_id, 'event ids go on after the old ones');
 ok(wait_for_sql($node, "SELECT sum(pending) || '/' || sum(delivered) FROM eventgrid.delivery_statistics", '0/10', 30),
 	'nothing pending; every delivery counted');
+is(sql("SELECT count(*) FROM eventgrid.delivery_attempts WHERE outcome = 'Delivered'"), '10',
+	'the attempt history shows the deliveries made after the update');
+is(sql("SELECT value FROM eventgrid.metrics WHERE event_subscription = 'all' AND metric_name = 'DeliverySuccessCount'"), '5',
+	'the metrics show the counters kept across the update');
 
 $node->stop;
 done_testing();
