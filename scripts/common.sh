@@ -7,8 +7,9 @@ PG_MAJOR=${PG_MAJOR:-15}
 PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
 PG_CONFIG=$PG_BINDIR/pg_config
 EG_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-EG_PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libcurl4-openssl-dev libipc-run-perl
-             python3 make gcc git ca-certificates"
+# what building and running eventgrid needs; the tests add libipc-run-perl
+# (EG_EXTRA_PACKAGES), the benchmark nginx and wrk
+EG_PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libcurl4-openssl-dev python3 make gcc"
 
 # Re-runs the calling script through sudo when not root.
 eg_need_root() {
@@ -30,8 +31,15 @@ eg_install_packages() {
     if [ -n "$missing" ]; then
         echo "== installing Debian packages:$missing"
         export DEBIAN_FRONTEND=noninteractive
-        apt-get update -q
-        apt-get install -y -q --no-install-recommends $missing
+        # apt's progress goes to a log, shown only if it fails
+        local log
+        log=$(mktemp /tmp/eventgrid-apt-XXXXXX.log)
+        if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends $missing; } >"$log" 2>&1; then
+            tail -n 40 "$log" >&2
+            echo "== installing Debian packages failed (log: $log)" >&2
+            return 1
+        fi
+        rm -f "$log"
     fi
 }
 

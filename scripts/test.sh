@@ -8,6 +8,7 @@
 # them up.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
+EG_EXTRA_PACKAGES="libipc-run-perl"   # the TAP tests' IPC::Run
 eg_setup "$@"
 work=$EG_WORK
 trap 'rm -rf "$work"' EXIT

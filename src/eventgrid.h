@@ -260,6 +260,7 @@ extern TimestampTz eg_queue_next_due(int lease_owner);
 extern void eg_queue_recover(int lease_owner, bool all, TimestampTz now, bool history,
 							 uint64 *charged, uint64 *released);
 extern char *eg_queue_rotate_history(TimestampTz now, int64 period_ms, int64 max_rows);
+#define EG_BACKLOG_COUNT_LIMIT 100000	/* the backlog is counted up to this */
 extern int64 eg_queue_backlog(TimestampTz now);
 
 /* Events dead-lettered and dropped so far (eg_queue_finals). */

@@ -638,17 +638,21 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 
 	/*
 	 * Deliveries ready and not claimed: events the positions have not
-	 * passed (before filters, so an upper bound) and retries due at $1.
+	 * passed (before filters, so an upper bound) and retries due at $1;
+	 * each part counted up to $2 rows, so the count costs little however
+	 * large the backlog.
 	 */
 	[PLAN_BACKLOG] = {
-		"SELECT (SELECT count(*) FROM eventgrid.retries r WHERE r.next_attempt_at <= $1 AND r.lease_owner IS NULL)"
-		"     + (SELECT count(*) FROM eventgrid.subscription_positions p"
+		"SELECT (SELECT count(*) FROM (SELECT 1 FROM eventgrid.retries r"
+		"                              WHERE r.next_attempt_at <= $1 AND r.lease_owner IS NULL LIMIT $2) x)"
+		"     + (SELECT count(*) FROM (SELECT 1 FROM eventgrid.subscription_positions p"
 		"          JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
 		"          JOIN eventgrid.events e ON e.topic = s.topic AND e.txid >= pg_snapshot_xmin(p.done)"
 		"         WHERE NOT pg_visible_in_snapshot(e.txid, p.done)"
 		"           AND NOT (p.upto IS NOT NULL AND pg_visible_in_snapshot(e.txid, p.upto)"
-		"                    AND (e.txid, e.id) <= (coalesce(p.after_txid, '0'::xid8), coalesce(p.after_id, 0))))",
-		1, {TIMESTAMPTZOID}
+		"                    AND (e.txid, e.id) <= (coalesce(p.after_txid, '0'::xid8), coalesce(p.after_id, 0)))"
+		"         LIMIT $2) y)",
+		2, {TIMESTAMPTZOID, INT8OID}
 	},
 	/* dead letters after id $1, by reason; the newest id; events dropped so far */
 	[PLAN_FINALS] = {
@@ -1526,6 +1530,25 @@ eg_queue_table_used(int event_table)
 	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
+/* The oid of eventgrid's table eventgrid.<name>, which must exist. */
+static Oid
+eventgrid_table(const char *name)
+{
+	Oid			relid = get_relname_relid(name, get_namespace_oid("eventgrid", false));
+
+	if (!OidIsValid(relid))
+		elog(ERROR, "eventgrid: table eventgrid.%s is missing", name);
+	return relid;
+}
+
+/* TRUNCATE eventgrid.<name> (its lock already taken, or taken here). */
+static void
+truncate_table(const char *name)
+{
+	if (SPI_execute(psprintf("TRUNCATE eventgrid.%s", name), false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "eventgrid: TRUNCATE eventgrid.%s failed", name);
+}
+
 /*
  * Empties event table eventgrid.events_<event_table> when nothing needs its
  * events, with a lock taken only if it is free at once, so that no
@@ -1541,9 +1564,7 @@ eg_queue_truncate(int event_table, TimestampTz now)
 	char	   *why = NULL;
 
 	snprintf(name, sizeof(name), "events_%d", event_table);
-	relid = get_relname_relid(name, get_namespace_oid("eventgrid", false));
-	if (!OidIsValid(relid))
-		elog(ERROR, "eventgrid: event table eventgrid.%s is missing", name);
+	relid = eventgrid_table(name);
 
 	args[0] = Int32GetDatum(event_table);
 	run_plan(PLAN_HOLDERS, args, true, SPI_OK_SELECT);
@@ -1571,8 +1592,7 @@ eg_queue_truncate(int event_table, TimestampTz now)
 		run_plan(PLAN_TRUNCATE_FAILED, args, false, SPI_OK_UPDATE);
 		return why;
 	}
-	if (SPI_execute(psprintf("TRUNCATE eventgrid.%s", name), false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "eventgrid: TRUNCATE eventgrid.%s failed", name);
+	truncate_table(name);
 	run_plan(PLAN_TRUNCATED, args, false, SPI_OK_UPDATE);
 	return NULL;
 }
@@ -1608,9 +1628,7 @@ eg_queue_rotate_history(TimestampTz now, int64 period_ms, int64 max_rows)
 
 	next = (current + 1) % EG_HISTORY_TABLES;
 	snprintf(name, sizeof(name), "attempt_log_%d", next);
-	relid = get_relname_relid(name, get_namespace_oid("eventgrid", false));
-	if (!OidIsValid(relid))
-		elog(ERROR, "eventgrid: attempt history table eventgrid.%s is missing", name);
+	relid = eventgrid_table(name);
 	args[0] = Int32GetDatum(next);
 	run_plan(PLAN_HISTORY_USED, args, true, SPI_OK_SELECT);
 	if (bool_col(SPI_tuptable, 0, 1))
@@ -1624,8 +1642,7 @@ eg_queue_rotate_history(TimestampTz now, int64 period_ms, int64 max_rows)
 			run_plan(PLAN_HISTORY_ROTATE_FAILED, args, false, SPI_OK_UPDATE);
 			return why;
 		}
-		if (SPI_execute(psprintf("TRUNCATE eventgrid.%s", name), false, 0) != SPI_OK_UTILITY)
-			elog(ERROR, "eventgrid: TRUNCATE eventgrid.%s failed", name);
+		truncate_table(name);
 	}
 	args[1] = TimestampTzGetDatum(now);
 	args[2] = Int64GetDatum(last_id + 1);
@@ -1635,14 +1652,17 @@ eg_queue_rotate_history(TimestampTz now, int64 period_ms, int64 max_rows)
 
 /*
  * Deliveries ready at now and not claimed yet: due retries, and events the
- * positions have not passed, counted before filters (an upper bound).
+ * positions have not passed, counted before filters (an upper bound).  At
+ * least EG_BACKLOG_COUNT_LIMIT means "that many or more".
  */
 int64
 eg_queue_backlog(TimestampTz now)
 {
-	Datum		arg = TimestampTzGetDatum(now);
+	Datum		args[2];
 
-	run_plan(PLAN_BACKLOG, &arg, true, SPI_OK_SELECT);
+	args[0] = TimestampTzGetDatum(now);
+	args[1] = Int64GetDatum(EG_BACKLOG_COUNT_LIMIT);
+	run_plan(PLAN_BACKLOG, args, true, SPI_OK_SELECT);
 	return int64_col(SPI_tuptable, 0, 1, 0);
 }
 

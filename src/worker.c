@@ -266,8 +266,9 @@ report_status(TimestampTz next_claim_at)
 		kind = 'd';
 		state = STATE_RUNNING;
 		snprintf(text, sizeof(text),
-				 "eventgrid: delivering: %d requests in flight, %d waiting to be sent, %d outcomes to record; backlog of about %lld deliveries",
-				 in_flight, waiting, to_record_n, (long long) backlog);
+				 "eventgrid: delivering: %d requests in flight, %d waiting to be sent, %d outcomes to record; backlog of %s %lld deliveries",
+				 in_flight, waiting, to_record_n, backlog >= EG_BACKLOG_COUNT_LIMIT ? "at least" : "about",
+				 (long long) Min(backlog, EG_BACKLOG_COUNT_LIMIT));
 	}
 	else
 	{
