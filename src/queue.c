@@ -84,7 +84,6 @@ typedef enum EgPlanId
 	PLAN_TRUNCATED,
 	PLAN_TRUNCATE_FAILED,
 	PLAN_HISTORY_STATE,
-	PLAN_HISTORY_USED,
 	PLAN_HISTORY_ROTATED,
 	PLAN_HISTORY_ROTATE_FAILED,
 	PLAN_BACKLOG,
@@ -600,8 +599,8 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		0, {0}
 	},
 	[PLAN_TABLE_USED] = {
-		"SELECT pg_relation_size(format('eventgrid.events_%s', $1)::regclass) > 0",
-		1, {INT4OID}
+		"SELECT pg_relation_size($1) > 0",
+		1, {REGCLASSOID}
 	},
 	[PLAN_TRUNCATED] = {
 		"UPDATE eventgrid.event_table_rotations SET truncated_at = $2, last_try_at = $2, last_failure = NULL"
@@ -621,10 +620,6 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"          FROM eventgrid.attempt_log_id_seq q)"
 		"  FROM eventgrid.attempt_log_rotation h FOR UPDATE",
 		0, {0}
-	},
-	[PLAN_HISTORY_USED] = {
-		"SELECT pg_relation_size(format('eventgrid.attempt_log_%s', $1)::regclass) > 0",
-		1, {INT4OID}
 	},
 	[PLAN_HISTORY_ROTATED] = {
 		"UPDATE eventgrid.attempt_log_rotation"
@@ -658,10 +653,9 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	[PLAN_FINALS] = {
 		"SELECT (SELECT coalesce(max(d.id), 0) FROM eventgrid.dead_letters d),"
 		"       (SELECT coalesce(sum(c.dropped), 0)::int8 FROM eventgrid.subscription_counters c),"
-		"       (SELECT string_agg(x.reason || ' ' || x.n, ', ' ORDER BY x.reason)"
-		"          FROM (SELECT d.dead_letter_reason AS reason, count(*) AS n FROM eventgrid.dead_letters d"
-		"                 WHERE d.id > $1 GROUP BY 1) x),"
-		"       (SELECT count(*) FROM eventgrid.dead_letters d WHERE d.id > $1)",
+		"       string_agg(x.reason || ' ' || x.n, ', ' ORDER BY x.reason), coalesce(sum(x.n), 0)::int8"
+		"  FROM (SELECT d.dead_letter_reason AS reason, count(*) AS n FROM eventgrid.dead_letters d"
+		"         WHERE d.id > $1 GROUP BY 1) x",
 		1, {INT8OID}
 	},
 
@@ -1519,17 +1513,6 @@ eg_queue_count_unmatched(void)
 	run_plan(PLAN_UNMATCHED, NULL, false, SPI_OK_UPDATE);
 }
 
-/* Has event table eventgrid.events_<event_table> been written since it was last emptied? */
-bool
-eg_queue_table_used(int event_table)
-{
-	Datum		arg = Int32GetDatum(event_table);
-	bool		isnull;
-
-	run_plan(PLAN_TABLE_USED, &arg, true, SPI_OK_SELECT);
-	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-}
-
 /* The oid of eventgrid's table eventgrid.<name>, which must exist. */
 static Oid
 eventgrid_table(const char *name)
@@ -1547,6 +1530,26 @@ truncate_table(const char *name)
 {
 	if (SPI_execute(psprintf("TRUNCATE eventgrid.%s", name), false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "eventgrid: TRUNCATE eventgrid.%s failed", name);
+}
+
+/* Has table relid been written since it was last emptied? */
+static bool
+table_used(Oid relid)
+{
+	Datum		arg = ObjectIdGetDatum(relid);
+
+	run_plan(PLAN_TABLE_USED, &arg, true, SPI_OK_SELECT);
+	return bool_col(SPI_tuptable, 0, 1);
+}
+
+/* Has event table eventgrid.events_<event_table> been written since it was last emptied? */
+bool
+eg_queue_table_used(int event_table)
+{
+	char		name[NAMEDATALEN];
+
+	snprintf(name, sizeof(name), "events_%d", event_table);
+	return table_used(eventgrid_table(name));
 }
 
 /*
@@ -1629,9 +1632,7 @@ eg_queue_rotate_history(TimestampTz now, int64 period_ms, int64 max_rows)
 	next = (current + 1) % EG_HISTORY_TABLES;
 	snprintf(name, sizeof(name), "attempt_log_%d", next);
 	relid = eventgrid_table(name);
-	args[0] = Int32GetDatum(next);
-	run_plan(PLAN_HISTORY_USED, args, true, SPI_OK_SELECT);
-	if (bool_col(SPI_tuptable, 0, 1))
+	if (table_used(relid))
 	{
 		if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
 		{
@@ -1644,6 +1645,7 @@ eg_queue_rotate_history(TimestampTz now, int64 period_ms, int64 max_rows)
 		}
 		truncate_table(name);
 	}
+	args[0] = Int32GetDatum(next);
 	args[1] = TimestampTzGetDatum(now);
 	args[2] = Int64GetDatum(last_id + 1);
 	run_plan(PLAN_HISTORY_ROTATED, args, false, SPI_OK_UPDATE);

@@ -221,9 +221,7 @@ report_status(TimestampTz next_claim_at)
 	char		kind;
 	int			in_flight = eg_http_in_flight();
 	int			waiting = eg_targets_queued();
-	int64		backlog;
 	TimestampTz now = GetCurrentTimestamp();
-	BackendState state = STATE_IDLE;
 
 	if (eg_delivery_paused != was_paused)
 	{
@@ -236,55 +234,55 @@ report_status(TimestampTz next_claim_at)
 			ereport(LOG, (errmsg("eventgrid: delivery resumed (eventgrid.delivery_paused = off)")));
 	}
 
-	SpinLockAcquire(&eg_shared->mutex);
-	backlog = eg_shared->backlog;
-	SpinLockRelease(&eg_shared->mutex);
-
-	if (eg_queue_readiness == EG_READY_MISSING)
-	{
-		kind = 'm';
-		snprintf(text, sizeof(text), "eventgrid: waiting for CREATE EXTENSION eventgrid in this database");
-	}
-	else if (eg_queue_readiness == EG_READY_VERSION)
-	{
-		kind = 'v';
-		snprintf(text, sizeof(text), "eventgrid: waiting for ALTER EXTENSION eventgrid UPDATE TO '%s'", EG_VERSION);
-	}
-	else if (error_streak > 0)
-	{
-		kind = 'e';
-		snprintf(text, sizeof(text), "eventgrid: database work failed %d times in a row (see the server log); trying again",
-				 error_streak);
-	}
-	else if (eg_delivery_paused)
-	{
-		kind = 'p';
-		snprintf(text, sizeof(text), "eventgrid: paused (eventgrid.delivery_paused); %d requests in flight", in_flight);
-	}
-	else if (in_flight > 0 || waiting > 0 || to_record_n > 0)
-	{
-		kind = 'd';
-		state = STATE_RUNNING;
-		snprintf(text, sizeof(text),
-				 "eventgrid: delivering: %d requests in flight, %d waiting to be sent, %d outcomes to record; backlog of %s %lld deliveries",
-				 in_flight, waiting, to_record_n, backlog >= EG_BACKLOG_COUNT_LIMIT ? "at least" : "about",
-				 (long long) Min(backlog, EG_BACKLOG_COUNT_LIMIT));
-	}
-	else
-	{
-		kind = 'i';
-		if (next_claim_at > 0 && next_claim_at < DT_NOEND)
-			snprintf(text, sizeof(text), "eventgrid: idle; next retry due at %s",
-					 timestamptz_to_str(next_claim_at));
-		else
-			snprintf(text, sizeof(text), "eventgrid: idle");
-	}
+	kind = eg_queue_readiness == EG_READY_MISSING ? 'm'
+		: eg_queue_readiness == EG_READY_VERSION ? 'v'
+		: error_streak > 0 ? 'e'
+		: eg_delivery_paused ? 'p'
+		: (in_flight > 0 || waiting > 0 || to_record_n > 0) ? 'd'
+		: 'i';
 	if (kind == status_kind && !status_due && now - status_at < (TimestampTz) EG_STATUS_INTERVAL_MS * 1000)
 		return;
+
+	switch (kind)
+	{
+		case 'm':
+			snprintf(text, sizeof(text), "eventgrid: waiting for CREATE EXTENSION eventgrid in this database");
+			break;
+		case 'v':
+			snprintf(text, sizeof(text), "eventgrid: waiting for ALTER EXTENSION eventgrid UPDATE TO '%s'", EG_VERSION);
+			break;
+		case 'e':
+			snprintf(text, sizeof(text), "eventgrid: database work failed %d times in a row (see the server log); trying again",
+					 error_streak);
+			break;
+		case 'p':
+			snprintf(text, sizeof(text), "eventgrid: paused (eventgrid.delivery_paused); %d requests in flight", in_flight);
+			break;
+		case 'd':
+			{
+				int64		backlog;
+
+				SpinLockAcquire(&eg_shared->mutex);
+				backlog = eg_shared->backlog;
+				SpinLockRelease(&eg_shared->mutex);
+				snprintf(text, sizeof(text),
+						 "eventgrid: delivering: %d requests in flight, %d waiting to be sent, %d outcomes to record; backlog of %s %lld deliveries",
+						 in_flight, waiting, to_record_n, backlog >= EG_BACKLOG_COUNT_LIMIT ? "at least" : "about",
+						 (long long) Min(backlog, EG_BACKLOG_COUNT_LIMIT));
+				break;
+			}
+		default:
+			if (next_claim_at > 0 && next_claim_at < DT_NOEND)
+				snprintf(text, sizeof(text), "eventgrid: idle; next retry due at %s",
+						 timestamptz_to_str(next_claim_at));
+			else
+				snprintf(text, sizeof(text), "eventgrid: idle");
+			break;
+	}
 	status_kind = kind;
 	status_due = false;
 	status_at = now;
-	pgstat_report_activity(state, text);
+	pgstat_report_activity(kind == 'd' ? STATE_RUNNING : STATE_IDLE, text);
 }
 
 /*
