@@ -233,6 +233,13 @@ class Bench:
         cpu1 = self.cluster_cpu()
         wal = self.one("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn0,))
         deliveries = n_events * nsubs
+        # a figure counts only deliveries the sink accepted at the first attempt
+        delivered, failed = self.q(
+            "SELECT coalesce(sum(c.delivered), 0), coalesce(sum(c.failed_attempts + c.dead_lettered + c.dropped), 0) "
+            "FROM eventgrid.event_subscriptions s JOIN eventgrid.subscription_counters c ON c.subscription_id = s.id "
+            "WHERE s.topic = %s", (topic,))[0]
+        if delivered != deliveries or failed != 0:
+            raise RuntimeError(f"{topic}: {delivered} of {deliveries} deliveries accepted, {failed} failures")
         all_cpu = sum(v - cpu0.get(pid, 0) for pid, v in cpu1.items())
         worker_cpu = cpu1.get(worker, 0) - cpu0.get(worker, 0)
         return deliveries / (t1 - t0), {"cpu": all_cpu * 1e6 / deliveries,
