@@ -118,7 +118,7 @@ eg_define_gucs(void)
 								   PGC_POSTMASTER, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
 	DefineCustomIntVariable("eventgrid.max_concurrent_requests",
 							gettext_noop("Maximum number of HTTP delivery requests in flight at once."),
-							NULL, &eg_max_concurrent_requests, 64, 1, 1000,
+							NULL, &eg_max_concurrent_requests, 64, 1, EG_MAX_CONCURRENT_REQUESTS_LIMIT,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("eventgrid.response_timeout",
 							gettext_noop("Time an endpoint has to answer a delivery request before the attempt counts as TimedOut."),

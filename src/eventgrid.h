@@ -30,6 +30,7 @@
 /* GUCs (eventgrid.c) */
 extern char *eg_database_name;
 extern int	eg_max_concurrent_requests;
+#define EG_MAX_CONCURRENT_REQUESTS_LIMIT 1000	/* upper bound of eventgrid.max_concurrent_requests */
 extern int	eg_response_timeout_ms;
 extern int	eg_retry_jitter_percent;
 extern int	eg_clock_offset_s;
@@ -379,11 +380,11 @@ extern void eg_targets_load(const EgHealth *rows, int n);
 extern void eg_http_init(void);
 extern void eg_http_set_max_connections(long n);
 extern void eg_http_shutdown(void);
-extern void eg_http_start(EgRequest *req, const char *url, long timeout_ms);
-extern void eg_http_add_header(EgRequest *req, const char *line);
+extern void eg_http_start(EgRequest **reqs, int n, long timeout_ms);
+extern void eg_http_set_headers(EgRequest *req, const char *lines, size_t len, int n);
 extern void eg_http_free_headers(EgRequest *req);
 extern int	eg_http_in_flight(void);
-extern void eg_http_wait(int timeout_ms);
+extern void eg_http_wait(int want, int timeout_ms);
 extern EgRequest *eg_http_take_finished(void);
 
 #endif							/* EVENTGRID_H */

@@ -13,6 +13,11 @@
  * requests over through two mutex-protected lists: an inbox of requests to
  * start (the thread is woken with curl_multi_wakeup) and a list of finished
  * ones (the main thread waits on a condition variable with a timeout).
+ *
+ * Per-request cost matters at tens of thousands of requests a second (see
+ * bench/RESULTS.md): easy handles are kept for reuse with their fixed
+ * options set once, a request's header lines live in one malloc'd block,
+ * and the thread is woken once per set of requests handed over.
  */
 #include "eventgrid.h"
 
@@ -37,8 +42,15 @@ static EgRequest *inbox_tail = NULL;
 static EgRequest *finished_head = NULL;
 static EgRequest *finished_tail = NULL;
 static int	in_flight = 0;		/* handed to the thread, not yet taken back */
+static int	finished_n = 0;		/* requests in the finished list */
+static int	wait_for = 1;		/* finished requests the main thread waits for */
 static bool stopping = false;
 static long want_max_connections = 0;	/* applied by the thread; 0: unchanged */
+
+/* Thread side only: easy handles of finished transfers, ready for reuse. */
+static CURL **idle_handles = NULL;
+static int	idle_n = 0;
+static int	idle_cap = 0;
 
 /* Response bodies are not kept: only the status matters (SPEC 3). */
 static size_t
@@ -100,8 +112,18 @@ finish(EgRequest *req, EgTransport transport, int http_status)
 {
 	if (req->easy)
 	{
-		curl_multi_remove_handle(multi, req->easy);
-		curl_easy_cleanup(req->easy);
+		CURL	   *h = req->easy;
+
+		curl_multi_remove_handle(multi, h);
+		/* nothing of the request stays reachable from a handle kept for reuse */
+		curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+		curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, NULL);
+		curl_easy_setopt(h, CURLOPT_PRIVATE, NULL);
+		if (idle_n < idle_cap)
+			idle_handles[idle_n++] = h;
+		else
+			curl_easy_cleanup(h);
 		req->easy = NULL;
 	}
 	eg_http_free_headers(req);
@@ -112,31 +134,26 @@ finish(EgRequest *req, EgTransport transport, int http_status)
 
 	pthread_mutex_lock(&mutex);
 	append(&finished_head, &finished_tail, req);
-	pthread_cond_signal(&finished_cv);
+	finished_n++;
+	if (finished_n >= wait_for || finished_n >= in_flight)
+		pthread_cond_signal(&finished_cv);
 	pthread_mutex_unlock(&mutex);
 }
 
-/* Thread side: sets up and adds one transfer; a setup failure finishes it as a SocketError. */
-static void
-start(EgRequest *req)
+/*
+ * Thread side: a new easy handle with the options every request shares, or
+ * NULL.  Only http and https, no redirects, TLS verified, no signals.
+ */
+static CURL *
+new_handle(void)
 {
 	CURL	   *h = curl_easy_init();
 	CURLcode	rc = CURLE_OK;
 
-	req->easy = h;
 	if (h == NULL)
-	{
-		snprintf(req->errbuf, sizeof(req->errbuf), "could not set up the transfer: out of memory");
-		finish(req, EG_TRANSPORT_SOCKET, 0);
-		return;
-	}
+		return NULL;
 #define SET(opt, val) do { if (rc == CURLE_OK) rc = curl_easy_setopt(h, (opt), (val)); } while (0)
-	SET(CURLOPT_URL, req->url);
 	SET(CURLOPT_POST, 1L);
-	SET(CURLOPT_POSTFIELDS, req->body);
-	SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
-	SET(CURLOPT_HTTPHEADER, req->headers);
-	SET(CURLOPT_TIMEOUT_MS, req->timeout_ms);
 	SET(CURLOPT_NOSIGNAL, 1L);
 	SET(CURLOPT_FOLLOWLOCATION, 0L);
 #if LIBCURL_VERSION_NUM >= 0x075500
@@ -148,9 +165,38 @@ start(EgRequest *req)
 	SET(CURLOPT_SSL_VERIFYHOST, 2L);
 	SET(CURLOPT_WRITEFUNCTION, discard_body);
 	SET(CURLOPT_USERAGENT, "eventgrid-postgresql/0.1");
+	SET(CURLOPT_TCP_NODELAY, 1L);
+#undef SET
+	if (rc != CURLE_OK)
+	{
+		curl_easy_cleanup(h);
+		return NULL;
+	}
+	return h;
+}
+
+/* Thread side: sets up and adds one transfer; a setup failure finishes it as a SocketError. */
+static void
+start(EgRequest *req)
+{
+	CURL	   *h = idle_n > 0 ? idle_handles[--idle_n] : new_handle();
+	CURLcode	rc = CURLE_OK;
+
+	req->easy = h;
+	if (h == NULL)
+	{
+		snprintf(req->errbuf, sizeof(req->errbuf), "could not set up the transfer: out of memory");
+		finish(req, EG_TRANSPORT_SOCKET, 0);
+		return;
+	}
+#define SET(opt, val) do { if (rc == CURLE_OK) rc = curl_easy_setopt(h, (opt), (val)); } while (0)
+	SET(CURLOPT_URL, req->url);
+	SET(CURLOPT_POSTFIELDS, req->body);
+	SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
+	SET(CURLOPT_HTTPHEADER, req->headers);
+	SET(CURLOPT_TIMEOUT_MS, req->timeout_ms);
 	SET(CURLOPT_ERRORBUFFER, req->errbuf);
 	SET(CURLOPT_PRIVATE, (void *) req);
-	SET(CURLOPT_TCP_NODELAY, 1L);
 #undef SET
 	if (rc != CURLE_OK || curl_multi_add_handle(multi, h) != CURLM_OK)
 	{
@@ -243,6 +289,12 @@ eg_http_init(void)
 		elog(ERROR, "eventgrid: curl_multi_init failed");
 	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) Max(eg_max_concurrent_requests, 8));
 	want_max_connections = 0;
+	/* room for the handles of the most requests that may ever be in flight */
+	idle_cap = EG_MAX_CONCURRENT_REQUESTS_LIMIT;
+	idle_handles = calloc(idle_cap, sizeof(CURL *));
+	if (idle_handles == NULL)
+		elog(ERROR, "eventgrid: out of memory for the HTTP handle pool");
+	idle_n = 0;
 	stopping = false;
 
 	/* the thread inherits the signal mask: block everything for it */
@@ -268,6 +320,11 @@ eg_http_shutdown(void)
 		pthread_join(http_thread, NULL);
 		thread_started = false;
 	}
+	while (idle_n > 0)
+		curl_easy_cleanup(idle_handles[--idle_n]);
+	free(idle_handles);
+	idle_handles = NULL;
+	idle_cap = 0;
 	if (multi)
 		curl_multi_cleanup(multi);
 	multi = NULL;
@@ -287,43 +344,72 @@ eg_http_set_max_connections(long n)
 		curl_multi_wakeup(multi);
 }
 
-/* Adds "Name: value" to a request not yet started. */
+/*
+ * Gives a request not yet started its header lines: n NUL-terminated
+ * "Name: value" lines one after another in lines[0..len), which are copied.
+ * The list libcurl reads (public struct curl_slist nodes) and the text are
+ * one malloc'd block, freed by eg_http_free_headers(); an "Expect:" line is
+ * added so that libcurl never waits for "100 Continue".
+ */
 void
-eg_http_add_header(EgRequest *req, const char *line)
+eg_http_set_headers(EgRequest *req, const char *lines, size_t len, int n)
 {
-	struct curl_slist *l = curl_slist_append(req->headers, line);
+	static const char expect[] = "Expect:";
+	size_t		nodes = (size_t) (n + 1) * sizeof(struct curl_slist);
+	char	   *block = malloc(nodes + len + sizeof(expect));
+	struct curl_slist *list = (struct curl_slist *) block;
+	char	   *text = block + nodes;
 
-	if (l == NULL)
-		elog(ERROR, "eventgrid: out of memory building request headers");
-	req->headers = l;
+	if (block == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("eventgrid: out of memory building request headers")));
+	eg_http_free_headers(req);
+	memcpy(text, lines, len);
+	memcpy(text + len, expect, sizeof(expect));
+	for (int i = 0; i <= n; i++)
+	{
+		list[i].data = text;
+		list[i].next = i < n ? &list[i + 1] : NULL;
+		text += strlen(text) + 1;
+	}
+	req->headers = list;
 }
 
-/* Frees the header list of a request that will not be started. */
+/* Frees the header list of a request (the HTTP thread does so when one ends). */
 void
 eg_http_free_headers(EgRequest *req)
 {
-	curl_slist_free_all(req->headers);
+	free(req->headers);
 	req->headers = NULL;
 }
 
 /*
- * Hands a POST of req->body to req->url over to the HTTP thread.  From here
- * until eg_http_take_finished() returns it, the request (with its malloc'd
- * body and header list, which the thread frees) belongs to the thread; the
- * url must stay valid until then.
+ * Hands POSTs of reqs[0..n) to the HTTP thread, each of req->body to
+ * req->url with a total time limit of timeout_ms, and wakes the thread once.
+ * From here until eg_http_take_finished() returns it, a request (with its
+ * malloc'd body and header block, which the thread frees) belongs to the
+ * thread; its url must stay valid until then.
  */
 void
-eg_http_start(EgRequest *req, const char *url, long timeout_ms)
+eg_http_start(EgRequest **reqs, int n, long timeout_ms)
 {
-	req->url = url;
-	req->timeout_ms = timeout_ms;
-	req->errbuf[0] = '\0';
-	req->duration_ms = 0;
-	eg_http_add_header(req, "Expect:");
+	if (n <= 0)
+		return;
+	for (int i = 0; i < n; i++)
+	{
+		EgRequest  *req = reqs[i];
 
+		req->timeout_ms = timeout_ms;
+		req->errbuf[0] = '\0';
+		req->duration_ms = 0;
+		if (req->headers == NULL)
+			eg_http_set_headers(req, "", 0, 0);
+	}
 	pthread_mutex_lock(&mutex);
-	append(&inbox_head, &inbox_tail, req);
-	in_flight++;
+	for (int i = 0; i < n; i++)
+		append(&inbox_head, &inbox_tail, reqs[i]);
+	in_flight += n;
 	pthread_mutex_unlock(&mutex);
 	curl_multi_wakeup(multi);
 }
@@ -339,9 +425,14 @@ eg_http_in_flight(void)
 	return n;
 }
 
-/* Waits at most timeout_ms for a request to finish (returns at once if one has). */
+/*
+ * Waits at most timeout_ms until at least want requests have finished, or
+ * all in flight have (returns at once if that is so already).  Waiting for
+ * several lets the caller hand back and start requests in sets, one
+ * in-flight record per set, while the rest are still on the wire.
+ */
 void
-eg_http_wait(int timeout_ms)
+eg_http_wait(int want, int timeout_ms)
 {
 	struct timespec deadline;
 
@@ -351,8 +442,13 @@ eg_http_wait(int timeout_ms)
 	deadline.tv_nsec %= 1000000000L;
 
 	pthread_mutex_lock(&mutex);
-	if (finished_head == NULL && in_flight > 0)
-		pthread_cond_timedwait(&finished_cv, &mutex, &deadline);
+	wait_for = Max(want, 1);
+	while (finished_n < wait_for && finished_n < in_flight)
+	{
+		if (pthread_cond_timedwait(&finished_cv, &mutex, &deadline) != 0)
+			break;				/* timed out */
+	}
+	wait_for = 1;
 	pthread_mutex_unlock(&mutex);
 }
 
@@ -371,6 +467,7 @@ eg_http_take_finished(void)
 			finished_tail = NULL;
 		req->next = NULL;
 		in_flight--;
+		finished_n--;
 	}
 	pthread_mutex_unlock(&mutex);
 	return req;

@@ -113,20 +113,22 @@ eventgrid_header_problem(PG_FUNCTION_ARGS)
 }
 
 /*
- * Adds "name: value" after checking it; false (nothing added) when the line
- * may not be sent.  libcurl drops a header written with an empty value, so
- * an empty one is written as "name;", which it sends as "name:".
+ * Appends the line "name: value" (NUL-terminated) to lines after checking it
+ * and counts it in *n; false (nothing added) when the line may not be sent.
+ * libcurl drops a header written with an empty value, so an empty one is
+ * written as "name;", which it sends as "name:".
  */
 static bool
-add_header(EgRequest *req, const char *name, const char *value, bool custom)
+add_header(StringInfo lines, int *n, const char *name, const char *value, bool custom)
 {
-	char	   *line;
-
 	if (eg_header_problem(name, value, custom) != NULL)
 		return false;
-	line = value[0] ? psprintf("%s: %s", name, value) : psprintf("%s;", name);
-	eg_http_add_header(req, line);
-	pfree(line);
+	if (value[0])
+		appendStringInfo(lines, "%s: %s", name, value);
+	else
+		appendStringInfo(lines, "%s;", name);
+	appendStringInfoChar(lines, '\0');
+	(*n)++;
 	return true;
 }
 
@@ -137,6 +139,7 @@ add_header(EgRequest *req, const char *name, const char *value, bool custom)
  * custom delivery properties ("Name: value" lines separated by '\n').
  * Returns false, with nothing allocated, when a header line holds a control
  * character or is otherwise unsendable: the request must then not be sent.
+ * scratch is a buffer the caller reuses between requests.
  */
 bool
 eg_request_build(EgRequest *req, const EgRequestSpec *spec,
@@ -144,18 +147,20 @@ eg_request_build(EgRequest *req, const EgRequestSpec *spec,
 {
 	char		count_text[16];
 	bool		ok = true;
+	int			n = 0;
 
-	ok = ok && add_header(req, "Content-Type", eg_content_type(spec->schema, nevents), false);
-	ok = ok && add_header(req, "aeg-event-type", "Notification", false);
-	ok = ok && add_header(req, "aeg-subscription-name",
+	resetStringInfo(scratch);
+	ok = ok && add_header(scratch, &n, "Content-Type", eg_content_type(spec->schema, nevents), false);
+	ok = ok && add_header(scratch, &n, "aeg-event-type", "Notification", false);
+	ok = ok && add_header(scratch, &n, "aeg-subscription-name",
 						  asc_toupper(spec->subscription_name, strlen(spec->subscription_name)),
 						  false);
 	snprintf(count_text, sizeof(count_text), "%d", spec->delivery_count);
-	ok = ok && add_header(req, "aeg-delivery-count", count_text, false);
-	ok = ok && add_header(req, "aeg-metadata-version", spec->metadata_version, false);
+	ok = ok && add_header(scratch, &n, "aeg-delivery-count", count_text, false);
+	ok = ok && add_header(scratch, &n, "aeg-metadata-version", spec->metadata_version, false);
 	if (strcmp(spec->schema, "CloudEventSchemaV1_0") != 0)
-		ok = ok && add_header(req, "aeg-data-version", spec->data_version, false);
-	ok = ok && add_header(req, "aeg-output-event-id", spec->output_event_id, false);
+		ok = ok && add_header(scratch, &n, "aeg-data-version", spec->data_version, false);
+	ok = ok && add_header(scratch, &n, "aeg-output-event-id", spec->output_event_id, false);
 
 	if (ok && spec->custom_headers)
 	{
@@ -172,15 +177,13 @@ eg_request_build(EgRequest *req, const EgRequestSpec *spec,
 				break;
 			}
 			*sep = '\0';
-			ok = add_header(req, h, sep + 2, true);
+			ok = add_header(scratch, &n, h, sep + 2, true);
 		}
 		pfree(copy);
 	}
 	if (!ok)
-	{
-		eg_http_free_headers(req);
 		return false;
-	}
+	eg_http_set_headers(req, scratch->data, scratch->len, n);
 
 	resetStringInfo(scratch);
 	eg_build_body(scratch, spec->schema, events, nevents);
