@@ -162,6 +162,10 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	 * visible in "upto" (a new snapshot when no batch is open).  At most $2
 	 * per subscription, cut where the matching events' bytes reach $3.  A
 	 * position with nothing left in its batch gives one row with no event.
+	 * Subscriptions take turns by served_at (never served first).  Rows come
+	 * unordered with their place in that order (ord, the last column): the
+	 * caller orders them, so that the only sort here is the one the byte
+	 * budget needs, and the wide rows with their JSON text are not sorted.
 	 */
 	[PLAN_CLAIM_FIRST] = {
 		"WITH snap AS MATERIALIZED ("
@@ -169,13 +173,14 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"), pos AS MATERIALIZED ("
 		"  SELECT p.subscription_id, p.done, coalesce(p.upto, snap.s) AS upto,"
 		"         coalesce(p.after_txid, '0'::xid8) AS after_txid, coalesce(p.after_id, 0) AS after_id,"
-		"         ARRAY(SELECT pg_snapshot_xip(p.done)) AS done_xip, p.served_at, p.upto IS NULL AS fresh"
+		"         ARRAY(SELECT pg_snapshot_xip(p.done)) AS done_xip, p.upto IS NULL AS fresh,"
+		"         coalesce(p.served_at, '-infinity') AS turn"
 		"    FROM eventgrid.subscription_positions p CROSS JOIN snap"
 		"   WHERE p.system_identifier = snap.sysid AND p.subscription_id <> ALL ($4)"
 		"   ORDER BY p.subscription_id"
 		"   FOR UPDATE OF p SKIP LOCKED"
 		"), scan AS ("
-		"  SELECT pos.subscription_id, pos.served_at, pos.done, pos.upto, pos.fresh, pos.after_txid AS pos_after_txid,"
+		"  SELECT pos.subscription_id, pos.turn, pos.done, pos.upto, pos.fresh, pos.after_txid AS pos_after_txid,"
 		"         pos.after_id AS pos_after_id, e.txid, e.id, e.event,"
 		"         e.publish_time, e.event_bytes,"
 		"         e.id IS NOT NULL AND eventgrid._matches(e.event, s.included_event_types_lower,"
@@ -201,10 +206,11 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"      ) u ORDER BY u.txid, u.id LIMIT $2"
 		"    ) e ON true"
 		"), sized AS ("
-		"  SELECT sc.*, count(sc.id) OVER (PARTITION BY sc.subscription_id) AS scanned,"
+		"  SELECT sc.*, count(sc.id) OVER (PARTITION BY sc.turn, sc.subscription_id) AS scanned,"
 		"         coalesce(sum(CASE WHEN sc.matched THEN coalesce(sc.event_bytes, 0) ELSE 0 END)"
-		"           OVER (ORDER BY sc.served_at NULLS FIRST, sc.subscription_id, sc.txid, sc.id"
-		"                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before"
+		"           OVER (ORDER BY sc.turn, sc.subscription_id, sc.txid, sc.id"
+		"                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before,"
+		"         row_number() OVER (ORDER BY sc.turn, sc.subscription_id, sc.txid, sc.id) AS ord"
 		"    FROM scan sc"
 		"), kept AS ("
 		"  SELECT * FROM sized WHERE before < $3 OR id IS NULL"
@@ -220,13 +226,12 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"       CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END,"
 		"       CASE WHEN k.matched THEN " CUSTOM_HEADERS("e.event") " END,"
 		"       coalesce(k.event_bytes, 0), k.fresh, k.pos_after_txid, k.pos_after_id,"
-		"       s.topic_type = 'namespace'"
+		"       s.topic_type = 'namespace', k.ord"
 		"  FROM kept k"
 		"  CROSS JOIN LATERAL (SELECT k.event, k.id, k.publish_time) e"
 		"  JOIN eventgrid.event_subscriptions s ON s.id = k.subscription_id"
 		"  JOIN eventgrid.topics t ON t.name = s.topic"
-		"  LEFT JOIN props pr ON pr.subscription_id = s.id"
-		" ORDER BY k.served_at NULLS FIRST, k.subscription_id, k.txid, k.id",
+		"  LEFT JOIN props pr ON pr.subscription_id = s.id",
 		4, {TIMESTAMPTZOID, INT4OID, INT8OID, INT8ARRAYOID}
 	},
 
@@ -1007,6 +1012,44 @@ eg_queue_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_
 	return n;
 }
 
+/* qsort_arg comparator: row indexes by their ordinal (arg: the ordinals). */
+static int
+cmp_by_ord(const void *a, const void *b, void *arg)
+{
+	const int64 *ords = (const int64 *) arg;
+	int64		x = ords[*(const int *) a];
+	int64		y = ords[*(const int *) b];
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* Puts the rows of tt in the order of their int8 column col (no NULLs). */
+static void
+order_rows(SPITupleTable *tt, int n, int col)
+{
+	int64	   *ords = palloc(Max(n, 1) * sizeof(int64));
+	int		   *idx = palloc(Max(n, 1) * sizeof(int));
+	HeapTuple  *sorted = palloc(Max(n, 1) * sizeof(HeapTuple));
+	bool		in_order = true;
+
+	for (int i = 0; i < n; i++)
+	{
+		ords[i] = int64_col(tt, i, col, 0);
+		idx[i] = i;
+		in_order = in_order && (i == 0 || ords[i - 1] <= ords[i]);
+	}
+	if (!in_order)
+	{
+		qsort_arg(idx, n, sizeof(int), cmp_by_ord, ords);
+		for (int i = 0; i < n; i++)
+			sorted[i] = tt->vals[idx[i]];
+		memcpy(tt->vals, sorted, n * sizeof(HeapTuple));
+	}
+	pfree(ords);
+	pfree(idx);
+	pfree(sorted);
+}
+
 /*
  * Claims first attempts: for every event subscription whose position no
  * other session holds, the next events of its snapshot batch, at most limit
@@ -1052,6 +1095,7 @@ eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 	run_plan(PLAN_CLAIM_FIRST, args, false, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	tt = SPI_tuptable;
+	order_rows(tt, n, 26);
 	*more = false;
 	out = palloc0(Max(n, 1) * sizeof(EgClaimedRow));
 	sub_ids = palloc(Max(n, 1) * sizeof(Datum));

@@ -65,6 +65,7 @@
 #define EG_RECORD_MAX_DELAY_MS 20
 #define EG_IDLE_MAX_SLEEP_MS 60000
 #define EG_BUSY_POLL_MS 5
+#define EG_WORK_MEM "64MB"		/* the worker's work_mem: see pin_settings() */
 #define EG_LEASE_MARGIN_MS 60000
 #define EG_ANALYZE_INTERVAL_MS 60000
 #define EG_LOCKED_DUE_RETRY_MS 250	/* due rows exist, but another session locks them */
@@ -960,8 +961,8 @@ start_pending(void)
 			if (((EgDelivery *) req->items[k])->chunk == NULL)
 				((EgDelivery *) req->items[k])->wave = wave;
 		req->started_at = eg_now();
-		eg_http_start(req, req->url, eg_response_timeout_ms);
 	}
+	eg_http_start(starting, nstart, eg_response_timeout_ms);
 }
 
 /*
@@ -1159,6 +1160,11 @@ detach_latch(int code, Datum arg)
  * sort every due row to take the first thousand, so that each claim costs
  * the whole backlog.  Every statement of this worker has a plain index
  * path, so sequential and bitmap scans are ruled out here.
+ *
+ * Memory: a claim sorts the events it scanned (up to 1,000 per event
+ * subscription, with their jsonb) once, to cut them at the byte budget.  At
+ * the default work_mem of 4 MB ten subscriptions' 1-KB events already spill
+ * to disk; EG_WORK_MEM keeps such a claim in memory and bounds a larger one.
  */
 static void
 pin_settings(void)
@@ -1174,6 +1180,7 @@ pin_settings(void)
 		{"lock_timeout", EG_LOCK_TIMEOUT},
 		{"synchronous_commit", "on"},
 		{"jit", "off"},
+		{"work_mem", EG_WORK_MEM},
 		{"enable_seqscan", "off"},
 		{"enable_bitmapscan", "off"},
 	};
@@ -1365,9 +1372,16 @@ eventgrid_worker_main(Datum arg)
 		if (eg_targets_queued() > 0 && GetCurrentTimestamp() >= db_retry_at)
 			start_pending();
 
-		/* wait for HTTP only when there is no claiming to do meanwhile */
+		/*
+		 * Wait for HTTP only when there is no claiming to do meanwhile, and
+		 * then for half of what is in flight (at most a few milliseconds):
+		 * the freed slots are refilled as one set, with one durable
+		 * in-flight record, while the other half is still on the wire.
+		 * Measured: about 30 requests per set instead of 19, and a third
+		 * less time recording them (bench/RESULTS.md).
+		 */
 		if (eg_http_in_flight() > 0 && !want_claim)
-			eg_http_wait(EG_BUSY_POLL_MS);
+			eg_http_wait(eg_http_in_flight() / 2, EG_BUSY_POLL_MS);
 		collect_finished();
 
 		/*
