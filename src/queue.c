@@ -128,9 +128,13 @@ typedef struct EgPlanDef
 	"    WHERE p.subscription_id = s.id AND p.source_field IS NOT NULL AND v.value IS NOT NULL" \
 	"      AND v.value !~ '[\\x01-\\x1f\\x7f]' AND octet_length(v.value) <= 4096) END), '')"
 
-/* Static custom headers once per subscription among those in sub_ids. */
+/*
+ * Static custom headers once per subscription among those in sub_ids.
+ * MATERIALIZED: computed once per statement; inlined, the planner rescans
+ * the aggregate and its index once per claimed row.
+ */
 #define PROPS(sub_ids) \
-	"props AS (" \
+	"props AS MATERIALIZED (" \
 	"  SELECT p.subscription_id," \
 	"         string_agg(p.header || ': ' || p.value, E'\\n') FILTER (WHERE p.source_field IS NULL) AS static_headers," \
 	"         bool_or(p.source_field IS NOT NULL) AS has_dynamic" \
