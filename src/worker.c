@@ -1377,7 +1377,7 @@ eventgrid_worker_main(Datum arg)
 		 * then for half of what is in flight (at most a few milliseconds):
 		 * the freed slots are refilled as one set, with one durable
 		 * in-flight record, while the other half is still on the wire.
-		 * Measured: about 30 requests per set instead of 19, and a third
+		 * Measured: about 30 requests per set instead of 19, and a quarter
 		 * less time recording them (bench/RESULTS.md).
 		 */
 		if (eg_http_in_flight() > 0 && !want_claim)
