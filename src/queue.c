@@ -1016,13 +1016,18 @@ eg_queue_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_
 	return n;
 }
 
-/* qsort_arg comparator: row indexes by their ordinal (arg: the ordinals). */
-static int
-cmp_by_ord(const void *a, const void *b, void *arg)
+/* A result row and its ordinal, for order_rows(). */
+typedef struct EgOrderedRow
 {
-	const int64 *ords = (const int64 *) arg;
-	int64		x = ords[*(const int *) a];
-	int64		y = ords[*(const int *) b];
+	int64		ord;
+	HeapTuple	tuple;
+} EgOrderedRow;
+
+static int
+cmp_ordered_rows(const void *a, const void *b)
+{
+	int64		x = ((const EgOrderedRow *) a)->ord;
+	int64		y = ((const EgOrderedRow *) b)->ord;
 
 	return x < y ? -1 : x > y ? 1 : 0;
 }
@@ -1031,27 +1036,22 @@ cmp_by_ord(const void *a, const void *b, void *arg)
 static void
 order_rows(SPITupleTable *tt, int n, int col)
 {
-	int64	   *ords = palloc(Max(n, 1) * sizeof(int64));
-	int		   *idx = palloc(Max(n, 1) * sizeof(int));
-	HeapTuple  *sorted = palloc(Max(n, 1) * sizeof(HeapTuple));
+	EgOrderedRow *rows = palloc(Max(n, 1) * sizeof(EgOrderedRow));
 	bool		in_order = true;
 
 	for (int i = 0; i < n; i++)
 	{
-		ords[i] = int64_col(tt, i, col, 0);
-		idx[i] = i;
-		in_order = in_order && (i == 0 || ords[i - 1] <= ords[i]);
+		rows[i].ord = int64_col(tt, i, col, 0);
+		rows[i].tuple = tt->vals[i];
+		in_order = in_order && (i == 0 || rows[i - 1].ord <= rows[i].ord);
 	}
 	if (!in_order)
 	{
-		qsort_arg(idx, n, sizeof(int), cmp_by_ord, ords);
+		qsort(rows, n, sizeof(EgOrderedRow), cmp_ordered_rows);
 		for (int i = 0; i < n; i++)
-			sorted[i] = tt->vals[idx[i]];
-		memcpy(tt->vals, sorted, n * sizeof(HeapTuple));
+			tt->vals[i] = rows[i].tuple;
 	}
-	pfree(ords);
-	pfree(idx);
-	pfree(sorted);
+	pfree(rows);
 }
 
 /*
