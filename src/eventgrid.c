@@ -31,6 +31,7 @@
 PG_MODULE_MAGIC;
 
 char	   *eg_database_name = NULL;
+int			eg_delivery_workers = 1;
 int			eg_max_concurrent_requests = 64;
 int			eg_response_timeout_ms = 30000;
 int			eg_retry_jitter_percent = 10;
@@ -94,8 +95,11 @@ eg_shmem_startup(void)
 	if (!found)
 	{
 		SpinLockInit(&eg_shared->mutex);
-		eg_shared->worker_latch = NULL;
-		eg_shared->worker_pid = 0;
+		for (int i = 0; i < EG_MAX_DELIVERY_WORKERS; i++)
+		{
+			eg_shared->worker_latch[i] = NULL;
+			eg_shared->worker_pid[i] = 0;
+		}
 		eg_shared->upkeep_wanted = true;
 		eg_shared->backlog = 0;
 	}
@@ -116,6 +120,12 @@ eg_define_gucs(void)
 								   gettext_noop("The extension must be created in this database."),
 								   &eg_database_name, "postgres",
 								   PGC_POSTMASTER, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("eventgrid.delivery_workers",
+								gettext_noop("Number of delivery workers; they share the queue, each event subscription's position moved by one at a time."),
+								gettext_noop("Each worker has its own eventgrid.max_concurrent_requests, eventgrid.max_bytes_in_flight and eventgrid.max_requests_per_endpoint."),
+								&eg_delivery_workers, 1, 1, EG_MAX_DELIVERY_WORKERS,
+								PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("eventgrid.max_concurrent_requests",
 							gettext_noop("Maximum number of HTTP delivery requests in flight at once."),
 							NULL, &eg_max_concurrent_requests, 64, 1, EG_MAX_CONCURRENT_REQUESTS_LIMIT,
@@ -225,19 +235,20 @@ _PG_init(void)
 	RegisterBackgroundWorker(&worker);
 }
 
-/* Sets the delivery worker's latch, if it runs. */
+/* Sets the latch of every delivery worker that runs. */
 void
 eg_wake_worker(void)
 {
-	Latch	   *latch;
+	Latch	   *latches[EG_MAX_DELIVERY_WORKERS];
 
 	if (eg_shared == NULL)
 		return;
 	SpinLockAcquire(&eg_shared->mutex);
-	latch = eg_shared->worker_latch;
+	memcpy(latches, eg_shared->worker_latch, sizeof(latches));
 	SpinLockRelease(&eg_shared->mutex);
-	if (latch)
-		SetLatch(latch);
+	for (int i = 0; i < EG_MAX_DELIVERY_WORKERS; i++)
+		if (latches[i])
+			SetLatch(latches[i]);
 }
 
 /*
@@ -324,7 +335,7 @@ eg_event_table_at(TimestampTz ts)
 
 /* See eventgrid.h. */
 void
-eg_worker_spec(BackgroundWorker *worker, const char *function, const char *type, Oid dboid)
+eg_worker_spec(BackgroundWorker *worker, const char *function, const char *type, Oid dboid, int number)
 {
 	memset(worker, 0, sizeof(*worker));
 	worker->bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -335,6 +346,7 @@ eg_worker_spec(BackgroundWorker *worker, const char *function, const char *type,
 	snprintf(worker->bgw_name, BGW_MAXLEN, "eventgrid %s", type);
 	snprintf(worker->bgw_type, BGW_MAXLEN, "eventgrid %s", type);
 	worker->bgw_main_arg = ObjectIdGetDatum(dboid);
+	memcpy(worker->bgw_extra, &number, sizeof(number));
 	worker->bgw_notify_pid = MyProcPid;
 }
 

@@ -29,6 +29,7 @@
 
 /* GUCs (eventgrid.c) */
 extern char *eg_database_name;
+extern int	eg_delivery_workers;
 extern int	eg_max_concurrent_requests;
 #define EG_MAX_CONCURRENT_REQUESTS_LIMIT 1000	/* upper bound of eventgrid.max_concurrent_requests */
 extern int	eg_response_timeout_ms;
@@ -60,12 +61,18 @@ typedef enum EgHistoryMode
 #define EG_EVENT_TABLES 3
 extern int	eg_event_table_at(TimestampTz ts);
 
-/* Shared state: the worker's latch, set by publishers at commit. */
+/*
+ * Most delivery workers eventgrid.delivery_workers may ask for.  Worker k
+ * (1 to eventgrid.delivery_workers) is the lease_owner of what it claims.
+ */
+#define EG_MAX_DELIVERY_WORKERS 8
+
+/* Shared state: the delivery workers' latches, set by publishers at commit. */
 typedef struct EgShared
 {
 	slock_t		mutex;
-	Latch	   *worker_latch;
-	pid_t		worker_pid;
+	Latch	   *worker_latch[EG_MAX_DELIVERY_WORKERS];	/* index: worker number - 1 */
+	pid_t		worker_pid[EG_MAX_DELIVERY_WORKERS];
 	bool		upkeep_wanted;	/* the delivery worker had work since the last upkeep */
 	int64		backlog;		/* deliveries ready and not claimed, as the upkeep worker last counted */
 } EgShared;
@@ -83,12 +90,15 @@ extern PGDLLEXPORT void eventgrid_upkeep_main(Datum arg);
 
 /*
  * Describes one of eventgrid's dynamic background workers: entry point
- * function, type (also its name) "eventgrid <type>", database dboid, not
- * restarted by the postmaster, reporting start and exit to this process.
+ * function, type (also its name) "eventgrid <type>", database dboid, worker
+ * number (1 to eventgrid.delivery_workers; 0 for the upkeep worker, in
+ * bgw_extra), not restarted by the postmaster, reporting start and exit to
+ * this process.
  */
-extern void eg_worker_spec(BackgroundWorker *worker, const char *function, const char *type, Oid dboid);
+extern void eg_worker_spec(BackgroundWorker *worker, const char *function, const char *type, Oid dboid,
+						   int number);
 
-/* Wakes the delivery worker now (no-op when it is not running). */
+/* Wakes every delivery worker now (no-op for those not running). */
 extern void eg_wake_worker(void);
 
 /* Current time as the worker sees it: real time plus eventgrid.clock_offset. */
@@ -257,8 +267,8 @@ extern void eg_queue_forget_waves(int lease_owner, const int64 *waves, int n);
 extern TimestampTz eg_queue_record(EgOutcome *const *outcomes, int n, int lease_owner,
 								   const int64 *chunks, int nchunks,
 								   const EgAttempt *attempts, int nattempts);
-extern TimestampTz eg_queue_next_due(int lease_owner);
-extern void eg_queue_recover(int lease_owner, bool all, TimestampTz now, bool history,
+extern TimestampTz eg_queue_next_due(void);
+extern void eg_queue_recover(int starting_pid, TimestampTz now, bool history,
 							 uint64 *charged, uint64 *released);
 extern char *eg_queue_rotate_history(TimestampTz now, int64 period_ms, int64 max_rows);
 #define EG_BACKLOG_COUNT_LIMIT 100000	/* the backlog is counted up to this */

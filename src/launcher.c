@@ -1,17 +1,20 @@
 /*
  * launcher.c - the eventgrid launcher: a background worker connected to no
- * database that starts the delivery worker (worker.c) in the database named
- * by eventgrid.database_name and starts it again when it exits.
+ * database that starts the delivery workers (worker.c; as many as
+ * eventgrid.delivery_workers) in the database named by
+ * eventgrid.database_name and starts each again when it exits.
  *
  * Why a launcher: a background worker that connects to a missing database
  * dies with FATAL and the postmaster restarts it every few seconds, filling
  * the log without naming the setting at fault.  The launcher reads
  * pg_database (a shared catalog) instead, says once which GUC names a
- * missing database, and looks again with growing pauses; when the worker
+ * missing database, and looks again with growing pauses; when a worker
  * exits (an ERROR it could not handle, the database dropped, SIGTERM) it is
  * restarted after a pause that grows while it keeps exiting soon after
- * starting.  A crash of either process makes the postmaster restart
- * everything, as for any backend.
+ * starting, each worker on its own.  Worker k runs as one process at a
+ * time: the launcher starts it only once its previous process is gone.  A
+ * crash of any process makes the postmaster restart everything, as for any
+ * backend.
  */
 #include "eventgrid.h"
 
@@ -52,13 +55,14 @@ launcher_sleep(long ms)
 	}
 }
 
+/* Whether delivery worker number (1-based) runs, as its shared slot says. */
 static bool
-worker_alive(void)
+worker_alive(int number)
 {
 	pid_t		pid;
 
 	SpinLockAcquire(&eg_shared->mutex);
-	pid = eg_shared->worker_pid;
+	pid = eg_shared->worker_pid[number - 1];
 	SpinLockRelease(&eg_shared->mutex);
 	return pid != 0 && kill(pid, 0) == 0;
 }
@@ -98,18 +102,79 @@ lookup_database(const char *name)
 }
 
 static BackgroundWorkerHandle *
-start_delivery_worker(Oid dboid)
+start_delivery_worker(Oid dboid, int number)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
 	pid_t		pid;
 
-	eg_worker_spec(&worker, "eventgrid_worker_main", "delivery worker", dboid);
+	eg_worker_spec(&worker, "eventgrid_worker_main", "delivery worker", dboid, number);
+	if (eg_delivery_workers > 1)
+		snprintf(worker.bgw_name, BGW_MAXLEN, "eventgrid delivery worker %d", number);
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 		return NULL;
 	if (WaitForBackgroundWorkerStartup(handle, &pid) != BGWH_STARTED)
 		return NULL;
 	return handle;
+}
+
+/* What the launcher knows of one delivery worker. */
+typedef struct EgWorkerSlot
+{
+	BackgroundWorkerHandle *handle; /* NULL: not started by this launcher, or exited */
+	TimestampTz started;
+	TimestampTz start_at;		/* no (re)start before this */
+	long		backoff_ms;
+} EgWorkerSlot;
+
+/*
+ * Starts delivery worker number in slot when it is due and not running;
+ * notes its exit.  Returns the time this slot next wants attention.
+ */
+static TimestampTz
+tend_worker(Oid dboid, int number, EgWorkerSlot *slot)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	pid_t		pid;
+
+	if (slot->handle != NULL)
+	{
+		if (GetBackgroundWorkerPid(slot->handle, &pid) != BGWH_STOPPED)
+			return DT_NOEND;	/* its exit sets our latch (bgw_notify_pid) */
+		pfree(slot->handle);
+		slot->handle = NULL;
+		/* a worker that kept running restarts at once; one that keeps dying, slower */
+		if (now - slot->started >= (TimestampTz) EG_WORKER_HEALTHY_MS * 1000)
+			slot->backoff_ms = EG_BACKOFF_MIN_MS;
+		slot->start_at = now + (TimestampTz) slot->backoff_ms * 1000;
+		slot->backoff_ms = Min(slot->backoff_ms * 2, EG_BACKOFF_MAX_MS);
+		return slot->start_at;
+	}
+	if (now < slot->start_at)
+		return slot->start_at;
+
+	/*
+	 * A launcher restarted on its own (pg_terminate_backend) finds the
+	 * workers it started still running: one process per worker number.
+	 */
+	if (worker_alive(number))
+	{
+		slot->start_at = now + (TimestampTz) EG_BACKOFF_MIN_MS * 1000;
+		return slot->start_at;
+	}
+	slot->started = now;
+	slot->handle = start_delivery_worker(dboid, number);
+	if (slot->handle == NULL)
+	{
+		ereport(LOG,
+				(errmsg("eventgrid: could not start delivery worker %d; trying again in %ld s",
+						number, slot->backoff_ms / 1000),
+				 errhint("Raise max_worker_processes if all background worker slots are taken.")));
+		slot->start_at = now + (TimestampTz) slot->backoff_ms * 1000;
+		slot->backoff_ms = Min(slot->backoff_ms * 2, EG_BACKOFF_MAX_MS);
+		return slot->start_at;
+	}
+	return DT_NOEND;
 }
 
 /* Launcher entry point, registered in _PG_init(). */
@@ -118,18 +183,27 @@ eventgrid_launcher_main(Datum arg)
 {
 	long		backoff_ms = EG_BACKOFF_MIN_MS;
 	bool		reported_missing = false;
+	EgWorkerSlot slots[EG_MAX_DELIVERY_WORKERS];
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	pgstat_report_appname("eventgrid launcher");
+	for (int i = 0; i < EG_MAX_DELIVERY_WORKERS; i++)
+	{
+		slots[i].handle = NULL;
+		slots[i].started = 0;
+		slots[i].start_at = 0;
+		slots[i].backoff_ms = EG_BACKOFF_MIN_MS;
+	}
 
+	/* find the database */
 	for (;;)
 	{
 		Oid			dboid;
-		BackgroundWorkerHandle *handle;
-		TimestampTz started;
+		TimestampTz wake_at = DT_NOEND;
+		TimestampTz now;
 
 		CHECK_FOR_INTERRUPTS();
 		dboid = lookup_database(eg_database_name);
@@ -150,37 +224,18 @@ eventgrid_launcher_main(Datum arg)
 			ereport(LOG, (errmsg("eventgrid: database \"%s\" exists now; starting the delivery worker",
 								 eg_database_name)));
 		reported_missing = false;
+		backoff_ms = EG_BACKOFF_MIN_MS;
 
 		/*
-		 * A launcher restarted on its own (pg_terminate_backend) finds the
-		 * worker it started still running: one worker at a time.
+		 * Each delivery worker is started, and started again when it exits,
+		 * on its own: one that fails does not stop the others.
 		 */
-		if (worker_alive())
-		{
-			launcher_sleep(EG_BACKOFF_MIN_MS);
-			continue;
-		}
-
-		started = GetCurrentTimestamp();
-		handle = start_delivery_worker(dboid);
-		if (handle == NULL)
-		{
-			ereport(LOG,
-					(errmsg("eventgrid: could not start the delivery worker; trying again in %ld s",
-							backoff_ms / 1000),
-					 errhint("Raise max_worker_processes if all background worker slots are taken.")));
-			launcher_sleep(backoff_ms);
-			backoff_ms = Min(backoff_ms * 2, EG_BACKOFF_MAX_MS);
-			continue;
-		}
+		for (int k = 1; k <= eg_delivery_workers; k++)
+			wake_at = Min(wake_at, tend_worker(dboid, k, &slots[k - 1]));
 		pgstat_report_activity(STATE_IDLE, NULL);
-		(void) WaitForBackgroundWorkerShutdown(handle);
-		pfree(handle);
-
-		/* a worker that kept running restarts at once; one that keeps dying, slower */
-		if (GetCurrentTimestamp() - started >= (TimestampTz) EG_WORKER_HEALTHY_MS * 1000)
-			backoff_ms = EG_BACKOFF_MIN_MS;
-		launcher_sleep(backoff_ms);
-		backoff_ms = Min(backoff_ms * 2, EG_BACKOFF_MAX_MS);
+		now = GetCurrentTimestamp();
+		if (wake_at > now)
+			launcher_sleep(wake_at == DT_NOEND ? EG_BACKOFF_MAX_MS
+						   : (long) Min((wake_at - now + 999) / 1000, (TimestampTz) EG_BACKOFF_MAX_MS));
 	}
 }

@@ -71,9 +71,9 @@ typedef enum EgPlanId
 	PLAN_IN_FLIGHT,
 	PLAN_SENT_MARKS,
 	PLAN_RECOVER_CHUNKS,
-	PLAN_CHARGE_SENT,
 	PLAN_RELEASE,
-	PLAN_FORGET_WAVES,
+	PLAN_STALE,
+	PLAN_RECOVERY_LOCK,
 	PLAN_FOREIGN,
 	PLAN_REBASE_PENDING,
 	PLAN_REBASE_POSITIONS,
@@ -157,6 +157,19 @@ typedef struct EgPlanDef
 	"    FROM " rows " m JOIN eventgrid.event_subscriptions s ON s.id = m.subscription_id" \
 	"   CROSS JOIN eventgrid.attempt_log_rotation h" \
 	"   WHERE " keep " AND m.attempts > 0"
+
+/*
+ * Owners of leases: a delivery worker's lease_owner is its pid.  An owner
+ * is stale when no delivery worker with that pid runs (pg_stat_activity,
+ * read when the statement first needs it, after its snapshot was taken: a
+ * worker whose claims the statement sees had started before), or when it
+ * is $1, the pid of a delivery worker that is just starting and holds
+ * nothing yet ($1 = 0 names no one).  What a stale owner left is taken back.
+ */
+#define LIVE_WORKERS \
+	"ARRAY(SELECT a.pid FROM pg_catalog.pg_stat_get_activity(NULL::int4) a" \
+	"       WHERE a.backend_type = 'eventgrid delivery worker')"
+#define STALE_OWNER(col) "(" col " = $1 OR " col " <> ALL (" LIVE_WORKERS "))"
 
 static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	/*
@@ -271,14 +284,16 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	},
 
 	/*
-	 * Due retries, within the byte budget, leased.  Custom headers are
+	 * Due retries, within the byte budget, leased to $3.  A retry leased by
+	 * a running delivery worker is not taken; one leased by a worker that no
+	 * longer runs is, once its lease ($4 ms) ran out.  Custom headers are
 	 * looked up once per subscription (props), and per row only for the
 	 * subscriptions whose headers take values from the event.
 	 */
 	[PLAN_CLAIM_RETRIES] = {
 		"WITH due AS ("
 		"  SELECT r.ctid AS tid, r.next_attempt_at, r.id, r.event_bytes FROM eventgrid.retries r"
-		"   WHERE r.next_attempt_at <= $1 AND r.lease_owner IS DISTINCT FROM $3"
+		"   WHERE r.next_attempt_at <= $1 AND (r.lease_owner IS NULL OR r.lease_owner <> ALL (" LIVE_WORKERS "))"
 		"   ORDER BY r.next_attempt_at"
 		"   LIMIT $2"
 		"   FOR UPDATE SKIP LOCKED"
@@ -309,8 +324,9 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		5, {TIMESTAMPTZOID, INT4OID, INT4OID, INT8OID, INT8OID}
 	},
 	[PLAN_NEXT_DUE] = {
-		"SELECT min(next_attempt_at) FROM eventgrid.retries WHERE lease_owner IS DISTINCT FROM $1",
-		1, {INT4OID}
+		"SELECT min(next_attempt_at) FROM eventgrid.retries"
+		" WHERE lease_owner IS NULL OR lease_owner <> ALL (" LIVE_WORKERS ")",
+		0, {0}
 	},
 	/* lock order of every writer: subscriptions first (drop_event_subscription does the same) */
 	[PLAN_LOCK_SUBSCRIPTIONS] = {
@@ -461,12 +477,12 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 
 	/*
 	 * After a crash: the events of chunks left in flight become retries due
-	 * at $2, charged an attempt (Aborted) up to the chunk's sent mark.
-	 * $1 NULL takes every chunk (at start), else those of other owners.
+	 * at $2, charged an attempt (Aborted) up to the chunk's sent mark.  The
+	 * chunks taken are those of stale owners (STALE_OWNER).
 	 */
 	[PLAN_RECOVER_CHUNKS] = {
 		"WITH c AS ("
-		"  DELETE FROM eventgrid.chunks_in_flight c WHERE $1 IS NULL OR c.lease_owner <> $1 RETURNING c.*"
+		"  DELETE FROM eventgrid.chunks_in_flight c WHERE " STALE_OWNER("c.lease_owner") " RETURNING c.*"
 		"), made AS ("
 		"  INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,"
 		"         attempts, next_attempt_at, last_attempt_at, last_outcome)"
@@ -488,28 +504,52 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"SELECT attempts FROM made",
 		3, {INT4OID, TIMESTAMPTZOID, BOOLOID}
 	},
-	/* after a crash: an attempt for every retry that went to HTTP, none for the rest */
-	[PLAN_CHARGE_SENT] = {
-		"WITH charged AS ("
-		"  UPDATE eventgrid.retries r"
-		"     SET attempts = least(r.attempts + 1, 30), last_outcome = 'Aborted', last_http_status = NULL,"
-		"         last_attempt_at = $1"
-		"    FROM (SELECT DISTINCT unnest(f.retry_ids) AS id FROM eventgrid.requests_in_flight f) sent"
-		"   WHERE r.id = sent.id AND r.lease_owner IS NOT NULL"
-		"  RETURNING r.subscription_id, r.event_id, r.attempts"
-		"), history AS ("
-		ABORTED_HISTORY("charged", "$1", "$2")
-		")"
-		"SELECT count(*) FROM charged",
-		2, {TIMESTAMPTZOID, BOOLOID}
-	},
+
+	/*
+	 * After a crash: retries leased by stale owners are released, due at $2
+	 * at the latest; those an in-flight record of a stale owner names went
+	 * to HTTP and are charged an attempt (Aborted), the others not.  With
+	 * $4 every such lease is released (a scan of the retries, at a delivery
+	 * worker's start); without, only those named in flight.  The owner is
+	 * tested on r itself, so that a concurrent recovery's release is seen
+	 * (EvalPlanQual) and nothing is charged twice.
+	 */
 	[PLAN_RELEASE] = {
-		"UPDATE eventgrid.retries SET next_attempt_at = least(next_attempt_at, $1), lease_owner = NULL"
-		" WHERE lease_owner IS NOT NULL",
-		1, {TIMESTAMPTZOID}
+		"WITH sent AS ("
+		"  SELECT DISTINCT unnest(f.retry_ids) AS id FROM eventgrid.requests_in_flight f"
+		"   WHERE " STALE_OWNER("f.lease_owner")
+		"), forgot AS ("
+		"  DELETE FROM eventgrid.requests_in_flight f WHERE " STALE_OWNER("f.lease_owner")
+		"), taken AS ("
+		"  SELECT sent.id, true AS sent FROM sent"
+		"  UNION ALL"
+		"  SELECT r0.id, false FROM eventgrid.retries r0"
+		"   WHERE $4 AND r0.lease_owner IS NOT NULL AND r0.id NOT IN (SELECT id FROM sent)"
+		"), released AS ("
+		"  UPDATE eventgrid.retries r"
+		"     SET next_attempt_at = least(r.next_attempt_at, $2), lease_owner = NULL,"
+		"         attempts = CASE WHEN t.sent THEN least(r.attempts + 1, 30) ELSE r.attempts END,"
+		"         last_outcome = CASE WHEN t.sent THEN 'Aborted' ELSE r.last_outcome END,"
+		"         last_http_status = CASE WHEN t.sent THEN NULL ELSE r.last_http_status END,"
+		"         last_attempt_at = CASE WHEN t.sent THEN $2 ELSE r.last_attempt_at END"
+		"    FROM taken t"
+		"   WHERE r.id = t.id AND r.lease_owner IS NOT NULL AND " STALE_OWNER("r.lease_owner")
+		"  RETURNING r.subscription_id, r.event_id, r.attempts, t.sent"
+		"), history AS ("
+		ABORTED_HISTORY("(SELECT * FROM released WHERE sent)", "$2", "$3")
+		")"
+		"SELECT count(*), count(*) FILTER (WHERE sent) FROM released",
+		4, {INT4OID, TIMESTAMPTZOID, BOOLOID, BOOLOID}
 	},
-	[PLAN_FORGET_WAVES] = {
-		"DELETE FROM eventgrid.requests_in_flight",
+	/* whether any chunk or in-flight record belongs to a stale owner */
+	[PLAN_STALE] = {
+		"SELECT EXISTS (SELECT 1 FROM eventgrid.chunks_in_flight c WHERE " STALE_OWNER("c.lease_owner") ")"
+		"    OR EXISTS (SELECT 1 FROM eventgrid.requests_in_flight f WHERE " STALE_OWNER("f.lease_owner") ")",
+		1, {INT4OID}
+	},
+	/* recoveries take turns (the lock conflicts with itself, not with claims or records) */
+	[PLAN_RECOVERY_LOCK] = {
+		"LOCK TABLE eventgrid.chunks_in_flight IN SHARE UPDATE EXCLUSIVE MODE",
 		0, {0}
 	},
 
@@ -1478,51 +1518,66 @@ eg_queue_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 
 	return earliest;
 }
 
-/* Earliest next_attempt_at of retries lease_owner does not hold, or DT_NOEND. */
+/*
+ * Earliest next_attempt_at of retries that no running delivery worker holds
+ * (unleased, or leased by a worker that no longer runs), or DT_NOEND.
+ */
 TimestampTz
-eg_queue_next_due(int lease_owner)
+eg_queue_next_due(void)
 {
-	Datum		arg = Int32GetDatum(lease_owner);
 	bool		isnull;
 	Datum		v;
 
-	run_plan(PLAN_NEXT_DUE, &arg, true, SPI_OK_SELECT);
+	run_plan(PLAN_NEXT_DUE, NULL, true, SPI_OK_SELECT);
 	v = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	return isnull ? DT_NOEND : DatumGetTimestampTz(v);
 }
 
 /*
- * Takes back what another run of the worker left (a crash, or a restored
- * dump): chunks of first attempts become retries due at now, charged an
- * attempt with outcome Aborted up to what had been handed to HTTP.  With
- * all (at start, when this worker holds nothing yet) every chunk is taken,
- * and leased retries are released too, those named in an in-flight record
- * charged an attempt; otherwise only chunks of other owners.  Returns how
- * many deliveries were charged and how many taken back in all.
+ * Takes back what delivery workers that no longer run left (a crash, an
+ * exit on ERROR, or a restored dump): chunks of first attempts become
+ * retries due at now, and retries they leased are released, due at now.
+ * What an in-flight record named went to HTTP and is charged an attempt
+ * (outcome Aborted); the rest is not charged.  starting_pid is the pid of
+ * a delivery worker that is starting (what names it is stale too, and every
+ * stale lease is released, which scans the retries); 0 at upkeep, which
+ * looks first whether any chunk or in-flight record is stale and takes
+ * only those and the retries they name.  Recoveries take turns.  Returns
+ * how many deliveries were charged and how many taken back in all.
  */
 void
-eg_queue_recover(int lease_owner, bool all, TimestampTz now, bool history, uint64 *charged, uint64 *released)
+eg_queue_recover(int starting_pid, TimestampTz now, bool history, uint64 *charged, uint64 *released)
 {
-	Datum		args[3];
-	SPIPlanPtr	plan = get_plan(PLAN_RECOVER_CHUNKS);
+	Datum		args[4];
 
-	args[0] = Int32GetDatum(lease_owner);
+	args[0] = Int32GetDatum(starting_pid);
 	args[1] = TimestampTzGetDatum(now);
 	args[2] = BoolGetDatum(history);
+	args[3] = BoolGetDatum(starting_pid != 0);
 	*charged = 0;
-	if (SPI_execute_plan(plan, args, all ? "n  " : "   ", false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "eventgrid: recovering chunks in flight failed");
+	*released = 0;
+	if (starting_pid == 0)
+	{
+		bool		stale;
+
+		run_plan(PLAN_STALE, args, true, SPI_OK_SELECT);
+		stale = bool_col(SPI_tuptable, 0, 1);
+		if (!stale)
+			return;
+	}
+	run_plan(PLAN_RECOVERY_LOCK, NULL, false, SPI_OK_UTILITY);
+
+	/* who runs is read again by each statement, after its snapshot */
+	pgstat_clear_snapshot();
+	run_plan(PLAN_RECOVER_CHUNKS, args, false, SPI_OK_SELECT);
 	*released = SPI_processed;
 	for (uint64 i = 0; i < SPI_processed; i++)
 		if (int32_col(SPI_tuptable, (int) i, 1, 0) > 0)
 			(*charged)++;
-	if (!all)
-		return;
-	run_plan(PLAN_CHARGE_SENT, &args[1], false, SPI_OK_SELECT);
-	*charged += (uint64) int64_col(SPI_tuptable, 0, 1, 0);
-	run_plan(PLAN_RELEASE, &args[1], false, SPI_OK_UPDATE);
-	*released += SPI_processed;
-	run_plan(PLAN_FORGET_WAVES, NULL, false, SPI_OK_DELETE);
+	pgstat_clear_snapshot();
+	run_plan(PLAN_RELEASE, args, false, SPI_OK_SELECT);
+	*released += (uint64) int64_col(SPI_tuptable, 0, 1, 0);
+	*charged += (uint64) int64_col(SPI_tuptable, 0, 2, 0);
 }
 
 /*

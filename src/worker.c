@@ -13,12 +13,16 @@
  * once on its own thread.  Record: outcomes go back in sets of hundreds, a
  * chunk of first attempts once all of its outcomes are known.
  *
- * Crashes: a new worker turns the chunks a previous one left into retries
- * and takes back its leases, charging an attempt (outcome Aborted) only to
- * what was recorded as in flight, what really went to HTTP.
+ * Several delivery workers (eventgrid.delivery_workers) share the queue;
+ * each owns what it claimed under its pid (lease_owner).  Crashes: a
+ * starting worker turns the chunks that workers no longer running left
+ * into retries and takes back their leases, charging an attempt (outcome
+ * Aborted) only to what was recorded as in flight, what really went to
+ * HTTP; the upkeep worker does the same for a worker that exited while the
+ * others run on.
  *
- * Upkeep runs in a process of its own, the upkeep worker, which the
- * delivery worker starts (and starts again) and which exits with it: about
+ * Upkeep runs in a process of its own, the upkeep worker, which delivery
+ * worker 1 starts (and starts again) and which exits with it: about
  * once a second while there is work or an event table holds rows (once a
  * minute otherwise) it counts
  * unmatched events, starts afresh positions restored from another cluster,
@@ -114,7 +118,8 @@ typedef struct EgClaim
 	int			unrecorded;
 } EgClaim;
 
-static int	lease_owner;		/* this worker's pid */
+static int	lease_owner;		/* this delivery worker's pid */
+static int	worker_number;		/* 1 to eventgrid.delivery_workers */
 static MemoryContext round_cxt; /* scratch memory of one loop round */
 
 static TimestampTz last_analyze = 0;
@@ -802,14 +807,15 @@ next_due(void)
 
 	if (!begin_work("eventgrid: looking up the next due delivery"))
 		return DT_NOEND;
-	result = eg_queue_next_due(lease_owner);
+	result = eg_queue_next_due();
 	end_work();
 	return result;
 }
 
 /*
- * Takes back what a previous run of the worker left (a crash, or a restored
- * dump): chunks in flight become retries, leased retries are released;
+ * Takes back what delivery workers no longer running left (a crash, an
+ * earlier run of this worker number, or a restored dump): chunks in flight
+ * become retries, leased retries are released;
  * deliveries that were handed to HTTP are charged an attempt with outcome
  * Aborted, the others are not, and all are due at once.  The endpoints'
  * health is taken over.
@@ -824,7 +830,7 @@ release_old_leases(void)
 
 	if (!begin_work("eventgrid: releasing leases of an interrupted run"))
 		return false;
-	eg_queue_recover(lease_owner, true, eg_now(), eg_attempt_history != EG_HISTORY_OFF, &charged, &released);
+	eg_queue_recover(lease_owner, eg_now(), eg_attempt_history != EG_HISTORY_OFF, &charged, &released);
 	nhealth = eg_queue_load_health(&health);
 	eg_targets_load(health, nhealth);
 	if (released > 0)
@@ -967,15 +973,15 @@ start_pending(void)
 
 /*
  * Upkeep of the queue: positions restored from another cluster start
- * afresh, chunks left by runs other than the delivery worker delivery_pid
- * become retries, published and unmatched events are counted, each event
+ * afresh, chunks and in-flight retries of delivery workers that no longer
+ * run become retries (eg_queue_recover), published and unmatched events are counted, each event
  * table other than the current one is emptied if nothing needs it, and the
  * attempt history is rotated when its current table is due.  Each step is its
  * own unit of work.  Runs in the upkeep worker.  Returns whether an event
  * table holds rows still (upkeep is then wanted again soon).
  */
 static bool
-upkeep(int delivery_pid)
+upkeep(void)
 {
 	bool		used = false;
 
@@ -990,10 +996,10 @@ upkeep(int delivery_pid)
 	/* not while paused: a pg_restore may still be writing positions and events */
 	if (!eg_delivery_paused)
 		rebased = eg_queue_rebase(now);
-	eg_queue_recover(delivery_pid, false, now, eg_attempt_history != EG_HISTORY_OFF, &charged, &taken);
+	eg_queue_recover(0, now, eg_attempt_history != EG_HISTORY_OFF, &charged, &taken);
 	if (taken > 0)
 		ereport(LOG,
-				(errmsg("eventgrid: %llu first attempts left in flight by another run of the worker will be retried",
+				(errmsg("eventgrid: %llu deliveries left in flight by a delivery worker that no longer exists will be retried",
 						(unsigned long long) taken),
 				 errdetail("%llu of them had been sent and are counted as attempts with outcome Aborted.",
 						   (unsigned long long) charged)));
@@ -1099,7 +1105,7 @@ ensure_upkeep_worker(Oid dboid)
 	if (GetCurrentTimestamp() < upkeep_start_at)
 		return;
 	upkeep_start_at = GetCurrentTimestamp() + (TimestampTz) EG_UPKEEP_RESTART_MS * 1000;
-	eg_worker_spec(&worker, "eventgrid_upkeep_main", "upkeep worker", dboid);
+	eg_worker_spec(&worker, "eventgrid_upkeep_main", "upkeep worker", dboid, 0);
 	/* the handle outlives this loop round */
 	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
 	started = RegisterDynamicBackgroundWorker(&worker, &upkeep_handle);
@@ -1110,7 +1116,7 @@ ensure_upkeep_worker(Oid dboid)
 		ereport(LOG,
 				(errmsg("eventgrid: could not start the upkeep worker; trying again in %d s",
 						EG_UPKEEP_RESTART_MS / 1000),
-				 errhint("Raise max_worker_processes: eventgrid needs three background workers.")));
+				 errhint("Raise max_worker_processes: eventgrid needs eventgrid.delivery_workers + 2 background workers.")));
 	}
 }
 
@@ -1138,8 +1144,8 @@ static void
 detach_latch(int code, Datum arg)
 {
 	SpinLockAcquire(&eg_shared->mutex);
-	eg_shared->worker_latch = NULL;
-	eg_shared->worker_pid = 0;
+	eg_shared->worker_latch[worker_number - 1] = NULL;
+	eg_shared->worker_pid[worker_number - 1] = 0;
 	SpinLockRelease(&eg_shared->mutex);
 	eg_http_shutdown();
 }
@@ -1248,15 +1254,15 @@ recover_from_error(void)
  * the name shown in pg_stat_activity.
  */
 static void
-worker_start(Datum dboid, const char *kind)
+worker_start(Datum dboid, const char *kind, int number)
 {
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGINT, StatementCancelHandler);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(dboid), InvalidOid, 0);
-	worker_kind = kind;
-	pgstat_report_appname(psprintf("eventgrid %s", kind));
+	worker_kind = number > 0 && eg_delivery_workers > 1 ? psprintf("%s %d", kind, number) : kind;
+	pgstat_report_appname(psprintf("eventgrid %s", worker_kind));
 	pin_settings();
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid round", ALLOCSET_DEFAULT_SIZES);
 }
@@ -1289,17 +1295,20 @@ eventgrid_worker_main(Datum arg)
 	volatile TimestampTz next_claim_at = 0;
 	volatile bool leases_released = false;
 
-	worker_start(arg, "delivery worker");
+	memcpy(&worker_number, MyBgworkerEntry->bgw_extra, sizeof(worker_number));
+	if (worker_number < 1 || worker_number > eg_delivery_workers)
+		elog(FATAL, "eventgrid: delivery worker number %d is out of range", worker_number);
+	worker_start(arg, "delivery worker", worker_number);
 	lease_owner = MyProcPid;
 
 	SpinLockAcquire(&eg_shared->mutex);
-	eg_shared->worker_latch = MyLatch;
-	eg_shared->worker_pid = MyProcPid;
+	eg_shared->worker_latch[worker_number - 1] = MyLatch;
+	eg_shared->worker_pid[worker_number - 1] = MyProcPid;
 	SpinLockRelease(&eg_shared->mutex);
 	eg_http_init();
 	before_shmem_exit(detach_latch, (Datum) 0);
 
-	ereport(LOG, (errmsg("eventgrid delivery worker started in database \"%s\"", eg_database_name)));
+	ereport(LOG, (errmsg("eventgrid %s started in database \"%s\"", worker_kind, eg_database_name)));
 
 	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
 		recover_from_error();
@@ -1400,7 +1409,7 @@ eventgrid_worker_main(Datum arg)
 				next_claim_at = earliest;
 		}
 
-		if (leases_released)
+		if (leases_released && worker_number == 1)
 			ensure_upkeep_worker(DatumGetObjectId(arg));
 		report_status(next_claim_at);
 
@@ -1414,7 +1423,7 @@ eventgrid_worker_main(Datum arg)
 				wake_at = DT_NOEND; /* a reload (SIGHUP) sets the latch */
 			if (eg_targets_queued() > 0 || recordable_n > 0 || !leases_released)
 				wake_at = Min(wake_at, now);
-			if (upkeep_handle == NULL && leases_released)
+			if (upkeep_handle == NULL && leases_released && worker_number == 1)
 				wake_at = Min(wake_at, now + (upkeep_start_at - GetCurrentTimestamp()));
 			if (GetCurrentTimestamp() < db_retry_at)
 				wake_at = Max(wake_at, now + (db_retry_at - GetCurrentTimestamp()));
@@ -1446,10 +1455,10 @@ eventgrid_worker_main(Datum arg)
 }
 
 /*
- * Background worker entry point of the upkeep worker, started by the
- * delivery worker for the database dboid: upkeep about once a second while
- * the delivery worker has work or an event table holds rows, once a minute
- * otherwise.  Exits when the delivery worker is gone (the next one starts a
+ * Background worker entry point of the upkeep worker, started by delivery
+ * worker 1 for the database dboid: upkeep about once a second while the
+ * delivery workers have work or an event table holds rows, once a minute
+ * otherwise.  Exits when delivery worker 1 is gone (the next one starts a
  * new upkeep worker).
  */
 void
@@ -1459,7 +1468,7 @@ eventgrid_upkeep_main(Datum arg)
 	volatile TimestampTz last_upkeep = 0;
 	volatile bool again = true;
 
-	worker_start(arg, "upkeep worker");
+	worker_start(arg, "upkeep worker", 0);
 	eg_queue_quiet = true;
 
 	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
@@ -1474,7 +1483,7 @@ eventgrid_upkeep_main(Datum arg)
 		if (begin_round())
 			again = true;		/* new settings (e.g. the attempt history's) apply at once */
 		SpinLockAcquire(&eg_shared->mutex);
-		delivery_pid = eg_shared->worker_pid;
+		delivery_pid = eg_shared->worker_pid[0];
 		wanted = eg_shared->upkeep_wanted;
 		SpinLockRelease(&eg_shared->mutex);
 		if (delivery_pid == 0 || kill(delivery_pid, 0) != 0)
@@ -1489,7 +1498,7 @@ eventgrid_upkeep_main(Datum arg)
 			SpinLockRelease(&eg_shared->mutex);
 			last_upkeep = GetCurrentTimestamp();
 			again = true;		/* until upkeep says otherwise, also after an error */
-			again = upkeep(delivery_pid);
+			again = upkeep();
 		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 EG_UPKEEP_INTERVAL_MS, PG_WAIT_EXTENSION);
