@@ -145,8 +145,9 @@ class Bench:
                 usage[pid] = (int(fields[11]) + int(fields[12])) / tick
         return usage
 
-    def worker_pid(self):
-        return self.one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'")
+    def worker_pids(self):
+        """The delivery workers' pids (eventgrid.delivery_workers of them)."""
+        return [r[0] for r in self.q("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'")]
 
     def reset_queue(self):
         self.q("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2, "
@@ -225,7 +226,7 @@ class Bench:
         self.set_guc("eventgrid.delivery_paused", "on")
         self.publish_backlog(topic, n_events)
         self.q("CHECKPOINT")
-        worker = self.worker_pid()
+        workers = self.worker_pids()
         cpu0, lsn0 = self.cluster_cpu(), self.one("SELECT pg_current_wal_lsn()")
         self.set_guc("eventgrid.delivery_paused", "off")
         t0 = time.time() - 0.3  # set_guc waited 0.3 s after the reload
@@ -241,14 +242,14 @@ class Bench:
         if delivered != deliveries or failed != 0:
             raise RuntimeError(f"{topic}: {delivered} of {deliveries} deliveries accepted, {failed} failures")
         all_cpu = sum(v - cpu0.get(pid, 0) for pid, v in cpu1.items())
-        worker_cpu = cpu1.get(worker, 0) - cpu0.get(worker, 0)
+        worker_cpu = sum(cpu1.get(w, 0) - cpu0.get(w, 0) for w in workers)
         return deliveries / (t1 - t0), {"cpu": all_cpu * 1e6 / deliveries,
                                         "worker": worker_cpu * 1e6 / deliveries,
                                         "wal": float(wal) / deliveries}
 
     def report_costs(self, key, costs):
         self.report(f"{key}_cpu_us_per_delivery", "  CPU of all PostgreSQL processes per delivery", costs["cpu"], "µs")
-        self.report(f"{key}_worker_cpu_us_per_delivery", "  of which the delivery worker (with its HTTP thread)",
+        self.report(f"{key}_worker_cpu_us_per_delivery", "  of which the delivery workers (with their HTTP threads)",
                     costs["worker"], "µs")
         self.report(f"{key}_wal_bytes_per_delivery", "  WAL written per delivery (after a CHECKPOINT)",
                     costs["wal"], "bytes")
@@ -400,19 +401,21 @@ class Bench:
                (f"http://127.0.0.1:{hang.getsockname()[1]}/hanging",))
         self.q("SELECT eventgrid.create_event_subscription('isolation', 'healthy', %s)",
                (f"http://127.0.0.1:{server.server_address[1]}/healthy",))
-        worker = self.worker_pid()
+        workers = self.worker_pids()
         peak_fds = 0
         peak_anon = 0
 
         def sample():
+            """Peaks of the busiest delivery worker."""
             nonlocal peak_fds, peak_anon
-            try:
-                peak_fds = max(peak_fds, len(os.listdir(f"/proc/{worker}/fd")))
-                with open(f"/proc/{worker}/status") as f:
-                    anon = next(int(line.split()[1]) for line in f if line.startswith("RssAnon:"))
-                peak_anon = max(peak_anon, anon)
-            except OSError:
-                pass
+            for worker in workers:
+                try:
+                    peak_fds = max(peak_fds, len(os.listdir(f"/proc/{worker}/fd")))
+                    with open(f"/proc/{worker}/status") as f:
+                        anon = next(int(line.split()[1]) for line in f if line.startswith("RssAnon:"))
+                    peak_anon = max(peak_anon, anon)
+                except OSError:
+                    pass
 
         commits = self.publish_at_rate("isolation", "iso", rate, seconds, after_each=sample)
         deadline = time.time() + 60
@@ -439,15 +442,17 @@ class Bench:
         self.q("SELECT eventgrid.create_event_subscription('memory', 'sink', %s)", (self.args.sink + "/memory",))
         self.set_guc("eventgrid.delivery_paused", "on")
         self.publish_backlog("memory", n)
-        pid = self.worker_pid()
+        pids = self.worker_pids()
         peak = {"VmRSS": 0, "RssAnon": 0}
 
         def sample():
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    k, _, v = line.partition(":")
-                    if k in peak:
-                        peak[k] = max(peak[k], int(v.split()[0]))
+            """Peaks of the delivery worker that uses the most."""
+            for pid in pids:
+                with open(f"/proc/{pid}/status") as f:
+                    for line in f:
+                        k, _, v = line.partition(":")
+                        if k in peak:
+                            peak[k] = max(peak[k], int(v.split()[0]))
 
         self.set_guc("eventgrid.delivery_paused", "off")
         t0 = time.time() - 0.3
@@ -572,7 +577,8 @@ def main():
             b.fig_bloat(hold=False)
         if "rr" in cases:
             b.fig_bloat(hold=True)
-    print("\n== eventgrid benchmark (%s)" % time.strftime("%Y-%m-%d %H:%M:%S"))
+    print("\n== eventgrid benchmark (%s), eventgrid.delivery_workers = %s"
+          % (time.strftime("%Y-%m-%d %H:%M:%S"), b.one("SHOW eventgrid.delivery_workers")))
     for row in b.rows:
         print(row)
     print("BENCH_RESULT " + json.dumps({k: round(v, 2) if isinstance(v, float) else v

@@ -8,6 +8,7 @@
 # "BENCH_RESULT {json}".  Sizes and durations come from the environment:
 #   BENCH_EVENTS (200000)  BENCH_BACKLOG (1000000)  BENCH_LATENCY_SECONDS (20)
 #   BENCH_STEADY_SECONDS (300)  BENCH_STEADY_RATE (2000)  BENCH_STEADY_CASES (plain,rr)
+#   BENCH_WORKERS (2: eventgrid.delivery_workers, one per core of the 2-core machine)
 # Arguments go to bench.py, e.g. --only 1,2 for figures 1-4.
 set -euo pipefail
 . "$(dirname "$0")/../scripts/common.sh"
@@ -28,6 +29,7 @@ shared_buffers = 1GB
 max_wal_size = 8GB
 checkpoint_timeout = 30min
 eventgrid.max_concurrent_requests = 64
+eventgrid.delivery_workers = ${BENCH_WORKERS:-2}
 CONF
 
 cat > "$work/nginx.conf" <<CONF

@@ -73,6 +73,7 @@
 #define EG_LEASE_MARGIN_MS 60000
 #define EG_ANALYZE_INTERVAL_MS 60000
 #define EG_LOCKED_DUE_RETRY_MS 250	/* due rows exist, but another session locks them */
+#define EG_PEER_LOCKED_RETRY_MS 10	/* the same with several delivery workers: most likely a peer's claim */
 #define EG_NOT_READY_RETRY_MS 10000 /* extension missing, or of another version */
 #define EG_ERROR_BACKOFF_MIN_MS 100
 #define EG_ERROR_BACKOFF_MAX_MS 10000
@@ -1370,10 +1371,13 @@ eventgrid_worker_main(Datum arg)
 				/*
 				 * Due retries or positions the claim did not get are locked
 				 * by another session (SKIP LOCKED passed them by): look
-				 * again a little later, not in a busy loop.
+				 * again a little later, not in a busy loop.  With several
+				 * delivery workers that session is most likely another
+				 * worker's claim, over within milliseconds.
 				 */
 				if (next_claim_at <= now || locked)
-					next_claim_at = now + (TimestampTz) EG_LOCKED_DUE_RETRY_MS * 1000;
+					next_claim_at = now + (TimestampTz) (eg_delivery_workers > 1 ? EG_PEER_LOCKED_RETRY_MS
+														 : EG_LOCKED_DUE_RETRY_MS) * 1000;
 			}
 			else
 				next_claim_at = now;
