@@ -63,7 +63,8 @@ extern int	eg_event_table_at(TimestampTz ts);
 
 /*
  * Most delivery workers eventgrid.delivery_workers may ask for.  Worker k
- * (1 to eventgrid.delivery_workers) is the lease_owner of what it claims.
+ * (1 to eventgrid.delivery_workers) has entry k - 1 of the arrays below;
+ * what it claims is leased to its pid (lease_owner).
  */
 #define EG_MAX_DELIVERY_WORKERS 8
 
@@ -73,7 +74,7 @@ typedef struct EgShared
 	slock_t		mutex;
 	Latch	   *worker_latch[EG_MAX_DELIVERY_WORKERS];	/* index: worker number - 1 */
 	pid_t		worker_pid[EG_MAX_DELIVERY_WORKERS];
-	bool		upkeep_wanted;	/* the delivery worker had work since the last upkeep */
+	bool		upkeep_wanted;	/* a delivery worker had work since the last upkeep */
 	int64		backlog;		/* deliveries ready and not claimed, as the upkeep worker last counted */
 } EgShared;
 

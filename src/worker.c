@@ -975,10 +975,10 @@ start_pending(void)
 /*
  * Upkeep of the queue: positions restored from another cluster start
  * afresh, chunks and in-flight retries of delivery workers that no longer
- * run become retries (eg_queue_recover), published and unmatched events are counted, each event
- * table other than the current one is emptied if nothing needs it, and the
- * attempt history is rotated when its current table is due.  Each step is its
- * own unit of work.  Runs in the upkeep worker.  Returns whether an event
+ * run become retries (eg_queue_recover), published and unmatched events
+ * are counted, each event table other than the current one is emptied if
+ * nothing needs it, and the attempt history is rotated when its current
+ * table is due.  Each step is its own unit of work.  Runs in the upkeep worker.  Returns whether an event
  * table holds rows still (upkeep is then wanted again soon).
  */
 static bool
