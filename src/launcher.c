@@ -55,6 +55,16 @@ launcher_sleep(long ms)
 	}
 }
 
+/* The pause to take now, *backoff_ms; the next one is twice as long, up to EG_BACKOFF_MAX_MS. */
+static long
+take_backoff(long *backoff_ms)
+{
+	long		ms = *backoff_ms;
+
+	*backoff_ms = Min(ms * 2, EG_BACKOFF_MAX_MS);
+	return ms;
+}
+
 /* Whether delivery worker number (1-based) runs, as its shared slot says. */
 static bool
 worker_alive(int number)
@@ -146,8 +156,7 @@ tend_worker(Oid dboid, int number, EgWorkerSlot *slot)
 		/* a worker that kept running restarts at once; one that keeps dying, slower */
 		if (now - slot->started >= (TimestampTz) EG_WORKER_HEALTHY_MS * 1000)
 			slot->backoff_ms = EG_BACKOFF_MIN_MS;
-		slot->start_at = now + (TimestampTz) slot->backoff_ms * 1000;
-		slot->backoff_ms = Min(slot->backoff_ms * 2, EG_BACKOFF_MAX_MS);
+		slot->start_at = now + (TimestampTz) take_backoff(&slot->backoff_ms) * 1000;
 		return slot->start_at;
 	}
 	if (now < slot->start_at)
@@ -170,8 +179,7 @@ tend_worker(Oid dboid, int number, EgWorkerSlot *slot)
 				(errmsg("eventgrid: could not start delivery worker %d; trying again in %ld s",
 						number, slot->backoff_ms / 1000),
 				 errhint("Raise max_worker_processes if all background worker slots are taken.")));
-		slot->start_at = now + (TimestampTz) slot->backoff_ms * 1000;
-		slot->backoff_ms = Min(slot->backoff_ms * 2, EG_BACKOFF_MAX_MS);
+		slot->start_at = now + (TimestampTz) take_backoff(&slot->backoff_ms) * 1000;
 		return slot->start_at;
 	}
 	return DT_NOEND;
@@ -216,8 +224,7 @@ eventgrid_launcher_main(Datum arg)
 						 errdetail("The database is named by the setting eventgrid.database_name."),
 						 errhint("Create the database and run CREATE EXTENSION eventgrid in it, or set eventgrid.database_name in postgresql.conf to the database where the extension is and restart the server.")));
 			reported_missing = true;
-			launcher_sleep(backoff_ms);
-			backoff_ms = Min(backoff_ms * 2, EG_BACKOFF_MAX_MS);
+			launcher_sleep(take_backoff(&backoff_ms));
 			continue;
 		}
 		if (reported_missing)
