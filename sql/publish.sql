@@ -12,6 +12,23 @@ RETURNING event, publish_time = now() AS publish_time_is_now;
 INSERT INTO eventgrid.events (topic, event) VALUES
   ('shop', '{"id": "e2", "subject": "", "eventType": "Shop.OrderCreated", "eventTime": "2024-05-01T12:00:00.1234567+02:00", "dataVersion": "2.0", "metadataVersion": "1", "topic": "spoofed"}')
 RETURNING event;
+-- The stamp equals the event joined (||) with topic, and dataVersion and
+-- metadataVersion where absent, whatever the event's shape: nested objects
+-- and arrays, a topic that is itself an object, keys before and after the
+-- stamped ones in jsonb's order
+WITH given(n, ev) AS (VALUES
+  (1, '{"id": "s1", "subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z", "data": {"a": [1, {"b": null}], "z": {}}}'::jsonb),
+  (2, '{"id": "s2", "subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z", "topic": {"nested": [1, 2]}, "aaaa": [], "zzzzzzzzzzzzzzzzz": 1.5}'),
+  (3, '{"id": "s3", "subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z", "dataVersion": "7", "metadataVersion": "1", "topic": "shop"}'),
+  (4, '{"id": "s4", "subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z", "dataVersion": "", "data": [[], [[]], {"topic": "inner"}]}')
+), stored AS (
+  INSERT INTO eventgrid.events (topic, event) SELECT 'shop', ev FROM given RETURNING event
+)
+SELECT g.n, s.event = g.ev || jsonb_build_object('topic', 'shop')
+                          || CASE WHEN g.ev ? 'dataVersion' THEN '{}'::jsonb ELSE '{"dataVersion": ""}' END
+                          || '{"metadataVersion": "1"}' AS stamped_as_joined,
+       s.event::text = (s.event::text)::jsonb::text AS canonical
+  FROM given g JOIN stored s ON s.event->>'id' = g.ev->>'id' ORDER BY g.n;
 -- each required field
 SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}')$$);
 SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": "x", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z"}')$$);
@@ -105,11 +122,11 @@ SELECT e.event->>'id' AS event, string_agg(coalesce(s.name, '(unmatched)'), ', '
 SELECT subscription, pending FROM eventgrid.delivery_statistics WHERE topic = 'fanout' ORDER BY 1;
 
 -- Events that match no subscription (here: of topics without any) are counted
--- as unmatched by the upkeep worker within about a second: 5009 of them
+-- as unmatched by the upkeep worker within about a second: 5013 of them
 DO $$
 BEGIN
     FOR i IN 1 .. 200 LOOP
-        EXIT WHEN (SELECT sum(unmatched_events) FROM eventgrid.topic_statistics) >= 5009;
+        EXIT WHEN (SELECT sum(unmatched_events) FROM eventgrid.topic_statistics) >= 5013;
         PERFORM pg_sleep(0.05);
     END LOOP;
 END $$;

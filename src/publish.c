@@ -24,7 +24,6 @@
 #include "mb/pg_wchar.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
-#include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
@@ -270,6 +269,44 @@ check_header_fields(Jsonb *jb)
 	}
 }
 
+/*
+ * The event with topic set to the topic's name and, when absent,
+ * dataVersion "" and metadataVersion "1": one pass over the event's tokens,
+ * the stamps pushed last before the top-level object closes.  Of keys pushed
+ * twice jsonb keeps the last, so the stamped topic replaces any the
+ * publisher sent (the result jsonb_concat would give, built without a
+ * second jsonb and a second iterator).
+ */
+static Jsonb *
+stamp_eventgrid(Jsonb *jb, const char *topic, bool add_data_version, bool add_metadata_version)
+{
+	JsonbParseState *st = NULL;
+	JsonbIterator *it = JsonbIteratorInit(&jb->root);
+	JsonbIteratorToken tok;
+	JsonbValue	v;
+	JsonbValue *res = NULL;
+	int			depth = 0;
+
+	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	{
+		if (tok == WJB_BEGIN_OBJECT || tok == WJB_BEGIN_ARRAY)
+			depth++;
+		else if (tok == WJB_END_OBJECT || tok == WJB_END_ARRAY)
+		{
+			if (--depth == 0)
+			{
+				push_string_pair(&st, "topic", topic);
+				if (add_data_version)
+					push_string_pair(&st, "dataVersion", "");
+				if (add_metadata_version)
+					push_string_pair(&st, "metadataVersion", "1");
+			}
+		}
+		res = pushJsonbValue(&st, tok, tok < WJB_BEGIN_ARRAY ? &v : NULL);
+	}
+	return JsonbValueToJsonb(res);
+}
+
 /* Validates one Event Grid schema event and returns it stamped. */
 static Jsonb *
 validate_eventgrid(Jsonb *jb, const char *topic)
@@ -277,8 +314,6 @@ validate_eventgrid(Jsonb *jb, const char *topic)
 	JsonbValue	v;
 	bool		has_data_version;
 	bool		has_metadata_version;
-	JsonbParseState *st = NULL;
-	JsonbValue *stamp;
 
 	get_string_field(jb, "id", true, true, EG_SCHEMA_EVENTGRID, topic, &v);
 	get_string_field(jb, "subject", true, false, EG_SCHEMA_EVENTGRID, topic, &v);
@@ -294,15 +329,7 @@ validate_eventgrid(Jsonb *jb, const char *topic)
 						Min(v.val.string.len, 64), v.val.string.val),
 				 errhint("Leave metadataVersion out; eventgrid stamps it.")));
 
-	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
-	push_string_pair(&st, "topic", topic);
-	if (!has_data_version)
-		push_string_pair(&st, "dataVersion", "");
-	if (!has_metadata_version)
-		push_string_pair(&st, "metadataVersion", "1");
-	stamp = pushJsonbValue(&st, WJB_END_OBJECT, NULL);
-	return DatumGetJsonbP(DirectFunctionCall2(jsonb_concat, JsonbPGetDatum(jb),
-											  JsonbPGetDatum(JsonbValueToJsonb(stamp))));
+	return stamp_eventgrid(jb, topic, !has_data_version, !has_metadata_version);
 }
 
 static void
