@@ -16,6 +16,11 @@
  *    it and not in "done", read in (txid, id) order a chunk at a time, so a
  *    transaction that commits late is still delivered and a rolled-back one
  *    never is;
+ *  - a claim first reads narrow rows (which events, whether the filters
+ *    take them, their size), cuts them at the byte budget in C, moves the
+ *    positions and writes the chunks; then it reads what the chunks
+ *    deliver (JSON text, headers) the way recovery reads a chunk, so the
+ *    wide rows are never sorted or windowed;
  *  - a chunk claimed is a row of eventgrid.chunks_in_flight, and the
  *    position moves past it in the same transaction; before its requests go
  *    to HTTP the chunk's sent mark is committed durably; its outcomes are
@@ -59,6 +64,8 @@
 typedef enum EgPlanId
 {
 	PLAN_CLAIM_FIRST,
+	PLAN_CLAIM_LOAD,
+	PLAN_DROP_CHUNKS,
 	PLAN_ADVANCE,
 	PLAN_CLAIM_RETRIES,
 	PLAN_NEXT_DUE,
@@ -173,83 +180,104 @@ typedef struct EgPlanDef
 
 static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	/*
-	 * First attempts.  For each position (locked; one worker at a time), the
-	 * next events of its batch in (txid, id) order: those of transactions
-	 * that were in progress at "done", and those that began after it, both
-	 * visible in "upto" (a new snapshot when no batch is open).  At most $2
-	 * per subscription, cut where the matching events' bytes reach $3.  A
-	 * position with nothing left in its batch gives one row with no event.
-	 * Subscriptions take turns by served_at (never served first).  Rows come
-	 * unordered with their place in that order (ord, the last column): the
-	 * caller orders them, so that the only sort here is the one the byte
-	 * budget needs, and the wide rows with their JSON text are not sorted.
+	 * First attempts, step one: what to take.  For each position (locked;
+	 * one worker at a time), the next events of its batch in (txid, id)
+	 * order: those of transactions that were in progress at "done", and
+	 * those that began after it, both visible in "upto" (a new snapshot when
+	 * no batch is open).  At most $1 per subscription, each with whether the
+	 * subscription's filters take it and its size; a position with nothing
+	 * left in its batch gives one row with no event.  Rows are narrow and
+	 * unordered: the caller orders them, cuts them at the byte budget and
+	 * moves the positions (PLAN_ADVANCE); PLAN_CLAIM_LOAD then reads what
+	 * is to be sent.  done and upto come as text, once per position.
 	 */
 	[PLAN_CLAIM_FIRST] = {
 		"WITH snap AS MATERIALIZED ("
 		"  SELECT pg_current_snapshot() AS s, eventgrid._system_identifier() AS sysid"
 		"), pos AS MATERIALIZED ("
 		"  SELECT p.subscription_id, p.done, coalesce(p.upto, snap.s) AS upto,"
+		"         p.done::text AS done_text, coalesce(p.upto, snap.s)::text AS upto_text,"
 		"         coalesce(p.after_txid, '0'::xid8) AS after_txid, coalesce(p.after_id, 0) AS after_id,"
 		"         ARRAY(SELECT pg_snapshot_xip(p.done)) AS done_xip, p.upto IS NULL AS fresh,"
 		"         coalesce(p.served_at, '-infinity') AS turn"
 		"    FROM eventgrid.subscription_positions p CROSS JOIN snap"
-		"   WHERE p.system_identifier = snap.sysid AND p.subscription_id <> ALL ($4)"
+		"   WHERE p.system_identifier = snap.sysid AND p.subscription_id <> ALL ($2)"
 		"   ORDER BY p.subscription_id"
 		"   FOR UPDATE OF p SKIP LOCKED"
-		"), scan AS ("
-		"  SELECT pos.subscription_id, pos.turn, pos.done, pos.upto, pos.fresh, pos.after_txid AS pos_after_txid,"
-		"         pos.after_id AS pos_after_id, e.txid, e.id, e.event,"
-		"         e.publish_time, e.event_bytes,"
-		"         e.id IS NOT NULL AND eventgrid._matches(e.event, s.included_event_types_lower,"
-		"             s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive,"
-		"             s.advanced_filters, s.enable_advanced_filtering_on_arrays) AS matched"
-		"    FROM pos JOIN eventgrid.event_subscriptions s ON s.id = pos.subscription_id"
-		"    LEFT JOIN LATERAL ("
-		"      SELECT u.* FROM ("
-		"        (SELECT e.txid, e.id, e.event, e.publish_time, e.event_bytes FROM eventgrid.events e"
-		"          WHERE cardinality(pos.done_xip) > 0"
-		"            AND e.topic = s.topic AND e.txid = ANY (pos.done_xip)"
-		"            AND e.txid >= pg_snapshot_xmin(pos.done) AND e.txid < pg_snapshot_xmax(pos.done)"
-		"            AND (e.txid, e.id) > (pos.after_txid, pos.after_id)"
-		"            AND pg_visible_in_snapshot(e.txid, pos.upto)"
-		"          ORDER BY e.txid, e.id LIMIT $2)"
-		"        UNION ALL"
-		"        (SELECT e.txid, e.id, e.event, e.publish_time, e.event_bytes FROM eventgrid.events e"
-		"          WHERE e.topic = s.topic"
-		"            AND (e.txid, e.id) > (pos.after_txid, pos.after_id)"
-		"            AND e.txid >= pg_snapshot_xmax(pos.done) AND e.txid < pg_snapshot_xmax(pos.upto)"
-		"            AND pg_visible_in_snapshot(e.txid, pos.upto)"
-		"          ORDER BY e.txid, e.id LIMIT $2)"
-		"      ) u ORDER BY u.txid, u.id LIMIT $2"
-		"    ) e ON true"
-		"), sized AS ("
-		"  SELECT sc.*, count(sc.id) OVER (PARTITION BY sc.turn, sc.subscription_id) AS scanned,"
-		"         coalesce(sum(CASE WHEN sc.matched THEN coalesce(sc.event_bytes, 0) ELSE 0 END)"
-		"           OVER (ORDER BY sc.turn, sc.subscription_id, sc.txid, sc.id"
-		"                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before,"
-		"         row_number() OVER (ORDER BY sc.turn, sc.subscription_id, sc.txid, sc.id) AS ord"
-		"    FROM scan sc"
-		"), kept AS ("
-		"  SELECT * FROM sized WHERE before < $3 OR id IS NULL"
-		"), " PROPS("ARRAY(SELECT DISTINCT k.subscription_id FROM kept k WHERE k.matched)")
-		" SELECT k.subscription_id, k.txid, k.id, k.matched, k.scanned, k.done::text, k.upto::text,"
-		"       s.topic, s.max_delivery_attempts,"
-		"       (k.matched AND k.publish_time + make_interval(mins => s.event_ttl) <= $1) AS expired,"
+		")"
+		" SELECT pos.subscription_id, pos.turn, e.txid, e.id,"
+		"        e.id IS NOT NULL AND eventgrid._matches(e.event, s.included_event_types_lower,"
+		"            s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive,"
+		"            s.advanced_filters, s.enable_advanced_filtering_on_arrays) AS matched,"
+		"        coalesce(e.event_bytes, 0), pos.done_text, pos.upto_text, s.topic, pos.fresh,"
+		"        pos.after_txid, pos.after_id"
+		"   FROM pos JOIN eventgrid.event_subscriptions s ON s.id = pos.subscription_id"
+		"   LEFT JOIN LATERAL ("
+		"     SELECT u.* FROM ("
+		"       (SELECT e.txid, e.id, e.event, e.event_bytes FROM eventgrid.events e"
+		"         WHERE cardinality(pos.done_xip) > 0"
+		"           AND e.topic = s.topic AND e.txid = ANY (pos.done_xip)"
+		"           AND e.txid >= pg_snapshot_xmin(pos.done) AND e.txid < pg_snapshot_xmax(pos.done)"
+		"           AND (e.txid, e.id) > (pos.after_txid, pos.after_id)"
+		"           AND pg_visible_in_snapshot(e.txid, pos.upto)"
+		"         ORDER BY e.txid, e.id LIMIT $1)"
+		"       UNION ALL"
+		"       (SELECT e.txid, e.id, e.event, e.event_bytes FROM eventgrid.events e"
+		"         WHERE e.topic = s.topic"
+		"           AND (e.txid, e.id) > (pos.after_txid, pos.after_id)"
+		"           AND e.txid >= pg_snapshot_xmax(pos.done) AND e.txid < pg_snapshot_xmax(pos.upto)"
+		"           AND pg_visible_in_snapshot(e.txid, pos.upto)"
+		"         ORDER BY e.txid, e.id LIMIT $1)"
+		"     ) u ORDER BY u.txid, u.id LIMIT $1"
+		"   ) e ON true",
+		2, {INT4OID, INT8ARRAYOID}
+	},
+
+	/*
+	 * First attempts, step two: the deliveries of the chunks $1 just written
+	 * by lease owner $2, read the way recovery reads a chunk (the events of
+	 * its range in its batch that its subscription's filters take), with
+	 * what their requests need; expired by the clock $3.  Unordered: the
+	 * caller orders them by chunk and (txid, id), so that the wide rows with
+	 * their JSON text are not sorted here.  OFFSET 0 keeps each chunk's
+	 * events an index range scan.
+	 */
+	[PLAN_CLAIM_LOAD] = {
+		"WITH c AS MATERIALIZED ("
+		"  SELECT c.* FROM eventgrid.chunks_in_flight c WHERE c.lease_owner = $2 AND c.chunk = ANY ($1)"
+		"), " PROPS("ARRAY(SELECT c.subscription_id FROM c)")
+		" SELECT c.chunk, s.id, e.txid, e.id, s.max_delivery_attempts,"
+		"       (e.publish_time + make_interval(mins => s.event_ttl) <= $3) AS expired,"
 		"       s.endpoint, s.name, s.event_delivery_schema,"
 		"       s.max_events_per_batch, s.preferred_batch_size_in_kilobytes,"
-		"       CASE WHEN k.matched THEN " PAYLOAD_TEXT " END,"
-		"       CASE WHEN k.matched THEN coalesce(e.event->>'id', e.id::text) END,"
-		"       CASE WHEN k.matched THEN coalesce(e.event->>'dataVersion', '') END,"
+		"       " PAYLOAD_TEXT ","
+		"       coalesce(e.event->>'id', e.id::text),"
+		"       coalesce(e.event->>'dataVersion', ''),"
 		"       CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END,"
-		"       CASE WHEN k.matched THEN " CUSTOM_HEADERS("e.event") " END,"
-		"       coalesce(k.event_bytes, 0), k.fresh, k.pos_after_txid, k.pos_after_id,"
-		"       s.topic_type = 'namespace', k.ord"
-		"  FROM kept k"
-		"  CROSS JOIN LATERAL (SELECT k.event, k.id, k.publish_time) e"
-		"  JOIN eventgrid.event_subscriptions s ON s.id = k.subscription_id"
+		"       " CUSTOM_HEADERS("e.event") ","
+		"       coalesce(e.event_bytes, 0), s.topic_type = 'namespace'"
+		"  FROM c JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
 		"  JOIN eventgrid.topics t ON t.name = s.topic"
+		"  CROSS JOIN LATERAL (SELECT e.* FROM eventgrid.events e"
+		"                       WHERE e.topic = c.topic AND e.txid >= pg_snapshot_xmin(c.done)"
+		"                         AND (e.txid, e.id) > (coalesce(c.after_txid, '0'::xid8), coalesce(c.after_id, 0))"
+		"                         AND (e.txid, e.id) <= (c.last_txid, c.last_id)"
+		"                         AND eventgrid._in_batch(e.txid, c.done, c.upto)"
+		"                         AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with,"
+		"                                                s.subject_ends_with, s.is_subject_case_sensitive,"
+		"                                                s.advanced_filters, s.enable_advanced_filtering_on_arrays)"
+		"                      OFFSET 0) e"
 		"  LEFT JOIN props pr ON pr.subscription_id = s.id",
-		4, {TIMESTAMPTZOID, INT4OID, INT8OID, INT8ARRAYOID}
+		3, {INT8ARRAYOID, INT4OID, TIMESTAMPTZOID}
+	},
+
+	/*
+	 * A chunk whose events the filters no longer take (the subscription was
+	 * changed between the two steps of a claim) has nothing to send.
+	 */
+	[PLAN_DROP_CHUNKS] = {
+		"DELETE FROM eventgrid.chunks_in_flight WHERE lease_owner = $2 AND chunk = ANY ($1)",
+		2, {INT8ARRAYOID, INT4OID}
 	},
 
 	/*
@@ -1056,56 +1084,68 @@ eg_queue_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_
 	return n;
 }
 
-/* A result row and its ordinal, for order_rows(). */
-typedef struct EgOrderedRow
+/* A scanned row of a first-attempt claim, with the keys it is ordered by. */
+typedef struct EgScanRow
 {
-	int64		ord;
+	TimestampTz turn;
+	int64		subscription_id;
+	uint64		txid;			/* 0: no event (the position's batch is empty) */
+	int64		id;
+	int64		bytes;
+	bool		matched;
 	HeapTuple	tuple;
-} EgOrderedRow;
+} EgScanRow;
 
 static int
-cmp_ordered_rows(const void *a, const void *b)
+cmp_scan_rows(const void *a, const void *b)
 {
-	int64		x = ((const EgOrderedRow *) a)->ord;
-	int64		y = ((const EgOrderedRow *) b)->ord;
+	const EgScanRow *x = a;
+	const EgScanRow *y = b;
 
-	return x < y ? -1 : x > y ? 1 : 0;
+	if (x->turn != y->turn)
+		return x->turn < y->turn ? -1 : 1;
+	if (x->subscription_id != y->subscription_id)
+		return x->subscription_id < y->subscription_id ? -1 : 1;
+	if (x->txid != y->txid)
+		return x->txid < y->txid ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id ? 1 : 0;
 }
 
-/* Puts the rows of tt in the order of their int8 column col (no NULLs). */
-static void
-order_rows(SPITupleTable *tt, int n, int col)
+/* A delivery read by PLAN_CLAIM_LOAD, with the keys it is ordered by. */
+typedef struct EgLoadRow
 {
-	EgOrderedRow *rows = palloc(Max(n, 1) * sizeof(EgOrderedRow));
-	bool		in_order = true;
+	int64		chunk;
+	uint64		txid;
+	int64		id;
+	HeapTuple	tuple;
+} EgLoadRow;
 
-	for (int i = 0; i < n; i++)
-	{
-		rows[i].ord = int64_col(tt, i, col, 0);
-		rows[i].tuple = tt->vals[i];
-		in_order = in_order && (i == 0 || rows[i - 1].ord <= rows[i].ord);
-	}
-	if (!in_order)
-	{
-		qsort(rows, n, sizeof(EgOrderedRow), cmp_ordered_rows);
-		for (int i = 0; i < n; i++)
-			tt->vals[i] = rows[i].tuple;
-	}
-	pfree(rows);
+static int
+cmp_load_rows(const void *a, const void *b)
+{
+	const EgLoadRow *x = a;
+	const EgLoadRow *y = b;
+
+	if (x->chunk != y->chunk)
+		return x->chunk < y->chunk ? -1 : 1;
+	if (x->txid != y->txid)
+		return x->txid < y->txid ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id ? 1 : 0;
 }
 
 /*
  * Claims first attempts: for every event subscription whose position no
  * other session holds, the next events of its snapshot batch, at most limit
  * per subscription, cut where the events to deliver reach byte_budget bytes
- * (at least one event).  Events the subscription's filters leave out are
- * passed over.  Positions move past what was taken, and what is to be
+ * (at least one event).  Subscriptions take turns by when they were last
+ * served (never served first).  Events the subscription's filters leave out
+ * are passed over.  Positions move past what was taken, and what is to be
  * delivered is written as chunks in flight numbered from *next_chunk (one
- * per subscription), in this unit of work.  Returns the deliveries, ordered
- * by subscription and then (txid, id); *more says whether a position has
- * more to give at once, *locked that another session holds a position.
- * The nskip event subscriptions in skip are left out (their endpoint is
- * backed up).
+ * per subscription), in this unit of work; the deliveries are then read
+ * from those chunks.  Returns the deliveries, ordered by chunk and then
+ * (txid, id); *more says whether a position has more to give at once,
+ * *locked that another session holds a position.  The nskip event
+ * subscriptions in skip are left out (their endpoint is backed up).
  * *rows stay valid until eg_queue_commit().
  */
 int
@@ -1119,6 +1159,11 @@ eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 	int			n;
 	int			nout = 0;
 	int			nsubs = 0;
+	int			nchunks = 0;
+	int64		before = 0;
+	int64		budget = Max(byte_budget, 1);
+	EgScanRow  *scan;
+	EgLoadRow  *load;
 	EgClaimedRow *out;
 	Datum	   *sub_ids,
 			   *complete,
@@ -1127,21 +1172,37 @@ eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 			   *topics,
 			   *dones,
 			   *last_ids,
-			   *old_after_ids;
+			   *old_after_ids,
+			   *written;
 	bool	   *chunk_nulls;
 	uint64	   *last_txids,
 			   *old_after_txids;
 
-	args[0] = TimestampTzGetDatum(now);
-	args[1] = Int32GetDatum(limit);
-	args[2] = Int64GetDatum(Max(byte_budget, 1));
-	args[3] = int8_array(skip, nskip);
+	*more = false;
+	*rows = NULL;
+	args[0] = Int32GetDatum(limit);
+	args[1] = int8_array(skip, nskip);
 	run_plan(PLAN_CLAIM_FIRST, args, false, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	tt = SPI_tuptable;
-	order_rows(tt, n, 26);
-	*more = false;
-	out = palloc0(Max(n, 1) * sizeof(EgClaimedRow));
+
+	scan = palloc(Max(n, 1) * sizeof(EgScanRow));
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+		Datum		v;
+
+		scan[i].tuple = tt->vals[i];
+		scan[i].subscription_id = int64_col(tt, i, 1, 0);
+		scan[i].turn = DatumGetTimestampTz(SPI_getbinval(tt->vals[i], tt->tupdesc, 2, &isnull));
+		v = SPI_getbinval(tt->vals[i], tt->tupdesc, 3, &isnull);
+		scan[i].txid = isnull ? 0 : DatumGetUInt64(v);
+		scan[i].id = int64_col(tt, i, 4, 0);
+		scan[i].matched = bool_col(tt, i, 5);
+		scan[i].bytes = int32_col(tt, i, 6, 0);
+	}
+	qsort(scan, n, sizeof(EgScanRow), cmp_scan_rows);
+
 	sub_ids = palloc(Max(n, 1) * sizeof(Datum));
 	complete = palloc(Max(n, 1) * sizeof(Datum));
 	uptos = palloc(Max(n, 1) * sizeof(Datum));
@@ -1153,32 +1214,46 @@ eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 	old_after_ids = palloc(Max(n, 1) * sizeof(Datum));
 	last_txids = palloc(Max(n, 1) * sizeof(uint64));
 	old_after_txids = palloc(Max(n, 1) * sizeof(uint64));
+	written = palloc(Max(n, 1) * sizeof(Datum));
 
-	/* rows come grouped by subscription, events in (txid, id) order */
+	/* rows grouped by subscription in turn order, events in (txid, id) order */
 	for (int i = 0; i < n;)
 	{
-		int64		sub = int64_col(tt, i, 1, 0);
-		int64		scanned = int64_col(tt, i, 5, 0);
+		int64		sub = scan[i].subscription_id;
+		HeapTuple	first = scan[i].tuple;
 		int			j = i;
+		int			scanned = 0;
 		int			taken = 0;
-		int			delivered = 0;
+		bool		delivered = false;
 		bool		isnull;
 
-		while (j < n && int64_col(tt, j, 1, 0) == sub)
+		while (j < n && scan[j].subscription_id == sub)
 			j++;
 		nseen++;
-		(void) SPI_getbinval(tt->vals[i], tt->tupdesc, 2, &isnull);	/* no event: nothing taken */
-		if (!isnull)
-			taken = j - i;
+		if (scan[i].txid != 0)
+			scanned = j - i;
 
 		/*
-		 * Nothing in the batch: it is complete.  All it had was taken: the
-		 * batch is complete unless the limit stopped the scan.  Cut by the
-		 * byte budget: the position stops at the last event taken.
+		 * Take events while the bytes to deliver before them, in this claim,
+		 * stay under the budget (at least 1: the first event always).
 		 */
-		if (taken == 0 && (scanned > 0 || bool_col(tt, i, 22)))
+		while (taken < scanned && before < budget)
 		{
-			/* cut before its first event, or idle with no batch open: nothing to write */
+			if (scan[i + taken].matched)
+				before += scan[i + taken].bytes;
+			taken++;
+		}
+
+		/*
+		 * Nothing in the batch: it is complete (nothing to write for an idle
+		 * position with no batch open).  All it had was taken: the batch is
+		 * complete unless the limit stopped the scan.  Cut by the byte
+		 * budget: the position stops at the last event taken, or does not
+		 * move when the cut came before its first event.
+		 */
+		if ((scanned == 0 && DatumGetBool(SPI_getbinval(first, tt->tupdesc, 10, &isnull))) ||
+			(scanned > 0 && taken == 0))
+		{
 			if (scanned > 0)
 				*more = true;
 			i = j;
@@ -1188,39 +1263,23 @@ eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 		complete[nsubs] = BoolGetDatum(taken == scanned && scanned < limit);
 		if (!(taken == scanned && scanned < limit))
 			*more = true;
-		uptos[nsubs] = PointerGetDatum(DatumGetTextPP(SPI_getbinval(tt->vals[i], tt->tupdesc, 7, &isnull)));
-		dones[nsubs] = PointerGetDatum(DatumGetTextPP(SPI_getbinval(tt->vals[i], tt->tupdesc, 6, &isnull)));
-		topics[nsubs] = PointerGetDatum(DatumGetTextPP(SPI_getbinval(tt->vals[i], tt->tupdesc, 8, &isnull)));
+		dones[nsubs] = PointerGetDatum(DatumGetTextPP(SPI_getbinval(first, tt->tupdesc, 7, &isnull)));
+		uptos[nsubs] = PointerGetDatum(DatumGetTextPP(SPI_getbinval(first, tt->tupdesc, 8, &isnull)));
+		topics[nsubs] = PointerGetDatum(DatumGetTextPP(SPI_getbinval(first, tt->tupdesc, 9, &isnull)));
+		old_after_txids[nsubs] = DatumGetUInt64(SPI_getbinval(first, tt->tupdesc, 11, &isnull));
+		old_after_ids[nsubs] = SPI_getbinval(first, tt->tupdesc, 12, &isnull);
 		last_txids[nsubs] = 0;
 		last_ids[nsubs] = Int64GetDatum(0);
-		chunk_nulls[nsubs] = true;
-		chunks[nsubs] = Int64GetDatum(0);
-		old_after_txids[nsubs] = DatumGetUInt64(SPI_getbinval(tt->vals[i], tt->tupdesc, 23, &isnull));
-		old_after_ids[nsubs] = Int64GetDatum(int64_col(tt, i, 24, 0));
-
 		for (int k = i; k < i + taken; k++)
 		{
-			EgClaimedRow *r;
-
-			last_txids[nsubs] = DatumGetUInt64(SPI_getbinval(tt->vals[k], tt->tupdesc, 2, &isnull));
-			last_ids[nsubs] = Int64GetDatum(int64_col(tt, k, 3, 0));
-			if (!bool_col(tt, k, 4))
-				continue;		/* left out by the subscription's filters */
-			if (delivered++ == 0)
-			{
-				chunk_nulls[nsubs] = false;
-				chunks[nsubs] = Int64GetDatum((*next_chunk)++);
-			}
-			r = &out[nout++];
-			r->chunk = DatumGetInt64(chunks[nsubs]);
-			r->txid = last_txids[nsubs];
-			r->event_id = DatumGetInt64(last_ids[nsubs]);
-			r->subscription_id = sub;
-			r->attempts = 0;
-			request_cols(tt, k, 9, r);
-			r->bytes = int32_col(tt, k, 21, 0);
-			r->profile = bool_col(tt, k, 25) ? EG_PROFILE_NAMESPACE : EG_PROFILE_CUSTOM;
+			last_txids[nsubs] = scan[k].txid;
+			last_ids[nsubs] = Int64GetDatum(scan[k].id);
+			delivered = delivered || scan[k].matched;
 		}
+		chunk_nulls[nsubs] = !delivered;
+		chunks[nsubs] = Int64GetDatum(delivered ? (*next_chunk)++ : 0);
+		if (delivered)
+			written[nchunks++] = chunks[nsubs];
 		nsubs++;
 		i = j;
 	}
@@ -1243,6 +1302,66 @@ eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 	}
 	run_plan(PLAN_POSITIONS, NULL, true, SPI_OK_SELECT);
 	*locked = int64_col(SPI_tuptable, 0, 1, 0) > nseen + nskip;
+	if (nchunks == 0)
+		return 0;
+
+	/* step two: what the chunks just written deliver */
+	args[0] = make_array(written, NULL, nchunks, INT8OID);
+	args[1] = Int32GetDatum(lease_owner);
+	args[2] = TimestampTzGetDatum(now);
+	run_plan(PLAN_CLAIM_LOAD, args, false, SPI_OK_SELECT);
+	n = (int) SPI_processed;
+	tt = SPI_tuptable;
+	load = palloc(Max(n, 1) * sizeof(EgLoadRow));
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		load[i].tuple = tt->vals[i];
+		load[i].chunk = int64_col(tt, i, 1, 0);
+		load[i].txid = DatumGetUInt64(SPI_getbinval(tt->vals[i], tt->tupdesc, 3, &isnull));
+		load[i].id = int64_col(tt, i, 4, 0);
+	}
+	qsort(load, n, sizeof(EgLoadRow), cmp_load_rows);
+	out = palloc0(Max(n, 1) * sizeof(EgClaimedRow));
+	for (int i = 0; i < n; i++)
+	{
+		EgClaimedRow *r = &out[nout++];
+
+		tt->vals[i] = load[i].tuple;
+		r->chunk = load[i].chunk;
+		r->txid = load[i].txid;
+		r->event_id = load[i].id;
+		r->subscription_id = int64_col(tt, i, 2, 0);
+		r->attempts = 0;
+		request_cols(tt, i, 5, r);
+		r->bytes = int32_col(tt, i, 17, 0);
+		r->profile = bool_col(tt, i, 18) ? EG_PROFILE_NAMESPACE : EG_PROFILE_CUSTOM;
+	}
+
+	/*
+	 * A chunk that gave nothing (its subscription's filters were changed
+	 * between the two steps) is not in flight.
+	 */
+	{
+		int			nempty = 0;
+
+		for (int c = 0, i = 0; c < nchunks; c++)
+		{
+			int64		no = DatumGetInt64(written[c]);
+
+			while (i < n && out[i].chunk < no)
+				i++;
+			if (i >= n || out[i].chunk != no)
+				written[nempty++] = written[c];
+		}
+		if (nempty > 0)
+		{
+			args[0] = make_array(written, NULL, nempty, INT8OID);
+			args[1] = Int32GetDatum(lease_owner);
+			run_plan(PLAN_DROP_CHUNKS, args, false, SPI_OK_DELETE);
+		}
+	}
 	*rows = out;
 	return nout;
 }
