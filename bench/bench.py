@@ -41,6 +41,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import psycopg2
+import psycopg2.errors
 
 EVENT_BYTES = 1000  # approximate size of one published event
 
@@ -150,8 +151,19 @@ class Bench:
         return [r[0] for r in self.q("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'")]
 
     def reset_queue(self):
-        self.q("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2, "
-               "eventgrid.retries, eventgrid.chunks_in_flight")
+        # The delivery workers may hold these tables in their own order (a
+        # claim reads the events and writes chunks_in_flight): a deadlock
+        # between them and this TRUNCATE is resolved by cancelling one side,
+        # and when it is this one it tries again.
+        for attempt in range(10):
+            try:
+                self.q("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2, "
+                       "eventgrid.retries, eventgrid.chunks_in_flight")
+                break
+            except psycopg2.errors.DeadlockDetected:
+                if attempt == 9:
+                    raise
+                time.sleep(0.2)
         for t in self.q("SELECT name FROM eventgrid.topics"):
             self.q("SELECT eventgrid.drop_topic(%s)", (t[0],))
         self.q("VACUUM ANALYZE eventgrid.retries, eventgrid.events")
