@@ -1189,7 +1189,7 @@ eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 			   *old_after_txids;
 
 	*more = false;
-	*rows = NULL;
+	*rows = palloc0(sizeof(EgClaimedRow));	/* none yet: never a NULL for memcpy */
 	args[0] = Int32GetDatum(limit);
 	args[1] = int8_array(skip, nskip);
 	run_plan(PLAN_CLAIM_FIRST, args, false, SPI_OK_SELECT);
