@@ -249,8 +249,9 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	 * its range in its batch that its subscription's filters take), with
 	 * what their requests need; expired by the clock $3.  Unordered: the
 	 * caller orders them by chunk and (txid, id), so that the wide rows with
-	 * their JSON text are not sorted here.  OFFSET 0 keeps each chunk's
-	 * events an index range scan.
+	 * their JSON text are not sorted here.  OFFSET 0 keeps the events a
+	 * scan of each chunk's own index range (a nested loop under the chunk),
+	 * whatever the planner believes about the tables' sizes.
 	 */
 	[PLAN_CLAIM_LOAD] = {
 		"WITH c AS MATERIALIZED ("
