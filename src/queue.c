@@ -118,16 +118,24 @@ typedef struct EgPlanDef
 #define IN_BATCH(txid, since, upto) \
 	"(pg_visible_in_snapshot(" txid ", " upto ") AND NOT pg_visible_in_snapshot(" txid ", " since "))"
 
-/* The events of a chunk c (joined with its subscription s), as the claim read them. */
-#define CHUNK_EVENTS_JOIN \
-	" JOIN eventgrid.events e ON e.topic = c.topic AND e.txid >= pg_snapshot_xmin(c.done)"
-#define CHUNK_EVENTS_WHERE \
-	" WHERE " IN_BATCH("e.txid", "c.done", "c.upto") \
-	"   AND (e.txid, e.id) > (coalesce(c.after_txid, '0'::xid8), coalesce(c.after_id, 0))" \
-	"   AND (e.txid, e.id) <= (c.last_txid, c.last_id)" \
-	"   AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with," \
-	"                          s.subject_ends_with, s.is_subject_case_sensitive," \
-	"                          s.advanced_filters, s.enable_advanced_filtering_on_arrays)"
+/*
+ * The events of a chunk c (joined before with its subscription s), as the
+ * claim took them: those of its key range in its batch that the filters
+ * take.  The first-attempt claim's second step and recovery both read a
+ * chunk through this.  OFFSET 0 keeps it a scan of each chunk's own index
+ * range (a nested loop under the chunk), whatever the planner believes
+ * about the tables' sizes.
+ */
+#define CHUNK_EVENTS \
+	" CROSS JOIN LATERAL (SELECT e.* FROM eventgrid.events e" \
+	"   WHERE e.topic = c.topic AND e.txid >= pg_snapshot_xmin(c.done)" \
+	"     AND (e.txid, e.id) > (coalesce(c.after_txid, '0'::xid8), coalesce(c.after_id, 0))" \
+	"     AND (e.txid, e.id) <= (c.last_txid, c.last_id)" \
+	"     AND " IN_BATCH("e.txid", "c.done", "c.upto") \
+	"     AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with," \
+	"                            s.subject_ends_with, s.is_subject_case_sensitive," \
+	"                            s.advanced_filters, s.enable_advanced_filtering_on_arrays)" \
+	"   OFFSET 0) e"
 
 /* An event e converted to subscription s's delivery schema (topic t), as JSON text. */
 #define PAYLOAD_TEXT \
@@ -249,9 +257,7 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	 * its range in its batch that its subscription's filters take), with
 	 * what their requests need; expired by the clock $3.  Unordered: the
 	 * caller orders them by chunk and (txid, id), so that the wide rows with
-	 * their JSON text are not sorted here.  OFFSET 0 keeps the events a
-	 * scan of each chunk's own index range (a nested loop under the chunk),
-	 * whatever the planner believes about the tables' sizes.
+	 * their JSON text are not sorted here.
 	 */
 	[PLAN_CLAIM_LOAD] = {
 		"WITH c AS MATERIALIZED ("
@@ -269,15 +275,7 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"       coalesce(e.event_bytes, 0), s.topic_type = 'namespace'"
 		"  FROM c JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
 		"  JOIN eventgrid.topics t ON t.name = s.topic"
-		"  CROSS JOIN LATERAL (SELECT e.* FROM eventgrid.events e"
-		"                       WHERE e.topic = c.topic AND e.txid >= pg_snapshot_xmin(c.done)"
-		"                         AND (e.txid, e.id) > (coalesce(c.after_txid, '0'::xid8), coalesce(c.after_id, 0))"
-		"                         AND (e.txid, e.id) <= (c.last_txid, c.last_id)"
-		"                         AND " IN_BATCH("e.txid", "c.done", "c.upto")
-		"                         AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with,"
-		"                                                s.subject_ends_with, s.is_subject_case_sensitive,"
-		"                                                s.advanced_filters, s.enable_advanced_filtering_on_arrays)"
-		"                      OFFSET 0) e"
+		CHUNK_EVENTS
 		"  LEFT JOIN props pr ON pr.subscription_id = s.id",
 		3, {INT8ARRAYOID, INT4OID, TIMESTAMPTZOID}
 	},
@@ -529,9 +527,8 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"         x.sent::int, $2, CASE WHEN x.sent THEN $2 END, CASE WHEN x.sent THEN 'Aborted' END"
 		"    FROM c JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
 		"    JOIN eventgrid.topics t ON t.name = s.topic"
-		CHUNK_EVENTS_JOIN
+		CHUNK_EVENTS
 		"   CROSS JOIN LATERAL (SELECT coalesce((e.txid, e.id) <= (c.sent_txid, c.sent_id), false) AS sent) x"
-		CHUNK_EVENTS_WHERE
 		"  RETURNING subscription_id, event_id, attempts"
 		"), counted AS ("
 		"  UPDATE eventgrid.subscription_counters sc SET matched = sc.matched + m.n"
