@@ -194,6 +194,7 @@ typedef struct EgClaimedRow
 	bool		expired;		/* time-to-live ran out before this attempt */
 	const char *endpoint;
 	const char *subscription_name;
+	const char *topic;			/* the subscription's topic */
 	const char *schema;			/* delivery schema */
 	int32		max_events_per_batch;	/* 0: not set */
 	int32		preferred_batch_kb; /* 0: not set */
@@ -234,6 +235,7 @@ typedef struct EgAttempt
 	TimestampTz attempted_at;
 	int64		subscription_id;
 	const char *subscription_name;
+	const char *topic;			/* the subscription's topic */
 	const int64 *event_ids;
 	int			nevents;
 	int32		attempt;		/* 1-based; a batch: its first event's */
@@ -346,6 +348,7 @@ typedef struct EgRequest
 	int			count;
 	int64		subscription_id;
 	const char *subscription_name;
+	const char *topic;			/* the subscription's topic */
 	int64		bytes;			/* event bytes carried */
 	struct EgTarget *target;	/* its endpoint (endpoint.c) */
 	bool		probe;			/* sent to end its endpoint's probation */

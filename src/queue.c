@@ -55,6 +55,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -105,7 +106,7 @@ typedef struct EgPlanDef
 {
 	const char *sql;
 	int			nargs;
-	Oid			types[13];
+	Oid			types[17];
 } EgPlanDef;
 
 /*
@@ -141,6 +142,16 @@ typedef struct EgPlanDef
 #define PAYLOAD_TEXT \
 	"(CASE WHEN t.input_schema = s.event_delivery_schema THEN e.event" \
 	"      ELSE eventgrid.convert_event(e.event, t.input_schema, s.event_delivery_schema, e.publish_time) END)::text"
+
+/*
+ * The same in two parts, exactly one of them not NULL: the converted text
+ * when the schemas differ, the event itself (jsonb) when they match, which
+ * the caller turns into text once per event (json_texts()).
+ */
+#define PAYLOAD_CONVERTED \
+	"(CASE WHEN t.input_schema = s.event_delivery_schema THEN NULL" \
+	"      ELSE eventgrid.convert_event(e.event, t.input_schema, s.event_delivery_schema, e.publish_time)::text END)"
+#define PAYLOAD_JSONB "(CASE WHEN t.input_schema = s.event_delivery_schema THEN e.event END)"
 
 /* Custom headers of subscription s for event e: static ones from props pr, dynamic ones per event. */
 #define CUSTOM_HEADERS(ev) \
@@ -257,7 +268,9 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	 * its range in its batch that its subscription's filters take), with
 	 * what their requests need; expired by the clock $3.  Unordered: the
 	 * caller orders them by chunk and (txid, id), so that the wide rows with
-	 * their JSON text are not sorted here.
+	 * their events are not sorted here.  An event the subscription gets in
+	 * its own schema comes as jsonb, and the caller makes its JSON text once
+	 * for all the subscriptions that get it.
 	 */
 	[PLAN_CLAIM_LOAD] = {
 		"WITH c AS MATERIALIZED ("
@@ -267,12 +280,12 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"       (e.publish_time + make_interval(mins => s.event_ttl) <= $3) AS expired,"
 		"       s.endpoint, s.name, s.event_delivery_schema,"
 		"       s.max_events_per_batch, s.preferred_batch_size_in_kilobytes,"
-		"       " PAYLOAD_TEXT ","
+		"       " PAYLOAD_CONVERTED ","
 		"       coalesce(e.event->>'id', e.id::text),"
 		"       coalesce(e.event->>'dataVersion', ''),"
 		"       CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END,"
 		"       " CUSTOM_HEADERS("e.event") ","
-		"       coalesce(e.event_bytes, 0), s.topic_type = 'namespace'"
+		"       coalesce(e.event_bytes, 0), s.topic_type = 'namespace', s.topic, " PAYLOAD_JSONB
 		"  FROM c JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
 		"  JOIN eventgrid.topics t ON t.name = s.topic"
 		CHUNK_EVENTS
@@ -353,7 +366,7 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"       CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END,"
 		"       " CUSTOM_HEADERS("c.event") ","
 		"       c.last_outcome, c.last_http_status, c.last_attempt_at, c.event_bytes,"
-		"       s.topic_type = 'namespace', c.event_id"
+		"       s.topic_type = 'namespace', c.event_id, s.topic"
 		"  FROM claimed c"
 		"  LEFT JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
 		"  LEFT JOIN props pr ON pr.subscription_id = s.id"
@@ -373,27 +386,31 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	[PLAN_NO_SYNC] = {"SET LOCAL synchronous_commit = off", 0, {0}},
 
 	/*
-	 * Outcomes of whole chunks of first attempts: failures become retries
-	 * (with a copy of the event and its delivered text) or dead letters,
-	 * counters move, and the chunks are forgotten.  Only failures touch the
-	 * event tables.
+	 * Outcomes of whole chunks of first attempts: failures ($1-$10, the
+	 * outcomes other than delivered) become retries (with a copy of the
+	 * event and its delivered text) or dead letters, counters move by what
+	 * the caller counted per subscription ($13-$17), and the chunks are
+	 * forgotten.  Only failures touch the event tables; delivered events
+	 * are not sent here one by one.
 	 */
 	[PLAN_RECORD_FIRST] = {
 		"WITH r AS ("
 		"  SELECT * FROM unnest($1::int8[], $2::xid8[], $3::int8[], $4::text[], $5::text[], $6::int4[],"
-		"                       $7::timestamptz[], $8::timestamptz[], $9::text[], $10::int4[], $11::bool[])"
+		"                       $7::timestamptz[], $8::timestamptz[], $9::text[], $10::int4[])"
 		"         AS r(subscription_id, txid, id, action, outcome, status, attempted_at, next_at, reason,"
-		"              attempts, attempted)"
+		"              attempts)"
+		"), st AS ("
+		"  SELECT * FROM unnest($13::int8[], $14::int8[], $15::int8[], $16::int8[], $17::int8[])"
+		"         AS st(subscription_id, matched, delivered, failed, finals)"
 		"), subs AS ("
 		"  SELECT s.*, t.input_schema FROM eventgrid.event_subscriptions s JOIN eventgrid.topics t ON t.name = s.topic"
-		"   WHERE s.id = ANY ($1)"
+		"   WHERE s.id = ANY ($13)"
 		"), failed AS ("
 		"  SELECT r.*, s.topic, s.name, s.deadletter, s.event_delivery_schema, s.input_schema, s.topic_type,"
 		"         e.event, e.publish_time, e.event_bytes, " PAYLOAD_TEXT " AS payload"
 		"    FROM r JOIN subs s ON s.id = r.subscription_id"
 		"    JOIN eventgrid.topics t ON t.name = s.topic"
 		"    JOIN eventgrid.events e ON e.topic = s.topic AND e.txid = r.txid AND e.id = r.id"
-		"   WHERE r.action <> 'd'"
 		"), retried AS ("
 		"  INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,"
 		"         attempts, next_attempt_at, last_attempt_at, last_outcome, last_http_status)"
@@ -407,24 +424,20 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 		"  SELECT f.topic, f.name, f.subscription_id, f.input_schema, f.event_delivery_schema, f.event,"
 		"         f.reason, f.attempts, f.outcome, f.status, f.publish_time, f.attempted_at, f.topic_type, f.id"
 		"    FROM failed f WHERE f.action = 'f' AND f.deadletter"
-		"), stats AS ("
-		"  SELECT r.subscription_id, count(*) AS matched, count(*) FILTER (WHERE r.action = 'd') AS delivered,"
-		"         count(*) FILTER (WHERE r.action <> 'd' AND r.attempted) AS failed,"
-		"         count(*) FILTER (WHERE r.action = 'f' AND s.deadletter) AS dead,"
-		"         count(*) FILTER (WHERE r.action = 'f' AND NOT s.deadletter) AS dropped"
-		"    FROM r JOIN subs s ON s.id = r.subscription_id"
-		"   GROUP BY r.subscription_id"
 		"), counted AS ("
 		"  UPDATE eventgrid.subscription_counters c"
-		"     SET matched = c.matched + stats.matched,"
-		"         delivered = c.delivered + stats.delivered, failed_attempts = c.failed_attempts + stats.failed,"
-		"         dead_lettered = c.dead_lettered + stats.dead, dropped = c.dropped + stats.dropped"
-		"    FROM stats WHERE c.subscription_id = stats.subscription_id"
+		"     SET matched = c.matched + st.matched,"
+		"         delivered = c.delivered + st.delivered, failed_attempts = c.failed_attempts + st.failed,"
+		"         dead_lettered = c.dead_lettered + CASE WHEN s.deadletter THEN st.finals ELSE 0 END,"
+		"         dropped = c.dropped + CASE WHEN s.deadletter THEN 0 ELSE st.finals END"
+		"    FROM st JOIN subs s ON s.id = st.subscription_id"
+		"   WHERE c.subscription_id = st.subscription_id"
 		")"
-		"DELETE FROM eventgrid.chunks_in_flight c WHERE c.lease_owner = $12 AND c.chunk = ANY ($13)",
-		13, {INT8ARRAYOID, XID8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
-			TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, INT4ARRAYOID, BOOLARRAYOID,
-		INT4OID, INT8ARRAYOID}
+		"DELETE FROM eventgrid.chunks_in_flight c WHERE c.lease_owner = $11 AND c.chunk = ANY ($12)",
+		17, {INT8ARRAYOID, XID8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
+			TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
+			INT4OID, INT8ARRAYOID,
+		INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID}
 	},
 
 	/*
@@ -481,21 +494,22 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	/*
 	 * Delivery attempts, one row each, into the history table that takes
 	 * rows now; $5 holds the event ids of all of them, attempt k's from
-	 * $6[k] to $7[k].
+	 * $6[k] to $7[k].  The topic comes with each attempt ($12): a join with
+	 * the subscriptions here became, in the generic plan, an index probe
+	 * per attempt.
 	 */
 	[PLAN_RECORD_ATTEMPTS] = {
 		"INSERT INTO eventgrid.attempt_log (history_table, attempted_at, topic, subscription_id,"
 		"       subscription_name, event_ids, attempt, http_status, outcome, duration_ms, error)"
-		"SELECT h.history_table, a.attempted_at, s.topic, a.subscription_id, a.subscription_name,"
+		"SELECT h.history_table, a.attempted_at, a.topic, a.subscription_id, a.subscription_name,"
 		"       $5[a.first:a.last], a.attempt, a.status, a.outcome, a.duration_ms, a.error"
 		"  FROM eventgrid.attempt_log_rotation h"
 		" CROSS JOIN unnest($1::timestamptz[], $2::int8[], $3::text[], $4::int4[], $6::int4[], $7::int4[],"
-		"                   $8::int4[], $9::text[], $10::float8[], $11::text[])"
+		"                   $8::int4[], $9::text[], $10::float8[], $11::text[], $12::text[])"
 		"       AS a(attempted_at, subscription_id, subscription_name, attempt, first, last, status, outcome,"
-		"            duration_ms, error)"
-		"  LEFT JOIN eventgrid.event_subscriptions s ON s.id = a.subscription_id",
-		11, {TIMESTAMPTZARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT4ARRAYOID,
-		INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, FLOAT8ARRAYOID, TEXTARRAYOID}
+		"            duration_ms, error, topic)",
+		12, {TIMESTAMPTZARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT4ARRAYOID,
+		INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, FLOAT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID}
 	},
 	[PLAN_WAVES_DONE] = {
 		"DELETE FROM eventgrid.requests_in_flight WHERE lease_owner = $1 AND wave = ANY ($2)",
@@ -1087,6 +1101,7 @@ eg_queue_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_
 		r->bytes = int32_col(tt, i, 19, 0);
 		r->profile = bool_col(tt, i, 20) ? EG_PROFILE_NAMESPACE : EG_PROFILE_CUSTOM;
 		r->event_id = int64_col(tt, i, 21, 0);
+		r->topic = text_col(tt, i, 22);
 	}
 	*rows = out;
 	return n;
@@ -1126,6 +1141,8 @@ typedef struct EgLoadRow
 	uint64		txid;
 	int64		id;
 	HeapTuple	tuple;
+	int			row;			/* its place once ordered (json_texts()) */
+	Datum		event;			/* the event as jsonb (json_texts()) */
 } EgLoadRow;
 
 static int
@@ -1139,6 +1156,59 @@ cmp_load_rows(const void *a, const void *b)
 	if (x->txid != y->txid)
 		return x->txid < y->txid ? -1 : 1;
 	return x->id < y->id ? -1 : x->id > y->id ? 1 : 0;
+}
+
+static int
+cmp_load_events(const void *a, const void *b)
+{
+	const EgLoadRow *x = *(EgLoadRow *const *) a;
+	const EgLoadRow *y = *(EgLoadRow *const *) b;
+
+	if (x->txid != y->txid)
+		return x->txid < y->txid ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id ? 1 : 0;
+}
+
+/*
+ * The JSON text of the rows out[0..n) (PLAN_CLAIM_LOAD's, in the order of
+ * load) that came as jsonb (column col), made once per event: with
+ * fan-out, every subscription that gets an event in the topic's own schema
+ * gets the same text, which jsonb's own output function makes.
+ */
+static void
+json_texts(SPITupleTable *tt, EgLoadRow *load, EgClaimedRow *out, int n, int col)
+{
+	EgLoadRow **by_event = palloc(Max(n, 1) * sizeof(EgLoadRow *));
+	int			m = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		load[i].event = SPI_getbinval(tt->vals[i], tt->tupdesc, col, &isnull);
+		if (!isnull)
+		{
+			load[i].row = i;
+			by_event[m++] = &load[i];
+		}
+	}
+	qsort(by_event, m, sizeof(EgLoadRow *), cmp_load_events);
+	for (int i = 0; i < m;)
+	{
+		int			j = i;
+		Jsonb	   *jb = DatumGetJsonbP(by_event[i]->event);
+		char	   *text = JsonbToCString(NULL, &jb->root, VARSIZE(jb));
+		int			len = strlen(text);
+
+		while (j < m && by_event[j]->txid == by_event[i]->txid && by_event[j]->id == by_event[i]->id)
+		{
+			out[by_event[j]->row].payload.json = text;
+			out[by_event[j]->row].payload.len = len;
+			j++;
+		}
+		i = j;
+	}
+	pfree(by_event);
 }
 
 /*
@@ -1345,7 +1415,9 @@ eg_queue_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 		request_cols(tt, i, 5, r);
 		r->bytes = int32_col(tt, i, 17, 0);
 		r->profile = bool_col(tt, i, 18) ? EG_PROFILE_NAMESPACE : EG_PROFILE_CUSTOM;
+		r->topic = text_col(tt, i, 19);
 	}
+	json_texts(tt, load, out, n, 20);
 
 	/*
 	 * A chunk that gave nothing (its subscription's filters were changed
@@ -1512,12 +1584,13 @@ outcome_arrays_add(OutcomeArrays *a, const EgOutcome *o)
 }
 
 /*
- * The eight outcome arrays both recording statements take, in their order:
+ * The outcome arrays both recording statements take, in their order:
  * action, outcome, HTTP status, attempted at, next attempt at, dead-letter
- * reason, attempts, attempted (a request was sent).
+ * reason, attempts, and (when with_attempted) attempted (a request was
+ * sent).
  */
 static void
-outcome_args(const OutcomeArrays *a, Datum *args)
+outcome_args(const OutcomeArrays *a, Datum *args, bool with_attempted)
 {
 	args[0] = make_array(a->actions, NULL, a->n, TEXTOID);
 	args[1] = make_array(a->names, a->n_name, a->n, TEXTOID);
@@ -1526,17 +1599,82 @@ outcome_args(const OutcomeArrays *a, Datum *args)
 	args[4] = make_array(a->next_at, a->n_next, a->n, TIMESTAMPTZOID);
 	args[5] = make_array(a->reasons, a->n_reason, a->n, TEXTOID);
 	args[6] = make_array(a->attempts, NULL, a->n, INT4OID);
-	args[7] = make_array(a->flags, NULL, a->n, BOOLOID);
+	if (with_attempted)
+		args[7] = make_array(a->flags, NULL, a->n, BOOLOID);
+}
+
+/* Counter increments of one event subscription from a record's first attempts. */
+typedef struct SubCounts
+{
+	int64		subscription_id;
+	int64		matched;
+	int64		delivered;
+	int64		failed;			/* attempts that failed */
+	int64		finals;			/* dead-lettered or dropped */
+} SubCounts;
+
+static int
+cmp_sub_counts(const void *a, const void *b)
+{
+	const SubCounts *x = a;
+	const SubCounts *y = b;
+
+	return x->subscription_id < y->subscription_id ? -1 : x->subscription_id > y->subscription_id ? 1 : 0;
 }
 
 /*
- * Writes outcomes back: for first attempts (whose chunks chunks[0..nchunks)
- * are then complete and forgotten) and for retries, set-based, and the
- * attempts attempts[0..nattempts) to the attempt history.  Locks the
- * subscriptions concerned first (FOR KEY SHARE), the lock order of every
- * writer, so that a subscription dropped meanwhile gets no new rows.
- * Returns the earliest retry time recorded, or DT_NOEND.
+ * Sums the first-attempt outcomes per subscription into args[0..4]
+ * (subscription ids, matched, delivered, failed attempts, finals), the
+ * arrays PLAN_RECORD_FIRST counts with.
  */
+static void
+first_counts_args(EgOutcome *const *outcomes, int n, Datum *args)
+{
+	SubCounts  *c = palloc(Max(n, 1) * sizeof(SubCounts));
+	Datum	   *cols[5];
+	int			k = 0;
+	int			m = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		const EgOutcome *o = outcomes[i];
+
+		if (o->retry_id != 0)
+			continue;
+		c[k].subscription_id = o->subscription_id;
+		c[k].matched = 1;
+		c[k].delivered = o->action == 'd';
+		c[k].failed = o->action != 'd' && o->attempted;
+		c[k].finals = o->action == 'f';
+		k++;
+	}
+	qsort(c, k, sizeof(SubCounts), cmp_sub_counts);
+	for (int i = 0; i < k; i++)
+	{
+		if (m > 0 && c[m - 1].subscription_id == c[i].subscription_id)
+		{
+			c[m - 1].matched += c[i].matched;
+			c[m - 1].delivered += c[i].delivered;
+			c[m - 1].failed += c[i].failed;
+			c[m - 1].finals += c[i].finals;
+		}
+		else
+			c[m++] = c[i];
+	}
+	for (int j = 0; j < 5; j++)
+		cols[j] = palloc(Max(m, 1) * sizeof(Datum));
+	for (int i = 0; i < m; i++)
+	{
+		cols[0][i] = Int64GetDatum(c[i].subscription_id);
+		cols[1][i] = Int64GetDatum(c[i].matched);
+		cols[2][i] = Int64GetDatum(c[i].delivered);
+		cols[3][i] = Int64GetDatum(c[i].failed);
+		cols[4][i] = Int64GetDatum(c[i].finals);
+	}
+	for (int j = 0; j < 5; j++)
+		args[j] = make_array(cols[j], NULL, m, INT8OID);
+}
+
 /* Writes delivery attempts to the attempt history (PLAN_RECORD_ATTEMPTS). */
 static void
 record_attempts(const EgAttempt *attempts, int n)
@@ -1551,12 +1689,14 @@ record_attempts(const EgAttempt *attempts, int n)
 	Datum	   *outcomes = palloc(n * sizeof(Datum));
 	Datum	   *durations = palloc(n * sizeof(Datum));
 	Datum	   *errors = palloc(n * sizeof(Datum));
+	Datum	   *topics = palloc(n * sizeof(Datum));
+	bool	   *n_topic = palloc(n * sizeof(bool));
 	bool	   *n_status = palloc(n * sizeof(bool));
 	bool	   *n_duration = palloc(n * sizeof(bool));
 	bool	   *n_error = palloc(n * sizeof(bool));
 	int			nids = 0;
 	int64	   *ids;
-	Datum		args[11];
+	Datum		args[12];
 
 	for (int i = 0; i < n; i++)
 		nids += attempts[i].nevents;
@@ -1581,6 +1721,8 @@ record_attempts(const EgAttempt *attempts, int n)
 		durations[i] = Float8GetDatum(a->duration_ms);
 		n_error[i] = a->error == NULL;
 		errors[i] = a->error ? CStringGetTextDatum(a->error) : (Datum) 0;
+		n_topic[i] = a->topic == NULL;
+		topics[i] = a->topic ? CStringGetTextDatum(a->topic) : (Datum) 0;
 	}
 	args[0] = make_array(at, NULL, n, TIMESTAMPTZOID);
 	args[1] = make_array(subs, NULL, n, INT8OID);
@@ -1593,9 +1735,18 @@ record_attempts(const EgAttempt *attempts, int n)
 	args[8] = make_array(outcomes, NULL, n, TEXTOID);
 	args[9] = make_array(durations, n_duration, n, FLOAT8OID);
 	args[10] = make_array(errors, n_error, n, TEXTOID);
+	args[11] = make_array(topics, n_topic, n, TEXTOID);
 	run_plan(PLAN_RECORD_ATTEMPTS, args, false, SPI_OK_INSERT);
 }
 
+/*
+ * Writes outcomes back: for first attempts (whose chunks chunks[0..nchunks)
+ * are then complete and forgotten) and for retries, set-based, and the
+ * attempts attempts[0..nattempts) to the attempt history.  Locks the
+ * subscriptions concerned first (FOR KEY SHARE), the lock order of every
+ * writer, so that a subscription dropped meanwhile gets no new rows.
+ * Returns the earliest retry time recorded, or DT_NOEND.
+ */
 TimestampTz
 eg_queue_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 *chunks, int nchunks,
 				const EgAttempt *attempts, int nattempts)
@@ -1603,7 +1754,8 @@ eg_queue_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 
 	OutcomeArrays first,
 				retry;
 	Datum	   *subs = palloc(Max(n, 1) * sizeof(Datum));
-	Datum		args[13];
+	Datum		args[17];
+	int			nfirst = 0;
 	TimestampTz earliest = DT_NOEND;
 
 	outcome_arrays_init(&first, n);
@@ -1613,23 +1765,31 @@ eg_queue_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 
 		const EgOutcome *o = outcomes[i];
 
 		subs[i] = Int64GetDatum(o->subscription_id);
-		outcome_arrays_add(o->retry_id != 0 ? &retry : &first, o);
+		if (o->retry_id != 0)
+			outcome_arrays_add(&retry, o);
+		else
+		{
+			nfirst++;
+			if (o->action != 'd')
+				outcome_arrays_add(&first, o);
+		}
 		if (o->action == 'r' && o->next_at < earliest)
 			earliest = o->next_at;
 	}
 	args[0] = make_array(subs, NULL, n, INT8OID);
 	run_plan(PLAN_LOCK_SUBSCRIPTIONS, args, false, SPI_OK_SELECT);
 
-	if (first.n > 0 || nchunks > 0)
+	if (nfirst > 0 || nchunks > 0)
 	{
 		OutcomeArrays *a = &first;
 
 		args[0] = make_array(a->subs, NULL, a->n, INT8OID);
 		args[1] = xid8_array(a->txids, a->n);
 		args[2] = make_array(a->event_ids, NULL, a->n, INT8OID);
-		outcome_args(a, &args[3]);
-		args[11] = Int32GetDatum(lease_owner);
-		args[12] = int8_array(chunks, nchunks);
+		outcome_args(a, &args[3], false);
+		args[10] = Int32GetDatum(lease_owner);
+		args[11] = int8_array(chunks, nchunks);
+		first_counts_args(outcomes, n, &args[12]);
 		run_plan(PLAN_RECORD_FIRST, args, false, SPI_OK_DELETE);
 	}
 	if (retry.n > 0)
@@ -1637,7 +1797,7 @@ eg_queue_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 
 		OutcomeArrays *a = &retry;
 
 		args[0] = make_array(a->ids, NULL, a->n, INT8OID);
-		outcome_args(a, &args[1]);
+		outcome_args(a, &args[1], true);
 		run_plan(PLAN_RECORD_RETRIES, args, false, SPI_OK_UPDATE);
 	}
 	if (nattempts > 0)

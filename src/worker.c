@@ -414,6 +414,7 @@ remember_attempt(EgRequest *req, TimestampTz started)
 	a->attempted_at = started;
 	a->subscription_id = req->subscription_id;
 	a->subscription_name = MemoryContextStrdup(history_cxt, req->subscription_name);
+	a->topic = MemoryContextStrdup(history_cxt, req->topic);
 	a->event_ids = ids;
 	a->nevents = req->count;
 	a->attempt = ((EgDelivery *) req->items[0])->attempts + 1;
@@ -519,6 +520,7 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 			req->url = eg_target_url(target);
 			req->subscription_id = first->subscription_id;
 			req->subscription_name = MemoryContextStrdup(claim->cxt, first->subscription_name);
+			req->topic = MemoryContextStrdup(claim->cxt, first->topic);
 			req->items = MemoryContextAlloc(claim->cxt, sizeof(void *) * take);
 			memcpy(req->items, &send[k], sizeof(void *) * take);
 			req->count = take;
