@@ -286,8 +286,8 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	 * its range in its batch that its subscription's filters take), with
 	 * what their requests need; expired by the clock $3.  Unordered: the
 	 * caller orders them by chunk and (txid, id), so that the wide rows with
-	 * their events are not sorted here.  An event the subscription gets in
-	 * its own schema comes as jsonb, and the caller makes its JSON text once
+	 * their events are not sorted here.  An event that goes in its topic's
+	 * own schema comes as jsonb, and the caller makes its JSON text once
 	 * for all the subscriptions that get it.
 	 */
 	[PLAN_CLAIM_LOAD] = {
@@ -1222,9 +1222,9 @@ json_texts(SPITupleTable *tt, EgLoadRow *load, EgClaimedRow *out, int n, int col
 		int			len = strlen(text);
 
 		/*
-		 * Held until the claim commits: no more than the text itself (the
-		 * buffer grew by doubling), and not the unpacked copy of an event
-		 * that came compressed or out of line.
+		 * Held until the claim commits: no more than the text itself (its
+		 * buffer may have room to spare), and not the unpacked copy of an
+		 * event that came compressed or out of line.
 		 */
 		text = repalloc(text, len + 1);
 		if ((Pointer) jb != DatumGetPointer(by_event[i]->event))
