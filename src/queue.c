@@ -19,8 +19,9 @@
  *  - a claim first reads narrow rows (which events, whether the filters
  *    take them, their size), cuts them at the byte budget in C, moves the
  *    positions and writes the chunks; then it reads what the chunks
- *    deliver (JSON text, headers) the way recovery reads a chunk, so the
- *    wide rows are never sorted or windowed;
+ *    deliver (the events, headers) the way recovery reads a chunk, so the
+ *    wide rows are never sorted or windowed, and makes each event's JSON
+ *    text once however many subscriptions get it;
  *  - a chunk claimed is a row of eventgrid.chunks_in_flight, and the
  *    position moves past it in the same transaction; before its requests go
  *    to HTTP the chunk's sent mark is committed durably; its outcomes are
@@ -1128,6 +1129,15 @@ eg_queue_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_
 	return n;
 }
 
+/* Event order, (txid, id): the order of a batch and of a chunk's key range. */
+static inline int
+cmp_event_key(uint64 txid_a, int64 id_a, uint64 txid_b, int64 id_b)
+{
+	if (txid_a != txid_b)
+		return txid_a < txid_b ? -1 : 1;
+	return id_a < id_b ? -1 : id_a > id_b ? 1 : 0;
+}
+
 /* A scanned row of a first-attempt claim, with the keys it is ordered by. */
 typedef struct EgScanRow
 {
@@ -1150,9 +1160,7 @@ cmp_scan_rows(const void *a, const void *b)
 		return x->turn < y->turn ? -1 : 1;
 	if (x->subscription_id != y->subscription_id)
 		return x->subscription_id < y->subscription_id ? -1 : 1;
-	if (x->txid != y->txid)
-		return x->txid < y->txid ? -1 : 1;
-	return x->id < y->id ? -1 : x->id > y->id ? 1 : 0;
+	return cmp_event_key(x->txid, x->id, y->txid, y->id);
 }
 
 /* A delivery read by PLAN_CLAIM_LOAD, with the keys it is ordered by. */
@@ -1162,7 +1170,6 @@ typedef struct EgLoadRow
 	uint64		txid;
 	int64		id;
 	HeapTuple	tuple;
-	int			row;			/* its place once ordered (json_texts()) */
 	Datum		event;			/* the event as jsonb (json_texts()) */
 } EgLoadRow;
 
@@ -1174,9 +1181,7 @@ cmp_load_rows(const void *a, const void *b)
 
 	if (x->chunk != y->chunk)
 		return x->chunk < y->chunk ? -1 : 1;
-	if (x->txid != y->txid)
-		return x->txid < y->txid ? -1 : 1;
-	return x->id < y->id ? -1 : x->id > y->id ? 1 : 0;
+	return cmp_event_key(x->txid, x->id, y->txid, y->id);
 }
 
 static int
@@ -1185,9 +1190,7 @@ cmp_load_events(const void *a, const void *b)
 	const EgLoadRow *x = *(EgLoadRow *const *) a;
 	const EgLoadRow *y = *(EgLoadRow *const *) b;
 
-	if (x->txid != y->txid)
-		return x->txid < y->txid ? -1 : 1;
-	return x->id < y->id ? -1 : x->id > y->id ? 1 : 0;
+	return cmp_event_key(x->txid, x->id, y->txid, y->id);
 }
 
 /*
@@ -1208,10 +1211,7 @@ json_texts(SPITupleTable *tt, EgLoadRow *load, EgClaimedRow *out, int n, int col
 
 		load[i].event = SPI_getbinval(tt->vals[i], tt->tupdesc, col, &isnull);
 		if (!isnull)
-		{
-			load[i].row = i;
 			by_event[m++] = &load[i];
-		}
 	}
 	qsort(by_event, m, sizeof(EgLoadRow *), cmp_load_events);
 	for (int i = 0; i < m;)
@@ -1230,10 +1230,12 @@ json_texts(SPITupleTable *tt, EgLoadRow *load, EgClaimedRow *out, int n, int col
 		if ((Pointer) jb != DatumGetPointer(by_event[i]->event))
 			pfree(jb);
 
-		while (j < m && by_event[j]->txid == by_event[i]->txid && by_event[j]->id == by_event[i]->id)
+		while (j < m && cmp_load_events(&by_event[j], &by_event[i]) == 0)
 		{
-			out[by_event[j]->row].payload.json = text;
-			out[by_event[j]->row].payload.len = len;
+			EgClaimedRow *r = &out[by_event[j] - load];	/* out and load share their order */
+
+			r->payload.json = text;
+			r->payload.len = len;
 			j++;
 		}
 		i = j;

@@ -1170,10 +1170,11 @@ detach_latch(int code, Datum arg)
  * the whole backlog.  Every statement of this worker has a plain index
  * path, so sequential and bitmap scans are ruled out here.
  *
- * Memory: a claim sorts the events it scanned (up to 1,000 per event
- * subscription, with their jsonb) once, to cut them at the byte budget.  At
- * the default work_mem of 4 MB ten subscriptions' 1-KB events already spill
- * to disk; EG_WORK_MEM keeps such a claim in memory and bounds a larger one.
+ * Memory: the due-retry claim sorts its rows (up to 1,000) with their JSON
+ * text; at the default work_mem of 4 MB a thousand 1-KB events already
+ * spill to disk, and EG_WORK_MEM keeps such a claim in memory.  A
+ * first-attempt claim sorts nothing wide in SQL: its rows are put in order
+ * in C.
  */
 static void
 pin_settings(void)
