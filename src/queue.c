@@ -95,7 +95,9 @@ typedef enum EgPlanId
 	PLAN_HISTORY_STATE,
 	PLAN_HISTORY_ROTATED,
 	PLAN_HISTORY_ROTATE_FAILED,
-	PLAN_BACKLOG,
+	PLAN_BACKLOG_RETRIES,
+	PLAN_BACKLOG_POSITIONS,
+	PLAN_BACKLOG_EVENTS,
 	PLAN_FINALS,
 	PLAN_HEALTH_LOAD,
 	PLAN_HEALTH_SAVE,
@@ -752,22 +754,46 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	},
 
 	/*
-	 * Deliveries ready and not claimed: events the positions have not
-	 * passed (before filters, so an upper bound) and retries due at $1;
-	 * each part counted up to $2 rows, so the count costs little however
-	 * large the backlog.
+	 * The backlog (eg_queue_backlog): retries due at $1 and not leased, up
+	 * to $2 of them.
 	 */
-	[PLAN_BACKLOG] = {
-		"SELECT (SELECT count(*) FROM (SELECT 1 FROM eventgrid.retries r"
-		"                              WHERE r.next_attempt_at <= $1 AND r.lease_owner IS NULL LIMIT $2) x)"
-		"     + (SELECT count(*) FROM (SELECT 1 FROM eventgrid.subscription_positions p"
-		"          JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
-		"          JOIN eventgrid.events e ON e.topic = s.topic AND e.txid >= pg_snapshot_xmin(p.done)"
-		"         WHERE NOT pg_visible_in_snapshot(e.txid, p.done)"
-		"           AND NOT (p.upto IS NOT NULL AND pg_visible_in_snapshot(e.txid, p.upto)"
-		"                    AND (e.txid, e.id) <= (coalesce(p.after_txid, '0'::xid8), coalesce(p.after_id, 0)))"
-		"         LIMIT $2) y)",
+	[PLAN_BACKLOG_RETRIES] = {
+		"SELECT count(*) FROM (SELECT 1 FROM eventgrid.retries r"
+		"                       WHERE r.next_attempt_at <= $1 AND r.lease_owner IS NULL LIMIT $2) x",
 		2, {TIMESTAMPTZOID, INT8OID}
+	},
+	/* each position, with what PLAN_BACKLOG_EVENTS takes; upto is done when NULL */
+	[PLAN_BACKLOG_POSITIONS] = {
+		"SELECT s.topic, p.done, coalesce(p.after_txid, '0'::xid8), coalesce(p.after_id, 0),"
+		"       coalesce(p.upto, p.done)"
+		"  FROM eventgrid.subscription_positions p"
+		"  JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id",
+		0, {0}
+	},
+
+	/*
+	 * Events of topic $1 a position has not passed, up to $6: not visible
+	 * in its done snapshot ($2) and, while it works through a batch (upto
+	 * $5), either after its last event ($3, $4) or not in the batch.  Two
+	 * index scans, each bounded by the position: the first starts at the
+	 * last event, the second ends before its transaction (every event of
+	 * that transaction is in the batch).  One scan from the done snapshot's
+	 * xmin read every event the position had passed in the batch, for every
+	 * position: all the event tables, once per subscription, at every count.
+	 * Outside a batch $3 is '0' and $5 is $2: the second scan is empty.
+	 */
+	[PLAN_BACKLOG_EVENTS] = {
+		"SELECT count(*) FROM ("
+		"  SELECT 1 FROM eventgrid.events e"
+		"   WHERE e.topic = $1 AND e.txid >= pg_snapshot_xmin($2) AND (e.txid, e.id) > ($3, $4)"
+		"     AND NOT pg_visible_in_snapshot(e.txid, $2)"
+		"  UNION ALL"
+		"  SELECT 1 FROM eventgrid.events e"
+		"   WHERE e.topic = $1 AND e.txid >= greatest(pg_snapshot_xmin($2), pg_snapshot_xmin($5))"
+		"     AND e.txid < $3"
+		"     AND NOT pg_visible_in_snapshot(e.txid, $2) AND NOT pg_visible_in_snapshot(e.txid, $5)"
+		"  LIMIT $6) x",
+		6, {TEXTOID, PG_SNAPSHOTOID, XID8OID, INT8OID, PG_SNAPSHOTOID, INT8OID}
 	},
 	/* dead letters after id $1, by reason; the newest id; events dropped so far */
 	[PLAN_FINALS] = {
@@ -2076,18 +2102,39 @@ eg_queue_rotate_history(TimestampTz now, int64 period_ms, int64 max_rows)
 
 /*
  * Deliveries ready at now and not claimed yet: due retries, and events the
- * positions have not passed, counted before filters (an upper bound).  At
- * least EG_BACKLOG_COUNT_LIMIT means "that many or more".
+ * positions have not passed, counted before filters (an upper bound), each
+ * kind up to EG_BACKLOG_COUNT_LIMIT ("that many or more").  Events are
+ * counted position by position, each from where it stands
+ * (PLAN_BACKLOG_EVENTS), so a count reads at most about the rows it counts.
  */
 int64
 eg_queue_backlog(TimestampTz now)
 {
-	Datum		args[2];
+	Datum		args[6];
+	int64		retries;
+	int64		events = 0;
+	SPITupleTable *positions;
 
 	args[0] = TimestampTzGetDatum(now);
 	args[1] = Int64GetDatum(EG_BACKLOG_COUNT_LIMIT);
-	run_plan(PLAN_BACKLOG, args, true, SPI_OK_SELECT);
-	return int64_col(SPI_tuptable, 0, 1, 0);
+	run_plan(PLAN_BACKLOG_RETRIES, args, true, SPI_OK_SELECT);
+	retries = int64_col(SPI_tuptable, 0, 1, 0);
+
+	run_plan(PLAN_BACKLOG_POSITIONS, NULL, true, SPI_OK_SELECT);
+	positions = SPI_tuptable;
+	for (uint64 i = 0; i < positions->numvals && events < EG_BACKLOG_COUNT_LIMIT; i++)
+	{
+		bool		isnull;
+
+		for (int k = 0; k < 5; k++)
+			args[k] = SPI_getbinval(positions->vals[i], positions->tupdesc, k + 1, &isnull);
+		args[5] = Int64GetDatum(EG_BACKLOG_COUNT_LIMIT - events);
+		run_plan(PLAN_BACKLOG_EVENTS, args, true, SPI_OK_SELECT);
+		events += int64_col(SPI_tuptable, 0, 1, 0);
+		SPI_freetuptable(SPI_tuptable);
+	}
+	SPI_freetuptable(positions);
+	return retries + events;
 }
 
 /*
