@@ -777,10 +777,11 @@ static const EgPlanDef plan_defs[PLAN_COUNT] = {
 	 * $5), either after its last event ($3, $4) or not in the batch.  Two
 	 * index scans, each bounded by the position: the first starts at the
 	 * last event, the second ends before its transaction (every event of
-	 * that transaction is in the batch).  One scan from the done snapshot's
-	 * xmin read every event the position had passed in the batch, for every
-	 * position: all the event tables, once per subscription, at every count.
-	 * Outside a batch $3 is '0' and $5 is $2: the second scan is empty.
+	 * that transaction is in the batch).  One statement joining positions
+	 * and events, as before, could use none of these bounds in its index
+	 * scan: it read every event of the topic once per subscription at
+	 * every count.  Outside a batch $3 is '0' and $5 is $2: the second
+	 * scan is empty.
 	 */
 	[PLAN_BACKLOG_EVENTS] = {
 		"SELECT count(*) FROM ("
