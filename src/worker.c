@@ -1423,6 +1423,16 @@ eventgrid_worker_main(Datum arg)
 			ensure_upkeep_worker(DatumGetObjectId(arg));
 		report_status(next_claim_at);
 
+		/*
+		 * A host the last claim left out (backed up) may have drained in
+		 * this round: one set of requests can take its whole queue, and a
+		 * fast endpoint answers them before the wait above returns.  Its
+		 * subscriptions' events still wait in the database, so claim now
+		 * rather than sleep until something else wakes the worker.
+		 */
+		if (eg_targets_unblocked())
+			next_claim_at = 0;
+
 		if (eg_http_in_flight() == 0)
 		{
 			long		timeout_ms;
