@@ -8,10 +8,11 @@ OBJS = src/eventgrid.o src/launcher.o src/publish.o src/retry.o src/payload.o sr
 
 EXTENSION = eventgrid
 DATA = sql/eventgrid--0.1.0.sql sql/eventgrid--0.2.0.sql sql/eventgrid--0.1.0--0.2.0.sql \
-       sql/eventgrid--0.2.0--0.3.0.sql sql/eventgrid--0.3.0--0.4.0.sql sql/eventgrid--0.4.0--0.5.0.sql
+       sql/eventgrid--0.2.0--0.3.0.sql sql/eventgrid--0.3.0--0.4.0.sql sql/eventgrid--0.4.0--0.5.0.sql \
+       sql/eventgrid--0.5.0--0.6.0.sql
 PGFILEDESC = "eventgrid - Event Grid push delivery for PostgreSQL"
 
-REGRESS = config publish retry filters security
+REGRESS = config publish retry filters pending security
 REGRESS_OPTS = --temp-config=$(srcdir)/test/regress.conf --temp-instance=./tmp_check
 
 TAP_TESTS = 1
@@ -30,3 +31,5 @@ include $(PGXS)
 
 # every C file includes the shared header: rebuild them all when it changes
 $(OBJS): src/eventgrid.h
+# and those that compile in EG_VERSION when the version changes
+src/queue.o src/worker.o: eventgrid.control

@@ -121,10 +121,10 @@ typedef struct EgPlanDef
 
 /*
  * Is an event of transaction txid in the snapshot batch (since, upto]:
- * visible in upto and not in since (PgQ's rule)?  The same test as the SQL
- * function eventgrid._in_batch(), written out: that function is STRICT
- * around an AND, so the planner cannot inline it, and calling it costs
- * about 1 us per event.  Callers pass columns that are never NULL.
+ * visible in upto and not in since (PgQ's rule)?  Written out in each
+ * statement: a SQL function with this body (0.5.0's eventgrid._in_batch(),
+ * STRICT around an AND) cannot be inlined by the planner, and calling it
+ * cost about 1 us per event.  Callers pass columns that are never NULL.
  */
 #define IN_BATCH(txid, since, upto) \
 	"(pg_visible_in_snapshot(" txid ", " upto ") AND NOT pg_visible_in_snapshot(" txid ", " since "))"

@@ -1,7 +1,7 @@
 # ALTER EXTENSION eventgrid UPDATE from 0.1.0 (a row per delivery) to 0.2.0
 # (event tables, positions, retries) and on to the current version (0.3.0:
 # endpoint health; 0.4.0: advanced filters and namespace topics; 0.5.0:
-# attempt history and metrics):
+# attempt history and metrics; 0.6.0: the pending count by index ranges):
 # configuration, queued deliveries, attempts already made and dead letters
 # survive, and the queue is delivered.  Issues: "Queue storage" (0.2.0 with
 # an upgrade script) and "Endpoint health" (0.3.0).
