@@ -1352,8 +1352,6 @@ eventgrid_worker_main(Datum arg)
 		 * Bytes waiting on a backed-up endpoint host do not count here: its
 		 * subscriptions claim nothing more until it drains (endpoint.c).
 		 */
-		if (eg_targets_unblocked())
-			next_claim_at = 0;	/* a backed-up endpoint host drained: its subscriptions may claim */
 		eg_targets_waiting(&ready, &backed_up_bytes);
 		bytes_claimable = bytes_held - backed_up_bytes;
 		want_claim = db_ok && leases_released && !eg_delivery_paused &&
@@ -1424,11 +1422,13 @@ eventgrid_worker_main(Datum arg)
 		report_status(next_claim_at);
 
 		/*
-		 * A host the last claim left out (backed up) may have drained in
-		 * this round: one set of requests can take its whole queue, and a
-		 * fast endpoint answers them before the wait above returns.  Its
-		 * subscriptions' events still wait in the database, so claim now
-		 * rather than sleep until something else wakes the worker.
+		 * A host a claim left out (backed up) drained in this round, as
+		 * requests were started: its subscriptions may claim again, at the
+		 * next round.  Read here, before the sleep, not at the top of the
+		 * loop: one set of requests can take a host's whole queue and a
+		 * fast endpoint answer them before the wait above returns, and the
+		 * worker, with nothing queued or in flight, must not then sleep
+		 * while those subscriptions' events wait in the database.
 		 */
 		if (eg_targets_unblocked())
 			next_claim_at = 0;
