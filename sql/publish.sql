@@ -15,12 +15,14 @@ RETURNING event;
 -- The stamp equals the event joined (||) with topic, and dataVersion and
 -- metadataVersion where absent, whatever the event's shape: nested objects
 -- and arrays, a topic that is itself an object, keys before and after the
--- stamped ones in jsonb's order
+-- stamped ones in jsonb's order (shorter keys first, then bytewise), keys
+-- of each stamp's length on either side of it
 WITH given(n, ev) AS (VALUES
   (1, '{"id": "s1", "subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z", "data": {"a": [1, {"b": null}], "z": {}}}'::jsonb),
   (2, '{"id": "s2", "subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z", "topic": {"nested": [1, 2]}, "aaaa": [], "zzzzzzzzzzzzzzzzz": 1.5}'),
   (3, '{"id": "s3", "subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z", "dataVersion": "7", "metadataVersion": "1", "topic": "shop"}'),
-  (4, '{"id": "s4", "subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z", "dataVersion": "", "data": [[], [[]], {"topic": "inner"}]}')
+  (4, '{"id": "s4", "subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z", "dataVersion": "", "data": [[], [[]], {"topic": "inner"}]}'),
+  (5, '{"id": "s5", "subject": "/s", "eventType": "T", "eventTime": "2024-05-01T12:00:00Z", "alpha": 1, "topic": 2, "zeta0": 3, "aaaaaaaaaaa": 4, "zzzzzzzzzzz": 5, "aaaaaaaaaaaaaaa": 6, "zzzzzzzzzzzzzzz": 7}')
 ), stored AS (
   INSERT INTO eventgrid.events (topic, event) SELECT 'shop', ev FROM given RETURNING event
 )

@@ -269,37 +269,84 @@ check_header_fields(Jsonb *jb)
 	}
 }
 
+/* jsonb's order of object keys: shorter first, then bytewise. */
+static int
+jsonb_key_cmp(const char *a, int alen, const char *b, int blen)
+{
+	if (alen != blen)
+		return alen < blen ? -1 : 1;
+	return memcmp(a, b, alen);
+}
+
 /*
  * The event with topic set to the topic's name and, when absent,
- * dataVersion "" and metadataVersion "1": one pass over the event's tokens,
- * the stamps pushed last before the top-level object closes.  Of keys pushed
- * twice jsonb keeps the last, so the stamped topic replaces any the
- * publisher sent (the result jsonb_concat would give, built without a
- * second jsonb and a second iterator).
+ * dataVersion "" and metadataVersion "1", built in one pass over the event's
+ * top-level pairs (nested values are copied by pushJsonbValue).  Each stamp
+ * is pushed where jsonb's key order puts it, and a topic the publisher sent
+ * is left out: the pairs arrive already sorted and unique, so the sort that
+ * ends every object finds them in order and returns after one pass (a sort
+ * of out-of-order keys was a fifth of this trigger's time).  The result is
+ * the one jsonb_concat of the event and the stamps would give.
  */
 static Jsonb *
 stamp_eventgrid(Jsonb *jb, const char *topic, bool add_data_version, bool add_metadata_version)
 {
+	/* in jsonb key order: "topic" < "dataVersion" < "metadataVersion" */
+	const char *keys[3];
+	const char *vals[3];
+	int			nstamps = 0;
+	int			next = 0;
 	JsonbParseState *st = NULL;
 	JsonbIterator *it = JsonbIteratorInit(&jb->root);
 	JsonbIteratorToken tok;
 	JsonbValue	v;
 	JsonbValue *res = NULL;
-	int			depth = 0;
 
-	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	keys[nstamps] = "topic";
+	vals[nstamps++] = topic;
+	if (add_data_version)
 	{
-		if (tok == WJB_BEGIN_OBJECT || tok == WJB_BEGIN_ARRAY)
-			depth++;
-		else if (tok == WJB_END_OBJECT || tok == WJB_END_ARRAY)
+		keys[nstamps] = "dataVersion";
+		vals[nstamps++] = "";
+	}
+	if (add_metadata_version)
+	{
+		keys[nstamps] = "metadataVersion";
+		vals[nstamps++] = "1";
+	}
+
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok == WJB_KEY)
 		{
-			if (--depth == 0)
+			bool		replaced = false;
+
+			while (next < nstamps)
 			{
-				push_string_pair(&st, "topic", topic);
-				if (add_data_version)
-					push_string_pair(&st, "dataVersion", "");
-				if (add_metadata_version)
-					push_string_pair(&st, "metadataVersion", "1");
+				int			c = jsonb_key_cmp(keys[next], strlen(keys[next]),
+											  v.val.string.val, v.val.string.len);
+
+				if (c > 0)
+					break;
+				push_string_pair(&st, keys[next], vals[next]);
+				next++;
+				if (c == 0)
+					replaced = true;
+			}
+			if (replaced)
+			{
+				/* the publisher's pair under a stamped key: skip its value */
+				tok = JsonbIteratorNext(&it, &v, true);
+				Assert(tok == WJB_VALUE);
+				continue;
+			}
+		}
+		else if (tok == WJB_END_OBJECT)
+		{
+			while (next < nstamps)
+			{
+				push_string_pair(&st, keys[next], vals[next]);
+				next++;
 			}
 		}
 		res = pushJsonbValue(&st, tok, tok < WJB_BEGIN_ARRAY ? &v : NULL);
