@@ -32,4 +32,4 @@ include $(PGXS)
 # every C file includes the shared header: rebuild them all when it changes
 $(OBJS): src/eventgrid.h
 # and those that compile in EG_VERSION when the version changes
-src/queue.o src/worker.o: eventgrid.control
+src/http.o src/queue.o src/worker.o: eventgrid.control

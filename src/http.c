@@ -164,7 +164,7 @@ new_handle(void)
 	SET(CURLOPT_SSL_VERIFYPEER, 1L);
 	SET(CURLOPT_SSL_VERIFYHOST, 2L);
 	SET(CURLOPT_WRITEFUNCTION, discard_body);
-	SET(CURLOPT_USERAGENT, "eventgrid-postgresql/0.1");
+	SET(CURLOPT_USERAGENT, "eventgrid-postgresql/" EG_VERSION);
 	SET(CURLOPT_TCP_NODELAY, 1L);
 #undef SET
 	if (rc != CURLE_OK)

@@ -73,6 +73,9 @@ is($h->{headers}{'aeg-delivery-count'}, '0', 'aeg-delivery-count starts at 0');
 is($h->{headers}{'aeg-metadata-version'}, '1', 'aeg-metadata-version');
 is($h->{headers}{'aeg-data-version'}, '', 'aeg-data-version is the stamped empty dataVersion');
 is($h->{headers}{'aeg-output-event-id'}, 'o-1', 'aeg-output-event-id');
+is($h->{headers}{'user-agent'},
+	'eventgrid-postgresql/' . sql("SELECT default_version FROM pg_available_extensions WHERE name = 'eventgrid'"),
+	'User-Agent names the library and its version');
 is($h->{headers}{'x-static'}, 'static-value', 'static delivery property sent');
 is($h->{headers}{'authorization'}, 'Bearer s3cr3t', 'secret delivery property sent');
 is($h->{headers}{'x-order-id'}, 'o-1', 'dynamic delivery property taken from data.orderId');
