@@ -3,13 +3,16 @@
 #   make installcheck              pg_regress suite (own temporary instance)
 #                                  plus the TAP integration tests in test/t
 MODULE_big = eventgrid
-OBJS = src/eventgrid.o src/launcher.o src/publish.o src/retry.o src/payload.o src/request.o src/queue.o \
-       src/http.o src/endpoint.o src/filter.o src/worker.o
+OBJS = src/module.o src/launcher.o src/worker.o src/delivery_worker.o src/delivery_claim.o \
+       src/delivery_record.o src/upkeep_worker.o src/outcome.o src/publish.o src/filter.o \
+       src/request.o src/http.o src/url.o src/endpoint_queue.o src/endpoint_health.o \
+       src/store.o src/store_claim.o src/store_record.o src/store_recovery.o src/store_rotation.o \
+       src/store_counts.o src/store_health.o
 
 EXTENSION = eventgrid
-DATA = sql/eventgrid--0.1.0.sql sql/eventgrid--0.2.0.sql sql/eventgrid--0.1.0--0.2.0.sql \
-       sql/eventgrid--0.2.0--0.3.0.sql sql/eventgrid--0.3.0--0.4.0.sql sql/eventgrid--0.4.0--0.5.0.sql \
-       sql/eventgrid--0.5.0--0.6.0.sql
+# the full script of the current version (scripts/install-script.sh makes it), the
+# full scripts of 0.1.0 and 0.2.0 that installations were made from, and the upgrades
+DATA = $(wildcard $(srcdir)/sql/eventgrid--*.sql)
 PGFILEDESC = "eventgrid - Event Grid push delivery for PostgreSQL"
 
 REGRESS = config publish retry filters pending security
@@ -17,7 +20,6 @@ REGRESS_OPTS = --temp-config=$(srcdir)/test/regress.conf --temp-instance=./tmp_c
 
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
-PROVE_FLAGS = -I $(srcdir)/test/lib
 
 EG_VERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/eventgrid.control)
 
@@ -29,7 +31,11 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# every C file includes the shared header: rebuild them all when it changes
-$(OBJS): src/eventgrid.h
+# after PGXS, which sets PROVE_FLAGS itself: each test file has its own
+# clusters and receivers, so three run at a time
+PROVE_FLAGS = -I $(srcdir)/test/lib -j3
+
+# every C file includes the shared headers: rebuild them all when one changes
+$(OBJS): $(wildcard $(srcdir)/src/*.h)
 # and those that compile in EG_VERSION when the version changes
-src/http.o src/queue.o src/worker.o: eventgrid.control
+src/http.o src/store.o src/delivery_worker.o: eventgrid.control

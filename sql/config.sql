@@ -48,6 +48,14 @@ SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-ftp', 'ft
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-rel', '/relative/path')$$);
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-empty-host', 'http://')$$);
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-space', 'http://example.com/a b')$$);
+-- a scheme and a path but no host
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-no-host', 'http:///x')$$);
+-- endpoints are at most 2048 bytes: one longer did not fit the endpoint health index and stopped every record
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-long', 'http://127.0.0.1:9/' || repeat('a', 1048576))$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-long', 'http://127.0.0.1:9/' || repeat('a', 2048 - 19 + 1))$$);
+SELECT eventgrid.create_event_subscription('orders', 'sub-longest', 'http://127.0.0.1:9/' || repeat('a', 2048 - 19)) IS NOT NULL AS longest_accepted;
+SELECT octet_length(endpoint) FROM eventgrid.event_subscriptions WHERE name = 'sub-longest';
+SELECT eventgrid.drop_event_subscription('orders', 'sub-longest');
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-null', NULL)$$);
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-http', 'HTTP://127.0.0.1:8080/x?y=1')$$);
 

@@ -73,6 +73,16 @@ SELECT err($$INSERT INTO eventgrid.events (topic, event) VALUES ('raw-shop', '[1
 SELECT err(format($$INSERT INTO eventgrid.events (topic, event) VALUES ('raw-shop', jsonb_build_object('d', repeat('x', %s)))$$, 1048576 - 9));
 SELECT err(format($$INSERT INTO eventgrid.events (topic, event) VALUES ('raw-shop', jsonb_build_object('d', repeat('x', %s)))$$, 1048576 - 8));
 SELECT max(octet_length(event::text)) FROM eventgrid.events WHERE topic = 'raw-shop';
+-- the limit is on the JSON text, however small the stored jsonb: 1100 numbers
+-- 1e1000 take about 13 kB as jsonb and 1.1 MB as text
+SELECT err(format($$INSERT INTO eventgrid.events (topic, event) VALUES ('raw-shop', jsonb_build_object('n', %s::jsonb))$$,
+                  quote_literal('[' || array_to_string(array_fill('1e1000'::text, ARRAY[1100]), ',') || ']')));
+-- event_bytes is the JSON text's size exactly, which bounds the delivery workers' memory
+INSERT INTO eventgrid.events (topic, event)
+VALUES ('raw-shop', jsonb_build_object('n', ('[' || array_to_string(array_fill('1e1000'::text, ARRAY[100]), ',') || ']')::jsonb,
+                                       's', E'tab\there \u0001'));
+SELECT count(*) AS events, count(*) FILTER (WHERE event_bytes = octet_length(event::text)) AS exact
+  FROM eventgrid.events WHERE topic = 'raw-shop';
 
 -- publish(): one event or an array; at most 5000 events and 1 MB per call
 SELECT cardinality(eventgrid.publish('raw-shop', '{"one": 1}')) AS ids;

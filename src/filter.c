@@ -228,6 +228,123 @@ charge_values(int pos, const char *opname, const char *field, int n, int *total_
 	*total_values += n;
 }
 
+/* The key of filter obj (a dotted path of non-empty names, e.g. data.order.total) into f. */
+static void
+compile_key(JsonbContainer *obj, int pos, const char *opname, EgFilter *f)
+{
+	JsonbValue	keyv;
+	char	   *key;
+
+	if (!get_field(obj, "key", &keyv))
+		filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname,
+					 "key names an event field: an envelope field such as subject or eventType, or a data field by dotted path such as data.order.total.",
+					 "key is missing");
+	if (keyv.type != jbvString)
+		filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname, NULL,
+					 "key must be a string, got %s", json_type_name(&keyv));
+	if (keyv.val.string.len == 0 || keyv.val.string.len > EG_MAX_FILTER_STRING_CHARS)
+		filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname, NULL,
+					 "key must have 1 to %d characters", EG_MAX_FILTER_STRING_CHARS);
+	key = pnstrdup(keyv.val.string.val, keyv.val.string.len);
+	f->npath = 1;
+	for (char *c = key; *c; c++)
+		f->npath += (*c == '.');
+	f->path = palloc(f->npath * sizeof(char *));
+	f->path_len = palloc(f->npath * sizeof(int));
+	{
+		char	   *start = key;
+
+		for (int i = 0; i < f->npath; i++)
+		{
+			char	   *dot = strchr(start, '.');
+
+			if (dot)
+				*dot = '\0';
+			if (*start == '\0')
+				filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname, NULL,
+							 "key \"%.64s\" has an empty name between dots",
+							 pnstrdup(keyv.val.string.val, keyv.val.string.len));
+			f->path[i] = start;
+			f->path_len[i] = strlen(start);
+			start = dot ? dot + 1 : start + f->path_len[i];
+		}
+	}
+	for (int i = 0; i < (int) lengthof(eg_aliases); i++)
+		for (int j = 0; j < 2; j++)
+			if (strcmp(f->path[0], eg_aliases[i][j]) == 0)
+				f->alias = eg_aliases[i][1 - j];
+
+}
+
+/*
+ * The "values" of a filter taking several (numbers, [low, high] ranges or
+ * strings) into f, each checked and counted against the 25 values in all.
+ */
+static void
+compile_values(JsonbValue *valuesv, bool has_value, bool has_values, int pos, const char *opname,
+			   EgFilterArg arg, EgFilter *f, int *total_values)
+{
+	JsonbContainer *arr;
+
+	if (has_value || !has_values)
+		filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname,
+					 HINT_VALUE_OR_VALUES,
+					 "needs \"values\", not \"value\"");
+	if (valuesv->type != jbvBinary || !JsonContainerIsArray(valuesv->val.binary.data))
+		filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname, NULL,
+					 "values must be an array, got %s", json_type_name(valuesv));
+	arr = valuesv->val.binary.data;
+	f->nvalues = JsonContainerSize(arr);
+	if (f->nvalues == 0)
+		filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname, NULL,
+					 "values must hold at least one value");
+	charge_values(pos, opname, "values", f->nvalues, total_values);
+	if (arg == ARG_STRINGS)
+	{
+		f->strings = palloc(f->nvalues * sizeof(char *));
+		f->string_len = palloc(f->nvalues * sizeof(int));
+	}
+	else
+		f->numbers = palloc(f->nvalues * 2 * sizeof(double));
+	for (int i = 0; i < f->nvalues; i++)
+	{
+		JsonbValue *v = getIthJsonbValueFromContainer(arr, i);
+		char		field[32];
+
+		snprintf(field, sizeof(field), "values[%d]", i);
+		if (arg == ARG_NUMBERS)
+			f->numbers[i] = filter_number(v, pos, opname, field);
+		else if (arg == ARG_STRINGS)
+		{
+			if (v->type != jbvString)
+				filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname, NULL,
+							 "%s must be a string, got %s", field, json_type_name(v));
+			if (pg_mbstrlen_with_len(v->val.string.val, v->val.string.len) > EG_MAX_FILTER_STRING_CHARS)
+				filter_error(ERRCODE_PROGRAM_LIMIT_EXCEEDED, pos, opname,
+							 "Event Grid allows string filter values of up to 512 characters.",
+							 "%s has more than %d characters", field, EG_MAX_FILTER_STRING_CHARS);
+			f->strings[i] = lower_text(v->val.string.val, v->val.string.len, &f->string_len[i]);
+		}
+		else
+		{
+			JsonbContainer *pair = v->type == jbvBinary ? v->val.binary.data : NULL;
+
+			if (pair == NULL || !JsonContainerIsArray(pair) || JsonContainerSize(pair) != 2)
+				filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname,
+							 HINT_RANGES,
+							 "%s must be a [low, high] pair of numbers", field);
+			f->numbers[2 * i] = filter_number(getIthJsonbValueFromContainer(pair, 0),
+											  pos, opname, field);
+			f->numbers[2 * i + 1] = filter_number(getIthJsonbValueFromContainer(pair, 1),
+												  pos, opname, field);
+			if (f->numbers[2 * i] > f->numbers[2 * i + 1])
+				filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname,
+							 HINT_RANGES,
+							 "%s has low greater than high", field);
+		}
+	}
+}
+
 /*
  * Checks one filter object (1-based position pos) and compiles it into f;
  * *total_values counts values over all filters for the limit.
@@ -237,7 +354,6 @@ compile_filter(JsonbValue *elem, int pos, EgFilter *f, int *total_values)
 {
 	JsonbContainer *obj;
 	JsonbValue	opv,
-				keyv,
 				valuev,
 				valuesv,
 				tok;
@@ -246,7 +362,6 @@ compile_filter(JsonbValue *elem, int pos, EgFilter *f, int *total_values)
 	bool		has_value,
 				has_values;
 	const char *opname;
-	char	   *key;
 	EgFilterArg arg;
 
 	memset(f, 0, sizeof(*f));
@@ -287,45 +402,7 @@ compile_filter(JsonbValue *elem, int pos, EgFilter *f, int *total_values)
 	opname = eg_ops[f->kind].name;
 	arg = eg_ops[f->kind].arg;
 
-	/* key: a dotted path of non-empty names, e.g. data.order.total */
-	if (!get_field(obj, "key", &keyv))
-		filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname,
-					 "key names an event field: an envelope field such as subject or eventType, or a data field by dotted path such as data.order.total.",
-					 "key is missing");
-	if (keyv.type != jbvString)
-		filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname, NULL,
-					 "key must be a string, got %s", json_type_name(&keyv));
-	if (keyv.val.string.len == 0 || keyv.val.string.len > EG_MAX_FILTER_STRING_CHARS)
-		filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname, NULL,
-					 "key must have 1 to %d characters", EG_MAX_FILTER_STRING_CHARS);
-	key = pnstrdup(keyv.val.string.val, keyv.val.string.len);
-	f->npath = 1;
-	for (char *c = key; *c; c++)
-		f->npath += (*c == '.');
-	f->path = palloc(f->npath * sizeof(char *));
-	f->path_len = palloc(f->npath * sizeof(int));
-	{
-		char	   *start = key;
-
-		for (int i = 0; i < f->npath; i++)
-		{
-			char	   *dot = strchr(start, '.');
-
-			if (dot)
-				*dot = '\0';
-			if (*start == '\0')
-				filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname, NULL,
-							 "key \"%.64s\" has an empty name between dots",
-							 pnstrdup(keyv.val.string.val, keyv.val.string.len));
-			f->path[i] = start;
-			f->path_len[i] = strlen(start);
-			start = dot ? dot + 1 : start + f->path_len[i];
-		}
-	}
-	for (int i = 0; i < (int) lengthof(eg_aliases); i++)
-		for (int j = 0; j < 2; j++)
-			if (strcmp(f->path[0], eg_aliases[i][j]) == 0)
-				f->alias = eg_aliases[i][1 - j];
+	compile_key(obj, pos, opname, f);
 
 	has_value = get_field(obj, "value", &valuev);
 	has_values = get_field(obj, "values", &valuesv);
@@ -360,68 +437,8 @@ compile_filter(JsonbValue *elem, int pos, EgFilter *f, int *total_values)
 		case ARG_NUMBERS:
 		case ARG_RANGES:
 		case ARG_STRINGS:
-			{
-				JsonbContainer *arr;
-
-				if (has_value || !has_values)
-					filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname,
-								 HINT_VALUE_OR_VALUES,
-								 "needs \"values\", not \"value\"");
-				if (valuesv.type != jbvBinary || !JsonContainerIsArray(valuesv.val.binary.data))
-					filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname, NULL,
-								 "values must be an array, got %s", json_type_name(&valuesv));
-				arr = valuesv.val.binary.data;
-				f->nvalues = JsonContainerSize(arr);
-				if (f->nvalues == 0)
-					filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname, NULL,
-								 "values must hold at least one value");
-				charge_values(pos, opname, "values", f->nvalues, total_values);
-				if (arg == ARG_STRINGS)
-				{
-					f->strings = palloc(f->nvalues * sizeof(char *));
-					f->string_len = palloc(f->nvalues * sizeof(int));
-				}
-				else
-					f->numbers = palloc(f->nvalues * 2 * sizeof(double));
-				for (int i = 0; i < f->nvalues; i++)
-				{
-					JsonbValue *v = getIthJsonbValueFromContainer(arr, i);
-					char		field[32];
-
-					snprintf(field, sizeof(field), "values[%d]", i);
-					if (arg == ARG_NUMBERS)
-						f->numbers[i] = filter_number(v, pos, opname, field);
-					else if (arg == ARG_STRINGS)
-					{
-						if (v->type != jbvString)
-							filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname, NULL,
-										 "%s must be a string, got %s", field, json_type_name(v));
-						if (pg_mbstrlen_with_len(v->val.string.val, v->val.string.len) > EG_MAX_FILTER_STRING_CHARS)
-							filter_error(ERRCODE_PROGRAM_LIMIT_EXCEEDED, pos, opname,
-										 "Event Grid allows string filter values of up to 512 characters.",
-										 "%s has more than %d characters", field, EG_MAX_FILTER_STRING_CHARS);
-						f->strings[i] = lower_text(v->val.string.val, v->val.string.len, &f->string_len[i]);
-					}
-					else
-					{
-						JsonbContainer *pair = v->type == jbvBinary ? v->val.binary.data : NULL;
-
-						if (pair == NULL || !JsonContainerIsArray(pair) || JsonContainerSize(pair) != 2)
-							filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname,
-										 HINT_RANGES,
-										 "%s must be a [low, high] pair of numbers", field);
-						f->numbers[2 * i] = filter_number(getIthJsonbValueFromContainer(pair, 0),
-														  pos, opname, field);
-						f->numbers[2 * i + 1] = filter_number(getIthJsonbValueFromContainer(pair, 1),
-															  pos, opname, field);
-						if (f->numbers[2 * i] > f->numbers[2 * i + 1])
-							filter_error(ERRCODE_INVALID_PARAMETER_VALUE, pos, opname,
-										 HINT_RANGES,
-										 "%s has low greater than high", field);
-					}
-				}
-				break;
-			}
+			compile_values(&valuesv, has_value, has_values, pos, opname, arg, f, total_values);
+			break;
 	}
 	if (arg == ARG_NUMBER || arg == ARG_BOOL)
 		charge_values(pos, opname, "value", 1, total_values);
@@ -666,7 +683,15 @@ cached_filters(FunctionCallInfo fcinfo, Jsonb *filters)
 	}
 	else
 		MemoryContextReset(cache->cxt);
+
+	/*
+	 * Emptied before compiling: if compiling raises an ERROR, a later call
+	 * (a PL/pgSQL block that caught the error keeps the cache) must not
+	 * find a cache that claims to hold these filters.
+	 */
 	cache->set = NULL;
+	cache->bytes = NULL;
+	cache->len = 0;
 	old = MemoryContextSwitchTo(cache->cxt);
 	cache->bytes = palloc(len);
 	memcpy(cache->bytes, filters, len);

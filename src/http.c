@@ -12,17 +12,16 @@
  * is stopped and joined before the process exits.  The two threads hand
  * requests over through two mutex-protected lists: an inbox of requests to
  * start (the thread is woken with curl_multi_wakeup) and a list of finished
- * ones (the main thread waits on a condition variable with a timeout).
+ * ones (the main thread waits on a condition variable with a timeout,
+ * measured on CLOCK_MONOTONIC so that a step of the wall clock can neither
+ * stall nor hurry the loop).
  *
  * Per-request cost matters at tens of thousands of requests a second (see
  * bench/RESULTS.md): easy handles are kept for reuse with their fixed
  * options set once, a request's header lines live in one malloc'd block,
  * and the thread is woken once per set of requests handed over.
  */
-#include "eventgrid.h"
-
-#include "fmgr.h"
-#include "utils/builtins.h"
+#include "http.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -35,7 +34,7 @@ static pthread_t http_thread;
 static bool thread_started = false;
 
 static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t finished_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t finished_cv;	/* on CLOCK_MONOTONIC: eg_http_init() */
 /* all below are protected by mutex */
 static EgRequest *inbox_head = NULL;
 static EgRequest *inbox_tail = NULL;
@@ -281,6 +280,7 @@ eg_http_init(void)
 	sigset_t	all,
 				old;
 	int			rc;
+	pthread_condattr_t attr;
 
 	if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
 		elog(ERROR, "eventgrid: curl_global_init failed");
@@ -296,6 +296,13 @@ eg_http_init(void)
 		elog(ERROR, "eventgrid: out of memory for the HTTP handle pool");
 	idle_n = 0;
 	stopping = false;
+
+	/* timed waits are deadlines on CLOCK_MONOTONIC (eg_http_wait) */
+	if (pthread_condattr_init(&attr) != 0 ||
+		pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
+		pthread_cond_init(&finished_cv, &attr) != 0)
+		elog(ERROR, "eventgrid: could not set up the HTTP thread's condition variable");
+	pthread_condattr_destroy(&attr);
 
 	/* the thread inherits the signal mask: block everything for it */
 	sigfillset(&all);
@@ -436,7 +443,7 @@ eg_http_wait(int want, int timeout_ms)
 {
 	struct timespec deadline;
 
-	clock_gettime(CLOCK_REALTIME, &deadline);
+	clock_gettime(CLOCK_MONOTONIC, &deadline);
 	deadline.tv_nsec += (long) timeout_ms * 1000000L;
 	deadline.tv_sec += deadline.tv_nsec / 1000000000L;
 	deadline.tv_nsec %= 1000000000L;
@@ -471,63 +478,4 @@ eg_http_take_finished(void)
 	}
 	pthread_mutex_unlock(&mutex);
 	return req;
-}
-
-/*
- * Why libcurl could not deliver to url, or NULL when it can.  The URL is
- * parsed by libcurl's URL API, the parser the requests themselves use, so
- * an endpoint accepted here is one libcurl can connect to: scheme http or
- * https, a host, a port from 1 to 65535, and no user name or password (they
- * would be shown in the catalog and in logs; send credentials as a secret
- * delivery property instead).  Returns a static string.
- */
-const char *
-eg_endpoint_problem(const char *url)
-{
-	CURLU	   *h = curl_url();
-	CURLUcode	rc;
-	char	   *scheme = NULL,
-			   *user = NULL,
-			   *password = NULL,
-			   *port = NULL;
-	const char *problem = NULL;
-
-	if (h == NULL)
-		return "out of memory";
-	rc = curl_url_set(h, CURLUPART_URL, url, 0);
-	if (rc != CURLUE_OK)
-		problem = curl_url_strerror(rc);
-	else if (curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
-			 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
-		problem = "the scheme must be http or https";
-	else if (curl_url_get(h, CURLUPART_USER, &user, 0) == CURLUE_OK ||
-			 curl_url_get(h, CURLUPART_PASSWORD, &password, 0) == CURLUE_OK)
-		problem = "the URL holds a user name or password";
-	else if (curl_url_get(h, CURLUPART_PORT, &port, 0) == CURLUE_OK && strtol(port, NULL, 10) == 0)
-		problem = "Port number was not a decimal number between 1 and 65535";
-	curl_free(scheme);
-	curl_free(user);
-	curl_free(password);
-	curl_free(port);
-	curl_url_cleanup(h);
-	return problem;
-}
-
-PG_FUNCTION_INFO_V1(eventgrid_endpoint_problem);
-
-/*
- * SQL: eventgrid._endpoint_problem(endpoint text) -> text: NULL for an
- * endpoint libcurl can deliver to, else the reason (see eg_endpoint_problem).
- * Used by the CHECK constraint on event_subscriptions.endpoint and by the
- * configuration functions, so both apply the same rule.
- */
-Datum
-eventgrid_endpoint_problem(PG_FUNCTION_ARGS)
-{
-	char	   *url = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	const char *problem = eg_endpoint_problem(url);
-
-	if (problem == NULL)
-		PG_RETURN_NULL();
-	PG_RETURN_TEXT_P(cstring_to_text(problem));
 }

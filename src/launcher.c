@@ -1,8 +1,9 @@
 /*
  * launcher.c - the eventgrid launcher: a background worker connected to no
- * database that starts the delivery workers (worker.c; as many as
- * eventgrid.delivery_workers) in the database named by
- * eventgrid.database_name and starts each again when it exits.
+ * database that starts the delivery workers (delivery_worker.c; as many as
+ * eventgrid.delivery_workers) and the upkeep worker (upkeep_worker.c) in
+ * the database named by eventgrid.database_name, and starts each again
+ * when it exits.
  *
  * Why a launcher: a background worker that connects to a missing database
  * dies with FATAL and the postmaster restarts it every few seconds, filling
@@ -11,14 +12,15 @@
  * missing database, and looks again with growing pauses; when a worker
  * exits (an ERROR it could not handle, the database dropped, SIGTERM) it is
  * restarted after a pause that grows while it keeps exiting soon after
- * starting, each worker on its own.  Worker k runs as one process at a
- * time: the launcher starts it only once its previous process is gone.  A
+ * starting, each worker on its own.  Each worker runs as one process at a
+ * time: the launcher starts it only once its previous process is gone, as
+ * the handle it got says or, for a worker it did not start (an earlier
+ * launcher's), as the worker's shared pid slot says (set and cleared by the
+ * worker itself, so never a stale or reused pid).  A
  * crash of any process makes the postmaster restart everything, as for any
  * backend.
  */
 #include "eventgrid.h"
-
-#include <signal.h>
 
 #include "access/heapam.h"
 #include "access/htup_details.h"
@@ -65,16 +67,16 @@ take_backoff(long *backoff_ms)
 	return ms;
 }
 
-/* Whether delivery worker number (1-based) runs, as its shared slot says. */
+/* Whether the worker of a pid slot runs: the slot holds its pid exactly while it lives. */
 static bool
-worker_alive(int number)
+slot_alive(const pid_t *slot)
 {
 	pid_t		pid;
 
 	SpinLockAcquire(&eg_shared->mutex);
-	pid = eg_shared->worker_pid[number - 1];
+	pid = *slot;
 	SpinLockRelease(&eg_shared->mutex);
-	return pid != 0 && kill(pid, 0) == 0;
+	return pid != 0;
 }
 
 /*
@@ -111,15 +113,19 @@ lookup_database(const char *name)
 	return oid;
 }
 
+/* Starts delivery worker number (1-based), or the upkeep worker (0); NULL if it could not start. */
 static BackgroundWorkerHandle *
-start_delivery_worker(Oid dboid, int number)
+start_worker(Oid dboid, int number)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
 	pid_t		pid;
 
-	eg_worker_spec(&worker, "eventgrid_worker_main", "delivery worker", dboid, number);
-	if (eg_delivery_workers > 1)
+	if (number == 0)
+		eg_worker_spec(&worker, "eventgrid_upkeep_main", "upkeep worker", dboid, 0);
+	else
+		eg_worker_spec(&worker, "eventgrid_worker_main", "delivery worker", dboid, number);
+	if (eg_delivery_workers > 1 && number > 0)
 		snprintf(worker.bgw_name, BGW_MAXLEN, "eventgrid delivery worker %d", number);
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 		return NULL;
@@ -128,7 +134,7 @@ start_delivery_worker(Oid dboid, int number)
 	return handle;
 }
 
-/* What the launcher knows of one delivery worker. */
+/* What the launcher knows of one worker. */
 typedef struct EgWorkerSlot
 {
 	BackgroundWorkerHandle *handle; /* NULL: not started by this launcher, or exited */
@@ -138,8 +144,9 @@ typedef struct EgWorkerSlot
 } EgWorkerSlot;
 
 /*
- * Starts delivery worker number in slot when it is due and not running;
- * notes its exit.  Returns the time this slot next wants attention.
+ * Starts delivery worker number (the upkeep worker for 0) in slot when it
+ * is due and not running; notes its exit.  Returns the time this slot next
+ * wants attention.
  */
 static TimestampTz
 tend_worker(Oid dboid, int number, EgWorkerSlot *slot)
@@ -166,18 +173,19 @@ tend_worker(Oid dboid, int number, EgWorkerSlot *slot)
 	 * A launcher restarted on its own (pg_terminate_backend) finds the
 	 * workers it started still running: one process per worker number.
 	 */
-	if (worker_alive(number))
+	if (slot_alive(number == 0 ? &eg_shared->upkeep_pid : &eg_shared->worker_pid[number - 1]))
 	{
 		slot->start_at = now + (TimestampTz) EG_BACKOFF_MIN_MS * 1000;
 		return slot->start_at;
 	}
 	slot->started = now;
-	slot->handle = start_delivery_worker(dboid, number);
+	slot->handle = start_worker(dboid, number);
 	if (slot->handle == NULL)
 	{
 		ereport(LOG,
-				(errmsg("eventgrid: could not start delivery worker %d; trying again in %ld s",
-						number, slot->backoff_ms / 1000),
+				(errmsg("eventgrid: could not start the %s%s; trying again in %ld s",
+						number == 0 ? "upkeep worker" : "delivery worker ",
+						number == 0 ? "" : psprintf("%d", number), slot->backoff_ms / 1000),
 				 errhint("Raise max_worker_processes if all background worker slots are taken.")));
 		slot->start_at = now + (TimestampTz) take_backoff(&slot->backoff_ms) * 1000;
 		return slot->start_at;
@@ -191,14 +199,14 @@ eventgrid_launcher_main(Datum arg)
 {
 	long		backoff_ms = EG_BACKOFF_MIN_MS;
 	bool		reported_missing = false;
-	EgWorkerSlot slots[EG_MAX_DELIVERY_WORKERS];
+	EgWorkerSlot slots[EG_MAX_DELIVERY_WORKERS + 1];	/* [0]: the upkeep worker */
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	pgstat_report_appname("eventgrid launcher");
-	for (int i = 0; i < EG_MAX_DELIVERY_WORKERS; i++)
+	for (int i = 0; i <= EG_MAX_DELIVERY_WORKERS; i++)
 	{
 		slots[i].handle = NULL;
 		slots[i].started = 0;
@@ -234,11 +242,12 @@ eventgrid_launcher_main(Datum arg)
 		backoff_ms = EG_BACKOFF_MIN_MS;
 
 		/*
-		 * Each delivery worker is started, and started again when it exits,
-		 * on its own: one that fails does not stop the others.
+		 * Each delivery worker and the upkeep worker is started, and started
+		 * again when it exits, on its own: one that fails does not stop the
+		 * others.
 		 */
-		for (int k = 1; k <= eg_delivery_workers; k++)
-			wake_at = Min(wake_at, tend_worker(dboid, k, &slots[k - 1]));
+		for (int k = 0; k <= eg_delivery_workers; k++)
+			wake_at = Min(wake_at, tend_worker(dboid, k, &slots[k]));
 		pgstat_report_activity(STATE_IDLE, NULL);
 		now = GetCurrentTimestamp();
 		if (wake_at > now)

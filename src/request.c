@@ -1,8 +1,10 @@
 /*
- * request.c - builds the HTTP request of one delivery attempt (SPEC section
- * 8): body, content type, Event Grid's aeg-* headers and the subscription's
- * custom delivery properties, and checks every header line before it is
- * written.
+ * request.c - builds the HTTP request of one delivery attempt (SPEC sections
+ * 2, 5 and 8): body, content type, batch boundaries, Event Grid's aeg-*
+ * headers and the subscription's custom delivery properties, and checks
+ * every header line before it is written.  The event texts come already
+ * converted to the subscription's delivery schema (by
+ * eventgrid.convert_event() in the claim query).
  *
  * Header values come partly from events (id, dataVersion, dynamic delivery
  * properties), which are untrusted.  Publishing already refuses control
@@ -11,7 +13,7 @@
  * field): a request with a header line holding a control character is not
  * sent at all, so no event can inject a header or smuggle a second request.
  */
-#include "eventgrid.h"
+#include "http.h"
 
 #include "fmgr.h"
 #include "utils/builtins.h"
@@ -83,6 +85,68 @@ eg_header_problem(const char *name, const char *value, bool custom)
 	if (strlen(value) > EG_HEADER_VALUE_MAX)
 		return "the header value is longer than 4096 bytes";
 	return NULL;
+}
+
+/*
+ * Content-Type of a request.  Event Grid schema: application/json (a JSON
+ * array even for one event).  CloudEvents structured mode:
+ * application/cloudevents+json for one event, application/cloudevents-batch+json
+ * for a batch.  Custom schema: application/json.
+ */
+const char *
+eg_content_type(const char *delivery_schema, int nevents)
+{
+	if (strcmp(delivery_schema, "CloudEventSchemaV1_0") == 0)
+		return nevents == 1 ? "application/cloudevents+json; charset=utf-8"
+			: "application/cloudevents-batch+json; charset=utf-8";
+	return "application/json; charset=utf-8";
+}
+
+/*
+ * Builds the body: a JSON array for the Event Grid schema always and for any
+ * batch of more than one event; the bare event for one CloudEvent or one
+ * custom-schema event.
+ */
+void
+eg_build_body(StringInfo buf, const char *delivery_schema,
+			  const EgEventPart *events, int nevents)
+{
+	bool		array = nevents > 1 || strcmp(delivery_schema, "EventGridSchema") == 0;
+
+	if (array)
+		appendStringInfoChar(buf, '[');
+	for (int i = 0; i < nevents; i++)
+	{
+		if (i > 0)
+			appendStringInfoChar(buf, ',');
+		appendBinaryStringInfo(buf, events[i].json, events[i].len);
+	}
+	if (array)
+		appendStringInfoChar(buf, ']');
+}
+
+/*
+ * How many of the leading events form the next batch: at most max_events,
+ * and no more than max_bytes of body, except that the first event always goes
+ * (an event larger than the preferred size travels alone, never dropped).
+ * Optimistic: takes what is there, never waits for more.
+ */
+int
+eg_batch_take(const EgEventPart *events, int nevents, int max_events, int64 max_bytes)
+{
+	int64		bytes = 2;		/* [ and ] */
+	int			n = 0;
+
+	while (n < nevents && n < max_events)
+	{
+		int64		add = events[n].len + (n > 0 ? 1 : 0);
+
+		if (n > 0 && bytes + add > max_bytes)
+			break;
+		bytes += add;
+		n++;
+	}
+	return Max(n, 1);
 }
 
 PG_FUNCTION_INFO_V1(eventgrid_header_problem);

@@ -1,12 +1,14 @@
 /*
- * retry.c - outcome classification, the retry schedules of Event Grid's
- * two delivery profiles and the decision after each attempt (SPEC sections
- * 3, 4 and 7).  Pure functions with no
- * I/O: the worker calls eg_decide() after each delivery attempt, and
- * eventgrid.retry_delay() / eventgrid.delivery_outcome() expose them to SQL
- * for users and tests.
+ * outcome.c - outcome classification, the retry schedules of Event Grid's
+ * two delivery profiles, probation lengths, and the decisions before and
+ * after each attempt (SPEC sections 3, 4, 6 and 7).  Pure functions with no
+ * I/O: the delivery worker calls eg_before_attempt() and eg_decide(), the
+ * endpoint health eg_probation_ms(), and eventgrid.retry_delay(),
+ * eventgrid.delivery_outcome() and eventgrid.probation_duration() expose
+ * them to SQL for users and tests.  Outcomes are an enum everywhere; their
+ * names (the contract's lastDeliveryOutcome) are made only here.
  */
-#include "eventgrid.h"
+#include "outcome.h"
 
 #include "fmgr.h"
 #include "utils/builtins.h"
@@ -27,6 +29,70 @@ static const int eg_schedule_s[] = {
  */
 static const int eg_namespace_offsets_s[] = {0, 10, 30, 60, 5 * 60};
 
+/* lastDeliveryOutcome names, indexed by EgOutcomeCode. */
+static const char *const outcome_names[EG_OUTCOME_COUNT] = {
+	[EG_OUTCOME_NONE] = NULL,
+	[EG_OUTCOME_DELIVERED] = "Delivered",
+	[EG_OUTCOME_NOT_FOUND] = "NotFound",
+	[EG_OUTCOME_DISABLED] = "Disabled",
+	[EG_OUTCOME_FULL] = "Full",
+	[EG_OUTCOME_UNAUTHORIZED] = "Unauthorized",
+	[EG_OUTCOME_BAD_REQUEST] = "BadRequest",
+	[EG_OUTCOME_TIMED_OUT] = "TimedOut",
+	[EG_OUTCOME_BUSY] = "Busy",
+	[EG_OUTCOME_PAYLOAD_TOO_LARGE] = "PayloadTooLarge",
+	[EG_OUTCOME_PROBATION] = "Probation",
+	[EG_OUTCOME_CANCELED] = "Canceled",
+	[EG_OUTCOME_ABORTED] = "Aborted",
+	[EG_OUTCOME_SOCKET_ERROR] = "SocketError",
+	[EG_OUTCOME_RESOLUTION_ERROR] = "ResolutionError",
+	[EG_OUTCOME_FORBIDDEN] = "Forbidden",
+	[EG_OUTCOME_GENERIC_ERROR] = "GenericError",
+	[EG_OUTCOME_INVALID_HEADER] = "InvalidHeader",
+};
+
+/* The lastDeliveryOutcome name of an outcome; NULL for EG_OUTCOME_NONE. */
+const char *
+eg_outcome_name(EgOutcomeCode code)
+{
+	Assert(code >= 0 && code < EG_OUTCOME_COUNT);
+	return outcome_names[code];
+}
+
+/*
+ * The outcome named name (case-sensitive), as the history and the retries
+ * store it; GenericError for a name eventgrid never writes, EG_OUTCOME_NONE
+ * for NULL.
+ */
+EgOutcomeCode
+eg_outcome_parse(const char *name)
+{
+	if (name == NULL)
+		return EG_OUTCOME_NONE;
+	for (int i = 1; i < EG_OUTCOME_COUNT; i++)
+		if (strcmp(name, outcome_names[i]) == 0)
+			return (EgOutcomeCode) i;
+	return EG_OUTCOME_GENERIC_ERROR;
+}
+
+/* deadLetterReason of a final failure (SPEC 7); NULL for EG_REASON_NONE. */
+const char *
+eg_reason_name(EgFinalReason reason)
+{
+	switch (reason)
+	{
+		case EG_REASON_TTL:
+			return "TimeToLiveExceeded";
+		case EG_REASON_MAX_ATTEMPTS:
+			return "MaxDeliveryAttemptsExceeded";
+		case EG_REASON_NON_RETRIABLE:
+			return "NonRetriableError";
+		case EG_REASON_NONE:
+			break;
+	}
+	return NULL;
+}
+
 bool
 eg_status_is_success(int http_status)
 {
@@ -34,47 +100,46 @@ eg_status_is_success(int http_status)
 }
 
 /*
- * lastDeliveryOutcome name for one attempt (SPEC 3).  Statuses the Event Grid
- * table does not name are recorded as GenericError, with the number kept in
- * last_http_status.
+ * The outcome of one attempt (SPEC 3).  Statuses the Event Grid table does
+ * not name are GenericError, with the number kept in last_http_status.
  */
-const char *
-eg_outcome_name(EgTransport transport, int http_status)
+EgOutcomeCode
+eg_outcome_of(EgTransport transport, int http_status)
 {
 	switch (transport)
 	{
 		case EG_TRANSPORT_TIMEOUT:
-			return "TimedOut";
+			return EG_OUTCOME_TIMED_OUT;
 		case EG_TRANSPORT_RESOLVE:
-			return "ResolutionError";
+			return EG_OUTCOME_RESOLUTION_ERROR;
 		case EG_TRANSPORT_SOCKET:
-			return "SocketError";
+			return EG_OUTCOME_SOCKET_ERROR;
 		case EG_TRANSPORT_HELD:
-			return "Probation";
+			return EG_OUTCOME_PROBATION;
 		case EG_TRANSPORT_OK:
 			break;
 	}
 	if (eg_status_is_success(http_status))
-		return "Delivered";
+		return EG_OUTCOME_DELIVERED;
 	switch (http_status)
 	{
 		case 400:
-			return "BadRequest";
+			return EG_OUTCOME_BAD_REQUEST;
 		case 401:
-			return "Unauthorized";
+			return EG_OUTCOME_UNAUTHORIZED;
 		case 403:
-			return "Forbidden";
+			return EG_OUTCOME_FORBIDDEN;
 		case 404:
-			return "NotFound";
+			return EG_OUTCOME_NOT_FOUND;
 		case 408:
-			return "TimedOut";
+			return EG_OUTCOME_TIMED_OUT;
 		case 413:
-			return "PayloadTooLarge";
+			return EG_OUTCOME_PAYLOAD_TOO_LARGE;
 		case 429:
 		case 503:
-			return "Busy";
+			return EG_OUTCOME_BUSY;
 		default:
-			return "GenericError";
+			return EG_OUTCOME_GENERIC_ERROR;
 	}
 }
 
@@ -161,29 +226,44 @@ eg_decide(EgProfile profile, int attempts_before, int max_attempts, EgTransport 
 	EgDecision	dec;
 
 	dec.attempts_after = attempts_before + 1;
-	dec.outcome = eg_outcome_name(transport, http_status);
+	dec.outcome = eg_outcome_of(transport, http_status);
 	dec.http_status = transport == EG_TRANSPORT_OK ? http_status : 0;
-	dec.reason = NULL;
+	dec.reason = EG_REASON_NONE;
 	dec.delay_ms = 0;
 	if (verdict == EG_VERDICT_DELIVERED)
-		dec.action = 'd';
+		dec.action = EG_ACTION_DELIVERED;
 	else if (verdict == EG_VERDICT_NO_RETRY)
 	{
-		dec.action = 'f';
-		dec.reason = "NonRetriableError";
+		dec.action = EG_ACTION_FINAL;
+		dec.reason = EG_REASON_NON_RETRIABLE;
 	}
 	else if (dec.attempts_after >= max_attempts)
 	{
-		dec.action = 'f';
-		dec.reason = "MaxDeliveryAttemptsExceeded";
+		dec.action = EG_ACTION_FINAL;
+		dec.reason = EG_REASON_MAX_ATTEMPTS;
 	}
 	else
 	{
-		dec.action = 'r';
+		dec.action = EG_ACTION_RETRY;
 		dec.delay_ms = eg_retry_delay_ms(profile, dec.attempts_after, dec.http_status);
 		dec.delay_ms += (int64) (dec.delay_ms * (jitter_percent / 100.0) * random_fraction);
 	}
 	return dec;
+}
+
+/* See outcome.h. */
+EgAction
+eg_before_attempt(bool subscription_gone, bool expired, int attempts, int max_attempts,
+				  EgFinalReason *reason)
+{
+	*reason = EG_REASON_NONE;
+	if (subscription_gone)
+		return EG_ACTION_GONE;
+	if (expired)
+		*reason = EG_REASON_TTL;
+	else if (attempts >= max_attempts)
+		*reason = EG_REASON_MAX_ATTEMPTS;
+	return *reason == EG_REASON_NONE ? EG_ACTION_UNDECIDED : EG_ACTION_FINAL;
 }
 
 /*
@@ -200,25 +280,33 @@ eg_decide(EgProfile profile, int attempts_before, int max_attempts, EgTransport 
  * endpoint) and Probation itself.
  */
 int64
-eg_probation_ms(const char *outcome, int probation)
+eg_probation_ms(EgOutcomeCode outcome, int probation)
 {
-	static const struct
-	{
-		const char *outcome;
-		int			seconds;
-	}			table[] = {
-		{"Busy", 10}, {"NotFound", 300}, {"SocketError", 30}, {"ResolutionError", 300},
-		{"Disabled", 300}, {"Full", 300}, {"TimedOut", 10}, {"Unauthorized", 300},
-		{"Forbidden", 300},
-	};
-	int64		ms = 10 * 1000;
+	int64		ms;
 
-	if (strcmp(outcome, "Delivered") == 0 || strcmp(outcome, "BadRequest") == 0 ||
-		strcmp(outcome, "PayloadTooLarge") == 0 || strcmp(outcome, "Probation") == 0)
-		return -1;
-	for (int i = 0; i < (int) lengthof(table); i++)
-		if (strcmp(outcome, table[i].outcome) == 0)
-			ms = (int64) table[i].seconds * 1000;
+	switch (outcome)
+	{
+		case EG_OUTCOME_NONE:
+		case EG_OUTCOME_DELIVERED:
+		case EG_OUTCOME_BAD_REQUEST:
+		case EG_OUTCOME_PAYLOAD_TOO_LARGE:
+		case EG_OUTCOME_PROBATION:
+			return -1;
+		case EG_OUTCOME_SOCKET_ERROR:
+			ms = 30 * 1000;
+			break;
+		case EG_OUTCOME_NOT_FOUND:
+		case EG_OUTCOME_RESOLUTION_ERROR:
+		case EG_OUTCOME_DISABLED:
+		case EG_OUTCOME_FULL:
+		case EG_OUTCOME_UNAUTHORIZED:
+		case EG_OUTCOME_FORBIDDEN:
+			ms = 300 * 1000;
+			break;
+		default:				/* Busy, TimedOut, and any other failure */
+			ms = 10 * 1000;
+			break;
+	}
 	for (int i = 1; i < probation && ms < EG_MAX_PROBATION_MS; i++)
 		ms *= 2;
 	return Min(ms, EG_MAX_PROBATION_MS);
@@ -235,14 +323,9 @@ PG_FUNCTION_INFO_V1(eventgrid_probation_duration);
 Datum
 eventgrid_probation_duration(PG_FUNCTION_ARGS)
 {
-	static const char *const names[] = {
-		"Delivered", "NotFound", "Disabled", "Full", "Unauthorized", "BadRequest", "TimedOut", "Busy",
-		"PayloadTooLarge", "Probation", "Canceled", "Aborted", "SocketError", "ResolutionError",
-		"Forbidden", "GenericError", "InvalidHeader",
-	};
 	char	   *outcome;
 	int			probation;
-	bool		known = false;
+	EgOutcomeCode code;
 	int64		ms;
 	Interval   *result;
 
@@ -250,9 +333,8 @@ eventgrid_probation_duration(PG_FUNCTION_ARGS)
 		PG_RETURN_NULL();
 	outcome = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	probation = PG_GETARG_INT32(1);
-	for (int i = 0; i < (int) lengthof(names) && !known; i++)
-		known = strcmp(outcome, names[i]) == 0;
-	if (!known)
+	code = eg_outcome_parse(outcome);
+	if (strcmp(eg_outcome_name(code), outcome) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("outcome must be a lastDeliveryOutcome name, got \"%.64s\"", outcome),
@@ -262,7 +344,7 @@ eventgrid_probation_duration(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("probation must be between 1 and 1000, got %d", probation),
 				 errhint("probation counts the probations in a row: 1 for the first.")));
-	ms = eg_probation_ms(outcome, probation);
+	ms = eg_probation_ms(code, probation);
 	if (ms < 0)
 		PG_RETURN_NULL();
 	result = (Interval *) palloc0(sizeof(Interval));
@@ -336,5 +418,5 @@ eventgrid_delivery_outcome(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("http_status must be between 100 and 599, got %d", status)));
-	PG_RETURN_TEXT_P(cstring_to_text(eg_outcome_name(EG_TRANSPORT_OK, status)));
+	PG_RETURN_TEXT_P(cstring_to_text(eg_outcome_name(eg_outcome_of(EG_TRANSPORT_OK, status))));
 }

@@ -1,6 +1,7 @@
 /*
- * eventgrid.c - module entry: GUCs, the shared-memory block holding the
- * delivery worker's latch, registration of the launcher, the commit-time
+ * module.c - module entry: GUCs, the shared-memory block holding the
+ * delivery workers' latches and the workers' pid slots, registration of
+ * the launcher, the commit-time
  * wake-up that publishing transactions use so delivery starts immediately
  * without polling (SPEC section 2), including after COMMIT PREPARED, and
  * the check that CREATE EXTENSION runs in the database the worker serves.
@@ -15,6 +16,7 @@
 #include "access/xact.h"
 #include "commands/dbcommands.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "postmaster/bgworker.h"
@@ -100,6 +102,7 @@ eg_shmem_startup(void)
 			eg_shared->worker_latch[i] = NULL;
 			eg_shared->worker_pid[i] = 0;
 		}
+		eg_shared->upkeep_pid = 0;
 		eg_shared->upkeep_wanted = true;
 		eg_shared->backlog = 0;
 	}
@@ -249,6 +252,15 @@ eg_wake_worker(void)
 	for (int i = 0; i < EG_MAX_DELIVERY_WORKERS; i++)
 		if (latches[i])
 			SetLatch(latches[i]);
+}
+
+/* See eventgrid.h. */
+void
+eg_want_upkeep(void)
+{
+	SpinLockAcquire(&eg_shared->mutex);
+	eg_shared->upkeep_wanted = true;
+	SpinLockRelease(&eg_shared->mutex);
 }
 
 /*
@@ -472,4 +484,42 @@ eventgrid_check_install_database(PG_FUNCTION_ARGS)
 				 errhint("Create the extension in \"%s\", or set eventgrid.database_name = '%s' in postgresql.conf and restart the server.",
 						 target, current)));
 	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_worker_pids);
+
+/*
+ * SQL: eventgrid._worker_pids() -> SETOF (worker text, pid integer): each
+ * delivery worker ("delivery worker 1" to eventgrid.delivery_workers) and
+ * the upkeep worker, with the pid in its shared slot, NULL when it is not
+ * running (or the library is not preloaded).  A slot is set by the worker
+ * only once its exit callback is registered and cleared by that callback,
+ * so a pid here is a running process.
+ */
+Datum
+eventgrid_worker_pids(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	pid_t		pids[EG_MAX_DELIVERY_WORKERS + 1] = {0};
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (eg_shared != NULL)
+	{
+		SpinLockAcquire(&eg_shared->mutex);
+		memcpy(pids, eg_shared->worker_pid, sizeof(eg_shared->worker_pid));
+		pids[EG_MAX_DELIVERY_WORKERS] = eg_shared->upkeep_pid;
+		SpinLockRelease(&eg_shared->mutex);
+	}
+	for (int i = 0; i <= eg_delivery_workers; i++)
+	{
+		int			slot = i < eg_delivery_workers ? i : EG_MAX_DELIVERY_WORKERS;
+		Datum		values[2];
+		bool		nulls[2] = {false, pids[slot] == 0};
+
+		values[0] = CStringGetTextDatum(i < eg_delivery_workers ? psprintf("delivery worker %d", i + 1)
+										: "upkeep worker");
+		values[1] = Int32GetDatum((int32) pids[slot]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
 }

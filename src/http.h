@@ -1,0 +1,87 @@
+/*
+ * http.h - one HTTP delivery request (EgRequest), how it is built
+ * (request.c: body, content type, aeg-* and custom headers, batch
+ * boundaries; SPEC sections 5 and 8) and how it is sent (http.c: libcurl's
+ * multi interface on a thread of its own).
+ */
+#ifndef EVENTGRID_HTTP_H
+#define EVENTGRID_HTTP_H
+
+#include "eventgrid.h"
+#include "outcome.h"
+
+/* One event's JSON text, in the subscription's delivery schema (borrowed, not copied). */
+typedef struct EgEventPart
+{
+	const char *json;
+	int			len;
+} EgEventPart;
+
+struct EgTarget;
+
+typedef struct EgRequest
+{
+	const char *url;
+	long		timeout_ms;
+	void	   *easy;			/* CURL * */
+	struct curl_slist *headers;
+	char	   *body;			/* malloc'd, freed when the request ends */
+	size_t		body_len;
+	char		errbuf[256];
+	/* results */
+	EgTransport transport;
+	int			http_status;
+	double		duration_ms;	/* libcurl's total time of the transfer */
+	/* caller's bookkeeping */
+	void	  **items;			/* the rows this request carries */
+	int			count;
+	int64		subscription_id;
+	const char *subscription_name;
+	const char *topic;			/* the subscription's topic */
+	int64		bytes;			/* event bytes carried */
+	struct EgTarget *target;	/* its endpoint (endpoint_queue.c) */
+	bool		probe;			/* sent to end its endpoint's probation */
+	TimestampTz started_at;
+	struct EgRequest *next;
+} EgRequest;
+
+/*
+ * request.c: eg_header_problem() returns NULL when "name: value" may be
+ * sent, else why not (a name that is not an HTTP token, a control
+ * character, a name that changes HTTP framing or routing).
+ */
+extern const char *eg_header_problem(const char *name, const char *value, bool custom);
+extern int	eg_control_char_at(const char *s, int len);
+extern const char *eg_content_type(const char *delivery_schema, int nevents);
+extern void eg_build_body(StringInfo buf, const char *delivery_schema,
+						  const EgEventPart *events, int nevents);
+extern int	eg_batch_take(const EgEventPart *events, int nevents,
+						  int max_events, int64 max_bytes);
+
+/* What the headers of one request say (the first event's values for a batch). */
+typedef struct EgRequestSpec
+{
+	const char *schema;			/* delivery schema */
+	const char *subscription_name;
+	int			delivery_count; /* attempts made before this one */
+	const char *metadata_version;
+	const char *data_version;
+	const char *output_event_id;
+	const char *custom_headers; /* "Name: value" lines separated by '\n', or NULL */
+} EgRequestSpec;
+
+extern bool eg_request_build(EgRequest *req, const EgRequestSpec *spec,
+							 const EgEventPart *events, int nevents, StringInfo scratch);
+
+/* http.c */
+extern void eg_http_init(void);
+extern void eg_http_set_max_connections(long n);
+extern void eg_http_shutdown(void);
+extern void eg_http_start(EgRequest **reqs, int n, long timeout_ms);
+extern void eg_http_set_headers(EgRequest *req, const char *lines, size_t len, int n);
+extern void eg_http_free_headers(EgRequest *req);
+extern int	eg_http_in_flight(void);
+extern void eg_http_wait(int want, int timeout_ms);
+extern EgRequest *eg_http_take_finished(void);
+
+#endif							/* EVENTGRID_HTTP_H */

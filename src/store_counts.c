@@ -1,0 +1,179 @@
+/*
+ * store_counts.c - what the upkeep worker counts: events published and
+ * events no event subscription takes, per topic (SPEC section 9, moved on
+ * by each topic's own position); the backlog of deliveries ready and not
+ * yet claimed (shown in the delivery workers' status); and the dead
+ * letters and dropped events behind the per-minute summary in the log.
+ */
+#include "store.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+/*
+ * Published and unmatched events: per topic, the events visible in a new
+ * snapshot and not in its position's are counted, and of them those that
+ * no event subscription takes (a filter, or a subscription created after
+ * the event); the position moves on.
+ */
+static EgStatement unmatched = {
+	.name = "unmatched count",
+	.sql =
+	"WITH snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s),"
+	" tp AS MATERIALIZED ("
+	"  SELECT p.topic, p.done FROM eventgrid.topic_positions p"
+	"   WHERE p.system_identifier = eventgrid._system_identifier()"
+	"   ORDER BY p.topic FOR UPDATE SKIP LOCKED"
+	"), n AS ("
+	"  SELECT tp.topic,"
+	"         (SELECT count(*) FROM eventgrid.events e"
+	"           WHERE e.topic = tp.topic AND e.txid >= pg_snapshot_xmin(tp.done)"
+	"             AND e.txid < pg_snapshot_xmax(snap.s)"
+	"             AND eventgrid._in_batch(e.txid, tp.done, snap.s)) AS published,"
+	"         CASE WHEN EXISTS ("
+	"           SELECT 1 FROM eventgrid.event_subscriptions s"
+	"             JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
+	"            WHERE s.topic = tp.topic AND s.included_event_types IS NULL"
+	"              AND s.subject_begins_with IS NULL AND s.subject_ends_with IS NULL"
+	"              AND s.advanced_filters IS NULL"
+	"              AND pg_snapshot_xmax(p.since) <= pg_snapshot_xmin(tp.done))"
+	"         THEN 0 ELSE"
+	"         (SELECT count(*) FROM eventgrid.events e"
+	"           WHERE e.topic = tp.topic AND e.txid >= pg_snapshot_xmin(tp.done)"
+	"             AND e.txid < pg_snapshot_xmax(snap.s)"
+	"             AND eventgrid._in_batch(e.txid, tp.done, snap.s)"
+	"             AND NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s"
+	"                               JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
+	"                              WHERE s.topic = e.topic AND NOT pg_visible_in_snapshot(e.txid, p.since)"
+	"                                AND eventgrid._matches(e.event, s.included_event_types_lower,"
+	"                                      s.subject_begins_with, s.subject_ends_with,"
+	"                                      s.is_subject_case_sensitive, s.advanced_filters,"
+	"                                      s.enable_advanced_filtering_on_arrays))) END AS unmatched"
+	"    FROM tp CROSS JOIN snap"
+	"), counted AS ("
+	"  UPDATE eventgrid.topic_counters c"
+	"     SET unmatched = c.unmatched + n.unmatched, published = c.published + n.published"
+	"    FROM n WHERE c.topic = n.topic AND (n.unmatched > 0 OR n.published > 0)"
+	")"
+	"UPDATE eventgrid.topic_positions p SET done = snap.s FROM snap, n WHERE p.topic = n.topic",
+};
+
+/* Counts the events that no event subscription takes, per topic (SPEC 9). */
+void
+eg_store_count_unmatched(void)
+{
+	eg_store_run(&unmatched, NULL, false, SPI_OK_UPDATE);
+}
+
+/*
+ * The backlog (eg_store_backlog): retries due at $1 and not leased, up
+ * to $2 of them.
+ */
+static EgStatement backlog_retries = {
+	.name = "retry backlog count",
+	.sql =
+	"SELECT count(*) FROM (SELECT 1 FROM eventgrid.retries r"
+	"                       WHERE r.next_attempt_at <= $1 AND r.lease_owner IS NULL LIMIT $2) x",
+	.nargs = 2,
+	.types = {TIMESTAMPTZOID, INT8OID},
+};
+
+/* each position, with what backlog_events takes */
+static EgStatement backlog_positions = {
+	.name = "position list",
+	.sql =
+	"SELECT s.topic, p.done, p.upto, p.after_txid, p.after_id"
+	"  FROM eventgrid.subscription_positions p"
+	"  JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id",
+};
+
+/*
+ * Events of topic $1 a position ($2 done, $3 upto or NULL, $4 and $5 its
+ * last event) has not passed, up to $6: eventgrid._unpassed_events(), the
+ * rule eventgrid._pending() counts with too, which reads them in two index
+ * scans bounded where the position stands.
+ */
+static EgStatement backlog_events = {
+	.name = "event backlog count",
+	.sql =
+	"SELECT count(*) FROM (SELECT 1 FROM eventgrid._unpassed_events($1, $2, $3, $4, $5) LIMIT $6) x",
+	.nargs = 6,
+	.types = {TEXTOID, PG_SNAPSHOTOID, PG_SNAPSHOTOID, XID8OID, INT8OID, INT8OID},
+};
+
+/*
+ * Deliveries ready at now and not claimed yet: due retries, and events the
+ * positions have not passed, counted before filters (an upper bound), each
+ * kind up to EG_BACKLOG_COUNT_LIMIT ("that many or more").  Events are
+ * counted position by position, each from where it stands
+ * (backlog_events), so a count reads at most about the rows it counts.
+ */
+int64
+eg_store_backlog(TimestampTz now)
+{
+	Datum		args[6];
+	int64		retries;
+	int64		events = 0;
+	SPITupleTable *positions;
+
+	args[0] = TimestampTzGetDatum(now);
+	args[1] = Int64GetDatum(EG_BACKLOG_COUNT_LIMIT);
+	eg_store_run(&backlog_retries, args, true, SPI_OK_SELECT);
+	retries = eg_int64_col(SPI_tuptable, 0, 1, 0);
+
+	eg_store_run(&backlog_positions, NULL, true, SPI_OK_SELECT);
+	positions = SPI_tuptable;
+	for (uint64 i = 0; i < positions->numvals && events < EG_BACKLOG_COUNT_LIMIT; i++)
+	{
+		char		nulls[6] = "      ";
+
+		for (int k = 0; k < 5; k++)
+		{
+			bool		isnull;
+
+			args[k] = SPI_getbinval(positions->vals[i], positions->tupdesc, k + 1, &isnull);
+			nulls[k] = isnull ? 'n' : ' ';
+		}
+		args[5] = Int64GetDatum(EG_BACKLOG_COUNT_LIMIT - events);
+		eg_store_run_nulls(&backlog_events, args, nulls, true, SPI_OK_SELECT);
+		events += eg_int64_col(SPI_tuptable, 0, 1, 0);
+		SPI_freetuptable(SPI_tuptable);
+	}
+	SPI_freetuptable(positions);
+	return retries + events;
+}
+
+/* dead letters after id $1, by reason; the newest id; events dropped so far */
+static EgStatement finals = {
+	.name = "dead-letter summary",
+	.sql =
+	"SELECT (SELECT coalesce(max(d.id), 0) FROM eventgrid.dead_letters d),"
+	"       (SELECT coalesce(sum(c.dropped), 0)::int8 FROM eventgrid.subscription_counters c),"
+	"       string_agg(x.reason || ' ' || x.n, ', ' ORDER BY x.reason), coalesce(sum(x.n), 0)::int8"
+	"  FROM (SELECT d.dead_letter_reason AS reason, count(*) AS n FROM eventgrid.dead_letters d"
+	"         WHERE d.id > $1 GROUP BY 1) x",
+	.nargs = 1,
+	.types = {INT8OID},
+};
+
+/*
+ * Dead letters and dropped events so far: the newest dead letter id, the
+ * sum of the dropped counters, and the dead letters written after
+ * after_dead_letter_id, counted and by reason (text valid until
+ * eg_store_commit()).
+ */
+EgFinals
+eg_store_finals(int64 after_dead_letter_id)
+{
+	Datum		arg = Int64GetDatum(after_dead_letter_id);
+	EgFinals	f;
+
+	eg_store_run(&finals, &arg, true, SPI_OK_SELECT);
+	f.last_dead_letter_id = eg_int64_col(SPI_tuptable, 0, 1, 0);
+	f.dropped = eg_int64_col(SPI_tuptable, 0, 2, 0);
+	f.by_reason = eg_text_col(SPI_tuptable, 0, 3);
+	f.dead_lettered = eg_int64_col(SPI_tuptable, 0, 4, 0);
+	return f;
+}
+

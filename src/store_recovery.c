@@ -1,0 +1,255 @@
+/*
+ * store_recovery.c - taking back what delivery workers that no longer run
+ * left (a crash, an exit on ERROR, a restored dump), so that nothing is
+ * lost and nothing is charged twice (SPEC section 2: at least once), and
+ * starting afresh positions restored from another cluster, whose snapshots
+ * hold that cluster's transaction ids.
+ *
+ * A chunk left in flight becomes retries, charged an attempt (outcome
+ * Aborted) up to its sent mark; a leased retry that an in-flight record
+ * names went to HTTP and is charged, the others are only released.  Both
+ * run under a lock that makes recoveries take turns.
+ */
+#include "store.h"
+#include "store_sql.h"
+
+#include "catalog/pg_type.h"
+#include "pgstat.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+/*
+ * Attempt history rows for deliveries a crash interrupted after they were
+ * handed to HTTP (outcome Aborted, at time parameter at), from a CTE rows
+ * with subscription_id, event_id and attempts (0: not charged, no row);
+ * only when the boolean parameter keep is true.
+ */
+#define ABORTED_HISTORY(rows, at, keep) \
+	"  INSERT INTO eventgrid.attempt_log (history_table, attempted_at, topic, subscription_id," \
+	"         subscription_name, event_ids, attempt, outcome, error)" \
+	"  SELECT h.history_table, " at ", s.topic, s.id, s.name, ARRAY[m.event_id], m.attempts, 'Aborted'," \
+	"         'the delivery worker stopped before the outcome of this request was recorded'" \
+	"    FROM " rows " m JOIN eventgrid.event_subscriptions s ON s.id = m.subscription_id" \
+	"   CROSS JOIN eventgrid.attempt_log_rotation h" \
+	"   WHERE " keep " AND m.attempts > 0"
+
+/*
+ * After a crash: the events of chunks left in flight become retries due
+ * at $2, charged an attempt (Aborted) up to the chunk's sent mark.  The
+ * chunks taken are those of stale owners (EG_SQL_STALE_OWNER).
+ */
+static EgStatement recover_chunks = {
+	.name = "chunk recovery",
+	.sql =
+	"WITH c AS ("
+	"  DELETE FROM eventgrid.chunks_in_flight c WHERE " EG_SQL_STALE_OWNER("c.lease_owner") " RETURNING c.*"
+	"), made AS ("
+	"  INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,"
+	"         attempts, next_attempt_at, last_attempt_at, last_outcome)"
+	"  SELECT s.id, e.id, e.event, " EG_SQL_PAYLOAD_TEXT ", e.publish_time, coalesce(e.event_bytes, 0),"
+	"         x.sent::int, $2, CASE WHEN x.sent THEN $2 END, CASE WHEN x.sent THEN 'Aborted' END"
+	"    FROM c JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
+	"    JOIN eventgrid.topics t ON t.name = s.topic"
+	EG_SQL_CHUNK_EVENTS
+	"   CROSS JOIN LATERAL (SELECT coalesce((e.txid, e.id) <= (c.sent_txid, c.sent_id), false) AS sent) x"
+	"  RETURNING subscription_id, event_id, attempts"
+	"), counted AS ("
+	"  UPDATE eventgrid.subscription_counters sc SET matched = sc.matched + m.n"
+	"    FROM (SELECT subscription_id, count(*) AS n FROM made GROUP BY subscription_id) m"
+	"   WHERE sc.subscription_id = m.subscription_id"
+	"), history AS ("
+	ABORTED_HISTORY("made", "$2", "$3")
+	")"
+	"SELECT attempts FROM made",
+	.nargs = 3,
+	.types = {INT4OID, TIMESTAMPTZOID, BOOLOID},
+};
+
+/*
+ * After a crash: retries leased by stale owners are released, due at $2
+ * at the latest; those an in-flight record of a stale owner names went
+ * to HTTP and are charged an attempt (Aborted), the others not.  With
+ * $4 every such lease is released (a scan of the retries, at a delivery
+ * worker's start); without, only those named in flight.  The owner is
+ * tested on r itself, so that a concurrent recovery's release is seen
+ * (EvalPlanQual) and nothing is charged twice.  A charged attempt counts
+ * up to $5 (EG_MAX_DELIVERY_ATTEMPTS), the most the retries table holds.
+ */
+static EgStatement release = {
+	.name = "lease release",
+	.sql =
+	"WITH sent AS ("
+	"  SELECT DISTINCT unnest(f.retry_ids) AS id FROM eventgrid.requests_in_flight f"
+	"   WHERE " EG_SQL_STALE_OWNER("f.lease_owner")
+	"), forgot AS ("
+	"  DELETE FROM eventgrid.requests_in_flight f WHERE " EG_SQL_STALE_OWNER("f.lease_owner")
+	"), taken AS ("
+	"  SELECT sent.id, true AS sent FROM sent"
+	"  UNION ALL"
+	"  SELECT r0.id, false FROM eventgrid.retries r0"
+	"   WHERE $4 AND r0.lease_owner IS NOT NULL AND r0.id NOT IN (SELECT id FROM sent)"
+	"), released AS ("
+	"  UPDATE eventgrid.retries r"
+	"     SET next_attempt_at = least(r.next_attempt_at, $2), lease_owner = NULL,"
+	"         attempts = CASE WHEN t.sent THEN least(r.attempts + 1, $5) ELSE r.attempts END,"
+	"         last_outcome = CASE WHEN t.sent THEN 'Aborted' ELSE r.last_outcome END,"
+	"         last_http_status = CASE WHEN t.sent THEN NULL ELSE r.last_http_status END,"
+	"         last_attempt_at = CASE WHEN t.sent THEN $2 ELSE r.last_attempt_at END"
+	"    FROM taken t"
+	"   WHERE r.id = t.id AND r.lease_owner IS NOT NULL AND " EG_SQL_STALE_OWNER("r.lease_owner")
+	"  RETURNING r.subscription_id, r.event_id, r.attempts, t.sent"
+	"), history AS ("
+	ABORTED_HISTORY("(SELECT * FROM released WHERE sent)", "$2", "$3")
+	")"
+	"SELECT count(*), count(*) FILTER (WHERE sent) FROM released",
+	.nargs = 5,
+	.types = {INT4OID, TIMESTAMPTZOID, BOOLOID, BOOLOID, INT4OID},
+};
+
+/* whether any chunk or in-flight record belongs to a stale owner */
+static EgStatement stale_owners = {
+	.name = "stale owner lookup",
+	.sql =
+	"SELECT EXISTS (SELECT 1 FROM eventgrid.chunks_in_flight c WHERE " EG_SQL_STALE_OWNER("c.lease_owner") ")"
+	"    OR EXISTS (SELECT 1 FROM eventgrid.requests_in_flight f WHERE " EG_SQL_STALE_OWNER("f.lease_owner") ")",
+	.nargs = 1,
+	.types = {INT4OID},
+};
+
+/* recoveries take turns (the lock conflicts with itself, not with claims or records) */
+static EgStatement recovery_lock = {
+	.name = "recovery lock",
+	.sql =
+	"LOCK TABLE eventgrid.chunks_in_flight IN SHARE UPDATE EXCLUSIVE MODE",
+};
+
+/*
+ * Takes back what delivery workers that no longer run left (a crash, an
+ * exit on ERROR, or a restored dump): chunks of first attempts become
+ * retries due at now, and retries they leased are released, due at now.
+ * What an in-flight record named went to HTTP and is charged an attempt
+ * (outcome Aborted); the rest is not charged.  starting_pid is the pid of
+ * a delivery worker that is starting (what names it is stale too, and every
+ * stale lease is released, which scans the retries); 0 at upkeep, which
+ * looks first whether any chunk or in-flight record is stale and takes
+ * only those and the retries they name.  Recoveries take turns.  Returns
+ * how many deliveries were charged and how many taken back in all, and
+ * logs it when there were any.
+ */
+void
+eg_store_recover(int starting_pid, TimestampTz now, bool history, uint64 *charged, uint64 *released)
+{
+	Datum		args[5];
+
+	args[0] = Int32GetDatum(starting_pid);
+	args[1] = TimestampTzGetDatum(now);
+	args[2] = BoolGetDatum(history);
+	args[3] = BoolGetDatum(starting_pid != 0);
+	args[4] = Int32GetDatum(EG_MAX_DELIVERY_ATTEMPTS);
+	*charged = 0;
+	*released = 0;
+	if (starting_pid == 0)
+	{
+		bool		stale;
+
+		eg_store_run(&stale_owners, args, true, SPI_OK_SELECT);
+		stale = eg_bool_col(SPI_tuptable, 0, 1);
+		if (!stale)
+			return;
+	}
+	eg_store_run(&recovery_lock, NULL, false, SPI_OK_UTILITY);
+
+	/* who runs is read again by each statement, after its snapshot */
+	pgstat_clear_snapshot();
+	eg_store_run(&recover_chunks, args, false, SPI_OK_SELECT);
+	*released = SPI_processed;
+	for (uint64 i = 0; i < SPI_processed; i++)
+		if (eg_int32_col(SPI_tuptable, (int) i, 1, 0) > 0)
+			(*charged)++;
+	pgstat_clear_snapshot();
+	eg_store_run(&release, args, false, SPI_OK_SELECT);
+	*released += (uint64) eg_int64_col(SPI_tuptable, 0, 1, 0);
+	*charged += (uint64) eg_int64_col(SPI_tuptable, 0, 2, 0);
+	if (*released > 0)
+		ereport(LOG,
+				(errmsg("eventgrid: %llu deliveries left in flight by %s will be retried",
+						(unsigned long long) *released,
+						starting_pid != 0 ? "an earlier run of the delivery workers"
+						: "a delivery worker that no longer exists"),
+				 errdetail("%llu of them had been sent and are counted as attempts with outcome Aborted.",
+						   (unsigned long long) *charged)));
+}
+
+/* positions whose snapshots belong to another cluster (a restored dump) */
+static EgStatement foreign = {
+	.name = "foreign position lookup",
+	.sql =
+	"SELECT EXISTS (SELECT 1 FROM eventgrid.subscription_positions p"
+	"                WHERE p.system_identifier <> eventgrid._system_identifier())"
+	"    OR EXISTS (SELECT 1 FROM eventgrid.topic_positions p"
+	"                WHERE p.system_identifier <> eventgrid._system_identifier())",
+};
+
+/* what such positions had not passed becomes retries, due at $1 */
+static EgStatement rebase_pending = {
+	.name = "rebase of pending deliveries",
+	.sql =
+	"INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,"
+	"       attempts, next_attempt_at)"
+	"SELECT s.id, e.id, e.event, " EG_SQL_PAYLOAD_TEXT ", e.publish_time, coalesce(e.event_bytes, 0), 0, $1"
+	"  FROM eventgrid.subscription_positions p"
+	"  JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
+	"  JOIN eventgrid.topics t ON t.name = s.topic"
+	"  JOIN eventgrid.events e ON e.topic = s.topic"
+	" WHERE p.system_identifier <> eventgrid._system_identifier()"
+	"   AND NOT pg_visible_in_snapshot(e.txid, p.done)"
+	"   AND NOT (p.upto IS NOT NULL AND pg_visible_in_snapshot(e.txid, p.upto)"
+	"            AND (e.txid, e.id) <= (coalesce(p.after_txid, '0'::xid8), coalesce(p.after_id, 0)))"
+	"   AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with,"
+	"                          s.subject_ends_with, s.is_subject_case_sensitive,"
+	"                          s.advanced_filters, s.enable_advanced_filtering_on_arrays)",
+	.nargs = 1,
+	.types = {TIMESTAMPTZOID},
+};
+
+/* ... and every position starts afresh from now, on emptied event tables */
+static EgStatement rebase_positions = {
+	.name = "position rebase",
+	.sql =
+	"WITH sub AS ("
+	"  UPDATE eventgrid.subscription_positions"
+	"     SET since = pg_current_snapshot(), done = pg_current_snapshot(), upto = NULL, after_txid = NULL,"
+	"         after_id = NULL, system_identifier = eventgrid._system_identifier()"
+	")"
+	"UPDATE eventgrid.topic_positions"
+	"   SET done = pg_current_snapshot(), system_identifier = eventgrid._system_identifier()",
+};
+
+/*
+ * Positions restored from another cluster (pg_restore elsewhere,
+ * pg_upgrade) hold snapshots of that cluster's transaction ids: what they
+ * had not passed becomes retries due at now, the event tables are emptied
+ * (their transaction ids mean nothing here) and every position starts
+ * afresh.  Returns the number of retries made; 0 and nothing done when
+ * every position is this cluster's.
+ */
+uint64
+eg_store_rebase(TimestampTz now)
+{
+	Datum		arg = TimestampTzGetDatum(now);
+	uint64		made;
+
+	eg_store_run(&foreign, NULL, true, SPI_OK_SELECT);
+	if (!eg_bool_col(SPI_tuptable, 0, 1))
+		return 0;
+	eg_store_run(&rebase_pending, &arg, false, SPI_OK_INSERT);
+	made = SPI_processed;
+	if (SPI_execute("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2", false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "eventgrid: emptying the event tables failed");
+	eg_store_run(&rebase_positions, NULL, false, SPI_OK_UPDATE);
+	ereport(LOG,
+			(errmsg("eventgrid: positions restored from another cluster start afresh; %llu pending deliveries became retries",
+					(unsigned long long) made)));
+	return made;
+}
+

@@ -1,0 +1,207 @@
+/*
+ * store_rotation.c - keeping the queue's size bounded without VACUUM (PgQ's
+ * rotation): an event table other than the current one is emptied with
+ * TRUNCATE once no position, chunk in flight or unmatched count needs its
+ * events, and the attempt history's oldest table is emptied when the
+ * current one is due (eventgrid.attempt_history_retention and
+ * _max_rows).  Each TRUNCATE takes its lock only if it is free at once, so
+ * no publisher or reader ever waits for it; why a table is not emptied yet
+ * is written to eventgrid.event_table_rotations or
+ * eventgrid.attempt_log_rotation.
+ */
+#include "store.h"
+
+#include "catalog/pg_type.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+static EgStatement holders = {
+	.name = "event table holders",
+	.sql =
+	"SELECT CASE WHEN pg_relation_size(format('eventgrid.events_%s', $1)::regclass) > 0"
+	"            THEN coalesce(array_to_string(eventgrid._event_table_holders($1::smallint), '; '), '') END",
+	.nargs = 1,
+	.types = {INT4OID},
+};
+
+static EgStatement table_used_st = {
+	.name = "table size",
+	.sql =
+	"SELECT pg_relation_size($1) > 0",
+	.nargs = 1,
+	.types = {REGCLASSOID},
+};
+
+static EgStatement truncated = {
+	.name = "event table rotation",
+	.sql =
+	"UPDATE eventgrid.event_table_rotations SET truncated_at = $2, last_try_at = $2, last_failure = NULL"
+	" WHERE event_table = $1",
+	.nargs = 2,
+	.types = {INT4OID, TIMESTAMPTZOID},
+};
+
+static EgStatement truncate_failed = {
+	.name = "event table rotation failure",
+	.sql =
+	"UPDATE eventgrid.event_table_rotations SET last_try_at = $2, last_failure = $3"
+	" WHERE event_table = $1",
+	.nargs = 3,
+	.types = {INT4OID, TIMESTAMPTZOID, TEXTOID},
+};
+
+/* The attempt history's rotation: the table taking rows, and the last id used. */
+static EgStatement history_state = {
+	.name = "attempt history state",
+	.sql =
+	"SELECT h.history_table::int4, h.started_at, h.first_id,"
+	"       (SELECT CASE WHEN q.is_called THEN q.last_value ELSE q.last_value - 1 END"
+	"          FROM eventgrid.attempt_log_id_seq q)"
+	"  FROM eventgrid.attempt_log_rotation h FOR UPDATE",
+};
+
+static EgStatement history_rotated = {
+	.name = "attempt history rotation",
+	.sql =
+	"UPDATE eventgrid.attempt_log_rotation"
+	"   SET history_table = $1, started_at = $2, first_id = $3, last_try_at = $2, last_failure = NULL",
+	.nargs = 3,
+	.types = {INT4OID, TIMESTAMPTZOID, INT8OID},
+};
+
+static EgStatement history_rotate_failed = {
+	.name = "attempt history rotation failure",
+	.sql =
+	"UPDATE eventgrid.attempt_log_rotation SET last_try_at = $1, last_failure = $2",
+	.nargs = 2,
+	.types = {TIMESTAMPTZOID, TEXTOID},
+};
+
+/* TRUNCATE eventgrid.<name> (its lock already taken, or taken here). */
+static void
+truncate_table(const char *name)
+{
+	if (SPI_execute(psprintf("TRUNCATE eventgrid.%s", name), false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "eventgrid: TRUNCATE eventgrid.%s failed", name);
+}
+
+/* Has table relid been written since it was last emptied? */
+static bool
+table_used(Oid relid)
+{
+	Datum		arg = ObjectIdGetDatum(relid);
+
+	eg_store_run(&table_used_st, &arg, true, SPI_OK_SELECT);
+	return eg_bool_col(SPI_tuptable, 0, 1);
+}
+
+/* Has event table eventgrid.events_<event_table> been written since it was last emptied? */
+bool
+eg_store_table_used(int event_table)
+{
+	char		name[NAMEDATALEN];
+
+	snprintf(name, sizeof(name), "events_%d", event_table);
+	return table_used(eg_store_table(name));
+}
+
+/*
+ * Empties event table eventgrid.events_<event_table> when nothing needs its
+ * events, with a lock taken only if it is free at once, so that no
+ * publisher or reader ever waits for it.  Returns NULL when emptied, else
+ * why not (also written to eventgrid.event_table_rotations).
+ */
+char *
+eg_store_truncate(int event_table, TimestampTz now)
+{
+	char		name[NAMEDATALEN];
+	Oid			relid;
+	Datum		args[3];
+	char	   *why = NULL;
+
+	snprintf(name, sizeof(name), "events_%d", event_table);
+	relid = eg_store_table(name);
+
+	args[0] = Int32GetDatum(event_table);
+	eg_store_run(&holders, args, true, SPI_OK_SELECT);
+	why = eg_text_col(SPI_tuptable, 0, 1);
+	if (why == NULL)
+		return NULL;			/* empty already */
+	if (why[0] != '\0')
+		why = psprintf("waiting for %s", why);
+	else if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
+		why = pstrdup("another session holds a lock on the table");
+	else
+	{
+		/* rows committed since the first look, by a transaction that began earlier */
+		eg_store_run(&holders, args, true, SPI_OK_SELECT);
+		why = eg_text_col(SPI_tuptable, 0, 1);
+		if (why && why[0] != '\0')
+			why = psprintf("waiting for %s", why);
+		else
+			why = NULL;
+	}
+	args[1] = TimestampTzGetDatum(now);
+	if (why)
+	{
+		args[2] = CStringGetTextDatum(why);
+		eg_store_run(&truncate_failed, args, false, SPI_OK_UPDATE);
+		return why;
+	}
+	truncate_table(name);
+	eg_store_run(&truncated, args, false, SPI_OK_UPDATE);
+	return NULL;
+}
+
+/*
+ * Rotates the attempt history when the table taking rows has done so for
+ * period_ms or holds max_rows: the oldest of the three tables is emptied
+ * with TRUNCATE, under a lock taken only if it is free at once (a session
+ * reading the history is never made to wait), and takes rows from now on.
+ * Returns NULL when nothing was due or the rotation was made, else why not
+ * (also written to eventgrid.attempt_log_rotation).
+ */
+char *
+eg_store_rotate_history(TimestampTz now, int64 period_ms, int64 max_rows)
+{
+	int			current;
+	int			next;
+	TimestampTz started;
+	int64		first_id;
+	int64		last_id;
+	char		name[NAMEDATALEN];
+	Oid			relid;
+	Datum		args[3];
+
+	eg_store_run(&history_state, NULL, false, SPI_OK_SELECT);
+	current = eg_int32_col(SPI_tuptable, 0, 1, 0);
+	started = eg_timestamp_col(SPI_tuptable, 0, 2);
+	first_id = eg_int64_col(SPI_tuptable, 0, 3, 0);
+	last_id = eg_int64_col(SPI_tuptable, 0, 4, 0);
+	if (now - started < period_ms * 1000 && last_id - first_id + 1 < max_rows)
+		return NULL;
+
+	next = (current + 1) % EG_HISTORY_TABLES;
+	snprintf(name, sizeof(name), "attempt_log_%d", next);
+	relid = eg_store_table(name);
+	if (table_used(relid))
+	{
+		if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
+		{
+			char	   *why = pstrdup("another session holds a lock on the table");
+
+			args[0] = TimestampTzGetDatum(now);
+			args[1] = CStringGetTextDatum(why);
+			eg_store_run(&history_rotate_failed, args, false, SPI_OK_UPDATE);
+			return why;
+		}
+		truncate_table(name);
+	}
+	args[0] = Int32GetDatum(next);
+	args[1] = TimestampTzGetDatum(now);
+	args[2] = Int64GetDatum(last_id + 1);
+	eg_store_run(&history_rotated, args, false, SPI_OK_UPDATE);
+	return NULL;
+}
+

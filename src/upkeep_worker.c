@@ -1,0 +1,177 @@
+/*
+ * upkeep_worker.c - the upkeep worker, a process of its own beside the
+ * delivery workers (TRUNCATE and its commit take milliseconds that would
+ * otherwise stall delivery), started and restarted by the launcher.  About
+ * once a second while there is work or an event table holds rows (once a
+ * minute otherwise) it starts afresh positions restored from another
+ * cluster, turns chunks and leases that stopped delivery workers left into
+ * retries, counts published and unmatched events, forgets the health of
+ * endpoints no subscription uses, empties event tables that nothing needs
+ * any more, rotates the attempt history, counts the backlog (every 5 s)
+ * and logs a summary of dead-lettered and dropped events (every minute).
+ * Each step is its own unit of work (worker.c).
+ */
+#include "store.h"
+#include "worker.h"
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/timestamp.h"
+
+#define EG_UPKEEP_INTERVAL_MS 1000
+#define EG_UPKEEP_IDLE_INTERVAL_MS 60000
+#define EG_BACKLOG_INTERVAL_MS 5000
+#define EG_SUMMARY_INTERVAL_MS 60000
+
+static TimestampTz backlog_at = 0;
+static TimestampTz summary_at = 0;
+static int64 summary_dead_letter_id = -1;	/* -1: no baseline yet */
+static int64 summary_dropped = 0;
+
+static void log_summary(void);
+
+/*
+ * Upkeep of the queue: positions restored from another cluster start
+ * afresh, chunks and in-flight retries of delivery workers that no longer
+ * run become retries (eg_store_recover), published and unmatched events
+ * are counted, each event table other than the current one is emptied if
+ * nothing needs it, and the attempt history is rotated when its current
+ * table is due.  Each step is its own unit of work.  Runs in the upkeep worker.  Returns whether an event
+ * table holds rows still (upkeep is then wanted again soon).
+ */
+static bool
+upkeep(void)
+{
+	bool		used = false;
+
+	TimestampTz now = eg_now();
+	uint64		charged;
+	uint64		taken;
+	uint64		rebased = 0;
+	int			current = eg_event_table_at(GetCurrentTimestamp());
+
+	if (!eg_begin_work("eventgrid: counting published and unmatched events"))
+		return false;
+	/* not while paused: a pg_restore may still be writing positions and events */
+	if (!eg_delivery_paused)
+		rebased = eg_store_rebase(now);
+	eg_store_recover(0, now, eg_attempt_history != EG_HISTORY_OFF, &charged, &taken);
+	eg_store_count_unmatched();
+	eg_store_forget_health();
+	eg_end_work();
+	/* retries made here are due at once: the delivery worker may be asleep until its next due time */
+	if (rebased > 0 || taken > 0)
+		eg_wake_worker();
+
+	for (int k = 0; k < EG_EVENT_TABLES; k++)
+	{
+		if (!eg_begin_work("eventgrid: emptying an event table"))
+			return used;
+		if (k == current)
+			used |= eg_store_table_used(k);
+		else
+			used |= eg_store_truncate(k, now) != NULL;
+		eg_end_work();
+	}
+
+	if (!eg_begin_work("eventgrid: rotating the attempt history"))
+		return used;
+	(void) eg_store_rotate_history(eg_now(), (int64) eg_attempt_history_retention_s * 500,
+								   Max(eg_attempt_history_max_rows / 2, 1));
+	eg_end_work();
+
+	if (GetCurrentTimestamp() - backlog_at >= (TimestampTz) EG_BACKLOG_INTERVAL_MS * 1000)
+	{
+		int64		backlog;
+
+		if (!eg_begin_work("eventgrid: counting the backlog"))
+			return used;
+		backlog = eg_store_backlog(now);
+		eg_end_work();
+		backlog_at = GetCurrentTimestamp();
+		SpinLockAcquire(&eg_shared->mutex);
+		eg_shared->backlog = backlog;
+		SpinLockRelease(&eg_shared->mutex);
+	}
+	if (GetCurrentTimestamp() - summary_at >= (TimestampTz) EG_SUMMARY_INTERVAL_MS * 1000)
+	{
+		if (!eg_begin_work("eventgrid: summing up dead-lettered and dropped events"))
+			return used;
+		log_summary();
+		eg_end_work();
+		summary_at = GetCurrentTimestamp();
+	}
+	return used;
+}
+
+/*
+ * Logs, at most once a minute and only when there were any, how many events
+ * were dead-lettered (by reason) and dropped since the last summary; the
+ * first call only takes the baseline.  Never a line per event.
+ */
+static void
+log_summary(void)
+{
+	EgFinals	f = eg_store_finals(summary_dead_letter_id < 0 ? PG_INT64_MAX : summary_dead_letter_id);
+	int64		dropped = summary_dead_letter_id < 0 ? 0 : Max(f.dropped - summary_dropped, 0);
+
+	if (f.dead_lettered > 0 || dropped > 0)
+		ereport(LOG,
+				(errmsg("eventgrid: since the last summary %lld events were dead-lettered and %lld dropped",
+						(long long) f.dead_lettered, (long long) dropped),
+				 f.by_reason ? errdetail("Dead-lettered by reason: %s.", f.by_reason) : 0,
+				 errhint("eventgrid.dead_letter_events lists the dead letters; eventgrid.delivery_statistics counts both per event subscription.")));
+	summary_dead_letter_id = Max(f.last_dead_letter_id, summary_dead_letter_id < 0 ? 0 : summary_dead_letter_id);
+	summary_dropped = f.dropped;
+}
+
+/*
+ * Background worker entry point of the upkeep worker, started by the
+ * launcher for the database dboid: upkeep about once a second while the
+ * delivery workers have work or an event table holds rows, once a minute
+ * otherwise.
+ */
+void
+eventgrid_upkeep_main(Datum arg)
+{
+	sigjmp_buf	local_sigjmp_buf;
+	volatile TimestampTz last_upkeep = 0;
+	volatile bool again = true;
+
+	eg_worker_start(arg, "upkeep worker", 0, &eg_shared->upkeep_pid);
+	eg_store_quiet = true;
+
+	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
+		eg_recover_from_error(NULL);
+	PG_exception_stack = &local_sigjmp_buf;
+
+	for (;;)
+	{
+		bool		wanted;
+
+		if (eg_begin_round())
+			again = true;		/* new settings (e.g. the attempt history's) apply at once */
+		SpinLockAcquire(&eg_shared->mutex);
+		wanted = eg_shared->upkeep_wanted;
+		SpinLockRelease(&eg_shared->mutex);
+		/* work came in: the extension may just have been created or updated */
+		if (wanted && eg_store_readiness != EG_READY_OK && eg_error_streak == 0)
+			eg_db_retry_at = 0;
+
+		if (GetCurrentTimestamp() >= eg_db_retry_at &&
+			(wanted || again ||
+			 GetCurrentTimestamp() - last_upkeep >= (TimestampTz) EG_UPKEEP_IDLE_INTERVAL_MS * 1000))
+		{
+			SpinLockAcquire(&eg_shared->mutex);
+			eg_shared->upkeep_wanted = false;
+			SpinLockRelease(&eg_shared->mutex);
+			last_upkeep = GetCurrentTimestamp();
+			again = true;		/* until upkeep says otherwise, also after an error */
+			again = upkeep();
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 EG_UPKEEP_INTERVAL_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}

@@ -1,0 +1,24 @@
+/*
+ * worker.h - what the delivery workers and the upkeep worker share
+ * (worker.c): start-up (signals, connection, pinned settings, the shared
+ * pid slot), the top of each loop round, units of database work that back
+ * off after an ERROR, and recovery from that ERROR.
+ */
+#ifndef EVENTGRID_WORKER_H
+#define EVENTGRID_WORKER_H
+
+#include "eventgrid.h"
+
+extern const char *eg_worker_kind;	/* "delivery worker 2", "upkeep worker" */
+extern MemoryContext eg_round_cxt;	/* scratch memory of one loop round */
+extern int	eg_error_streak;	/* units of work failed in a row */
+extern TimestampTz eg_db_retry_at;	/* no database work before this */
+extern uint64 eg_units_committed;	/* units of work committed so far */
+
+extern void eg_worker_start(Datum dboid, const char *kind, int number, pid_t *slot);
+extern bool eg_begin_round(void);
+extern bool eg_begin_work(const char *activity);
+extern void eg_end_work(void);
+extern void eg_recover_from_error(void (*drop_partial) (void));
+
+#endif							/* EVENTGRID_WORKER_H */
