@@ -143,7 +143,7 @@ eg_define_gucs(void)
 							NULL, &eg_retry_jitter_percent, 10, 0, 50,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("eventgrid.clock_offset",
-							gettext_noop("Shifts the delivery worker's clock forward, for tests and drills of the retry schedule."),
+							gettext_noop("Shifts the delivery workers' clock forward, for tests and drills of the retry schedule."),
 							gettext_noop("Leave at 0 in production."),
 							&eg_clock_offset_s, 0, 0, 400 * 24 * 3600,
 							PGC_SIGHUP, GUC_UNIT_S | GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
@@ -161,7 +161,7 @@ eg_define_gucs(void)
 							 &eg_delivery_paused, false,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("eventgrid.max_bytes_in_flight",
-							gettext_noop("Event bytes the delivery worker may hold at once: claimed, in flight, or awaiting their outcome."),
+							gettext_noop("Event bytes each delivery worker may hold at once: claimed, in flight, or awaiting their outcome."),
 							gettext_noop("Bounds the worker's memory; an event larger than this still goes, alone."),
 							&eg_max_bytes_in_flight_kb, 64 * 1024, 1024, 1024 * 1024,
 							PGC_SIGHUP, GUC_UNIT_KB, NULL, NULL, NULL);
@@ -226,7 +226,7 @@ _PG_init(void)
 	prev_emit_log_hook = emit_log_hook;
 	emit_log_hook = eg_emit_log;
 
-	/* the launcher starts the delivery worker once its database exists */
+	/* the launcher starts the delivery workers and the upkeep worker once their database exists */
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
@@ -318,7 +318,7 @@ PG_FUNCTION_INFO_V1(eventgrid_wake_worker_at_commit);
 
 /*
  * SQL: eventgrid._wake_worker_at_commit().  Called by the fan-out trigger:
- * sets the delivery worker's latch once when the current transaction
+ * sets the delivery workers' latches once when the current transaction
  * commits, so new deliveries start at once.  No-op when not preloaded.
  */
 Datum
@@ -472,7 +472,7 @@ eventgrid_check_install_database(PG_FUNCTION_ARGS)
 	if (eg_shared == NULL)
 		ereport(WARNING,
 				(errmsg("eventgrid is not in shared_preload_libraries: events are stored but not delivered until it is"),
-				 errdetail("Once preloaded, the delivery worker serves database \"%s\" (eventgrid.database_name).",
+				 errdetail("Once preloaded, the delivery workers serve database \"%s\" (eventgrid.database_name).",
 						   target),
 				 errhint("Add eventgrid to shared_preload_libraries in postgresql.conf and restart the server.")));
 	else if (strcmp(current, target) != 0)

@@ -11,7 +11,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-/* Endpoint health (SPEC 6), written only by the delivery worker. */
+/* Endpoint health (SPEC 6), written only by the delivery workers. */
 static EgStatement health_load = {
 	.name = "endpoint health load",
 	.sql =
@@ -33,7 +33,7 @@ enum
 };
 
 /*
- * The health of every endpoint as an earlier run of the delivery worker
+ * The health of every endpoint as the delivery workers
  * left it (SPEC 6); *rows stay valid until eg_store_commit().
  */
 int

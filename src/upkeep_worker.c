@@ -60,7 +60,7 @@ upkeep(void)
 	eg_store_count_unmatched();
 	eg_store_forget_health();
 	eg_end_work();
-	/* retries made here are due at once: the delivery worker may be asleep until its next due time */
+	/* retries made here are due at once: the delivery workers may be asleep until their next due time */
 	if (rebased > 0 || taken > 0)
 		eg_wake_worker();
 
