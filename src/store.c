@@ -275,25 +275,32 @@ installed_version(Oid *oid)
  * Is the extension installed here, in the version this library was built
  * for?  When it is, it stays so until the transaction ends: the extension
  * is locked (as DROP EXTENSION locks it, in a mode that only conflicts with
- * dropping it) and looked up again once the lock is held, in case it was
- * dropped meanwhile.  Logs each change of the answer once.  On a mismatch
- * the worker idles until ALTER EXTENSION eventgrid UPDATE.
+ * dropping it) before it is looked up, so a drop either committed before
+ * the look or waits for this unit of work.  The lock is taken on the
+ * extension the last unit found; when that one is gone (or none was known
+ * yet) the one found is locked and looked up again.  Logs each change of
+ * the answer once.  On a mismatch the worker idles until ALTER EXTENSION
+ * eventgrid UPDATE.
  */
 static bool
 extension_ready(void)
 {
+	static Oid	known = InvalidOid;	/* the extension found by the last unit of work */
 	Oid			extoid;
-	char	   *version = installed_version(&extoid);
+	char	   *version;
 	EgReadiness now;
 
-	if (version != NULL && strcmp(version, EG_VERSION) == 0)
+	if (OidIsValid(known))
+		LockDatabaseObject(ExtensionRelationId, known, 0, AccessShareLock);
+	version = installed_version(&extoid);
+	if (version != NULL && extoid != known)
 	{
-		Oid			again;
-
+		/* first look, or dropped and created again since the last one */
 		LockDatabaseObject(ExtensionRelationId, extoid, 0, AccessShareLock);
-		version = installed_version(&again);
-		if (again != extoid)
-			version = NULL;		/* dropped (or dropped and created again) meanwhile */
+		known = extoid;
+		version = installed_version(&extoid);
+		if (extoid != known)
+			version = NULL;		/* dropped meanwhile */
 	}
 	now = version == NULL ? EG_READY_MISSING
 		: strcmp(version, EG_VERSION) != 0 ? EG_READY_VERSION : EG_READY_OK;
