@@ -14,6 +14,10 @@ Measures, in one run against one cluster and one nginx sink on 127.0.0.1:
  10. fan-out with advanced filters: figure 4 again with 5 advanced filters on
     each of the 10 subscriptions (every event passes them, so the deliveries
     are the same and the difference is the cost of the filters)
+ 12. HTTPS: wrk over TLS (HTTP/1.1) to the same nginx, then single-event
+    and batched(100) delivery over TLS 1.3 to an HTTP/1.1 and an HTTP/2
+    server, with the full and resumed TLS handshakes per 10,000 deliveries
+    (BENCH_TLS_EVENTS, default 100000)
  11. attempt history: single-event delivery with eventgrid.attempt_history
     off and all, alternately twice, and the drop in events/s it costs
  9. isolation: a healthy subscription's latency beside 500 subscriptions to a
@@ -227,13 +231,14 @@ class Bench:
         self.report("http_limit_rps", f"1 HTTP limit (wrk, {conns} connections, ~1 KB POST)", rps, "requests/s")
 
     # -- 2, 3, 4 -------------------------------------------------------------------
-    def drain(self, topic, nsubs, n_events, batch=None, filters=None):
+    def drain(self, topic, nsubs, n_events, batch=None, filters=None, sink=None):
+        sink = sink or self.args.sink
         self.reset_queue()
         self.q("SELECT eventgrid.create_topic(%s)", (topic,))
         for i in range(nsubs):
             self.q("SELECT eventgrid.create_event_subscription(%s, %s, %s, max_events_per_batch => %s, "
                    "advanced_filters => %s)",
-                   (topic, f"sub-{i}", f"{self.args.sink}/{topic}/{i}", batch,
+                   (topic, f"sub-{i}", f"{sink}/{topic}/{i}", batch,
                     json.dumps(filters) if filters else None))
         self.set_guc("eventgrid.delivery_paused", "on")
         self.publish_backlog(topic, n_events)
@@ -280,6 +285,50 @@ class Bench:
         self.report("fanout_deliveries_per_s", f"4 fan-out (10 subscriptions, {n // 10:,} events)", rate,
                     "deliveries/s", ">= 50,000")
         self.report_costs("fanout", costs)
+
+    # -- 12 ---------------------------------------------------------------------
+    def tls_handshakes(self, port):
+        """(full, resumed) TLS handshakes nginx logged so far on port (one line per connection)."""
+        full = resumed = 0
+        with open(self.args.tls_log) as f:
+            for line in f:
+                p, reused, _ = line.split(" ", 2)
+                if p == str(port):
+                    resumed += reused == "r"
+                    full += reused != "r"
+        return full, resumed
+
+    def fig_tls(self):
+        n = env_int("BENCH_TLS_EVENTS", 100000)
+        body = json.dumps([json.loads(self.one("SELECT event::text FROM bench_src LIMIT 1"))])
+        script = os.path.join(self.args.work, "post.lua")
+        with open(script, "w") as f:
+            f.write('wrk.method = "POST"\nwrk.body = %s\nwrk.headers["Content-Type"] = "application/json"\n'
+                    % json.dumps(body))
+        conns = self.one("SELECT current_setting('eventgrid.max_concurrent_requests')::int")
+        out = subprocess.run(["wrk", "-t2", f"-c{conns}", "-d10s", "-s", script, self.args.tls_sink + "/wrk"],
+                             capture_output=True, text=True, check=True).stdout
+        limit = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+        self.report("tls_http_limit_rps", f"12 HTTPS limit (wrk over TLS 1.3, HTTP/1.1, {conns} connections)",
+                    limit, "requests/s")
+        for label, sink in (("tls", self.args.tls_sink), ("h2", self.args.h2_sink)):
+            port = int(sink.rsplit(":", 1)[1])
+            proto = "HTTP/2" if label == "h2" else "HTTP/1.1"
+            full0, resumed0 = self.tls_handshakes(port)
+            rate, costs = self.drain(f"{label}-single", 1, n, sink=sink)
+            full1, resumed1 = self.tls_handshakes(port)
+            self.report(f"{label}_single_events_per_s", f"  single-event over TLS, {proto} ({n:,} events)", rate,
+                        "events/s")
+            self.report(f"{label}_single_vs_tls_limit", "    ratio to the HTTPS limit", rate / limit, "", ">= 0.33")
+            self.report(f"{label}_single_worker_cpu_us_per_delivery", "    delivery workers' CPU per delivery",
+                        costs["worker"], "µs")
+            self.report(f"{label}_full_handshakes_per_10k", "    full TLS handshakes per 10,000 deliveries",
+                        (full1 - full0) * 10000 / n, "", "<= connections")
+            self.report(f"{label}_resumed_handshakes_per_10k", "    resumed TLS handshakes per 10,000 deliveries",
+                        (resumed1 - resumed0) * 10000 / n, "")
+            rate, costs = self.drain(f"{label}-batched", 1, n, batch=100, sink=sink)
+            self.report(f"{label}_batched_events_per_s", f"  batched(100) over TLS, {proto}", rate, "events/s")
+            self.report(f"{label}_batched_vs_tls_limit", "    ratio to the HTTPS limit", rate / limit, "", ">= 1.5")
 
     # -- 10 ---------------------------------------------------------------------
     def fig_filtered_fanout(self):
@@ -560,9 +609,12 @@ def main():
     ap.add_argument("--host", required=True)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--sink", required=True)
+    ap.add_argument("--tls-sink", required=True)
+    ap.add_argument("--h2-sink", required=True)
+    ap.add_argument("--tls-log", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11", help="comma-separated figure numbers (2 runs 2-4)")
+    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12", help="comma-separated figure numbers (2 runs 2-4)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     b = Bench(args)
@@ -583,6 +635,8 @@ def main():
         b.fig_filtered_fanout()
     if "11" in only:
         b.fig_history()
+    if "12" in only:
+        b.fig_tls()
     if "8" in only:
         cases = os.environ.get("BENCH_STEADY_CASES", "plain,rr").split(",")
         if "plain" in cases:

@@ -5,7 +5,10 @@
 # PostgreSQL 15 cluster with eventgrid preloaded and nginx as the webhook
 # sink (return 204, access log off, keep-alive) on 127.0.0.1, then runs
 # bench/bench.py, which prints a table of figures and, last, one line
-# "BENCH_RESULT {json}".  Sizes and durations come from the environment:
+# "BENCH_RESULT {json}".  For figure 12 (HTTPS) the sink also listens with
+# TLS 1.3, HTTP/1.1 and HTTP/2, on a certificate from a throwaway CA that
+# openssl makes here, which eventgrid.ssl_ca_file names.  Sizes and
+# durations come from the environment:
 #   BENCH_EVENTS (200000)  BENCH_BACKLOG (1000000)  BENCH_LATENCY_SECONDS (20)
 #   BENCH_STEADY_SECONDS (300)  BENCH_STEADY_RATE (2000)  BENCH_STEADY_CASES (plain,rr)
 #   BENCH_WORKERS (2: eventgrid.delivery_workers, one per core of the 2-core machine)
@@ -17,6 +20,8 @@ eg_setup "$@"
 work=$EG_WORK
 port=55433
 sink_port=18181
+tls_port=18443        # TLS, HTTP/1.1 only
+h2_port=18444         # TLS, HTTP/2 offered by ALPN
 cleanup() {
     eg_as_postgres pg_ctl -D "$work/data" -m immediate stop >/dev/null 2>&1 || true
     [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
@@ -24,12 +29,22 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# a throwaway CA and the sink's certificate for 127.0.0.1
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/ca.key" -out "$work/ca.pem" -days 2 \
+    -subj "/CN=eventgrid bench CA" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -keyout "$work/sink.key" -out "$work/sink.csr" -subj "/CN=127.0.0.1" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\n' > "$work/sink.ext"
+openssl x509 -req -in "$work/sink.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial \
+    -days 2 -extfile "$work/sink.ext" -out "$work/sink.pem" 2>/dev/null
+chown postgres "$work"/ca.pem
+
 eg_start_cluster "$work" $port <<CONF
 shared_buffers = 1GB
 max_wal_size = 8GB
 checkpoint_timeout = 30min
 eventgrid.max_concurrent_requests = 64
 eventgrid.delivery_workers = ${BENCH_WORKERS:-2}
+eventgrid.ssl_ca_file = '$work/ca.pem'
 CONF
 
 cat > "$work/nginx.conf" <<CONF
@@ -44,9 +59,21 @@ http {
     client_body_buffer_size 2m;
     client_max_body_size 16m;
     server { listen 127.0.0.1:$sink_port; location / { return 204; } }
+    # TLS: each connection logged once, at its first request, with whether it resumed a session
+    ssl_protocols TLSv1.3;
+    ssl_certificate $work/sink.pem;
+    ssl_certificate_key $work/sink.key;
+    ssl_session_cache shared:tls:10m;
+    map \$connection_requests \$first_request { 1 1; default 0; }
+    log_format handshakes '\$server_port \$ssl_session_reused \$server_protocol';
+    server { listen 127.0.0.1:$tls_port ssl; access_log $work/tls.log handshakes if=\$first_request;
+             location / { return 204; } }
+    server { listen 127.0.0.1:$h2_port ssl http2; access_log $work/tls.log handshakes if=\$first_request;
+             location / { return 204; } }
 }
 CONF
 nginx -c "$work/nginx.conf" -p "$work"
 
 eg_as_postgres /usr/bin/python3 "$work/bench/bench.py" --host "$work" --port $port "$@" \
-    --sink "http://127.0.0.1:$sink_port" --data-dir "$work/data" --work "$work"
+    --sink "http://127.0.0.1:$sink_port" --tls-sink "https://127.0.0.1:$tls_port" \
+    --h2-sink "https://127.0.0.1:$h2_port" --tls-log "$work/tls.log" --data-dir "$work/data" --work "$work"

@@ -482,6 +482,7 @@ eventgrid_worker_main(Datum arg)
 		if (eg_begin_round())
 		{
 			eg_http_set_max_connections(eg_max_concurrent_requests);
+			eg_http_set_ca_file(eg_ssl_ca_file);
 			next_claim_at = 0;
 		}
 

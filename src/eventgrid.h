@@ -47,6 +47,7 @@ extern int	eg_probation_failures;
 extern int	eg_attempt_history;
 extern int	eg_attempt_history_retention_s;
 extern int	eg_attempt_history_max_rows;
+extern char *eg_ssl_ca_file;
 
 /* eventgrid.attempt_history: which delivery attempts the history keeps. */
 typedef enum EgHistoryMode

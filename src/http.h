@@ -76,6 +76,7 @@ extern bool eg_request_build(EgRequest *req, const EgRequestSpec *spec,
 /* http.c */
 extern void eg_http_init(void);
 extern void eg_http_set_max_connections(long n);
+extern void eg_http_set_ca_file(const char *path);
 extern void eg_http_shutdown(void);
 extern void eg_http_start(EgRequest **reqs, int n, long timeout_ms);
 extern void eg_http_set_headers(EgRequest *req, const char *lines, size_t len, int n);

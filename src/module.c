@@ -13,6 +13,8 @@
  */
 #include "eventgrid.h"
 
+#include <unistd.h>
+
 #include "access/xact.h"
 #include "commands/dbcommands.h"
 #include "fmgr.h"
@@ -48,6 +50,7 @@ int			eg_probation_failures = 10;
 int			eg_attempt_history = EG_HISTORY_ALL;
 int			eg_attempt_history_retention_s = 24 * 3600;
 int			eg_attempt_history_max_rows = 1000000;
+char	   *eg_ssl_ca_file = NULL;
 
 static const struct config_enum_entry history_modes[] = {
 	{"all", EG_HISTORY_ALL, false},
@@ -107,6 +110,25 @@ eg_shmem_startup(void)
 		eg_shared->backlog = 0;
 	}
 	LWLockRelease(AddinShmemInitLock);
+}
+
+/* eventgrid.ssl_ca_file: empty, or a file the server can read. */
+static bool
+check_ssl_ca_file(char **newval, void **extra, GucSource source)
+{
+	if (*newval == NULL || (*newval)[0] == '\0')
+		return true;
+	if (!is_absolute_path(*newval))
+	{
+		GUC_check_errdetail("eventgrid.ssl_ca_file must be an absolute path.");
+		return false;
+	}
+	if (access(*newval, R_OK) != 0)
+	{
+		GUC_check_errdetail("File \"%s\" cannot be read: %m.", *newval);
+		return false;
+	}
+	return true;
 }
 
 static void
@@ -195,6 +217,11 @@ eg_define_gucs(void)
 							gettext_noop("A history table takes half of this many rows before the next one does; the history holds at most one and a half times this."),
 							&eg_attempt_history_max_rows, 1000000, 1000, INT_MAX,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("eventgrid.ssl_ca_file",
+							   gettext_noop("PEM file of the certificate authorities HTTPS endpoints are verified against; empty: the system's store."),
+							   gettext_noop("Set it for receivers whose certificates a private CA signed. Certificates are always verified."),
+							   &eg_ssl_ca_file, "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY, check_ssl_ca_file, NULL, NULL);
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("eventgrid");
 #else

@@ -1,0 +1,220 @@
+# HTTPS against real TLS receivers: nginx on 127.0.0.1 with a throwaway
+# CA and certificates that openssl makes here.
+#
+#  - a certificate from a private CA does not verify until
+#    eventgrid.ssl_ca_file names the CA: the attempt fails (SocketError,
+#    libcurl's reason in the attempt history) and is retried on the
+#    schedule; once the CA is set (a reload), the retry is delivered;
+#  - HTTP/2 where the endpoint offers it by ALPN, HTTP/1.1 where it does not
+#    (nginx logs the protocol of each request);
+#  - TLS sessions are resumed: with nginx closing each HTTP/1.1 connection
+#    after 5 requests, 200 requests over at most 4 connections at a time need
+#    at least 40 connections, and nearly all resume a session (nginx's
+#    $ssl_session_reused) instead of a full handshake;
+#  - a certificate for another host name, an expired certificate, https://
+#    to a plain HTTP port: SocketError with libcurl's reason, retried;
+#    http:// to a TLS port: nginx's answer 400 (BadRequest).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../lib";
+use EventGridTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+use IPC::Run;
+
+my $dir = PostgreSQL::Test::Utils::tempdir;
+
+sub openssl
+{
+	my @args = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'openssl', @args ], '>', \$out, '2>', \$err)
+	  or BAIL_OUT("openssl @args failed: $err");
+	return $out;
+}
+
+# --- a CA, and certificates it signs: for 127.0.0.1, for another host, and one expired
+open(my $fh, '>', "$dir/ca.cnf") or die;
+print $fh <<"CNF";
+[ ca ]
+default_ca = test_ca
+[ test_ca ]
+dir = $dir
+database = $dir/index.txt
+new_certs_dir = $dir
+serial = $dir/serial
+default_md = sha256
+policy = anything
+copy_extensions = copy
+[ anything ]
+commonName = supplied
+CNF
+close($fh);
+open($fh, '>', "$dir/index.txt") or die;
+close($fh);
+open($fh, '>', "$dir/serial") or die;
+print $fh "1000\n";
+close($fh);
+openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$dir/ca.key", '-out', "$dir/ca.pem",
+	'-days', '2', '-subj', '/CN=eventgrid test CA');
+
+sub certificate
+{
+	my ($name, $san, @dates) = @_;
+	openssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$dir/$name.key", '-out', "$dir/$name.csr",
+		'-subj', "/CN=$name", '-addext', "subjectAltName=$san");
+	openssl('ca', '-batch', '-config', "$dir/ca.cnf", '-cert', "$dir/ca.pem", '-keyfile', "$dir/ca.key",
+		'-in', "$dir/$name.csr", '-out', "$dir/$name.pem", '-notext', @dates);
+}
+certificate('good', 'IP:127.0.0.1,DNS:localhost', '-days', '2');
+certificate('wrong', 'DNS:wrong.example', '-days', '2');
+certificate('expired', 'IP:127.0.0.1', '-startdate', '20200101000000Z', '-enddate', '20200102000000Z');
+
+# --- nginx: TLS 1.3 with HTTP/2, TLS with HTTP/1.1 only, the wrong host, expired, and plain HTTP
+my @ports = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 5;
+my ($h2, $h1, $wrong, $expired, $plain) = @ports;
+open($fh, '>', "$dir/nginx.conf") or die;
+print $fh <<"CONF";
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/nginx-error.log;
+events { worker_connections 256; }
+http {
+    client_body_temp_path $dir/client_body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+    log_format tls '\$server_port \$server_protocol \$ssl_protocol \$ssl_session_reused \$connection \$connection_requests';
+    access_log $dir/access.log tls;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_cache shared:tls:1m;
+    ssl_certificate $dir/good.pem;
+    ssl_certificate_key $dir/good.key;
+    server { listen 127.0.0.1:$h2 ssl http2; location / { return 204; } }
+    server { listen 127.0.0.1:$h1 ssl; keepalive_requests 5; location / { return 204; } }
+    server { listen 127.0.0.1:$wrong ssl; ssl_certificate $dir/wrong.pem; ssl_certificate_key $dir/wrong.key;
+             location / { return 204; } }
+    server { listen 127.0.0.1:$expired ssl; ssl_certificate $dir/expired.pem; ssl_certificate_key $dir/expired.key;
+             location / { return 204; } }
+    server { listen 127.0.0.1:$plain; location / { return 204; } }
+}
+CONF
+close($fh);
+my $nginx = -x '/usr/sbin/nginx' ? '/usr/sbin/nginx' : 'nginx';	# Debian's, not on a user's PATH
+my $nginx_err = '';
+IPC::Run::run([ $nginx, '-c', "$dir/nginx.conf", '-p', $dir, '-e', "$dir/nginx-error.log" ], '2>', \$nginx_err)
+  or BAIL_OUT("nginx did not start: $nginx_err");
+END { kill 'TERM', slurp_file("$dir/nginx.pid") if -f "$dir/nginx.pid" }
+
+# the requests nginx logged on port $port: [protocol, tls, reused, connection]
+sub logged
+{
+	my ($port) = @_;
+	return () unless -f "$dir/access.log";
+	return map { my @f = split / /; $f[0] eq $port ? [ @f[1 .. 4] ] : () } split /\n/, slurp_file("$dir/access.log");
+}
+
+sub wait_logged
+{
+	my ($port, $n) = @_;
+	for (1 .. 300)
+	{
+		my @got = logged($port);
+		return @got if @got >= $n;
+		usleep(100_000);
+	}
+	return logged($port);
+}
+
+my $node = new_node('https', 'eventgrid.max_requests_per_endpoint' => 4);
+sub sql { return $node->safe_psql('postgres', shift) }
+
+sub publish
+{
+	my ($sub, $n) = @_;
+	sql("INSERT INTO eventgrid.events (topic, event) SELECT 'tls', jsonb_build_object('id', '$sub-' || i,"
+		  . " 'subject', '/$sub', 'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z')"
+		  . " FROM generate_series(1, $n) i");
+}
+
+sub last_attempt
+{
+	my ($sub) = @_;
+	return sql("SELECT outcome || ' | ' || coalesce(http_status::text, '-') || ' | ' || coalesce(error, '')"
+		  . " FROM eventgrid.delivery_attempts WHERE subscription = '$sub' ORDER BY id DESC LIMIT 1");
+}
+
+sql("SELECT eventgrid.create_topic('tls')");
+for my $s ([ 'http2', "https://127.0.0.1:$h2/h2" ], [ 'http1', "https://localhost:$h1/h1" ],
+	[ 'wrong', "https://127.0.0.1:$wrong/w" ], [ 'expired', "https://127.0.0.1:$expired/e" ],
+	[ 'plain-to-tls', "http://127.0.0.1:$h1/p" ], [ 'tls-to-plain', "https://127.0.0.1:$plain/t" ])
+{
+	sql("SELECT eventgrid.create_event_subscription('tls', '$s->[0]', '$s->[1]',"
+		  . " subject_begins_with => '/$s->[0]', deadletter => true)");
+}
+
+# --- 1. no CA configured: the private CA's certificate does not verify
+publish('http2', 1);
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.retries r JOIN eventgrid.event_subscriptions s"
+		  . " ON s.id = r.subscription_id WHERE s.name = 'http2' AND r.attempts = 1", '1', 30),
+	'without the CA the attempt fails and is kept for a retry');
+like(last_attempt('http2'), qr/^SocketError \| - \| SSL certificate problem: (unable to get local issuer certificate|self.signed)/,
+	'the attempt history names the failure with libcurl\'s reason');
+is(scalar(logged($h2)), 0, 'nothing reached the receiver');
+
+# --- 2. the CA named: the retry is delivered over HTTP/2
+sql("ALTER SYSTEM SET eventgrid.ssl_ca_file = '$dir/ca.pem'; SELECT pg_reload_conf()");
+sleep 1;
+advance_clock($node, 20);
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'http2'", '1', 30),
+	'with eventgrid.ssl_ca_file set the retry is delivered');
+publish('http2', 20);
+my @h2 = wait_logged($h2, 21);
+cmp_ok(scalar(@h2), '>=', 21, 'the 21 events reached the endpoint offering HTTP/2');
+is(scalar(grep { $_->[0] eq 'HTTP/2.0' && $_->[1] eq 'TLSv1.3' } @h2), scalar(@h2),
+	'every request to it went over HTTP/2 and TLS 1.3')
+  or diag(join("\n", map { "@$_" } @h2));
+
+# --- 3. HTTP/1.1 where only that is offered; sessions resumed on new connections
+publish('http1', 200);
+my @h1 = wait_logged($h1, 200);
+is(scalar(@h1), 200, 'all 200 requests to the HTTP/1.1 endpoint arrived');
+is(scalar(grep { $_->[0] eq 'HTTP/1.1' } @h1), 200, 'over HTTP/1.1');
+my %full;
+my %conns;
+for (@h1)
+{
+	$conns{ $_->[3] } = 1;
+	$full{ $_->[3] } = 1 if $_->[2] ne 'r';
+}
+my ($nconn, $nfull) = (scalar(keys %conns), scalar(keys %full));
+cmp_ok($nconn, '>=', 40, "nginx closed connections after 5 requests: $nconn connections");
+# the first connections (up to 4 at once) make full handshakes; later ones
+# resume a session, though two opened at the same moment may offer the same
+# single-use TLS 1.3 ticket and one of them then makes a full handshake
+cmp_ok($nfull, '<=', 8, "full TLS handshakes: $nfull of $nconn connections; the others resumed a session");
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'http1'", '200', 30),
+	'and recorded as delivered');
+
+# --- 4. failures named, retried
+publish($_, 1) for qw(wrong expired tls-to-plain plain-to-tls);
+ok(wait_for_sql($node, "SELECT count(DISTINCT subscription) FROM eventgrid.delivery_attempts"
+		  . " WHERE subscription IN ('wrong', 'expired', 'tls-to-plain', 'plain-to-tls')", '4', 30),
+	'each failing endpoint was attempted');
+like(last_attempt('wrong'), qr/^SocketError \| - \| .*(subject name|does not match|no alternative certificate)/i,
+	'a certificate for another host name: SocketError with libcurl\'s reason');
+like(last_attempt('expired'), qr/^SocketError \| - \| SSL certificate problem: certificate has expired/,
+	'an expired certificate: SocketError with libcurl\'s reason');
+like(last_attempt('tls-to-plain'), qr/^SocketError \| - \| .*(wrong version number|SSL|TLS)/i,
+	'https:// to a plain HTTP port: SocketError');
+like(last_attempt('plain-to-tls'), qr/^BadRequest \| 400 \| $/, 'http:// to a TLS port: nginx answers 400 (BadRequest)');
+is(sql("SELECT string_agg(s.name, ',' ORDER BY s.name) FROM eventgrid.retries r"
+		  . " JOIN eventgrid.event_subscriptions s ON s.id = r.subscription_id WHERE s.name IN ('wrong', 'expired', 'tls-to-plain')"),
+	'expired,tls-to-plain,wrong', 'the TLS failures wait for a retry (the certificate may be fixed)');
+
+$node->stop('immediate');
+done_testing();
