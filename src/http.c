@@ -102,6 +102,37 @@ classify(CURLcode rc)
 	}
 }
 
+/*
+ * Did a transfer that libcurl failed with rc end with the receiver's complete
+ * answer?  An HTTP/2 server may send its whole response before it has read
+ * the request body and then reset the stream with NO_ERROR (RFC 9113 section
+ * 8.1; nginx does so for "return 204" whenever the body is still on its way,
+ * always when it is over its 64 kB window).  libcurl 7.88 (Debian 12) then
+ * fails the transfer with CURLE_HTTP2_STREAM as it goes on sending the body
+ * into the closed stream, without an error message, although it had taken
+ * the response as complete.  Only that case counts as the answer: a stream
+ * reset with an error code, or closed before its response headers, comes
+ * with libcurl's own message and stays a failure.
+ */
+static bool
+answered_early(CURL *easy, CURLcode rc, const char *errbuf, long *status)
+{
+	long		version = 0;
+
+	if (rc != CURLE_HTTP2_STREAM || errbuf[0] != '\0')
+		return false;
+	if (curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &version) != CURLE_OK ||
+		version != CURL_HTTP_VERSION_2_0)
+		return false;
+	if (curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, status) != CURLE_OK ||
+		*status < 200 || *status > 599)
+	{
+		*status = 0;
+		return false;
+	}
+	return true;
+}
+
 /* libcurl's total time of a finished transfer, in milliseconds. */
 static double
 total_time_ms(CURL *easy)
@@ -283,7 +314,9 @@ http_thread_main(void *arg)
 				continue;
 			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
 			transport = classify(msg->data.result);
-			if (transport == EG_TRANSPORT_OK)
+			if (answered_early(msg->easy_handle, msg->data.result, req->errbuf, &status))
+				transport = EG_TRANSPORT_OK;
+			else if (transport == EG_TRANSPORT_OK)
 			{
 				curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
 				if (status < 100 || status > 599)

@@ -6,7 +6,9 @@
 #    libcurl's reason in the attempt history) and is retried on the
 #    schedule; once the CA is set (a reload), the retry is delivered;
 #  - HTTP/2 where the endpoint offers it by ALPN, HTTP/1.1 where it does not
-#    (nginx logs the protocol of each request);
+#    (nginx logs the protocol of each request); an HTTP/2 answer sent before
+#    the request body was read (and the stream then reset with NO_ERROR) is
+#    the receiver's answer, not a failed attempt;
 #  - TLS sessions are resumed: with nginx closing each HTTP/1.1 connection
 #    after 5 requests, 200 requests over at most 4 connections at a time need
 #    at least 40 connections, and nearly all resume a session (nginx's
@@ -74,8 +76,8 @@ certificate('wrong', 'DNS:wrong.example', '-days', '2');
 certificate('expired', 'IP:127.0.0.1', '-startdate', '20200101000000Z', '-enddate', '20200102000000Z');
 
 # --- nginx: TLS 1.3 with HTTP/2, TLS with HTTP/1.1 only, the wrong host, expired, and plain HTTP
-my @ports = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 5;
-my ($h2, $h1, $wrong, $expired, $plain) = @ports;
+my @ports = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 6;
+my ($h2, $early, $h1, $wrong, $expired, $plain) = @ports;
 open($fh, '>', "$dir/nginx.conf") or die;
 print $fh <<"CONF";
 worker_processes 1;
@@ -94,7 +96,10 @@ http {
     ssl_session_cache shared:tls:1m;
     ssl_certificate $dir/good.pem;
     ssl_certificate_key $dir/good.key;
-    server { listen 127.0.0.1:$h2 ssl http2; location / { return 204; } }
+    # like an application: reads the whole request body, then answers
+    server { listen 127.0.0.1:$h2 ssl http2; location / { proxy_pass http://127.0.0.1:$plain; } }
+    # answers before reading the body, then resets the stream with NO_ERROR
+    server { listen 127.0.0.1:$early ssl http2; location / { return 204; } }
     server { listen 127.0.0.1:$h1 ssl; keepalive_requests 5; location / { return 204; } }
     server { listen 127.0.0.1:$wrong ssl; ssl_certificate $dir/wrong.pem; ssl_certificate_key $dir/wrong.key;
              location / { return 204; } }
@@ -149,7 +154,8 @@ sub last_attempt
 }
 
 sql("SELECT eventgrid.create_topic('tls')");
-for my $s ([ 'http2', "https://127.0.0.1:$h2/h2" ], [ 'http1', "https://localhost:$h1/h1" ],
+for my $s ([ 'http2', "https://127.0.0.1:$h2/h2" ], [ 'early', "https://127.0.0.1:$early/early" ],
+	[ 'http1', "https://localhost:$h1/h1" ],
 	[ 'wrong', "https://127.0.0.1:$wrong/w" ], [ 'expired', "https://127.0.0.1:$expired/e" ],
 	[ 'plain-to-tls', "http://127.0.0.1:$h1/p" ], [ 'tls-to-plain', "https://127.0.0.1:$plain/t" ])
 {
@@ -173,11 +179,31 @@ advance_clock($node, 20);
 ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'http2'", '1', 30),
 	'with eventgrid.ssl_ca_file set the retry is delivered');
 publish('http2', 20);
-my @h2 = wait_logged($h2, 21);
-cmp_ok(scalar(@h2), '>=', 21, 'the 21 events reached the endpoint offering HTTP/2');
+# and two of 300 kB, over HTTP/2's flow-control window
+sql("INSERT INTO eventgrid.events (topic, event) SELECT 'tls', jsonb_build_object('id', 'http2-big-' || i,"
+	  . " 'subject', '/http2', 'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z', 'data', repeat('x', 300000))"
+	  . " FROM generate_series(1, 2) i");
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'http2'", '23', 30),
+	'the 22 further events were delivered to the endpoint offering HTTP/2');
+is(sql("SELECT count(*) FROM eventgrid.delivery_attempts WHERE subscription = 'http2' AND attempt > 1"), '1',
+	'each at its first attempt but the one retried after the CA was set');
+my @h2 = logged($h2);
+is(scalar(@h2), 23, 'the receiver saw each request once');
 is(scalar(grep { $_->[0] eq 'HTTP/2.0' && $_->[1] eq 'TLSv1.3' } @h2), scalar(@h2),
 	'every request to it went over HTTP/2 and TLS 1.3')
   or diag(join("\n", map { "@$_" } @h2));
+
+# --- 2b. an HTTP/2 answer sent before the request body was read: nginx's
+# "return 204" resets the stream with NO_ERROR when the body is still on its
+# way (RFC 9113 section 8.1), and libcurl 7.88 then fails the transfer
+# although the response was complete; the status is the receiver's answer
+publish('early', 40);
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'early'", '40', 30),
+	'the 40 events were delivered to the endpoint that answers before reading');
+is(sql("SELECT string_agg(DISTINCT attempt || ' ' || outcome || ' ' || http_status, ', ')"
+		  . " FROM eventgrid.delivery_attempts WHERE subscription = 'early'"),
+	'1 Delivered 204', 'each at its first attempt, with the status it was answered');
+is(scalar(logged($early)), 40, 'the receiver saw each request once');
 
 # --- 3. HTTP/1.1 where only that is offered; sessions resumed on new connections
 publish('http1', 200);
@@ -194,9 +220,10 @@ for (@h1)
 my ($nconn, $nfull) = (scalar(keys %conns), scalar(keys %full));
 cmp_ok($nconn, '>=', 40, "nginx closed connections after 5 requests: $nconn connections");
 # the first connections (up to 4 at once) make full handshakes; later ones
-# resume a session, though two opened at the same moment may offer the same
-# single-use TLS 1.3 ticket and one of them then makes a full handshake
-cmp_ok($nfull, '<=', 8, "full TLS handshakes: $nfull of $nconn connections; the others resumed a session");
+# resume the session an earlier one received, though not every one (up to 9
+# of 41 made a full handshake in runs here, which ones varying from run to
+# run), so the bound leaves room for that
+cmp_ok($nfull, '<=', int($nconn / 3), "full TLS handshakes: $nfull of $nconn connections; the others resumed a session");
 ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'http1'", '200', 30),
 	'and recorded as delivered');
 
