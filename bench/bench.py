@@ -18,6 +18,11 @@ Measures, in one run against one cluster and one nginx sink on 127.0.0.1:
     and batched(100) delivery over TLS 1.3 to an HTTP/1.1 and an HTTP/2
     server, with the full and resumed TLS handshakes per 10,000 deliveries
     (BENCH_TLS_EVENTS, default 100000)
+ 13. table changes: INSERT ... SELECT of 100,000 rows (BENCH_TABLE_ROWS) into
+    a table that publishes its changes, into the same table without a
+    publication and with PgQ's pgq.logutriga trigger; single-row INSERTs
+    with pgbench for 20 s (BENCH_TABLE_SECONDS) into each; and the delivery
+    rate of the events published
  11. attempt history: single-event delivery with eventgrid.attempt_history
     off and all, alternately twice, and the drop in events/s it costs
  9. isolation: a healthy subscription's latency beside 500 subscriptions to a
@@ -413,6 +418,68 @@ class Bench:
         self.report("publish_cost_ratio_single_row", f"  publish cost ratio ({single:,} one-row transactions)",
                     r_eg / r_plain, "x", "<= 2.0")
 
+    # -- 13 ---------------------------------------------------------------------
+    def fig_table_changes(self):
+        """Table changes published as events, beside the same statements on a
+        table without a publication and on one with PgQ's logutriga."""
+        n = env_int("BENCH_TABLE_ROWS", 100000)
+        seconds = env_int("BENCH_TABLE_SECONDS", 20)
+        self.reset_queue()
+        self.set_guc("eventgrid.delivery_paused", "on")
+        self.q("SELECT eventgrid.create_topic('changes')")
+        self.q("SELECT eventgrid.create_event_subscription('changes', 'sink', %s)", (self.args.sink + "/changes",))
+        self.q("CREATE EXTENSION IF NOT EXISTS pgq")
+        self.q("SELECT pgq.create_queue('changes') WHERE NOT EXISTS (SELECT 1 FROM pgq.queue WHERE queue_name = 'changes')")
+        for t in ("tc_plain", "tc_published", "tc_pgq"):
+            self.q(f"DROP TABLE IF EXISTS {t}")
+            self.q(f"CREATE TABLE {t} (id int PRIMARY KEY, qty int, price int, sku text, note text)")
+        self.q("SELECT eventgrid.publish_table_changes('tc_published', 'changes', operations => ARRAY['INSERT'])")
+        self.q("CREATE TRIGGER tc_pgq AFTER INSERT ON tc_pgq FOR EACH ROW EXECUTE FUNCTION pgq.logutriga('changes')")
+        insert = "INSERT INTO {t} SELECT i, i % 100, i % 1000, 'sku-' || i, 'a note of some length ' || i FROM generate_series(1, %s) i"
+        bulk = {"tc_plain": [], "tc_published": [], "tc_pgq": []}
+        for _ in range(3):
+            for t in bulk:
+                self.q(f"TRUNCATE {t}")
+            self.q("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2, eventgrid.retries, eventgrid.chunks_in_flight")
+            self.q("CHECKPOINT")
+            for t in bulk:
+                start = time.time()
+                self.q(insert.format(t=t), (n,))
+                bulk[t].append(time.time() - start)
+        b = {t: statistics.median(v) for t, v in bulk.items()}
+        self.report("table_changes_bulk_rows_per_s", f"13 table changes: INSERT ... SELECT of {n:,} rows, published",
+                    n / b["tc_published"], "rows/s")
+        self.report("table_plain_bulk_rows_per_s", "  the same INSERT, no publication", n / b["tc_plain"], "rows/s")
+        self.report("table_pgq_bulk_rows_per_s", "  the same INSERT, pgq.logutriga", n / b["tc_pgq"], "rows/s")
+        self.report("table_changes_bulk_ratio", "  published / plain (time)", b["tc_published"] / b["tc_plain"], "x", "<= 2.0")
+        self.report("table_changes_vs_pgq", "  published / logutriga (time)", b["tc_published"] / b["tc_pgq"], "x", "<= 1.0")
+        # single-row INSERTs, each its own transaction, pgbench for `seconds` s each
+        tps = {}
+        for t in ("tc_plain", "tc_published", "tc_pgq"):
+            self.q(f"TRUNCATE {t}")
+            script = os.path.join(self.args.work, f"{t}.sql")
+            with open(script, "w") as f:
+                f.write(f"\\set id random(1, 2000000000)\n"
+                        f"INSERT INTO {t} VALUES (:id, 1, 2, 'sku', 'a note of some length') ON CONFLICT DO NOTHING;\n")
+            out = subprocess.run(["pgbench", "-n", "-h", self.args.host, "-p", str(self.args.port), "-U", "postgres",
+                                  "-c", "2", "-j", "2", "-T", str(seconds), "-f", script, "postgres"],
+                                 capture_output=True, text=True, check=True).stdout
+            tps[t] = float(re.search(r"tps = ([0-9.]+)", out).group(1))
+        self.report("table_changes_single_tps", f"  single-row INSERTs (pgbench, 2 clients, {seconds} s), published",
+                    tps["tc_published"], "tx/s")
+        self.report("table_plain_single_tps", "  single-row INSERTs, no publication", tps["tc_plain"], "tx/s")
+        self.report("table_pgq_single_tps", "  single-row INSERTs, pgq.logutriga", tps["tc_pgq"], "tx/s")
+        self.report("table_changes_single_ratio", "  published / plain (time per row)", tps["tc_plain"] / tps["tc_published"],
+                    "x", "<= 1.5")
+        # the events the bulk INSERT and pgbench published, delivered
+        pending = self.one("SELECT coalesce(sum(pending), 0)::bigint FROM eventgrid.delivery_statistics WHERE topic = 'changes'")
+        self.set_guc("eventgrid.delivery_paused", "off")
+        start = time.time() - 0.3
+        t_end = self.wait_drained()
+        self.report("table_changes_delivery_per_s", f"  delivery of the {pending:,} events published (single-event)",
+                    pending / (t_end - start), "events/s")
+        self.q("SELECT eventgrid.stop_publishing_table_changes('tc_published', 'changes')")
+
     # -- 6 ----------------------------------------------------------------------
     def fig_latency(self):
         seconds = env_int("BENCH_LATENCY_SECONDS", 20)
@@ -614,7 +681,7 @@ def main():
     ap.add_argument("--tls-log", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12", help="comma-separated figure numbers (2 runs 2-4)")
+    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13", help="comma-separated figure numbers (2 runs 2-4)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     b = Bench(args)
@@ -637,6 +704,8 @@ def main():
         b.fig_history()
     if "12" in only:
         b.fig_tls()
+    if "13" in only:
+        b.fig_table_changes()
     if "8" in only:
         cases = os.environ.get("BENCH_STEADY_CASES", "plain,rr").split(",")
         if "plain" in cases:

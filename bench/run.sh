@@ -15,7 +15,7 @@
 # Arguments go to bench.py, e.g. --only 1,2 for figures 1-4.
 set -euo pipefail
 . "$(dirname "$0")/../scripts/common.sh"
-EG_EXTRA_PACKAGES="nginx-light wrk python3-psycopg2"
+EG_EXTRA_PACKAGES="nginx-light wrk python3-psycopg2 postgresql-15-pgq3"
 eg_setup "$@"
 work=$EG_WORK
 port=55433

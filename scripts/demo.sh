@@ -103,6 +103,13 @@ echo "== and 45 s more (clock_offset = '60s'): flaky-endpoint accepts the third 
 psql -qc "ALTER SYSTEM SET eventgrid.clock_offset = '60s'" -c "SELECT pg_reload_conf()" >/dev/null
 wait_until "SELECT coalesce(sum(pending), 0) = 0 FROM eventgrid.delivery_statistics"
 show_received $seen
+seen=$(($(received) + 1))
+
+echo "== table changes published as events (demo/table-changes.sql): an UPDATE of shop_orders reaches the receiver"
+psql -q -v ON_ERROR_STOP=1 -v receiver="http://127.0.0.1:$rport" -f "$work/demo/table-changes.sql" >/dev/null
+psql -c "SELECT source_table, topic, operations, columns, update_columns, event_type_prefix FROM eventgrid.table_change_publications"
+wait_until "SELECT delivered = 1 FROM eventgrid.delivery_statistics WHERE subscription = 'shipping'"
+show_received $seen
 
 echo "== delivery statistics"
 psql -c "SELECT * FROM eventgrid.delivery_statistics ORDER BY topic, subscription"

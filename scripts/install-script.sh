@@ -45,11 +45,19 @@ psql -At -c "
 # leaves out; forgotten here, they are dumped as GRANT and REVOKE
 psql -c "DELETE FROM pg_init_privs WHERE privtype = 'e'" >/dev/null
 eg_as_postgres pg_dump -h "$work" -p 55499 --schema-only --schema=eventgrid --no-owner postgres > "$work/dump.sql"
+# event triggers belong to no schema: they come from a dump of the database
+eg_as_postgres pg_dump -h "$work" -p 55499 --schema-only --no-owner postgres > "$work/all.sql"
 
-python3 - "$work/dump.sql" "$out" "$version" "$config" <<'PY'
+python3 - "$work/dump.sql" "$out" "$version" "$config" "$work/all.sql" <<'PY'
 import re, sys
-dump, out, version, config = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+dump, out, version, config, alldump = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 text = open(dump).read()
+event_triggers = ''.join(
+    re.sub(r'^--\n-- (Name|Data for Name): .*\n--\n', '', block.rstrip('\n') + '\n\n', flags=re.M)
+    for block in re.split(r'\n(?=--\n-- )', open(alldump).read())
+    if re.match(r'--\n-- Name: (EVENT TRIGGER )?\S+; Type: (EVENT TRIGGER|COMMENT);', block)
+    and ('Type: EVENT TRIGGER;' in block.split('\n')[1] or 'Name: EVENT TRIGGER ' in block.split('\n')[1]))
+event_triggers = re.sub(r'\n{3,}', '\n\n', event_triggers)
 # pg_dump's session settings, section banners and the schema itself go
 body = []
 for block in re.split(r'\n(?=--\n-- )', text):
@@ -110,6 +118,8 @@ tail = f'''
 INSERT INTO eventgrid.event_table_rotations (event_table) VALUES (0), (1), (2);
 INSERT INTO eventgrid.attempt_log_rotation (history_table, started_at, first_id) VALUES (0, now(), 1);
 
+-- Event triggers (no schema holds them).
+{event_triggers}
 -- What pg_dump copies of the extension's tables (user data and the queue).
 {config}
 '''

@@ -120,3 +120,38 @@ eventgrid_endpoint_problem(PG_FUNCTION_ARGS)
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(problem));
 }
+
+PG_FUNCTION_INFO_V1(eventgrid_uri_escape);
+
+/*
+ * SQL: eventgrid._uri_escape(value text) -> text: value percent-encoded for
+ * one segment of a URI path (RFC 3986: every byte but the unreserved
+ * A-Z a-z 0-9 - . _ ~ becomes %XX), by libcurl's curl_easy_escape.  Used for
+ * the key values in the subject of a table change event.  Strict.
+ */
+Datum
+eventgrid_uri_escape(PG_FUNCTION_ARGS)
+{
+	text	   *value = PG_GETARG_TEXT_PP(0);
+	char	   *escaped;
+	text	   *result;
+
+	CURL	   *handle = NULL;	/* libcurl ignores it since 7.82.0 */
+
+#if LIBCURL_VERSION_NUM < 0x075200
+	static CURL *kept = NULL;
+
+	if (kept == NULL)
+		kept = curl_easy_init();
+	handle = kept;
+#endif
+	escaped = handle || LIBCURL_VERSION_NUM >= 0x075200
+		? curl_easy_escape(handle, VARDATA_ANY(value), (int) VARSIZE_ANY_EXHDR(value)) : NULL;
+	if (escaped == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory while escaping a URI path segment")));
+	result = cstring_to_text(escaped);
+	curl_free(escaped);
+	PG_RETURN_TEXT_P(result);
+}

@@ -1,0 +1,409 @@
+-- eventgrid 0.7.0 -> 0.8.0: table changes published as events.
+--
+-- eventgrid.publish_table_changes(table, topic, ...) makes every INSERT,
+-- UPDATE and DELETE on an application table publish one event per changed
+-- row to a topic, in the changing transaction: AFTER ... FOR EACH STATEMENT
+-- triggers with transition tables (REFERENCING NEW TABLE / OLD TABLE) run
+-- eventgrid._table_change_trigger(), which turns the statement's rows into
+-- events with one INSERT ... SELECT into eventgrid.events.  The publications
+-- are rows of eventgrid.table_publications, shown by the view
+-- eventgrid.table_change_publications; an event trigger forgets those of a
+-- dropped table, and drop_topic() stops those of a dropped topic.
+\echo Use "ALTER EXTENSION eventgrid UPDATE" to load this file. \quit
+
+CREATE TABLE eventgrid.table_publications (
+    source_table regclass NOT NULL,
+    topic text NOT NULL REFERENCES eventgrid.topics (name) ON UPDATE CASCADE ON DELETE CASCADE,
+    operations text[] NOT NULL
+        CHECK (operations <@ ARRAY['INSERT', 'UPDATE', 'DELETE'] AND cardinality(operations) > 0),
+    columns text[] CHECK (cardinality(columns) > 0),
+    update_columns text[] CHECK (cardinality(update_columns) > 0),
+    event_type_prefix text,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    PRIMARY KEY (source_table, topic)
+);
+COMMENT ON TABLE eventgrid.table_publications IS
+    'Internal: the table change publications (eventgrid.publish_table_changes); read eventgrid.table_change_publications.';
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.table_publications', '');
+
+CREATE FUNCTION eventgrid._uri_escape(value text) RETURNS text
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_uri_escape';
+COMMENT ON FUNCTION eventgrid._uri_escape(value text) IS
+    'Internal: value percent-encoded as one URI path segment (RFC 3986 unreserved characters kept), by libcurl.';
+
+-- The role a SECURITY DEFINER function was called by: the SET ROLE role, or
+-- the session user.  (current_user is the function's owner there.)
+CREATE FUNCTION eventgrid._caller() RETURNS name
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN CASE WHEN pg_catalog.current_setting('role') OPERATOR(pg_catalog.<>) 'none'
+                THEN pg_catalog.current_setting('role')::name
+                ELSE session_user END;
+COMMENT ON FUNCTION eventgrid._caller() IS
+    'Internal: the role that called a SECURITY DEFINER function (the role SET ROLE chose, else the session user), whose privileges publish_table_changes() checks.';
+
+-- Checks that the caller may publish the changes of source_table: TRIGGER on
+-- it (or owning it) and SELECT on every column an event would carry or an
+-- UPDATE would be compared on; the columns named must exist.
+CREATE FUNCTION eventgrid._check_table_publication(source_table regclass, columns text[], update_columns text[])
+    RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    caller name := eventgrid._caller();
+    kind "char";
+    missing text;
+    unreadable text;
+BEGIN
+    SELECT c.relkind INTO kind FROM pg_class c WHERE c.oid = source_table;
+    IF kind IS NULL OR kind NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION '% is not a table', source_table
+            USING ERRCODE = 'wrong_object_type',
+                  HINT = 'Table changes are published from ordinary and partitioned tables (not views, foreign tables or partitions alone).';
+    END IF;
+    IF NOT has_table_privilege(caller, source_table, 'TRIGGER') THEN
+        RAISE EXCEPTION 'permission denied to publish the changes of table %', source_table
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('Publishing needs the TRIGGER privilege on the table or its ownership: GRANT TRIGGER ON %s TO %I;', source_table, caller);
+    END IF;
+    SELECT string_agg(format('%I', c), ', ') INTO missing
+      FROM unnest(columns || update_columns) c
+     WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
+                        WHERE a.attrelid = source_table AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped);
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'table % has no column %', source_table, missing
+            USING ERRCODE = 'undefined_column',
+                  HINT = 'columns and update_columns name columns of the table.';
+    END IF;
+    SELECT string_agg(format('%I', a.attname), ', ' ORDER BY a.attnum) INTO unreadable
+      FROM pg_attribute a
+     WHERE a.attrelid = source_table AND a.attnum > 0 AND NOT a.attisdropped
+       AND (columns IS NULL OR a.attname = ANY (columns) OR a.attname = ANY (update_columns))
+       AND NOT has_column_privilege(caller, source_table, a.attnum, 'SELECT');
+    IF unreadable IS NOT NULL THEN
+        RAISE EXCEPTION 'permission denied to publish column % of table %', unreadable, source_table
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'An event carries only what its publisher may read: name the readable columns in columns and update_columns, or get SELECT on these.';
+    END IF;
+END $$;
+COMMENT ON FUNCTION eventgrid._check_table_publication(source_table regclass, columns text[], update_columns text[]) IS
+    'Internal: raises 42809 unless source_table is a table, 42501 unless the caller has TRIGGER on it and SELECT on the columns an event carries or compares, 42703 for a column it does not have.';
+
+-- The names of the triggers a publication of a table to a topic uses.
+CREATE FUNCTION eventgrid._table_change_trigger_name(topic text, operation text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN 'eg_' || topic || '_' || pg_catalog.lower(operation);
+COMMENT ON FUNCTION eventgrid._table_change_trigger_name(topic text, operation text) IS
+    'Internal: name of the statement trigger that publishes a table''s changes of one operation (INSERT, UPDATE, DELETE) to a topic: eg_<topic>_<insert|update|delete>, at most 60 bytes.';
+
+CREATE FUNCTION eventgrid._drop_table_change_triggers(source_table regclass, topic text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    op text;
+BEGIN
+    FOREACH op IN ARRAY ARRAY['INSERT', 'UPDATE', 'DELETE'] LOOP
+        IF EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = source_table
+                      AND t.tgname = eventgrid._table_change_trigger_name(topic, op)) THEN
+            EXECUTE format('DROP TRIGGER %I ON %s', eventgrid._table_change_trigger_name(topic, op), source_table);
+        END IF;
+    END LOOP;
+END $$;
+COMMENT ON FUNCTION eventgrid._drop_table_change_triggers(source_table regclass, topic text) IS
+    'Internal: drops the statement triggers that publish source_table''s changes to topic.';
+
+CREATE FUNCTION eventgrid.publish_table_changes(source_table regclass, topic text,
+        operations text[] DEFAULT ARRAY['INSERT', 'UPDATE', 'DELETE'],
+        columns text[] DEFAULT NULL, update_columns text[] DEFAULT NULL,
+        event_type_prefix text DEFAULT NULL) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    ops text[];
+    op text;
+BEGIN
+    PERFORM eventgrid._check_not_null('source_table', source_table);
+    PERFORM eventgrid._check_not_null('topic', topic);
+    PERFORM eventgrid._check_not_null('operations', operations);
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = publish_table_changes.topic FOR KEY SHARE) THEN
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'Create it first with eventgrid.create_topic().';
+    END IF;
+    SELECT array_agg(DISTINCT upper(o) ORDER BY upper(o)) INTO ops FROM unnest(operations) o;
+    IF ops IS NULL OR NOT ops <@ ARRAY['INSERT', 'UPDATE', 'DELETE'] OR array_position(ops, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'operations must be one or more of INSERT, UPDATE and DELETE, got %', eventgrid._quote(operations::text)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'TRUNCATE publishes nothing; pass for example ARRAY[''INSERT'', ''UPDATE''].';
+    END IF;
+    IF cardinality(columns) = 0 OR cardinality(update_columns) = 0
+       OR array_position(columns, NULL) IS NOT NULL OR array_position(update_columns, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'columns and update_columns must be NULL or name at least one column, without NULLs'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'NULL columns carries every column; NULL update_columns publishes an UPDATE that changed any column.';
+    END IF;
+    IF event_type_prefix IS NOT NULL AND (length(event_type_prefix) NOT BETWEEN 1 AND 200 OR event_type_prefix ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION 'event_type_prefix must have 1 to 200 characters and no control characters, got %', eventgrid._quote(event_type_prefix)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'NULL gives <schema>.<table>; the event types are the prefix and .Inserted, .Updated or .Deleted.';
+    END IF;
+    PERFORM eventgrid._check_table_publication(source_table, columns, update_columns);
+    SELECT array_agg(DISTINCT c ORDER BY c) INTO columns FROM unnest(columns) c;
+    SELECT array_agg(DISTINCT c ORDER BY c) INTO update_columns FROM unnest(update_columns) c;
+
+    PERFORM eventgrid._drop_table_change_triggers(source_table, topic);
+    INSERT INTO eventgrid.table_publications AS p
+           (source_table, topic, operations, columns, update_columns, event_type_prefix)
+    VALUES (source_table, topic, ops, columns, update_columns, event_type_prefix)
+    ON CONFLICT ON CONSTRAINT table_publications_pkey DO UPDATE
+       SET operations = excluded.operations, columns = excluded.columns,
+           update_columns = excluded.update_columns, event_type_prefix = excluded.event_type_prefix;
+    FOREACH op IN ARRAY ops LOOP
+        EXECUTE format('CREATE TRIGGER %I AFTER %s ON %s REFERENCING %s TABLE AS eventgrid_rows %s'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._table_change_trigger(%L)',
+                       eventgrid._table_change_trigger_name(topic, op), op, source_table,
+                       CASE op WHEN 'DELETE' THEN 'OLD' ELSE 'NEW' END,
+                       CASE op WHEN 'UPDATE' THEN 'OLD TABLE AS eventgrid_old_rows' ELSE '' END, topic);
+    END LOOP;
+END $$;
+COMMENT ON FUNCTION eventgrid.publish_table_changes(source_table regclass, topic text, operations text[], columns text[], update_columns text[], event_type_prefix text) IS
+    'Publishes the changes of a table to a topic: every row an INSERT, UPDATE or DELETE on it changes becomes one event, in the changing transaction (statement triggers with transition tables; COPY and INSERT ... ON CONFLICT included; TRUNCATE publishes nothing). operations: any of INSERT, UPDATE, DELETE (all three). columns: the columns an event carries (NULL: all). update_columns: an UPDATE publishes a row only when one of these changed (NULL: when any column changed). event_type_prefix: 1-200 characters (NULL: <schema>.<table>); event types <prefix>.Inserted, .Updated, .Deleted. Called again for the same table and topic it replaces the settings. Requires eventgrid_admin, TRIGGER on the table (or owning it) and SELECT on the columns carried and compared. Errors: 22004 NULL, 42704 no such topic, 22023, 42809 not a table, 42501, 42703.';
+
+CREATE FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._check_not_null('source_table', source_table);
+    PERFORM eventgrid._check_not_null('topic', topic);
+    IF NOT has_table_privilege(eventgrid._caller(), source_table, 'TRIGGER') THEN
+        RAISE EXCEPTION 'permission denied to stop publishing the changes of table %', source_table
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Stopping a publication needs the TRIGGER privilege on the table or its ownership.';
+    END IF;
+    DELETE FROM eventgrid.table_publications p
+     WHERE p.source_table = stop_publishing_table_changes.source_table AND p.topic = stop_publishing_table_changes.topic;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the changes of table % are not published to topic %', source_table, eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'eventgrid.table_change_publications lists the publications.';
+    END IF;
+    PERFORM eventgrid._drop_table_change_triggers(source_table, topic);
+END $$;
+COMMENT ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) IS
+    'Stops publishing the changes of a table to a topic (drops its triggers); events already published stay queued. Requires eventgrid_admin and TRIGGER on the table (or owning it). Errors: 22004 NULL, 42501, 42704 no such publication.';
+
+-- The event of one changed row, in the topic's input schema.
+CREATE FUNCTION eventgrid._table_change_event(input_schema text, event_type text, event_time text, source text,
+        subject text, data jsonb) RETURNS jsonb
+    LANGUAGE sql VOLATILE PARALLEL SAFE
+    RETURN CASE input_schema
+        WHEN 'CloudEventSchemaV1_0' THEN
+            pg_catalog.jsonb_build_object('specversion', '1.0', 'id', pg_catalog.gen_random_uuid()::text,
+                'source', source, 'subject', subject, 'type', event_type, 'time', event_time,
+                'datacontenttype', 'application/json', 'data', data)
+        WHEN 'CustomEventSchema' THEN data
+        ELSE pg_catalog.jsonb_build_object('id', pg_catalog.gen_random_uuid()::text, 'subject', subject,
+                'eventType', event_type, 'eventTime', event_time, 'dataVersion', '1', 'data', data)
+    END;
+COMMENT ON FUNCTION eventgrid._table_change_event(input_schema text, event_type text, event_time text, source text, subject text, data jsonb) IS
+    'Internal: a table change event in a topic''s input schema: Event Grid (id, subject, eventType, eventTime, dataVersion "1", data), CloudEvents 1.0 (specversion, id, source, subject, type, time, datacontenttype, data) or custom (the data object).';
+
+-- The SQL expression giving the JSON value of column col of row alias r.
+-- Built-in types (and domains over them) go through to_jsonb; a value of a
+-- user-defined type is carried as its text (its output function, through
+-- format()), since to_jsonb would run a cast to json that the type's owner
+-- wrote, and the trigger runs as the extension's owner.
+CREATE FUNCTION eventgrid._column_json(r text, col name, typ oid) RETURNS text
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    base oid := typ;
+    t pg_type;
+BEGIN
+    LOOP
+        SELECT * INTO t FROM pg_type WHERE oid = base;
+        EXIT WHEN t.typtype <> 'd';
+        base := t.typbasetype;
+    END LOOP;
+    IF base < 16384 THEN	-- FirstNormalObjectId: made by initdb
+        RETURN format('%s.%I', r, col);
+    END IF;
+    RETURN format('CASE WHEN %1$s.%2$I IS NULL THEN NULL ELSE pg_catalog.format(''%%s'', %1$s.%2$I) END', r, col);
+END $$;
+COMMENT ON FUNCTION eventgrid._column_json(r text, col name, typ oid) IS
+    'Internal: SQL expression of a column''s JSON value in a table change event (to_jsonb''s for built-in types, the text form for user-defined types).';
+
+-- The SQL expression of a JSON object of the given columns of row alias r.
+CREATE FUNCTION eventgrid._row_json(source_table regclass, r text, cols text[]) RETURNS text
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+        SELECT COALESCE(pg_catalog.string_agg(part, ' OPERATOR(pg_catalog.||) ' ORDER BY chunk), '''{}''::jsonb')
+          FROM (SELECT n.chunk, 'pg_catalog.jsonb_build_object(' OPERATOR(pg_catalog.||)
+                       pg_catalog.string_agg(pg_catalog.format('%L, %s', n.attname, eventgrid._column_json(r, n.attname, n.atttypid)),
+                                             ', ' ORDER BY n.attnum) OPERATOR(pg_catalog.||) ')' AS part
+                  FROM (SELECT a.attname, a.atttypid, a.attnum,
+                               (pg_catalog.row_number() OVER (ORDER BY a.attnum) OPERATOR(pg_catalog.-) 1) OPERATOR(pg_catalog./) 50 AS chunk
+                          FROM pg_catalog.pg_attribute a
+                         WHERE a.attrelid OPERATOR(pg_catalog.=) source_table AND a.attnum OPERATOR(pg_catalog.>) 0
+                           AND NOT a.attisdropped
+                           AND (cols IS NULL OR a.attname OPERATOR(pg_catalog.=) ANY (cols))) n
+                 GROUP BY n.chunk) p;
+    END;
+COMMENT ON FUNCTION eventgrid._row_json(source_table regclass, r text, cols text[]) IS
+    'Internal: SQL expression of the JSON object of a row''s columns cols (NULL: all), at most 50 columns per jsonb_build_object.';
+
+-- The SQL expression of a row's subject: /<schema>/<table>/<key values>, the
+-- key values (primary key, in key order, as text) percent-encoded; without
+-- a primary key, or when a key column is not carried, /<schema>/<table>.
+CREATE FUNCTION eventgrid._row_subject(source_table regclass, r text, cols text[]) RETURNS text
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    head text;
+    keys text[];
+BEGIN
+    SELECT '/' || eventgrid._uri_escape(n.nspname) || '/' || eventgrid._uri_escape(c.relname) INTO head
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = source_table;
+    SELECT array_agg(a.attname::text ORDER BY k.i) INTO keys
+      FROM pg_index x, unnest(x.indkey) WITH ORDINALITY k(attnum, i), pg_attribute a
+     WHERE x.indrelid = source_table AND x.indisprimary
+       AND a.attrelid = source_table AND a.attnum = k.attnum;
+    IF keys IS NULL OR NOT keys <@ COALESCE(cols, keys) THEN
+        RETURN quote_literal(head);
+    END IF;
+    RETURN quote_literal(head) || (SELECT string_agg(format(' || ''/'' || eventgrid._uri_escape(pg_catalog.format(''%%s'', %s.%I))', r, k), '' ORDER BY i)
+                                     FROM unnest(keys) WITH ORDINALITY u(k, i));
+END $$;
+COMMENT ON FUNCTION eventgrid._row_subject(source_table regclass, r text, cols text[]) IS
+    'Internal: SQL expression of a table change event''s subject, /<schema>/<table>/<primary key values, percent-encoded, /-joined>; /<schema>/<table> without a primary key or when columns leaves a key column out.';
+
+CREATE FUNCTION eventgrid._table_change_trigger() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    pub_topic text := TG_ARGV[0];
+    p eventgrid.table_publications;
+    input_schema text;
+    etype text;
+    source text;
+    watched text[];
+    q text;
+BEGIN
+    SELECT * INTO p FROM eventgrid.table_publications t
+     WHERE t.source_table = TG_RELID::regclass AND t.topic = pub_topic;
+    IF NOT FOUND OR TG_NARGS <> 1 OR TG_LEVEL <> 'STATEMENT' OR TG_WHEN <> 'AFTER' OR TG_OP <> ALL (p.operations)
+       OR TG_NAME <> eventgrid._table_change_trigger_name(pub_topic, TG_OP) THEN
+        RAISE EXCEPTION 'trigger % on table % does not belong to a publication of its changes to topic %',
+                        TG_NAME, TG_RELID::regclass, eventgrid._quote(pub_topic)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Only eventgrid.publish_table_changes() sets up publications; drop this trigger.';
+    END IF;
+    SELECT t.input_schema INTO input_schema FROM eventgrid.topics t WHERE t.name = pub_topic;
+    etype := COALESCE(p.event_type_prefix, TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME)
+             || CASE TG_OP WHEN 'INSERT' THEN '.Inserted' WHEN 'UPDATE' THEN '.Updated' ELSE '.Deleted' END;
+    source := '/postgresql/' || eventgrid._uri_escape(current_database()) || '/' || eventgrid._uri_escape(TG_TABLE_SCHEMA)
+              || '/' || eventgrid._uri_escape(TG_TABLE_NAME);
+    -- $1 topic, $2 input schema, $3 event type, $4 time, $5 source, $6 operation, $7 schema, $8 table
+    q := 'INSERT INTO eventgrid.events (topic, event) SELECT $1, eventgrid._table_change_event($2, $3, $4, $5, %s,'
+         ' pg_catalog.jsonb_build_object(''operation'', $6, ''schema'', $7, ''table'', $8, ''new'', %s, ''old'', %s)) FROM %s';
+    IF TG_OP = 'INSERT' THEN
+        q := format(q, eventgrid._row_subject(TG_RELID, 'n', p.columns), eventgrid._row_json(TG_RELID, 'n', p.columns),
+                    'NULL::jsonb', 'eventgrid_rows n');
+    ELSIF TG_OP = 'DELETE' THEN
+        q := format(q, eventgrid._row_subject(TG_RELID, 'o', p.columns), 'NULL::jsonb',
+                    eventgrid._row_json(TG_RELID, 'o', p.columns), 'eventgrid_rows o');
+    ELSE
+        -- the old and the new version of each row, paired by their place in
+        -- the transition tables, which PostgreSQL fills in step
+        q := format(q, 'n.subject', 'n.row', 'o.row', format(
+                 '(SELECT pg_catalog.row_number() OVER () AS i, %s AS row, %s AS watched FROM eventgrid_old_rows o) o'
+                 ' JOIN (SELECT pg_catalog.row_number() OVER () AS i, %s AS row, %s AS watched, %s AS subject FROM eventgrid_rows n) n'
+                 ' ON n.i OPERATOR(pg_catalog.=) o.i WHERE n.watched IS DISTINCT FROM o.watched',
+                 eventgrid._row_json(TG_RELID, 'o', p.columns), eventgrid._row_json(TG_RELID, 'o', p.update_columns),
+                 eventgrid._row_json(TG_RELID, 'n', p.columns), eventgrid._row_json(TG_RELID, 'n', p.update_columns),
+                 eventgrid._row_subject(TG_RELID, 'n', p.columns)));
+    END IF;
+    EXECUTE q USING pub_topic, input_schema, etype, eventgrid.rfc3339(statement_timestamp()), source,
+                    TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME;
+    RETURN NULL;
+END $$;
+COMMENT ON FUNCTION eventgrid._table_change_trigger() IS
+    'Internal: AFTER ... FOR EACH STATEMENT trigger of a table change publication (argument: the topic); publishes one event per row of the statement''s transition tables with one INSERT ... SELECT. Refuses (42501) to run as any trigger publish_table_changes() did not make.';
+
+CREATE FUNCTION eventgrid._forget_dropped_tables() RETURNS event_trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    DELETE FROM eventgrid.table_publications p
+     USING pg_event_trigger_dropped_objects() d
+     WHERE d.classid = 'pg_class'::regclass AND d.objsubid = 0 AND d.objid = p.source_table::oid;
+END $$;
+COMMENT ON FUNCTION eventgrid._forget_dropped_tables() IS
+    'Internal: sql_drop event trigger function; a dropped table''s publications go with it.';
+CREATE EVENT TRIGGER eventgrid_forget_dropped_tables ON sql_drop
+    EXECUTE FUNCTION eventgrid._forget_dropped_tables();
+COMMENT ON EVENT TRIGGER eventgrid_forget_dropped_tables IS
+    'eventgrid: forgets the table change publications of a dropped table (its triggers go with it).';
+
+CREATE VIEW eventgrid.table_change_publications AS
+SELECT p.source_table, p.topic, p.operations, p.columns, p.update_columns,
+       COALESCE(p.event_type_prefix, n.nspname || '.' || c.relname) AS event_type_prefix,
+       p.event_type_prefix IS NULL AS default_prefix, p.created_at
+  FROM eventgrid.table_publications p
+  JOIN pg_catalog.pg_class c ON c.oid = p.source_table
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace;
+COMMENT ON VIEW eventgrid.table_change_publications IS
+    'The table change publications: source_table, topic, operations, columns carried (NULL: all), update_columns (NULL: any column), event_type_prefix (default_prefix: <schema>.<table>, following renames), created_at. Readable by eventgrid_admin.';
+
+-- drop_topic stops the topic's publications first (their triggers would refuse to run)
+CREATE OR REPLACE FUNCTION eventgrid.drop_topic(name text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sids bigint[];
+    pub record;
+BEGIN
+    PERFORM eventgrid._check_not_null('topic name', name);
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = drop_topic.name FOR UPDATE) THEN
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(name) USING ERRCODE = 'undefined_object';
+    END IF;
+    -- publications of table changes to it stop: their triggers go
+    FOR pub IN SELECT p.source_table FROM eventgrid.table_publications p WHERE p.topic = drop_topic.name LOOP
+        PERFORM eventgrid._drop_table_change_triggers(pub.source_table, name);
+    END LOOP;
+    -- the subscriptions first (the delivery worker's lock order), then their retries
+    SELECT array_agg(s.id ORDER BY s.id) INTO sids
+      FROM (SELECT s.id FROM eventgrid.event_subscriptions s WHERE s.topic = drop_topic.name
+             ORDER BY s.id FOR UPDATE) s;
+    DELETE FROM eventgrid.retries r WHERE r.subscription_id = ANY (sids);
+    -- subscriptions, positions, counters and publications go with the topic
+    -- (ON DELETE CASCADE); its events stay in the event tables until they are emptied
+    DELETE FROM eventgrid.topics t WHERE t.name = drop_topic.name;
+END $$;
+COMMENT ON FUNCTION eventgrid.drop_topic(name text) IS 'Drops a topic with its event subscriptions and their pending deliveries and retries, and stops the publications of table changes to it. Dead letters are kept. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such topic.';
+
+REVOKE ALL ON FUNCTION eventgrid._uri_escape(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._check_table_publication(regclass, text[], text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._table_change_trigger_name(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._drop_table_change_triggers(regclass, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._table_change_event(text, text, text, text, text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._column_json(text, name, oid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._row_json(regclass, text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._row_subject(regclass, text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._table_change_trigger() FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._forget_dropped_tables() FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid.publish_table_changes(regclass, text, text[], text[], text[], text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid.stop_publishing_table_changes(regclass, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid.publish_table_changes(regclass, text, text[], text[], text[], text) TO eventgrid_admin;
+GRANT EXECUTE ON FUNCTION eventgrid.stop_publishing_table_changes(regclass, text) TO eventgrid_admin;
+REVOKE ALL ON TABLE eventgrid.table_publications FROM PUBLIC;
+GRANT SELECT ON TABLE eventgrid.table_publications TO eventgrid_admin;
+GRANT SELECT ON TABLE eventgrid.table_change_publications TO eventgrid_admin;

@@ -1,0 +1,269 @@
+# Table changes published as events (issue "Publish table changes"):
+# eventgrid.publish_table_changes() on an application table makes each
+# INSERT, UPDATE and DELETE publish one event per changed row, in the
+# changing transaction, delivered to a real receiver and parsed there:
+#  - the payload in each input schema (Event Grid, CloudEvents, custom),
+#    subjects with percent-encoded composite keys, columns carried and
+#    update_columns watched, filters on data.new.*;
+#  - rollback and subtransaction rollback publish nothing;
+#  - bulk INSERT ... SELECT, COPY, INSERT ... ON CONFLICT DO UPDATE (an
+#    insert or an update event per row), a partitioned parent (a row moved
+#    between partitions is one Updated event), UPDATE of a primary key,
+#    tables without a key, rows over 1 MB;
+#  - who may do what: admin only, TRIGGER and SELECT checked for the caller,
+#    a hand-made trigger refused (42501), writers need no eventgrid role;
+#  - upgrade from 0.7.0, pg_dump/pg_restore, DROP TABLE, drop_topic and
+#    DROP EXTENSION.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../lib";
+use EventGridTest;
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_node('changes');
+my $r = start_receiver();
+my $u = $r->{url};
+my $json = JSON::PP->new;
+
+sub sql { return $node->safe_psql('postgres', shift) }
+
+# the statement's error (psql's stderr) and its SQLSTATE
+sub fails
+{
+	my ($sql, $user) = @_;
+	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n" . ($user ? "SET ROLE $user;\n" : '') . $sql);
+	return $ret == 0 ? 'no error' : $err;
+}
+
+# the events the receiver got on a path, each decoded (a batch or one event per request)
+sub events_at
+{
+	my ($path, $n) = @_;
+	my @ev;
+	for my $req (wait_for_requests($r, $path, $n, 60))
+	{
+		my $body = $json->decode($req->{body});
+		push @ev, ref($body) eq 'ARRAY' ? @$body : $body;
+	}
+	return @ev;
+}
+
+# --- installed as 0.7.0 and updated: the feature comes with the update
+sql('DROP EXTENSION eventgrid');
+sql("CREATE EXTENSION eventgrid VERSION '0.7.0'");
+sql('ALTER EXTENSION eventgrid UPDATE');
+is(sql("SELECT extversion FROM pg_extension WHERE extname = 'eventgrid'"), '0.8.0', 'updated from 0.7.0');
+
+sql(<<'SQL');
+CREATE ROLE admin1 LOGIN IN ROLE eventgrid_admin;
+CREATE ROLE owner1 LOGIN;
+CREATE ROLE writer1 LOGIN;
+CREATE SCHEMA shop AUTHORIZATION owner1;
+GRANT USAGE ON SCHEMA shop TO admin1, writer1;
+SET ROLE owner1;
+CREATE TABLE shop.orders (region text, id int, status text, amount numeric, secret text, placed date,
+                          PRIMARY KEY (region, id));
+GRANT INSERT, UPDATE, DELETE, SELECT ON shop.orders TO writer1;
+GRANT TRIGGER ON shop.orders TO admin1;
+GRANT SELECT (region, id, status, amount, placed) ON shop.orders TO admin1;
+RESET ROLE;
+SELECT eventgrid.create_topic('orders-eg');
+SELECT eventgrid.create_topic('orders-ce', 'CloudEventSchemaV1_0');
+SELECT eventgrid.create_topic('orders-custom', 'CustomEventSchema');
+SQL
+sql("SELECT eventgrid.create_event_subscription('orders-eg', 'all', '$u/status/200/eg')");
+sql("SELECT eventgrid.create_event_subscription('orders-eg', 'paid', '$u/status/200/paid',"
+	  . " advanced_filters => '[{\"operatorType\": \"StringIn\", \"key\": \"data.new.status\", \"values\": [\"paid\"]}]')");
+sql("SELECT eventgrid.create_event_subscription('orders-ce', 'all', '$u/status/200/ce')");
+sql("SELECT eventgrid.create_event_subscription('orders-custom', 'all', '$u/status/200/custom')");
+
+# --- who may publish a table's changes
+like(fails("SELECT eventgrid.publish_table_changes('shop.orders', 'orders-eg')", 'writer1'),
+	qr/42501: permission denied for function publish_table_changes/, 'not an admin: 42501');
+like(fails("SELECT eventgrid.publish_table_changes('shop.orders', 'orders-eg')", 'admin1'),
+	qr/42501: permission denied to publish column secret of table shop.orders/,
+	'an admin may not publish a column it cannot read (42501)');
+sql("CREATE TABLE public.other (id int PRIMARY KEY)");
+like(fails("SELECT eventgrid.publish_table_changes('public.other', 'orders-eg')", 'admin1'),
+	qr/42501: permission denied to publish the changes of table public.other.*HINT:  .*GRANT TRIGGER ON public.other TO admin1;/s,
+	'nor a table it has no TRIGGER privilege on (42501, with the GRANT to ask for)');
+like(fails("SELECT eventgrid.publish_table_changes('shop.orders', 'orders-eg', columns => ARRAY['nope'])", 'admin1'),
+	qr/42703: table shop.orders has no column nope/, 'a column the table does not have: 42703');
+like(fails("SELECT eventgrid.publish_table_changes('shop.orders', 'orders-eg', operations => ARRAY['TRUNCATE'])", 'admin1'),
+	qr/22023: operations must be one or more of INSERT, UPDATE and DELETE/, 'TRUNCATE is not an operation: 22023');
+like(fails("SELECT eventgrid.publish_table_changes('shop.orders', 'nope-topic')", 'admin1'),
+	qr/42704: topic "nope-topic" does not exist/, 'no such topic: 42704');
+
+$node->safe_psql('postgres', <<'SQL');
+SET ROLE admin1;
+SELECT eventgrid.publish_table_changes('shop.orders', 'orders-eg', columns => ARRAY['region', 'id', 'status', 'amount', 'placed']);
+SELECT eventgrid.publish_table_changes('shop.orders', 'orders-ce', columns => ARRAY['region', 'id', 'status'],
+                                       update_columns => ARRAY['status'], event_type_prefix => 'Shop.Order');
+SELECT eventgrid.publish_table_changes('shop.orders', 'orders-custom', operations => ARRAY['delete'], columns => ARRAY['id']);
+SQL
+is(sql("SELECT string_agg(concat_ws(' ', source_table, topic, operations, coalesce(columns::text, '-'),"
+		  . " coalesce(update_columns::text, '-'), event_type_prefix), E'\\n' ORDER BY topic) FROM eventgrid.table_change_publications"),
+	"shop.orders orders-ce {DELETE,INSERT,UPDATE} {id,region,status} {status} Shop.Order\n"
+	  . "shop.orders orders-custom {DELETE} {id} - shop.orders\n"
+	  . "shop.orders orders-eg {DELETE,INSERT,UPDATE} {amount,id,placed,region,status} - shop.orders",
+	'eventgrid.table_change_publications lists them');
+
+# --- a writer with no eventgrid role changes rows; rolled-back changes publish nothing
+$node->safe_psql('postgres', <<'SQL');
+SET ROLE writer1;
+INSERT INTO shop.orders VALUES ('eu/west', 1, 'new', 10.50, 'top secret', '2024-05-01'), ('us', 2, 'new', 3, 'hidden', NULL);
+BEGIN;
+INSERT INTO shop.orders VALUES ('eu', 3, 'new', 1, 's', NULL);
+ROLLBACK;
+BEGIN;
+UPDATE shop.orders SET amount = 11 WHERE id = 1;
+SAVEPOINT s;
+DELETE FROM shop.orders WHERE id = 2;
+ROLLBACK TO SAVEPOINT s;
+UPDATE shop.orders SET status = 'paid', id = 12 WHERE id = 2;
+COMMIT;
+DELETE FROM shop.orders WHERE id = 12;
+SQL
+
+# requests may arrive in any order: events are sorted by subject, then type
+my %rank = (Inserted => 1, Updated => 2, Deleted => 3);
+sub by_key
+{
+	my ($type) = @_;
+	return sort { $a->{subject} cmp $b->{subject} || $rank{ ($a->{$type} =~ /(\w+)$/)[0] } <=> $rank{ ($b->{$type} =~ /(\w+)$/)[0] } } @_[1 .. $#_];
+}
+my @eg = by_key('eventType', events_at('/status/200/eg', 5));
+is(join(' ', map { "$_->{eventType}:$_->{subject}" } @eg),
+	'shop.orders.Inserted:/shop/orders/eu%2Fwest/1 shop.orders.Updated:/shop/orders/eu%2Fwest/1'
+	  . ' shop.orders.Updated:/shop/orders/us/12 shop.orders.Deleted:/shop/orders/us/12'
+	  . ' shop.orders.Inserted:/shop/orders/us/2',
+	'Event Grid schema: one event per changed row, percent-encoded composite keys, nothing rolled back');
+is_deeply($eg[0]{data},
+	{ operation => 'INSERT', schema => 'shop', table => 'orders', old => undef,
+	  new => { region => 'eu/west', id => 1, status => 'new', amount => 10.5, placed => '2024-05-01' } },
+	'data: operation, schema, table, new (the columns carried, as to_jsonb gives them), old null');
+is_deeply([ $eg[1]{data}{old}{amount}, $eg[1]{data}{new}{amount} ], [ 10.5, 11 ], 'an UPDATE carries old and new');
+is_deeply([ $eg[2]{data}{old}{id}, $eg[2]{data}{new}{id}, $eg[2]{data}{new}{status} ], [ 2, 12, 'paid' ],
+	'an UPDATE of the primary key: one Updated event with the old and the new key');
+is_deeply([ $eg[3]{data}{new}, $eg[3]{data}{old}{id} ], [ undef, 12 ], 'a DELETE carries old only');
+ok(!(grep { $_->{body} =~ /secret|hidden/ } requests($r)), 'a column left out of columns appears in no request');
+is(scalar(grep { $_->{dataVersion} eq '1' && $_->{eventTime} =~ /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/ } @eg), 5,
+	'dataVersion "1", eventTime in RFC 3339');
+my %ids = map { $_->{id} => 1 } @eg;
+is(scalar(keys %ids), 5, 'every event has its own id');
+
+my @paid = events_at('/status/200/paid', 1);
+is(join(' ', map { $_->{subject} } @paid), '/shop/orders/us/12', 'an advanced filter on data.new.status selects the paid order');
+
+# CloudEvents: the UPDATE of amount only (not watched) publishes nothing
+my @ce = by_key('type', events_at('/status/200/ce', 4));
+is(join(' ', map { "$_->{type}:$_->{subject}" } @ce),
+	'Shop.Order.Inserted:/shop/orders/eu%2Fwest/1 Shop.Order.Updated:/shop/orders/us/12'
+	  . ' Shop.Order.Deleted:/shop/orders/us/12 Shop.Order.Inserted:/shop/orders/us/2',
+	'CloudEvents: the prefix chosen, and an UPDATE of an unwatched column publishes nothing');
+is_deeply([ @{ $ce[0] }{qw(specversion source datacontenttype)} ], [ '1.0', '/postgresql/postgres/shop/orders', 'application/json' ],
+	'CloudEvents attributes: specversion, source /postgresql/<database>/<schema>/<table>, datacontenttype');
+my @custom = events_at('/status/200/custom', 1);
+is_deeply(\@custom, [ { operation => 'DELETE', schema => 'shop', table => 'orders', new => undef, old => { id => 12 } } ],
+	'custom schema: the data object itself, DELETE only');
+
+# --- bulk statements: one set-based insert of events per statement
+sql("SELECT eventgrid.create_topic('bulk')");
+sql("CREATE TABLE bulk (id int PRIMARY KEY, a int, b text, c text, d int)");
+sql("SELECT eventgrid.publish_table_changes('bulk', 'bulk')");
+sql("INSERT INTO bulk SELECT i, i, 'b' || i, 'c', i FROM generate_series(1, 10000) i");
+is(sql("SELECT count(*), count(DISTINCT event->>'subject') FROM eventgrid.events WHERE topic = 'bulk'"), '10000|10000',
+	'INSERT ... SELECT of 10,000 rows: 10,000 events');
+$node->safe_psql('postgres', "COPY bulk FROM STDIN;\n" . join('', map { "$_\t1\tb\tc\t1\n" } 20001 .. 20100) . "\\.\n");
+is(sql("SELECT count(*) FROM eventgrid.events WHERE topic = 'bulk' AND event->>'subject' ~ '^/public/bulk/20(0[0-9][0-9]|100)\$'"), '100',
+	'COPY: an event per row');
+sql("INSERT INTO bulk VALUES (1, 0, 'x', 'x', 0), (2, 0, 'x', 'x', 0), (30001, 0, 'x', 'x', 0)"
+	  . " ON CONFLICT (id) DO UPDATE SET a = -1");
+is(sql("SELECT string_agg(event->>'eventType' || ' ' || (event->'data'->'new'->>'id'), ', ' ORDER BY event->>'eventType', event->'data'->'new'->>'id')"
+		  . " FROM eventgrid.events WHERE topic = 'bulk' AND (event->'data'->'new'->>'a' IN ('-1', '0'))"),
+	'public.bulk.Inserted 30001, public.bulk.Updated 1, public.bulk.Updated 2',
+	'INSERT ... ON CONFLICT DO UPDATE: an Inserted or an Updated event per row, as happened');
+is(sql("SELECT count(*) FROM eventgrid.events e WHERE topic = 'bulk' AND event->>'eventType' = 'public.bulk.Updated'"
+		  . " AND (event->'data'->'old'->>'id') = (event->'data'->'new'->>'id')"), '2', 'each Updated event pairs a row\'s old and new version');
+
+# --- a partitioned table: the publication on the parent covers rows in its partitions
+sql("SELECT eventgrid.create_topic('parts')");
+sql("CREATE TABLE measures (site text, id int, v int, PRIMARY KEY (site, id)) PARTITION BY LIST (site);"
+	  . " CREATE TABLE measures_a PARTITION OF measures FOR VALUES IN ('a');"
+	  . " CREATE TABLE measures_b PARTITION OF measures FOR VALUES IN ('b');");
+sql("SELECT eventgrid.publish_table_changes('measures', 'parts')");
+sql("INSERT INTO measures VALUES ('a', 1, 1), ('b', 2, 2); UPDATE measures SET site = 'b' WHERE id = 1; UPDATE measures SET v = 5 WHERE id = 2");
+is(sql("SELECT string_agg(event->>'eventType' || ' ' || (event->>'subject') || ' ' || coalesce(event->'data'->'old'->>'site', '-'), ', ' ORDER BY id)"
+		  . " FROM eventgrid.events WHERE topic = 'parts'"),
+	'public.measures.Inserted /public/measures/a/1 -, public.measures.Inserted /public/measures/b/2 -,'
+	  . ' public.measures.Updated /public/measures/b/1 a, public.measures.Updated /public/measures/b/2 b',
+	'partitions: inserts routed there, a row moved between partitions is one Updated event');
+
+# --- no primary key; a key column not carried; a row over 1 MB
+sql("CREATE TABLE nokey (v text); SELECT eventgrid.publish_table_changes('nokey', 'parts')");
+sql("CREATE TABLE keyed (id int PRIMARY KEY, v text); SELECT eventgrid.publish_table_changes('keyed', 'parts', columns => ARRAY['v'])");
+sql("INSERT INTO nokey VALUES ('x'); INSERT INTO keyed VALUES (7, 'y')");
+is(sql("SELECT string_agg(event->>'subject', ' ' ORDER BY id) FROM eventgrid.events WHERE topic = 'parts' AND event->>'eventType' ~ 'nokey|keyed'"),
+	'/public/nokey /public/keyed', 'without a key, or with the key not carried, the subject is /<schema>/<table>');
+like(fails("INSERT INTO nokey VALUES (repeat('x', 1100000))"), qr/54000: .*1 MB|54000: .*1048576/,
+	'a row whose event is over 1 MB fails the statement (54000)');
+is(sql("SELECT count(*) FROM nokey"), '1', 'and the row is not written');
+
+# --- a trigger made by hand cannot publish
+sql("CREATE TABLE owned (id int); ALTER TABLE owned OWNER TO owner1");
+like(fails("CREATE TRIGGER hijack AFTER INSERT ON owned REFERENCING NEW TABLE AS eventgrid_rows FOR EACH STATEMENT"
+		  . " EXECUTE FUNCTION eventgrid._table_change_trigger('orders-eg')", 'owner1'),
+	qr/42501: permission denied for function eventgrid._table_change_trigger/, 'a table owner cannot attach the trigger function (42501)');
+sql("CREATE TRIGGER hijack AFTER INSERT ON owned REFERENCING NEW TABLE AS eventgrid_rows FOR EACH STATEMENT"
+	  . " EXECUTE FUNCTION eventgrid._table_change_trigger('orders-eg')");
+like(fails("INSERT INTO owned VALUES (1)", 'owner1'),
+	qr/42501: trigger hijack on table public.owned does not belong to a publication of its changes to topic "orders-eg"/,
+	'and one attached by a superuser refuses to run (42501)');
+sql("DROP TRIGGER hijack ON owned");
+
+# --- stopping; DROP TABLE and drop_topic end publications
+like(fails("SELECT eventgrid.stop_publishing_table_changes('bulk', 'bulk')", 'admin1'),
+	qr/42501: permission denied to stop publishing the changes of table public.bulk/, 'stopping needs TRIGGER on the table (42501)');
+sql("SELECT eventgrid.stop_publishing_table_changes('bulk', 'bulk')");
+my $before = sql("SELECT count(*) FROM eventgrid.events WHERE topic = 'bulk'");
+sql("INSERT INTO bulk VALUES (40000, 1, 'b', 'c', 1)");
+is(sql("SELECT count(*) FROM eventgrid.events WHERE topic = 'bulk'"), $before, 'a stopped publication publishes nothing');
+is(sql("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'bulk'::regclass"), '0', 'and its triggers are gone');
+sql("DROP TABLE nokey");
+is(sql("SELECT count(*) FROM eventgrid.table_change_publications WHERE topic = 'parts'"), '2', 'DROP TABLE ends its publication');
+sql("SELECT eventgrid.drop_topic('parts')");
+is(sql("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'eg_parts_%'"), '0', 'drop_topic stops the publications to it');
+sql("INSERT INTO keyed VALUES (8, 'z')");
+pass('and writes to their tables go on');
+
+# --- pg_dump / pg_restore keeps publications working
+my $dump = "$PostgreSQL::Test::Utils::tmp_check/changes.dump";
+$node->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $node->connstr('postgres') ], 'pg_dump -Fc');
+$node->append_conf('postgresql.conf', "eventgrid.database_name = 'restored'\n");
+$node->restart;
+sql('CREATE DATABASE restored');
+$node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('restored'), $dump ], 'pg_restore into a new database');
+is($node->safe_psql('restored', "SELECT string_agg(source_table || ' ' || topic, ', ' ORDER BY topic) FROM eventgrid.table_change_publications"),
+	'shop.orders orders-ce, shop.orders orders-custom, shop.orders orders-eg', 'the publications are restored');
+$node->safe_psql('restored', "SET ROLE writer1; INSERT INTO shop.orders VALUES ('eu', 99, 'new', 1, 'x', NULL)");
+is($node->safe_psql('restored', "SELECT string_agg(topic || ' ' || (event->>'subject'), ', ' ORDER BY topic) FROM eventgrid.events"
+		  . " WHERE topic LIKE 'orders-%' AND coalesce(event->>'subject', '') LIKE '%/99'"),
+	'orders-ce /shop/orders/eu/99, orders-eg /shop/orders/eu/99', 'and publish from the restored database');
+
+# --- DROP EXTENSION says what depends on it
+like(fails_in('restored', 'DROP EXTENSION eventgrid'), qr/2BP01: .*trigger eg_orders-ce_insert on table shop.orders depends on function eventgrid._table_change_trigger\(\)/s,
+	'DROP EXTENSION with publications names the triggers that depend on it (2BP01)');
+
+sub fails_in
+{
+	my ($db, $sql) = @_;
+	my ($ret, $out, $err) = $node->psql($db, "\\set VERBOSITY verbose\n" . $sql);
+	return $ret == 0 ? 'no error' : $err;
+}
+
+$node->stop;
+done_testing();
