@@ -435,7 +435,7 @@ class Bench:
             self.q(f"CREATE TABLE {t} (id int PRIMARY KEY, qty int, price int, sku text, note text)")
         self.q("SELECT eventgrid.publish_table_changes('tc_published', 'changes', operations => ARRAY['INSERT'])")
         self.q("CREATE TRIGGER tc_pgq AFTER INSERT ON tc_pgq FOR EACH ROW EXECUTE FUNCTION pgq.logutriga('changes')")
-        insert = "INSERT INTO {t} SELECT i, i % 100, i % 1000, 'sku-' || i, 'a note of some length ' || i FROM generate_series(1, %s) i"
+        insert = "INSERT INTO {t} SELECT i, i %% 100, i %% 1000, 'sku-' || i, 'a note of some length ' || i FROM generate_series(1, %s) i"
         bulk = {"tc_plain": [], "tc_published": [], "tc_pgq": []}
         for _ in range(3):
             for t in bulk:

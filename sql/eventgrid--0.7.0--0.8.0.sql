@@ -20,6 +20,10 @@ CREATE TABLE eventgrid.table_publications (
     update_columns text[] CHECK (cardinality(update_columns) > 0),
     event_type_prefix text,
     created_at timestamp with time zone NOT NULL DEFAULT now(),
+    -- the trigger's statements, made for the table's shape (columns, types,
+    -- primary key) it was in: made again when the shape differs
+    shape text,
+    statements jsonb,
     PRIMARY KEY (source_table, topic)
 );
 COMMENT ON TABLE eventgrid.table_publications IS
@@ -159,7 +163,8 @@ BEGIN
     VALUES (source_table, topic, ops, columns, update_columns, event_type_prefix)
     ON CONFLICT ON CONSTRAINT table_publications_pkey DO UPDATE
        SET operations = excluded.operations, columns = excluded.columns,
-           update_columns = excluded.update_columns, event_type_prefix = excluded.event_type_prefix;
+           update_columns = excluded.update_columns, event_type_prefix = excluded.event_type_prefix,
+           shape = NULL, statements = NULL;
     FOREACH op IN ARRAY ops LOOP
         EXECUTE format('CREATE TRIGGER %I AFTER %s ON %s REFERENCING %s TABLE AS eventgrid_rows %s'
                        ' FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._table_change_trigger(%L)',
@@ -258,28 +263,74 @@ COMMENT ON FUNCTION eventgrid._row_json(source_table regclass, r text, cols text
 -- The SQL expression of a row's subject: /<schema>/<table>/<key values>, the
 -- key values (primary key, in key order, as text) percent-encoded; without
 -- a primary key, or when a key column is not carried, /<schema>/<table>.
+-- /<schema>/<table> is parameter $9, so a renamed table needs no new SQL.
 CREATE FUNCTION eventgrid._row_subject(source_table regclass, r text, cols text[]) RETURNS text
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-    head text;
     keys text[];
 BEGIN
-    SELECT '/' || eventgrid._uri_escape(n.nspname) || '/' || eventgrid._uri_escape(c.relname) INTO head
-      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = source_table;
     SELECT array_agg(a.attname::text ORDER BY k.i) INTO keys
       FROM pg_index x, unnest(x.indkey) WITH ORDINALITY k(attnum, i), pg_attribute a
      WHERE x.indrelid = source_table AND x.indisprimary
        AND a.attrelid = source_table AND a.attnum = k.attnum;
     IF keys IS NULL OR NOT keys <@ COALESCE(cols, keys) THEN
-        RETURN quote_literal(head);
+        RETURN '$9';
     END IF;
-    RETURN quote_literal(head) || (SELECT string_agg(format(' || ''/'' || eventgrid._uri_escape(pg_catalog.format(''%%s'', %s.%I))', r, k), '' ORDER BY i)
+    RETURN '$9' || (SELECT string_agg(format(' || ''/'' || eventgrid._uri_escape(pg_catalog.format(''%%s'', %s.%I))', r, k), '' ORDER BY i)
                                      FROM unnest(keys) WITH ORDINALITY u(k, i));
 END $$;
 COMMENT ON FUNCTION eventgrid._row_subject(source_table regclass, r text, cols text[]) IS
-    'Internal: SQL expression of a table change event''s subject, /<schema>/<table>/<primary key values, percent-encoded, /-joined>; /<schema>/<table> without a primary key or when columns leaves a key column out.';
+    'Internal: SQL expression of a table change event''s subject: parameter $9 (/<schema>/<table>, percent-encoded) and the primary key values, percent-encoded, each after a /; $9 alone without a primary key or when columns leaves a key column out.';
+
+-- What the statements of a publication depend on: the table's columns
+-- (number, name, type) and primary key.
+CREATE FUNCTION eventgrid._table_shape(source_table regclass) RETURNS text
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+        SELECT pg_catalog.concat(
+                 (SELECT pg_catalog.string_agg(pg_catalog.concat_ws(':', a.attnum, a.attname, a.atttypid), ',' ORDER BY a.attnum)
+                    FROM pg_catalog.pg_attribute a
+                   WHERE a.attrelid OPERATOR(pg_catalog.=) source_table AND a.attnum OPERATOR(pg_catalog.>) 0
+                     AND NOT a.attisdropped),
+                 '|',
+                 (SELECT x.indkey::text FROM pg_catalog.pg_index x
+                   WHERE x.indrelid OPERATOR(pg_catalog.=) source_table AND x.indisprimary));
+    END;
+COMMENT ON FUNCTION eventgrid._table_shape(source_table regclass) IS
+    'Internal: the columns (number, name, type) and primary key of a table, which the statements of its publications are made for.';
+
+-- The statement each operation's trigger runs, by operation: one INSERT ...
+-- SELECT into eventgrid.events over the transition tables.  Parameters: $1
+-- topic, $2 input schema, $3 event type, $4 time, $5 source, $6 operation,
+-- $7 schema, $8 table, $9 /<schema>/<table> for the subject.
+CREATE FUNCTION eventgrid._table_change_statements(source_table regclass, columns text[], update_columns text[])
+    RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    q text := 'INSERT INTO eventgrid.events (topic, event) SELECT $1, eventgrid._table_change_event($2, $3, $4, $5, %s,'
+              ' pg_catalog.jsonb_build_object(''operation'', $6, ''schema'', $7, ''table'', $8, ''new'', %s, ''old'', %s)) FROM %s';
+BEGIN
+    RETURN jsonb_build_object(
+        'INSERT', format(q, eventgrid._row_subject(source_table, 'n', columns), eventgrid._row_json(source_table, 'n', columns),
+                         'NULL::jsonb', 'eventgrid_rows n'),
+        'DELETE', format(q, eventgrid._row_subject(source_table, 'o', columns), 'NULL::jsonb',
+                         eventgrid._row_json(source_table, 'o', columns), 'eventgrid_rows o'),
+        -- the old and the new version of each row, paired by their place in
+        -- the transition tables, which PostgreSQL fills in step
+        'UPDATE', format(q, 'n.subject', 'n.row', 'o.row', format(
+                 '(SELECT pg_catalog.row_number() OVER () AS i, %s AS row, %s AS watched FROM eventgrid_old_rows o) o'
+                 ' JOIN (SELECT pg_catalog.row_number() OVER () AS i, %s AS row, %s AS watched, %s AS subject FROM eventgrid_rows n) n'
+                 ' ON n.i OPERATOR(pg_catalog.=) o.i WHERE n.watched IS DISTINCT FROM o.watched',
+                 eventgrid._row_json(source_table, 'o', columns), eventgrid._row_json(source_table, 'o', update_columns),
+                 eventgrid._row_json(source_table, 'n', columns), eventgrid._row_json(source_table, 'n', update_columns),
+                 eventgrid._row_subject(source_table, 'n', columns))));
+END $$;
+COMMENT ON FUNCTION eventgrid._table_change_statements(source_table regclass, columns text[], update_columns text[]) IS
+    'Internal: the INSERT ... SELECT into eventgrid.events that the trigger of each operation (INSERT, UPDATE, DELETE) of a publication runs over its transition tables.';
 
 CREATE FUNCTION eventgrid._table_change_trigger() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -289,10 +340,8 @@ DECLARE
     pub_topic text := TG_ARGV[0];
     p eventgrid.table_publications;
     input_schema text;
+    cur_shape text;
     etype text;
-    source text;
-    watched text[];
-    q text;
 BEGIN
     SELECT * INTO p FROM eventgrid.table_publications t
      WHERE t.source_table = TG_RELID::regclass AND t.topic = pub_topic;
@@ -303,37 +352,34 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'Only eventgrid.publish_table_changes() sets up publications; drop this trigger.';
     END IF;
+    -- the statements are made once per shape of the table and kept in the
+    -- publication; when another transaction is writing that row (or wrote
+    -- it after this one's snapshot), this one uses its own rather than wait
+    -- or fail
+    cur_shape := eventgrid._table_shape(TG_RELID);
+    IF p.shape IS DISTINCT FROM cur_shape THEN
+        p.statements := eventgrid._table_change_statements(TG_RELID, p.columns, p.update_columns);
+        BEGIN
+            UPDATE eventgrid.table_publications t SET shape = cur_shape, statements = p.statements
+             WHERE t.ctid = (SELECT l.ctid FROM eventgrid.table_publications l
+                              WHERE l.source_table = p.source_table AND l.topic = p.topic FOR NO KEY UPDATE SKIP LOCKED);
+        EXCEPTION WHEN serialization_failure THEN
+            NULL;
+        END;
+    END IF;
     SELECT t.input_schema INTO input_schema FROM eventgrid.topics t WHERE t.name = pub_topic;
     etype := COALESCE(p.event_type_prefix, TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME)
              || CASE TG_OP WHEN 'INSERT' THEN '.Inserted' WHEN 'UPDATE' THEN '.Updated' ELSE '.Deleted' END;
-    source := '/postgresql/' || eventgrid._uri_escape(current_database()) || '/' || eventgrid._uri_escape(TG_TABLE_SCHEMA)
-              || '/' || eventgrid._uri_escape(TG_TABLE_NAME);
-    -- $1 topic, $2 input schema, $3 event type, $4 time, $5 source, $6 operation, $7 schema, $8 table
-    q := 'INSERT INTO eventgrid.events (topic, event) SELECT $1, eventgrid._table_change_event($2, $3, $4, $5, %s,'
-         ' pg_catalog.jsonb_build_object(''operation'', $6, ''schema'', $7, ''table'', $8, ''new'', %s, ''old'', %s)) FROM %s';
-    IF TG_OP = 'INSERT' THEN
-        q := format(q, eventgrid._row_subject(TG_RELID, 'n', p.columns), eventgrid._row_json(TG_RELID, 'n', p.columns),
-                    'NULL::jsonb', 'eventgrid_rows n');
-    ELSIF TG_OP = 'DELETE' THEN
-        q := format(q, eventgrid._row_subject(TG_RELID, 'o', p.columns), 'NULL::jsonb',
-                    eventgrid._row_json(TG_RELID, 'o', p.columns), 'eventgrid_rows o');
-    ELSE
-        -- the old and the new version of each row, paired by their place in
-        -- the transition tables, which PostgreSQL fills in step
-        q := format(q, 'n.subject', 'n.row', 'o.row', format(
-                 '(SELECT pg_catalog.row_number() OVER () AS i, %s AS row, %s AS watched FROM eventgrid_old_rows o) o'
-                 ' JOIN (SELECT pg_catalog.row_number() OVER () AS i, %s AS row, %s AS watched, %s AS subject FROM eventgrid_rows n) n'
-                 ' ON n.i OPERATOR(pg_catalog.=) o.i WHERE n.watched IS DISTINCT FROM o.watched',
-                 eventgrid._row_json(TG_RELID, 'o', p.columns), eventgrid._row_json(TG_RELID, 'o', p.update_columns),
-                 eventgrid._row_json(TG_RELID, 'n', p.columns), eventgrid._row_json(TG_RELID, 'n', p.update_columns),
-                 eventgrid._row_subject(TG_RELID, 'n', p.columns)));
-    END IF;
-    EXECUTE q USING pub_topic, input_schema, etype, eventgrid.rfc3339(statement_timestamp()), source,
-                    TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME;
+    EXECUTE p.statements ->> TG_OP
+      USING pub_topic, input_schema, etype, eventgrid.rfc3339(statement_timestamp()),
+            '/postgresql/' || eventgrid._uri_escape(current_database()) || '/' || eventgrid._uri_escape(TG_TABLE_SCHEMA)
+                || '/' || eventgrid._uri_escape(TG_TABLE_NAME),
+            TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME,
+            '/' || eventgrid._uri_escape(TG_TABLE_SCHEMA) || '/' || eventgrid._uri_escape(TG_TABLE_NAME);
     RETURN NULL;
 END $$;
 COMMENT ON FUNCTION eventgrid._table_change_trigger() IS
-    'Internal: AFTER ... FOR EACH STATEMENT trigger of a table change publication (argument: the topic); publishes one event per row of the statement''s transition tables with one INSERT ... SELECT. Refuses (42501) to run as any trigger publish_table_changes() did not make.';
+    'Internal: AFTER ... FOR EACH STATEMENT trigger of a table change publication (argument: the topic); publishes one event per row of the statement''s transition tables with one INSERT ... SELECT, made for the table''s shape and kept in the publication. Refuses (42501) to run as any trigger publish_table_changes() did not make.';
 
 CREATE FUNCTION eventgrid._forget_dropped_tables() RETURNS event_trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -398,6 +444,8 @@ REVOKE ALL ON FUNCTION eventgrid._table_change_event(text, text, text, text, tex
 REVOKE ALL ON FUNCTION eventgrid._column_json(text, name, oid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._row_json(regclass, text, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._row_subject(regclass, text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._table_shape(regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._table_change_statements(regclass, text[], text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._table_change_trigger() FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._forget_dropped_tables() FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid.publish_table_changes(regclass, text, text[], text[], text[], text) FROM PUBLIC;

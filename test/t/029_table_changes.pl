@@ -190,6 +190,13 @@ is(sql("SELECT string_agg(event->>'eventType' || ' ' || (event->'data'->'new'->>
 is(sql("SELECT count(*) FROM eventgrid.events e WHERE topic = 'bulk' AND event->>'eventType' = 'public.bulk.Updated'"
 		  . " AND (event->'data'->'old'->>'id') = (event->'data'->'new'->>'id')"), '2', 'each Updated event pairs a row\'s old and new version');
 
+# the statements are made again when the table changes shape
+sql("ALTER TABLE bulk ADD COLUMN extra text DEFAULT 'e'; ALTER TABLE bulk RENAME COLUMN d TO dd;"
+	  . " INSERT INTO bulk (id, a, b, c, dd) VALUES (50000, 1, 'b', 'c', 4)");
+is(sql("SELECT event->'data'->'new' FROM eventgrid.events WHERE topic = 'bulk' AND event->>'subject' = '/public/bulk/50000'"),
+	'{"a": 1, "b": "b", "c": "c", "dd": 4, "id": 50000, "extra": "e"}',
+	'after ALTER TABLE (a column added, one renamed) the events follow the new columns');
+
 # --- a partitioned table: the publication on the parent covers rows in its partitions
 sql("SELECT eventgrid.create_topic('parts')");
 sql("CREATE TABLE measures (site text, id int, v int, PRIMARY KEY (site, id)) PARTITION BY LIST (site);"
