@@ -282,8 +282,11 @@ DECLARE
     op text;
 BEGIN
     FOREACH op IN ARRAY ARRAY['INSERT', 'UPDATE', 'DELETE'] LOOP
+        -- only a trigger of ours: one of the table owner's own that has the
+        -- name stays, and CREATE TRIGGER then says the name is taken
         IF EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = source_table
-                      AND t.tgname = eventgrid._table_change_trigger_name(topic, op)) THEN
+                      AND t.tgname = eventgrid._table_change_trigger_name(topic, op)
+                      AND t.tgfoid = 'eventgrid._table_change_trigger()'::regprocedure) THEN
             EXECUTE format('DROP TRIGGER %I ON %s', eventgrid._table_change_trigger_name(topic, op), source_table);
         END IF;
     END LOOP;

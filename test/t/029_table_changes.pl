@@ -62,6 +62,7 @@ sql(<<'SQL');
 CREATE ROLE admin1 LOGIN IN ROLE eventgrid_admin;
 CREATE ROLE owner1 LOGIN;
 CREATE ROLE writer1 LOGIN;
+CREATE ROLE publisher1 LOGIN IN ROLE eventgrid_publisher;
 CREATE SCHEMA shop AUTHORIZATION owner1;
 GRANT USAGE ON SCHEMA shop TO admin1, writer1;
 SET ROLE owner1;
@@ -84,6 +85,12 @@ sql("SELECT eventgrid.create_event_subscription('orders-custom', 'all', '$u/stat
 # --- who may publish a table's changes
 like(fails("SELECT eventgrid.publish_table_changes('shop.orders', 'orders-eg')", 'writer1'),
 	qr/42501: permission denied for function publish_table_changes/, 'not an admin: 42501');
+like(fails("SELECT eventgrid.publish_table_changes('shop.orders', 'orders-eg')", 'publisher1'),
+	qr/42501: permission denied for function publish_table_changes/, 'nor a publisher (42501)');
+like(fails("SELECT eventgrid.stop_publishing_table_changes('shop.orders', 'orders-eg')", 'publisher1'),
+	qr/42501: permission denied for function stop_publishing_table_changes/, 'who cannot stop one either (42501)');
+like(fails("SELECT * FROM eventgrid.table_change_publications", 'publisher1'),
+	qr/42501: permission denied for view table_change_publications/, 'nor read the publications (42501)');
 like(fails("SELECT eventgrid.publish_table_changes('shop.orders', 'orders-eg')", 'admin1'),
 	qr/42501: permission denied to publish column secret of table shop.orders/,
 	'an admin may not publish a column it cannot read (42501)');
@@ -231,6 +238,13 @@ like(fails("INSERT INTO owned VALUES (1)", 'owner1'),
 	qr/42501: trigger hijack on table public.owned does not belong to a publication of its changes to topic "orders-eg"/,
 	'and one attached by a superuser refuses to run (42501)');
 sql("DROP TRIGGER hijack ON owned");
+# a trigger of the owner's own that has a publication trigger's name is left alone
+$node->safe_psql('postgres', "SET ROLE owner1; CREATE FUNCTION shop.mine() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';"
+	  . " CREATE TRIGGER \"eg_orders-eg_insert\" AFTER INSERT ON owned FOR EACH STATEMENT EXECUTE FUNCTION shop.mine()");
+like(fails("SELECT eventgrid.publish_table_changes('owned', 'orders-eg')"), qr/42710: trigger "eg_orders-eg_insert" for relation "owned" already exists/,
+	'a publication does not drop a trigger of the owner\'s that has its name (42710)');
+is(sql("SELECT tgfoid::regprocedure FROM pg_trigger WHERE tgrelid = 'owned'::regclass"), "shop.mine()", "which stays");
+is(sql("SELECT count(*) FROM eventgrid.table_publications WHERE source_table = 'owned'::regclass"), '0', 'and nothing is half set up');
 
 # --- stopping; DROP TABLE and drop_topic end publications
 like(fails("SELECT eventgrid.stop_publishing_table_changes('bulk', 'bulk')", 'admin1'),
