@@ -97,7 +97,7 @@ extern void eg_delivery_drop_claim(void);
 
 /* delivery_record.c */
 extern void eg_delivery_push(EgDelivery *d);
-extern void eg_delivery_decide(EgDelivery *d, EgTransport transport, int http_status,
+extern void eg_delivery_decide(EgDelivery *d, EgTransport transport, int http_status, int64 retry_after_s,
 							   TimestampTz started, TimestampTz now);
 extern void eg_delivery_finish_unattempted(EgDelivery *d, EgAction action, EgFinalReason reason,
 										   EgOutcomeCode outcome);

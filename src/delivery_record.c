@@ -81,13 +81,16 @@ random_fraction(void)
  * Applies eg_decide() to a delivery after an attempt that started at
  * started, or (transport EG_TRANSPORT_HELD) one its endpoint's probation
  * held back: that counts as an attempt with outcome Probation, but no
- * request was sent.
+ * request was sent.  retry_after_s: the answer's Retry-After in seconds (0:
+ * none), capped here by eventgrid.max_retry_after.
  */
 void
-eg_delivery_decide(EgDelivery *d, EgTransport transport, int http_status, TimestampTz started, TimestampTz now)
+eg_delivery_decide(EgDelivery *d, EgTransport transport, int http_status, int64 retry_after_s,
+				   TimestampTz started, TimestampTz now)
 {
 	EgDecision	dec = eg_decide(d->profile, d->attempts, d->max_attempts, transport, http_status,
-								eg_retry_jitter_percent, random_fraction());
+								eg_retry_jitter_percent, random_fraction(),
+								Min(retry_after_s, (int64) eg_max_retry_after_s) * 1000);
 
 	d->out.action = dec.action;
 	d->out.outcome = dec.outcome;
@@ -182,8 +185,20 @@ eg_delivery_remember_attempt(EgRequest *req, TimestampTz started)
 	else
 	{
 		a->duration_ms = req->duration_ms;
-		a->error = req->transport == EG_TRANSPORT_OK ? NULL
-			: printable_copy(req->errbuf[0] ? req->errbuf : eg_outcome_name(a->outcome));
+		if (req->transport != EG_TRANSPORT_OK)
+			a->error = printable_copy(req->errbuf[0] ? req->errbuf : eg_outcome_name(a->outcome));
+		else if (req->retry_after_s > 0 && !delivered)
+		{
+			MemoryContext old = MemoryContextSwitchTo(history_cxt);
+
+			a->error = req->retry_after_s > eg_max_retry_after_s
+				? psprintf("Retry-After: " INT64_FORMAT " s, taken as %d s (eventgrid.max_retry_after)",
+						   req->retry_after_s, eg_max_retry_after_s)
+				: psprintf("Retry-After: " INT64_FORMAT " s", req->retry_after_s);
+			MemoryContextSwitchTo(old);
+		}
+		else
+			a->error = NULL;
 	}
 }
 
@@ -538,7 +553,7 @@ eg_delivery_hold(EgRequest *req, TimestampTz now)
 	{
 		EgDelivery *d = (EgDelivery *) req->items[k];
 
-		eg_delivery_decide(d, EG_TRANSPORT_HELD, 0, now, now);
+		eg_delivery_decide(d, EG_TRANSPORT_HELD, 0, 0, now, now);
 		/* not due again before the probation ends: that would only be held again */
 		if (d->out.action == EG_ACTION_RETRY && d->out.next_at < until)
 			d->out.next_at = until;

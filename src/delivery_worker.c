@@ -295,7 +295,7 @@ collect_finished(void)
 		eg_delivery_remember_attempt(req, req->started_at);
 		for (int k = 0; k < req->count; k++)
 			eg_delivery_decide((EgDelivery *) req->items[k], req->transport, req->http_status,
-							   req->started_at, now);
+							   req->retry_after_s, req->started_at, now);
 	}
 }
 

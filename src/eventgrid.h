@@ -36,6 +36,7 @@ extern int	eg_max_concurrent_requests;
 #define EG_MAX_CONCURRENT_REQUESTS_LIMIT 1000	/* upper bound of eventgrid.max_concurrent_requests */
 extern int	eg_response_timeout_ms;
 extern int	eg_retry_jitter_percent;
+extern int	eg_max_retry_after_s;
 extern int	eg_clock_offset_s;
 extern int	eg_default_max_events_per_batch;
 extern int	eg_default_preferred_batch_kb;

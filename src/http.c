@@ -133,6 +133,25 @@ answered_early(CURL *easy, CURLcode rc, const char *errbuf, long *status)
 	return true;
 }
 
+/*
+ * The Retry-After of a finished transfer's answer, in seconds from now: the
+ * header's delta-seconds or HTTP-date, which libcurl parses (a date in the
+ * past, a value it cannot read or no header: 0).
+ */
+static int64
+retry_after_s(CURL *easy)
+{
+#if LIBCURL_VERSION_NUM >= 0x074200
+	curl_off_t	s = 0;
+
+	if (curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &s) != CURLE_OK || s < 0)
+		return 0;
+	return (int64) s;
+#else
+	return 0;
+#endif
+}
+
 /* libcurl's total time of a finished transfer, in milliseconds. */
 static double
 total_time_ms(CURL *easy)
@@ -329,6 +348,7 @@ http_thread_main(void *arg)
 			else if (req->errbuf[0] == '\0')
 				snprintf(req->errbuf, sizeof(req->errbuf), "%s", curl_easy_strerror(msg->data.result));
 			req->duration_ms = total_time_ms(msg->easy_handle);
+			req->retry_after_s = transport == EG_TRANSPORT_OK ? retry_after_s(msg->easy_handle) : 0;
 			finish(req, transport, (int) status);
 		}
 		/* sleeps until socket activity, a timeout, or curl_multi_wakeup() */

@@ -31,6 +31,7 @@ typedef struct EgRequest
 	/* results */
 	EgTransport transport;
 	int			http_status;
+	int64		retry_after_s;	/* the answer's Retry-After, in seconds from now (0: none) */
 	double		duration_ms;	/* libcurl's total time of the transfer */
 	/* caller's bookkeeping */
 	void	  **items;			/* the rows this request carries */

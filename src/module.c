@@ -39,6 +39,7 @@ int			eg_delivery_workers = 1;
 int			eg_max_concurrent_requests = 64;
 int			eg_response_timeout_ms = 30000;
 int			eg_retry_jitter_percent = 10;
+int			eg_max_retry_after_s = 3600;
 int			eg_clock_offset_s = 0;
 int			eg_default_max_events_per_batch = 10;
 int			eg_default_preferred_batch_kb = 64;
@@ -164,6 +165,11 @@ eg_define_gucs(void)
 							gettext_noop("Random extra delay added to each retry step, as a percentage of the step (0 to this value)."),
 							NULL, &eg_retry_jitter_percent, 10, 0, 50,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.max_retry_after",
+							gettext_noop("Longest Retry-After of an endpoint's answer that delays a retry; longer ones count as this long."),
+							gettext_noop("A retry waits for the later of its schedule step and the answer's Retry-After (delta-seconds or HTTP-date), this at most. 0 ignores Retry-After."),
+							&eg_max_retry_after_s, 3600, 0, 7 * 24 * 3600,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomIntVariable("eventgrid.clock_offset",
 							gettext_noop("Shifts the delivery workers' clock forward, for tests and drills of the retry schedule."),
 							gettext_noop("Leave at 0 in production."),

@@ -216,11 +216,13 @@ eg_retry_delay_ms(EgProfile profile, int failed_attempt, int http_status)
  * subscription's delivery profile: the attempt count advances; a success is final; a no-retry status ends it
  * with reason NonRetriableError, and so does the last allowed attempt with
  * MaxDeliveryAttemptsExceeded; otherwise the next attempt waits the
- * scheduled delay plus random_fraction (0 to 1) of jitter_percent of it.
+ * scheduled delay plus random_fraction (0 to 1) of jitter_percent of it,
+ * or retry_after_ms (the answer's Retry-After, already capped by
+ * eventgrid.max_retry_after; 0: none) when that is later.
  */
 EgDecision
 eg_decide(EgProfile profile, int attempts_before, int max_attempts, EgTransport transport,
-		  int http_status, int jitter_percent, double random_fraction)
+		  int http_status, int jitter_percent, double random_fraction, int64 retry_after_ms)
 {
 	EgVerdict	verdict = eg_verdict(profile, transport, http_status);
 	EgDecision	dec;
@@ -247,6 +249,7 @@ eg_decide(EgProfile profile, int attempts_before, int max_attempts, EgTransport 
 		dec.action = EG_ACTION_RETRY;
 		dec.delay_ms = eg_retry_delay_ms(profile, dec.attempts_after, dec.http_status);
 		dec.delay_ms += (int64) (dec.delay_ms * (jitter_percent / 100.0) * random_fraction);
+		dec.delay_ms = Max(dec.delay_ms, retry_after_ms);
 	}
 	return dec;
 }

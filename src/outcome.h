@@ -112,7 +112,7 @@ typedef struct EgDecision
 
 extern EgDecision eg_decide(EgProfile profile, int attempts_before, int max_attempts,
 							EgTransport transport, int http_status, int jitter_percent,
-							double random_fraction);
+							double random_fraction, int64 retry_after_ms);
 
 /*
  * Whether a claimed delivery may be attempted now: EG_ACTION_UNDECIDED if

@@ -16,9 +16,12 @@ Paths:
                              "concurrent": how many requests to this path
                              are held open at that moment, this one included)
   any other path             answer 200
-Query ?delay_ms=N waits N milliseconds before answering.
+Query ?delay_ms=N waits N milliseconds before answering; ?retry_after=V
+adds the header "Retry-After: V" (V as given, delta-seconds or an HTTP-date;
+"+N" is the HTTP-date N seconds from the moment of the answer).
 """
 import argparse
+import email.utils
 import json
 import socket
 import struct
@@ -80,6 +83,11 @@ class Handler(BaseHTTPRequestHandler):
             return
         self.send_response(status)
         self.send_header("Content-Length", "0")
+        if "retry_after" in query:
+            value = query["retry_after"][0]
+            if value.startswith("+"):
+                value = email.utils.formatdate(time.time() + int(value[1:]), usegmt=True)
+            self.send_header("Retry-After", value)
         self.end_headers()
 
 

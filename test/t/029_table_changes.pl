@@ -64,7 +64,7 @@ CREATE ROLE owner1 LOGIN;
 CREATE ROLE writer1 LOGIN;
 CREATE ROLE publisher1 LOGIN IN ROLE eventgrid_publisher;
 CREATE SCHEMA shop AUTHORIZATION owner1;
-GRANT USAGE ON SCHEMA shop TO admin1, writer1;
+GRANT USAGE ON SCHEMA shop TO admin1, writer1, publisher1;
 SET ROLE owner1;
 CREATE TABLE shop.orders (region text, id int, status text, amount numeric, secret text, placed date,
                           PRIMARY KEY (region, id));
