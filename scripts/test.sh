@@ -8,7 +8,7 @@
 # them up.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
-EG_EXTRA_PACKAGES="libipc-run-perl nginx-light openssl"   # the TAP tests: IPC::Run, a TLS receiver, its certificates
+EG_EXTRA_PACKAGES="libipc-run-perl nginx-light openssl nodejs"   # the TAP tests: IPC::Run, a TLS receiver, its certificates, the Standard Webhooks verifier
 eg_setup "$@"
 work=$EG_WORK
 trap 'rm -rf "$work"' EXIT

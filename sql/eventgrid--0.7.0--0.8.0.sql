@@ -1,4 +1,5 @@
--- eventgrid 0.7.0 -> 0.8.0: table changes published as events.
+-- eventgrid 0.7.0 -> 0.8.0: table changes published as events, and
+-- Standard Webhooks signatures.
 --
 -- eventgrid.publish_table_changes(table, topic, ...) makes every INSERT,
 -- UPDATE and DELETE on an application table publish one event per changed
@@ -9,6 +10,12 @@
 -- are rows of eventgrid.table_publications, shown by the view
 -- eventgrid.table_change_publications; an event trigger forgets those of a
 -- dropped table, and drop_topic() stops those of a dropped topic.
+--
+-- eventgrid.set_signing_secret(topic, subscription, ...) gives a
+-- subscription a Standard Webhooks secret (eventgrid.signing_secrets, which
+-- no role but the extension's owner may read; a previous secret may keep
+-- signing beside it for a while); the delivery workers sign each of its
+-- requests (webhook-id, webhook-timestamp, webhook-signature).
 \echo Use "ALTER EXTENSION eventgrid UPDATE" to load this file. \quit
 
 CREATE TABLE eventgrid.table_publications (
@@ -438,6 +445,112 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION eventgrid.drop_topic(name text) IS 'Drops a topic with its event subscriptions and their pending deliveries and retries, and stops the publications of table changes to it. Dead letters are kept. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such topic.';
 
+-- Standard Webhooks signing secrets.
+CREATE FUNCTION eventgrid._random_bytes(n integer) RETURNS bytea
+    LANGUAGE c STRICT
+    AS 'MODULE_PATHNAME', 'eventgrid_random_bytes';
+COMMENT ON FUNCTION eventgrid._random_bytes(n integer) IS
+    'Internal: n (1-1024) bytes from pg_strong_random(), the server''s cryptographically strong source.';
+
+-- Why secret is not a Standard Webhooks secret, or NULL: "whsec_" and the
+-- base64 of 24 to 64 bytes.  Never names the secret.
+CREATE FUNCTION eventgrid._signing_secret_problem(secret text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    key bytea;
+BEGIN
+    IF secret IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF left(secret, 6) <> 'whsec_' OR substr(secret, 7) !~ '^[A-Za-z0-9+/]+={0,2}$' THEN
+        RETURN 'a signing secret is "whsec_" followed by base64';
+    END IF;
+    BEGIN
+        key := decode(substr(secret, 7), 'base64');
+    EXCEPTION WHEN OTHERS THEN
+        RETURN 'the part after "whsec_" is not valid base64';
+    END;
+    IF length(key) NOT BETWEEN 24 AND 64 THEN
+        RETURN format('the key must be 24 to 64 bytes, got %s', length(key));
+    END IF;
+    RETURN NULL;
+END $$;
+COMMENT ON FUNCTION eventgrid._signing_secret_problem(secret text) IS
+    'Internal: NULL for a Standard Webhooks secret ("whsec_" and the base64 of a 24-64 byte key), else why not (never quoting it).';
+
+CREATE TABLE eventgrid.signing_secrets (
+    subscription_id bigint PRIMARY KEY REFERENCES eventgrid.event_subscriptions (id) ON DELETE CASCADE,
+    secret text NOT NULL CHECK (eventgrid._signing_secret_problem(secret) IS NULL),
+    previous_secret text CHECK (eventgrid._signing_secret_problem(previous_secret) IS NULL),
+    previous_valid_until timestamp with time zone,
+    set_at timestamp with time zone NOT NULL DEFAULT now(),
+    CHECK ((previous_secret IS NULL) = (previous_valid_until IS NULL))
+);
+COMMENT ON TABLE eventgrid.signing_secrets IS
+    'Internal: the Standard Webhooks signing secrets of event subscriptions; readable by the extension''s owner only (eventgrid.event_subscription_signing shows them masked).';
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.signing_secrets', '');
+
+CREATE FUNCTION eventgrid.set_signing_secret(topic text, subscription text, secret text DEFAULT NULL,
+        previous_valid_for interval DEFAULT '0') RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, subscription, true);
+    problem text := eventgrid._signing_secret_problem(secret);
+    old text;
+BEGIN
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'invalid signing secret: %', problem
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass NULL to have one generated, or "whsec_" and the base64 of 24 to 64 random bytes.';
+    END IF;
+    PERFORM eventgrid._check_not_null('previous_valid_for', previous_valid_for);
+    IF previous_valid_for < interval '0' OR previous_valid_for > interval '30 days' THEN
+        RAISE EXCEPTION 'previous_valid_for must be between 0 and 30 days, got %', previous_valid_for
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'How long the secret being replaced keeps signing beside the new one; 0 replaces it at once.';
+    END IF;
+    secret := COALESCE(secret, 'whsec_' || encode(eventgrid._random_bytes(32), 'base64'));
+    SELECT k.secret INTO old FROM eventgrid.signing_secrets k WHERE k.subscription_id = sid FOR UPDATE;
+    INSERT INTO eventgrid.signing_secrets AS k (subscription_id, secret, previous_secret, previous_valid_until)
+    VALUES (sid, secret, NULL, NULL)
+    ON CONFLICT (subscription_id) DO UPDATE
+       SET secret = excluded.secret,
+           previous_secret = CASE WHEN previous_valid_for > interval '0' AND old <> excluded.secret THEN old END,
+           previous_valid_until = CASE WHEN previous_valid_for > interval '0' AND old <> excluded.secret
+                                       THEN now() + previous_valid_for END,
+           set_at = now();
+    RETURN secret;
+END $$;
+COMMENT ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text, secret text, previous_valid_for interval) IS
+    'Sets the Standard Webhooks signing secret of an event subscription and returns it; every request to it then carries webhook-id, webhook-timestamp and webhook-signature (v1, HMAC-SHA256 of "id.timestamp.body"). secret: "whsec_" and the base64 of 24-64 bytes; NULL generates one (32 bytes from pg_strong_random). previous_valid_for: 0-30 days (0); when more than 0, the secret being replaced keeps signing beside the new one for that long (both signatures in webhook-signature). Secrets are never shown (event_subscription_signing masks them). Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription, 22023 bad secret or interval.';
+
+CREATE FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    DELETE FROM eventgrid.signing_secrets k WHERE k.subscription_id = eventgrid._subscription_id(topic, subscription, true);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'event subscription % of topic % has no signing secret', eventgrid._quote(subscription), eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'eventgrid.event_subscription_signing lists the signed subscriptions.';
+    END IF;
+END $$;
+COMMENT ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) IS
+    'Removes the signing secret of an event subscription (and a previous one still signing): its requests are no longer signed. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription or no secret.';
+
+CREATE VIEW eventgrid.event_subscription_signing AS
+SELECT s.topic, s.name AS subscription, '********'::text AS secret,
+       CASE WHEN k.previous_valid_until > now() THEN '********' END AS previous_secret,
+       CASE WHEN k.previous_valid_until > now() THEN k.previous_valid_until END AS previous_valid_until,
+       k.set_at
+  FROM eventgrid.signing_secrets k JOIN eventgrid.event_subscriptions s ON s.id = k.subscription_id;
+COMMENT ON VIEW eventgrid.event_subscription_signing IS
+    'The signed event subscriptions: topic, subscription, secret (always ********), previous_secret (******** while a replaced secret still signs) and previous_valid_until, set_at. Readable by eventgrid_admin.';
+
 REVOKE ALL ON FUNCTION eventgrid._uri_escape(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._check_table_publication(regclass, text[], text[]) FROM PUBLIC;
@@ -458,3 +571,11 @@ GRANT EXECUTE ON FUNCTION eventgrid.stop_publishing_table_changes(regclass, text
 REVOKE ALL ON TABLE eventgrid.table_publications FROM PUBLIC;
 GRANT SELECT ON TABLE eventgrid.table_publications TO eventgrid_admin;
 GRANT SELECT ON TABLE eventgrid.table_change_publications TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid._random_bytes(integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._signing_secret_problem(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid.set_signing_secret(text, text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid.remove_signing_secret(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid.set_signing_secret(text, text, text, interval) TO eventgrid_admin;
+GRANT EXECUTE ON FUNCTION eventgrid.remove_signing_secret(text, text) TO eventgrid_admin;
+REVOKE ALL ON TABLE eventgrid.signing_secrets FROM PUBLIC;
+GRANT SELECT ON TABLE eventgrid.event_subscription_signing TO eventgrid_admin;

@@ -652,6 +652,12 @@ CREATE FUNCTION eventgrid._quote(v text) RETURNS text
 
 COMMENT ON FUNCTION eventgrid._quote(v text) IS 'Internal: double-quotes at most the first 64 characters of an argument for error messages.';
 
+CREATE FUNCTION eventgrid._random_bytes(n integer) RETURNS bytea
+    LANGUAGE c STRICT
+    AS 'MODULE_PATHNAME', 'eventgrid_random_bytes';
+
+COMMENT ON FUNCTION eventgrid._random_bytes(n integer) IS 'Internal: n (1-1024) bytes from pg_strong_random(), the server''s cryptographically strong source.';
+
 CREATE FUNCTION eventgrid._refuse_change() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -731,6 +737,32 @@ BEGIN
 END $_$;
 
 COMMENT ON FUNCTION eventgrid._row_subject(source_table regclass, r text, cols text[]) IS 'Internal: SQL expression of a table change event''s subject: parameter $9 (/<schema>/<table>, percent-encoded) and the primary key values, percent-encoded, each after a /; $9 alone without a primary key or when columns leaves a key column out.';
+
+CREATE FUNCTION eventgrid._signing_secret_problem(secret text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    key bytea;
+BEGIN
+    IF secret IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF left(secret, 6) <> 'whsec_' OR substr(secret, 7) !~ '^[A-Za-z0-9+/]+={0,2}$' THEN
+        RETURN 'a signing secret is "whsec_" followed by base64';
+    END IF;
+    BEGIN
+        key := decode(substr(secret, 7), 'base64');
+    EXCEPTION WHEN OTHERS THEN
+        RETURN 'the part after "whsec_" is not valid base64';
+    END;
+    IF length(key) NOT BETWEEN 24 AND 64 THEN
+        RETURN format('the key must be 24 to 64 bytes, got %s', length(key));
+    END IF;
+    RETURN NULL;
+END $_$;
+
+COMMENT ON FUNCTION eventgrid._signing_secret_problem(secret text) IS 'Internal: NULL for a Standard Webhooks secret ("whsec_" and the base64 of a 24-64 byte key), else why not (never quoting it).';
 
 CREATE FUNCTION eventgrid._subscription_id(topic text, name text, lock boolean DEFAULT false) RETURNS bigint
     LANGUAGE plpgsql
@@ -1261,6 +1293,20 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid.remove_delivery_property(topic text, subscription text, header text) IS 'Removes a custom delivery property. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription or header.';
 
+CREATE FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    DELETE FROM eventgrid.signing_secrets k WHERE k.subscription_id = eventgrid._subscription_id(topic, subscription, true);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'event subscription % of topic % has no signing secret', eventgrid._quote(subscription), eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'eventgrid.event_subscription_signing lists the signed subscriptions.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) IS 'Removes the signing secret of an event subscription (and a previous one still signing): its requests are no longer signed. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription or no secret.';
+
 CREATE FUNCTION eventgrid.retry_delay(attempt integer, http_status integer DEFAULT NULL::integer, topic_type text DEFAULT 'custom'::text) RETURNS interval
     LANGUAGE c IMMUTABLE PARALLEL SAFE
     AS 'MODULE_PATHNAME', 'eventgrid_retry_delay';
@@ -1356,6 +1402,41 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid.set_retry_policy(topic text, name text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text) IS 'Sets the retry policy of an event subscription; a NULL argument leaves that setting unchanged. Custom topic: max_delivery_attempts 1-30, event_ttl 1-1440 minutes. Namespace topic: max_delivery_count 1-10, event_time_to_live ISO 8601 duration of minute precision PT1M-P7D (e.g. PT20M, P1DT2H). Delivery stops at whichever limit comes first; the other profile''s arguments are refused. Requires eventgrid_admin. Errors: 42704, 22003, 22004, 22023. SPEC 4.';
+
+CREATE FUNCTION eventgrid.set_signing_secret(topic text, subscription text, secret text DEFAULT NULL::text, previous_valid_for interval DEFAULT '00:00:00'::interval) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, subscription, true);
+    problem text := eventgrid._signing_secret_problem(secret);
+    old text;
+BEGIN
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'invalid signing secret: %', problem
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass NULL to have one generated, or "whsec_" and the base64 of 24 to 64 random bytes.';
+    END IF;
+    PERFORM eventgrid._check_not_null('previous_valid_for', previous_valid_for);
+    IF previous_valid_for < interval '0' OR previous_valid_for > interval '30 days' THEN
+        RAISE EXCEPTION 'previous_valid_for must be between 0 and 30 days, got %', previous_valid_for
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'How long the secret being replaced keeps signing beside the new one; 0 replaces it at once.';
+    END IF;
+    secret := COALESCE(secret, 'whsec_' || encode(eventgrid._random_bytes(32), 'base64'));
+    SELECT k.secret INTO old FROM eventgrid.signing_secrets k WHERE k.subscription_id = sid FOR UPDATE;
+    INSERT INTO eventgrid.signing_secrets AS k (subscription_id, secret, previous_secret, previous_valid_until)
+    VALUES (sid, secret, NULL, NULL)
+    ON CONFLICT (subscription_id) DO UPDATE
+       SET secret = excluded.secret,
+           previous_secret = CASE WHEN previous_valid_for > interval '0' AND old <> excluded.secret THEN old END,
+           previous_valid_until = CASE WHEN previous_valid_for > interval '0' AND old <> excluded.secret
+                                       THEN now() + previous_valid_for END,
+           set_at = now();
+    RETURN secret;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text, secret text, previous_valid_for interval) IS 'Sets the Standard Webhooks signing secret of an event subscription and returns it; every request to it then carries webhook-id, webhook-timestamp and webhook-signature (v1, HMAC-SHA256 of "id.timestamp.body"). secret: "whsec_" and the base64 of 24-64 bytes; NULL generates one (32 bytes from pg_strong_random). previous_valid_for: 0-30 days (0); when more than 0, the secret being replaced keeps signing beside the new one for that long (both signatures in webhook-signature). Secrets are never shown (event_subscription_signing masks them). Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription, 22023 bad secret or interval.';
 
 CREATE FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1682,6 +1763,37 @@ CREATE VIEW eventgrid.event_subscription_delivery_properties AS
 
 COMMENT ON VIEW eventgrid.event_subscription_delivery_properties IS 'Custom delivery properties of each event subscription; secret values are shown as ********.';
 
+CREATE TABLE eventgrid.signing_secrets (
+    subscription_id bigint NOT NULL,
+    secret text NOT NULL,
+    previous_secret text,
+    previous_valid_until timestamp with time zone,
+    set_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT signing_secrets_check CHECK (((previous_secret IS NULL) = (previous_valid_until IS NULL))),
+    CONSTRAINT signing_secrets_previous_secret_check CHECK ((eventgrid._signing_secret_problem(previous_secret) IS NULL)),
+    CONSTRAINT signing_secrets_secret_check CHECK ((eventgrid._signing_secret_problem(secret) IS NULL))
+);
+
+COMMENT ON TABLE eventgrid.signing_secrets IS 'Internal: the Standard Webhooks signing secrets of event subscriptions; readable by the extension''s owner only (eventgrid.event_subscription_signing shows them masked).';
+
+CREATE VIEW eventgrid.event_subscription_signing AS
+ SELECT s.topic,
+    s.name AS subscription,
+    '********'::text AS secret,
+        CASE
+            WHEN (k.previous_valid_until > now()) THEN '********'::text
+            ELSE NULL::text
+        END AS previous_secret,
+        CASE
+            WHEN (k.previous_valid_until > now()) THEN k.previous_valid_until
+            ELSE NULL::timestamp with time zone
+        END AS previous_valid_until,
+    k.set_at
+   FROM (eventgrid.signing_secrets k
+     JOIN eventgrid.event_subscriptions s ON ((s.id = k.subscription_id)));
+
+COMMENT ON VIEW eventgrid.event_subscription_signing IS 'The signed event subscriptions: topic, subscription, secret (always ********), previous_secret (******** while a replaced secret still signs) and previous_valid_until, set_at. Readable by eventgrid_admin.';
+
 ALTER TABLE eventgrid.event_subscriptions ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME eventgrid.event_subscriptions_id_seq
     START WITH 1
@@ -1912,6 +2024,9 @@ ALTER TABLE ONLY eventgrid.requests_in_flight
 ALTER TABLE ONLY eventgrid.retries
     ADD CONSTRAINT retries_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY eventgrid.signing_secrets
+    ADD CONSTRAINT signing_secrets_pkey PRIMARY KEY (subscription_id);
+
 ALTER TABLE ONLY eventgrid.subscription_counters
     ADD CONSTRAINT subscription_counters_pkey PRIMARY KEY (subscription_id);
 
@@ -1961,6 +2076,9 @@ ALTER TABLE ONLY eventgrid.delivery_properties
 
 ALTER TABLE ONLY eventgrid.event_subscriptions
     ADD CONSTRAINT event_subscriptions_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.signing_secrets
+    ADD CONSTRAINT signing_secrets_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY eventgrid.subscription_counters
     ADD CONSTRAINT subscription_counters_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
@@ -2072,6 +2190,8 @@ REVOKE ALL ON FUNCTION eventgrid._put_delivery_property(p_topic text, p_subscrip
 
 REVOKE ALL ON FUNCTION eventgrid._quote(v text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._random_bytes(n integer) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._refuse_change() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._retry_policy_args(topic_type text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text, OUT attempts integer, OUT ttl integer) FROM PUBLIC;
@@ -2079,6 +2199,8 @@ REVOKE ALL ON FUNCTION eventgrid._retry_policy_args(topic_type text, max_deliver
 REVOKE ALL ON FUNCTION eventgrid._row_json(source_table regclass, r text, cols text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._row_subject(source_table regclass, r text, cols text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._signing_secret_problem(secret text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._subscription_id(topic text, name text, lock boolean) FROM PUBLIC;
 
@@ -2142,6 +2264,9 @@ GRANT ALL ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription 
 REVOKE ALL ON FUNCTION eventgrid.remove_delivery_property(topic text, subscription text, header text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.remove_delivery_property(topic text, subscription text, header text) TO eventgrid_admin;
 
+REVOKE ALL ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid.retry_delay(attempt integer, http_status integer, topic_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.retry_delay(attempt integer, http_status integer, topic_type text) TO eventgrid_admin;
 GRANT ALL ON FUNCTION eventgrid.retry_delay(attempt integer, http_status integer, topic_type text) TO eventgrid_publisher;
@@ -2163,6 +2288,9 @@ GRANT ALL ON FUNCTION eventgrid.set_dynamic_delivery_property(topic text, subscr
 
 REVOKE ALL ON FUNCTION eventgrid.set_retry_policy(topic text, name text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.set_retry_policy(topic text, name text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text, secret text, previous_valid_for interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text, secret text, previous_valid_for interval) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) TO eventgrid_admin;
@@ -2186,6 +2314,8 @@ GRANT SELECT ON TABLE eventgrid.endpoint_health TO eventgrid_admin;
 GRANT SELECT ON TABLE eventgrid.event_subscription_batching TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.event_subscription_delivery_properties TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscription_signing TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.event_table_rotations TO eventgrid_admin;
 
@@ -2238,6 +2368,7 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_2', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.retries', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.retries_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.signing_secrets', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.subscription_counters', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.subscription_positions', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.table_publications', '');

@@ -10,6 +10,7 @@
  * once the claim has committed, before any network I/O.
  */
 #include "delivery.h"
+#include "signing.h"
 #include "endpoint.h"
 #include "worker.h"
 
@@ -91,6 +92,17 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 		spec.data_version = first->data_version;
 		spec.metadata_version = first->metadata_version;
 		spec.custom_headers = first->custom_headers;
+		spec.signing_keys = first->signing_keys;
+		spec.webhook_id = NULL;
+		if (spec.signing_keys)
+		{
+			int64	   *ids = palloc(sizeof(int64) * take);
+
+			for (int j = 0; j < take; j++)
+				ids[j] = send[k + j]->out.event_id;
+			spec.webhook_id = eg_webhook_id(ids, take);
+			pfree(ids);
+		}
 		if (eg_request_build(req, &spec, &parts[k], take, scratch))
 		{
 			if (target == NULL)

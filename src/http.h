@@ -69,6 +69,8 @@ typedef struct EgRequestSpec
 	const char *data_version;
 	const char *output_event_id;
 	const char *custom_headers; /* "Name: value" lines separated by '\n', or NULL */
+	const char *signing_keys;	/* Standard Webhooks secrets, space-separated, or NULL: unsigned */
+	const char *webhook_id;		/* the message id when signed (eg_webhook_id) */
 } EgRequestSpec;
 
 extern bool eg_request_build(EgRequest *req, const EgRequestSpec *spec,

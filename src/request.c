@@ -14,6 +14,7 @@
  * sent at all, so no event can inject a header or smuggle a second request.
  */
 #include "http.h"
+#include "signing.h"
 
 #include "fmgr.h"
 #include "utils/builtins.h"
@@ -199,11 +200,13 @@ add_header(StringInfo lines, int *n, const char *name, const char *value, bool c
 /*
  * Fills req with the request carrying events[0..nevents) of one
  * subscription: the body (malloc'd, handed to the HTTP thread), the content
- * type, the aeg-* headers (describing the first event of a batch) and the
- * custom delivery properties ("Name: value" lines separated by '\n').
- * Returns false, with nothing allocated, when a header line holds a control
- * character or is otherwise unsendable: the request must then not be sent.
- * scratch is a buffer the caller reuses between requests.
+ * type, the aeg-* headers (describing the first event of a batch), the
+ * custom delivery properties ("Name: value" lines separated by '\n') and,
+ * for a signed subscription, the Standard Webhooks headers (signing.c),
+ * whose signature covers the body.  Returns false, with nothing allocated,
+ * when a header line holds a control character or is otherwise unsendable:
+ * the request must then not be sent.  scratch is a buffer the caller reuses
+ * between requests.
  */
 bool
 eg_request_build(EgRequest *req, const EgRequestSpec *spec,
@@ -212,6 +215,16 @@ eg_request_build(EgRequest *req, const EgRequestSpec *spec,
 	char		count_text[16];
 	bool		ok = true;
 	int			n = 0;
+
+	resetStringInfo(scratch);
+	eg_build_body(scratch, spec->schema, events, nevents);
+	req->body = malloc(scratch->len + 1);
+	if (req->body == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("eventgrid: out of memory for a %d-byte request body", scratch->len)));
+	memcpy(req->body, scratch->data, scratch->len + 1);
+	req->body_len = scratch->len;
 
 	resetStringInfo(scratch);
 	ok = ok && add_header(scratch, &n, "Content-Type", eg_content_type(spec->schema, nevents), false);
@@ -225,6 +238,16 @@ eg_request_build(EgRequest *req, const EgRequestSpec *spec,
 	if (strcmp(spec->schema, "CloudEventSchemaV1_0") != 0)
 		ok = ok && add_header(scratch, &n, "aeg-data-version", spec->data_version, false);
 	ok = ok && add_header(scratch, &n, "aeg-output-event-id", spec->output_event_id, false);
+	if (ok && spec->signing_keys)
+	{
+		EgSignature sig;
+
+		eg_sign_request(&sig, spec->signing_keys, spec->webhook_id, req->body, req->body_len);
+		ok = add_header(scratch, &n, "webhook-id", spec->webhook_id, false) &&
+			add_header(scratch, &n, "webhook-timestamp", sig.timestamp, false) &&
+			add_header(scratch, &n, "webhook-signature", sig.signature.data, false);
+		pfree(sig.signature.data);
+	}
 
 	if (ok && spec->custom_headers)
 	{
@@ -241,25 +264,22 @@ eg_request_build(EgRequest *req, const EgRequestSpec *spec,
 				break;
 			}
 			*sep = '\0';
+			/* a signed request's webhook-* headers are the signature's own */
+			if (spec->signing_keys && (pg_strcasecmp(h, "webhook-id") == 0 ||
+									   pg_strcasecmp(h, "webhook-timestamp") == 0 ||
+									   pg_strcasecmp(h, "webhook-signature") == 0))
+				continue;
 			ok = add_header(scratch, &n, h, sep + 2, true);
 		}
 		pfree(copy);
 	}
 	if (!ok)
-		return false;
-	eg_http_set_headers(req, scratch->data, scratch->len, n);
-
-	resetStringInfo(scratch);
-	eg_build_body(scratch, spec->schema, events, nevents);
-	req->body = malloc(scratch->len + 1);
-	if (req->body == NULL)
 	{
-		eg_http_free_headers(req);
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("eventgrid: out of memory for a %d-byte request body", scratch->len)));
+		free(req->body);
+		req->body = NULL;
+		req->body_len = 0;
+		return false;
 	}
-	memcpy(req->body, scratch->data, scratch->len + 1);
-	req->body_len = scratch->len;
+	eg_http_set_headers(req, scratch->data, scratch->len, n);
 	return true;
 }

@@ -111,6 +111,7 @@ typedef struct EgClaimedRow
 	const char *data_version;
 	const char *metadata_version;
 	const char *custom_headers; /* "Name: value" lines, or NULL */
+	const char *signing_keys;	/* Standard Webhooks secrets, space-separated, or NULL */
 	EgOutcomeCode prev_outcome; /* of the previous attempt */
 	int32		prev_http_status;
 	TimestampTz prev_attempted_at;	/* 0: none */

@@ -30,6 +30,18 @@
 	"   GROUP BY p.subscription_id" \
 	")"
 
+/*
+ * Standard Webhooks signing keys once per subscription among those in
+ * sub_ids: the secret, then (space-separated) a previous one still valid.
+ */
+#define KEYS(sub_ids) \
+	"keys AS MATERIALIZED (" \
+	"  SELECT k.subscription_id," \
+	"         concat_ws(' ', k.secret, CASE WHEN k.previous_valid_until > now() THEN k.previous_secret END) AS keys" \
+	"    FROM eventgrid.signing_secrets k" \
+	"   WHERE k.subscription_id = ANY (" sub_ids ")" \
+	")"
+
 /* Custom headers of subscription s for event ev: static ones from props pr, dynamic ones per event. */
 #define CUSTOM_HEADERS(ev) \
 	"nullif(concat_ws(E'\\n', pr.static_headers, CASE WHEN pr.has_dynamic THEN" \
@@ -53,7 +65,8 @@
 	" coalesce(" ev "->>'id', " event_id "::text)," \
 	" coalesce(" ev "->>'dataVersion', '')," \
 	" CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END," \
-	" " CUSTOM_HEADERS(ev)
+	" " CUSTOM_HEADERS(ev) "," \
+	" kk.keys"
 enum RequestCol
 {
 	RC_MAX_ATTEMPTS,
@@ -67,6 +80,7 @@ enum RequestCol
 	RC_DATA_VERSION,
 	RC_METADATA_VERSION,
 	RC_CUSTOM_HEADERS,
+	RC_SIGNING_KEYS,
 	RC_COUNT
 };
 
@@ -101,6 +115,7 @@ request_cols(SPITupleTable *tt, int row, int first, EgClaimedRow *r)
 	r->data_version = eg_text_col(tt, row, first + RC_DATA_VERSION);
 	r->metadata_version = eg_text_col(tt, row, first + RC_METADATA_VERSION);
 	r->custom_headers = eg_text_col(tt, row, first + RC_CUSTOM_HEADERS);
+	r->signing_keys = eg_text_col(tt, row, first + RC_SIGNING_KEYS);
 }
 
 /*
@@ -128,6 +143,7 @@ static EgStatement claim_retries = {
 	"   WHERE r.ctid = ANY (ARRAY(SELECT tid FROM sized WHERE before < $5))"
 	"  RETURNING r.*"
 	"), " PROPS("ARRAY(SELECT DISTINCT c.subscription_id FROM claimed c)")
+	", " KEYS("ARRAY(SELECT DISTINCT c.subscription_id FROM claimed c)")
 	" SELECT c.id, s.id, c.attempts,"
 	"       (s.id IS NOT NULL AND c.publish_time + make_interval(mins => s.event_ttl) <= $1),"
 	"       c.last_outcome, c.last_http_status, c.last_attempt_at, c.event_bytes,"
@@ -136,6 +152,7 @@ static EgStatement claim_retries = {
 	"  FROM claimed c"
 	"  LEFT JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
 	"  LEFT JOIN props pr ON pr.subscription_id = s.id"
+	"  LEFT JOIN keys kk ON kk.subscription_id = s.id"
 	" ORDER BY s.id NULLS FIRST, c.next_attempt_at, c.id",
 	.nargs = 5,
 	.types = {TIMESTAMPTZOID, INT4OID, INT4OID, INT8OID, INT8OID},
@@ -332,6 +349,7 @@ static EgStatement claim_load = {
 	"WITH c AS MATERIALIZED ("
 	"  SELECT c.* FROM eventgrid.chunks_in_flight c WHERE c.lease_owner = $2 AND c.chunk = ANY ($1)"
 	"), " PROPS("ARRAY(SELECT c.subscription_id FROM c)")
+	", " KEYS("ARRAY(SELECT c.subscription_id FROM c)")
 	" SELECT c.chunk, s.id, e.txid, e.id,"
 	"       (e.publish_time + make_interval(mins => s.event_ttl) <= $3),"
 	"       coalesce(e.event_bytes, 0), s.topic_type = 'namespace', s.topic,"
@@ -343,7 +361,8 @@ static EgStatement claim_load = {
 	"  FROM c JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
 	"  JOIN eventgrid.topics t ON t.name = s.topic"
 	EG_SQL_CHUNK_EVENTS
-	"  LEFT JOIN props pr ON pr.subscription_id = s.id",
+	"  LEFT JOIN props pr ON pr.subscription_id = s.id"
+	"  LEFT JOIN keys kk ON kk.subscription_id = s.id",
 	.nargs = 3,
 	.types = {INT8ARRAYOID, INT4OID, TIMESTAMPTZOID},
 };
