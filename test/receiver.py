@@ -18,7 +18,8 @@ Paths:
   any other path             answer 200
 Query ?delay_ms=N waits N milliseconds before answering; ?retry_after=V
 adds the header "Retry-After: V" (V as given, delta-seconds or an HTTP-date;
-"+N" is the HTTP-date N seconds from the moment of the answer).
+"+N" is the HTTP-date N seconds from the moment of the answer; "long" is
+10,000 nines).
 """
 import argparse
 import email.utils
@@ -85,7 +86,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         if "retry_after" in query:
             value = query["retry_after"][0]
-            if value.startswith("+"):
+            if value == "long":
+                value = "9" * 10000
+            elif value.startswith("+"):
                 value = email.utils.formatdate(time.time() + int(value[1:]), usegmt=True)
             self.send_header("Retry-After", value)
         self.end_headers()

@@ -25,6 +25,8 @@ my %subs = (
 	'short' => '/status/503/short?retry_after=5',
 	'capped' => '/status/429/capped?retry_after=99999',
 	'garbled' => '/status/429/garbled?retry_after=soon',
+	'negative' => '/status/429/negative?retry_after=-5',
+	'long' => '/status/429/long?retry_after=long',
 	'ttl' => '/status/429/ttl?retry_after=600');
 for my $s (sort keys %subs)
 {
@@ -40,6 +42,9 @@ ok($date_wait >= 118 && $date_wait <= 121, "503 with Retry-After as an HTTP-date
 is(planned_wait($node, 'short'), '30', 'Retry-After: 5 after a 503: the schedule\'s own 30 s step is later and counts');
 is(planned_wait($node, 'capped'), '3600', 'Retry-After: 99999: at most eventgrid.max_retry_after (1 h)');
 is(planned_wait($node, 'garbled'), '10', 'a Retry-After libcurl cannot read is ignored: the 10 s step');
+is(planned_wait($node, 'negative'), '10', 'a negative one too');
+my $long_wait = planned_wait($node, 'long');
+ok($long_wait == 10 || $long_wait == 3600, "a 10,000-digit one changes nothing but the capped wait ($long_wait s)");
 
 sub error_of
 {
