@@ -215,9 +215,13 @@ eg_request_build(EgRequest *req, const EgRequestSpec *spec,
 	char		count_text[16];
 	bool		ok = true;
 	int			n = 0;
+	EgSignature sig;
 
 	resetStringInfo(scratch);
 	eg_build_body(scratch, spec->schema, events, nevents);
+	/* signed before the body is copied out, so that an error leaks nothing */
+	if (spec->signing_keys)
+		eg_sign_request(&sig, spec->signing_keys, spec->webhook_id, scratch->data, scratch->len);
 	req->body = malloc(scratch->len + 1);
 	if (req->body == NULL)
 		ereport(ERROR,
@@ -238,12 +242,9 @@ eg_request_build(EgRequest *req, const EgRequestSpec *spec,
 	if (strcmp(spec->schema, "CloudEventSchemaV1_0") != 0)
 		ok = ok && add_header(scratch, &n, "aeg-data-version", spec->data_version, false);
 	ok = ok && add_header(scratch, &n, "aeg-output-event-id", spec->output_event_id, false);
-	if (ok && spec->signing_keys)
+	if (spec->signing_keys)
 	{
-		EgSignature sig;
-
-		eg_sign_request(&sig, spec->signing_keys, spec->webhook_id, req->body, req->body_len);
-		ok = add_header(scratch, &n, "webhook-id", spec->webhook_id, false) &&
+		ok = ok && add_header(scratch, &n, "webhook-id", spec->webhook_id, false) &&
 			add_header(scratch, &n, "webhook-timestamp", sig.timestamp, false) &&
 			add_header(scratch, &n, "webhook-signature", sig.signature.data, false);
 		pfree(sig.signature.data);
