@@ -16,6 +16,9 @@
 -- no role but the extension's owner may read; a previous secret may keep
 -- signing beside it for a while); the delivery workers sign each of its
 -- requests (webhook-id, webhook-timestamp, webhook-signature).
+--
+-- The attempt history keeps the first 512 bytes of a failed answer's body
+-- (attempt_log.response_body, delivery_attempts.response_body).
 \echo Use "ALTER EXTENSION eventgrid UPDATE" to load this file. \quit
 
 CREATE TABLE eventgrid.table_publications (
@@ -550,6 +553,14 @@ SELECT s.topic, s.name AS subscription, '********'::text AS secret,
   FROM eventgrid.signing_secrets k JOIN eventgrid.event_subscriptions s ON s.id = k.subscription_id;
 COMMENT ON VIEW eventgrid.event_subscription_signing IS
     'The signed event subscriptions: topic, subscription, secret (always ********), previous_secret (******** while a replaced secret still signs) and previous_valid_until, set_at. Readable by eventgrid_admin.';
+
+-- The attempt history keeps the first 512 bytes of a failed answer's body.
+ALTER TABLE eventgrid.attempt_log ADD COLUMN response_body text;
+CREATE OR REPLACE VIEW eventgrid.delivery_attempts AS
+SELECT a.id, a.attempted_at, a.topic, a.subscription_name AS subscription, a.event_ids, a.attempt,
+       a.http_status, a.outcome, a.duration_ms, a.error, a.response_body
+  FROM eventgrid.attempt_log a;
+COMMENT ON VIEW eventgrid.delivery_attempts IS 'Delivery attempt history: one row per attempt (one HTTP request; a batch names all its events): id, when it started (attempted_at, on the worker''s clock), topic, event subscription, event_ids (the ids publish() returned), attempt (1 for the first; for a batch, its first event''s, the aeg-delivery-count header plus 1), http_status (NULL: no HTTP answer), outcome (the outcome names of SPEC 3: Delivered, GenericError, Busy, NotFound, TimedOut, SocketError, ResolutionError, ...; Probation for an attempt that delayed delivery held back; Aborted for a request in flight when the worker stopped), duration_ms (libcurl''s total time of the request), error (libcurl''s message when there was no HTTP answer; for a failed answer with Retry-After, what it asked for), response_body (the first 512 bytes of a failed answer''s body, bytes outside printable ASCII as ?; NULL for a success or no body). Kept per GUC eventgrid.attempt_history (all, failures, off) for eventgrid.attempt_history_retention and eventgrid.attempt_history_max_rows. An attempt whose outcome was not yet written when the worker stopped shows as Aborted.';
 
 REVOKE ALL ON FUNCTION eventgrid._uri_escape(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;

@@ -1473,7 +1473,8 @@ CREATE TABLE eventgrid.attempt_log (
     http_status integer,
     outcome text NOT NULL,
     duration_ms double precision,
-    error text
+    error text,
+    response_body text
 )
 PARTITION BY LIST (history_table);
 
@@ -1500,7 +1501,8 @@ CREATE TABLE eventgrid.attempt_log_0 (
     http_status integer,
     outcome text NOT NULL,
     duration_ms double precision,
-    error text
+    error text,
+    response_body text
 );
 
 CREATE TABLE eventgrid.attempt_log_1 (
@@ -1515,7 +1517,8 @@ CREATE TABLE eventgrid.attempt_log_1 (
     http_status integer,
     outcome text NOT NULL,
     duration_ms double precision,
-    error text
+    error text,
+    response_body text
 );
 
 CREATE TABLE eventgrid.attempt_log_2 (
@@ -1530,7 +1533,8 @@ CREATE TABLE eventgrid.attempt_log_2 (
     http_status integer,
     outcome text NOT NULL,
     duration_ms double precision,
-    error text
+    error text,
+    response_body text
 );
 
 CREATE TABLE eventgrid.attempt_log_rotation (
@@ -1632,10 +1636,11 @@ CREATE VIEW eventgrid.delivery_attempts AS
     a.http_status,
     a.outcome,
     a.duration_ms,
-    a.error
+    a.error,
+    a.response_body
    FROM eventgrid.attempt_log a;
 
-COMMENT ON VIEW eventgrid.delivery_attempts IS 'Delivery attempt history: one row per attempt (one HTTP request; a batch names all its events): id, when it started (attempted_at, on the worker''s clock), topic, event subscription, event_ids (the ids publish() returned), attempt (1 for the first; for a batch, its first event''s, the aeg-delivery-count header plus 1), http_status (NULL: no HTTP answer), outcome (the outcome names of SPEC 3: Delivered, GenericError, Busy, NotFound, TimedOut, SocketError, ResolutionError, ...; Probation for an attempt that delayed delivery held back; Aborted for a request in flight when the worker stopped), duration_ms (libcurl''s total time of the request), error (libcurl''s message when there was no HTTP answer). Kept per GUC eventgrid.attempt_history (all, failures, off) for eventgrid.attempt_history_retention and eventgrid.attempt_history_max_rows. An attempt whose outcome was not yet written when the worker stopped shows as Aborted.';
+COMMENT ON VIEW eventgrid.delivery_attempts IS 'Delivery attempt history: one row per attempt (one HTTP request; a batch names all its events): id, when it started (attempted_at, on the worker''s clock), topic, event subscription, event_ids (the ids publish() returned), attempt (1 for the first; for a batch, its first event''s, the aeg-delivery-count header plus 1), http_status (NULL: no HTTP answer), outcome (the outcome names of SPEC 3: Delivered, GenericError, Busy, NotFound, TimedOut, SocketError, ResolutionError, ...; Probation for an attempt that delayed delivery held back; Aborted for a request in flight when the worker stopped), duration_ms (libcurl''s total time of the request), error (libcurl''s message when there was no HTTP answer; for a failed answer with Retry-After, what it asked for), response_body (the first 512 bytes of a failed answer''s body, bytes outside printable ASCII as ?; NULL for a success or no body). Kept per GUC eventgrid.attempt_history (all, failures, off) for eventgrid.attempt_history_retention and eventgrid.attempt_history_max_rows. An attempt whose outcome was not yet written when the worker stopped shows as Aborted.';
 
 CREATE TABLE eventgrid.delivery_properties (
     subscription_id bigint NOT NULL,

@@ -124,19 +124,25 @@ eg_delivery_finish_unattempted(EgDelivery *d, EgAction action, EgFinalReason rea
 }
 
 /*
- * A copy of a transport error text fit for the history: bytes outside
- * printable ASCII (which an endpoint's answer could put into libcurl's
- * message) become '?'.
+ * A copy of len bytes of text fit for the history: bytes outside printable
+ * ASCII (which an endpoint's answer could put into libcurl's message or its
+ * body) become '?'.
  */
+static char *
+printable_copy_n(const char *text, int len)
+{
+	char	   *copy = MemoryContextAlloc(history_cxt, len + 1);
+
+	for (int i = 0; i < len; i++)
+		copy[i] = ((unsigned char) text[i] < 0x20 || (unsigned char) text[i] > 0x7e) ? '?' : text[i];
+	copy[len] = '\0';
+	return copy;
+}
+
 static char *
 printable_copy(const char *text)
 {
-	char	   *copy = MemoryContextStrdup(history_cxt, text);
-
-	for (char *c = copy; *c; c++)
-		if ((unsigned char) *c < 0x20 || (unsigned char) *c > 0x7e)
-			*c = '?';
-	return copy;
+	return printable_copy_n(text, strlen(text));
 }
 
 /*
@@ -181,6 +187,7 @@ eg_delivery_remember_attempt(EgRequest *req, TimestampTz started)
 	{
 		a->duration_ms = -1;
 		a->error = "not sent: the endpoint is on probation (delayed delivery)";
+		a->response_body = NULL;
 	}
 	else
 	{
@@ -199,6 +206,9 @@ eg_delivery_remember_attempt(EgRequest *req, TimestampTz started)
 		}
 		else
 			a->error = NULL;
+		/* why the receiver failed it, in its own words */
+		a->response_body = req->transport == EG_TRANSPORT_OK && !delivered && req->response_head_len > 0
+			? printable_copy_n(req->response_head, req->response_head_len) : NULL;
 	}
 }
 

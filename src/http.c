@@ -1,7 +1,8 @@
 /*
  * http.c - delivery requests through libcurl's multi interface, on a thread
  * of their own: many POSTs in flight, connections kept alive and reused, only
- * http and https, no redirects, response bodies discarded as they arrive, a
+ * http and https, no redirects, response bodies discarded as they arrive
+ * (but for their first 512 bytes, which a failed attempt's history keeps), a
  * total time limit per request (SPEC section 3's 30 s).
  *
  * HTTPS: certificates are always verified (peer and host name), against
@@ -67,11 +68,25 @@ static CURL **idle_handles = NULL;
 static int	idle_n = 0;
 static int	idle_cap = 0;
 
-/* Response bodies are not kept: only the status matters (SPEC 3). */
+/*
+ * Only the status decides (SPEC 3): of the answer's body, the first
+ * EG_RESPONSE_HEAD_BYTES are kept (for the attempt history, which shows a
+ * failed answer's) and the rest is discarded as it arrives.
+ */
 static size_t
-discard_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+keep_body_head(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
-	return size * nmemb;
+	EgRequest  *req = userdata;
+	size_t		n = size * nmemb;
+
+	if (req != NULL && req->response_head_len < EG_RESPONSE_HEAD_BYTES)
+	{
+		size_t		take = Min(n, (size_t) (EG_RESPONSE_HEAD_BYTES - req->response_head_len));
+
+		memcpy(req->response_head + req->response_head_len, ptr, take);
+		req->response_head_len += (int) take;
+	}
+	return n;
 }
 
 static void
@@ -185,6 +200,7 @@ finish(EgRequest *req, EgTransport transport, int http_status)
 		curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, NULL);
 		curl_easy_setopt(h, CURLOPT_PRIVATE, NULL);
+		curl_easy_setopt(h, CURLOPT_WRITEDATA, NULL);
 		if (idle_n < idle_cap)
 			idle_handles[idle_n++] = h;
 		else
@@ -232,7 +248,7 @@ new_handle(void)
 		SET(CURLOPT_CAINFO, ca_file);
 	SET(CURLOPT_SHARE, share);
 	SET(CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_2TLS);
-	SET(CURLOPT_WRITEFUNCTION, discard_body);
+	SET(CURLOPT_WRITEFUNCTION, keep_body_head);
 	SET(CURLOPT_USERAGENT, "eventgrid-postgresql/" EG_VERSION);
 	SET(CURLOPT_TCP_NODELAY, 1L);
 #undef SET
@@ -266,6 +282,7 @@ start(EgRequest *req)
 	SET(CURLOPT_TIMEOUT_MS, req->timeout_ms);
 	SET(CURLOPT_ERRORBUFFER, req->errbuf);
 	SET(CURLOPT_PRIVATE, (void *) req);
+	SET(CURLOPT_WRITEDATA, (void *) req);
 #undef SET
 	if (rc != CURLE_OK || curl_multi_add_handle(multi, h) != CURLM_OK)
 	{

@@ -10,6 +10,9 @@
 #include "eventgrid.h"
 #include "outcome.h"
 
+/* Bytes of an answer's body kept for the attempt history (a failed answer's). */
+#define EG_RESPONSE_HEAD_BYTES 512
+
 /* One event's JSON text, in the subscription's delivery schema (borrowed, not copied). */
 typedef struct EgEventPart
 {
@@ -32,6 +35,8 @@ typedef struct EgRequest
 	EgTransport transport;
 	int			http_status;
 	int64		retry_after_s;	/* the answer's Retry-After, in seconds from now (0: none) */
+	char		response_head[EG_RESPONSE_HEAD_BYTES];	/* the first bytes of the answer's body */
+	int			response_head_len;
 	double		duration_ms;	/* libcurl's total time of the transfer */
 	/* caller's bookkeeping */
 	void	  **items;			/* the rows this request carries */

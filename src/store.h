@@ -161,6 +161,7 @@ typedef struct EgAttempt
 	EgOutcomeCode outcome;
 	double		duration_ms;	/* < 0: not sent */
 	const char *error;			/* transport error text, or NULL */
+	const char *response_body;	/* a failed answer's first bytes, printable, or NULL */
 } EgAttempt;
 
 /* How far a chunk's first attempts have been handed to HTTP. */

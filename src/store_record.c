@@ -219,16 +219,16 @@ static EgStatement record_attempts_st = {
 	.name = "attempt history",
 	.sql =
 	"INSERT INTO eventgrid.attempt_log (history_table, attempted_at, topic, subscription_id,"
-	"       subscription_name, event_ids, attempt, http_status, outcome, duration_ms, error)"
+	"       subscription_name, event_ids, attempt, http_status, outcome, duration_ms, error, response_body)"
 	"SELECT h.history_table, a.attempted_at, a.topic, a.subscription_id, a.subscription_name,"
-	"       $5[a.first:a.last], a.attempt, a.status, a.outcome, a.duration_ms, a.error"
+	"       $5[a.first:a.last], a.attempt, a.status, a.outcome, a.duration_ms, a.error, a.response_body"
 	"  FROM eventgrid.attempt_log_rotation h"
 	" CROSS JOIN unnest($1::timestamptz[], $2::int8[], $3::text[], $4::int4[], $6::int4[], $7::int4[],"
-	"                   $8::int4[], $9::text[], $10::float8[], $11::text[], $12::text[])"
+	"                   $8::int4[], $9::text[], $10::float8[], $11::text[], $12::text[], $13::text[])"
 	"       AS a(attempted_at, subscription_id, subscription_name, attempt, first, last, status, outcome,"
-	"            duration_ms, error, topic)",
-	.nargs = 12,
-	.types = {TIMESTAMPTZARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, FLOAT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID},
+	"            duration_ms, error, topic, response_body)",
+	.nargs = 13,
+	.types = {TIMESTAMPTZARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, FLOAT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID},
 };
 
 /* Outcome arrays of one record statement. */
@@ -412,13 +412,15 @@ record_attempts(const EgAttempt *attempts, int n)
 	Datum	   *durations = palloc(n * sizeof(Datum));
 	Datum	   *errors = palloc(n * sizeof(Datum));
 	Datum	   *topics = palloc(n * sizeof(Datum));
+	Datum	   *bodies = palloc(n * sizeof(Datum));
 	bool	   *n_topic = palloc(n * sizeof(bool));
+	bool	   *n_body = palloc(n * sizeof(bool));
 	bool	   *n_status = palloc(n * sizeof(bool));
 	bool	   *n_duration = palloc(n * sizeof(bool));
 	bool	   *n_error = palloc(n * sizeof(bool));
 	int			nids = 0;
 	int64	   *ids;
-	Datum		args[12];
+	Datum		args[13];
 
 	for (int i = 0; i < n; i++)
 		nids += attempts[i].nevents;
@@ -445,6 +447,8 @@ record_attempts(const EgAttempt *attempts, int n)
 		errors[i] = a->error ? CStringGetTextDatum(a->error) : (Datum) 0;
 		n_topic[i] = a->topic == NULL;
 		topics[i] = a->topic ? CStringGetTextDatum(a->topic) : (Datum) 0;
+		n_body[i] = a->response_body == NULL;
+		bodies[i] = a->response_body ? CStringGetTextDatum(a->response_body) : (Datum) 0;
 	}
 	args[0] = eg_make_array(at, NULL, n, TIMESTAMPTZOID);
 	args[1] = eg_make_array(subs, NULL, n, INT8OID);
@@ -458,6 +462,7 @@ record_attempts(const EgAttempt *attempts, int n)
 	args[9] = eg_make_array(durations, n_duration, n, FLOAT8OID);
 	args[10] = eg_make_array(errors, n_error, n, TEXTOID);
 	args[11] = eg_make_array(topics, n_topic, n, TEXTOID);
+	args[12] = eg_make_array(bodies, n_body, n, TEXTOID);
 	eg_store_run(&record_attempts_st, args, false, SPI_OK_INSERT);
 }
 

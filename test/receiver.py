@@ -19,7 +19,8 @@ Paths:
 Query ?delay_ms=N waits N milliseconds before answering; ?retry_after=V
 adds the header "Retry-After: V" (V as given, delta-seconds or an HTTP-date;
 "+N" is the HTTP-date N seconds from the moment of the answer; "long" is
-10,000 nines).
+10,000 nines); ?body=T answers with the body T (UTF-8; "long" is 2,000
+bytes).
 """
 import argparse
 import email.utils
@@ -82,8 +83,12 @@ class Handler(BaseHTTPRequestHandler):
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.close_connection = True
             return
+        answer = b""
+        if "body" in query:
+            text = query["body"][0]
+            answer = ("x" * 2000 if text == "long" else text).encode("utf-8")
         self.send_response(status)
-        self.send_header("Content-Length", "0")
+        self.send_header("Content-Length", str(len(answer)))
         if "retry_after" in query:
             value = query["retry_after"][0]
             if value == "long":
@@ -92,6 +97,8 @@ class Handler(BaseHTTPRequestHandler):
                 value = email.utils.formatdate(time.time() + int(value[1:]), usegmt=True)
             self.send_header("Retry-After", value)
         self.end_headers()
+        if answer:
+            self.wfile.write(answer)
 
 
     def hang(self, path, record):
