@@ -23,6 +23,9 @@ Measures, in one run against one cluster and one nginx sink on 127.0.0.1:
     publication and with PgQ's pgq.logutriga trigger; single-row INSERTs
     with pgbench for 20 s (BENCH_TABLE_SECONDS) into each; and the delivery
     rate of the events published
+ 14. signing: single-event and batched(100) delivery with Standard Webhooks
+    signatures and without, alternately twice, and the workers' CPU per
+    delivery that signing adds
  11. attempt history: single-event delivery with eventgrid.attempt_history
     off and all, alternately twice, and the drop in events/s it costs
  9. isolation: a healthy subscription's latency beside 500 subscriptions to a
@@ -236,7 +239,7 @@ class Bench:
         self.report("http_limit_rps", f"1 HTTP limit (wrk, {conns} connections, ~1 KB POST)", rps, "requests/s")
 
     # -- 2, 3, 4 -------------------------------------------------------------------
-    def drain(self, topic, nsubs, n_events, batch=None, filters=None, sink=None):
+    def drain(self, topic, nsubs, n_events, batch=None, filters=None, sink=None, signed=False):
         sink = sink or self.args.sink
         self.reset_queue()
         self.q("SELECT eventgrid.create_topic(%s)", (topic,))
@@ -245,6 +248,8 @@ class Bench:
                    "advanced_filters => %s)",
                    (topic, f"sub-{i}", f"{sink}/{topic}/{i}", batch,
                     json.dumps(filters) if filters else None))
+            if signed:
+                self.q("SELECT eventgrid.set_signing_secret(%s, %s)", (topic, f"sub-{i}"))
         self.set_guc("eventgrid.delivery_paused", "on")
         self.publish_backlog(topic, n_events)
         self.q("CHECKPOINT")
@@ -480,6 +485,29 @@ class Bench:
                     pending / (t_end - start), "events/s")
         self.q("SELECT eventgrid.stop_publishing_table_changes('tc_published', 'changes')")
 
+    # -- 14 ---------------------------------------------------------------------
+    def fig_signing(self):
+        """Single-event and batched(100) delivery with Standard Webhooks
+        signatures and without, alternately twice."""
+        n = env_int("BENCH_EVENTS", 200000)
+        runs = {}
+        for signed in (False, True, False, True):
+            for label, batch in (("single", None), ("batched", 100)):
+                rate, costs = self.drain(f"sign-{label}", 1, n, batch=batch, signed=signed)
+                runs.setdefault((label, signed), []).append((rate, costs["worker"]))
+        for label in ("single", "batched"):
+            for signed in (False, True):
+                rate = statistics.mean(r for r, _ in runs[(label, signed)])
+                worker = statistics.mean(w for _, w in runs[(label, signed)])
+                head = (f"14 {label} delivery ({n:,} events, mean of 2), unsigned" if not signed
+                        else "  the same, signed (webhook-signature)")
+                tag = f"{label}_{'signed' if signed else 'unsigned'}"
+                self.report(f"{tag}_events_per_s", head, rate, "events/s")
+                self.report(f"{tag}_worker_cpu_us_per_delivery", "    delivery workers' CPU per delivery", worker, "µs")
+            self.report(f"{label}_signing_cost_us", f"  {label}: signing's CPU per delivery",
+                        self.results[f"{label}_signed_worker_cpu_us_per_delivery"]
+                        - self.results[f"{label}_unsigned_worker_cpu_us_per_delivery"], "µs")
+
     # -- 6 ----------------------------------------------------------------------
     def fig_latency(self):
         seconds = env_int("BENCH_LATENCY_SECONDS", 20)
@@ -681,7 +709,7 @@ def main():
     ap.add_argument("--tls-log", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13", help="comma-separated figure numbers (2 runs 2-4)")
+    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14", help="comma-separated figure numbers (2 runs 2-4)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     b = Bench(args)
@@ -706,6 +734,8 @@ def main():
         b.fig_tls()
     if "13" in only:
         b.fig_table_changes()
+    if "14" in only:
+        b.fig_signing()
     if "8" in only:
         cases = os.environ.get("BENCH_STEADY_CASES", "plain,rr").split(",")
         if "plain" in cases:

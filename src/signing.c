@@ -48,9 +48,12 @@ eg_webhook_id(const int64 *ids, int n)
 	return psprintf("msg_%s", hex);
 }
 
-/* Appends ",<base64 HMAC-SHA256>" of message with the key of secret ("whsec_<base64>"). */
+/*
+ * Appends "v1,<base64 HMAC-SHA256>" of prefix and body, one after the other,
+ * with the key of secret ("whsec_<base64>").
+ */
 static void
-append_signature(StringInfo out, const char *secret, const char *message, size_t message_len)
+append_signature(StringInfo out, const char *secret, const char *prefix, const char *body, size_t body_len)
 {
 	const char *b64 = secret + 6;	/* after "whsec_" (checked in SQL) */
 	int			b64_len = strlen(b64);
@@ -67,7 +70,8 @@ append_signature(StringInfo out, const char *secret, const char *message, size_t
 				 errmsg("eventgrid: a signing secret in eventgrid.signing_secrets is not valid base64")));
 	ctx = pg_hmac_create(PG_SHA256);
 	if (ctx == NULL || pg_hmac_init(ctx, key, key_len) < 0 ||
-		pg_hmac_update(ctx, (const uint8 *) message, message_len) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) prefix, strlen(prefix)) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) body, body_len) < 0 ||
 		pg_hmac_final(ctx, mac, sizeof(mac)) < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
@@ -91,24 +95,23 @@ void
 eg_sign_request(EgSignature *sig, const char *keys, const char *webhook_id,
 				const char *body, size_t body_len)
 {
-	StringInfoData message;
+	char	   *prefix;
 	char	   *copy = pstrdup(keys);
 	char	   *save = NULL;
 
 	snprintf(sig->timestamp, sizeof(sig->timestamp), INT64_FORMAT, (int64) time(NULL));
-	initStringInfo(&message);
-	appendStringInfo(&message, "%s.%s.", webhook_id, sig->timestamp);
-	appendBinaryStringInfo(&message, body, body_len);
+	/* signed: "<id>.<timestamp>." and the body, fed to the HMAC without a copy of the body */
+	prefix = psprintf("%s.%s.", webhook_id, sig->timestamp);
 	initStringInfo(&sig->signature);
 	for (char *k = strtok_r(copy, " ", &save); k; k = strtok_r(NULL, " ", &save))
 	{
 		if (sig->signature.len > 0)
 			appendStringInfoChar(&sig->signature, ' ');
-		append_signature(&sig->signature, k, message.data, message.len);
+		append_signature(&sig->signature, k, prefix, body, body_len);
 	}
 	explicit_bzero(copy, strlen(copy));
 	pfree(copy);
-	pfree(message.data);
+	pfree(prefix);
 }
 
 PG_FUNCTION_INFO_V1(eventgrid_random_bytes);
