@@ -18,7 +18,8 @@
 -- requests (webhook-id, webhook-timestamp, webhook-signature).
 --
 -- The attempt history keeps the first 512 bytes of a failed answer's body
--- (attempt_log.response_body, delivery_attempts.response_body).
+-- (attempt_log.response_body, delivery_attempts.response_body), and the
+-- view eventgrid.worker_status shows the admin role what the workers do.
 \echo Use "ALTER EXTENSION eventgrid UPDATE" to load this file. \quit
 
 CREATE TABLE eventgrid.table_publications (
@@ -74,7 +75,7 @@ BEGIN
     IF kind IS NULL OR kind NOT IN ('r', 'p') THEN
         RAISE EXCEPTION '% is not a table', source_table
             USING ERRCODE = 'wrong_object_type',
-                  HINT = 'Table changes are published from ordinary and partitioned tables (not views, foreign tables or partitions alone).';
+                  HINT = 'Table changes are published from ordinary and partitioned tables, not from views, foreign tables or other relations.';
     END IF;
     IF NOT has_table_privilege(caller, source_table, 'TRIGGER') THEN
         RAISE EXCEPTION 'permission denied to publish the changes of table %', source_table
@@ -562,6 +563,24 @@ SELECT a.id, a.attempted_at, a.topic, a.subscription_name AS subscription, a.eve
   FROM eventgrid.attempt_log a;
 COMMENT ON VIEW eventgrid.delivery_attempts IS 'Delivery attempt history: one row per attempt (one HTTP request; a batch names all its events): id, when it started (attempted_at, on the worker''s clock), topic, event subscription, event_ids (the ids publish() returned), attempt (1 for the first; for a batch, its first event''s, the aeg-delivery-count header plus 1), http_status (NULL: no HTTP answer), outcome (the outcome names of SPEC 3: Delivered, GenericError, Busy, NotFound, TimedOut, SocketError, ResolutionError, ...; Probation for an attempt that delayed delivery held back; Aborted for a request in flight when the worker stopped), duration_ms (libcurl''s total time of the request), error (libcurl''s message when there was no HTTP answer; for a failed answer with Retry-After, what it asked for), response_body (the first 512 bytes of a failed answer''s body, bytes outside printable ASCII as ?; NULL for a success or no body). Kept per GUC eventgrid.attempt_history (all, failures, off) for eventgrid.attempt_history_retention and eventgrid.attempt_history_max_rows. An attempt whose outcome was not yet written when the worker stopped shows as Aborted.';
 
+-- What each eventgrid worker is doing, for the admin role (pg_stat_activity
+-- hides other roles' processes from roles without pg_read_all_stats).
+CREATE FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text,
+        OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text,
+        OUT backend_start timestamp with time zone) RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+        SELECT w.worker, w.pid, a.state, a.query, a.state_change, a.wait_event_type, a.wait_event, a.backend_start
+          FROM eventgrid._worker_pids() w
+          LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) w.pid;
+    END;
+COMMENT ON FUNCTION eventgrid._worker_status() IS
+    'Internal: each eventgrid worker with its pg_stat_activity state, status line and wait; read eventgrid.worker_status.';
+CREATE VIEW eventgrid.worker_status AS SELECT * FROM eventgrid._worker_status();
+COMMENT ON VIEW eventgrid.worker_status IS
+    'Each eventgrid worker (delivery worker 1..eventgrid.delivery_workers, upkeep worker): pid (NULL when it does not run), state (idle or active), activity (its status line: what it delivers, waits for or failed at), state_since, wait_event_type, wait_event, backend_start. Readable by eventgrid_admin, which pg_stat_activity would show only <insufficient privilege>.';
+
 REVOKE ALL ON FUNCTION eventgrid._uri_escape(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._check_table_publication(regclass, text[], text[]) FROM PUBLIC;
@@ -590,3 +609,6 @@ GRANT EXECUTE ON FUNCTION eventgrid.set_signing_secret(text, text, text, interva
 GRANT EXECUTE ON FUNCTION eventgrid.remove_signing_secret(text, text) TO eventgrid_admin;
 REVOKE ALL ON TABLE eventgrid.signing_secrets FROM PUBLIC;
 GRANT SELECT ON TABLE eventgrid.event_subscription_signing TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid._worker_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid._worker_status() TO eventgrid_admin;
+GRANT SELECT ON TABLE eventgrid.worker_status TO eventgrid_admin;

@@ -142,7 +142,7 @@ BEGIN
     IF kind IS NULL OR kind NOT IN ('r', 'p') THEN
         RAISE EXCEPTION '% is not a table', source_table
             USING ERRCODE = 'wrong_object_type',
-                  HINT = 'Table changes are published from ordinary and partitioned tables (not views, foreign tables or partitions alone).';
+                  HINT = 'Table changes are published from ordinary and partitioned tables, not from views, foreign tables or other relations.';
     END IF;
     IF NOT has_table_privilege(caller, source_table, 'TRIGGER') THEN
         RAISE EXCEPTION 'permission denied to publish the changes of table %', source_table
@@ -923,6 +923,24 @@ CREATE FUNCTION eventgrid._worker_pids(OUT worker text, OUT pid integer) RETURNS
     AS 'MODULE_PATHNAME', 'eventgrid_worker_pids';
 
 COMMENT ON FUNCTION eventgrid._worker_pids(OUT worker text, OUT pid integer) IS 'Internal: each delivery worker and the upkeep worker with the pid in its shared-memory slot, NULL when it does not run. A worker sets its slot once its exit callback is registered and that callback clears it, so a pid here is a running process.';
+
+CREATE FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT w.worker,
+     w.pid,
+     a.state,
+     a.query,
+     a.state_change,
+     a.wait_event_type,
+     a.wait_event,
+     a.backend_start
+    FROM (eventgrid._worker_pids() w(worker, pid)
+      LEFT JOIN pg_stat_activity a ON ((a.pid = w.pid)));
+END;
+
+COMMENT ON FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) IS 'Internal: each eventgrid worker with its pg_stat_activity state, status line and wait; read eventgrid.worker_status.';
 
 CREATE FUNCTION eventgrid.rfc3339(ts timestamp with time zone) RETURNS text
     LANGUAGE sql STABLE STRICT PARALLEL SAFE
@@ -1986,6 +2004,19 @@ CREATE VIEW eventgrid.topic_statistics AS
 
 COMMENT ON VIEW eventgrid.topic_statistics IS 'Per topic: input schema, number of event subscriptions, events still in the event tables (delivered or not: a table is emptied as a whole), and events that matched no event subscription (counted by the delivery worker within about a second).';
 
+CREATE VIEW eventgrid.worker_status AS
+ SELECT _worker_status.worker,
+    _worker_status.pid,
+    _worker_status.state,
+    _worker_status.activity,
+    _worker_status.state_since,
+    _worker_status.wait_event_type,
+    _worker_status.wait_event,
+    _worker_status.backend_start
+   FROM eventgrid._worker_status() _worker_status(worker, pid, state, activity, state_since, wait_event_type, wait_event, backend_start);
+
+COMMENT ON VIEW eventgrid.worker_status IS 'Each eventgrid worker (delivery worker 1..eventgrid.delivery_workers, upkeep worker): pid (NULL when it does not run), state (idle or active), activity (its status line: what it delivers, waits for or failed at), state_since, wait_event_type, wait_event, backend_start. Readable by eventgrid_admin, which pg_stat_activity would show only <insufficient privilege>.';
+
 ALTER TABLE ONLY eventgrid.attempt_log ATTACH PARTITION eventgrid.attempt_log_0 FOR VALUES IN ('0');
 
 ALTER TABLE ONLY eventgrid.attempt_log ATTACH PARTITION eventgrid.attempt_log_1 FOR VALUES IN ('1');
@@ -2229,6 +2260,9 @@ REVOKE ALL ON FUNCTION eventgrid._wake_worker_at_commit() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._worker_pids(OUT worker text, OUT pid integer) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid.rfc3339(ts timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.rfc3339(ts timestamp with time zone) TO eventgrid_admin;
 GRANT ALL ON FUNCTION eventgrid.rfc3339(ts timestamp with time zone) TO eventgrid_publisher;
@@ -2343,6 +2377,8 @@ GRANT SELECT ON TABLE eventgrid.table_publications TO eventgrid_admin;
 GRANT SELECT ON TABLE eventgrid.table_change_publications TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.topic_statistics TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.worker_status TO eventgrid_admin;
 
 -- The rows the rotations start from.
 INSERT INTO eventgrid.event_table_rotations (event_table) VALUES (0), (1), (2);

@@ -84,5 +84,18 @@ is($logged, 1, 'summary: one line within a minute');
 like(slurp_file($node->logfile), qr/DETAIL:  Dead-lettered by reason: NonRetriableError 3\./, 'summary: by reason');
 is(count_log(qr/f-[123]/), 0, 'summary: no line names an event');
 
+# the admin role, not a superuser, reads the workers' status lines through
+# eventgrid.worker_status; pg_stat_activity hides them from it
+$node->safe_psql('postgres', 'CREATE ROLE watcher LOGIN IN ROLE eventgrid_admin');
+is($node->safe_psql('postgres', "SET ROLE watcher; SELECT count(*) FROM pg_stat_activity"
+		  . " WHERE backend_type = 'eventgrid delivery worker' AND query LIKE 'eventgrid:%'"), '0',
+	'pg_stat_activity shows the admin role no status line of the workers');
+like($node->safe_psql('postgres', "SET ROLE watcher; SELECT string_agg(worker || ' ' || (pid IS NOT NULL) || ' '"
+		  . " || coalesce(activity, '-'), ' | ' ORDER BY worker) FROM eventgrid.worker_status"),
+	qr/^delivery worker 1 true eventgrid: (idle|delivering)[^|]* \| upkeep worker true /,
+	'eventgrid.worker_status does: each worker, its pid and its status line');
+like(($node->psql('postgres', "SET ROLE watcher; SELECT * FROM eventgrid._worker_pids()"))[2] // '',
+	qr/permission denied for function _worker_pids/, 'while _worker_pids() stays the superuser\'s');
+
 $node->stop;
 done_testing();
