@@ -11,6 +11,8 @@
 #   ./scripts/demo.sh          everything is removed at exit
 #   ./scripts/demo.sh --keep   the cluster and the receiver keep running;
 #                              prints how to connect with psql and stop them
+# Ports: EG_DEMO_PORT (PostgreSQL, a Unix socket only; default 55432) and
+# EG_DEMO_RECEIVER_PORT (the receiver on 127.0.0.1; default 18080).
 set -euo pipefail
 args=("$@")
 keep=0
@@ -25,14 +27,14 @@ fi
 . "$(dirname "$0")/common.sh"
 eg_setup "${args[@]}"
 work=$EG_WORK
-port=55432
-rport=18080
+port=${EG_DEMO_PORT:-55432}
+rport=${EG_DEMO_RECEIVER_PORT:-18080}
 stop_all() {
     eg_as_postgres pg_ctl -D "$work/data" -m fast stop >/dev/null 2>&1 || true
-    # the receiver runs under runuser: stop it by its path, not runuser's pid
-    pkill -f "$work/test/receiver.py" 2>/dev/null || true
-    sleep 0.2
-    pkill -KILL -f "$work/test/receiver.py" 2>/dev/null || true
+    # the receiver runs under runuser: stop it by the pid it wrote, not runuser's
+    if [ -f "$work/receiver.pid" ]; then
+        kill "$(cat "$work/receiver.pid")" 2>/dev/null || true
+    fi
     rm -rf "$work"
 }
 cleanup() {
@@ -45,9 +47,14 @@ trap cleanup EXIT
 
 echo "== starting a throwaway cluster and the receiver"
 eg_start_cluster "$work" $port </dev/null
-eg_as_postgres /usr/bin/python3 "$work/test/receiver.py" --port $rport --log "$work/received.jsonl" >/dev/null 2>&1 &
+eg_as_postgres /usr/bin/python3 "$work/test/receiver.py" --port $rport --log "$work/received.jsonl" \
+    --pid-file "$work/receiver.pid" >/dev/null 2>&1 &
 psql() { eg_as_postgres psql -X -h "$work" -p $port -U postgres -d postgres "$@"; }
-for _ in $(seq 50); do [ -f "$work/received.jsonl" ] && break; sleep 0.1; done
+for _ in $(seq 50); do [ -s "$work/receiver.pid" ] && break; sleep 0.1; done
+if [ ! -s "$work/receiver.pid" ]; then
+    echo "the receiver did not start on 127.0.0.1:$rport (port taken? set EG_DEMO_RECEIVER_PORT)" >&2
+    exit 1
+fi
 
 # waits up to $2 seconds (default 10) until the query $1 returns t
 wait_until() {
@@ -122,12 +129,20 @@ echo "== metrics with Event Grid's names (eventgrid.metrics)"
 psql -c "SELECT topic, coalesce(event_subscription, '') AS event_subscription, metric_name, aggregation, round(value::numeric, 1) AS value FROM eventgrid.metrics WHERE metric_name <> 'DestinationProcessingDurationInMs' AND value > 0 ORDER BY 1, 2, 3"
 
 demo_done=1
+cat <<SUMMARY
+== what this showed
+   - events published with INSERT, delivered in Event Grid's and CloudEvents' shapes, filtered and batched
+   - a failing endpoint retried on Event Grid's schedule until it accepted; one that never did, dead-lettered
+   - an application table whose UPDATE became an event (eventgrid.publish_table_changes)
+   - every attempt in eventgrid.delivery_attempts, Event Grid's metrics in eventgrid.metrics
+   next: ./scripts/demo.sh --keep, and try those views in psql; ./scripts/test.sh runs every test
+SUMMARY
 if [ $keep = 1 ]; then
     cat <<EOF
 == the cluster and the receiver keep running (--keep)
    connect:   sudo -u postgres psql -h $work -p $port -d postgres
    try:       SELECT * FROM eventgrid.delivery_attempts;
    receiver:  http://127.0.0.1:$rport (it logs to $work/received.jsonl)
-   stop both: sudo -u postgres $PG_BINDIR/pg_ctl -D $work/data stop; pkill -f $work/test/receiver.py; rm -rf $work
+   stop both: sudo -u postgres $PG_BINDIR/pg_ctl -D $work/data stop; sudo kill $(cat "$work/receiver.pid"); sudo rm -rf $work
 EOF
 fi

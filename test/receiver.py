@@ -23,6 +23,7 @@ adds the header "Retry-After: V" (V as given, delta-seconds or an HTTP-date;
 bytes).
 """
 import argparse
+import os
 import email.utils
 import json
 import socket
@@ -133,10 +134,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--log", required=True, help="JSON-lines file of received requests")
+    ap.add_argument("--pid-file", help="file to write this process's pid to, once it listens")
     args = ap.parse_args()
     server = Server(("127.0.0.1", args.port), Handler)
     server.log_path = args.log
     open(args.log, "a").close()
+    if args.pid_file:
+        with open(args.pid_file, "w") as f:
+            f.write(f"{os.getpid()}\n")
     print(f"receiver listening on 127.0.0.1:{args.port}", flush=True)
     try:
         server.serve_forever()
