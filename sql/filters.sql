@@ -176,7 +176,27 @@ BEGIN
     END LOOP;
 END $$;
 
+-- Keys match whatever their case, as Event Grid's own examples write them
+-- (Data.color and data.color); an exact key is preferred
+SELECT m('{"operatorType": "StringIn", "key": "SUBJECT", "values": ["/a/b"]}',
+         '{"id": "7", "subject": "/a/b", "eventType": "T.x", "data": {"SubObject": {"ID": 3}, "color": "red"}}') AS upper_subject,
+       m('{"operatorType": "StringIn", "key": "Id", "values": ["7"]}',
+         '{"id": "7", "subject": "/a/b", "eventType": "T.x", "data": {}}') AS capital_id,
+       m('{"operatorType": "StringIn", "key": "EventType", "values": ["T.x"]}',
+         '{"id": "7", "subject": "/a/b", "eventType": "T.x", "data": {}}') AS capital_event_type,
+       m('{"operatorType": "NumberIn", "key": "DATA.subobject.id", "values": [3]}',
+         '{"id": "7", "subject": "/a/b", "eventType": "T.x", "data": {"SubObject": {"ID": 3}}}') AS nested_any_case,
+       m('{"operatorType": "StringIn", "key": "TYPE", "values": ["T.y"]}',
+         '{"specversion": "1.0", "id": "7", "source": "s", "type": "T.y", "data": {}}') AS cloudevents_type,
+       m('{"operatorType": "StringIn", "key": "EventType", "values": ["T.y"]}',
+         '{"specversion": "1.0", "id": "7", "source": "s", "type": "T.y", "data": {}}') AS alias_any_case,
+       m('{"operatorType": "StringIn", "key": "data.Color", "values": ["blue"]}',
+         '{"data": {"color": "red", "Color": "blue"}}') AS exact_first,
+       m('{"operatorType": "IsNullOrUndefined", "key": "data.COLOUR"}',
+         '{"data": {"color": "red"}}') AS other_name_missing;
+
 DROP FUNCTION m(jsonb, jsonb, boolean);
 DROP FUNCTION chk(jsonb);
 DROP FUNCTION many(integer, jsonb);
 DROP TABLE cases;
+

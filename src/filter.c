@@ -271,7 +271,7 @@ compile_key(JsonbContainer *obj, int pos, const char *opname, EgFilter *f)
 	}
 	for (int i = 0; i < (int) lengthof(eg_aliases); i++)
 		for (int j = 0; j < 2; j++)
-			if (strcmp(f->path[0], eg_aliases[i][j]) == 0)
+			if (pg_strcasecmp(f->path[0], eg_aliases[i][j]) == 0)
 				f->alias = eg_aliases[i][1 - j];
 
 }
@@ -470,7 +470,48 @@ compile_filters(Jsonb *filters)
 	return set;
 }
 
-/* The value at f's key in the event, or false when the key is missing. */
+/*
+ * The value of the key of object obj that is name[0..len) but for ASCII
+ * letter case, the first such key in the object's order, or NULL.  For
+ * keys whose case differs from the filter's; an exact key is found first,
+ * by jsonb's own binary search.
+ */
+static JsonbValue *
+get_key_any_case(JsonbContainer *obj, const char *name, int len, JsonbValue *out)
+{
+	JsonbIterator *it = JsonbIteratorInit(obj);
+	JsonbIteratorToken tok;
+	JsonbValue	v;
+	bool		take = false;
+
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok == WJB_KEY)
+			take = v.val.string.len == len && pg_strncasecmp(v.val.string.val, name, len) == 0;
+		else if (tok == WJB_VALUE && take)
+		{
+			*out = v;
+			return out;
+		}
+	}
+	return NULL;
+}
+
+/* The value of key name[0..len) of object c, exactly or else in any letter case, or NULL. */
+static JsonbValue *
+get_key(JsonbContainer *c, const char *name, int len, JsonbValue *out)
+{
+	if (getKeyJsonValueFromContainer(c, name, len, out) != NULL)
+		return out;
+	return get_key_any_case(c, name, len, out);
+}
+
+/*
+ * The value at f's key in the event, or false when the key is missing.
+ * Names match whatever their case, as in Event Grid (data.color finds
+ * Data.Color): an exact name first, else the first that differs only in
+ * ASCII letter case.
+ */
 static bool
 lookup(JsonbContainer *event, const EgFilter *f, JsonbValue *out)
 {
@@ -480,10 +521,10 @@ lookup(JsonbContainer *event, const EgFilter *f, JsonbValue *out)
 	{
 		if (c == NULL || !JsonContainerIsObject(c))
 			return false;
-		if (getKeyJsonValueFromContainer(c, f->path[i], f->path_len[i], out) == NULL)
+		if (get_key(c, f->path[i], f->path_len[i], out) == NULL)
 		{
 			if (i > 0 || f->alias == NULL ||
-				getKeyJsonValueFromContainer(c, f->alias, strlen(f->alias), out) == NULL)
+				get_key(c, f->alias, strlen(f->alias), out) == NULL)
 				return false;
 		}
 		c = out->type == jbvBinary ? out->val.binary.data : NULL;
