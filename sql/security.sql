@@ -53,6 +53,13 @@ SELECT * FROM not_eventgrid_events;
 INSERT INTO not_eventgrid_events SELECT count(*) FROM eventgrid.topics;
 RESET ROLE;
 DROP TABLE not_eventgrid_events;
+-- a publisher is told which columns it may set, or read
+SET ROLE eg_bob;
+INSERT INTO eventgrid.events (topic, event, publish_time) VALUES ('shop', '{}', now());
+INSERT INTO eventgrid.events (id, topic, event) OVERRIDING SYSTEM VALUE VALUES (1, 'shop', '{}');
+SELECT * FROM eventgrid.topics;
+SELECT count(*) FROM eventgrid.dead_letters;
+RESET ROLE;
 
 -- The publisher: INSERT (topic, event) and publish(), nothing else
 SET ROLE eg_bob;

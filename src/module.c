@@ -15,7 +15,10 @@
 
 #include <unistd.h>
 
+#include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_attribute.h"
 #include "commands/dbcommands.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -30,6 +33,8 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 PG_MODULE_MAGIC;
@@ -433,11 +438,51 @@ contains_ci(const char *s, const char *needle)
 }
 
 /*
+ * The columns of eventgrid's relation relname that role may use for mode
+ * (ACL_INSERT, ACL_SELECT) by column privileges, comma-separated, or NULL
+ * when there are none (or the relation is not found).  Syscache look-ups
+ * only: called from the error hook, inside the failing transaction.
+ */
+static char *
+granted_columns(const char *relname, Oid role, AclMode mode)
+{
+	Oid			nsp = get_namespace_oid("eventgrid", true);
+	Oid			relid = OidIsValid(nsp) ? get_relname_relid(relname, nsp) : InvalidOid;
+	StringInfoData cols;
+
+	if (!OidIsValid(relid))
+		return NULL;
+	initStringInfo(&cols);
+	/* user columns are numbered 1, 2, ... with no gap (dropped ones keep their row) */
+	for (AttrNumber a = 1;; a++)
+	{
+		HeapTuple	tup = SearchSysCache2(ATTNUM, ObjectIdGetDatum(relid), Int16GetDatum(a));
+		Form_pg_attribute att;
+
+		if (!HeapTupleIsValid(tup))
+			break;
+		att = (Form_pg_attribute) GETSTRUCT(tup);
+		if (!att->attisdropped && pg_attribute_aclcheck(relid, a, role, mode) == ACLCHECK_OK)
+			appendStringInfo(&cols, "%s%s", cols.len ? ", " : "", NameStr(att->attname));
+		ReleaseSysCache(tup);
+	}
+	if (cols.len == 0)
+	{
+		pfree(cols.data);
+		return NULL;
+	}
+	return cols.data;
+}
+
+/*
  * PostgreSQL's own "permission denied for table events" or "... for function
  * create_topic" names no role.  For such an error (42501 from the privilege
  * check) about one of eventgrid's objects, in a statement that names
- * eventgrid.*, add a hint saying which of eventgrid's roles to grant.  Only the hint is added; the error
- * is unchanged.  Runs in backends that loaded the library at start
+ * eventgrid.*, add a hint saying which of eventgrid's roles to grant, or,
+ * for a role that may use some of the table's columns (a publisher
+ * inserting a column eventgrid sets, or reading a table it may read only in
+ * part), which columns it may use.  Only the hint is added; the error is
+ * unchanged.  Runs in backends that loaded the library at start
  * (shared_preload_libraries), for errors that reach the server log.
  */
 static void
@@ -445,6 +490,8 @@ eg_emit_log(ErrorData *edata)
 {
 	const char *object;
 	const char *user = NULL;
+	char	   *cols = NULL;
+	bool		inserting;
 
 	if (prev_emit_log_hook)
 		prev_emit_log_hook(edata);
@@ -465,15 +512,26 @@ eg_emit_log(ErrorData *edata)
 		if (!ours)
 			return;
 	}
+	inserting = strcmp(object, "events") == 0 && contains_ci(debug_query_string, "insert");
 	if (IsTransactionState())
+	{
 		user = GetUserNameFromId(GetUserId(), true);
+		if (object[0] != '_' && strstr(edata->message, "for table ") != NULL)
+			cols = granted_columns(object, GetUserId(), inserting ? ACL_INSERT : ACL_SELECT);
+	}
 	if (user == NULL)
 		user = "<role>";
 	if (object[0] == '_')
 		edata->hint = pstrdup("Functions whose names start with an underscore are eventgrid's internals; they are not meant to be called directly.");
-	else if (strcmp(object, "events") == 0 && contains_ci(debug_query_string, "insert"))
+	else if (inserting && cols != NULL)
+		edata->hint = psprintf("Role %s may set only these columns of eventgrid.events: %s; eventgrid sets the others. Write INSERT INTO eventgrid.events (%s) VALUES (...), without OVERRIDING SYSTEM VALUE.",
+							   quote_identifier(user), cols, cols);
+	else if (inserting)
 		edata->hint = psprintf("Publishing requires the role eventgrid_publisher: GRANT eventgrid_publisher TO %s;",
 							   quote_identifier(user));
+	else if (cols != NULL)
+		edata->hint = psprintf("Role %s may read only these columns of eventgrid.%s: %s; name them instead of *, or read it as a member of eventgrid_admin.",
+							   quote_identifier(user), object, cols);
 	else
 		edata->hint = psprintf("Configuring eventgrid and reading its tables, statistics and dead letters requires the role eventgrid_admin: GRANT eventgrid_admin TO %s;",
 							   quote_identifier(user));
