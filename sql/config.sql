@@ -15,6 +15,21 @@ EXCEPTION WHEN OTHERS THEN
     RETURN st || ': ' || msg || CASE WHEN hint <> '' THEN ' (hint: ' || hint || ')' ELSE '' END;
 END $$;
 
+-- Errors as psql shows them: SQLSTATE, message, DETAIL and HINT, and no
+-- CONTEXT lines from eventgrid's own helper functions
+SELECT eventgrid.create_topic('ab');
+SELECT eventgrid.create_topic(NULL);
+SELECT eventgrid.drop_topic('no-such-topic');
+SELECT eventgrid.create_event_subscription('no-such-topic', 'sub', 'http://127.0.0.1/');
+SELECT eventgrid.set_retry_policy('no-such-topic', 'sub', 31);
+-- the frames of the caller's own function stay
+CREATE FUNCTION my_setup() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM eventgrid.create_topic('x');
+END $$;
+SELECT my_setup();
+DROP FUNCTION my_setup();
+
 -- Topics
 SELECT eventgrid.create_topic('orders');
 SELECT eventgrid.create_topic('cloud-orders', 'CloudEventSchemaV1_0');

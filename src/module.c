@@ -475,6 +475,50 @@ granted_columns(const char *relname, Oid role, AclMode mode)
 }
 
 /*
+ * An error a user caused inside eventgrid's PL/pgSQL functions (a bad
+ * argument, a missing topic) carries CONTEXT lines naming eventgrid's own
+ * helpers ("PL/pgSQL function eventgrid._check_range(...) line 4 at RAISE",
+ * the statements that called them).  Those lines are dropped: the leading
+ * run of lines that are eventgrid's PL/pgSQL frames and the statements run
+ * inside them; the frames of the caller's own functions, after them, stay.
+ * Errors of the internal classes (XX, 53, 57, 58) keep their context, which
+ * tells where to look.  SQLSTATE, message, DETAIL and HINT are unchanged.
+ */
+static void
+drop_internal_context(ErrorData *edata)
+{
+	const char *ours = "PL/pgSQL function eventgrid.";
+	int			class = ERRCODE_TO_CATEGORY(edata->sqlerrcode);
+	const char *line;
+	const char *keep_from = NULL;
+
+	if (edata->context == NULL || edata->elevel < ERROR ||
+		class == ERRCODE_TO_CATEGORY(ERRCODE_INTERNAL_ERROR) ||
+		class == ERRCODE_TO_CATEGORY(ERRCODE_INSUFFICIENT_RESOURCES) ||
+		class == ERRCODE_TO_CATEGORY(ERRCODE_OPERATOR_INTERVENTION) ||
+		class == ERRCODE_TO_CATEGORY(ERRCODE_SYSTEM_ERROR) ||
+		strncmp(edata->context, ours, strlen(ours)) != 0)
+		return;
+	/* lines: ours, and "SQL statement" lines that one of ours ran */
+	for (line = edata->context; line && *line;)
+	{
+		const char *next = strchr(line, '\n');
+
+		next = next ? next + 1 : NULL;
+		if (strncmp(line, ours, strlen(ours)) == 0)
+			keep_from = next;
+		else if (strncmp(line, "SQL statement ", 14) != 0 || next == NULL ||
+				 strncmp(next, ours, strlen(ours)) != 0)
+			break;
+		line = next;
+	}
+	if (keep_from == NULL || *keep_from == '\0')
+		edata->context = NULL;
+	else
+		edata->context = pstrdup(keep_from);
+}
+
+/*
  * PostgreSQL's own "permission denied for table events" or "... for function
  * create_topic" names no role.  For such an error (42501 from the privilege
  * check) about one of eventgrid's objects, in a statement that names
@@ -483,7 +527,8 @@ granted_columns(const char *relname, Oid role, AclMode mode)
  * inserting a column eventgrid sets, or reading a table it may read only in
  * part), which columns it may use.  Only the hint is added; the error is
  * unchanged.  Runs in backends that loaded the library at start
- * (shared_preload_libraries), for errors that reach the server log.
+ * (shared_preload_libraries), for errors that reach the server log;
+ * drop_internal_context() first.
  */
 static void
 eg_emit_log(ErrorData *edata)
@@ -495,6 +540,7 @@ eg_emit_log(ErrorData *edata)
 
 	if (prev_emit_log_hook)
 		prev_emit_log_hook(edata);
+	drop_internal_context(edata);
 	if (edata->elevel < ERROR || edata->sqlerrcode != ERRCODE_INSUFFICIENT_PRIVILEGE ||
 		edata->hint != NULL || edata->message_id == NULL || edata->message == NULL ||
 		strncmp(edata->message_id, "permission denied for ", 22) != 0 ||
