@@ -19,7 +19,8 @@
 --
 -- The attempt history keeps the first 512 bytes of a failed answer's body
 -- (attempt_log.response_body, delivery_attempts.response_body), and the
--- view eventgrid.worker_status shows the admin role what the workers do.
+-- view eventgrid.worker_status shows the admin role what the workers do;
+-- eventgrid.pause_delivery() / resume_delivery() pause without a superuser.
 \echo Use "ALTER EXTENSION eventgrid UPDATE" to load this file. \quit
 
 CREATE TABLE eventgrid.table_publications (
@@ -581,6 +582,107 @@ CREATE VIEW eventgrid.worker_status AS SELECT * FROM eventgrid._worker_status();
 COMMENT ON VIEW eventgrid.worker_status IS
     'Each eventgrid worker (delivery worker 1..eventgrid.delivery_workers, upkeep worker): pid (NULL when it does not run), state (idle or active), activity (its status line: what it delivers, waits for or failed at), state_since, wait_event_type, wait_event, backend_start. Readable by eventgrid_admin, which pg_stat_activity would show only <insufficient privilege>.';
 
+-- Pausing delivery without a superuser: everything, a topic, or one
+-- event subscription.  The delivery workers claim nothing for a paused
+-- subscription; its events wait at its position and its retries stay due.
+CREATE TABLE eventgrid.delivery_pauses (
+    topic text REFERENCES eventgrid.topics (name) ON UPDATE CASCADE ON DELETE CASCADE,
+    subscription_id bigint REFERENCES eventgrid.event_subscriptions (id) ON DELETE CASCADE,
+    paused_at timestamp with time zone NOT NULL DEFAULT now(),
+    paused_by name NOT NULL,
+    CHECK (subscription_id IS NULL OR topic IS NOT NULL),
+    UNIQUE NULLS NOT DISTINCT (topic, subscription_id)
+);
+COMMENT ON TABLE eventgrid.delivery_pauses IS
+    'Internal: what pause_delivery() paused: everything (topic and subscription_id NULL), a topic (subscription_id NULL) or one event subscription.';
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_pauses', '');
+
+CREATE FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint,
+        OUT label text)
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF topic IS NULL AND subscription IS NOT NULL THEN
+        RAISE EXCEPTION 'a subscription is named with its topic'
+            USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass the topic too, or both NULL for all delivery.';
+    END IF;
+    IF subscription IS NOT NULL THEN
+        target_sid := eventgrid._subscription_id(topic, subscription);
+        label := format('event subscription "%s" of topic "%s"', subscription, topic);
+    ELSIF topic IS NOT NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = _pause_target.topic) THEN
+            RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic) USING ERRCODE = 'undefined_object';
+        END IF;
+        label := format('topic "%s"', topic);
+    ELSE
+        label := 'all event subscriptions';
+    END IF;
+    target_topic := topic;
+END $$;
+COMMENT ON FUNCTION eventgrid._pause_target(topic text, subscription text) IS
+    'Internal: what pause_delivery() and resume_delivery() name (both NULL: everything), checked to exist.';
+
+CREATE FUNCTION eventgrid.pause_delivery(topic text DEFAULT NULL, subscription text DEFAULT NULL) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t record := eventgrid._pause_target(topic, subscription);
+BEGIN
+    INSERT INTO eventgrid.delivery_pauses (topic, subscription_id, paused_by)
+    VALUES (t.target_topic, t.target_sid, eventgrid._caller())
+    ON CONFLICT ON CONSTRAINT delivery_pauses_topic_subscription_id_key DO NOTHING;
+    IF FOUND THEN
+        RAISE LOG 'eventgrid: delivery paused for % by %', t.label, eventgrid._caller();
+    END IF;
+END $$;
+COMMENT ON FUNCTION eventgrid.pause_delivery(topic text, subscription text) IS
+    'Pauses delivery: both NULL everything (as the GUC eventgrid.delivery_paused, which stays), a topic its event subscriptions, a subscription itself. The delivery workers claim nothing more for it: its events wait at its position and its retries stay due (nothing is lost; time-to-live runs); requests already sent finish. Pausing what is paused does nothing. Logged once. Shown in delivery_statistics.paused. Requires eventgrid_admin. Errors: 22004 a subscription without its topic, 42704 no such topic or subscription.';
+
+CREATE FUNCTION eventgrid.resume_delivery(topic text DEFAULT NULL, subscription text DEFAULT NULL) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t record := eventgrid._pause_target(topic, subscription);
+BEGIN
+    IF t.target_topic IS NULL THEN
+        DELETE FROM eventgrid.delivery_pauses;   -- everything: every pause
+    ELSE
+        DELETE FROM eventgrid.delivery_pauses p
+         WHERE p.topic = t.target_topic AND p.subscription_id IS NOT DISTINCT FROM t.target_sid;
+    END IF;
+    IF FOUND THEN
+        RAISE LOG 'eventgrid: delivery resumed for % by %', t.label, eventgrid._caller();
+        PERFORM eventgrid._wake_worker_at_commit();
+    END IF;
+END $$;
+COMMENT ON FUNCTION eventgrid.resume_delivery(topic text, subscription text) IS
+    'Resumes what pause_delivery() paused at the same level: a subscription, a topic (its subscriptions paused one by one stay paused), or, both NULL, every pause. The delivery workers take up the waiting events and due retries at once. Logged once. Requires eventgrid_admin. Errors: 22004, 42704.';
+
+CREATE FUNCTION eventgrid._paused(subscription_id bigint, topic text) RETURNS boolean
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+        SELECT EXISTS (SELECT 1 FROM eventgrid.delivery_pauses dp
+                        WHERE dp.subscription_id OPERATOR(pg_catalog.=) _paused.subscription_id
+                           OR (dp.subscription_id IS NULL
+                               AND (dp.topic IS NULL OR dp.topic OPERATOR(pg_catalog.=) _paused.topic)));
+    END;
+COMMENT ON FUNCTION eventgrid._paused(subscription_id bigint, topic text) IS
+    'Internal: is the event subscription paused by pause_delivery() (itself, its topic or everything)?';
+
+CREATE OR REPLACE VIEW eventgrid.delivery_statistics AS
+SELECT s.topic, s.name AS subscription, eventgrid._pending(s.id) AS pending,
+       (SELECT count(*) FROM eventgrid.retries r WHERE r.subscription_id = s.id) AS retrying,
+       COALESCE(c.delivered, 0::bigint) AS delivered, COALESCE(c.failed_attempts, 0::bigint) AS failed_attempts,
+       COALESCE(c.dead_lettered, 0::bigint) AS dead_lettered, COALESCE(c.dropped, 0::bigint) AS dropped,
+       COALESCE(c.redelivered, 0::bigint) AS redelivered,
+       eventgrid._paused(s.id, s.topic) AS paused
+  FROM eventgrid.event_subscriptions s
+  LEFT JOIN eventgrid.subscription_counters c ON c.subscription_id = s.id;
+COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, and whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here).';
+
 REVOKE ALL ON FUNCTION eventgrid._uri_escape(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._check_table_publication(regclass, text[], text[]) FROM PUBLIC;
@@ -612,3 +714,12 @@ GRANT SELECT ON TABLE eventgrid.event_subscription_signing TO eventgrid_admin;
 REVOKE ALL ON FUNCTION eventgrid._worker_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION eventgrid._worker_status() TO eventgrid_admin;
 GRANT SELECT ON TABLE eventgrid.worker_status TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid._pause_target(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._paused(bigint, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid._paused(bigint, text) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.pause_delivery(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid.resume_delivery(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid.pause_delivery(text, text) TO eventgrid_admin;
+GRANT EXECUTE ON FUNCTION eventgrid.resume_delivery(text, text) TO eventgrid_admin;
+REVOKE ALL ON TABLE eventgrid.delivery_pauses FROM PUBLIC;
+GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;

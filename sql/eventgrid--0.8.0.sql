@@ -532,6 +532,51 @@ CREATE FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begi
 
 COMMENT ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) IS 'Internal: does an event pass an event subscription''s filters (included event types, case-insensitive; subject begins/ends with; advanced filters) (SPEC 9)?';
 
+CREATE FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) RETURNS record
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF topic IS NULL AND subscription IS NOT NULL THEN
+        RAISE EXCEPTION 'a subscription is named with its topic'
+            USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass the topic too, or both NULL for all delivery.';
+    END IF;
+    IF subscription IS NOT NULL THEN
+        target_sid := eventgrid._subscription_id(topic, subscription);
+        label := format('event subscription "%s" of topic "%s"', subscription, topic);
+    ELSIF topic IS NOT NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = _pause_target.topic) THEN
+            RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic) USING ERRCODE = 'undefined_object';
+        END IF;
+        label := format('topic "%s"', topic);
+    ELSE
+        label := 'all event subscriptions';
+    END IF;
+    target_topic := topic;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) IS 'Internal: what pause_delivery() and resume_delivery() name (both NULL: everything), checked to exist.';
+
+CREATE TABLE eventgrid.delivery_pauses (
+    topic text,
+    subscription_id bigint,
+    paused_at timestamp with time zone DEFAULT now() NOT NULL,
+    paused_by name NOT NULL,
+    CONSTRAINT delivery_pauses_check CHECK (((subscription_id IS NULL) OR (topic IS NOT NULL)))
+);
+
+COMMENT ON TABLE eventgrid.delivery_pauses IS 'Internal: what pause_delivery() paused: everything (topic and subscription_id NULL), a topic (subscription_id NULL) or one event subscription.';
+
+CREATE FUNCTION eventgrid._paused(subscription_id bigint, topic text) RETURNS boolean
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+ SELECT (EXISTS ( SELECT 1
+            FROM eventgrid.delivery_pauses dp
+           WHERE ((dp.subscription_id = _paused.subscription_id) OR ((dp.subscription_id IS NULL) AND ((dp.topic IS NULL) OR (dp.topic = _paused.topic)))))) AS "exists";
+END;
+
+COMMENT ON FUNCTION eventgrid._paused(subscription_id bigint, topic text) IS 'Internal: is the event subscription paused by pause_delivery() (itself, its topic or everything)?';
+
 CREATE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) RETURNS SETOF eventgrid.events
     LANGUAGE sql STABLE PARALLEL SAFE
     BEGIN ATOMIC
@@ -1117,6 +1162,23 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid.drop_topic(name text) IS 'Drops a topic with its event subscriptions and their pending deliveries and retries, and stops the publications of table changes to it. Dead letters are kept. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such topic.';
 
+CREATE FUNCTION eventgrid.pause_delivery(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t record := eventgrid._pause_target(topic, subscription);
+BEGIN
+    INSERT INTO eventgrid.delivery_pauses (topic, subscription_id, paused_by)
+    VALUES (t.target_topic, t.target_sid, eventgrid._caller())
+    ON CONFLICT ON CONSTRAINT delivery_pauses_topic_subscription_id_key DO NOTHING;
+    IF FOUND THEN
+        RAISE LOG 'eventgrid: delivery paused for % by %', t.label, eventgrid._caller();
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.pause_delivery(topic text, subscription text) IS 'Pauses delivery: both NULL everything (as the GUC eventgrid.delivery_paused, which stays), a topic its event subscriptions, a subscription itself. The delivery workers claim nothing more for it: its events wait at its position and its retries stay due (nothing is lost; time-to-live runs); requests already sent finish. Pausing what is paused does nothing. Logged once. Shown in delivery_statistics.paused. Requires eventgrid_admin. Errors: 22004 a subscription without its topic, 42704 no such topic or subscription.';
+
 CREATE FUNCTION eventgrid.probation_duration(outcome text, probation integer DEFAULT 1) RETURNS interval
     LANGUAGE c IMMUTABLE PARALLEL SAFE
     AS 'MODULE_PATHNAME', 'eventgrid_probation_duration';
@@ -1324,6 +1386,27 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) IS 'Removes the signing secret of an event subscription (and a previous one still signing): its requests are no longer signed. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription or no secret.';
+
+CREATE FUNCTION eventgrid.resume_delivery(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t record := eventgrid._pause_target(topic, subscription);
+BEGIN
+    IF t.target_topic IS NULL THEN
+        DELETE FROM eventgrid.delivery_pauses;   -- everything: every pause
+    ELSE
+        DELETE FROM eventgrid.delivery_pauses p
+         WHERE p.topic = t.target_topic AND p.subscription_id IS NOT DISTINCT FROM t.target_sid;
+    END IF;
+    IF FOUND THEN
+        RAISE LOG 'eventgrid: delivery resumed for % by %', t.label, eventgrid._caller();
+        PERFORM eventgrid._wake_worker_at_commit();
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.resume_delivery(topic text, subscription text) IS 'Resumes what pause_delivery() paused at the same level: a subscription, a topic (its subscriptions paused one by one stay paused), or, both NULL, every pause. The delivery workers take up the waiting events and due retries at once. Logged once. Requires eventgrid_admin. Errors: 22004, 42704.';
 
 CREATE FUNCTION eventgrid.retry_delay(attempt integer, http_status integer DEFAULT NULL::integer, topic_type text DEFAULT 'custom'::text) RETURNS interval
     LANGUAGE c IMMUTABLE PARALLEL SAFE
@@ -1696,11 +1779,12 @@ CREATE VIEW eventgrid.delivery_statistics AS
     COALESCE(c.failed_attempts, (0)::bigint) AS failed_attempts,
     COALESCE(c.dead_lettered, (0)::bigint) AS dead_lettered,
     COALESCE(c.dropped, (0)::bigint) AS dropped,
-    COALESCE(c.redelivered, (0)::bigint) AS redelivered
+    COALESCE(c.redelivered, (0)::bigint) AS redelivered,
+    eventgrid._paused(s.id, s.topic) AS paused
    FROM (eventgrid.event_subscriptions s
      LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)));
 
-COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), and dead letters queued again by redeliver_dead_letters.';
+COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, and whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here).';
 
 CREATE TABLE eventgrid.endpoint_states (
     endpoint text NOT NULL,
@@ -2042,6 +2126,9 @@ ALTER TABLE ONLY eventgrid.chunks_in_flight
 ALTER TABLE ONLY eventgrid.dead_letters
     ADD CONSTRAINT dead_letters_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY eventgrid.delivery_pauses
+    ADD CONSTRAINT delivery_pauses_topic_subscription_id_key UNIQUE NULLS NOT DISTINCT (topic, subscription_id);
+
 ALTER TABLE ONLY eventgrid.endpoint_states
     ADD CONSTRAINT endpoint_states_pkey PRIMARY KEY (endpoint);
 
@@ -2106,6 +2193,12 @@ CREATE TRIGGER events_immutable BEFORE UPDATE ON eventgrid.events FOR EACH ROW E
 CREATE TRIGGER events_validate BEFORE INSERT ON eventgrid.events FOR EACH ROW EXECUTE FUNCTION eventgrid._validate_event();
 
 CREATE TRIGGER events_wake AFTER INSERT ON eventgrid.events FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._wake_at_commit();
+
+ALTER TABLE ONLY eventgrid.delivery_pauses
+    ADD CONSTRAINT delivery_pauses_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.delivery_pauses
+    ADD CONSTRAINT delivery_pauses_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON UPDATE CASCADE ON DELETE CASCADE;
 
 ALTER TABLE ONLY eventgrid.delivery_properties
     ADD CONSTRAINT delivery_properties_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
@@ -2214,6 +2307,13 @@ REVOKE ALL ON FUNCTION eventgrid._is_topic_name(v text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) TO eventgrid_admin;
 
+REVOKE ALL ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) FROM PUBLIC;
+
+GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._paused(subscription_id bigint, topic text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._paused(subscription_id bigint, topic text) TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) TO eventgrid_admin;
 
@@ -2287,6 +2387,9 @@ GRANT ALL ON FUNCTION eventgrid.drop_event_subscription(topic text, name text) T
 REVOKE ALL ON FUNCTION eventgrid.drop_topic(name text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.drop_topic(name text) TO eventgrid_admin;
 
+REVOKE ALL ON FUNCTION eventgrid.pause_delivery(topic text, subscription text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.pause_delivery(topic text, subscription text) TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid.probation_duration(outcome text, probation integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.probation_duration(outcome text, probation integer) TO eventgrid_admin;
 GRANT ALL ON FUNCTION eventgrid.probation_duration(outcome text, probation integer) TO eventgrid_publisher;
@@ -2305,6 +2408,9 @@ GRANT ALL ON FUNCTION eventgrid.remove_delivery_property(topic text, subscriptio
 
 REVOKE ALL ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.resume_delivery(topic text, subscription text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.resume_delivery(topic text, subscription text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.retry_delay(attempt integer, http_status integer, topic_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.retry_delay(attempt integer, http_status integer, topic_type text) TO eventgrid_admin;
@@ -2400,6 +2506,7 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.attempt_log_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.chunks_in_flight', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letters', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letters_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_pauses', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_properties', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.event_subscriptions', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.event_subscriptions_id_seq', '');

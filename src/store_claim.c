@@ -131,6 +131,7 @@ static EgStatement claim_retries = {
 	"WITH due AS ("
 	"  SELECT r.ctid AS tid, r.next_attempt_at, r.id, r.event_bytes FROM eventgrid.retries r"
 	"   WHERE r.next_attempt_at <= $1 AND (r.lease_owner IS NULL OR r.lease_owner <> ALL (" EG_SQL_LIVE_WORKERS "))"
+	"     AND NOT " EG_SQL_PAUSED("r.subscription_id")
 	"   ORDER BY r.next_attempt_at"
 	"   LIMIT $2"
 	"   FOR UPDATE SKIP LOCKED"
@@ -243,6 +244,7 @@ static EgStatement claim_scan = {
 	"         coalesce(p.served_at, '-infinity') AS turn"
 	"    FROM eventgrid.subscription_positions p CROSS JOIN snap"
 	"   WHERE p.system_identifier = snap.sysid AND p.subscription_id <> ALL ($2)"
+	"     AND NOT " EG_SQL_PAUSED("p.subscription_id")
 	"   ORDER BY p.subscription_id"
 	"   FOR UPDATE OF p SKIP LOCKED"
 	")"
@@ -290,12 +292,13 @@ enum
 	CS_AFTER_ID
 };
 
-/* positions of this cluster, to tell whether the scan skipped any that another session holds */
+/* positions of this cluster not paused, to tell whether the scan skipped any that another session holds */
 static EgStatement count_positions = {
 	.name = "position count",
 	.sql =
 	"SELECT count(*) FROM eventgrid.subscription_positions p"
-	" WHERE p.system_identifier = eventgrid._system_identifier()",
+	" WHERE p.system_identifier = eventgrid._system_identifier()"
+	"   AND NOT " EG_SQL_PAUSED("p.subscription_id"),
 };
 
 /*
@@ -788,12 +791,13 @@ eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 	return n;
 }
 
-/* Earliest due time of retries that no running delivery worker holds. */
+/* Earliest due time of retries that no running delivery worker holds, of subscriptions not paused. */
 static EgStatement next_due = {
 	.name = "next due time",
 	.sql =
-	"SELECT min(next_attempt_at) FROM eventgrid.retries"
-	" WHERE lease_owner IS NULL OR lease_owner <> ALL (" EG_SQL_LIVE_WORKERS ")",
+	"SELECT min(r.next_attempt_at) FROM eventgrid.retries r"
+	" WHERE (r.lease_owner IS NULL OR r.lease_owner <> ALL (" EG_SQL_LIVE_WORKERS "))"
+	"   AND NOT " EG_SQL_PAUSED("r.subscription_id"),
 };
 
 /*
