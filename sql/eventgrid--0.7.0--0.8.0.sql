@@ -357,6 +357,7 @@ DECLARE
     input_schema text;
     cur_shape text;
     etype text;
+    head text := '/' || eventgrid._uri_escape(TG_TABLE_SCHEMA) || '/' || eventgrid._uri_escape(TG_TABLE_NAME);
 BEGIN
     SELECT * INTO p FROM eventgrid.table_publications t
      WHERE t.source_table = TG_RELID::regclass AND t.topic = pub_topic;
@@ -387,10 +388,8 @@ BEGIN
              || CASE TG_OP WHEN 'INSERT' THEN '.Inserted' WHEN 'UPDATE' THEN '.Updated' ELSE '.Deleted' END;
     EXECUTE p.statements ->> TG_OP
       USING pub_topic, input_schema, etype, eventgrid.rfc3339(statement_timestamp()),
-            '/postgresql/' || eventgrid._uri_escape(current_database()) || '/' || eventgrid._uri_escape(TG_TABLE_SCHEMA)
-                || '/' || eventgrid._uri_escape(TG_TABLE_NAME),
-            TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME,
-            '/' || eventgrid._uri_escape(TG_TABLE_SCHEMA) || '/' || eventgrid._uri_escape(TG_TABLE_NAME);
+            '/postgresql/' || eventgrid._uri_escape(current_database()) || head,
+            TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, head;
     RETURN NULL;
 END $$;
 COMMENT ON FUNCTION eventgrid._table_change_trigger() IS
@@ -661,16 +660,21 @@ END $$;
 COMMENT ON FUNCTION eventgrid.resume_delivery(topic text, subscription text) IS
     'Resumes what pause_delivery() paused at the same level: a subscription, a topic (its subscriptions paused one by one stay paused), or, both NULL, every pause. The delivery workers take up the waiting events and due retries at once. Logged once. Requires eventgrid_admin. Errors: 22004, 42704.';
 
-CREATE FUNCTION eventgrid._paused(subscription_id bigint, topic text) RETURNS boolean
+-- The paused event subscriptions, one rule for the delivery workers' claims
+-- and the views: a set-returning function the planner inlines (SQL-standard
+-- body, not STRICT, no SET clause), so a claim reads it once, as a hashed
+-- set, not once per row.
+CREATE FUNCTION eventgrid._paused_subscriptions() RETURNS SETOF bigint
     LANGUAGE sql STABLE
     BEGIN ATOMIC
-        SELECT EXISTS (SELECT 1 FROM eventgrid.delivery_pauses dp
-                        WHERE dp.subscription_id OPERATOR(pg_catalog.=) _paused.subscription_id
+        SELECT s.id FROM eventgrid.event_subscriptions s
+         WHERE EXISTS (SELECT 1 FROM eventgrid.delivery_pauses dp
+                        WHERE dp.subscription_id OPERATOR(pg_catalog.=) s.id
                            OR (dp.subscription_id IS NULL
-                               AND (dp.topic IS NULL OR dp.topic OPERATOR(pg_catalog.=) _paused.topic)));
+                               AND (dp.topic IS NULL OR dp.topic OPERATOR(pg_catalog.=) s.topic)));
     END;
-COMMENT ON FUNCTION eventgrid._paused(subscription_id bigint, topic text) IS
-    'Internal: is the event subscription paused by pause_delivery() (itself, its topic or everything)?';
+COMMENT ON FUNCTION eventgrid._paused_subscriptions() IS
+    'Internal: the ids of the event subscriptions pause_delivery() paused (itself, its topic or everything). The delivery workers'' claims and delivery_statistics use it.';
 
 CREATE OR REPLACE VIEW eventgrid.delivery_statistics AS
 SELECT s.topic, s.name AS subscription, eventgrid._pending(s.id) AS pending,
@@ -678,7 +682,7 @@ SELECT s.topic, s.name AS subscription, eventgrid._pending(s.id) AS pending,
        COALESCE(c.delivered, 0::bigint) AS delivered, COALESCE(c.failed_attempts, 0::bigint) AS failed_attempts,
        COALESCE(c.dead_lettered, 0::bigint) AS dead_lettered, COALESCE(c.dropped, 0::bigint) AS dropped,
        COALESCE(c.redelivered, 0::bigint) AS redelivered,
-       eventgrid._paused(s.id, s.topic) AS paused
+       s.id IN (SELECT p FROM eventgrid._paused_subscriptions() p) AS paused
   FROM eventgrid.event_subscriptions s
   LEFT JOIN eventgrid.subscription_counters c ON c.subscription_id = s.id;
 COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, and whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here).';
@@ -715,8 +719,8 @@ REVOKE ALL ON FUNCTION eventgrid._worker_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION eventgrid._worker_status() TO eventgrid_admin;
 GRANT SELECT ON TABLE eventgrid.worker_status TO eventgrid_admin;
 REVOKE ALL ON FUNCTION eventgrid._pause_target(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION eventgrid._paused(bigint, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION eventgrid._paused(bigint, text) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid._paused_subscriptions() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid._paused_subscriptions() TO eventgrid_admin;
 REVOKE ALL ON FUNCTION eventgrid.pause_delivery(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid.resume_delivery(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION eventgrid.pause_delivery(text, text) TO eventgrid_admin;

@@ -567,15 +567,17 @@ CREATE TABLE eventgrid.delivery_pauses (
 
 COMMENT ON TABLE eventgrid.delivery_pauses IS 'Internal: what pause_delivery() paused: everything (topic and subscription_id NULL), a topic (subscription_id NULL) or one event subscription.';
 
-CREATE FUNCTION eventgrid._paused(subscription_id bigint, topic text) RETURNS boolean
+CREATE FUNCTION eventgrid._paused_subscriptions() RETURNS SETOF bigint
     LANGUAGE sql STABLE
     BEGIN ATOMIC
- SELECT (EXISTS ( SELECT 1
+ SELECT s.id
+    FROM eventgrid.event_subscriptions s
+   WHERE (EXISTS ( SELECT 1
             FROM eventgrid.delivery_pauses dp
-           WHERE ((dp.subscription_id = _paused.subscription_id) OR ((dp.subscription_id IS NULL) AND ((dp.topic IS NULL) OR (dp.topic = _paused.topic)))))) AS "exists";
+           WHERE ((dp.subscription_id = s.id) OR ((dp.subscription_id IS NULL) AND ((dp.topic IS NULL) OR (dp.topic = s.topic))))));
 END;
 
-COMMENT ON FUNCTION eventgrid._paused(subscription_id bigint, topic text) IS 'Internal: is the event subscription paused by pause_delivery() (itself, its topic or everything)?';
+COMMENT ON FUNCTION eventgrid._paused_subscriptions() IS 'Internal: the ids of the event subscriptions pause_delivery() paused (itself, its topic or everything). The delivery workers'' claims and delivery_statistics use it.';
 
 CREATE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) RETURNS SETOF eventgrid.events
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -877,6 +879,7 @@ DECLARE
     input_schema text;
     cur_shape text;
     etype text;
+    head text := '/' || eventgrid._uri_escape(TG_TABLE_SCHEMA) || '/' || eventgrid._uri_escape(TG_TABLE_NAME);
 BEGIN
     SELECT * INTO p FROM eventgrid.table_publications t
      WHERE t.source_table = TG_RELID::regclass AND t.topic = pub_topic;
@@ -907,10 +910,8 @@ BEGIN
              || CASE TG_OP WHEN 'INSERT' THEN '.Inserted' WHEN 'UPDATE' THEN '.Updated' ELSE '.Deleted' END;
     EXECUTE p.statements ->> TG_OP
       USING pub_topic, input_schema, etype, eventgrid.rfc3339(statement_timestamp()),
-            '/postgresql/' || eventgrid._uri_escape(current_database()) || '/' || eventgrid._uri_escape(TG_TABLE_SCHEMA)
-                || '/' || eventgrid._uri_escape(TG_TABLE_NAME),
-            TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME,
-            '/' || eventgrid._uri_escape(TG_TABLE_SCHEMA) || '/' || eventgrid._uri_escape(TG_TABLE_NAME);
+            '/postgresql/' || eventgrid._uri_escape(current_database()) || head,
+            TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, head;
     RETURN NULL;
 END $$;
 
@@ -1780,7 +1781,8 @@ CREATE VIEW eventgrid.delivery_statistics AS
     COALESCE(c.dead_lettered, (0)::bigint) AS dead_lettered,
     COALESCE(c.dropped, (0)::bigint) AS dropped,
     COALESCE(c.redelivered, (0)::bigint) AS redelivered,
-    eventgrid._paused(s.id, s.topic) AS paused
+    (s.id IN ( SELECT p.p
+           FROM eventgrid._paused_subscriptions() p(p))) AS paused
    FROM (eventgrid.event_subscriptions s
      LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)));
 
@@ -2311,8 +2313,8 @@ REVOKE ALL ON FUNCTION eventgrid._pause_target(topic text, subscription text, OU
 
 GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;
 
-REVOKE ALL ON FUNCTION eventgrid._paused(subscription_id bigint, topic text) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid._paused(subscription_id bigint, topic text) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid._paused_subscriptions() FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._paused_subscriptions() TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) TO eventgrid_admin;

@@ -131,7 +131,7 @@ static EgStatement claim_retries = {
 	"WITH due AS ("
 	"  SELECT r.ctid AS tid, r.next_attempt_at, r.id, r.event_bytes FROM eventgrid.retries r"
 	"   WHERE r.next_attempt_at <= $1 AND (r.lease_owner IS NULL OR r.lease_owner <> ALL (" EG_SQL_LIVE_WORKERS "))"
-	"     AND NOT " EG_SQL_PAUSED("r.subscription_id")
+	"     AND r.subscription_id NOT IN (SELECT ps FROM eventgrid._paused_subscriptions() ps)"
 	"   ORDER BY r.next_attempt_at"
 	"   LIMIT $2"
 	"   FOR UPDATE SKIP LOCKED"
@@ -244,7 +244,7 @@ static EgStatement claim_scan = {
 	"         coalesce(p.served_at, '-infinity') AS turn"
 	"    FROM eventgrid.subscription_positions p CROSS JOIN snap"
 	"   WHERE p.system_identifier = snap.sysid AND p.subscription_id <> ALL ($2)"
-	"     AND NOT " EG_SQL_PAUSED("p.subscription_id")
+	"     AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._paused_subscriptions() ps)"
 	"   ORDER BY p.subscription_id"
 	"   FOR UPDATE OF p SKIP LOCKED"
 	")"
@@ -298,7 +298,7 @@ static EgStatement count_positions = {
 	.sql =
 	"SELECT count(*) FROM eventgrid.subscription_positions p"
 	" WHERE p.system_identifier = eventgrid._system_identifier()"
-	"   AND NOT " EG_SQL_PAUSED("p.subscription_id"),
+	"   AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._paused_subscriptions() ps)",
 };
 
 /*
@@ -797,7 +797,7 @@ static EgStatement next_due = {
 	.sql =
 	"SELECT min(r.next_attempt_at) FROM eventgrid.retries r"
 	" WHERE (r.lease_owner IS NULL OR r.lease_owner <> ALL (" EG_SQL_LIVE_WORKERS "))"
-	"   AND NOT " EG_SQL_PAUSED("r.subscription_id"),
+	"   AND r.subscription_id NOT IN (SELECT ps FROM eventgrid._paused_subscriptions() ps)",
 };
 
 /*

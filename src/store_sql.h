@@ -38,16 +38,6 @@
  * is $1, the pid of a delivery worker that is just starting and holds
  * nothing yet ($1 = 0 names no one).  What a stale owner left is taken back.
  */
-/*
- * Is event subscription sid paused by eventgrid.pause_delivery() (itself,
- * its topic, or everything)?  (eventgrid._paused() says the same for the
- * views.)
- */
-#define EG_SQL_PAUSED(sid) \
-	"EXISTS (SELECT 1 FROM eventgrid.delivery_pauses dp WHERE dp.subscription_id = " sid \
-	" OR (dp.subscription_id IS NULL AND (dp.topic IS NULL OR dp.topic =" \
-	" (SELECT ps.topic FROM eventgrid.event_subscriptions ps WHERE ps.id = " sid "))))"
-
 #define EG_SQL_LIVE_WORKERS \
 	"ARRAY(SELECT a.pid FROM pg_catalog.pg_stat_get_activity(NULL::int4) a" \
 	"       WHERE a.backend_type = 'eventgrid delivery worker')"
