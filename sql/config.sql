@@ -118,6 +118,13 @@ SELECT err($$SELECT eventgrid.set_retry_policy('orders', 'sub-default', 31, NULL
 SELECT err($$SELECT eventgrid.set_retry_policy('orders', 'sub-default', NULL, 0)$$);
 SELECT err($$SELECT eventgrid.set_retry_policy('orders', 'sub-default', NULL, 1441)$$);
 SELECT err($$SELECT eventgrid.set_retry_policy('orders', 'no-such-sub', 5, 5)$$);
+
+-- update_event_subscription: refused as at creation, as psql shows it
+SELECT eventgrid.update_event_subscription('orders', 'sub-default', endpoint => 'ftp://x/');
+SELECT eventgrid.update_event_subscription('orders', 'sub-default', max_delivery_attempts => 31);
+SELECT eventgrid.update_event_subscription('orders', 'sub-default', max_events_per_batch => -1);
+SELECT eventgrid.update_event_subscription('orders', 'sub-default', event_time_to_live => 'PT5M');
+SELECT eventgrid.update_event_subscription('orders', 'no-such-sub');
 SELECT max_delivery_attempts, event_ttl FROM eventgrid.event_subscriptions WHERE name = 'sub-default';
 
 -- set_batching

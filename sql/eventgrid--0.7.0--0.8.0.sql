@@ -687,6 +687,198 @@ SELECT s.topic, s.name AS subscription, eventgrid._pending(s.id) AS pending,
   LEFT JOIN eventgrid.subscription_counters c ON c.subscription_id = s.id;
 COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, and whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here).';
 
+-- Editing an event subscription in place.  The checks of a subscription's
+-- settings are one function, which create_event_subscription() and
+-- update_event_subscription() both call, so both refuse the same values
+-- with the same SQLSTATEs and messages.
+CREATE FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text,
+        event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean,
+        deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer,
+        preferred_batch_size_in_kilobytes integer) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._check_endpoint(endpoint);
+    PERFORM eventgrid._check_schema('event_delivery_schema', event_delivery_schema);
+    IF (input_schema = 'CustomEventSchema') <> (event_delivery_schema = 'CustomEventSchema') THEN
+        RAISE EXCEPTION 'event_delivery_schema % is not available for a topic with input schema %',
+                        event_delivery_schema, input_schema
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'EventGridSchema and CloudEventSchemaV1_0 map to each other; CustomEventSchema is delivered only as CustomEventSchema.';
+    END IF;
+    IF topic_type = 'namespace' AND event_delivery_schema <> 'CloudEventSchemaV1_0' THEN
+        RAISE EXCEPTION 'event_delivery_schema % is not available for a namespace topic', event_delivery_schema
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A namespace topic delivers CloudEvents 1.0 only: omit event_delivery_schema.';
+    END IF;
+    IF included_event_types IS NOT NULL AND
+       (cardinality(included_event_types) = 0 OR array_position(included_event_types, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'included_event_types must be NULL (all types) or a non-empty array without NULLs'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF is_subject_case_sensitive IS NULL OR deadletter IS NULL OR enable_advanced_filtering_on_arrays IS NULL THEN
+        RAISE EXCEPTION 'is_subject_case_sensitive, deadletter and enable_advanced_filtering_on_arrays must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM eventgrid._check_range('max_events_per_batch', max_events_per_batch, 1, 5000);
+    PERFORM eventgrid._check_range('preferred_batch_size_in_kilobytes', preferred_batch_size_in_kilobytes, 1, 1024, ' kilobytes');
+END $$;
+COMMENT ON FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text,
+        event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean,
+        deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer,
+        preferred_batch_size_in_kilobytes integer) IS
+    'Internal: checks an event subscription''s settings for a topic of input_schema and topic_type, as create_event_subscription() and update_event_subscription() take them: endpoint (22023), event_delivery_schema (22023), included_event_types (22023), the switches not NULL (22004), batching ranges (22003).';
+
+CREATE OR REPLACE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text,
+        event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[],
+        subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text,
+        is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer,
+        event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer,
+        preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false,
+        advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false,
+        max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    in_schema text;
+    ttype text;
+    attempts integer;
+    ttl integer;
+    sid bigint;
+BEGIN
+    PERFORM eventgrid._check_not_null('topic', topic);
+    SELECT t.input_schema, t.topic_type INTO in_schema, ttype
+      FROM eventgrid.topics t WHERE t.name = topic FOR KEY SHARE;
+    IF in_schema IS NULL THEN
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'Create it first with eventgrid.create_topic().';
+    END IF;
+    IF name IS NULL OR endpoint IS NULL THEN
+        RAISE EXCEPTION 'event subscription name and endpoint must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT eventgrid._is_subscription_name(name) THEN
+        RAISE EXCEPTION 'invalid event subscription name %', eventgrid._quote(name)
+            USING ERRCODE = 'invalid_name',
+                  HINT = 'An event subscription name has 3 to 64 characters: letters, digits and hyphens.';
+    END IF;
+    event_delivery_schema := coalesce(event_delivery_schema, in_schema);
+    PERFORM eventgrid._check_subscription_settings(in_schema, ttype, endpoint, event_delivery_schema,
+        included_event_types, is_subject_case_sensitive, deadletter, enable_advanced_filtering_on_arrays,
+        max_events_per_batch, preferred_batch_size_in_kilobytes);
+    SELECT r.attempts, r.ttl INTO attempts, ttl
+      FROM eventgrid._retry_policy_args(ttype, max_delivery_attempts, event_ttl, max_delivery_count,
+                                        event_time_to_live) r;
+    advanced_filters := eventgrid._advanced_filters_arg(advanced_filters);
+    IF EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
+                WHERE s.topic = create_event_subscription.topic AND s.name = create_event_subscription.name) THEN
+        RAISE EXCEPTION 'event subscription "%" already exists for topic "%"', name, topic
+            USING ERRCODE = 'duplicate_object';
+    END IF;
+    INSERT INTO eventgrid.event_subscriptions AS s
+        (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
+         subject_ends_with, is_subject_case_sensitive, max_delivery_attempts, event_ttl,
+         max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, topic_type,
+         advanced_filters, enable_advanced_filtering_on_arrays)
+    VALUES (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
+            subject_ends_with, is_subject_case_sensitive, coalesce(attempts, CASE ttype WHEN 'namespace' THEN 10 ELSE 30 END),
+            coalesce(ttl, CASE ttype WHEN 'namespace' THEN 10080 ELSE 1440 END),
+            max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, ttype,
+            advanced_filters, enable_advanced_filtering_on_arrays)
+    RETURNING s.id INTO sid;
+    INSERT INTO eventgrid.subscription_counters (subscription_id) VALUES (sid);
+    -- events of transactions that commit after this one's snapshot are for it
+    INSERT INTO eventgrid.subscription_positions (subscription_id, since, done)
+    VALUES (sid, pg_current_snapshot(), pg_current_snapshot());
+    RETURN sid;
+END $$;
+
+CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL,
+        event_delivery_schema text DEFAULT NULL, included_event_types text[] DEFAULT NULL,
+        subject_begins_with text DEFAULT NULL, subject_ends_with text DEFAULT NULL,
+        is_subject_case_sensitive boolean DEFAULT NULL, max_delivery_attempts integer DEFAULT NULL,
+        event_ttl integer DEFAULT NULL, max_events_per_batch integer DEFAULT NULL,
+        preferred_batch_size_in_kilobytes integer DEFAULT NULL, deadletter boolean DEFAULT NULL,
+        advanced_filters jsonb DEFAULT NULL, enable_advanced_filtering_on_arrays boolean DEFAULT NULL,
+        max_delivery_count integer DEFAULT NULL, event_time_to_live text DEFAULT NULL) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, name, true);
+    cur eventgrid.event_subscriptions;
+    in_schema text;
+    attempts integer;
+    ttl integer;
+BEGIN
+    SELECT s.* INTO cur FROM eventgrid.event_subscriptions s WHERE s.id = sid;
+    SELECT t.input_schema INTO in_schema FROM eventgrid.topics t WHERE t.name = cur.topic;
+    -- NULL keeps a setting; an empty array, '' or 0 clears one that may be unset
+    endpoint := coalesce(endpoint, cur.endpoint);
+    event_delivery_schema := coalesce(event_delivery_schema, cur.event_delivery_schema);
+    included_event_types := CASE WHEN included_event_types IS NULL THEN cur.included_event_types
+                                 WHEN cardinality(included_event_types) = 0 THEN NULL
+                                 ELSE included_event_types END;
+    subject_begins_with := CASE WHEN subject_begins_with IS NULL THEN cur.subject_begins_with
+                                ELSE nullif(subject_begins_with, '') END;
+    subject_ends_with := CASE WHEN subject_ends_with IS NULL THEN cur.subject_ends_with
+                              ELSE nullif(subject_ends_with, '') END;
+    is_subject_case_sensitive := coalesce(is_subject_case_sensitive, cur.is_subject_case_sensitive);
+    deadletter := coalesce(deadletter, cur.deadletter);
+    enable_advanced_filtering_on_arrays := coalesce(enable_advanced_filtering_on_arrays,
+                                                    cur.enable_advanced_filtering_on_arrays);
+    max_events_per_batch := CASE WHEN max_events_per_batch IS NULL THEN cur.max_events_per_batch
+                                 ELSE nullif(max_events_per_batch, 0) END;
+    preferred_batch_size_in_kilobytes := CASE WHEN preferred_batch_size_in_kilobytes IS NULL
+                                              THEN cur.preferred_batch_size_in_kilobytes
+                                              ELSE nullif(preferred_batch_size_in_kilobytes, 0) END;
+    PERFORM eventgrid._check_subscription_settings(in_schema, cur.topic_type, endpoint, event_delivery_schema,
+        included_event_types, is_subject_case_sensitive, deadletter, enable_advanced_filtering_on_arrays,
+        max_events_per_batch, preferred_batch_size_in_kilobytes);
+    SELECT r.attempts, r.ttl INTO attempts, ttl
+      FROM eventgrid._retry_policy_args(cur.topic_type, max_delivery_attempts, event_ttl, max_delivery_count,
+                                        event_time_to_live) r;
+    advanced_filters := CASE WHEN advanced_filters IS NULL THEN cur.advanced_filters
+                             ELSE eventgrid._advanced_filters_arg(advanced_filters) END;
+    UPDATE eventgrid.event_subscriptions s
+       SET endpoint = update_event_subscription.endpoint,
+           event_delivery_schema = update_event_subscription.event_delivery_schema,
+           included_event_types = update_event_subscription.included_event_types,
+           subject_begins_with = update_event_subscription.subject_begins_with,
+           subject_ends_with = update_event_subscription.subject_ends_with,
+           is_subject_case_sensitive = update_event_subscription.is_subject_case_sensitive,
+           max_delivery_attempts = coalesce(attempts, s.max_delivery_attempts),
+           event_ttl = coalesce(ttl, s.event_ttl),
+           max_events_per_batch = update_event_subscription.max_events_per_batch,
+           preferred_batch_size_in_kilobytes = update_event_subscription.preferred_batch_size_in_kilobytes,
+           deadletter = update_event_subscription.deadletter,
+           advanced_filters = update_event_subscription.advanced_filters,
+           enable_advanced_filtering_on_arrays = update_event_subscription.enable_advanced_filtering_on_arrays
+     WHERE s.id = sid;
+    IF event_delivery_schema <> cur.event_delivery_schema THEN
+        -- a retry keeps the text it is sent as: made again in the new schema
+        UPDATE eventgrid.retries r
+           SET payload = (CASE WHEN in_schema = update_event_subscription.event_delivery_schema THEN r.event
+                               ELSE eventgrid.convert_event(r.event, in_schema,
+                                        update_event_subscription.event_delivery_schema, r.publish_time)
+                          END)::text
+         WHERE r.subscription_id = sid;
+    END IF;
+    IF endpoint <> cur.endpoint THEN
+        RAISE LOG 'eventgrid: endpoint of event subscription "%" of topic "%" changed by %',
+                  name, topic, eventgrid._caller();
+    END IF;
+    PERFORM eventgrid._wake_worker_at_commit();
+END $$;
+COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text,
+        event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text,
+        is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer,
+        max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean,
+        advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer,
+        event_time_to_live text) IS
+    'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes; both cleared turns batching off). The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9.';
+
 REVOKE ALL ON FUNCTION eventgrid._uri_escape(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._check_table_publication(regclass, text[], text[]) FROM PUBLIC;
@@ -727,3 +919,6 @@ GRANT EXECUTE ON FUNCTION eventgrid.pause_delivery(text, text) TO eventgrid_admi
 GRANT EXECUTE ON FUNCTION eventgrid.resume_delivery(text, text) TO eventgrid_admin;
 REVOKE ALL ON TABLE eventgrid.delivery_pauses FROM PUBLIC;
 GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid._check_subscription_settings(text, text, text, text, text[], boolean, boolean, boolean, integer, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text) TO eventgrid_admin;

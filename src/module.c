@@ -499,16 +499,31 @@ drop_internal_context(ErrorData *edata)
 		class == ERRCODE_TO_CATEGORY(ERRCODE_SYSTEM_ERROR) ||
 		strncmp(edata->context, ours, strlen(ours)) != 0)
 		return;
-	/* lines: ours, and "SQL statement" lines that one of ours ran */
+	/*
+	 * lines: ours, and the "SQL statement" that one of ours ran (quoted, of
+	 * as many lines as its text: it ends at the quote before our frame)
+	 */
 	for (line = edata->context; line && *line;)
 	{
-		const char *next = strchr(line, '\n');
+		const char *next;
 
-		next = next ? next + 1 : NULL;
 		if (strncmp(line, ours, strlen(ours)) == 0)
+		{
+			next = strchr(line, '\n');
+			next = next ? next + 1 : NULL;
 			keep_from = next;
-		else if (strncmp(line, "SQL statement ", 14) != 0 || next == NULL ||
-				 strncmp(next, ours, strlen(ours)) != 0)
+		}
+		else if (strncmp(line, "SQL statement \"", 15) == 0)
+		{
+			char	   *end = psprintf("\"\n%s", ours);
+
+			next = strstr(line, end);
+			pfree(end);
+			if (next == NULL)
+				break;
+			next += 2;
+		}
+		else
 			break;
 		line = next;
 	}
