@@ -922,3 +922,57 @@ GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;
 REVOKE ALL ON FUNCTION eventgrid._check_subscription_settings(text, text, text, text, text[], boolean, boolean, boolean, integer, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text) TO eventgrid_admin;
+
+-- One clock: what eventgrid writes about deliveries comes from the delivery
+-- workers' clock, the real one moved ahead by eventgrid.clock_offset (a
+-- testing aid, 0 in production): attempts and next attempts (the workers),
+-- publish times (the event trigger), dead letters and the retries
+-- redeliver_dead_letters() queues (eventgrid._now()).
+CREATE FUNCTION eventgrid._now() RETURNS timestamp with time zone
+    LANGUAGE c STABLE PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_now';
+COMMENT ON FUNCTION eventgrid._now() IS
+    'Internal: now() on the delivery workers'' clock (moved ahead by eventgrid.clock_offset): the time eventgrid writes about deliveries from SQL.';
+ALTER TABLE eventgrid.dead_letters ALTER COLUMN dead_lettered_at SET DEFAULT eventgrid._now();
+CREATE OR REPLACE FUNCTION eventgrid.redeliver_dead_letters(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text, reason text DEFAULT NULL::text, dead_lettered_after timestamp with time zone DEFAULT NULL::timestamp with time zone, dead_lettered_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sids bigint[];
+    ids bigint[];
+    n bigint;
+BEGIN
+    -- the subscriptions first (the delivery worker's lock order), then the dead letters
+    SELECT array_agg(s.id ORDER BY s.id) INTO sids
+      FROM (SELECT s.id FROM eventgrid.event_subscriptions s
+             WHERE (redeliver_dead_letters.topic IS NULL OR s.topic = redeliver_dead_letters.topic)
+               AND (redeliver_dead_letters.subscription IS NULL OR s.name = redeliver_dead_letters.subscription)
+             ORDER BY s.id FOR KEY SHARE) s;
+    ids := eventgrid._dead_letter_ids(topic, subscription, reason, dead_lettered_after, dead_lettered_before);
+    WITH gone AS (
+        DELETE FROM eventgrid.dead_letters d
+         WHERE d.id = ANY (ids) AND d.subscription_id = ANY (sids)
+        RETURNING d.*
+    ), queued AS (
+        -- a fresh start: no attempts made, the time-to-live counted from now
+        INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,
+                                       attempts, next_attempt_at)
+        SELECT g.subscription_id, coalesce(g.event_id, 0), g.event,
+               eventgrid.convert_event(g.event, g.input_schema, s.event_delivery_schema, g.publish_time)::text,
+               eventgrid._now(), octet_length(g.event::text), 0, eventgrid._now()
+          FROM gone g JOIN eventgrid.event_subscriptions s ON s.id = g.subscription_id
+        RETURNING subscription_id
+    ), counted AS (
+        SELECT q.subscription_id, count(*) AS n FROM queued q GROUP BY q.subscription_id
+    ), bumped AS (
+        UPDATE eventgrid.subscription_counters c SET redelivered = c.redelivered + counted.n
+          FROM counted WHERE c.subscription_id = counted.subscription_id
+    )
+    SELECT coalesce(sum(counted.n), 0) INTO n FROM counted;
+    IF n > 0 THEN
+        PERFORM eventgrid._wake_worker_at_commit();
+    END IF;
+    RETURN n;
+END $$;
+REVOKE ALL ON FUNCTION eventgrid._now() FROM PUBLIC;

@@ -565,6 +565,12 @@ CREATE FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begi
 
 COMMENT ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) IS 'Internal: does an event pass an event subscription''s filters (included event types, case-insensitive; subject begins/ends with; advanced filters) (SPEC 9)?';
 
+CREATE FUNCTION eventgrid._now() RETURNS timestamp with time zone
+    LANGUAGE c STABLE PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_now';
+
+COMMENT ON FUNCTION eventgrid._now() IS 'Internal: now() on the delivery workers'' clock (moved ahead by eventgrid.clock_offset): the time eventgrid writes about deliveries from SQL.';
+
 CREATE FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) RETURNS record
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1350,7 +1356,7 @@ BEGIN
                                        attempts, next_attempt_at)
         SELECT g.subscription_id, coalesce(g.event_id, 0), g.event,
                eventgrid.convert_event(g.event, g.input_schema, s.event_delivery_schema, g.publish_time)::text,
-               now(), octet_length(g.event::text), 0, now()
+               eventgrid._now(), octet_length(g.event::text), 0, eventgrid._now()
           FROM gone g JOIN eventgrid.event_subscriptions s ON s.id = g.subscription_id
         RETURNING subscription_id
     ), counted AS (
@@ -1752,7 +1758,7 @@ CREATE TABLE eventgrid.dead_letters (
     last_http_status_code integer,
     publish_time timestamp with time zone NOT NULL,
     last_delivery_attempt_time timestamp with time zone,
-    dead_lettered_at timestamp with time zone DEFAULT now() NOT NULL,
+    dead_lettered_at timestamp with time zone DEFAULT eventgrid._now() NOT NULL,
     topic_type text DEFAULT 'custom'::text NOT NULL,
     event_id bigint,
     CONSTRAINT dead_letters_dead_letter_reason_check CHECK ((dead_letter_reason = ANY (ARRAY['MaxDeliveryAttemptsExceeded'::text, 'TimeToLiveExceeded'::text, 'NonRetriableError'::text]))),
@@ -2395,6 +2401,8 @@ REVOKE ALL ON FUNCTION eventgrid._is_topic_name(v text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._now() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) FROM PUBLIC;
 

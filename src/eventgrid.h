@@ -119,5 +119,6 @@ extern void eg_want_upkeep(void);
 
 /* Current time as the worker sees it: real time plus eventgrid.clock_offset. */
 extern TimestampTz eg_now(void);
+extern TimestampTz eg_transaction_now(void);
 
 #endif							/* EVENTGRID_H */

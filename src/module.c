@@ -326,10 +326,36 @@ eg_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTre
 		eg_wake_worker();
 }
 
+/*
+ * eventgrid's one clock for what it writes about deliveries (attempts, next
+ * attempts, dead letters, publish times, truncations): the real clock moved
+ * ahead by eventgrid.clock_offset (0 in production).
+ */
 TimestampTz
 eg_now(void)
 {
 	return GetCurrentTimestamp() + (TimestampTz) eg_clock_offset_s * USECS_PER_SEC;
+}
+
+/* The same clock at the start of the current transaction (publish times). */
+TimestampTz
+eg_transaction_now(void)
+{
+	return GetCurrentTransactionStartTimestamp() + (TimestampTz) eg_clock_offset_s * USECS_PER_SEC;
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_now);
+
+/*
+ * SQL: eventgrid._now(), eg_transaction_now(): now() moved ahead by
+ * eventgrid.clock_offset, for the times SQL writes about deliveries
+ * (dead_letters.dead_lettered_at, the retries redeliver_dead_letters()
+ * queues).  STABLE, like now().
+ */
+Datum
+eventgrid_now(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TIMESTAMPTZ(eg_transaction_now());
 }
 
 static void

@@ -8,7 +8,8 @@
  * schema: any JSON object.  In every schema, id and dataVersion become HTTP
  * headers, so they may hold no control characters.  Every event is at most
  * 1 MB of JSON text; its publish_time is the publishing transaction's start
- * time and event_bytes its size.
+ * time on eventgrid's clock (eg_transaction_now(): with
+ * eventgrid.clock_offset) and event_bytes its size.
  *
  * A row that arrives with publish_time already set comes from someone
  * allowed to write that column (the extension's owner: pg_restore of a dump,
@@ -491,7 +492,7 @@ eventgrid_validate_event(PG_FUNCTION_ARGS)
 
 	values[0] = JsonbPGetDatum(jb);
 	cols[1] = SPI_fnumber(tupdesc, "publish_time");
-	values[1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	values[1] = TimestampTzGetDatum(eg_transaction_now());
 	cols[2] = SPI_fnumber(tupdesc, "event_bytes");
 	values[2] = Int32GetDatum((int32) size);
 

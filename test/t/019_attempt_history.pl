@@ -203,5 +203,21 @@ ok(wait_for_sql($node, "SELECT history_table FROM eventgrid.attempt_log_rotation
 	'age: the next table takes rows after half the retention');
 is(sql("SELECT count(*) FROM eventgrid.delivery_attempts"), $kept - $oldest, 'age: the oldest attempts are gone');
 
+# --- one clock: with eventgrid.clock_offset set, a dead letter's publish,
+# attempt and dead-letter times and its attempt history all come from the
+# worker's clock (the real one moved ahead by the offset)
+my $offset = advance_clock($node, 0);
+sql("SELECT eventgrid.create_topic('clock')");
+sql("SELECT eventgrid.create_event_subscription('clock', 'clock', '$u/status/400/clock', deadletter => true)");
+my $real = sql("SELECT extract(epoch FROM clock_timestamp())");
+publish('clock', 'c-1');
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.dead_letters WHERE subscription_name = 'clock'", '1'),
+	'clock: a 400 is dead-lettered at once');
+my @times = split /\|/, sql("SELECT extract(epoch FROM d.publish_time), extract(epoch FROM d.last_delivery_attempt_time),"
+	  . " extract(epoch FROM d.dead_lettered_at), (SELECT extract(epoch FROM a.attempted_at) FROM eventgrid.delivery_attempts a"
+	  . " WHERE a.subscription = 'clock') FROM eventgrid.dead_letters d WHERE d.subscription_name = 'clock'");
+is(scalar(grep { $_ - $real > $offset - 1 && $_ - $real < $offset + 10 } @times), 4,
+	"clock: publish, attempt, dead-letter and history times are all $offset s ahead of the real clock (@times; real $real)");
+
 $node->stop;
 done_testing();
