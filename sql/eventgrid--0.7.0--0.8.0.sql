@@ -634,6 +634,7 @@ BEGIN
     ON CONFLICT ON CONSTRAINT delivery_pauses_topic_subscription_id_key DO NOTHING;
     IF FOUND THEN
         RAISE LOG 'eventgrid: delivery paused for % by %', t.label, eventgrid._caller();
+        PERFORM eventgrid._wake_worker_at_commit();   -- its status line says so
     END IF;
 END $$;
 COMMENT ON FUNCTION eventgrid.pause_delivery(topic text, subscription text) IS

@@ -47,6 +47,7 @@ EgDeliveryWorker eg_dw = {.next_chunk_no = 1, .next_wave_no = 1};
 
 /* delivery worker: what pg_stat_activity shows */
 #define EG_STATUS_INTERVAL_MS 250
+#define EG_PAUSE_READ_INTERVAL_MS 1000
 static char status_kind = 0;
 static TimestampTz status_at = 0;
 static uint64 status_units = 0;	/* eg_units_committed when the text was set */
@@ -61,6 +62,37 @@ static TimestampTz next_claim_at = 0;
 static bool leases_released = false;
 
 /*
+ * What pause_delivery() paused, for the status line: read again whenever an
+ * idle worker writes its line (pause_delivery() and resume_delivery() wake
+ * it), and at most every EG_PAUSE_READ_INTERVAL_MS while it delivers.
+ */
+static void
+pause_suffix(char *buf, size_t len, TimestampTz now, bool idle)
+{
+	static TimestampTz read_at = 0;
+	static int64 paused = 0;
+	static bool all = false;
+
+	if ((idle || now - read_at >= (TimestampTz) EG_PAUSE_READ_INTERVAL_MS * 1000) &&
+		eg_store_readiness == EG_READY_OK)
+	{
+		read_at = now;
+		if (eg_begin_work("eventgrid: reading what pause_delivery() paused"))
+		{
+			paused = eg_store_pauses(&all);
+			eg_end_work();
+		}
+	}
+	if (all)
+		snprintf(buf, len, "; every event subscription paused by pause_delivery()");
+	else if (paused > 0)
+		snprintf(buf, len, "; %lld event subscription%s paused by pause_delivery()",
+				 (long long) paused, paused == 1 ? "" : "s");
+	else
+		buf[0] = '\0';
+}
+
+/*
  * Shows in pg_stat_activity what the delivery worker does: waiting for the
  * extension, retrying failed database work, paused, delivering (requests in
  * flight and waiting, outcomes to record, the backlog the upkeep worker last
@@ -71,7 +103,8 @@ static bool leases_released = false;
 static void
 report_status(TimestampTz next_claim_at)
 {
-	char		text[256];
+	char		text[320];
+	char		paused[80];
 	char		kind;
 	int			in_flight = eg_http_in_flight();
 	int			waiting = eg_targets_queued();
@@ -98,6 +131,8 @@ report_status(TimestampTz next_claim_at)
 		now - status_at < (TimestampTz) EG_STATUS_INTERVAL_MS * 1000)
 		return;
 
+	if (kind == 'd' || kind == 'i')
+		pause_suffix(paused, sizeof(paused), now, kind == 'i');
 	switch (kind)
 	{
 		case 'm':
@@ -121,17 +156,17 @@ report_status(TimestampTz next_claim_at)
 				backlog = eg_shared->backlog;
 				SpinLockRelease(&eg_shared->mutex);
 				snprintf(text, sizeof(text),
-						 "eventgrid: delivering: %d requests in flight, %d waiting to be sent, %d outcomes to record; backlog of %s %lld deliveries",
+						 "eventgrid: delivering: %d requests in flight, %d waiting to be sent, %d outcomes to record; backlog of %s %lld deliveries%s",
 						 in_flight, waiting, eg_dw.to_record_n, backlog >= EG_BACKLOG_COUNT_LIMIT ? "at least" : "about",
-						 (long long) Min(backlog, EG_BACKLOG_COUNT_LIMIT));
+						 (long long) Min(backlog, EG_BACKLOG_COUNT_LIMIT), paused);
 				break;
 			}
 		default:
 			if (next_claim_at > 0 && next_claim_at < DT_NOEND)
-				snprintf(text, sizeof(text), "eventgrid: idle; next retry due at %s",
-						 timestamptz_to_str(next_claim_at));
+				snprintf(text, sizeof(text), "eventgrid: idle; next retry due at %s%s",
+						 timestamptz_to_str(next_claim_at), paused);
 			else
-				snprintf(text, sizeof(text), "eventgrid: idle");
+				snprintf(text, sizeof(text), "eventgrid: idle%s", paused);
 			break;
 	}
 	status_kind = kind;

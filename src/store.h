@@ -193,6 +193,7 @@ extern char *eg_store_rotate_history(TimestampTz now, int64 period_ms, int64 max
 /* store_counts.c */
 #define EG_BACKLOG_COUNT_LIMIT 100000	/* the backlog is counted up to this */
 extern int64 eg_store_backlog(TimestampTz now);
+extern int64 eg_store_pauses(bool *all);
 extern void eg_store_count_unmatched(void);
 
 /* Events dead-lettered and dropped so far (eg_store_finals). */

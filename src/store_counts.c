@@ -79,6 +79,27 @@ static EgStatement backlog_retries = {
 	.types = {TIMESTAMPTZOID, INT8OID},
 };
 
+/* what pause_delivery() paused: how many event subscriptions, and whether everything */
+static EgStatement pauses = {
+	.name = "pause count",
+	.sql =
+	"SELECT (SELECT count(*) FROM eventgrid._paused_subscriptions()),"
+	"       EXISTS (SELECT 1 FROM eventgrid.delivery_pauses dp WHERE dp.topic IS NULL)",
+};
+
+/*
+ * How many event subscriptions pause_delivery() paused (itself, its topic or
+ * everything); *all: whether it paused everything.  For the delivery
+ * workers' status line.
+ */
+int64
+eg_store_pauses(bool *all)
+{
+	eg_store_run(&pauses, NULL, true, SPI_OK_SELECT);
+	*all = eg_bool_col(SPI_tuptable, 0, 2);
+	return eg_int64_col(SPI_tuptable, 0, 1, 0);
+}
+
 /* each position, with what backlog_events takes */
 static EgStatement backlog_positions = {
 	.name = "position list",

@@ -45,6 +45,8 @@ ops("SELECT eventgrid.pause_delivery('work', 'sub-a')");
 ops("SELECT eventgrid.pause_delivery('work', 'sub-a')");
 is(sql("SELECT string_agg(subscription || ' ' || paused, ', ' ORDER BY subscription) FROM eventgrid.delivery_statistics"),
 	'sub-a true, sub-b false, sub-c false', 'the admin role paused subscription a: delivery_statistics.paused');
+ok(wait_for_sql($node, "SET ROLE ops; SELECT activity FROM eventgrid.worker_status WHERE worker = 'delivery worker 1'",
+	'eventgrid: idle; 1 event subscription paused by pause_delivery()'), 'the worker\'s status line says so');
 publish('work', 'w', 5);
 publish('other', 'o', 5);
 is(scalar(wait_for_requests($r, '/status/200/b', 5)), 5, 'b, on the same topic, goes on');
@@ -76,6 +78,8 @@ is(scalar(wait_for_requests($r, '/status/200/b', 8)), 8, 'the other topic goes o
 sleep 1;
 is(scalar(requests($r, '/status/200/c')), 5, 'nothing new reaches the paused topic\'s subscription');
 ops("SELECT eventgrid.pause_delivery()");
+ok(wait_for_sql($node, "SET ROLE ops; SELECT activity FROM eventgrid.worker_status WHERE worker = 'delivery worker 1'",
+	'eventgrid: idle; every event subscription paused by pause_delivery()'), 'everything paused: the status line says so');
 publish('work', 'w3', 2);
 sleep 2;
 is(scalar(requests($r, '/status/200/b')), 8, 'everything paused: nothing is sent');
