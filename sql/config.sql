@@ -125,6 +125,14 @@ SELECT eventgrid.update_event_subscription('orders', 'sub-default', max_delivery
 SELECT eventgrid.update_event_subscription('orders', 'sub-default', max_events_per_batch => -1);
 SELECT eventgrid.update_event_subscription('orders', 'sub-default', event_time_to_live => 'PT5M');
 SELECT eventgrid.update_event_subscription('orders', 'no-such-sub');
+-- the rate limit: 1-100,000 events a second; update's 0 clears it
+SELECT eventgrid.create_event_subscription('orders', 'rated', 'http://127.0.0.1/', max_events_per_second => 0);
+SELECT eventgrid.create_event_subscription('orders', 'rated', 'http://127.0.0.1/', max_events_per_second => 100001);
+SELECT eventgrid.update_event_subscription('orders', 'sub-default', max_events_per_second => 100001);
+SELECT eventgrid.update_event_subscription('orders', 'sub-default', max_events_per_second => 250);
+SELECT max_events_per_second FROM eventgrid.event_subscription_batching WHERE subscription = 'sub-default';
+SELECT eventgrid.update_event_subscription('orders', 'sub-default', max_events_per_second => 0);
+SELECT max_events_per_second IS NULL AS no_limit FROM eventgrid.event_subscription_batching WHERE subscription = 'sub-default';
 SELECT max_delivery_attempts, event_ttl FROM eventgrid.event_subscriptions WHERE name = 'sub-default';
 
 -- set_batching

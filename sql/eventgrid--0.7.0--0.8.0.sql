@@ -688,6 +688,16 @@ SELECT s.topic, s.name AS subscription, eventgrid._pending(s.id) AS pending,
   LEFT JOIN eventgrid.subscription_counters c ON c.subscription_id = s.id;
 COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, and whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here).';
 
+-- Per-subscription rate limits: the delivery workers claim no more of a
+-- subscription's events a second than max_events_per_second (a token
+-- bucket per subscription in shared memory); the others wait at its
+-- position or in eventgrid.retries.
+ALTER TABLE eventgrid.event_subscriptions ADD COLUMN max_events_per_second integer
+    CONSTRAINT event_subscriptions_max_events_per_second_check
+    CHECK (max_events_per_second >= 1 AND max_events_per_second <= 100000);
+COMMENT ON COLUMN eventgrid.event_subscriptions.max_events_per_second IS
+    'Rate limit: events delivered a second at most (1-100,000; a batch counts its events, retries count), or NULL for none.';
+
 -- Editing an event subscription in place.  The checks of a subscription's
 -- settings are one function, which create_event_subscription() and
 -- update_event_subscription() both call, so both refuse the same values
@@ -695,7 +705,7 @@ COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: delive
 CREATE FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text,
         event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean,
         deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer,
-        preferred_batch_size_in_kilobytes integer) RETURNS void
+        preferred_batch_size_in_kilobytes integer, max_events_per_second integer) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -724,21 +734,25 @@ BEGIN
     END IF;
     PERFORM eventgrid._check_range('max_events_per_batch', max_events_per_batch, 1, 5000);
     PERFORM eventgrid._check_range('preferred_batch_size_in_kilobytes', preferred_batch_size_in_kilobytes, 1, 1024, ' kilobytes');
+    PERFORM eventgrid._check_range('max_events_per_second', max_events_per_second, 1, 100000, ' events a second');
 END $$;
 COMMENT ON FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text,
         event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean,
         deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer,
-        preferred_batch_size_in_kilobytes integer) IS
-    'Internal: checks an event subscription''s settings for a topic of input_schema and topic_type, as create_event_subscription() and update_event_subscription() take them: endpoint (22023), event_delivery_schema (22023), included_event_types (22023), the switches not NULL (22004), batching ranges (22003).';
+        preferred_batch_size_in_kilobytes integer, max_events_per_second integer) IS
+    'Internal: checks an event subscription''s settings for a topic of input_schema and topic_type, as create_event_subscription() and update_event_subscription() take them: endpoint (22023), event_delivery_schema (22023), included_event_types (22023), the switches not NULL (22004), batching and rate ranges (22003).';
 
-CREATE OR REPLACE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text,
+DROP FUNCTION eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer,
+        integer, integer, integer, boolean, jsonb, boolean, integer, text);
+CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text,
         event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[],
         subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text,
         is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer,
         event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer,
         preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false,
         advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false,
-        max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text) RETURNS bigint
+        max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text,
+        max_events_per_second integer DEFAULT NULL::integer) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -767,7 +781,7 @@ BEGIN
     event_delivery_schema := coalesce(event_delivery_schema, in_schema);
     PERFORM eventgrid._check_subscription_settings(in_schema, ttype, endpoint, event_delivery_schema,
         included_event_types, is_subject_case_sensitive, deadletter, enable_advanced_filtering_on_arrays,
-        max_events_per_batch, preferred_batch_size_in_kilobytes);
+        max_events_per_batch, preferred_batch_size_in_kilobytes, max_events_per_second);
     SELECT r.attempts, r.ttl INTO attempts, ttl
       FROM eventgrid._retry_policy_args(ttype, max_delivery_attempts, event_ttl, max_delivery_count,
                                         event_time_to_live) r;
@@ -781,12 +795,12 @@ BEGIN
         (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
          subject_ends_with, is_subject_case_sensitive, max_delivery_attempts, event_ttl,
          max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, topic_type,
-         advanced_filters, enable_advanced_filtering_on_arrays)
+         advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second)
     VALUES (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
             subject_ends_with, is_subject_case_sensitive, coalesce(attempts, CASE ttype WHEN 'namespace' THEN 10 ELSE 30 END),
             coalesce(ttl, CASE ttype WHEN 'namespace' THEN 10080 ELSE 1440 END),
             max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, ttype,
-            advanced_filters, enable_advanced_filtering_on_arrays)
+            advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second)
     RETURNING s.id INTO sid;
     INSERT INTO eventgrid.subscription_counters (subscription_id) VALUES (sid);
     -- events of transactions that commit after this one's snapshot are for it
@@ -795,6 +809,8 @@ BEGIN
     RETURN sid;
 END $$;
 
+COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer) IS 'Creates an event subscription and returns its id. endpoint: http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). Requires eventgrid_admin. Errors: 42704, 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9.';
+
 CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL,
         event_delivery_schema text DEFAULT NULL, included_event_types text[] DEFAULT NULL,
         subject_begins_with text DEFAULT NULL, subject_ends_with text DEFAULT NULL,
@@ -802,7 +818,8 @@ CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpo
         event_ttl integer DEFAULT NULL, max_events_per_batch integer DEFAULT NULL,
         preferred_batch_size_in_kilobytes integer DEFAULT NULL, deadletter boolean DEFAULT NULL,
         advanced_filters jsonb DEFAULT NULL, enable_advanced_filtering_on_arrays boolean DEFAULT NULL,
-        max_delivery_count integer DEFAULT NULL, event_time_to_live text DEFAULT NULL) RETURNS void
+        max_delivery_count integer DEFAULT NULL, event_time_to_live text DEFAULT NULL,
+        max_events_per_second integer DEFAULT NULL) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -834,9 +851,11 @@ BEGIN
     preferred_batch_size_in_kilobytes := CASE WHEN preferred_batch_size_in_kilobytes IS NULL
                                               THEN cur.preferred_batch_size_in_kilobytes
                                               ELSE nullif(preferred_batch_size_in_kilobytes, 0) END;
+    max_events_per_second := CASE WHEN max_events_per_second IS NULL THEN cur.max_events_per_second
+                                  ELSE nullif(max_events_per_second, 0) END;
     PERFORM eventgrid._check_subscription_settings(in_schema, cur.topic_type, endpoint, event_delivery_schema,
         included_event_types, is_subject_case_sensitive, deadletter, enable_advanced_filtering_on_arrays,
-        max_events_per_batch, preferred_batch_size_in_kilobytes);
+        max_events_per_batch, preferred_batch_size_in_kilobytes, max_events_per_second);
     SELECT r.attempts, r.ttl INTO attempts, ttl
       FROM eventgrid._retry_policy_args(cur.topic_type, max_delivery_attempts, event_ttl, max_delivery_count,
                                         event_time_to_live) r;
@@ -855,7 +874,8 @@ BEGIN
            preferred_batch_size_in_kilobytes = update_event_subscription.preferred_batch_size_in_kilobytes,
            deadletter = update_event_subscription.deadletter,
            advanced_filters = update_event_subscription.advanced_filters,
-           enable_advanced_filtering_on_arrays = update_event_subscription.enable_advanced_filtering_on_arrays
+           enable_advanced_filtering_on_arrays = update_event_subscription.enable_advanced_filtering_on_arrays,
+           max_events_per_second = update_event_subscription.max_events_per_second
      WHERE s.id = sid;
     IF event_delivery_schema <> cur.event_delivery_schema THEN
         -- a retry keeps the text it is sent as: made again in the new schema
@@ -877,8 +897,8 @@ COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, e
         is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer,
         max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean,
         advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer,
-        event_time_to_live text) IS
-    'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes; both cleared turns batching off). The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9.';
+        event_time_to_live text, max_events_per_second integer) IS
+    'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9.';
 
 REVOKE ALL ON FUNCTION eventgrid._uri_escape(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
@@ -920,9 +940,9 @@ GRANT EXECUTE ON FUNCTION eventgrid.pause_delivery(text, text) TO eventgrid_admi
 GRANT EXECUTE ON FUNCTION eventgrid.resume_delivery(text, text) TO eventgrid_admin;
 REVOKE ALL ON TABLE eventgrid.delivery_pauses FROM PUBLIC;
 GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;
-REVOKE ALL ON FUNCTION eventgrid._check_subscription_settings(text, text, text, text, text[], boolean, boolean, boolean, integer, integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid._check_subscription_settings(text, text, text, text, text[], boolean, boolean, boolean, integer, integer, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer) TO eventgrid_admin;
 
 -- One clock: what eventgrid writes about deliveries comes from the delivery
 -- workers' clock, the real one moved ahead by eventgrid.clock_offset (a
@@ -977,3 +997,35 @@ BEGIN
     RETURN n;
 END $$;
 REVOKE ALL ON FUNCTION eventgrid._now() FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer) TO eventgrid_admin;
+
+CREATE OR REPLACE VIEW eventgrid.event_subscription_batching AS
+ SELECT s.topic,
+    s.name AS subscription,
+    ((s.max_events_per_batch IS NOT NULL) OR (s.preferred_batch_size_in_kilobytes IS NOT NULL)) AS batching,
+        CASE
+            WHEN ((s.max_events_per_batch IS NOT NULL) OR (s.preferred_batch_size_in_kilobytes IS NOT NULL)) THEN COALESCE(s.max_events_per_batch, COALESCE(( SELECT (g.setting)::integer AS setting
+               FROM pg_settings g
+              WHERE (g.name = 'eventgrid.default_max_events_per_batch'::text)), 10))
+            ELSE 1
+        END AS max_events_per_batch,
+        CASE
+            WHEN ((s.max_events_per_batch IS NOT NULL) OR (s.preferred_batch_size_in_kilobytes IS NOT NULL)) THEN COALESCE(s.preferred_batch_size_in_kilobytes, COALESCE(( SELECT (g.setting)::integer AS setting
+               FROM pg_settings g
+              WHERE (g.name = 'eventgrid.default_preferred_batch_size_in_kilobytes'::text)), 64))
+            ELSE NULL::integer
+        END AS preferred_batch_size_in_kilobytes,
+        CASE
+            WHEN (s.max_events_per_batch IS NOT NULL) THEN 'subscription'::text
+            WHEN (s.preferred_batch_size_in_kilobytes IS NOT NULL) THEN 'eventgrid.default_max_events_per_batch'::text
+            ELSE 'batching off'::text
+        END AS max_events_per_batch_from,
+        CASE
+            WHEN (s.preferred_batch_size_in_kilobytes IS NOT NULL) THEN 'subscription'::text
+            WHEN (s.max_events_per_batch IS NOT NULL) THEN 'eventgrid.default_preferred_batch_size_in_kilobytes'::text
+            ELSE 'batching off'::text
+        END AS preferred_batch_size_from,
+    s.max_events_per_second
+   FROM eventgrid.event_subscriptions s;
+COMMENT ON VIEW eventgrid.event_subscription_batching IS 'Per event subscription, the output batching the delivery worker applies (SPEC 5): off (one event per request), or the event count and size ceiling it uses, each from the subscription or, where the subscription set only the other one, from GUC eventgrid.default_max_events_per_batch / eventgrid.default_preferred_batch_size_in_kilobytes (the server''s values; 10 and 64 when the library is not loaded), and the rate limit, max_events_per_second (NULL: none).';

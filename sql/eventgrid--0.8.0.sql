@@ -128,7 +128,7 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid._check_schema(field text, val text) IS 'Internal: raises 22023 unless val is EventGridSchema, CloudEventSchemaV1_0 or CustomEventSchema.';
 
-CREATE FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text, event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean, deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer) RETURNS void
+CREATE FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text, event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean, deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, max_events_per_second integer) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -157,9 +157,10 @@ BEGIN
     END IF;
     PERFORM eventgrid._check_range('max_events_per_batch', max_events_per_batch, 1, 5000);
     PERFORM eventgrid._check_range('preferred_batch_size_in_kilobytes', preferred_batch_size_in_kilobytes, 1, 1024, ' kilobytes');
+    PERFORM eventgrid._check_range('max_events_per_second', max_events_per_second, 1, 100000, ' events a second');
 END $$;
 
-COMMENT ON FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text, event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean, deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer) IS 'Internal: checks an event subscription''s settings for a topic of input_schema and topic_type, as create_event_subscription() and update_event_subscription() take them: endpoint (22023), event_delivery_schema (22023), included_event_types (22023), the switches not NULL (22004), batching ranges (22003).';
+COMMENT ON FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text, event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean, deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, max_events_per_second integer) IS 'Internal: checks an event subscription''s settings for a topic of input_schema and topic_type, as create_event_subscription() and update_event_subscription() take them: endpoint (22023), event_delivery_schema (22023), included_event_types (22023), the switches not NULL (22004), batching and rate ranges (22003).';
 
 CREATE FUNCTION eventgrid._check_table_publication(source_table regclass, columns text[], update_columns text[]) RETURNS void
     LANGUAGE plpgsql STABLE
@@ -445,6 +446,7 @@ CASE
     WHEN (topic_type = 'namespace'::text) THEN eventgrid._iso8601_minutes(event_ttl)
     ELSE NULL::text
 END) STORED,
+    max_events_per_second integer,
     CONSTRAINT event_subscriptions_advanced_filters_check CHECK (((advanced_filters IS NULL) OR eventgrid._check_advanced_filters(advanced_filters))),
     CONSTRAINT event_subscriptions_endpoint_check CHECK ((eventgrid._endpoint_problem(endpoint) IS NULL)),
     CONSTRAINT event_subscriptions_event_ttl_check CHECK (((event_ttl >= 1) AND (event_ttl <=
@@ -459,6 +461,7 @@ CASE
     ELSE 30
 END))),
     CONSTRAINT event_subscriptions_max_events_per_batch_check CHECK (((max_events_per_batch >= 1) AND (max_events_per_batch <= 5000))),
+    CONSTRAINT event_subscriptions_max_events_per_second_check CHECK (((max_events_per_second >= 1) AND (max_events_per_second <= 100000))),
     CONSTRAINT event_subscriptions_name_check CHECK (eventgrid._is_subscription_name(name)),
     CONSTRAINT event_subscriptions_namespace_schema_check CHECK (((topic_type <> 'namespace'::text) OR (event_delivery_schema = 'CloudEventSchemaV1_0'::text))),
     CONSTRAINT event_subscriptions_preferred_batch_size_check CHECK (((preferred_batch_size_in_kilobytes >= 1) AND (preferred_batch_size_in_kilobytes <= 1024))),
@@ -481,6 +484,8 @@ COMMENT ON COLUMN eventgrid.event_subscriptions.enable_advanced_filtering_on_arr
 COMMENT ON COLUMN eventgrid.event_subscriptions.max_delivery_count IS 'Namespace topic subscriptions: max_delivery_count (the same number as max_delivery_attempts); NULL otherwise.';
 
 COMMENT ON COLUMN eventgrid.event_subscriptions.event_time_to_live IS 'Namespace topic subscriptions: event_time_to_live as an ISO 8601 duration (event_ttl in minutes); NULL otherwise.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.max_events_per_second IS 'Rate limit: events delivered a second at most (1-100,000; a batch counts its events, retries count), or NULL for none.';
 
 CREATE TABLE eventgrid.subscription_positions (
     subscription_id bigint NOT NULL,
@@ -1039,7 +1044,7 @@ CREATE FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema
 
 COMMENT ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) IS 'Maps an event between delivery schemas (Event Grid schema <-> CloudEvents 1.0; identity when the schemas are equal; NULL for mappings Event Grid does not offer). publish_time supplies eventTime for CloudEvents without time.';
 
-CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text) RETURNS bigint
+CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -1068,7 +1073,7 @@ BEGIN
     event_delivery_schema := coalesce(event_delivery_schema, in_schema);
     PERFORM eventgrid._check_subscription_settings(in_schema, ttype, endpoint, event_delivery_schema,
         included_event_types, is_subject_case_sensitive, deadletter, enable_advanced_filtering_on_arrays,
-        max_events_per_batch, preferred_batch_size_in_kilobytes);
+        max_events_per_batch, preferred_batch_size_in_kilobytes, max_events_per_second);
     SELECT r.attempts, r.ttl INTO attempts, ttl
       FROM eventgrid._retry_policy_args(ttype, max_delivery_attempts, event_ttl, max_delivery_count,
                                         event_time_to_live) r;
@@ -1082,12 +1087,12 @@ BEGIN
         (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
          subject_ends_with, is_subject_case_sensitive, max_delivery_attempts, event_ttl,
          max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, topic_type,
-         advanced_filters, enable_advanced_filtering_on_arrays)
+         advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second)
     VALUES (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
             subject_ends_with, is_subject_case_sensitive, coalesce(attempts, CASE ttype WHEN 'namespace' THEN 10 ELSE 30 END),
             coalesce(ttl, CASE ttype WHEN 'namespace' THEN 10080 ELSE 1440 END),
             max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, ttype,
-            advanced_filters, enable_advanced_filtering_on_arrays)
+            advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second)
     RETURNING s.id INTO sid;
     INSERT INTO eventgrid.subscription_counters (subscription_id) VALUES (sid);
     -- events of transactions that commit after this one's snapshot are for it
@@ -1096,7 +1101,7 @@ BEGIN
     RETURN sid;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text) IS 'Creates an event subscription and returns its id. endpoint: http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). Requires eventgrid_admin. Errors: 42704, 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9.';
+COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer) IS 'Creates an event subscription and returns its id. endpoint: http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). Requires eventgrid_admin. Errors: 42704, 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9.';
 
 CREATE FUNCTION eventgrid.create_topic(name text, input_schema text DEFAULT 'EventGridSchema'::text, topic_type text DEFAULT 'custom'::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1582,7 +1587,7 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) IS 'Stops publishing the changes of a table to a topic (drops its triggers); events already published stay queued. Requires eventgrid_admin and TRIGGER on the table (or owning it). Errors: 22004 NULL, 42501, 42704 no such publication.';
 
-CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text) RETURNS void
+CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -1614,9 +1619,11 @@ BEGIN
     preferred_batch_size_in_kilobytes := CASE WHEN preferred_batch_size_in_kilobytes IS NULL
                                               THEN cur.preferred_batch_size_in_kilobytes
                                               ELSE nullif(preferred_batch_size_in_kilobytes, 0) END;
+    max_events_per_second := CASE WHEN max_events_per_second IS NULL THEN cur.max_events_per_second
+                                  ELSE nullif(max_events_per_second, 0) END;
     PERFORM eventgrid._check_subscription_settings(in_schema, cur.topic_type, endpoint, event_delivery_schema,
         included_event_types, is_subject_case_sensitive, deadletter, enable_advanced_filtering_on_arrays,
-        max_events_per_batch, preferred_batch_size_in_kilobytes);
+        max_events_per_batch, preferred_batch_size_in_kilobytes, max_events_per_second);
     SELECT r.attempts, r.ttl INTO attempts, ttl
       FROM eventgrid._retry_policy_args(cur.topic_type, max_delivery_attempts, event_ttl, max_delivery_count,
                                         event_time_to_live) r;
@@ -1635,7 +1642,8 @@ BEGIN
            preferred_batch_size_in_kilobytes = update_event_subscription.preferred_batch_size_in_kilobytes,
            deadletter = update_event_subscription.deadletter,
            advanced_filters = update_event_subscription.advanced_filters,
-           enable_advanced_filtering_on_arrays = update_event_subscription.enable_advanced_filtering_on_arrays
+           enable_advanced_filtering_on_arrays = update_event_subscription.enable_advanced_filtering_on_arrays,
+           max_events_per_second = update_event_subscription.max_events_per_second
      WHERE s.id = sid;
     IF event_delivery_schema <> cur.event_delivery_schema THEN
         -- a retry keeps the text it is sent as: made again in the new schema
@@ -1653,7 +1661,7 @@ BEGIN
     PERFORM eventgrid._wake_worker_at_commit();
 END $$;
 
-COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes; both cleared turns batching off). The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9.';
+COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9.';
 
 CREATE TABLE eventgrid.attempt_log (
     history_table smallint NOT NULL,
@@ -1940,10 +1948,11 @@ CREATE VIEW eventgrid.event_subscription_batching AS
             WHEN (s.preferred_batch_size_in_kilobytes IS NOT NULL) THEN 'subscription'::text
             WHEN (s.max_events_per_batch IS NOT NULL) THEN 'eventgrid.default_preferred_batch_size_in_kilobytes'::text
             ELSE 'batching off'::text
-        END AS preferred_batch_size_from
+        END AS preferred_batch_size_from,
+    s.max_events_per_second
    FROM eventgrid.event_subscriptions s;
 
-COMMENT ON VIEW eventgrid.event_subscription_batching IS 'Per event subscription, the output batching the delivery worker applies (SPEC 5): off (one event per request), or the event count and size ceiling it uses, each from the subscription or, where the subscription set only the other one, from GUC eventgrid.default_max_events_per_batch / eventgrid.default_preferred_batch_size_in_kilobytes (the server''s values; 10 and 64 when the library is not loaded).';
+COMMENT ON VIEW eventgrid.event_subscription_batching IS 'Per event subscription, the output batching the delivery worker applies (SPEC 5): off (one event per request), or the event count and size ceiling it uses, each from the subscription or, where the subscription set only the other one, from GUC eventgrid.default_max_events_per_batch / eventgrid.default_preferred_batch_size_in_kilobytes (the server''s values; 10 and 64 when the library is not loaded), and the rate limit, max_events_per_second (NULL: none).';
 
 CREATE VIEW eventgrid.event_subscription_delivery_properties AS
  SELECT s.topic,
@@ -2339,7 +2348,7 @@ REVOKE ALL ON FUNCTION eventgrid._check_range(field text, val integer, lo intege
 
 REVOKE ALL ON FUNCTION eventgrid._check_schema(field text, val text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text, event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean, deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text, event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean, deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, max_events_per_second integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_table_publication(source_table regclass, columns text[], update_columns text[]) FROM PUBLIC;
 
@@ -2469,8 +2478,8 @@ REVOKE ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to
 GRANT ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) TO eventgrid_admin;
 GRANT ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) TO eventgrid_publisher;
 
-REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) TO eventgrid_admin;
@@ -2538,8 +2547,8 @@ GRANT ALL ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text
 REVOKE ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) TO eventgrid_admin;
 
-REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer) TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.attempt_log_rotation TO eventgrid_admin;
 

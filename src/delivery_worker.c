@@ -26,6 +26,7 @@
  * memory, and the unit is tried again after a pause (worker.c).
  */
 #include "delivery.h"
+#include "rate.h"
 #include "endpoint.h"
 #include "worker.h"
 
@@ -390,12 +391,14 @@ claim_round(TimestampTz now, bool db_ok)
 		  (bytes_claimable == 0 || bytes_claimable < byte_limit / 2)))
 		return false;
 
+	eg_rate_reset_next();
 	n = eg_delivery_claim((byte_limit - bytes_claimable) / 2, &more, &locked);
 	if (n < 0)
 		next_claim_at = 0;		/* eg_db_retry_at holds it back */
 	else if (!more)
 	{
-		next_claim_at = next_due();
+		/* the next due retry, or the next token of a subscription the claim left waiting for its rate */
+		next_claim_at = Min(next_due(), eg_rate_next_at);
 
 		/*
 		 * Due retries or positions the claim did not get are locked by

@@ -72,6 +72,15 @@ extern int	eg_event_table_at(TimestampTz ts);
  */
 #define EG_MAX_DELIVERY_WORKERS 8
 
+/* Token buckets of rate-limited event subscriptions (rate.c). */
+#define EG_RATE_BUCKETS 1024
+typedef struct EgRateBucket
+{
+	int64		subscription_id;	/* 0: free */
+	double		tokens;			/* events that may be claimed now */
+	TimestampTz at;				/* when tokens was last brought up to date */
+} EgRateBucket;
+
 /*
  * Shared state.  A pid slot is set by the worker itself once it has
  * registered the exit callback that clears it, so a slot is non-zero
@@ -87,6 +96,7 @@ typedef struct EgShared
 	pid_t		upkeep_pid;		/* the upkeep worker's */
 	bool		upkeep_wanted;	/* a delivery worker had work since the last upkeep */
 	int64		backlog;		/* deliveries ready and not claimed, as the upkeep worker last counted */
+	EgRateBucket rate[EG_RATE_BUCKETS]; /* under mutex */
 } EgShared;
 
 extern EgShared *eg_shared;

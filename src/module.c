@@ -114,6 +114,7 @@ eg_shmem_startup(void)
 		eg_shared->upkeep_pid = 0;
 		eg_shared->upkeep_wanted = true;
 		eg_shared->backlog = 0;
+		memset(eg_shared->rate, 0, sizeof(eg_shared->rate));
 	}
 	LWLockRelease(AddinShmemInitLock);
 }

@@ -8,6 +8,7 @@
  * rows into requests.
  */
 #include "store.h"
+#include "rate.h"
 #include "store_sql.h"
 
 #include "catalog/pg_type.h"
@@ -148,7 +149,7 @@ static EgStatement claim_retries = {
 	" SELECT c.id, s.id, c.attempts,"
 	"       (s.id IS NOT NULL AND c.publish_time + make_interval(mins => s.event_ttl) <= $1),"
 	"       c.last_outcome, c.last_http_status, c.last_attempt_at, c.event_bytes,"
-	"       s.topic_type = 'namespace', c.event_id, s.topic,"
+	"       s.topic_type = 'namespace', c.event_id, s.topic, s.max_events_per_second,"
 	REQUEST_COLS("c.event", "c.event_id", "c.payload")
 	"  FROM claimed c"
 	"  LEFT JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
@@ -171,14 +172,70 @@ enum
 	CR_NAMESPACE,
 	CR_EVENT_ID,
 	CR_TOPIC,
+	CR_RATE,
 	CR_REQUEST				/* REQUEST_COLS from here */
 };
+
+/* Retries a claim took over their subscription's rate: due again when it has a token. */
+static EgStatement release_retries = {
+	.name = "retry release",
+	.sql =
+	"UPDATE eventgrid.retries r SET lease_owner = NULL, next_attempt_at = $2 WHERE r.id = ANY ($1)",
+	.nargs = 2,
+	.types = {INT8ARRAYOID, TIMESTAMPTZOID},
+};
+
+/*
+ * Keeps of each rate-limited subscription's claimed retries (rows ordered
+ * by subscription) as many as it has tokens for; the others are released,
+ * due when the next token comes (eg_rate_next_at).  Returns the rows kept.
+ */
+static int
+rate_limit_retries(EgClaimedRow *out, const int *rates, int n, TimestampTz now)
+{
+	int			kept = 0;
+	int			nreleased = 0;
+	Datum	   *released = NULL;
+
+	for (int i = 0; i < n;)
+	{
+		int			j = i;
+		int			granted;
+
+		while (j < n && out[j].subscription_id == out[i].subscription_id)
+			j++;
+		granted = rates[i] > 0 && out[i].subscription_id != 0
+			? eg_rate_take(out[i].subscription_id, rates[i], j - i, now) : j - i;
+		for (int m = i; m < j; m++)
+		{
+			if (m - i < granted)
+				out[kept++] = out[m];
+			else
+			{
+				if (released == NULL)
+					released = palloc(n * sizeof(Datum));
+				released[nreleased++] = Int64GetDatum(out[m].retry_id);
+			}
+		}
+		i = j;
+	}
+	if (nreleased > 0)
+	{
+		Datum		args[2];
+
+		args[0] = eg_make_array(released, NULL, nreleased, INT8OID);
+		args[1] = TimestampTzGetDatum(eg_rate_next_at);
+		eg_store_run(&release_retries, args, false, SPI_OK_UPDATE);
+	}
+	return kept;
+}
 
 /*
  * Claims up to limit due retries whose events add up to about byte_budget
  * bytes (at least one), leasing them to lease_owner for lease_ms, ordered
- * by subscription.  *rows (allocated in the unit of work) stay valid until
- * eg_store_commit(); event texts are not copied.
+ * by subscription; of a rate-limited subscription only as many as it has
+ * tokens for (rate_limit_retries).  *rows (allocated in the unit of work)
+ * stay valid until eg_store_commit(); event texts are not copied.
  */
 int
 eg_store_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_owner, int64 lease_ms,
@@ -188,6 +245,8 @@ eg_store_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_
 	SPITupleTable *tt;
 	int			n;
 	EgClaimedRow *out;
+	int		   *rates;
+	bool		limited = false;
 
 	args[0] = TimestampTzGetDatum(now);
 	args[1] = Int32GetDatum(limit);
@@ -198,6 +257,7 @@ eg_store_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_
 	n = (int) SPI_processed;
 	tt = SPI_tuptable;
 	out = palloc0(Max(n, 1) * sizeof(EgClaimedRow));
+	rates = palloc(Max(n, 1) * sizeof(int));
 	for (int i = 0; i < n; i++)
 	{
 		EgClaimedRow *r = &out[i];
@@ -213,8 +273,14 @@ eg_store_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_
 		r->profile = eg_bool_col(tt, i, CR_NAMESPACE) ? EG_PROFILE_NAMESPACE : EG_PROFILE_CUSTOM;
 		r->event_id = eg_int64_col(tt, i, CR_EVENT_ID, 0);
 		r->topic = eg_text_col(tt, i, CR_TOPIC);
+		rates[i] = eg_int32_col(tt, i, CR_RATE, 0);
+		if (rates[i] > 0)
+			limited = true;
 		request_cols(tt, i, CR_REQUEST, r);
 	}
+	if (limited)
+		n = rate_limit_retries(out, rates, n, now);
+	pfree(rates);
 	*rows = out;
 	return n;
 }
@@ -253,7 +319,7 @@ static EgStatement claim_scan = {
 	"            s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive,"
 	"            s.advanced_filters, s.enable_advanced_filtering_on_arrays) AS matched,"
 	"        coalesce(e.event_bytes, 0), pos.done_text, pos.upto_text, s.topic, pos.fresh,"
-	"        pos.after_txid, pos.after_id"
+	"        pos.after_txid, pos.after_id, s.max_events_per_second"
 	"   FROM pos JOIN eventgrid.event_subscriptions s ON s.id = pos.subscription_id"
 	"   LEFT JOIN LATERAL ("
 	"     SELECT u.* FROM ("
@@ -289,7 +355,8 @@ enum
 	CS_TOPIC,
 	CS_FRESH,
 	CS_AFTER_TXID,
-	CS_AFTER_ID
+	CS_AFTER_ID,
+	CS_RATE
 };
 
 /* positions of this cluster not paused, to tell whether the scan skipped any that another session holds */
@@ -412,6 +479,7 @@ typedef struct EgScanRow
 	int64		id;
 	int64		bytes;
 	bool		matched;
+	int			rate;			/* max_events_per_second, 0: none */
 	HeapTuple	tuple;
 } EgScanRow;
 
@@ -538,6 +606,7 @@ scan_positions(int limit, const int64 *skip, int nskip, int *n)
 		scan[i].id = eg_int64_col(tt, i, CS_EVENT_ID, 0);
 		scan[i].matched = eg_bool_col(tt, i, CS_MATCHED);
 		scan[i].bytes = eg_int32_col(tt, i, CS_BYTES, 0);
+		scan[i].rate = eg_int32_col(tt, i, CS_RATE, 0);
 	}
 	qsort(scan, *n, sizeof(EgScanRow), cmp_scan_rows);
 	return scan;
@@ -581,14 +650,16 @@ advance_init(EgAdvance *a, int cap)
 /*
  * Step two: takes, from the scanned rows of each position in turn, events
  * while the bytes to deliver before them in this claim stay under budget
- * (at least 1: the first event always), and fills *a with how the
- * positions move and which chunks (numbered from *next_chunk) are written;
- * written[] gets the chunk numbers.  Returns the number of chunks, *more
- * whether a position has more to give at once, *nseen how many positions
- * the scan gave.
+ * (at least 1: the first event always) and, for a rate-limited
+ * subscription, while it has tokens (rate.c; the events after stay at the
+ * position), and fills *a with how the positions move and which chunks
+ * (numbered from *next_chunk) are written; written[] gets the chunk
+ * numbers.  Returns the number of chunks, *more whether a position has
+ * more to give at once (not one that waits for its rate), *nseen how many
+ * positions the scan gave.
  */
 static int
-cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget,
+cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget, TimestampTz now,
 			  int64 *next_chunk, EgAdvance *a, Datum *written, bool *more, int *nseen)
 {
 	int64		before = 0;
@@ -606,17 +677,39 @@ cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget
 		bool		isnull;
 		int			k = a->n;
 
+		int			granted = INT_MAX;
+		int			sent = 0;
+		bool		rate_cut = false;
+
 		while (j < n && scan[j].subscription_id == sub)
 			j++;
 		(*nseen)++;
 		if (scan[i].txid != 0)
 			scanned = j - i;
+		if (scan[i].rate > 0 && scanned > 0)
+		{
+			int			want = 0;
+
+			for (int m = i; m < i + scanned; m++)
+				want += scan[m].matched;
+			granted = eg_rate_take(sub, scan[i].rate, want, now);
+		}
 		while (taken < scanned && before < budget)
 		{
 			if (scan[i + taken].matched)
+			{
+				if (sent == granted)
+				{
+					rate_cut = true;
+					break;
+				}
+				sent++;
 				before += scan[i + taken].bytes;
+			}
 			taken++;
 		}
+		if (granted != INT_MAX)
+			eg_rate_give_back(sub, scan[i].rate, granted - sent);
 
 		/*
 		 * Nothing in the batch: it is complete (nothing to write for an idle
@@ -628,12 +721,20 @@ cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget
 		if ((scanned == 0 && DatumGetBool(SPI_getbinval(first, tt->tupdesc, CS_FRESH, &isnull))) ||
 			(scanned > 0 && taken == 0))
 		{
-			*more = *more || scanned > 0;
+			*more = *more || (scanned > 0 && !rate_cut);
 			i = j;
 			continue;
 		}
 		complete = taken == scanned && scanned < limit;
-		*more = *more || !complete;
+
+		/*
+		 * More at once: a batch not complete (unless its rate holds it),
+		 * or one completed that an earlier claim opened: transactions that
+		 * committed since its snapshot, whose wake-ups may have been
+		 * taken by the claims between, are in the next batch.
+		 */
+		*more = *more || (!complete && !rate_cut) ||
+			(complete && !DatumGetBool(SPI_getbinval(first, tt->tupdesc, CS_FRESH, &isnull)));
 		a->sub_ids[k] = Int64GetDatum(sub);
 		a->complete[k] = BoolGetDatum(complete);
 		a->dones[k] = PointerGetDatum(DatumGetTextPP(SPI_getbinval(first, tt->tupdesc, CS_DONE, &isnull)));
@@ -780,7 +881,7 @@ eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 	tt = SPI_tuptable;
 	advance_init(&a, n);
 	written = palloc(Max(n, 1) * sizeof(Datum));
-	nchunks = cut_positions(scan, n, tt, limit, Max(byte_budget, 1), next_chunk, &a, written, more, &nseen);
+	nchunks = cut_positions(scan, n, tt, limit, Max(byte_budget, 1), now, next_chunk, &a, written, more, &nseen);
 	if (a.n > 0)
 		run_advance(&a, now, lease_owner);
 	eg_store_run(&count_positions, NULL, true, SPI_OK_SELECT);
