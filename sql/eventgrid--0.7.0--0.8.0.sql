@@ -20,7 +20,13 @@
 -- The attempt history keeps the first 512 bytes of a failed answer's body
 -- (attempt_log.response_body, delivery_attempts.response_body), and the
 -- view eventgrid.worker_status shows the admin role what the workers do;
--- eventgrid.pause_delivery() / resume_delivery() pause without a superuser.
+-- eventgrid.pause_delivery() / resume_delivery() pause without a superuser;
+-- eventgrid.update_event_subscription() edits a subscription in place;
+-- max_events_per_second limits a subscription's rate; endpoint_validation
+-- => 'handshake' validates its endpoint first (Event Grid's handshake,
+-- eventgrid.validate_event_subscription(), event_subscription_validation);
+-- and every time written about a delivery is on the workers' clock
+-- (eventgrid._now()).
 \echo Use "ALTER EXTENSION eventgrid UPDATE" to load this file. \quit
 
 CREATE TABLE eventgrid.table_publications (
@@ -752,7 +758,7 @@ CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpo
         preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false,
         advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false,
         max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text,
-        max_events_per_second integer DEFAULT NULL::integer) RETURNS bigint
+        max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT 'none'::text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -786,6 +792,7 @@ BEGIN
       FROM eventgrid._retry_policy_args(ttype, max_delivery_attempts, event_ttl, max_delivery_count,
                                         event_time_to_live) r;
     advanced_filters := eventgrid._advanced_filters_arg(advanced_filters);
+    PERFORM eventgrid._check_endpoint_validation(endpoint_validation);
     IF EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
                 WHERE s.topic = create_event_subscription.topic AND s.name = create_event_subscription.name) THEN
         RAISE EXCEPTION 'event subscription "%" already exists for topic "%"', name, topic
@@ -806,10 +813,15 @@ BEGIN
     -- events of transactions that commit after this one's snapshot are for it
     INSERT INTO eventgrid.subscription_positions (subscription_id, since, done)
     VALUES (sid, pg_current_snapshot(), pg_current_snapshot());
+    IF endpoint_validation = 'handshake' THEN
+        -- nothing is delivered until the endpoint answers the handshake
+        PERFORM eventgrid._start_validation(sid);
+        PERFORM eventgrid._wake_worker_at_commit();
+    END IF;
     RETURN sid;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer) IS 'Creates an event subscription and returns its id. endpoint: http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). Requires eventgrid_admin. Errors: 42704, 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9.';
+COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text) IS 'Creates an event subscription and returns its id. endpoint: http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). Requires eventgrid_admin. Errors: 42704, 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9.';
 
 CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL,
         event_delivery_schema text DEFAULT NULL, included_event_types text[] DEFAULT NULL,
@@ -819,7 +831,7 @@ CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpo
         preferred_batch_size_in_kilobytes integer DEFAULT NULL, deadletter boolean DEFAULT NULL,
         advanced_filters jsonb DEFAULT NULL, enable_advanced_filtering_on_arrays boolean DEFAULT NULL,
         max_delivery_count integer DEFAULT NULL, event_time_to_live text DEFAULT NULL,
-        max_events_per_second integer DEFAULT NULL) RETURNS void
+        max_events_per_second integer DEFAULT NULL, endpoint_validation text DEFAULT NULL) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -861,6 +873,9 @@ BEGIN
                                         event_time_to_live) r;
     advanced_filters := CASE WHEN advanced_filters IS NULL THEN cur.advanced_filters
                              ELSE eventgrid._advanced_filters_arg(advanced_filters) END;
+    IF endpoint_validation IS NOT NULL THEN
+        PERFORM eventgrid._check_endpoint_validation(endpoint_validation);
+    END IF;
     UPDATE eventgrid.event_subscriptions s
        SET endpoint = update_event_subscription.endpoint,
            event_delivery_schema = update_event_subscription.event_delivery_schema,
@@ -890,6 +905,16 @@ BEGIN
         RAISE LOG 'eventgrid: endpoint of event subscription "%" of topic "%" changed by %',
                   name, topic, eventgrid._caller();
     END IF;
+    -- a new endpoint, or a new handshake, is validated again; none ends validation
+    IF endpoint_validation = 'none' THEN
+        DELETE FROM eventgrid.endpoint_validations v WHERE v.subscription_id = sid;
+    ELSIF endpoint_validation = 'handshake'
+          OR (endpoint <> cur.endpoint
+              AND EXISTS (SELECT 1 FROM eventgrid.endpoint_validations v WHERE v.subscription_id = sid))
+          OR (event_delivery_schema <> cur.event_delivery_schema
+              AND EXISTS (SELECT 1 FROM eventgrid.endpoint_validations v WHERE v.subscription_id = sid)) THEN
+        PERFORM eventgrid._start_validation(sid);
+    END IF;
     PERFORM eventgrid._wake_worker_at_commit();
 END $$;
 COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text,
@@ -897,8 +922,8 @@ COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, e
         is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer,
         max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean,
         advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer,
-        event_time_to_live text, max_events_per_second integer) IS
-    'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9.';
+        event_time_to_live text, max_events_per_second integer, endpoint_validation text) IS
+    'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9.';
 
 REVOKE ALL ON FUNCTION eventgrid._uri_escape(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
@@ -941,8 +966,8 @@ GRANT EXECUTE ON FUNCTION eventgrid.resume_delivery(text, text) TO eventgrid_adm
 REVOKE ALL ON TABLE eventgrid.delivery_pauses FROM PUBLIC;
 GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;
 REVOKE ALL ON FUNCTION eventgrid._check_subscription_settings(text, text, text, text, text[], boolean, boolean, boolean, integer, integer, integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer, text) TO eventgrid_admin;
 
 -- One clock: what eventgrid writes about deliveries comes from the delivery
 -- workers' clock, the real one moved ahead by eventgrid.clock_offset (a
@@ -997,8 +1022,8 @@ BEGIN
     RETURN n;
 END $$;
 REVOKE ALL ON FUNCTION eventgrid._now() FROM PUBLIC;
-REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer, text) TO eventgrid_admin;
 
 CREATE OR REPLACE VIEW eventgrid.event_subscription_batching AS
  SELECT s.topic,
@@ -1029,3 +1054,209 @@ CREATE OR REPLACE VIEW eventgrid.event_subscription_batching AS
     s.max_events_per_second
    FROM eventgrid.event_subscriptions s;
 COMMENT ON VIEW eventgrid.event_subscription_batching IS 'Per event subscription, the output batching the delivery worker applies (SPEC 5): off (one event per request), or the event count and size ceiling it uses, each from the subscription or, where the subscription set only the other one, from GUC eventgrid.default_max_events_per_batch / eventgrid.default_preferred_batch_size_in_kilobytes (the server''s values; 10 and 64 when the library is not loaded), and the rate limit, max_events_per_second (NULL: none).';
+
+-- Endpoint validation (Event Grid's handshake), opt-in per event
+-- subscription: endpoint_validation => 'handshake'.  The upkeep worker
+-- sends Event Grid's SubscriptionValidationEvent (Event Grid and custom
+-- schemas) or the CloudEvents webhook OPTIONS request (CloudEvents); until
+-- the endpoint is validated nothing is delivered to it and its events wait
+-- at its position.  A row here means the subscription validates its
+-- endpoint; the validation code is readable by the extension's owner only.
+CREATE TABLE eventgrid.endpoint_validations (
+    subscription_id bigint PRIMARY KEY REFERENCES eventgrid.event_subscriptions (id) ON DELETE CASCADE,
+    state text NOT NULL
+        CHECK (state IN ('Creating', 'AwaitingManualAction', 'Succeeded', 'Failed')),
+    code text NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    tries integer NOT NULL DEFAULT 0,
+    next_try_at timestamp with time zone NOT NULL,
+    manual_since timestamp with time zone,
+    last_error text,
+    validated_at timestamp with time zone
+);
+COMMENT ON TABLE eventgrid.endpoint_validations IS
+    'Internal: the endpoint validation of each event subscription that asked for it (endpoint_validation => ''handshake''): Event Grid''s provisioning state, the validation code sent (readable by the extension''s owner only), tries, errors. Read through eventgrid.event_subscription_validation.';
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.endpoint_validations', '');
+
+CREATE FUNCTION eventgrid._start_validation(sid bigint) RETURNS void
+    LANGUAGE sql
+    BEGIN ATOMIC
+        INSERT INTO eventgrid.endpoint_validations AS v (subscription_id, state, code, started_at, next_try_at)
+        VALUES (sid, 'Creating', upper(gen_random_uuid()::text), eventgrid._now(), eventgrid._now())
+            ON CONFLICT (subscription_id) DO UPDATE
+           SET state = 'Creating', code = excluded.code, started_at = excluded.started_at, tries = 0,
+               next_try_at = excluded.next_try_at, manual_since = NULL, last_error = NULL, validated_at = NULL;
+    END;
+COMMENT ON FUNCTION eventgrid._start_validation(sid bigint) IS
+    'Internal: (re)starts the endpoint validation of an event subscription with a new random validation code: provisioning state Creating, the upkeep worker sends the handshake at once.';
+
+CREATE FUNCTION eventgrid._check_endpoint_validation(v text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF v IS NULL OR v NOT IN ('none', 'handshake') THEN
+        RAISE EXCEPTION 'endpoint_validation must be none or handshake, got %', coalesce(eventgrid._quote(v), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'handshake sends Event Grid''s SubscriptionValidationEvent (CloudEvents: the webhook OPTIONS request) and delivers only once the endpoint answers it.';
+    END IF;
+END $$;
+COMMENT ON FUNCTION eventgrid._check_endpoint_validation(v text) IS
+    'Internal: raises 22023 unless v is none or handshake.';
+
+-- What the upkeep worker found: the new provisioning state (NULL: the
+-- validation changed meanwhile and this answer is not for it).
+CREATE FUNCTION eventgrid._record_validation(sid bigint, sent_code text, http_status integer, body text,
+        allowed_origin text, allowed_rate text, origin text, error text) RETURNS text
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    v eventgrid.endpoint_validations;
+    cloudevents boolean;
+    answer text;
+    problem text;
+    per_minute bigint;
+BEGIN
+    SELECT * INTO v FROM eventgrid.endpoint_validations x
+     WHERE x.subscription_id = sid AND x.code = sent_code AND x.state = 'Creating' FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    SELECT s.event_delivery_schema = 'CloudEventSchemaV1_0' INTO cloudevents
+      FROM eventgrid.event_subscriptions s WHERE s.id = sid;
+    IF error IS NOT NULL THEN
+        problem := error;
+    ELSIF cloudevents THEN
+        IF http_status NOT BETWEEN 200 AND 299 THEN
+            problem := format('the OPTIONS request was answered with HTTP %s', http_status);
+        ELSIF allowed_origin IS NULL THEN
+            problem := 'the answer has no WebHook-Allowed-Origin header';
+        ELSIF allowed_origin <> '*' AND lower(allowed_origin) <> lower(origin) THEN
+            problem := format('WebHook-Allowed-Origin %s is neither * nor %s', eventgrid._quote(allowed_origin),
+                              eventgrid._quote(origin));
+        ELSE
+            -- WebHook-Allowed-Rate: requests a minute; one event per request unless batched
+            IF allowed_rate ~ '^[0-9]{1,12}$' AND allowed_rate::bigint > 0 THEN
+                per_minute := allowed_rate::bigint;
+                UPDATE eventgrid.event_subscriptions s
+                   SET max_events_per_second = least(100000, greatest(1, ceil(per_minute / 60.0)))::integer
+                 WHERE s.id = sid;
+            END IF;
+            UPDATE eventgrid.endpoint_validations x SET state = 'Succeeded', validated_at = eventgrid._now(),
+                   tries = x.tries + 1, last_error = NULL
+             WHERE x.subscription_id = sid;
+            RETURN 'Succeeded';
+        END IF;
+    ELSIF http_status <> 200 THEN
+        problem := format('the SubscriptionValidationEvent was answered with HTTP %s', http_status);
+    ELSE
+        BEGIN
+            answer := body::jsonb ->> 'validationResponse';
+        EXCEPTION WHEN invalid_text_representation THEN
+            answer := NULL;
+        END;
+        IF answer = sent_code THEN
+            UPDATE eventgrid.endpoint_validations x SET state = 'Succeeded', validated_at = eventgrid._now(),
+                   tries = x.tries + 1, last_error = NULL
+             WHERE x.subscription_id = sid;
+            RETURN 'Succeeded';
+        ELSIF answer IS NULL THEN
+            UPDATE eventgrid.endpoint_validations x SET state = 'AwaitingManualAction', manual_since = eventgrid._now(),
+                   tries = x.tries + 1, last_error = NULL
+             WHERE x.subscription_id = sid;
+            RETURN 'AwaitingManualAction';
+        ELSE
+            UPDATE eventgrid.endpoint_validations x SET state = 'Failed', tries = x.tries + 1,
+                   last_error = 'validationResponse is not the validation code sent'
+             WHERE x.subscription_id = sid;
+            RETURN 'Failed';
+        END IF;
+    END IF;
+    -- not validated: again 5 s later, three tries in all
+    UPDATE eventgrid.endpoint_validations x
+       SET tries = x.tries + 1, last_error = left(problem, 512),
+           state = CASE WHEN x.tries + 1 >= 3 THEN 'Failed' ELSE 'Creating' END,
+           next_try_at = eventgrid._now() + interval '5 seconds'
+     WHERE x.subscription_id = sid
+    RETURNING x.state INTO answer;
+    RETURN answer;
+END $$;
+COMMENT ON FUNCTION eventgrid._record_validation(sid bigint, sent_code text, http_status integer, body text,
+        allowed_origin text, allowed_rate text, origin text, error text) IS
+    'Internal: records the answer to an endpoint validation request and returns the new provisioning state (NULL when the validation was started again meanwhile). Event Grid schema: HTTP 200 with {"validationResponse": code} validates, 200 without it awaits validate_event_subscription() for 10 minutes, another code fails. CloudEvents: a 2xx answer whose WebHook-Allowed-Origin is * or the origin sent validates, and WebHook-Allowed-Rate (requests a minute) becomes max_events_per_second. Otherwise tried again 5 s later, three tries in all, then Failed.';
+
+CREATE FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, subscription, true);
+    v eventgrid.endpoint_validations;
+BEGIN
+    PERFORM eventgrid._check_not_null('validation_code', validation_code);
+    SELECT * INTO v FROM eventgrid.endpoint_validations x WHERE x.subscription_id = sid FOR UPDATE;
+    IF NOT FOUND OR v.state <> 'AwaitingManualAction' THEN
+        RAISE EXCEPTION 'event subscription "%" of topic "%" is not awaiting manual validation', subscription, topic
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('Its provisioning state is %s.', coalesce(v.state, 'Succeeded (no endpoint validation)')),
+                  HINT = 'See eventgrid.event_subscription_validation.';
+    END IF;
+    IF v.manual_since + interval '10 minutes' <= eventgrid._now() THEN
+        UPDATE eventgrid.endpoint_validations x SET state = 'Failed',
+               last_error = 'not validated manually within 10 minutes'
+         WHERE x.subscription_id = sid;
+        RAISE EXCEPTION 'the manual validation of event subscription "%" of topic "%" expired', subscription, topic
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Start it again: eventgrid.update_event_subscription(topic, name, endpoint_validation => ''handshake'').';
+    END IF;
+    IF validation_code <> v.code THEN
+        RAISE EXCEPTION 'validation_code is not the code sent to the endpoint'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use the validationCode of the SubscriptionValidationEvent the endpoint received.';
+    END IF;
+    UPDATE eventgrid.endpoint_validations x SET state = 'Succeeded', validated_at = eventgrid._now()
+     WHERE x.subscription_id = sid;
+    PERFORM eventgrid._wake_worker_at_commit();
+END $$;
+COMMENT ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) IS
+    'Validates an event subscription''s endpoint by hand, as Event Grid''s validationUrl does: when the endpoint answered the SubscriptionValidationEvent with HTTP 200 but no validationResponse (provisioning state AwaitingManualAction), the validationCode it received, within 10 minutes of its answer. Delivery starts once it commits. Requires eventgrid_admin. Errors: 22004, 42704, 55000 not awaiting manual validation or expired (then Failed), 22023 another code.';
+
+CREATE VIEW eventgrid.event_subscription_validation AS
+SELECT s.topic, s.name AS subscription,
+       CASE WHEN v.subscription_id IS NULL THEN 'none' ELSE 'handshake' END AS endpoint_validation,
+       CASE WHEN v.subscription_id IS NULL THEN NULL
+            WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN 'CloudEvents OPTIONS'
+            ELSE 'SubscriptionValidationEvent' END AS handshake,
+       coalesce(v.state, 'Succeeded') AS provisioning_state,
+       v.started_at, v.tries, v.last_error, v.validated_at,
+       v.manual_since + interval '10 minutes' AS manual_validation_until
+  FROM eventgrid.event_subscriptions s
+  LEFT JOIN eventgrid.endpoint_validations v ON v.subscription_id = s.id;
+COMMENT ON VIEW eventgrid.event_subscription_validation IS
+    'Per event subscription, its endpoint validation: endpoint_validation (none or handshake), the handshake sent (SubscriptionValidationEvent, or the CloudEvents OPTIONS request), Event Grid''s provisioning_state (Creating, AwaitingManualAction, Succeeded, Failed; Succeeded without validation), when it started, tries, the last error, when it was validated and until when validate_event_subscription() is accepted. Nothing is delivered to a subscription until Succeeded. Readable by eventgrid_admin; the validation code is not shown.';
+
+-- What the delivery workers do not claim for: paused, or not validated.
+CREATE FUNCTION eventgrid._held_subscriptions() RETURNS SETOF bigint
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+        SELECT s.id FROM eventgrid.event_subscriptions s
+         WHERE EXISTS (SELECT 1 FROM eventgrid.delivery_pauses dp
+                        WHERE dp.subscription_id OPERATOR(pg_catalog.=) s.id
+                           OR (dp.subscription_id IS NULL
+                               AND (dp.topic IS NULL OR dp.topic OPERATOR(pg_catalog.=) s.topic)))
+            OR EXISTS (SELECT 1 FROM eventgrid.endpoint_validations v
+                        WHERE v.subscription_id OPERATOR(pg_catalog.=) s.id
+                          AND v.state OPERATOR(pg_catalog.<>) 'Succeeded');
+    END;
+COMMENT ON FUNCTION eventgrid._held_subscriptions() IS
+    'Internal: the ids of the event subscriptions the delivery workers claim nothing for: paused by pause_delivery() (eventgrid._paused_subscriptions()), or whose endpoint is not validated yet (eventgrid.endpoint_validations). Inlined into the claims, read once per statement.';
+
+REVOKE ALL ON TABLE eventgrid.endpoint_validations FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._start_validation(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._check_endpoint_validation(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._record_validation(bigint, text, integer, text, text, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._held_subscriptions() FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid.validate_event_subscription(text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid.validate_event_subscription(text, text, text) TO eventgrid_admin;
+GRANT SELECT ON TABLE eventgrid.event_subscription_validation TO eventgrid_admin;

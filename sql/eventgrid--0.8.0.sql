@@ -86,6 +86,20 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid._check_endpoint(endpoint text) IS 'Internal: raises 22023 with libcurl''s reason when the endpoint is not usable.';
 
+CREATE FUNCTION eventgrid._check_endpoint_validation(v text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF v IS NULL OR v NOT IN ('none', 'handshake') THEN
+        RAISE EXCEPTION 'endpoint_validation must be none or handshake, got %', coalesce(eventgrid._quote(v), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'handshake sends Event Grid''s SubscriptionValidationEvent (CloudEvents: the webhook OPTIONS request) and delivers only once the endpoint answers it.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_endpoint_validation(v text) IS 'Internal: raises 22023 unless v is none or handshake.';
+
 COMMENT ON FUNCTION eventgrid._check_install_database() IS 'Internal: refuses CREATE EXTENSION outside eventgrid.database_name when preloaded (55000); a WARNING when not preloaded.';
 
 CREATE FUNCTION eventgrid._check_not_null(field text, val anyelement) RETURNS void
@@ -552,6 +566,45 @@ CREATE FUNCTION eventgrid._header_problem(header text, value text) RETURNS text
 
 COMMENT ON FUNCTION eventgrid._header_problem(header text, value text) IS 'Internal: NULL when a custom delivery property may be sent (HTTP token name of 1-256 characters, not aeg-*, not a framing or routing header, not Content-Type; value at most 4096 bytes without control characters), else why not.';
 
+CREATE TABLE eventgrid.delivery_pauses (
+    topic text,
+    subscription_id bigint,
+    paused_at timestamp with time zone DEFAULT now() NOT NULL,
+    paused_by name NOT NULL,
+    CONSTRAINT delivery_pauses_check CHECK (((subscription_id IS NULL) OR (topic IS NOT NULL)))
+);
+
+COMMENT ON TABLE eventgrid.delivery_pauses IS 'Internal: what pause_delivery() paused: everything (topic and subscription_id NULL), a topic (subscription_id NULL) or one event subscription.';
+
+CREATE TABLE eventgrid.endpoint_validations (
+    subscription_id bigint NOT NULL,
+    state text NOT NULL,
+    code text NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    tries integer DEFAULT 0 NOT NULL,
+    next_try_at timestamp with time zone NOT NULL,
+    manual_since timestamp with time zone,
+    last_error text,
+    validated_at timestamp with time zone,
+    CONSTRAINT endpoint_validations_state_check CHECK ((state = ANY (ARRAY['Creating'::text, 'AwaitingManualAction'::text, 'Succeeded'::text, 'Failed'::text])))
+);
+
+COMMENT ON TABLE eventgrid.endpoint_validations IS 'Internal: the endpoint validation of each event subscription that asked for it (endpoint_validation => ''handshake''): Event Grid''s provisioning state, the validation code sent (readable by the extension''s owner only), tries, errors. Read through eventgrid.event_subscription_validation.';
+
+CREATE FUNCTION eventgrid._held_subscriptions() RETURNS SETOF bigint
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+ SELECT s.id
+    FROM eventgrid.event_subscriptions s
+   WHERE ((EXISTS ( SELECT 1
+            FROM eventgrid.delivery_pauses dp
+           WHERE ((dp.subscription_id = s.id) OR ((dp.subscription_id IS NULL) AND ((dp.topic IS NULL) OR (dp.topic = s.topic)))))) OR (EXISTS ( SELECT 1
+            FROM eventgrid.endpoint_validations v
+           WHERE ((v.subscription_id = s.id) AND (v.state <> 'Succeeded'::text)))));
+END;
+
+COMMENT ON FUNCTION eventgrid._held_subscriptions() IS 'Internal: the ids of the event subscriptions the delivery workers claim nothing for: paused by pause_delivery() (eventgrid._paused_subscriptions()), or whose endpoint is not validated yet (eventgrid.endpoint_validations). Inlined into the claims, read once per statement.';
+
 CREATE FUNCTION eventgrid._is_source_field(v text) RETURNS boolean
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     RETURN ((v ~ '^[^.]+(\.[^.]+)*$'::text) AND (length(v) <= 512));
@@ -600,16 +653,6 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) IS 'Internal: what pause_delivery() and resume_delivery() name (both NULL: everything), checked to exist.';
-
-CREATE TABLE eventgrid.delivery_pauses (
-    topic text,
-    subscription_id bigint,
-    paused_at timestamp with time zone DEFAULT now() NOT NULL,
-    paused_by name NOT NULL,
-    CONSTRAINT delivery_pauses_check CHECK (((subscription_id IS NULL) OR (topic IS NOT NULL)))
-);
-
-COMMENT ON TABLE eventgrid.delivery_pauses IS 'Internal: what pause_delivery() paused: everything (topic and subscription_id NULL), a topic (subscription_id NULL) or one event subscription.';
 
 CREATE FUNCTION eventgrid._paused_subscriptions() RETURNS SETOF bigint
     LANGUAGE sql STABLE
@@ -749,6 +792,84 @@ CREATE FUNCTION eventgrid._random_bytes(n integer) RETURNS bytea
 
 COMMENT ON FUNCTION eventgrid._random_bytes(n integer) IS 'Internal: n (1-1024) bytes from pg_strong_random(), the server''s cryptographically strong source.';
 
+CREATE FUNCTION eventgrid._record_validation(sid bigint, sent_code text, http_status integer, body text, allowed_origin text, allowed_rate text, origin text, error text) RETURNS text
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    v eventgrid.endpoint_validations;
+    cloudevents boolean;
+    answer text;
+    problem text;
+    per_minute bigint;
+BEGIN
+    SELECT * INTO v FROM eventgrid.endpoint_validations x
+     WHERE x.subscription_id = sid AND x.code = sent_code AND x.state = 'Creating' FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    SELECT s.event_delivery_schema = 'CloudEventSchemaV1_0' INTO cloudevents
+      FROM eventgrid.event_subscriptions s WHERE s.id = sid;
+    IF error IS NOT NULL THEN
+        problem := error;
+    ELSIF cloudevents THEN
+        IF http_status NOT BETWEEN 200 AND 299 THEN
+            problem := format('the OPTIONS request was answered with HTTP %s', http_status);
+        ELSIF allowed_origin IS NULL THEN
+            problem := 'the answer has no WebHook-Allowed-Origin header';
+        ELSIF allowed_origin <> '*' AND lower(allowed_origin) <> lower(origin) THEN
+            problem := format('WebHook-Allowed-Origin %s is neither * nor %s', eventgrid._quote(allowed_origin),
+                              eventgrid._quote(origin));
+        ELSE
+            -- WebHook-Allowed-Rate: requests a minute; one event per request unless batched
+            IF allowed_rate ~ '^[0-9]{1,12}$' AND allowed_rate::bigint > 0 THEN
+                per_minute := allowed_rate::bigint;
+                UPDATE eventgrid.event_subscriptions s
+                   SET max_events_per_second = least(100000, greatest(1, ceil(per_minute / 60.0)))::integer
+                 WHERE s.id = sid;
+            END IF;
+            UPDATE eventgrid.endpoint_validations x SET state = 'Succeeded', validated_at = eventgrid._now(),
+                   tries = x.tries + 1, last_error = NULL
+             WHERE x.subscription_id = sid;
+            RETURN 'Succeeded';
+        END IF;
+    ELSIF http_status <> 200 THEN
+        problem := format('the SubscriptionValidationEvent was answered with HTTP %s', http_status);
+    ELSE
+        BEGIN
+            answer := body::jsonb ->> 'validationResponse';
+        EXCEPTION WHEN invalid_text_representation THEN
+            answer := NULL;
+        END;
+        IF answer = sent_code THEN
+            UPDATE eventgrid.endpoint_validations x SET state = 'Succeeded', validated_at = eventgrid._now(),
+                   tries = x.tries + 1, last_error = NULL
+             WHERE x.subscription_id = sid;
+            RETURN 'Succeeded';
+        ELSIF answer IS NULL THEN
+            UPDATE eventgrid.endpoint_validations x SET state = 'AwaitingManualAction', manual_since = eventgrid._now(),
+                   tries = x.tries + 1, last_error = NULL
+             WHERE x.subscription_id = sid;
+            RETURN 'AwaitingManualAction';
+        ELSE
+            UPDATE eventgrid.endpoint_validations x SET state = 'Failed', tries = x.tries + 1,
+                   last_error = 'validationResponse is not the validation code sent'
+             WHERE x.subscription_id = sid;
+            RETURN 'Failed';
+        END IF;
+    END IF;
+    -- not validated: again 5 s later, three tries in all
+    UPDATE eventgrid.endpoint_validations x
+       SET tries = x.tries + 1, last_error = left(problem, 512),
+           state = CASE WHEN x.tries + 1 >= 3 THEN 'Failed' ELSE 'Creating' END,
+           next_try_at = eventgrid._now() + interval '5 seconds'
+     WHERE x.subscription_id = sid
+    RETURNING x.state INTO answer;
+    RETURN answer;
+END $_$;
+
+COMMENT ON FUNCTION eventgrid._record_validation(sid bigint, sent_code text, http_status integer, body text, allowed_origin text, allowed_rate text, origin text, error text) IS 'Internal: records the answer to an endpoint validation request and returns the new provisioning state (NULL when the validation was started again meanwhile). Event Grid schema: HTTP 200 with {"validationResponse": code} validates, 200 without it awaits validate_event_subscription() for 10 minutes, another code fails. CloudEvents: a 2xx answer whose WebHook-Allowed-Origin is * or the origin sent validates, and WebHook-Allowed-Rate (requests a minute) becomes max_events_per_second. Otherwise tried again 5 s later, three tries in all, then Failed.';
+
 CREATE FUNCTION eventgrid._refuse_change() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -854,6 +975,15 @@ BEGIN
 END $_$;
 
 COMMENT ON FUNCTION eventgrid._signing_secret_problem(secret text) IS 'Internal: NULL for a Standard Webhooks secret ("whsec_" and the base64 of a 24-64 byte key), else why not (never quoting it).';
+
+CREATE FUNCTION eventgrid._start_validation(sid bigint) RETURNS void
+    LANGUAGE sql
+    BEGIN ATOMIC
+ INSERT INTO eventgrid.endpoint_validations AS v (subscription_id, state, code, started_at, next_try_at)
+   VALUES (_start_validation.sid, 'Creating'::text, upper((gen_random_uuid())::text), eventgrid._now(), eventgrid._now()) ON CONFLICT(subscription_id) DO UPDATE SET state = 'Creating'::text, code = excluded.code, started_at = excluded.started_at, tries = 0, next_try_at = excluded.next_try_at, manual_since = NULL::timestamp with time zone, last_error = NULL::text, validated_at = NULL::timestamp with time zone;
+END;
+
+COMMENT ON FUNCTION eventgrid._start_validation(sid bigint) IS 'Internal: (re)starts the endpoint validation of an event subscription with a new random validation code: provisioning state Creating, the upkeep worker sends the handshake at once.';
 
 CREATE FUNCTION eventgrid._subscription_id(topic text, name text, lock boolean DEFAULT false) RETURNS bigint
     LANGUAGE plpgsql
@@ -1044,7 +1174,7 @@ CREATE FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema
 
 COMMENT ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) IS 'Maps an event between delivery schemas (Event Grid schema <-> CloudEvents 1.0; identity when the schemas are equal; NULL for mappings Event Grid does not offer). publish_time supplies eventTime for CloudEvents without time.';
 
-CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer) RETURNS bigint
+CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT 'none'::text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -1078,6 +1208,7 @@ BEGIN
       FROM eventgrid._retry_policy_args(ttype, max_delivery_attempts, event_ttl, max_delivery_count,
                                         event_time_to_live) r;
     advanced_filters := eventgrid._advanced_filters_arg(advanced_filters);
+    PERFORM eventgrid._check_endpoint_validation(endpoint_validation);
     IF EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
                 WHERE s.topic = create_event_subscription.topic AND s.name = create_event_subscription.name) THEN
         RAISE EXCEPTION 'event subscription "%" already exists for topic "%"', name, topic
@@ -1098,10 +1229,15 @@ BEGIN
     -- events of transactions that commit after this one's snapshot are for it
     INSERT INTO eventgrid.subscription_positions (subscription_id, since, done)
     VALUES (sid, pg_current_snapshot(), pg_current_snapshot());
+    IF endpoint_validation = 'handshake' THEN
+        -- nothing is delivered until the endpoint answers the handshake
+        PERFORM eventgrid._start_validation(sid);
+        PERFORM eventgrid._wake_worker_at_commit();
+    END IF;
     RETURN sid;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer) IS 'Creates an event subscription and returns its id. endpoint: http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). Requires eventgrid_admin. Errors: 42704, 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9.';
+COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text) IS 'Creates an event subscription and returns its id. endpoint: http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). Requires eventgrid_admin. Errors: 42704, 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9.';
 
 CREATE FUNCTION eventgrid.create_topic(name text, input_schema text DEFAULT 'EventGridSchema'::text, topic_type text DEFAULT 'custom'::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1587,7 +1723,7 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) IS 'Stops publishing the changes of a table to a topic (drops its triggers); events already published stay queued. Requires eventgrid_admin and TRIGGER on the table (or owning it). Errors: 22004 NULL, 42501, 42704 no such publication.';
 
-CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer) RETURNS void
+CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -1629,6 +1765,9 @@ BEGIN
                                         event_time_to_live) r;
     advanced_filters := CASE WHEN advanced_filters IS NULL THEN cur.advanced_filters
                              ELSE eventgrid._advanced_filters_arg(advanced_filters) END;
+    IF endpoint_validation IS NOT NULL THEN
+        PERFORM eventgrid._check_endpoint_validation(endpoint_validation);
+    END IF;
     UPDATE eventgrid.event_subscriptions s
        SET endpoint = update_event_subscription.endpoint,
            event_delivery_schema = update_event_subscription.event_delivery_schema,
@@ -1658,10 +1797,56 @@ BEGIN
         RAISE LOG 'eventgrid: endpoint of event subscription "%" of topic "%" changed by %',
                   name, topic, eventgrid._caller();
     END IF;
+    -- a new endpoint, or a new handshake, is validated again; none ends validation
+    IF endpoint_validation = 'none' THEN
+        DELETE FROM eventgrid.endpoint_validations v WHERE v.subscription_id = sid;
+    ELSIF endpoint_validation = 'handshake'
+          OR (endpoint <> cur.endpoint
+              AND EXISTS (SELECT 1 FROM eventgrid.endpoint_validations v WHERE v.subscription_id = sid))
+          OR (event_delivery_schema <> cur.event_delivery_schema
+              AND EXISTS (SELECT 1 FROM eventgrid.endpoint_validations v WHERE v.subscription_id = sid)) THEN
+        PERFORM eventgrid._start_validation(sid);
+    END IF;
     PERFORM eventgrid._wake_worker_at_commit();
 END $$;
 
-COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9.';
+COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9.';
+
+CREATE FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, subscription, true);
+    v eventgrid.endpoint_validations;
+BEGIN
+    PERFORM eventgrid._check_not_null('validation_code', validation_code);
+    SELECT * INTO v FROM eventgrid.endpoint_validations x WHERE x.subscription_id = sid FOR UPDATE;
+    IF NOT FOUND OR v.state <> 'AwaitingManualAction' THEN
+        RAISE EXCEPTION 'event subscription "%" of topic "%" is not awaiting manual validation', subscription, topic
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('Its provisioning state is %s.', coalesce(v.state, 'Succeeded (no endpoint validation)')),
+                  HINT = 'See eventgrid.event_subscription_validation.';
+    END IF;
+    IF v.manual_since + interval '10 minutes' <= eventgrid._now() THEN
+        UPDATE eventgrid.endpoint_validations x SET state = 'Failed',
+               last_error = 'not validated manually within 10 minutes'
+         WHERE x.subscription_id = sid;
+        RAISE EXCEPTION 'the manual validation of event subscription "%" of topic "%" expired', subscription, topic
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Start it again: eventgrid.update_event_subscription(topic, name, endpoint_validation => ''handshake'').';
+    END IF;
+    IF validation_code <> v.code THEN
+        RAISE EXCEPTION 'validation_code is not the code sent to the endpoint'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use the validationCode of the SubscriptionValidationEvent the endpoint received.';
+    END IF;
+    UPDATE eventgrid.endpoint_validations x SET state = 'Succeeded', validated_at = eventgrid._now()
+     WHERE x.subscription_id = sid;
+    PERFORM eventgrid._wake_worker_at_commit();
+END $$;
+
+COMMENT ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) IS 'Validates an event subscription''s endpoint by hand, as Event Grid''s validationUrl does: when the endpoint answered the SubscriptionValidationEvent with HTTP 200 but no validationResponse (provisioning state AwaitingManualAction), the validationCode it received, within 10 minutes of its answer. Delivery starts once it commits. Requires eventgrid_admin. Errors: 22004, 42704, 55000 not awaiting manual validation or expired (then Failed), 22023 another code.';
 
 CREATE TABLE eventgrid.attempt_log (
     history_table smallint NOT NULL,
@@ -2004,6 +2189,29 @@ CREATE VIEW eventgrid.event_subscription_signing AS
 
 COMMENT ON VIEW eventgrid.event_subscription_signing IS 'The signed event subscriptions: topic, subscription, secret (always ********), previous_secret (******** while a replaced secret still signs) and previous_valid_until, set_at. Readable by eventgrid_admin.';
 
+CREATE VIEW eventgrid.event_subscription_validation AS
+ SELECT s.topic,
+    s.name AS subscription,
+        CASE
+            WHEN (v.subscription_id IS NULL) THEN 'none'::text
+            ELSE 'handshake'::text
+        END AS endpoint_validation,
+        CASE
+            WHEN (v.subscription_id IS NULL) THEN NULL::text
+            WHEN (s.event_delivery_schema = 'CloudEventSchemaV1_0'::text) THEN 'CloudEvents OPTIONS'::text
+            ELSE 'SubscriptionValidationEvent'::text
+        END AS handshake,
+    COALESCE(v.state, 'Succeeded'::text) AS provisioning_state,
+    v.started_at,
+    v.tries,
+    v.last_error,
+    v.validated_at,
+    (v.manual_since + '00:10:00'::interval) AS manual_validation_until
+   FROM (eventgrid.event_subscriptions s
+     LEFT JOIN eventgrid.endpoint_validations v ON ((v.subscription_id = s.id)));
+
+COMMENT ON VIEW eventgrid.event_subscription_validation IS 'Per event subscription, its endpoint validation: endpoint_validation (none or handshake), the handshake sent (SubscriptionValidationEvent, or the CloudEvents OPTIONS request), Event Grid''s provisioning_state (Creating, AwaitingManualAction, Succeeded, Failed; Succeeded without validation), when it started, tries, the last error, when it was validated and until when validate_event_subscription() is accepted. Nothing is delivered to a subscription until Succeeded. Readable by eventgrid_admin; the validation code is not shown.';
+
 ALTER TABLE eventgrid.event_subscriptions ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME eventgrid.event_subscriptions_id_seq
     START WITH 1
@@ -2235,6 +2443,9 @@ ALTER TABLE ONLY eventgrid.delivery_pauses
 ALTER TABLE ONLY eventgrid.endpoint_states
     ADD CONSTRAINT endpoint_states_pkey PRIMARY KEY (endpoint);
 
+ALTER TABLE ONLY eventgrid.endpoint_validations
+    ADD CONSTRAINT endpoint_validations_pkey PRIMARY KEY (subscription_id);
+
 ALTER TABLE ONLY eventgrid.event_subscriptions
     ADD CONSTRAINT event_subscriptions_pkey PRIMARY KEY (id);
 
@@ -2306,6 +2517,9 @@ ALTER TABLE ONLY eventgrid.delivery_pauses
 ALTER TABLE ONLY eventgrid.delivery_properties
     ADD CONSTRAINT delivery_properties_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
 
+ALTER TABLE ONLY eventgrid.endpoint_validations
+    ADD CONSTRAINT endpoint_validations_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
+
 ALTER TABLE ONLY eventgrid.event_subscriptions
     ADD CONSTRAINT event_subscriptions_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON DELETE CASCADE;
 
@@ -2339,6 +2553,8 @@ REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._check_advanced_filters(filters jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_endpoint(endpoint text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_endpoint_validation(v text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_install_database() FROM PUBLIC;
 
@@ -2405,6 +2621,10 @@ REVOKE ALL ON FUNCTION eventgrid._forget_dropped_tables() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._header_problem(header text, value text) FROM PUBLIC;
 
+GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._held_subscriptions() FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._is_source_field(v text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._is_topic_name(v text) FROM PUBLIC;
@@ -2415,8 +2635,6 @@ GRANT ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subjec
 REVOKE ALL ON FUNCTION eventgrid._now() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) FROM PUBLIC;
-
-GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._paused_subscriptions() FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._paused_subscriptions() TO eventgrid_admin;
@@ -2435,6 +2653,8 @@ REVOKE ALL ON FUNCTION eventgrid._quote(v text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._random_bytes(n integer) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._record_validation(sid bigint, sent_code text, http_status integer, body text, allowed_origin text, allowed_rate text, origin text, error text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._refuse_change() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._retry_policy_args(topic_type text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text, OUT attempts integer, OUT ttl integer) FROM PUBLIC;
@@ -2444,6 +2664,8 @@ REVOKE ALL ON FUNCTION eventgrid._row_json(source_table regclass, r text, cols t
 REVOKE ALL ON FUNCTION eventgrid._row_subject(source_table regclass, r text, cols text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._signing_secret_problem(secret text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._start_validation(sid bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._subscription_id(topic text, name text, lock boolean) FROM PUBLIC;
 
@@ -2478,8 +2700,8 @@ REVOKE ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to
 GRANT ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) TO eventgrid_admin;
 GRANT ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) TO eventgrid_publisher;
 
-REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) TO eventgrid_admin;
@@ -2547,8 +2769,11 @@ GRANT ALL ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text
 REVOKE ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) TO eventgrid_admin;
 
-REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.attempt_log_rotation TO eventgrid_admin;
 
@@ -2571,6 +2796,8 @@ GRANT SELECT ON TABLE eventgrid.event_subscription_batching TO eventgrid_admin;
 GRANT SELECT ON TABLE eventgrid.event_subscription_delivery_properties TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.event_subscription_signing TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscription_validation TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.event_table_rotations TO eventgrid_admin;
 
@@ -2618,6 +2845,7 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letters', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letters_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_pauses', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_properties', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.endpoint_validations', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.event_subscriptions', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.event_subscriptions_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_0', '');

@@ -49,6 +49,7 @@ extern int	eg_attempt_history;
 extern int	eg_attempt_history_retention_s;
 extern int	eg_attempt_history_max_rows;
 extern char *eg_ssl_ca_file;
+extern char *eg_webhook_request_origin;
 
 /* eventgrid.attempt_history: which delivery attempts the history keeps. */
 typedef enum EgHistoryMode

@@ -57,6 +57,7 @@ int			eg_attempt_history = EG_HISTORY_ALL;
 int			eg_attempt_history_retention_s = 24 * 3600;
 int			eg_attempt_history_max_rows = 1000000;
 char	   *eg_ssl_ca_file = NULL;
+char	   *eg_webhook_request_origin = NULL;
 
 static const struct config_enum_entry history_modes[] = {
 	{"all", EG_HISTORY_ALL, false},
@@ -117,6 +118,28 @@ eg_shmem_startup(void)
 		memset(eg_shared->rate, 0, sizeof(eg_shared->rate));
 	}
 	LWLockRelease(AddinShmemInitLock);
+}
+
+/* eventgrid.webhook_request_origin: printable ASCII, at most 255 bytes (it becomes a header). */
+static bool
+check_request_origin(char **newval, void **extra, GucSource source)
+{
+	const char *v = *newval;
+
+	if (v == NULL)
+		return true;
+	if (strlen(v) > 255)
+	{
+		GUC_check_errdetail("eventgrid.webhook_request_origin may be at most 255 bytes.");
+		return false;
+	}
+	for (; *v; v++)
+		if ((unsigned char) *v < 0x20 || (unsigned char) *v >= 0x7f)
+		{
+			GUC_check_errdetail("eventgrid.webhook_request_origin may hold printable ASCII only.");
+			return false;
+		}
+	return true;
 }
 
 /* eventgrid.ssl_ca_file: empty, or a file the server can read. */
@@ -229,6 +252,11 @@ eg_define_gucs(void)
 							gettext_noop("A history table takes half of this many rows before the next one does; the history holds at most one and a half times this."),
 							&eg_attempt_history_max_rows, 1000000, 1000, INT_MAX,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("eventgrid.webhook_request_origin",
+							   gettext_noop("WebHook-Request-Origin of the CloudEvents endpoint validation handshake: who sends the events."),
+							   gettext_noop("A DNS name or other printable text of at most 255 bytes; empty sends \"eventgrid\"."),
+							   &eg_webhook_request_origin, "",
+							   PGC_SIGHUP, 0, check_request_origin, NULL, NULL);
 	DefineCustomStringVariable("eventgrid.ssl_ca_file",
 							   gettext_noop("PEM file of the certificate authorities HTTPS endpoints are verified against; empty: the system's store."),
 							   gettext_noop("Set it for receivers whose certificates a private CA signed. Certificates are always verified."),

@@ -132,7 +132,7 @@ static EgStatement claim_retries = {
 	"WITH due AS ("
 	"  SELECT r.ctid AS tid, r.next_attempt_at, r.id, r.event_bytes FROM eventgrid.retries r"
 	"   WHERE r.next_attempt_at <= $1 AND (r.lease_owner IS NULL OR r.lease_owner <> ALL (" EG_SQL_LIVE_WORKERS "))"
-	"     AND r.subscription_id NOT IN (SELECT ps FROM eventgrid._paused_subscriptions() ps)"
+	"     AND r.subscription_id NOT IN (SELECT ps FROM eventgrid._held_subscriptions() ps)"
 	"   ORDER BY r.next_attempt_at"
 	"   LIMIT $2"
 	"   FOR UPDATE SKIP LOCKED"
@@ -310,7 +310,7 @@ static EgStatement claim_scan = {
 	"         coalesce(p.served_at, '-infinity') AS turn"
 	"    FROM eventgrid.subscription_positions p CROSS JOIN snap"
 	"   WHERE p.system_identifier = snap.sysid AND p.subscription_id <> ALL ($2)"
-	"     AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._paused_subscriptions() ps)"
+	"     AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._held_subscriptions() ps)"
 	"   ORDER BY p.subscription_id"
 	"   FOR UPDATE OF p SKIP LOCKED"
 	")"
@@ -359,13 +359,13 @@ enum
 	CS_RATE
 };
 
-/* positions of this cluster not paused, to tell whether the scan skipped any that another session holds */
+/* positions of this cluster not held (paused, endpoint not validated), to tell whether the scan skipped any that another session holds */
 static EgStatement count_positions = {
 	.name = "position count",
 	.sql =
 	"SELECT count(*) FROM eventgrid.subscription_positions p"
 	" WHERE p.system_identifier = eventgrid._system_identifier()"
-	"   AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._paused_subscriptions() ps)",
+	"   AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._held_subscriptions() ps)",
 };
 
 /*
@@ -892,13 +892,13 @@ eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 	return n;
 }
 
-/* Earliest due time of retries that no running delivery worker holds, of subscriptions not paused. */
+/* Earliest due time of retries that no running delivery worker holds, of subscriptions not held (paused, endpoint not validated). */
 static EgStatement next_due = {
 	.name = "next due time",
 	.sql =
 	"SELECT min(r.next_attempt_at) FROM eventgrid.retries r"
 	" WHERE (r.lease_owner IS NULL OR r.lease_owner <> ALL (" EG_SQL_LIVE_WORKERS "))"
-	"   AND r.subscription_id NOT IN (SELECT ps FROM eventgrid._paused_subscriptions() ps)",
+	"   AND r.subscription_id NOT IN (SELECT ps FROM eventgrid._held_subscriptions() ps)",
 };
 
 /*

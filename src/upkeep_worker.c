@@ -7,12 +7,14 @@
  * cluster, turns chunks and leases that stopped delivery workers left into
  * retries, counts published and unmatched events, forgets the health of
  * endpoints no subscription uses, empties event tables that nothing needs
- * any more, rotates the attempt history, counts the backlog (every 5 s)
+ * any more, rotates the attempt history, sends endpoint validation
+ * handshakes (validation.c), counts the backlog (every 5 s)
  * and logs a summary of dead-lettered and dropped events (every minute).
  * Each step is its own unit of work (worker.c).
  */
 #include "store.h"
 #include "worker.h"
+#include "validation.h"
 
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -80,6 +82,9 @@ upkeep(void)
 	(void) eg_store_rotate_history(eg_now(), (int64) eg_attempt_history_retention_s * 500,
 								   Max(eg_attempt_history_max_rows / 2, 1));
 	eg_end_work();
+
+	/* endpoint validations (validation.c): sent outside a unit of work, 30 s at most */
+	used |= eg_validate_endpoints();
 
 	if (GetCurrentTimestamp() - backlog_at >= (TimestampTz) EG_BACKLOG_INTERVAL_MS * 1000)
 	{

@@ -15,7 +15,17 @@ Paths:
                              client closes it (logged on arrival, with
                              "concurrent": how many requests to this path
                              are held open at that moment, this one included)
+  /validate/MODE[/anything]  answer 200; a SubscriptionValidation request
+                             (aeg-event-type) gets, by MODE: auto, the body
+                             {"validationResponse": <its validationCode>};
+                             manual, {}; wrong, a code that is not its own
   any other path             answer 200
+OPTIONS requests (the CloudEvents webhook validation handshake) to
+  /webhook/allow[/anything]  200 with WebHook-Allowed-Origin: the query's
+                             ?origin= or *, and WebHook-Allowed-Rate: ?rate=
+                             when given
+  any other path             200 without those headers
+and are logged with "method": "OPTIONS".
 Query ?delay_ms=N waits N milliseconds before answering; ?retry_after=V
 adds the header "Retry-After: V" (V as given, delta-seconds or an HTTP-date;
 "+N" is the HTTP-date N seconds from the moment of the answer; "long" is
@@ -62,6 +72,15 @@ class Handler(BaseHTTPRequestHandler):
             status = seq[min(n, len(seq) - 1)]
         elif parts[0] == "reset":
             status = 0
+        validation_answer = None
+        if parts[0] == "validate" and self.headers.get("aeg-event-type") == "SubscriptionValidation":
+            mode = parts[1] if len(parts) > 1 else "auto"
+            try:
+                code = json.loads(body)[0]["data"]["validationCode"]
+            except (ValueError, LookupError, TypeError):
+                code = None
+            validation_answer = {"auto": {"validationResponse": code}, "manual": {},
+                                 "wrong": {"validationResponse": "NOT-THE-CODE"}}.get(mode, {})
         record = {
             "time": time.time(),
             "path": url.path,
@@ -85,6 +104,8 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         answer = b""
+        if validation_answer is not None:
+            answer = json.dumps(validation_answer).encode("utf-8")
         if "body" in query:
             text = query["body"][0]
             answer = ("x" * 2000 if text == "long" else text).encode("utf-8")
@@ -101,6 +122,30 @@ class Handler(BaseHTTPRequestHandler):
         if answer:
             self.wfile.write(answer)
 
+
+    def do_OPTIONS(self):
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        parts = url.path.strip("/").split("/")
+        record = {
+            "time": time.time(),
+            "method": "OPTIONS",
+            "path": url.path,
+            "headers": {k.lower(): v for k, v in self.headers.items()},
+            "body": "",
+            "status": 200,
+            "peer_port": self.client_address[1],
+        }
+        with LOCK:
+            with open(self.server.log_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        if parts[0] == "webhook" and len(parts) > 1 and parts[1] == "allow":
+            self.send_header("WebHook-Allowed-Origin", query.get("origin", ["*"])[0])
+            if "rate" in query:
+                self.send_header("WebHook-Allowed-Rate", query["rate"][0])
+        self.end_headers()
 
     def hang(self, path, record):
         with LOCK:
