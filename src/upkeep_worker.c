@@ -70,7 +70,12 @@ upkeep(void)
 	{
 		if (!eg_begin_work("eventgrid: emptying an event table"))
 			return used;
-		if (k == current)
+		/*
+		 * Not while paused either: pg_restore (delivery paused, as the
+		 * README asks) commits each table on its own, and an event table
+		 * restored before the positions would look needed by nothing.
+		 */
+		if (k == current || eg_delivery_paused)
 			used |= eg_store_table_used(k);
 		else
 			used |= eg_store_truncate(k, now) != NULL;
