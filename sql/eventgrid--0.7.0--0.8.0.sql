@@ -628,6 +628,12 @@ END $$;
 COMMENT ON FUNCTION eventgrid._pause_target(topic text, subscription text) IS
     'Internal: what pause_delivery() and resume_delivery() name (both NULL: everything), checked to exist.';
 
+CREATE FUNCTION eventgrid._pauses_changed_at_commit() RETURNS void
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_pauses_changed_at_commit';
+COMMENT ON FUNCTION eventgrid._pauses_changed_at_commit() IS
+    'Internal: when the current transaction commits, tells the delivery workers that what pause_delivery() paused changed, and wakes them; no-op without shared_preload_libraries.';
+
 CREATE FUNCTION eventgrid.pause_delivery(topic text DEFAULT NULL, subscription text DEFAULT NULL) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -640,7 +646,7 @@ BEGIN
     ON CONFLICT ON CONSTRAINT delivery_pauses_topic_subscription_id_key DO NOTHING;
     IF FOUND THEN
         RAISE LOG 'eventgrid: delivery paused for % by %', t.label, eventgrid._caller();
-        PERFORM eventgrid._wake_worker_at_commit();   -- its status line says so
+        PERFORM eventgrid._pauses_changed_at_commit();   -- the workers' status lines say so
     END IF;
 END $$;
 COMMENT ON FUNCTION eventgrid.pause_delivery(topic text, subscription text) IS
@@ -661,7 +667,7 @@ BEGIN
     END IF;
     IF FOUND THEN
         RAISE LOG 'eventgrid: delivery resumed for % by %', t.label, eventgrid._caller();
-        PERFORM eventgrid._wake_worker_at_commit();
+        PERFORM eventgrid._pauses_changed_at_commit();   -- and they take up what waited
     END IF;
 END $$;
 COMMENT ON FUNCTION eventgrid.resume_delivery(topic text, subscription text) IS
@@ -1240,14 +1246,10 @@ COMMENT ON VIEW eventgrid.event_subscription_validation IS
 CREATE FUNCTION eventgrid._held_subscriptions() RETURNS SETOF bigint
     LANGUAGE sql STABLE
     BEGIN ATOMIC
-        SELECT s.id FROM eventgrid.event_subscriptions s
-         WHERE EXISTS (SELECT 1 FROM eventgrid.delivery_pauses dp
-                        WHERE dp.subscription_id OPERATOR(pg_catalog.=) s.id
-                           OR (dp.subscription_id IS NULL
-                               AND (dp.topic IS NULL OR dp.topic OPERATOR(pg_catalog.=) s.topic)))
-            OR EXISTS (SELECT 1 FROM eventgrid.endpoint_validations v
-                        WHERE v.subscription_id OPERATOR(pg_catalog.=) s.id
-                          AND v.state OPERATOR(pg_catalog.<>) 'Succeeded');
+        SELECT ps FROM eventgrid._paused_subscriptions() ps
+        UNION ALL
+        SELECT v.subscription_id FROM eventgrid.endpoint_validations v
+         WHERE v.state OPERATOR(pg_catalog.<>) 'Succeeded';
     END;
 COMMENT ON FUNCTION eventgrid._held_subscriptions() IS
     'Internal: the ids of the event subscriptions the delivery workers claim nothing for: paused by pause_delivery() (eventgrid._paused_subscriptions()), or whose endpoint is not validated yet (eventgrid.endpoint_validations). Inlined into the claims, read once per statement.';
@@ -1260,3 +1262,4 @@ REVOKE ALL ON FUNCTION eventgrid._held_subscriptions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid.validate_event_subscription(text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION eventgrid.validate_event_subscription(text, text, text) TO eventgrid_admin;
 GRANT SELECT ON TABLE eventgrid.event_subscription_validation TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid._pauses_changed_at_commit() FROM PUBLIC;

@@ -576,6 +576,18 @@ CREATE TABLE eventgrid.delivery_pauses (
 
 COMMENT ON TABLE eventgrid.delivery_pauses IS 'Internal: what pause_delivery() paused: everything (topic and subscription_id NULL), a topic (subscription_id NULL) or one event subscription.';
 
+CREATE FUNCTION eventgrid._paused_subscriptions() RETURNS SETOF bigint
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+ SELECT s.id
+    FROM eventgrid.event_subscriptions s
+   WHERE (EXISTS ( SELECT 1
+            FROM eventgrid.delivery_pauses dp
+           WHERE ((dp.subscription_id = s.id) OR ((dp.subscription_id IS NULL) AND ((dp.topic IS NULL) OR (dp.topic = s.topic))))));
+END;
+
+COMMENT ON FUNCTION eventgrid._paused_subscriptions() IS 'Internal: the ids of the event subscriptions pause_delivery() paused (itself, its topic or everything). The delivery workers'' claims and delivery_statistics use it.';
+
 CREATE TABLE eventgrid.endpoint_validations (
     subscription_id bigint NOT NULL,
     state text NOT NULL,
@@ -594,13 +606,12 @@ COMMENT ON TABLE eventgrid.endpoint_validations IS 'Internal: the endpoint valid
 CREATE FUNCTION eventgrid._held_subscriptions() RETURNS SETOF bigint
     LANGUAGE sql STABLE
     BEGIN ATOMIC
- SELECT s.id
-    FROM eventgrid.event_subscriptions s
-   WHERE ((EXISTS ( SELECT 1
-            FROM eventgrid.delivery_pauses dp
-           WHERE ((dp.subscription_id = s.id) OR ((dp.subscription_id IS NULL) AND ((dp.topic IS NULL) OR (dp.topic = s.topic)))))) OR (EXISTS ( SELECT 1
-            FROM eventgrid.endpoint_validations v
-           WHERE ((v.subscription_id = s.id) AND (v.state <> 'Succeeded'::text)))));
+ SELECT ps.ps
+    FROM eventgrid._paused_subscriptions() ps(ps)
+ UNION ALL
+  SELECT v.subscription_id
+    FROM eventgrid.endpoint_validations v
+   WHERE (v.state <> 'Succeeded'::text);
 END;
 
 COMMENT ON FUNCTION eventgrid._held_subscriptions() IS 'Internal: the ids of the event subscriptions the delivery workers claim nothing for: paused by pause_delivery() (eventgrid._paused_subscriptions()), or whose endpoint is not validated yet (eventgrid.endpoint_validations). Inlined into the claims, read once per statement.';
@@ -654,17 +665,11 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) IS 'Internal: what pause_delivery() and resume_delivery() name (both NULL: everything), checked to exist.';
 
-CREATE FUNCTION eventgrid._paused_subscriptions() RETURNS SETOF bigint
-    LANGUAGE sql STABLE
-    BEGIN ATOMIC
- SELECT s.id
-    FROM eventgrid.event_subscriptions s
-   WHERE (EXISTS ( SELECT 1
-            FROM eventgrid.delivery_pauses dp
-           WHERE ((dp.subscription_id = s.id) OR ((dp.subscription_id IS NULL) AND ((dp.topic IS NULL) OR (dp.topic = s.topic))))));
-END;
+CREATE FUNCTION eventgrid._pauses_changed_at_commit() RETURNS void
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_pauses_changed_at_commit';
 
-COMMENT ON FUNCTION eventgrid._paused_subscriptions() IS 'Internal: the ids of the event subscriptions pause_delivery() paused (itself, its topic or everything). The delivery workers'' claims and delivery_statistics use it.';
+COMMENT ON FUNCTION eventgrid._pauses_changed_at_commit() IS 'Internal: when the current transaction commits, tells the delivery workers that what pause_delivery() paused changed, and wakes them; no-op without shared_preload_libraries.';
 
 CREATE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) RETURNS SETOF eventgrid.events
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -1334,7 +1339,7 @@ BEGIN
     ON CONFLICT ON CONSTRAINT delivery_pauses_topic_subscription_id_key DO NOTHING;
     IF FOUND THEN
         RAISE LOG 'eventgrid: delivery paused for % by %', t.label, eventgrid._caller();
-        PERFORM eventgrid._wake_worker_at_commit();   -- its status line says so
+        PERFORM eventgrid._pauses_changed_at_commit();   -- the workers' status lines say so
     END IF;
 END $$;
 
@@ -1563,7 +1568,7 @@ BEGIN
     END IF;
     IF FOUND THEN
         RAISE LOG 'eventgrid: delivery resumed for % by %', t.label, eventgrid._caller();
-        PERFORM eventgrid._wake_worker_at_commit();
+        PERFORM eventgrid._pauses_changed_at_commit();   -- and they take up what waited
     END IF;
 END $$;
 
@@ -2623,6 +2628,9 @@ REVOKE ALL ON FUNCTION eventgrid._header_problem(header text, value text) FROM P
 
 GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;
 
+REVOKE ALL ON FUNCTION eventgrid._paused_subscriptions() FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._paused_subscriptions() TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid._held_subscriptions() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._is_source_field(v text) FROM PUBLIC;
@@ -2636,8 +2644,7 @@ REVOKE ALL ON FUNCTION eventgrid._now() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._paused_subscriptions() FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid._paused_subscriptions() TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid._pauses_changed_at_commit() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) TO eventgrid_admin;

@@ -63,18 +63,25 @@ static TimestampTz next_claim_at = 0;
 static bool leases_released = false;
 
 /*
- * What pause_delivery() paused, for the status line: read again whenever an
- * idle worker writes its line (pause_delivery() and resume_delivery() wake
- * it), and at most every EG_PAUSE_READ_INTERVAL_MS while it delivers.
+ * What pause_delivery() paused, for the status line: read again when a
+ * pause or resume committed (eg_shared->pause_generation) and, while the
+ * worker delivers, at most every EG_PAUSE_READ_INTERVAL_MS (a dropped
+ * subscription takes its pause with it).
  */
 static void
 pause_suffix(char *buf, size_t len, TimestampTz now, bool idle)
 {
 	static TimestampTz read_at = 0;
+	static uint64 read_generation = PG_UINT64_MAX;
 	static int64 paused = 0;
 	static bool all = false;
+	uint64		generation;
 
-	if ((idle || now - read_at >= (TimestampTz) EG_PAUSE_READ_INTERVAL_MS * 1000) &&
+	SpinLockAcquire(&eg_shared->mutex);
+	generation = eg_shared->pause_generation;
+	SpinLockRelease(&eg_shared->mutex);
+	if ((generation != read_generation ||
+		 (!idle && now - read_at >= (TimestampTz) EG_PAUSE_READ_INTERVAL_MS * 1000)) &&
 		eg_store_readiness == EG_READY_OK)
 	{
 		read_at = now;
@@ -82,6 +89,7 @@ pause_suffix(char *buf, size_t len, TimestampTz now, bool idle)
 		{
 			paused = eg_store_pauses(&all);
 			eg_end_work();
+			read_generation = generation;
 		}
 	}
 	if (all)

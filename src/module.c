@@ -76,6 +76,7 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 #endif
 
 static bool wake_at_commit = false;
+static bool pauses_changed_at_commit = false;
 static bool xact_callback_registered = false;
 
 void		_PG_init(void);
@@ -115,6 +116,7 @@ eg_shmem_startup(void)
 		eg_shared->upkeep_pid = 0;
 		eg_shared->upkeep_wanted = true;
 		eg_shared->backlog = 0;
+		eg_shared->pause_generation = 0;
 		memset(eg_shared->rate, 0, sizeof(eg_shared->rate));
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -393,14 +395,22 @@ eg_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_COMMIT:
+			if (pauses_changed_at_commit)
+			{
+				SpinLockAcquire(&eg_shared->mutex);
+				eg_shared->pause_generation++;
+				SpinLockRelease(&eg_shared->mutex);
+			}
 			if (wake_at_commit)
 				eg_wake_worker();
 			wake_at_commit = false;
+			pauses_changed_at_commit = false;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			wake_at_commit = false;
+			pauses_changed_at_commit = false;
 			break;
 		default:
 			break;
@@ -414,8 +424,8 @@ PG_FUNCTION_INFO_V1(eventgrid_wake_worker_at_commit);
  * sets the delivery workers' latches once when the current transaction
  * commits, so new deliveries start at once.  No-op when not preloaded.
  */
-Datum
-eventgrid_wake_worker_at_commit(PG_FUNCTION_ARGS)
+static void
+wake_worker_at_commit(void)
 {
 	if (!xact_callback_registered)
 	{
@@ -423,6 +433,30 @@ eventgrid_wake_worker_at_commit(PG_FUNCTION_ARGS)
 		xact_callback_registered = true;
 	}
 	wake_at_commit = true;
+}
+
+Datum
+eventgrid_wake_worker_at_commit(PG_FUNCTION_ARGS)
+{
+	wake_worker_at_commit();
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_pauses_changed_at_commit);
+
+/*
+ * SQL: eventgrid._pauses_changed_at_commit(), called by pause_delivery()
+ * and resume_delivery(): when the transaction commits, the delivery
+ * workers are told that what is paused changed (their status lines read
+ * it again) and woken.  No-op when not preloaded.
+ */
+Datum
+eventgrid_pauses_changed_at_commit(PG_FUNCTION_ARGS)
+{
+	if (eg_shared == NULL)
+		PG_RETURN_VOID();
+	wake_worker_at_commit();
+	pauses_changed_at_commit = true;
 	PG_RETURN_VOID();
 }
 
