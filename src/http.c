@@ -229,12 +229,38 @@ static CURL *
 new_handle(void)
 {
 	CURL	   *h = curl_easy_init();
-	CURLcode	rc = CURLE_OK;
+	CURLcode	rc;
 
 	if (h == NULL)
 		return NULL;
+	rc = eg_http_safe_options(h, ca_file);
 #define SET(opt, val) do { if (rc == CURLE_OK) rc = curl_easy_setopt(h, (opt), (val)); } while (0)
 	SET(CURLOPT_POST, 1L);
+	SET(CURLOPT_SHARE, share);
+	SET(CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_2TLS);
+	SET(CURLOPT_WRITEFUNCTION, keep_body_head);
+	SET(CURLOPT_TCP_NODELAY, 1L);
+#undef SET
+	if (rc != CURLE_OK)
+	{
+		curl_easy_cleanup(h);
+		return NULL;
+	}
+	return h;
+}
+
+/*
+ * What every request eventgrid sends has (deliveries, validation
+ * handshakes): http and https only, no redirects, certificates always
+ * verified (against ca_file when not empty), no signals, eventgrid's
+ * User-Agent.  Returns libcurl's code of the first option it refused.
+ */
+CURLcode
+eg_http_safe_options(CURL *h, const char *ca_file)
+{
+	CURLcode	rc = CURLE_OK;
+
+#define SET(opt, val) do { if (rc == CURLE_OK) rc = curl_easy_setopt(h, (opt), (val)); } while (0)
 	SET(CURLOPT_NOSIGNAL, 1L);
 	SET(CURLOPT_FOLLOWLOCATION, 0L);
 #if LIBCURL_VERSION_NUM >= 0x075500
@@ -246,18 +272,9 @@ new_handle(void)
 	SET(CURLOPT_SSL_VERIFYHOST, 2L);
 	if (ca_file != NULL && ca_file[0] != '\0')
 		SET(CURLOPT_CAINFO, ca_file);
-	SET(CURLOPT_SHARE, share);
-	SET(CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_2TLS);
-	SET(CURLOPT_WRITEFUNCTION, keep_body_head);
 	SET(CURLOPT_USERAGENT, "eventgrid-postgresql/" EG_VERSION);
-	SET(CURLOPT_TCP_NODELAY, 1L);
 #undef SET
-	if (rc != CURLE_OK)
-	{
-		curl_easy_cleanup(h);
-		return NULL;
-	}
-	return h;
+	return rc;
 }
 
 /* Thread side: sets up and adds one transfer; a setup failure finishes it as a SocketError. */

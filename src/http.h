@@ -10,6 +10,8 @@
 #include "eventgrid.h"
 #include "outcome.h"
 
+#include <curl/curl.h>
+
 /* Bytes of an answer's body kept for the attempt history (a failed answer's). */
 #define EG_RESPONSE_HEAD_BYTES 512
 
@@ -50,6 +52,14 @@ typedef struct EgRequest
 	TimestampTz started_at;
 	struct EgRequest *next;
 } EgRequest;
+
+/*
+ * http.c: the options every request eventgrid sends has (http and https
+ * only, no redirects, certificates verified against ca_file or the
+ * system's store, eventgrid's User-Agent); libcurl's code of the first it
+ * refused.
+ */
+extern CURLcode eg_http_safe_options(CURL *h, const char *ca_file);
 
 /*
  * request.c: eg_header_problem() returns NULL when "name: value" may be

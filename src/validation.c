@@ -116,28 +116,17 @@ static bool
 setup(Transfer *t, const char *origin)
 {
 	EgValidation *v = t->v;
-	CURLcode	rc = CURLE_OK;
+	CURLcode	rc;
 	char		line[512];
 	bool		ok = true;
 
 	t->easy = curl_easy_init();
 	if (t->easy == NULL)
 		return false;
+	rc = eg_http_safe_options(t->easy, eg_ssl_ca_file);
 #define SET(opt, val) do { if (rc == CURLE_OK) rc = curl_easy_setopt(t->easy, (opt), (val)); } while (0)
 	SET(CURLOPT_URL, v->endpoint);
-	SET(CURLOPT_NOSIGNAL, 1L);
-	SET(CURLOPT_FOLLOWLOCATION, 0L);
-#if LIBCURL_VERSION_NUM >= 0x075500
-	SET(CURLOPT_PROTOCOLS_STR, "http,https");
-#else
-	SET(CURLOPT_PROTOCOLS, (long) (CURLPROTO_HTTP | CURLPROTO_HTTPS));
-#endif
-	SET(CURLOPT_SSL_VERIFYPEER, 1L);
-	SET(CURLOPT_SSL_VERIFYHOST, 2L);
-	if (eg_ssl_ca_file != NULL && eg_ssl_ca_file[0] != '\0')
-		SET(CURLOPT_CAINFO, eg_ssl_ca_file);
 	SET(CURLOPT_TIMEOUT_MS, (long) EG_VALIDATION_TIMEOUT_MS);
-	SET(CURLOPT_USERAGENT, "eventgrid-postgresql/" EG_VERSION);
 	SET(CURLOPT_ERRORBUFFER, t->errbuf);
 	SET(CURLOPT_WRITEFUNCTION, keep_body);
 	SET(CURLOPT_WRITEDATA, t);

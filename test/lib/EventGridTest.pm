@@ -21,7 +21,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(new_node start_receiver requests wait_for_requests advance_clock
-  eg_event wait_for_sql planned_wait wait_recorded);
+  eg_event wait_for_sql planned_wait wait_recorded sql_error);
 
 my $json = JSON::PP->new->canonical;
 my $clock_offset = 0;
@@ -165,6 +165,17 @@ sub wait_for_sql
 	}
 	diag("waited for [$sql] = [$expected], last got [$got]");
 	return 0;
+}
+
+# What psql prints when $sql fails in database postgres (verbose: with the
+# SQLSTATE), run as role $user (SET ROLE) when one is given; 'no error'
+# when it succeeds.
+sub sql_error
+{
+	my ($node, $sql, $user) = @_;
+	my ($ret, $out, $err) =
+	  $node->psql('postgres', "\\set VERBOSITY verbose\n" . ($user ? "SET ROLE $user;\n" : '') . $sql);
+	return $ret == 0 ? 'no error' : $err;
 }
 
 1;

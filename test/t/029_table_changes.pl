@@ -32,12 +32,7 @@ my $json = JSON::PP->new;
 sub sql { return $node->safe_psql('postgres', shift) }
 
 # the statement's error (psql's stderr) and its SQLSTATE
-sub fails
-{
-	my ($sql, $user) = @_;
-	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n" . ($user ? "SET ROLE $user;\n" : '') . $sql);
-	return $ret == 0 ? 'no error' : $err;
-}
+sub fails { return sql_error($node, @_) }
 
 # the events the receiver got on a path, each decoded (a batch or one event per request)
 sub events_at

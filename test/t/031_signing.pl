@@ -24,12 +24,7 @@ my $verifier = "$FindBin::RealBin/../verifier/verify.js";
 
 sub sql { return $node->safe_psql('postgres', shift) }
 
-sub fails
-{
-	my ($sql, $user) = @_;
-	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n" . ($user ? "SET ROLE $user;\n" : '') . $sql);
-	return $ret == 0 ? 'no error' : $err;
-}
+sub fails { return sql_error($node, @_) }
 
 # what the library says of each request to $path, verified with $secret
 sub verified

@@ -21,12 +21,7 @@ my $u = $r->{url};
 sub sql { return $node->safe_psql('postgres', shift) }
 sub ops { return $node->safe_psql('postgres', "SET ROLE ops; " . shift) }
 
-sub fails
-{
-	my ($sql, $user) = @_;
-	my ($ret, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\nSET ROLE $user;\n$sql");
-	return $ret == 0 ? 'no error' : $err;
-}
+sub fails { return sql_error($node, @_) }
 
 sub publish
 {
