@@ -26,6 +26,9 @@ Measures, in one run against one cluster and one nginx sink on 127.0.0.1:
  14. signing: single-event and batched(100) delivery with Standard Webhooks
     signatures and without, alternately twice, and the workers' CPU per
     delivery that signing adds
+ 15. rate limits: a subscription with max_events_per_second 10, 100, 1,000
+    and 10,000 drains a backlog to the nginx sink; the rate measured from
+    the attempt history over BENCH_RATE_SECONDS (5) after the first second
  11. attempt history: single-event delivery with eventgrid.attempt_history
     off and all, alternately twice, and the drop in events/s it costs
  9. isolation: a healthy subscription's latency beside 500 subscriptions to a
@@ -508,6 +511,34 @@ class Bench:
                         self.results[f"{label}_signed_worker_cpu_us_per_delivery"]
                         - self.results[f"{label}_unsigned_worker_cpu_us_per_delivery"], "µs")
 
+    # -- 15 ---------------------------------------------------------------------
+    def fig_rate_limit(self):
+        """Rate limiter accuracy: a backlog drained by a subscription with
+        max_events_per_second R, single-event, to the nginx sink; the rate
+        measured from the attempt history over W seconds after the first
+        second (the full bucket's burst)."""
+        window = env_int("BENCH_RATE_SECONDS", 5)
+        for rate in (10, 100, 1000, 10000):
+            self.reset_queue()
+            self.q("SELECT eventgrid.create_topic('rated')")
+            self.q("SELECT eventgrid.create_event_subscription('rated', 'limited', %s, max_events_per_second => %s)",
+                   (f"{self.args.sink}/rated", rate))
+            self.set_guc("eventgrid.delivery_paused", "on")
+            self.publish_backlog("rated", rate * (window + 2))
+            since = time.time()
+            self.set_guc("eventgrid.delivery_paused", "off")
+            self.wait_drained(timeout=window * 10 + 60)
+            # this run's attempts (the history keeps the earlier runs')
+            times = [t for (t,) in self.q("SELECT extract(epoch FROM attempted_at)::float8 FROM eventgrid.delivery_attempts "
+                                          "WHERE subscription = 'limited' AND attempted_at >= to_timestamp(%s) ORDER BY 1",
+                                          (since,))]
+            t0 = times[0] + 1
+            n = sum(1 for t in times if t0 <= t < t0 + window)
+            measured = n / window
+            self.report(f"rate_{rate}_measured", f"15 max_events_per_second {rate:,}: delivered over {window} s",
+                        measured, "events/s")
+            self.report(f"rate_{rate}_error_pct", "   off the limit by", 100.0 * (measured - rate) / rate, "%")
+
     # -- 6 ----------------------------------------------------------------------
     def fig_latency(self):
         seconds = env_int("BENCH_LATENCY_SECONDS", 20)
@@ -709,7 +740,7 @@ def main():
     ap.add_argument("--tls-log", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14", help="comma-separated figure numbers (2 runs 2-4)")
+    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15", help="comma-separated figure numbers (2 runs 2-4)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     b = Bench(args)
@@ -736,6 +767,8 @@ def main():
         b.fig_table_changes()
     if "14" in only:
         b.fig_signing()
+    if "15" in only:
+        b.fig_rate_limit()
     if "8" in only:
         cases = os.environ.get("BENCH_STEADY_CASES", "plain,rr").split(",")
         if "plain" in cases:
