@@ -419,11 +419,7 @@ eg_xact_callback(XactEvent event, void *arg)
 
 PG_FUNCTION_INFO_V1(eventgrid_wake_worker_at_commit);
 
-/*
- * SQL: eventgrid._wake_worker_at_commit().  Called by the fan-out trigger:
- * sets the delivery workers' latches once when the current transaction
- * commits, so new deliveries start at once.  No-op when not preloaded.
- */
+/* Sets the delivery workers' latches once when the current transaction commits. */
 static void
 wake_worker_at_commit(void)
 {
@@ -435,6 +431,11 @@ wake_worker_at_commit(void)
 	wake_at_commit = true;
 }
 
+/*
+ * SQL: eventgrid._wake_worker_at_commit().  Called by the fan-out trigger:
+ * sets the delivery workers' latches once when the current transaction
+ * commits, so new deliveries start at once.  No-op when not preloaded.
+ */
 Datum
 eventgrid_wake_worker_at_commit(PG_FUNCTION_ARGS)
 {
