@@ -198,6 +198,7 @@ eg_validation_send(EgValidation *v, int n, const char *origin)
 			v[i].error = pstrdup(t[i].errbuf[0] ? t[i].errbuf : "the request could not be set up");
 			if (t[i].easy)
 				curl_easy_cleanup(t[i].easy);
+			curl_slist_free_all(t[i].headers);
 			t[i].easy = NULL;
 		}
 	}
