@@ -123,19 +123,14 @@ eg_delivery_finish_unattempted(EgDelivery *d, EgAction action, EgFinalReason rea
 	d->out.attempts_after = d->attempts;
 }
 
-/*
- * A copy of len bytes of text fit for the history: bytes outside printable
- * ASCII (which an endpoint's answer could put into libcurl's message or its
- * body) become '?'.
- */
+/* A copy of len bytes of text fit for the history, kept in its context (eg_printable_copy). */
 static char *
 printable_copy_n(const char *text, int len)
 {
-	char	   *copy = MemoryContextAlloc(history_cxt, len + 1);
+	MemoryContext old = MemoryContextSwitchTo(history_cxt);
+	char	   *copy = eg_printable_copy(text, len);
 
-	for (int i = 0; i < len; i++)
-		copy[i] = ((unsigned char) text[i] < 0x20 || (unsigned char) text[i] > 0x7e) ? '?' : text[i];
-	copy[len] = '\0';
+	MemoryContextSwitchTo(old);
 	return copy;
 }
 

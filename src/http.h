@@ -68,6 +68,7 @@ extern CURLcode eg_http_safe_options(CURL *h, const char *ca_file);
  */
 extern const char *eg_header_problem(const char *name, const char *value, bool custom);
 extern int	eg_control_char_at(const char *s, int len);
+extern char *eg_printable_copy(const char *text, int len);
 extern const char *eg_content_type(const char *delivery_schema, int nevents);
 extern void eg_build_body(StringInfo buf, const char *delivery_schema,
 						  const EgEventPart *events, int nevents);

@@ -43,6 +43,22 @@ eg_control_char_at(const char *s, int len)
 	return -1;
 }
 
+/*
+ * A palloc'd copy of len bytes of text that an endpoint's answer may have
+ * put there (an answer's body, libcurl's message), fit for a table or a
+ * log: bytes outside printable ASCII become '?'.
+ */
+char *
+eg_printable_copy(const char *text, int len)
+{
+	char	   *copy = palloc(len + 1);
+
+	for (int i = 0; i < len; i++)
+		copy[i] = ((unsigned char) text[i] < 0x20 || (unsigned char) text[i] > 0x7e) ? '?' : text[i];
+	copy[len] = '\0';
+	return copy;
+}
+
 static bool
 is_token_char(unsigned char c)
 {

@@ -43,60 +43,45 @@ typedef struct Transfer
 	CURL	   *easy;
 	struct curl_slist *headers;
 	char		errbuf[CURL_ERROR_SIZE];
-	char		body[EG_VALIDATION_BODY_BYTES + 1];
+	char		body[EG_VALIDATION_BODY_BYTES];
 	int			body_len;
-	char		origin[257];
-	char		rate[65];
 } Transfer;
 
-/* The first bytes of the answer's body, printable ASCII (others as '?'). */
+/* The first EG_VALIDATION_BODY_BYTES of the answer's body. */
 static size_t
 keep_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
 	Transfer   *t = userdata;
 	size_t		n = size * nmemb;
+	size_t		take = Min(n, (size_t) (EG_VALIDATION_BODY_BYTES - t->body_len));
 
-	for (size_t i = 0; i < n && t->body_len < EG_VALIDATION_BODY_BYTES; i++)
-	{
-		unsigned char c = (unsigned char) ptr[i];
-
-		t->body[t->body_len++] = (c >= 0x20 && c < 0x7f) ? (char) c : '?';
-	}
+	memcpy(t->body + t->body_len, ptr, take);
+	t->body_len += (int) take;
 	return n;
 }
 
-/* value of header line "Name: value" into out (at most cap - 1 printable bytes), if it is name */
-static void
-header_value(const char *line, size_t len, const char *name, char *out, size_t cap)
+/*
+ * The value of the answer's header name (its last one, as libcurl parsed
+ * it), at most cap - 1 bytes; NULL when there is none, it is empty or it
+ * holds a byte outside printable ASCII.
+ */
+static char *
+answer_header(CURL *easy, const char *name, size_t cap)
 {
-	size_t		nl = strlen(name);
-	size_t		k = 0;
+	struct curl_header *h;
+	size_t		len;
 
-	if (len <= nl || pg_strncasecmp(line, name, nl) != 0 || line[nl] != ':')
-		return;
-	line += nl + 1;
-	len -= nl + 1;
-	while (len > 0 && (*line == ' ' || *line == '\t'))
-		line++, len--;
-	while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == '\n' || line[len - 1] == ' '))
-		len--;
+	if (curl_easy_header(easy, name, 0, CURLH_HEADER, -1, &h) != CURLHE_OK)
+		return NULL;
+	if (h->amount > 1 && curl_easy_header(easy, name, h->amount - 1, CURLH_HEADER, -1, &h) != CURLHE_OK)
+		return NULL;
+	len = strlen(h->value);
+	if (len == 0)
+		return NULL;
 	for (size_t i = 0; i < len; i++)
-		if ((unsigned char) line[i] < 0x20 || (unsigned char) line[i] >= 0x7f)
-			return;				/* not a value to keep */
-	k = Min(len, cap - 1);
-	memcpy(out, line, k);
-	out[k] = '\0';
-}
-
-static size_t
-keep_headers(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-	Transfer   *t = userdata;
-	size_t		n = size * nmemb;
-
-	header_value(ptr, n, "WebHook-Allowed-Origin", t->origin, sizeof(t->origin));
-	header_value(ptr, n, "WebHook-Allowed-Rate", t->rate, sizeof(t->rate));
-	return n;
+		if ((unsigned char) h->value[i] < 0x20 || (unsigned char) h->value[i] >= 0x7f)
+			return NULL;		/* not a value to keep */
+	return pnstrdup(h->value, Min(len, cap - 1));
 }
 
 /* adds "Name: value" to t's headers */
@@ -130,8 +115,6 @@ setup(Transfer *t, const char *origin)
 	SET(CURLOPT_ERRORBUFFER, t->errbuf);
 	SET(CURLOPT_WRITEFUNCTION, keep_body);
 	SET(CURLOPT_WRITEDATA, t);
-	SET(CURLOPT_HEADERFUNCTION, keep_headers);
-	SET(CURLOPT_HEADERDATA, t);
 	if (v->cloudevents)
 	{
 		SET(CURLOPT_CUSTOMREQUEST, "OPTIONS");
@@ -195,7 +178,9 @@ eg_validation_send(EgValidation *v, int n, const char *origin)
 		t[i].v = &v[i];
 		if (!setup(&t[i], origin) || curl_multi_add_handle(multi, t[i].easy) != CURLM_OK)
 		{
-			v[i].error = pstrdup(t[i].errbuf[0] ? t[i].errbuf : "the request could not be set up");
+			const char *e = t[i].errbuf[0] ? t[i].errbuf : "the request could not be set up";
+
+			v[i].error = eg_printable_copy(e, strlen(e));
 			if (t[i].easy)
 				curl_easy_cleanup(t[i].easy);
 			curl_slist_free_all(t[i].headers);
@@ -223,7 +208,11 @@ eg_validation_send(EgValidation *v, int n, const char *origin)
 			if (t[i].easy != msg->easy_handle)
 				continue;
 			if (msg->data.result != CURLE_OK)
-				v[i].error = pstrdup(t[i].errbuf[0] ? t[i].errbuf : curl_easy_strerror(msg->data.result));
+			{
+				const char *e = t[i].errbuf[0] ? t[i].errbuf : curl_easy_strerror(msg->data.result);
+
+				v[i].error = eg_printable_copy(e, strlen(e));
+			}
 			else
 			{
 				curl_easy_getinfo(t[i].easy, CURLINFO_RESPONSE_CODE, &status);
@@ -237,10 +226,9 @@ eg_validation_send(EgValidation *v, int n, const char *origin)
 			continue;
 		if (v[i].error == NULL && v[i].http_status == 0)
 			v[i].error = pstrdup("no answer");
-		t[i].body[t[i].body_len] = '\0';
-		v[i].answer_body = pstrdup(t[i].body);
-		v[i].allowed_origin = t[i].origin[0] ? pstrdup(t[i].origin) : NULL;
-		v[i].allowed_rate = t[i].rate[0] ? pstrdup(t[i].rate) : NULL;
+		v[i].answer_body = eg_printable_copy(t[i].body, t[i].body_len);
+		v[i].allowed_origin = answer_header(t[i].easy, "WebHook-Allowed-Origin", 257);
+		v[i].allowed_rate = answer_header(t[i].easy, "WebHook-Allowed-Rate", 65);
 		curl_multi_remove_handle(multi, t[i].easy);
 		curl_easy_cleanup(t[i].easy);
 		curl_slist_free_all(t[i].headers);
