@@ -901,10 +901,8 @@ BEGIN
     IF event_delivery_schema <> cur.event_delivery_schema THEN
         -- a retry keeps the text it is sent as: made again in the new schema
         UPDATE eventgrid.retries r
-           SET payload = (CASE WHEN in_schema = update_event_subscription.event_delivery_schema THEN r.event
-                               ELSE eventgrid.convert_event(r.event, in_schema,
-                                        update_event_subscription.event_delivery_schema, r.publish_time)
-                          END)::text
+           SET payload = eventgrid.convert_event(r.event, in_schema, update_event_subscription.event_delivery_schema,
+                                                 r.publish_time)::text
          WHERE r.subscription_id = sid;
     END IF;
     IF endpoint <> cur.endpoint THEN
@@ -1123,6 +1121,7 @@ DECLARE
     answer text;
     problem text;
     per_minute bigint;
+    validated boolean := false;
 BEGIN
     SELECT * INTO v FROM eventgrid.endpoint_validations x
      WHERE x.subscription_id = sid AND x.code = sent_code AND x.state = 'Creating' FOR UPDATE;
@@ -1149,10 +1148,7 @@ BEGIN
                    SET max_events_per_second = least(100000, greatest(1, ceil(per_minute / 60.0)))::integer
                  WHERE s.id = sid;
             END IF;
-            UPDATE eventgrid.endpoint_validations x SET state = 'Succeeded', validated_at = eventgrid._now(),
-                   tries = x.tries + 1, last_error = NULL
-             WHERE x.subscription_id = sid;
-            RETURN 'Succeeded';
+            validated := true;
         END IF;
     ELSIF http_status <> 200 THEN
         problem := format('the SubscriptionValidationEvent was answered with HTTP %s', http_status);
@@ -1163,10 +1159,7 @@ BEGIN
             answer := NULL;
         END;
         IF answer = sent_code THEN
-            UPDATE eventgrid.endpoint_validations x SET state = 'Succeeded', validated_at = eventgrid._now(),
-                   tries = x.tries + 1, last_error = NULL
-             WHERE x.subscription_id = sid;
-            RETURN 'Succeeded';
+            validated := true;
         ELSIF answer IS NULL THEN
             UPDATE eventgrid.endpoint_validations x SET state = 'AwaitingManualAction', manual_since = eventgrid._now(),
                    tries = x.tries + 1, last_error = NULL
@@ -1178,6 +1171,12 @@ BEGIN
              WHERE x.subscription_id = sid;
             RETURN 'Failed';
         END IF;
+    END IF;
+    IF validated THEN
+        UPDATE eventgrid.endpoint_validations x SET state = 'Succeeded', validated_at = eventgrid._now(),
+               tries = x.tries + 1, last_error = NULL
+         WHERE x.subscription_id = sid;
+        RETURN 'Succeeded';
     END IF;
     -- not validated: again 5 s later, three tries in all
     UPDATE eventgrid.endpoint_validations x

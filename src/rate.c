@@ -34,18 +34,33 @@ slot(int64 sid, int k)
 	return &eg_shared->rate[((uint64) sid * UINT64CONST(0x9E3779B97F4A7C15) + k) % EG_RATE_BUCKETS];
 }
 
-/* The bucket of sid, made (full) when it has none; caller holds the mutex. */
+/* The bucket of sid, or NULL; caller holds the mutex. */
 static EgRateBucket *
-bucket_of(int64 sid, int rate, TimestampTz now)
+find_bucket(int64 sid)
 {
-	EgRateBucket *oldest = slot(sid, 0);
-
 	for (int k = 0; k < EG_RATE_PROBE; k++)
 	{
 		EgRateBucket *b = slot(sid, k);
 
 		if (b->subscription_id == sid)
 			return b;
+	}
+	return NULL;
+}
+
+/* The bucket of sid, made (full) when it has none; caller holds the mutex. */
+static EgRateBucket *
+bucket_of(int64 sid, int rate, TimestampTz now)
+{
+	EgRateBucket *oldest = find_bucket(sid);
+
+	if (oldest != NULL)
+		return oldest;
+	oldest = slot(sid, 0);
+	for (int k = 1; k < EG_RATE_PROBE; k++)
+	{
+		EgRateBucket *b = slot(sid, k);
+
 		if (b->at < oldest->at)
 			oldest = b;			/* a free slot has at 0: the oldest of all */
 	}
@@ -88,19 +103,14 @@ eg_rate_take(int64 sid, int rate, int want, TimestampTz now)
 void
 eg_rate_give_back(int64 sid, int rate, int n)
 {
+	EgRateBucket *b;
+
 	if (n <= 0)
 		return;
 	SpinLockAcquire(&eg_shared->mutex);
-	for (int k = 0; k < EG_RATE_PROBE; k++)
-	{
-		EgRateBucket *b = slot(sid, k);
-
-		if (b->subscription_id == sid)
-		{
-			b->tokens = Min((double) rate, b->tokens + n);
-			break;
-		}
-	}
+	b = find_bucket(sid);		/* gone only if evicted meanwhile: nothing to give back to */
+	if (b != NULL)
+		b->tokens = Min((double) rate, b->tokens + n);
 	SpinLockRelease(&eg_shared->mutex);
 }
 

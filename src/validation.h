@@ -34,7 +34,8 @@ extern void eg_validation_send(EgValidation *v, int n, const char *origin);
 /*
  * store_validation.c: validations due at now (at most limit), copied into
  * cxt, after failing the manual validations that waited 10 minutes; *pending:
- * validations not finished (to be looked at again soon).
+ * how many validations are not finished (when none is due; else at least
+ * those due), to be looked at again soon.
  */
 extern int	eg_store_due_validations(TimestampTz now, int limit, MemoryContext cxt, EgValidation **rows,
 									 int64 *pending);
