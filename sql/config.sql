@@ -258,8 +258,18 @@ SELECT eventgrid.set_batching('orders', 'sub-default');
 -- Dead letters: the filters of redeliver_dead_letters and purge_dead_letters
 SELECT err($$SELECT eventgrid.purge_dead_letters(reason => 'Bored')$$);
 SELECT err($$SELECT eventgrid.redeliver_dead_letters(dead_lettered_after => now(), dead_lettered_before => now() - interval '1 day')$$);
-SELECT eventgrid.purge_dead_letters(topic => 'no-such-topic') AS purged,
-       eventgrid.redeliver_dead_letters(topic => 'no-such-topic') AS redelivered;
+-- an unknown topic or subscription is an error, as in drop_topic(); purging
+-- may name one that is gone but that dead letters still name
+SELECT err($$SELECT eventgrid.purge_dead_letters(topic => 'no-such-topic')$$);
+SELECT err($$SELECT eventgrid.redeliver_dead_letters(topic => 'no-such-topic')$$);
+SELECT err($$SELECT eventgrid.redeliver_dead_letters(topic => 'orders', subscription => 'no-such-sub')$$);
+SELECT err($$SELECT eventgrid.purge_dead_letters(subscription => 'no-such-sub')$$);
+INSERT INTO eventgrid.dead_letters (topic, subscription_name, subscription_id, input_schema, event_delivery_schema,
+       event, dead_letter_reason, delivery_attempts, last_delivery_outcome, publish_time, last_delivery_attempt_time)
+VALUES ('gone-topic', 'gone-sub', 999, 'EventGridSchema', 'EventGridSchema', '{}', 'NonRetriableError', 1, 'BadRequest',
+        now(), now());
+SELECT err($$SELECT eventgrid.redeliver_dead_letters(topic => 'gone-topic')$$);
+SELECT eventgrid.purge_dead_letters(topic => 'gone-topic', subscription => 'gone-sub') AS purged;
 
 -- Attempt history and metrics: the settings, their ranges, the views' shape
 SELECT name, setting, unit, min_val, max_val, enumvals, context FROM pg_settings

@@ -200,6 +200,92 @@ SELECT topic, event, publish_time = '2024-05-01 12:00:00+00' AS publish_time_kep
 SELECT coalesce(sum(pending), 0) - :pending_before AS new_deliveries FROM eventgrid.delivery_statistics;
 SELECT event_bytes > 0 AS stamped FROM eventgrid.events WHERE event->>'id' = 'b1';
 
+-- Table change publications check the role current at the call, never the
+-- session user.  A hostile administrator's SECURITY DEFINER function that
+-- the owner of a table runs publishes nothing of it:
+CREATE SCHEMA victim;
+CREATE ROLE eg_dave;                        -- owns victim.private
+GRANT USAGE ON SCHEMA victim TO eg_dave, eg_alice;
+GRANT CREATE ON SCHEMA victim TO eg_dave, eg_alice;
+SET ROLE eg_dave;
+CREATE TABLE victim.private (id int PRIMARY KEY, secret text);
+RESET ROLE;
+SET ROLE eg_alice;
+SELECT eventgrid.create_topic('evetopic');
+CREATE FUNCTION victim.trap() RETURNS text LANGUAGE plpgsql SECURITY DEFINER AS $f$
+BEGIN
+    PERFORM eventgrid.publish_table_changes('victim.private', 'evetopic');
+    RETURN 'published';
+EXCEPTION WHEN insufficient_privilege THEN
+    RETURN 'refused: ' || SQLERRM;
+END $f$;
+GRANT EXECUTE ON FUNCTION victim.trap() TO eg_dave;
+RESET ROLE;
+SET ROLE eg_dave;
+SELECT victim.trap();
+RESET ROLE;
+-- nor does an index expression that a superuser's ANALYZE runs (as the
+-- table's owner, in a security-restricted operation), even on a table of
+-- eventgrid's own
+SET ROLE eg_alice;
+CREATE FUNCTION victim.imm(x int) RETURNS int LANGUAGE plpgsql IMMUTABLE AS $f$
+BEGIN
+    BEGIN
+        PERFORM eventgrid.publish_table_changes('eventgrid.signing_secrets', 'evetopic');
+    EXCEPTION WHEN OTHERS THEN
+        RAISE NOTICE 'refused: %', SQLERRM;
+    END;
+    RETURN x;
+END $f$;
+CREATE TABLE victim.mine (x int);
+INSERT INTO victim.mine VALUES (1);
+SET client_min_messages = notice;
+CREATE INDEX ON victim.mine (victim.imm(x));
+RESET ROLE;
+ANALYZE victim.mine;
+SET client_min_messages = warning;
+SELECT count(*) AS publications FROM eventgrid.table_publications;
+-- eventgrid's own tables are refused to everyone, the superuser included
+SELECT err($$SELECT eventgrid.publish_table_changes('eventgrid.signing_secrets', 'evetopic')$$);
+SELECT err($$SELECT eventgrid.publish_table_changes('eventgrid.events', 'evetopic')$$);
+-- the owner's privileges do count when the owner calls it
+GRANT eventgrid_admin TO eg_dave;
+SET ROLE eg_dave;
+SELECT err($$SELECT eventgrid.publish_table_changes('victim.private', 'evetopic', columns => ARRAY['id'])$$);
+SELECT err($$SELECT eventgrid.stop_publishing_table_changes('victim.private', 'evetopic')$$);
+RESET ROLE;
+-- and the privileged parts are not the administrator's to call
+SET ROLE eg_alice;
+SELECT err($$SELECT eventgrid._publish_table_changes('eg_dave', 'victim.private', 'evetopic', '{INSERT}', NULL, NULL, NULL)$$);
+SELECT err($$SELECT eventgrid._stop_publishing_table_changes('eg_dave', 'victim.private', 'evetopic')$$);
+RESET ROLE;
+REVOKE eventgrid_admin FROM eg_dave;
+DROP SCHEMA victim CASCADE;
+SELECT eventgrid.drop_topic('evetopic');
+
+-- Every admin function refused to a role without eventgrid_admin says
+-- which role to grant; a role that has it is pointed to the masked views
+SET ROLE eg_carol;
+SELECT eventgrid.pause_delivery();
+SELECT eventgrid.resume_delivery();
+SELECT eventgrid.redeliver_dead_letters();
+SELECT eventgrid.purge_dead_letters();
+SELECT eventgrid.set_signing_secret('shop', 'billing');
+SELECT eventgrid.remove_signing_secret('shop', 'billing');
+SELECT eventgrid.update_event_subscription('shop', 'billing');
+SELECT eventgrid.set_advanced_filters('shop', 'billing', '[]');
+SELECT eventgrid.publish_table_changes('pg_class', 'shop');
+SELECT eventgrid.stop_publishing_table_changes('pg_class', 'shop');
+SELECT eventgrid.validate_event_subscription('shop', 'billing', 'x');
+SELECT eventgrid.probation_duration('Busy');
+RESET ROLE;
+SET ROLE eg_alice;
+SELECT * FROM eventgrid.delivery_properties;
+SELECT * FROM eventgrid.signing_secrets;
+SELECT * FROM eventgrid.endpoint_validations;
+DELETE FROM eventgrid.topics;
+RESET ROLE;
+
 -- The trigger function called directly
 SELECT err($$SELECT eventgrid._validate_event()$$);
 
@@ -219,3 +305,4 @@ DROP EXTENSION eventgrid;
 DROP ROLE eg_alice;
 DROP ROLE eg_bob;
 DROP ROLE eg_carol;
+DROP ROLE eg_dave;

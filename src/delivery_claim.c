@@ -100,7 +100,7 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 
 			for (int j = 0; j < take; j++)
 				ids[j] = send[k + j]->out.event_id;
-			spec.webhook_id = eg_webhook_id(ids, take);
+			spec.webhook_id = eg_webhook_id(first->subscription_id, ids, take);
 			pfree(ids);
 		}
 		if (eg_request_build(req, &spec, &parts[k], take, scratch))

@@ -64,7 +64,7 @@ static bool leases_released = false;
 
 /*
  * What pause_delivery() paused, for the status line: read again when a
- * pause or resume committed (eg_shared->pause_generation) and, while the
+ * pause or resume committed (eg_shared->change_generation) and, while the
  * worker delivers, at most every EG_PAUSE_READ_INTERVAL_MS (a dropped
  * subscription takes its pause with it).
  */
@@ -78,7 +78,7 @@ pause_suffix(char *buf, size_t len, TimestampTz now, bool idle)
 	uint64		generation;
 
 	SpinLockAcquire(&eg_shared->mutex);
-	generation = eg_shared->pause_generation;
+	generation = eg_shared->change_generation;
 	SpinLockRelease(&eg_shared->mutex);
 	if ((generation != read_generation ||
 		 (!idle && now - read_at >= (TimestampTz) EG_PAUSE_READ_INTERVAL_MS * 1000)) &&
@@ -182,6 +182,104 @@ report_status(TimestampTz next_claim_at)
 	status_units = eg_units_committed;
 	status_at = now;
 	pgstat_report_activity(kind == 'd' ? STATE_RUNNING : STATE_IDLE, text);
+}
+
+/* The generation of event subscription changes this worker has followed. */
+static uint64 followed_generation = 0;
+
+/* What became of the subscriptions of the waiting requests (sorted by id). */
+typedef struct EgFollowed
+{
+	EgSubscriptionState *states;
+	int			n;
+} EgFollowed;
+
+static const EgSubscriptionState *
+state_of(const EgFollowed *f, int64 sub)
+{
+	int			lo = 0;
+	int			hi = f->n - 1;
+
+	while (lo <= hi)
+	{
+		int			mid = (lo + hi) / 2;
+
+		if (f->states[mid].id == sub)
+			return &f->states[mid];
+		if (f->states[mid].id < sub)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return NULL;
+}
+
+/* A waiting request that must not be sent now: its subscription dropped, held, or sent elsewhere. */
+static bool
+superseded(const EgRequest *req, void *arg)
+{
+	const EgSubscriptionState *st = state_of(arg, req->subscription_id);
+
+	return st != NULL && (st->gone || st->held || strcmp(st->endpoint, req->url) != 0);
+}
+
+/*
+ * A change to event subscriptions committed (pause_delivery(),
+ * update_event_subscription(), drop_event_subscription(), drop_topic()):
+ * requests this worker claimed for them and has not started are not sent.
+ * Their deliveries go back unsent and uncharged: due at once as retries
+ * (which the claims pass over while the subscription is paused, and send
+ * to its endpoint as it is then), or, for a dropped subscription, nowhere.
+ * Requests already started finish.
+ */
+static void
+follow_subscription_changes(void)
+{
+	uint64		generation;
+	int64	   *ids;
+	EgFollowed	f;
+	EgRequest  *req;
+	TimestampTz now = eg_now();
+
+	SpinLockAcquire(&eg_shared->mutex);
+	generation = eg_shared->change_generation;
+	SpinLockRelease(&eg_shared->mutex);
+	if (generation == followed_generation)
+		return;
+	f.n = eg_targets_queued_subscriptions(&ids);
+	if (f.n > 0)
+	{
+		if (!eg_begin_work("eventgrid: following changed event subscriptions"))
+			return;
+		f.states = MemoryContextAlloc(eg_round_cxt, f.n * sizeof(EgSubscriptionState));
+		eg_store_subscription_states(ids, f.n, f.states);
+		/* the endpoints are compared below, after the unit's memory is gone */
+		for (int i = 0; i < f.n; i++)
+			if (f.states[i].endpoint)
+				f.states[i].endpoint = MemoryContextStrdup(eg_round_cxt, f.states[i].endpoint);
+		eg_end_work();
+		req = eg_targets_take(superseded, &f);
+		while (req != NULL)
+		{
+			EgRequest  *next = req->next;
+			bool		gone = state_of(&f, req->subscription_id)->gone;
+
+			for (int k = 0; k < req->count; k++)
+			{
+				EgDelivery *d = (EgDelivery *) req->items[k];
+
+				eg_delivery_finish_unattempted(d, gone ? EG_ACTION_GONE : EG_ACTION_RETRY, EG_REASON_NONE,
+											   EG_OUTCOME_NONE);
+				d->out.next_at = now;
+				eg_delivery_push(d);
+			}
+			eg_http_free_headers(req);
+			free(req->body);
+			req->body = NULL;
+			req = next;
+		}
+	}
+	followed_generation = generation;
 }
 
 /* Earliest due time of retries this worker does not hold, or DT_NOEND. */
@@ -539,6 +637,8 @@ eventgrid_worker_main(Datum arg)
 			leases_released = release_old_leases();
 			db_ok = leases_released;
 		}
+		if (db_ok)
+			follow_subscription_changes();
 		claimed = claim_round(now, db_ok);
 		if (eg_targets_queued() > 0 && GetCurrentTimestamp() >= eg_db_retry_at)
 			start_pending();

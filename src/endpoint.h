@@ -71,6 +71,8 @@ extern bool eg_target_finished(EgRequest *req, TimestampTz now);
 extern int	eg_targets_queued(void);
 extern void eg_targets_waiting(int *ready, int64 *backed_up_bytes);
 extern int	eg_targets_skip_list(int64 **subs);
+extern int	eg_targets_queued_subscriptions(int64 **subs);
+extern EgRequest *eg_targets_take(bool (*take) (const EgRequest *req, void *arg), void *arg);
 extern bool eg_targets_unblocked(void);
 extern void eg_targets_sweep(TimestampTz now);
 

@@ -347,11 +347,12 @@ cmp_int64(const void *a, const void *b)
 }
 
 /*
- * The event subscriptions whose requests wait on backed-up hosts, for the
- * next claim to leave out (palloc'd, sorted, distinct; count returned).
+ * The event subscriptions whose requests wait on the hosts that only_backed_up
+ * says (backed-up hosts, marked skipped; or every host), palloc'd, sorted,
+ * distinct; count returned.
  */
-int
-eg_targets_skip_list(int64 **subs)
+static int
+waiting_subscriptions(bool only_backed_up, int64 **subs)
 {
 	int			cap = 0;
 	int			n = 0;
@@ -363,7 +364,7 @@ eg_targets_skip_list(int64 **subs)
 		return 0;
 	do
 	{
-		if (backed_up(h))
+		if (!only_backed_up || backed_up(h))
 			cap += h->queued;
 		h = h->ring_next;
 	} while (h != ring);
@@ -372,9 +373,10 @@ eg_targets_skip_list(int64 **subs)
 	out = palloc(cap * sizeof(int64));
 	do
 	{
-		if (backed_up(h))
+		if (!only_backed_up || backed_up(h))
 		{
-			h->skipped = true;
+			if (only_backed_up)
+				h->skipped = true;
 			for (EgRequest *r = h->head; r; r = r->next)
 				out[n++] = r->subscription_id;
 		}
@@ -388,6 +390,71 @@ eg_targets_skip_list(int64 **subs)
 			out[n++] = out[i];
 	*subs = out;
 	return n;
+}
+
+/*
+ * The event subscriptions whose requests wait on backed-up hosts, for the
+ * next claim to leave out (palloc'd, sorted, distinct; count returned).
+ */
+int
+eg_targets_skip_list(int64 **subs)
+{
+	return waiting_subscriptions(true, subs);
+}
+
+/* The event subscriptions whose requests wait, not started (palloc'd, sorted, distinct; count returned). */
+int
+eg_targets_queued_subscriptions(int64 **subs)
+{
+	return waiting_subscriptions(false, subs);
+}
+
+/*
+ * Takes the waiting requests that take(req, arg) picks out of their
+ * queues, in order, and returns them linked by next: they are no longer
+ * waiting for this worker to send them.
+ */
+EgRequest *
+eg_targets_take(bool (*take) (const EgRequest *req, void *arg), void *arg)
+{
+	EgRequest  *taken = NULL;
+	EgRequest **taken_tail = &taken;
+	EgHost	   *h = ring;
+
+	if (h == NULL)
+		return NULL;
+	do
+	{
+		EgRequest **link = &h->head;
+
+		h->tail = NULL;
+		while (*link != NULL)
+		{
+			EgRequest  *req = *link;
+
+			if (!take(req, arg))
+			{
+				h->tail = req;
+				link = &req->next;
+				continue;
+			}
+			*link = req->next;
+			req->next = NULL;
+			*taken_tail = req;
+			taken_tail = &req->next;
+			h->queued--;
+			h->queued_bytes -= req->bytes;
+			req->target->waiting--;
+			queued_total--;
+		}
+		if (h->skipped && !backed_up(h))
+		{
+			h->skipped = false;
+			unblocked = true;
+		}
+		h = h->ring_next;
+	} while (h != ring);
+	return taken;
 }
 
 /* Has a host that a claim left out drained below its mark since the last call (claim again)? */

@@ -97,7 +97,7 @@ typedef struct EgShared
 	pid_t		upkeep_pid;		/* the upkeep worker's */
 	bool		upkeep_wanted;	/* a delivery worker had work since the last upkeep */
 	int64		backlog;		/* deliveries ready and not claimed, as the upkeep worker last counted */
-	uint64		pause_generation;	/* counts commits that changed what pause_delivery() paused */
+	uint64		change_generation;	/* counts commits that paused, resumed, updated or dropped event subscriptions */
 	EgRateBucket rate[EG_RATE_BUCKETS]; /* under mutex */
 } EgShared;
 

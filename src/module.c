@@ -19,6 +19,7 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_attribute.h"
+#include "catalog/pg_proc.h"
 #include "commands/dbcommands.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -31,6 +32,7 @@
 #include "tcop/tcopprot.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
+#include "utils/catcache.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -76,7 +78,7 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 #endif
 
 static bool wake_at_commit = false;
-static bool pauses_changed_at_commit = false;
+static bool subscriptions_changed_at_commit = false;
 static bool xact_callback_registered = false;
 
 void		_PG_init(void);
@@ -116,7 +118,7 @@ eg_shmem_startup(void)
 		eg_shared->upkeep_pid = 0;
 		eg_shared->upkeep_wanted = true;
 		eg_shared->backlog = 0;
-		eg_shared->pause_generation = 0;
+		eg_shared->change_generation = 0;
 		memset(eg_shared->rate, 0, sizeof(eg_shared->rate));
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -395,22 +397,22 @@ eg_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_COMMIT:
-			if (pauses_changed_at_commit)
+			if (subscriptions_changed_at_commit)
 			{
 				SpinLockAcquire(&eg_shared->mutex);
-				eg_shared->pause_generation++;
+				eg_shared->change_generation++;
 				SpinLockRelease(&eg_shared->mutex);
 			}
 			if (wake_at_commit)
 				eg_wake_worker();
 			wake_at_commit = false;
-			pauses_changed_at_commit = false;
+			subscriptions_changed_at_commit = false;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			wake_at_commit = false;
-			pauses_changed_at_commit = false;
+			subscriptions_changed_at_commit = false;
 			break;
 		default:
 			break;
@@ -443,21 +445,46 @@ eventgrid_wake_worker_at_commit(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+PG_FUNCTION_INFO_V1(eventgrid_subscriptions_changed_at_commit);
 PG_FUNCTION_INFO_V1(eventgrid_pauses_changed_at_commit);
 
 /*
- * SQL: eventgrid._pauses_changed_at_commit(), called by pause_delivery()
- * and resume_delivery(): when the transaction commits, the delivery
- * workers are told that what is paused changed (their status lines read
- * it again) and woken.  No-op when not preloaded.
+ * SQL: eventgrid._subscriptions_changed_at_commit(), called by
+ * pause_delivery(), resume_delivery(), update_event_subscription(),
+ * drop_event_subscription() and drop_topic(): when the transaction
+ * commits, the delivery workers are told (eg_shared->change_generation)
+ * and woken; they put back unsent what they claimed for a subscription now
+ * paused, dropped or sent elsewhere, and their status lines read the
+ * pauses again.  eventgrid_pauses_changed_at_commit is its name in 0.8.0's
+ * scripts.  No-op when not preloaded.
  */
 Datum
-eventgrid_pauses_changed_at_commit(PG_FUNCTION_ARGS)
+eventgrid_subscriptions_changed_at_commit(PG_FUNCTION_ARGS)
 {
 	if (eg_shared == NULL)
 		PG_RETURN_VOID();
 	wake_worker_at_commit();
-	pauses_changed_at_commit = true;
+	subscriptions_changed_at_commit = true;
+	PG_RETURN_VOID();
+}
+
+Datum
+eventgrid_pauses_changed_at_commit(PG_FUNCTION_ARGS)
+{
+	return eventgrid_subscriptions_changed_at_commit(fcinfo);
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_log);
+
+/*
+ * SQL: eventgrid._log(message): a LOG line without the STATEMENT and
+ * CONTEXT lines PL/pgSQL's RAISE LOG would add (the statement may name a
+ * secret endpoint URL).
+ */
+Datum
+eventgrid_log(PG_FUNCTION_ARGS)
+{
+	ereport(LOG, (errmsg("%s", text_to_cstring(PG_GETARG_TEXT_PP(0))), errhidestmt(true), errhidecontext(true)));
 	PG_RETURN_VOID();
 }
 
@@ -503,17 +530,30 @@ eventgrid_event_table(PG_FUNCTION_ARGS)
 	PG_RETURN_INT16((int16) eg_event_table_at(GetCurrentTransactionStartTimestamp()));
 }
 
-/* eventgrid's tables, views and functions callable by its roles, by name. */
-static const char *const granted_objects[] = {
-	"topics", "event_subscriptions", "delivery_properties", "events", "retries",
-	"subscription_positions", "topic_positions", "chunks_in_flight", "event_table_rotations",
-	"event_tables", "dead_letters",
-	"subscription_counters", "topic_counters", "dead_letter_events", "delivery_statistics",
-	"topic_statistics", "event_subscription_delivery_properties", "create_topic", "drop_topic",
-	"create_event_subscription", "drop_event_subscription", "set_retry_policy", "set_batching",
-	"set_deadletter", "set_delivery_property", "set_dynamic_delivery_property",
-	"remove_delivery_property", "retry_delay", "delivery_outcome", "convert_event", "rfc3339"
-};
+/*
+ * Is the object that "permission denied for <kind> <name>" names one of
+ * eventgrid's (a relation or function in schema eventgrid)?  Syscache
+ * look-ups only: called from the error hook, inside the failing transaction.
+ */
+static bool
+eventgrid_object(const char *message, const char *name)
+{
+	Oid			nsp = get_namespace_oid("eventgrid", true);
+	bool		found = false;
+
+	if (!OidIsValid(nsp))
+		return false;
+	if (strstr(message, "for function ") != NULL || strstr(message, "for procedure ") != NULL)
+	{
+		CatCList   *list = SearchSysCacheList1(PROCNAMEARGSNSP, CStringGetDatum(name));
+
+		for (int i = 0; i < list->n_members && !found; i++)
+			found = ((Form_pg_proc) GETSTRUCT(&list->members[i]->tuple))->pronamespace == nsp;
+		ReleaseSysCacheList(list);
+		return found;
+	}
+	return OidIsValid(get_relname_relid(name, nsp));
+}
 
 /* Does s contain needle, ignoring ASCII case?  (Queries may be large: no copy.) */
 static bool
@@ -564,62 +604,60 @@ granted_columns(const char *relname, Oid role, AclMode mode)
 	return cols.data;
 }
 
+/* The start of the context frame after the one at line (NULL: it is the last). */
+static const char *
+next_frame(const char *line)
+{
+	static const char *const starts[] = {"PL/pgSQL function ", "SQL statement \"", "SQL function \""};
+
+	for (const char *nl = strchr(line, '\n'); nl != NULL; nl = strchr(nl + 1, '\n'))
+		for (int i = 0; i < (int) lengthof(starts); i++)
+			if (strncmp(nl + 1, starts[i], strlen(starts[i])) == 0)
+				return nl + 1;
+	return NULL;
+}
+
 /*
  * An error a user caused inside eventgrid's PL/pgSQL functions (a bad
- * argument, a missing topic) carries CONTEXT lines naming eventgrid's own
- * helpers ("PL/pgSQL function eventgrid._check_range(...) line 4 at RAISE",
- * the statements that called them).  Those lines are dropped: the leading
- * run of lines that are eventgrid's PL/pgSQL frames and the statements run
- * inside them; the frames of the caller's own functions, after them, stay.
- * Errors of the internal classes (XX, 53, 57, 58) keep their context, which
- * tells where to look.  SQLSTATE, message, DETAIL and HINT are unchanged.
+ * argument, a missing topic, an event the publish trigger refuses) carries
+ * CONTEXT frames naming eventgrid's own helpers ("PL/pgSQL function
+ * eventgrid._check_range(...) line 4 at RAISE") and the statements they
+ * ran ("SQL statement \"WITH stored AS (INSERT INTO eventgrid.events
+ * ..."), each statement of as many lines as its text.  Those frames are
+ * dropped: the leading run of frames that are eventgrid's PL/pgSQL
+ * functions or statements run inside them, up to the last of eventgrid's
+ * frames in the run; the frames of the caller's own functions, after them,
+ * stay.  Errors of the internal classes (XX, 53, 57, 58) keep their
+ * context, which tells where to look.  SQLSTATE, message, DETAIL and HINT
+ * are unchanged.
  */
 static void
 drop_internal_context(ErrorData *edata)
 {
 	const char *ours = "PL/pgSQL function eventgrid.";
 	int			class = ERRCODE_TO_CATEGORY(edata->sqlerrcode);
-	const char *line;
+	const char *frame;
 	const char *keep_from = NULL;
 
 	if (edata->context == NULL || edata->elevel < ERROR ||
 		class == ERRCODE_TO_CATEGORY(ERRCODE_INTERNAL_ERROR) ||
 		class == ERRCODE_TO_CATEGORY(ERRCODE_INSUFFICIENT_RESOURCES) ||
 		class == ERRCODE_TO_CATEGORY(ERRCODE_OPERATOR_INTERVENTION) ||
-		class == ERRCODE_TO_CATEGORY(ERRCODE_SYSTEM_ERROR) ||
-		strncmp(edata->context, ours, strlen(ours)) != 0)
+		class == ERRCODE_TO_CATEGORY(ERRCODE_SYSTEM_ERROR))
 		return;
-	/*
-	 * lines: ours, and the "SQL statement" that one of ours ran (quoted, of
-	 * as many lines as its text: it ends at the quote before our frame)
-	 */
-	for (line = edata->context; line && *line;)
+	for (frame = edata->context; frame != NULL && *frame != '\0'; frame = next_frame(frame))
 	{
-		const char *next;
-
-		if (strncmp(line, ours, strlen(ours)) == 0)
-		{
-			next = strchr(line, '\n');
-			next = next ? next + 1 : NULL;
-			keep_from = next;
-		}
-		else if (strncmp(line, "SQL statement \"", 15) == 0)
-		{
-			char	   *end = psprintf("\"\n%s", ours);
-
-			next = strstr(line, end);
-			pfree(end);
-			if (next == NULL)
-				break;
-			next += 2;
-		}
-		else
+		if (strncmp(frame, ours, strlen(ours)) == 0)
+			keep_from = next_frame(frame);
+		else if (strncmp(frame, "SQL statement \"", 15) != 0)
 			break;
-		line = next;
+		if (keep_from == NULL && strncmp(frame, ours, strlen(ours)) == 0)
+		{
+			edata->context = NULL;	/* every frame was ours */
+			return;
+		}
 	}
-	if (keep_from == NULL || *keep_from == '\0')
-		edata->context = NULL;
-	else
+	if (keep_from != NULL)
 		edata->context = pstrdup(keep_from);
 }
 
@@ -642,6 +680,7 @@ eg_emit_log(ErrorData *edata)
 	const char *user = NULL;
 	char	   *cols = NULL;
 	bool		inserting;
+	bool		admin;
 
 	if (prev_emit_log_hook)
 		prev_emit_log_hook(edata);
@@ -654,24 +693,16 @@ eg_emit_log(ErrorData *edata)
 
 	object = strrchr(edata->message, ' ');
 	object = object ? object + 1 : edata->message;
-	if (object[0] != '_')
-	{
-		bool		ours = false;
-
-		for (int i = 0; i < (int) lengthof(granted_objects) && !ours; i++)
-			ours = strcmp(object, granted_objects[i]) == 0;
-		if (!ours)
-			return;
-	}
+	if (!IsTransactionState() || !eventgrid_object(edata->message, object))
+		return;
 	inserting = strcmp(object, "events") == 0 && contains_ci(debug_query_string, "insert");
-	if (IsTransactionState())
-	{
-		user = GetUserNameFromId(GetUserId(), true);
-		if (object[0] != '_' && strstr(edata->message, "for table ") != NULL)
-			cols = granted_columns(object, GetUserId(), inserting ? ACL_INSERT : ACL_SELECT);
-	}
+	user = GetUserNameFromId(GetUserId(), true);
+	if (object[0] != '_' && strstr(edata->message, "for table ") != NULL)
+		cols = granted_columns(object, GetUserId(), inserting ? ACL_INSERT : ACL_SELECT);
 	if (user == NULL)
 		user = "<role>";
+	admin = OidIsValid(get_role_oid("eventgrid_admin", true)) &&
+		has_privs_of_role(GetUserId(), get_role_oid("eventgrid_admin", true));
 	if (object[0] == '_')
 		edata->hint = pstrdup("Functions whose names start with an underscore are eventgrid's internals; they are not meant to be called directly.");
 	else if (inserting && cols != NULL)
@@ -683,6 +714,22 @@ eg_emit_log(ErrorData *edata)
 	else if (cols != NULL)
 		edata->hint = psprintf("Role %s may read only these columns of eventgrid.%s: %s; name them instead of *, or read it as a member of eventgrid_admin.",
 							   quote_identifier(user), object, cols);
+	else if (admin)
+	{
+		/* what a member of eventgrid_admin may not do: read secrets, write tables directly */
+		static const char *const masked[][2] = {
+			{"delivery_properties", "event_subscription_delivery_properties"},
+			{"signing_secrets", "event_subscription_signing"},
+			{"endpoint_validations", "event_subscription_validation"},
+		};
+
+		for (int i = 0; i < (int) lengthof(masked) && edata->hint == NULL; i++)
+			if (strcmp(object, masked[i][0]) == 0)
+				edata->hint = psprintf("eventgrid.%s holds secrets and is readable only by the extension's owner; read eventgrid.%s, which shows them masked.",
+									   masked[i][0], masked[i][1]);
+		if (edata->hint == NULL)
+			edata->hint = pstrdup("Members of eventgrid_admin change eventgrid's tables through its functions (create_topic(), create_event_subscription(), ...), not directly; only dead_letters may be deleted from.");
+	}
 	else
 		edata->hint = psprintf("Configuring eventgrid and reading its tables, statistics and dead letters requires the role eventgrid_admin: GRANT eventgrid_admin TO %s;",
 							   quote_identifier(user));

@@ -20,23 +20,28 @@
 #include "utils/builtins.h"
 
 /*
- * The message id of a request carrying the events whose store ids
- * (eventgrid.events.id) are ids[0..n): "msg_<id>" for one event, and for a
- * batch "msg_" and the first 32 hex digits of the SHA-256 of the ids; the
- * same for every retry of the same content, so a receiver can deduplicate.
- * Returns a palloc'd string.
+ * The message id of a request of event subscription subscription_id
+ * carrying the events whose store ids (eventgrid.events.id) are
+ * ids[0..n): "msg_<subscription id>_<event id>" for one event, and for a
+ * batch "msg_" and the first 32 hex digits of the SHA-256 of the
+ * subscription id and the event ids.  The same for every retry of the same
+ * content, so a receiver can deduplicate, and different for each
+ * subscription, so one receiver behind two subscriptions drops neither
+ * message (Standard Webhooks: a message id per message).  Returns a
+ * palloc'd string.
  */
 char *
-eg_webhook_id(const int64 *ids, int n)
+eg_webhook_id(int64 subscription_id, const int64 *ids, int n)
 {
 	pg_cryptohash_ctx *ctx;
 	uint8		digest[PG_SHA256_DIGEST_LENGTH];
 	char		hex[33];
 
 	if (n == 1)
-		return psprintf("msg_" INT64_FORMAT, ids[0]);
+		return psprintf("msg_" INT64_FORMAT "_" INT64_FORMAT, subscription_id, ids[0]);
 	ctx = pg_cryptohash_create(PG_SHA256);
 	if (ctx == NULL || pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) &subscription_id, sizeof(int64)) < 0 ||
 		pg_cryptohash_update(ctx, (const uint8 *) ids, sizeof(int64) * n) < 0 ||
 		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
 		ereport(ERROR,

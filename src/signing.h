@@ -17,7 +17,7 @@ typedef struct EgSignature
 	StringInfoData signature;	/* "v1,<base64>", space-separated, one per key */
 } EgSignature;
 
-extern char *eg_webhook_id(const int64 *ids, int n);
+extern char *eg_webhook_id(int64 subscription_id, const int64 *ids, int n);
 extern void eg_sign_request(EgSignature *sig, const char *keys, const char *webhook_id,
 							const char *body, size_t body_len);
 

@@ -188,12 +188,25 @@ extern uint64 eg_store_rebase(TimestampTz now);
 /* store_rotation.c */
 extern char *eg_store_truncate(int event_table, TimestampTz now);
 extern bool eg_store_table_used(int event_table);
+
+/* Moves the positions of subscriptions whose endpoint validation failed past what was published since. */
+extern void eg_store_pass_failed(TimestampTz now);
 extern char *eg_store_rotate_history(TimestampTz now, int64 period_ms, int64 max_rows);
 
 /* store_counts.c */
 #define EG_BACKLOG_COUNT_LIMIT 100000	/* the backlog is counted up to this */
 extern int64 eg_store_backlog(TimestampTz now);
 extern int64 eg_store_pauses(bool *all);
+
+/* What the claims would do with an event subscription now (eg_store_subscription_states). */
+typedef struct EgSubscriptionState
+{
+	int64		id;
+	bool		gone;			/* dropped */
+	bool		held;			/* paused, or its endpoint not validated */
+	const char *endpoint;		/* NULL when gone */
+} EgSubscriptionState;
+extern void eg_store_subscription_states(const int64 *ids, int n, EgSubscriptionState *states);
 extern void eg_store_count_unmatched(void);
 
 /* Events dead-lettered and dropped so far (eg_store_finals). */

@@ -198,3 +198,38 @@ eg_store_finals(int64 after_dead_letter_id)
 	return f;
 }
 
+
+/* What has become of event subscriptions ($1): gone, held back by the claims, and their endpoint now. */
+static EgStatement subscription_states = {
+	.name = "event subscription state",
+	.sql =
+	"SELECT i.id, s.id IS NULL, s.id IN (SELECT h FROM eventgrid._held_subscriptions() h), s.endpoint"
+	"  FROM unnest($1::int8[]) WITH ORDINALITY AS i(id, n) LEFT JOIN eventgrid.event_subscriptions s ON s.id = i.id"
+	" ORDER BY i.n",
+	.nargs = 1,
+	.types = {INT8ARRAYOID},
+};
+
+/*
+ * For each event subscription ids[0..n), what the claims would do with it
+ * now (states[i], texts in the unit of work's memory): whether it is gone,
+ * held (paused, or its endpoint not validated) and its endpoint.
+ */
+void
+eg_store_subscription_states(const int64 *ids, int n, EgSubscriptionState *states)
+{
+	Datum		arg = eg_int8_array(ids, n);
+	enum
+	{
+		COL_ID = 1, COL_GONE, COL_HELD, COL_ENDPOINT
+	};
+
+	eg_store_run(&subscription_states, &arg, true, SPI_OK_SELECT);
+	for (uint64 i = 0; i < SPI_processed && i < (uint64) n; i++)
+	{
+		states[i].id = eg_int64_col(SPI_tuptable, i, COL_ID, 0);
+		states[i].gone = eg_bool_col(SPI_tuptable, i, COL_GONE);
+		states[i].held = !states[i].gone && eg_bool_col(SPI_tuptable, i, COL_HELD);
+		states[i].endpoint = states[i].gone ? NULL : eg_text_col(SPI_tuptable, i, COL_ENDPOINT);
+	}
+}

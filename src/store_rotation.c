@@ -2,7 +2,10 @@
  * store_rotation.c - keeping the queue's size bounded without VACUUM (PgQ's
  * rotation): an event table other than the current one is emptied with
  * TRUNCATE once no position, chunk in flight or unmatched count needs its
- * events, and the attempt history's oldest table is emptied when the
+ * events (the events of a held event subscription, paused or not
+ * validated, become its own retries first, so that one held subscription
+ * cannot keep every topic's events), and the attempt history's oldest
+ * table is emptied when the
  * current one is due (eventgrid.attempt_history_retention and
  * _max_rows).  Each TRUNCATE takes its lock only if it is free at once, so
  * no publisher or reader ever waits for it; why a table is not emptied yet
@@ -78,6 +81,64 @@ static EgStatement history_rotate_failed = {
 	.types = {TIMESTAMPTZOID, TEXTOID},
 };
 
+/*
+ * Held event subscriptions (paused, or their endpoint not validated) whose
+ * position has not passed event table $1: their events would keep that
+ * table, and with it every topic's events, from being emptied.  So their
+ * committed events that match their filters become retries of their own
+ * (no attempt made, due at $2: the claims pass them over until the
+ * subscription is resumed or validated, and their time-to-live runs as it
+ * would at the position), and the position moves to the current snapshot
+ * (eventgrid._position_to_retries()).  A subscription whose validation
+ * failed keeps nothing published since.  Positions another session holds
+ * are left for the next upkeep.
+ */
+static EgStatement release_held = {
+	.name = "held position release",
+	.sql =
+	"SELECT eventgrid._position_to_retries(h.subscription_id, $2, NOT h.failed)"
+	"  FROM (SELECT p.subscription_id, coalesce(v.state = 'Failed', false) AS failed"
+	"          FROM eventgrid.subscription_positions p"
+	"          JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
+	"          LEFT JOIN eventgrid.endpoint_validations v ON v.subscription_id = s.id"
+	"         WHERE s.id IN (SELECT h FROM eventgrid._held_subscriptions() h)"
+	"           AND EXISTS (SELECT 1 FROM eventgrid.events e"
+	"                        WHERE e.event_table = $1 AND e.topic = s.topic"
+	"                          AND e.txid >= pg_snapshot_xmin(p.done) AND NOT pg_visible_in_snapshot(e.txid, p.done))"
+	"           FOR UPDATE OF p SKIP LOCKED) h",
+	.nargs = 2,
+	.types = {INT4OID, TIMESTAMPTZOID},
+};
+
+/*
+ * The positions of subscriptions whose validation failed move along with
+ * the events ($1: now), which are not for them (Event Grid never created
+ * them); those another session holds are left for the next upkeep.
+ */
+static EgStatement pass_failed = {
+	.name = "failed validation position",
+	.sql =
+	"SELECT eventgrid._position_to_retries(p.subscription_id, $1, false)"
+	"  FROM eventgrid.subscription_positions p"
+	"  JOIN eventgrid.endpoint_validations v ON v.subscription_id = p.subscription_id"
+	" WHERE v.state = 'Failed'"
+	"   AND EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s"
+	"                CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e"
+	"                WHERE s.id = p.subscription_id)"
+	"   FOR UPDATE OF p SKIP LOCKED",
+	.nargs = 1,
+	.types = {TIMESTAMPTZOID},
+};
+
+/* See store.h. */
+void
+eg_store_pass_failed(TimestampTz now)
+{
+	Datum		arg = TimestampTzGetDatum(now);
+
+	eg_store_run(&pass_failed, &arg, false, SPI_OK_SELECT);
+}
+
 /* TRUNCATE eventgrid.<name> (its lock already taken, or taken here). */
 static void
 truncate_table(const char *name)
@@ -124,6 +185,8 @@ eg_store_truncate(int event_table, TimestampTz now)
 	relid = eg_store_table(name);
 
 	args[0] = Int32GetDatum(event_table);
+	args[1] = TimestampTzGetDatum(now);
+	eg_store_run(&release_held, args, false, SPI_OK_SELECT);
 	eg_store_run(&holders, args, true, SPI_OK_SELECT);
 	why = eg_text_col(SPI_tuptable, 0, 1);
 	if (why == NULL)

@@ -16,8 +16,8 @@
 static EgStatement expire_manual = {
 	.name = "manual validation expiry",
 	.sql =
-	"UPDATE eventgrid.endpoint_validations v SET state = 'Failed',"
-	"       last_error = 'not validated manually within 10 minutes'"
+	"SELECT eventgrid._fail_validation(v.subscription_id, 'not validated manually within 10 minutes')"
+	"  FROM eventgrid.endpoint_validations v"
 	" WHERE v.state = 'AwaitingManualAction' AND v.manual_since + interval '10 minutes' <= $1",
 	.nargs = 1,
 	.types = {TIMESTAMPTZOID},
@@ -66,7 +66,7 @@ eg_store_due_validations(TimestampTz now, int limit, MemoryContext cxt, EgValida
 	EgValidation *out;
 
 	args[0] = TimestampTzGetDatum(now);
-	eg_store_run(&expire_manual, args, false, SPI_OK_UPDATE);
+	eg_store_run(&expire_manual, args, false, SPI_OK_SELECT);
 	args[1] = Int32GetDatum(limit);
 	eg_store_run(&due, args, true, SPI_OK_SELECT);
 	n = (int) SPI_processed;

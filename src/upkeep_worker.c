@@ -35,7 +35,8 @@ static void log_summary(void);
 
 /*
  * Upkeep of the queue: positions restored from another cluster start
- * afresh, chunks and in-flight retries of delivery workers that no longer
+ * afresh, the positions of subscriptions whose endpoint validation failed
+ * pass what is published, chunks and in-flight retries of delivery workers that no longer
  * run become retries (eg_store_recover), published and unmatched events
  * are counted, each event table other than the current one is emptied if
  * nothing needs it, and the attempt history is rotated when its current
@@ -57,7 +58,10 @@ upkeep(void)
 		return false;
 	/* not while paused: a pg_restore may still be writing positions and events */
 	if (!eg_delivery_paused)
+	{
 		rebased = eg_store_rebase(now);
+		eg_store_pass_failed(now);
+	}
 	eg_store_recover(0, now, eg_attempt_history != EG_HISTORY_OFF, &charged, &taken);
 	eg_store_count_unmatched();
 	eg_store_forget_health();
@@ -179,6 +183,8 @@ eventgrid_upkeep_main(Datum arg)
 			last_upkeep = GetCurrentTimestamp();
 			again = true;		/* until upkeep says otherwise, also after an error */
 			again = upkeep();
+			/* not the name of the last unit of work, as if it were still running */
+			pgstat_report_activity(STATE_IDLE, "eventgrid: idle");
 		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 EG_UPKEEP_INTERVAL_MS, PG_WAIT_EXTENSION);

@@ -26,11 +26,13 @@
 
 #include <curl/curl.h>
 
+#include "access/xact.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/ipc.h"
 #include "storage/pmsignal.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #define EG_VALIDATION_TIMEOUT_MS 30000
@@ -237,6 +239,53 @@ eg_validation_send(EgValidation *v, int n, const char *origin)
 	pfree(t);
 }
 
+/*
+ * Records one validation's answer in a subtransaction of its own and
+ * returns the new provisioning state (in cxt), or NULL when the validation
+ * changed meanwhile.  An answer that cannot be recorded (whatever the
+ * receiver sent made the record fail) is one failed try of this
+ * subscription, recorded without the answer; the others are recorded
+ * all the same.
+ */
+static char *
+record_one(EgValidation *v, const char *origin, MemoryContext cxt)
+{
+	MemoryContext unit = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	char	   *state = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(unit);
+	PG_TRY();
+	{
+		state = eg_store_record_validation(v, origin);
+		state = state ? MemoryContextStrdup(cxt, state) : NULL;
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(unit);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(unit);
+		CurrentResourceOwner = owner;
+		v->answer_body = NULL;
+		v->allowed_origin = NULL;
+		v->allowed_rate = NULL;
+		v->error = psprintf("the answer could not be read: %s", edata->message);
+		FreeErrorData(edata);
+		state = eg_store_record_validation(v, origin);
+		state = state ? MemoryContextStrdup(cxt, state) : NULL;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(unit);
+	CurrentResourceOwner = owner;
+	return state;
+}
+
 bool
 eg_validate_endpoints(void)
 {
@@ -244,6 +293,7 @@ eg_validate_endpoints(void)
 	EgValidation *v;
 	int64		pending = 0;
 	int			n;
+	char	  **states;
 	const char *origin = eg_webhook_request_origin && eg_webhook_request_origin[0]
 		? eg_webhook_request_origin : "eventgrid";
 
@@ -265,23 +315,23 @@ eg_validate_endpoints(void)
 		MemoryContextSwitchTo(old);
 	}
 
+	states = MemoryContextAllocZero(cxt, n * sizeof(char *));
 	if (!eg_begin_work("eventgrid: recording endpoint validations"))
 		return true;
 	for (int i = 0; i < n; i++)
-	{
-		char	   *state = eg_store_record_validation(&v[i], origin);
-
-		if (state != NULL && strcmp(state, "Creating") != 0)
+		states[i] = record_one(&v[i], origin, cxt);
+	eg_end_work();
+	/* logged once committed: a record that failed later must not have said Succeeded */
+	for (int i = 0; i < n; i++)
+		if (states[i] != NULL && strcmp(states[i], "Creating") != 0)
 			ereport(LOG,
 					(errmsg("eventgrid: endpoint validation of event subscription \"%s\" of topic \"%s\": %s",
-							v[i].name, v[i].topic, state),
-					 strcmp(state, "AwaitingManualAction") == 0
+							v[i].name, v[i].topic, states[i]),
+					 strcmp(states[i], "AwaitingManualAction") == 0
 					 ? errhint("Call eventgrid.validate_event_subscription() with the validationCode the endpoint received within 10 minutes.")
-					 : strcmp(state, "Failed") == 0
+					 : strcmp(states[i], "Failed") == 0
 					 ? errhint("eventgrid.event_subscription_validation says why; update_event_subscription(..., endpoint_validation => 'handshake') tries again.")
 					 : 0));
-	}
-	eg_end_work();
 	eg_wake_worker();
 	return true;
 }

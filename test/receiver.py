@@ -18,7 +18,10 @@ Paths:
   /validate/MODE[/anything]  answer 200; a SubscriptionValidation request
                              (aeg-event-type) gets, by MODE: auto, the body
                              {"validationResponse": <its validationCode>};
-                             manual, {}; wrong, a code that is not its own
+                             manual, {}; wrong, a code that is not its own;
+                             nul, its code beside "\u0000"; huge, its code
+                             beside the number 1e1000000 (JSON that
+                             PostgreSQL's jsonb cannot hold)
   any other path             answer 200
 OPTIONS requests (the CloudEvents webhook validation handshake) to
   /webhook/allow[/anything]  200 with WebHook-Allowed-Origin: the query's
@@ -80,7 +83,11 @@ class Handler(BaseHTTPRequestHandler):
             except (ValueError, LookupError, TypeError):
                 code = None
             validation_answer = {"auto": {"validationResponse": code}, "manual": {},
-                                 "wrong": {"validationResponse": "NOT-THE-CODE"}}.get(mode, {})
+                                 "wrong": {"validationResponse": "NOT-THE-CODE"},
+                                 # hostile: JSON text PostgreSQL's jsonb cannot hold
+                                 "nul": '{"x": "\\u0000", "validationResponse": %s}' % json.dumps(code),
+                                 "huge": '{"n": 1e1000000, "validationResponse": %s}' % json.dumps(code),
+                                 }.get(mode, {})
         record = {
             "time": time.time(),
             "path": url.path,
@@ -105,7 +112,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         answer = b""
         if validation_answer is not None:
-            answer = json.dumps(validation_answer).encode("utf-8")
+            if not isinstance(validation_answer, str):
+                validation_answer = json.dumps(validation_answer)
+            answer = validation_answer.encode("utf-8")
         if "body" in query:
             text = query["body"][0]
             answer = ("x" * 2000 if text == "long" else text).encode("utf-8")

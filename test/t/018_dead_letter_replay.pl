@@ -54,8 +54,13 @@ is(sql("SELECT eventgrid.redeliver_dead_letters('shop')"), '0', 'nothing to rede
 is(sql("SELECT eventgrid.purge_dead_letters(reason => 'TimeToLiveExceeded')"), '0', 'purge by another reason: none');
 is(sql("SELECT eventgrid.purge_dead_letters(dead_lettered_before => now() - interval '1 hour')"), '0',
 	'purge before a time: none');
-is(sql("SELECT eventgrid.purge_dead_letters('shop', 'refusing')"), '1', 'purged');
-is(sql("SELECT eventgrid.purge_dead_letters('shop', 'refusing')"), '0', 'a second purge deletes nothing');
+is(sql("SELECT eventgrid.purge_dead_letters('shop', 'refusing')"), '1', 'purged, by the name of a dropped subscription');
+like(sql_error($node, "SELECT eventgrid.purge_dead_letters('shop', 'refusing')"),
+	qr/42704: event subscription "refusing" does not exist for topic "shop"/,
+	'once no dead letter names it either, the name is unknown (42704)');
+is(sql("SELECT eventgrid.purge_dead_letters('shop', 'flaky')"), '0', 'a purge of an existing subscription with nothing to purge deletes nothing');
+like(sql_error($node, "SELECT eventgrid.redeliver_dead_letters(topic => 'nope')"), qr/42704: topic "nope" does not exist/,
+	'redelivering for an unknown topic is an error, as in drop_topic() (42704)');
 is(sql("SELECT count(*) FROM eventgrid.dead_letters"), '0', 'no dead letters left');
 
 $node->stop;

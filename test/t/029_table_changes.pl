@@ -10,6 +10,8 @@
 #    insert or an update event per row), a partitioned parent (a row moved
 #    between partitions is one Updated event), UPDATE of a primary key,
 #    tables without a key, rows over 1 MB;
+#  - writes naming a partition, partitions created or attached later, a
+#    detached one; renamed columns followed, dropped ones leaving the lists;
 #  - who may do what: admin only, TRIGGER and SELECT checked for the caller,
 #    a hand-made trigger refused (42501), writers need no eventgrid role;
 #  - upgrade from 0.7.0, pg_dump/pg_restore, DROP TABLE, drop_topic and
@@ -51,7 +53,8 @@ sub events_at
 sql('DROP EXTENSION eventgrid');
 sql("CREATE EXTENSION eventgrid VERSION '0.7.0'");
 sql('ALTER EXTENSION eventgrid UPDATE');
-is(sql("SELECT extversion FROM pg_extension WHERE extname = 'eventgrid'"), '0.8.0', 'updated from 0.7.0');
+is(sql("SELECT extversion = default_version FROM pg_extension x JOIN pg_available_extensions a ON a.name = x.extname"
+	  . " WHERE x.extname = 'eventgrid'"), 't', 'updated from 0.7.0 to the current version');
 
 sql(<<'SQL');
 CREATE ROLE admin1 LOGIN IN ROLE eventgrid_admin;
@@ -211,6 +214,50 @@ is(sql("SELECT string_agg(event->>'eventType' || ' ' || (event->>'subject') || '
 	'public.measures.Inserted /public/measures/a/1 -, public.measures.Inserted /public/measures/b/2 -,'
 	  . ' public.measures.Updated /public/measures/b/1 a, public.measures.Updated /public/measures/b/2 b',
 	'partitions: inserts routed there, a row moved between partitions is one Updated event');
+# writes that name a partition publish too, as the parent's events; so do
+# partitions created or attached later, and a detached one stops
+sql("DELETE FROM eventgrid.events WHERE topic = 'parts'");
+sql("CREATE TABLE measures_c PARTITION OF measures FOR VALUES IN ('c');"
+	  . " CREATE TABLE measures_d (site text NOT NULL, id int NOT NULL, v int);"
+	  . " ALTER TABLE measures ATTACH PARTITION measures_d FOR VALUES IN ('d');"
+	  . " CREATE TABLE measures_e (site text NOT NULL, id int NOT NULL, v int) PARTITION BY RANGE (id);"
+	  . " CREATE TABLE measures_e1 PARTITION OF measures_e FOR VALUES FROM (0) TO (100);"
+	  . " ALTER TABLE measures ATTACH PARTITION measures_e FOR VALUES IN ('e')");
+sql("INSERT INTO measures_a VALUES ('a', 10, 1); INSERT INTO measures_c VALUES ('c', 11, 1);"
+	  . " INSERT INTO measures_d VALUES ('d', 12, 1); INSERT INTO measures_e1 VALUES ('e', 13, 1);"
+	  . " UPDATE measures_a SET v = 2 WHERE id = 10; DELETE FROM measures_d WHERE id = 12");
+is(sql("SELECT string_agg(event->>'eventType' || ' ' || (event->>'subject'), ', ' ORDER BY id)"
+		  . " FROM eventgrid.events WHERE topic = 'parts'"),
+	'public.measures.Inserted /public/measures/a/10, public.measures.Inserted /public/measures/c/11,'
+	  . ' public.measures.Inserted /public/measures/d/12, public.measures.Inserted /public/measures/e/13,'
+	  . ' public.measures.Updated /public/measures/a/10, public.measures.Deleted /public/measures/d/12',
+	'partitions: writes naming a partition (one created later, one attached, a sub-partition) publish as the parent');
+sql("ALTER TABLE measures DETACH PARTITION measures_d");
+sql("DELETE FROM eventgrid.events WHERE topic = 'parts'; INSERT INTO measures_d VALUES ('d', 14, 1)");
+is(sql("SELECT count(*) FROM eventgrid.events WHERE topic = 'parts'") . ' '
+	  . sql("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'measures_d'::regclass"), '0 0',
+	'partitions: a detached partition publishes nothing and keeps no trigger');
+
+# --- renamed columns are followed; a left-out column never appears
+sql("SELECT eventgrid.create_topic('renames')");
+sql("CREATE TABLE people (id int PRIMARY KEY, name text, secret text, note text);"
+	  . " SELECT eventgrid.publish_table_changes('people', 'renames', columns => ARRAY['id', 'name'], update_columns => ARRAY['name'])");
+sql("ALTER TABLE people RENAME COLUMN name TO full_name; ALTER TABLE people RENAME COLUMN secret TO name");
+is(sql("SELECT columns::text || ' ' || update_columns::text FROM eventgrid.table_change_publications WHERE topic = 'renames'"),
+	'{full_name,id} {full_name}', 'renames: the lists follow the renamed column, not the name');
+sql("INSERT INTO people VALUES (1, 'Ann', 'hush', 'n'); UPDATE people SET full_name = 'Anne'; UPDATE people SET name = 'still hush'");
+is(sql("SELECT string_agg((event->>'eventType') || ' ' || (event->'data'->'new')::text, ', ' ORDER BY id)"
+		  . " FROM eventgrid.events WHERE topic = 'renames'"),
+	'public.people.Inserted {"id": 1, "full_name": "Ann"}, public.people.Updated {"id": 1, "full_name": "Anne"}',
+	'renames: events carry the renamed column, an UPDATE of it publishes, the left-out column renamed to a listed name never appears');
+sql("ALTER TABLE people DROP COLUMN note");
+like(fails("ALTER TABLE people DROP COLUMN full_name"), qr/2BP01: cannot drop the last column that the publication of table public.people to topic "renames" names/,
+	'a dropped column the lists name is refused when it is the last one (2BP01)');
+sql("ALTER TABLE people ADD COLUMN nick text;"
+	  . " SELECT eventgrid.publish_table_changes('people', 'renames', columns => ARRAY['id', 'full_name', 'nick'])");
+sql("ALTER TABLE people DROP COLUMN nick");
+is(sql("SELECT columns FROM eventgrid.table_change_publications WHERE topic = 'renames'"), '{full_name,id}',
+	'a dropped column leaves the lists');
 
 # --- no primary key; a key column not carried; a row over 1 MB
 sql("CREATE TABLE nokey (v text); SELECT eventgrid.publish_table_changes('nokey', 'parts')");
@@ -252,7 +299,7 @@ is(sql("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'bulk'::regclass"), '0',
 sql("DROP TABLE nokey");
 is(sql("SELECT count(*) FROM eventgrid.table_change_publications WHERE topic = 'parts'"), '2', 'DROP TABLE ends its publication');
 sql("SELECT eventgrid.drop_topic('parts')");
-is(sql("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'eg_parts_%'"), '0', 'drop_topic stops the publications to it');
+is(sql("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'eg_parts_%'"), '0', 'drop_topic stops the publications to it, on every partition');
 sql("INSERT INTO keyed VALUES (8, 'z')");
 pass('and writes to their tables go on');
 
@@ -264,7 +311,7 @@ $node->restart;
 sql('CREATE DATABASE restored');
 $node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('restored'), $dump ], 'pg_restore into a new database');
 is($node->safe_psql('restored', "SELECT string_agg(source_table || ' ' || topic, ', ' ORDER BY topic) FROM eventgrid.table_change_publications"),
-	'shop.orders orders-ce, shop.orders orders-custom, shop.orders orders-eg', 'the publications are restored');
+	'shop.orders orders-ce, shop.orders orders-custom, shop.orders orders-eg, people renames', 'the publications are restored');
 $node->safe_psql('restored', "SET ROLE writer1; INSERT INTO shop.orders VALUES ('eu', 99, 'new', 1, 'x', NULL)");
 is($node->safe_psql('restored', "SELECT string_agg(topic || ' ' || (event->>'subject'), ', ' ORDER BY topic) FROM eventgrid.events"
 		  . " WHERE topic LIKE 'orders-%' AND coalesce(event->>'subject', '') LIKE '%/99'"),

@@ -53,7 +53,7 @@ advance_clock($node, 11);
 is(scalar(@got), 2, 'the first attempt failed (500) and the retry was delivered');
 is_deeply(verified($secret, '/seq/500,200/hooks'), [ ('ok ' . $got[0]{headers}{'webhook-id'}) x 2 ],
 	'the library verifies both requests, which carry the same webhook-id');
-like($got[0]{headers}{'webhook-id'}, qr/^msg_\d+$/, 'webhook-id: msg_ and the event\'s id in eventgrid.events');
+like($got[0]{headers}{'webhook-id'}, qr/^msg_\d+_\d+$/, 'webhook-id: msg_, the subscription\'s id and the event\'s id in eventgrid.events');
 like($got[0]{headers}{'webhook-timestamp'}, qr/^\d{10}$/, 'webhook-timestamp: Unix seconds');
 ok(abs($got[1]{headers}{'webhook-timestamp'} - time()) < 60, 'of the real clock, not the workers\' (clock_offset)');
 is($got[0]{headers}{'webhook-signature'} =~ tr/ //, 0, 'one signature');
@@ -67,6 +67,20 @@ sql("SELECT eventgrid.publish('signed', '[" . join(',', map { eg_event("b-$_", s
 my @batch = wait_for_requests($r, '/status/200/batched', 1);
 like(verified($bsecret, '/status/200/batched')->[0], qr/^ok msg_[0-9a-f]{32}$/,
 	'a batch verifies, its webhook-id from the SHA-256 of its events\' ids');
+
+# --- two signed subscriptions to one receiver: one message id per subscription
+sql("SELECT eventgrid.create_event_subscription('signed', 'twin-a', '$u/status/200/twins', subject_begins_with => '/twins');"
+	  . " SELECT eventgrid.create_event_subscription('signed', 'twin-b', '$u/status/200/twins', subject_begins_with => '/twins')");
+my $tsecret = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+sql("SELECT eventgrid.set_signing_secret('signed', 'twin-a', '$tsecret'); SELECT eventgrid.set_signing_secret('signed', 'twin-b', '$tsecret')");
+sql("SELECT eventgrid.publish('signed', '" . eg_event('t-1', subject => '/twins/1') . "')");
+my @twins = wait_for_requests($r, '/status/200/twins', 2);
+is(scalar(@twins), 2, 'twins: the event went to both subscriptions');
+isnt($twins[0]{headers}{'webhook-id'}, $twins[1]{headers}{'webhook-id'},
+	'twins: the two messages carry different webhook-ids, so a receiver that deduplicates keeps both');
+is_deeply([ sort @{ verified($tsecret, '/status/200/twins') } ], [ sort map { "ok $_->{headers}{'webhook-id'}" } @twins ],
+	'twins: both verify');
+sql("SELECT eventgrid.drop_event_subscription('signed', 'twin-a'); SELECT eventgrid.drop_event_subscription('signed', 'twin-b')");
 
 # --- rotation: both keys sign while the previous one is valid
 my $new = sql("SELECT eventgrid.set_signing_secret('signed', 'hooks', NULL, previous_valid_for => '1 hour')");
