@@ -286,6 +286,21 @@ SELECT * FROM eventgrid.endpoint_validations;
 DELETE FROM eventgrid.topics;
 RESET ROLE;
 
+-- An event or filter refused says what and why, without CONTEXT lines
+-- naming eventgrid's internal statements and helpers
+SELECT eventgrid.publish('shop', '{"id": 1}');
+INSERT INTO eventgrid.events (topic, event) VALUES ('shop', '{"id": 1}');
+SELECT eventgrid.create_event_subscription('shop', 'filtered', 'http://127.0.0.1:9/f',
+       advanced_filters => '[{"operatorType": "Bad"}]');
+SELECT eventgrid.set_advanced_filters('shop', 'billing', '[{"operatorType": "NumberIn", "key": "data.n"}]');
+-- a caller's own function keeps its frames
+CREATE FUNCTION publish_for_me() RETURNS bigint[] LANGUAGE plpgsql AS $f$
+BEGIN
+    RETURN eventgrid.publish('shop', '{"id": 1}');
+END $f$;
+SELECT publish_for_me();
+DROP FUNCTION publish_for_me();
+
 -- The trigger function called directly
 SELECT err($$SELECT eventgrid._validate_event()$$);
 

@@ -94,6 +94,8 @@ like($node->safe_psql('postgres', "SET ROLE watcher; SELECT string_agg(worker ||
 		  . " || coalesce(activity, '-'), ' | ' ORDER BY worker) FROM eventgrid.worker_status"),
 	qr/^delivery worker 1 true eventgrid: (idle|delivering)[^|]* \| upkeep worker true /,
 	'eventgrid.worker_status does: each worker, its pid and its status line');
+ok(wait_for_sql($node, "SELECT state || ' ' || activity FROM eventgrid.worker_status WHERE worker = 'upkeep worker'",
+	'idle eventgrid: idle', 10), 'the upkeep worker between upkeeps says it is idle, not the name of its last step');
 like(($node->psql('postgres', "SET ROLE watcher; SELECT * FROM eventgrid._worker_pids()"))[2] // '',
 	qr/permission denied for function _worker_pids/, 'while _worker_pids() stays the superuser\'s');
 
