@@ -140,9 +140,9 @@ SUMMARY
 if [ $keep = 1 ]; then
     cat <<EOF
 == the cluster and the receiver keep running (--keep)
-   connect:   sudo -u postgres psql -h $work -p $port -d postgres
+   connect (as root): runuser -u postgres -- $PG_BINDIR/psql -h $work -p $port -d postgres -v receiver=http://127.0.0.1:$rport
    try:       SELECT * FROM eventgrid.delivery_attempts;
-   receiver:  http://127.0.0.1:$rport (it logs to $work/received.jsonl)
-   stop both: sudo -u postgres $PG_BINDIR/pg_ctl -D $work/data stop; sudo kill $(cat "$work/receiver.pid"); sudo rm -rf $work
+   receiver:  http://127.0.0.1:$rport, the psql variable :'receiver' (it logs to $work/received.jsonl)
+   stop both (as root): runuser -u postgres -- $PG_BINDIR/pg_ctl -D $work/data stop; kill $(cat "$work/receiver.pid"); rm -rf $work
 EOF
 fi

@@ -1,9 +1,10 @@
 # The README's five-minute tutorial, as a user types it: its SQL block is
-# read from README.md, pointed at this test's receiver instead of the
-# demo's, and run step by step (the "-- N." comments), waiting after each
-# step for what the README says happens: delivered, failed and due again,
-# dead-lettered, delivered again.  If the README changes, this runs what it
-# says now.
+# read from README.md and run with the psql variable receiver set to this
+# test's receiver (the demo's connect command sets it to the demo's), step
+# by step (the "-- N." comments), checking after each step what the README
+# says happens: delivered, failed and due again, dead-lettered, delivered
+# again; and pasted whole into another cluster, where its own waits must
+# be enough.  If the README changes, this runs what it says now.
 use strict;
 use warnings;
 use FindBin;
@@ -20,14 +21,14 @@ my $u = $r->{url};
 my $readme = slurp_file("$FindBin::RealBin/../../README.md");
 my ($block) = $readme =~ /^## Tutorial: five minutes\n.*?^```sql\n(.*?)^```\n/ms;
 ok(defined $block, 'README.md has the tutorial\'s SQL block');
-$block =~ s{http://127\.0\.0\.1:18080}{$u}g;
+unlike($block, qr{127\.0\.0\.1:\d+}, 'the block names no port: the receiver comes from the psql variable');
 my @steps = split /^(?=-- \d+\. )/m, $block;
 is(scalar(@steps), 6, 'in six steps');
 
 sub step
 {
 	my ($n) = @_;
-	my ($ret, $out, $err) = $node->psql('postgres', $steps[ $n - 1 ]);
+	my ($ret, $out, $err) = $node->psql('postgres', $steps[ $n - 1 ], extra_params => [ '-v', "receiver=$u" ]);
 	is($ret . $err, '0', "step $n runs without an error");
 	return $out;
 }
@@ -59,4 +60,15 @@ ok(wait_for_sql($node, "SELECT delivered || ' ' || pending || ' ' || dead_letter
 is(scalar(requests($r, '/status/200/inbox')), 2, 'the receiver got both events');
 
 $node->stop;
+
+# pasted whole: each step's own wait is enough for what the next one reads
+my $whole = new_node('tutorial_whole');
+my $r2 = start_receiver();
+my ($ret, $out, $err) = $whole->psql('postgres', $block, extra_params => [ '-v', "receiver=$r2->{url}" ]);
+is($ret . $err, '0', 'pasted whole, the block runs without an error');
+like($out, qr/^1\|200\|Delivered$/m, 'pasted whole: step 3 shows the first event delivered');
+like($out, qr/^1\|200\|Delivered\n1\|503\|Busy\n/m, 'pasted whole: step 4 shows the failed attempt');
+like($out, qr/^MaxDeliveryAttemptsExceeded\|2\|Busy\|\{/m, 'pasted whole: step 5 shows the dead letter');
+like($out, qr/^2\|0\|1\|1$/m, 'pasted whole: step 6 shows 2 delivered, 0 pending, 1 dead-lettered, 1 redelivered');
+$whole->stop;
 done_testing();
