@@ -75,15 +75,17 @@ extern int	eg_targets_queued_subscriptions(int64 **subs);
 extern EgRequest *eg_targets_take(bool (*take) (const EgRequest *req, void *arg), void *arg);
 extern bool eg_targets_unblocked(void);
 extern void eg_targets_sweep(TimestampTz now);
+extern int	eg_targets_dirty(EgHealth **out);
+extern void eg_targets_written(const EgHealth *written, int n);
+extern void eg_targets_load(const EgHealth *rows, int n);
 
-/* endpoint_health.c */
+/* endpoint_health.c: one endpoint at a time */
 extern TimestampTz eg_target_probation_until(const EgTarget *t);
 extern bool eg_health_holds(const EgTarget *t, TimestampTz now);
 extern void eg_health_probe_started(EgTarget *t, EgRequest *req);
 extern void eg_health_probe_unsent(EgTarget *t, EgRequest *req);
 extern bool eg_health_after_attempt(EgTarget *t, const EgRequest *req, TimestampTz now);
-extern int	eg_targets_dirty(EgHealth **out);
-extern void eg_targets_written(const EgHealth *written, int n);
-extern void eg_targets_load(const EgHealth *rows, int n);
+extern void eg_health_to_row(const EgTarget *t, EgHealth *e);
+extern void eg_health_from_row(EgTarget *t, const EgHealth *e);
 
 #endif							/* EVENTGRID_ENDPOINT_H */

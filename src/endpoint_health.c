@@ -16,7 +16,8 @@
  * are logged once each (naming the host and an event subscription, never
  * the URL's path or query); the state is written to eventgrid.endpoint_states
  * with the outcomes (eg_targets_dirty, store_health.c), and read back when
- * a worker starts.
+ * a worker starts.  This file knows one endpoint at a time; the table of
+ * them is endpoint_queue.c's.
  */
 #include "endpoint.h"
 
@@ -138,8 +139,9 @@ eg_health_after_attempt(EgTarget *t, const EgRequest *req, TimestampTz now)
 	return false;
 }
 
-static void
-to_health(const EgTarget *t, EgHealth *e)
+/* The health of endpoint t as eventgrid.endpoint_states keeps it (its texts t's own). */
+void
+eg_health_to_row(const EgTarget *t, EgHealth *e)
 {
 	e->endpoint = t->url;
 	e->state = t->probation_started == 0 ? "healthy" : t->probing ? "probing" : "probation";
@@ -152,72 +154,19 @@ to_health(const EgTarget *t, EgHealth *e)
 }
 
 /*
- * The endpoints whose health changed since they were last written
- * (palloc'd; count returned).  Call eg_targets_written() once they are
- * committed.
- */
-int
-eg_targets_dirty(EgHealth **out)
-{
-	HASH_SEQ_STATUS seq;
-	EgTarget   *t;
-	int			n = 0;
-	int			cap = 16;
-
-	*out = NULL;
-	if (eg_targets_table == NULL)
-		return 0;
-	*out = palloc(cap * sizeof(EgHealth));
-	hash_seq_init(&seq, eg_targets_table);
-	while ((t = hash_seq_search(&seq)) != NULL)
-	{
-		if (!t->dirty)
-			continue;
-		if (n == cap)
-		{
-			cap *= 2;
-			*out = repalloc(*out, cap * sizeof(EgHealth));
-		}
-		to_health(t, &(*out)[n++]);
-	}
-	return n;
-}
-
-/* The health of these endpoints (from eg_targets_dirty) is committed. */
-void
-eg_targets_written(const EgHealth *written, int n)
-{
-	for (int i = 0; i < n; i++)
-	{
-		const char *url = written[i].endpoint;
-		EgTarget   *t = hash_search(eg_targets_table, &url, HASH_FIND, NULL);
-
-		if (t)
-			t->dirty = false;
-	}
-	eg_targets_sweep(GetCurrentTimestamp());
-}
-
-/*
- * Takes over the health written by an earlier run of the worker.  A probe
- * that was in flight then is lost: the endpoint is on probation, its probe
- * due when the probation time is over.
+ * Takes over the health an earlier run of a worker wrote.  A probe that
+ * was in flight then is lost: the endpoint is on probation, its probe due
+ * when the probation time is over.
  */
 void
-eg_targets_load(const EgHealth *rows, int n)
+eg_health_from_row(EgTarget *t, const EgHealth *e)
 {
-	for (int i = 0; i < n; i++)
-	{
-		EgTarget   *t = eg_target(rows[i].endpoint);
-
-		t->consecutive_failures = rows[i].consecutive_failures;
-		t->last_failure = rows[i].last_failure_outcome;
-		t->probations = rows[i].probations;
-		t->probation_started = rows[i].probation_started_at;
-		t->probation_until = rows[i].probation_until;
-		t->cause = rows[i].probation_cause;
-		t->probing = false;
-		t->dirty = strcmp(rows[i].state, "probing") == 0;
-	}
+	t->consecutive_failures = e->consecutive_failures;
+	t->last_failure = e->last_failure_outcome;
+	t->probations = e->probations;
+	t->probation_started = e->probation_started_at;
+	t->probation_until = e->probation_until;
+	t->cause = e->probation_cause;
+	t->probing = false;
+	t->dirty = strcmp(e->state, "probing") == 0;
 }
-

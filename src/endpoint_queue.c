@@ -467,3 +467,58 @@ eg_targets_unblocked(void)
 	return was;
 }
 
+
+/*
+ * The endpoints whose health changed since they were last written
+ * (palloc'd; count returned).  Call eg_targets_written() once they are
+ * committed.
+ */
+int
+eg_targets_dirty(EgHealth **out)
+{
+	HASH_SEQ_STATUS seq;
+	EgTarget   *t;
+	int			n = 0;
+	int			cap = 16;
+
+	*out = NULL;
+	if (eg_targets_table == NULL)
+		return 0;
+	*out = palloc(cap * sizeof(EgHealth));
+	hash_seq_init(&seq, eg_targets_table);
+	while ((t = hash_seq_search(&seq)) != NULL)
+	{
+		if (!t->dirty)
+			continue;
+		if (n == cap)
+		{
+			cap *= 2;
+			*out = repalloc(*out, cap * sizeof(EgHealth));
+		}
+		eg_health_to_row(t, &(*out)[n++]);
+	}
+	return n;
+}
+
+/* The health of these endpoints (from eg_targets_dirty) is committed. */
+void
+eg_targets_written(const EgHealth *written, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		const char *url = written[i].endpoint;
+		EgTarget   *t = hash_search(eg_targets_table, &url, HASH_FIND, NULL);
+
+		if (t)
+			t->dirty = false;
+	}
+	eg_targets_sweep(GetCurrentTimestamp());
+}
+
+/* Takes over the health of endpoints an earlier run of a worker wrote (eg_health_from_row). */
+void
+eg_targets_load(const EgHealth *rows, int n)
+{
+	for (int i = 0; i < n; i++)
+		eg_health_from_row(eg_target(rows[i].endpoint), &rows[i]);
+}

@@ -2,7 +2,8 @@
  * store.h - the delivery queue's SQL, behind a few functions per concern:
  *   store.c           units of work, the extension's presence and version,
  *                     statement preparation and the helpers the others share;
- *   store_claim.c     claiming first attempts and due retries;
+ *   store_claim.c     claiming first attempts (and store_claim_retries.c,
+ *                     due retries);
  *   store_record.c    requests in flight and recording outcomes and attempts;
  *   store_recovery.c  taking back what stopped workers left, and positions
  *                     restored from another cluster;
