@@ -971,3 +971,31 @@ COMMENT ON FUNCTION eventgrid.purge_dead_letters(topic text, subscription text, 
 COMMENT ON FUNCTION eventgrid._record_validation(sid bigint, sent_code text, http_status integer, body text,
         allowed_origin text, allowed_rate text, origin text, error text) IS
     'Internal: records the answer to an endpoint validation request and returns the new provisioning state (NULL when the validation was started again meanwhile). Event Grid schema: HTTP 200 with {"validationResponse": code} validates, 200 with an empty body or JSON without it awaits validate_event_subscription() for 10 minutes, another code fails, a body that is not JSON eventgrid can read is a failed try. CloudEvents: a 2xx answer whose WebHook-Allowed-Origin is * or the origin sent validates, and WebHook-Allowed-Rate (requests a minute) becomes max_events_per_second. Otherwise tried again 5 s later, three tries in all, then Failed.';
+
+-- ---------------------------------------------------------------------------
+-- Every database: with the library preloaded, any database where the
+-- extension is created is served, its workers started while it has work
+-- (eventgrid.database_name is no longer used).  The launcher's view of all
+-- databases, for a superuser or a role with pg_monitor.
+
+COMMENT ON FUNCTION eventgrid._check_install_database() IS
+    'Internal: run first by the install script; warns when the library is not preloaded (nothing is delivered until it is). Every database where the extension is created is served.';
+
+CREATE FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer,
+        OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone,
+        OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone,
+        OUT held_by integer, OUT last_active timestamp with time zone) RETURNS SETOF record
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_served_databases';
+COMMENT ON FUNCTION eventgrid._served_databases() IS
+    'Internal: the launcher''s view of every database it knows; read eventgrid.served_databases.';
+CREATE VIEW eventgrid.served_databases AS SELECT * FROM eventgrid._served_databases();
+COMMENT ON VIEW eventgrid.served_databases IS
+    'The launcher''s view of every database of the cluster (that allows connections and is not a template): database, state (served: the extension in this library''s version; no extension; other version: waits for ALTER EXTENSION eventgrid UPDATE; looking: a worker is finding out), delivery_workers and upkeep_worker running now, when they are wanted next (delivery_wanted_at, upkeep_wanted_at; NULL: running, or not until work comes), waiting_since (wanted, but every background worker slot was taken), held_by (the pid of a backend whose DDL needs the database to itself), last_active (when a worker last had work). Readable by superusers and members of pg_monitor; the same in every database.';
+REVOKE ALL ON FUNCTION eventgrid._served_databases() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid._served_databases() TO pg_monitor;
+REVOKE ALL ON TABLE eventgrid.served_databases FROM PUBLIC;
+GRANT SELECT ON TABLE eventgrid.served_databases TO pg_monitor;
+
+COMMENT ON VIEW eventgrid.worker_status IS
+    'Each eventgrid worker of this database (delivery worker 1..eventgrid.delivery_workers, upkeep worker): pid (NULL when it does not run: workers run only while the database has work), state (idle or active), activity (its status line: what it delivers, waits for or failed at), state_since, wait_event_type, wait_event, backend_start. Readable by eventgrid_admin, which pg_stat_activity would show only <insufficient privilege>. eventgrid.served_databases shows every database''s.';

@@ -100,7 +100,7 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid._check_endpoint_validation(v text) IS 'Internal: raises 22023 unless v is none or handshake.';
 
-COMMENT ON FUNCTION eventgrid._check_install_database() IS 'Internal: refuses CREATE EXTENSION outside eventgrid.database_name when preloaded (55000); a WARNING when not preloaded.';
+COMMENT ON FUNCTION eventgrid._check_install_database() IS 'Internal: run first by the install script; warns when the library is not preloaded (nothing is delivered until it is). Every database where the extension is created is served.';
 
 CREATE FUNCTION eventgrid._check_not_null(field text, val anyelement) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -1244,6 +1244,12 @@ BEGIN
 END $_$;
 
 COMMENT ON FUNCTION eventgrid._row_subject(source_table regclass, r text, cols text[]) IS 'Internal: SQL expression of a table change event''s subject: parameter $9 (/<schema>/<table>, percent-encoded) and the primary key values, percent-encoded, each after a /; $9 alone without a primary key or when columns leaves a key column out.';
+
+CREATE FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) RETURNS SETOF record
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_served_databases';
+
+COMMENT ON FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) IS 'Internal: the launcher''s view of every database it knows; read eventgrid.served_databases.';
 
 CREATE FUNCTION eventgrid._signing_secret_problem(secret text) RETURNS text
     LANGUAGE plpgsql IMMUTABLE
@@ -2670,6 +2676,20 @@ ALTER TABLE eventgrid.retries ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+CREATE VIEW eventgrid.served_databases AS
+ SELECT _served_databases.database,
+    _served_databases.state,
+    _served_databases.delivery_workers,
+    _served_databases.upkeep_worker,
+    _served_databases.delivery_wanted_at,
+    _served_databases.upkeep_wanted_at,
+    _served_databases.waiting_since,
+    _served_databases.held_by,
+    _served_databases.last_active
+   FROM eventgrid._served_databases() _served_databases(database, state, delivery_workers, upkeep_worker, delivery_wanted_at, upkeep_wanted_at, waiting_since, held_by, last_active);
+
+COMMENT ON VIEW eventgrid.served_databases IS 'The launcher''s view of every database of the cluster (that allows connections and is not a template): database, state (served: the extension in this library''s version; no extension; other version: waits for ALTER EXTENSION eventgrid UPDATE; looking: a worker is finding out), delivery_workers and upkeep_worker running now, when they are wanted next (delivery_wanted_at, upkeep_wanted_at; NULL: running, or not until work comes), waiting_since (wanted, but every background worker slot was taken), held_by (the pid of a backend whose DDL needs the database to itself), last_active (when a worker last had work). Readable by superusers and members of pg_monitor; the same in every database.';
+
 CREATE VIEW eventgrid.table_change_publications AS
  SELECT p.source_table,
     p.topic,
@@ -2712,7 +2732,7 @@ CREATE VIEW eventgrid.worker_status AS
     _worker_status.backend_start
    FROM eventgrid._worker_status() _worker_status(worker, pid, state, activity, state_since, wait_event_type, wait_event, backend_start);
 
-COMMENT ON VIEW eventgrid.worker_status IS 'Each eventgrid worker (delivery worker 1..eventgrid.delivery_workers, upkeep worker): pid (NULL when it does not run), state (idle or active), activity (its status line: what it delivers, waits for or failed at), state_since, wait_event_type, wait_event, backend_start. Readable by eventgrid_admin, which pg_stat_activity would show only <insufficient privilege>.';
+COMMENT ON VIEW eventgrid.worker_status IS 'Each eventgrid worker of this database (delivery worker 1..eventgrid.delivery_workers, upkeep worker): pid (NULL when it does not run: workers run only while the database has work), state (idle or active), activity (its status line: what it delivers, waits for or failed at), state_since, wait_event_type, wait_event, backend_start. Readable by eventgrid_admin, which pg_stat_activity would show only <insufficient privilege>. eventgrid.served_databases shows every database''s.';
 
 ALTER TABLE ONLY eventgrid.attempt_log ATTACH PARTITION eventgrid.attempt_log_0 FOR VALUES IN ('0');
 
@@ -2993,6 +3013,9 @@ REVOKE ALL ON FUNCTION eventgrid._row_json(source_table regclass, r text, cols t
 
 REVOKE ALL ON FUNCTION eventgrid._row_subject(source_table regclass, r text, cols text[]) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) TO pg_monitor;
+
 REVOKE ALL ON FUNCTION eventgrid._signing_secret_problem(secret text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._start_validation(sid bigint) FROM PUBLIC;
@@ -3154,6 +3177,8 @@ GRANT SELECT(name) ON TABLE eventgrid.topics TO eventgrid_publisher;
 GRANT SELECT(input_schema) ON TABLE eventgrid.topics TO eventgrid_publisher;
 
 GRANT SELECT ON TABLE eventgrid.metrics TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.served_databases TO pg_monitor;
 
 GRANT SELECT ON TABLE eventgrid.table_change_publications TO eventgrid_admin;
 

@@ -1,6 +1,6 @@
 -- Trust: roles and grants, header and endpoint rules, NULL arguments,
 -- bounded error messages, publish size, restore mode, and CREATE EXTENSION
--- in a database the worker does not serve.
+-- in another database.
 DROP EXTENSION eventgrid;
 CREATE EXTENSION eventgrid;
 SET client_min_messages = warning;
@@ -308,13 +308,25 @@ SELECT err($$SELECT eventgrid._validate_event()$$);
 SELECT c.relname FROM pg_extension x, unnest(x.extconfig) AS cfg(oid) JOIN pg_class c ON c.oid = cfg.oid
  WHERE x.extname = 'eventgrid' ORDER BY 1;
 
--- Preloaded, CREATE EXTENSION is refused outside eventgrid.database_name
+-- Preloaded, CREATE EXTENSION works in any database (each is served), and
+-- DROP DATABASE is not held up by its workers
 CREATE DATABASE eventgrid_elsewhere;
 \c eventgrid_elsewhere
 SET client_min_messages = warning;
 CREATE EXTENSION eventgrid;
+SELECT extversion = default_version AS installed FROM pg_extension x JOIN pg_available_extensions a ON a.name = x.extname
+ WHERE x.extname = 'eventgrid';
 \c contrib_regression
 DROP DATABASE eventgrid_elsewhere;
+-- the launcher's view of every database: superusers and pg_monitor only
+SET ROLE eg_alice;
+SELECT count(*) FROM eventgrid.served_databases;
+RESET ROLE;
+GRANT pg_monitor TO eg_alice;
+SET ROLE eg_alice;
+SELECT count(*) > 0 AS sees_them FROM eventgrid.served_databases WHERE database = current_database();
+RESET ROLE;
+REVOKE pg_monitor FROM eg_alice;
 
 DROP EXTENSION eventgrid;
 DROP ROLE eg_alice;

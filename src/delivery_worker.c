@@ -43,6 +43,8 @@
 #define EG_BUSY_POLL_MS 5
 #define EG_LOCKED_DUE_RETRY_MS 250	/* due rows exist, but another session locks them */
 #define EG_PEER_LOCKED_RETRY_MS 10	/* the same with several delivery workers: most likely a peer's claim */
+#define EG_LEAVE_GRACE_MS 3000	/* a worker asked to leave waits this long for the requests it sent */
+#define EG_IDLE_POLL_MS 1000		/* an idle worker looks this often whether it should leave */
 
 EgDeliveryWorker eg_dw = {.next_chunk_no = 1, .next_wave_no = 1};
 
@@ -61,10 +63,15 @@ static int	starting_n = 0;
 /* the loop's state across rounds (and across an ERROR's longjmp) */
 static TimestampTz next_claim_at = 0;
 static bool leases_released = false;
+static int	last_claim_rows = 0;
+static TimestampTz idle_since = 0;	/* 0: busy (it was started for work: idle from its first quiet round) */
+static TimestampTz leaving_since = 0;	/* asked to leave, or idle long enough: finishing */
+static bool leave_with_work = false;	/* it leaves with work left: wanted again at once */
+static TimestampTz active_reported = 0;
 
 /*
  * What pause_delivery() paused, for the status line: read again when a
- * pause or resume committed (eg_shared->change_generation) and, while the
+ * pause or resume committed (eg_my_db->change_generation) and, while the
  * worker delivers, at most every EG_PAUSE_READ_INTERVAL_MS (a dropped
  * subscription takes its pause with it).
  */
@@ -78,7 +85,7 @@ pause_suffix(char *buf, size_t len, TimestampTz now, bool idle)
 	uint64		generation;
 
 	SpinLockAcquire(&eg_shared->mutex);
-	generation = eg_shared->change_generation;
+	generation = eg_my_db->change_generation;
 	SpinLockRelease(&eg_shared->mutex);
 	if ((generation != read_generation ||
 		 (!idle && now - read_at >= (TimestampTz) EG_PAUSE_READ_INTERVAL_MS * 1000)) &&
@@ -162,7 +169,7 @@ report_status(TimestampTz next_claim_at)
 				int64		backlog;
 
 				SpinLockAcquire(&eg_shared->mutex);
-				backlog = eg_shared->backlog;
+				backlog = eg_my_db->backlog;
 				SpinLockRelease(&eg_shared->mutex);
 				snprintf(text, sizeof(text),
 						 "eventgrid: delivering: %d requests in flight, %d waiting to be sent, %d outcomes to record; backlog of %s %lld deliveries%s",
@@ -242,7 +249,7 @@ follow_subscription_changes(void)
 	TimestampTz now = eg_now();
 
 	SpinLockAcquire(&eg_shared->mutex);
-	generation = eg_shared->change_generation;
+	generation = eg_my_db->change_generation;
 	SpinLockRelease(&eg_shared->mutex);
 	if (generation == followed_generation)
 		return;
@@ -441,14 +448,16 @@ collect_finished(void)
 	}
 }
 
-/* Exit callback: publishers no longer set this worker's latch, and the HTTP thread stops. */
+/*
+ * Exit callback: the HTTP thread stops, and the requests this worker had
+ * in flight no longer count against their hosts (the pid slot and latch
+ * are cleared by worker.c's).
+ */
 static void
-detach_latch(int code, Datum arg)
+stop_http(int code, Datum arg)
 {
-	SpinLockAcquire(&eg_shared->mutex);
-	eg_shared->worker_latch[eg_dw.number - 1] = NULL;
-	SpinLockRelease(&eg_shared->mutex);
 	eg_http_shutdown();
+	eg_targets_release_hosts();
 }
 
 /*
@@ -490,15 +499,18 @@ claim_round(TimestampTz now, bool db_ok)
 	bool		locked;
 	int			n;
 
+	last_claim_rows = 0;
 	eg_targets_waiting(&ready, &backed_up_bytes);
 	bytes_claimable = eg_dw.bytes_held - backed_up_bytes;
-	if (!(db_ok && leases_released && !eg_delivery_paused &&
+	if (!(db_ok && leases_released && !eg_delivery_paused && leaving_since == 0 &&
 		  ready < eg_max_concurrent_requests && now >= next_claim_at &&
 		  (bytes_claimable == 0 || bytes_claimable < byte_limit / 2)))
 		return false;
 
 	eg_rate_reset_next();
+	eg_worker_saw_wakes();		/* commits up to here are this claim's to find */
 	n = eg_delivery_claim((byte_limit - bytes_claimable) / 2, &more, &locked);
+	last_claim_rows = Max(n, 0);
 	if (n < 0)
 		next_claim_at = 0;		/* eg_db_retry_at holds it back */
 	else if (!more)
@@ -577,7 +589,8 @@ idle_wait(void)
 	if (GetCurrentTimestamp() < eg_db_retry_at)
 		wake_at = Max(wake_at, now + (eg_db_retry_at - GetCurrentTimestamp()));
 	timeout_ms = wake_at <= now ? 0
-		: (long) Min((wake_at - now + 999) / 1000, (TimestampTz) EG_IDLE_MAX_SLEEP_MS);
+		: (long) Min((wake_at - now + 999) / 1000,
+					 (TimestampTz) (idle_since != 0 ? EG_IDLE_POLL_MS : EG_IDLE_MAX_SLEEP_MS));
 	if (timeout_ms <= 0)
 		return;
 	rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout_ms, PG_WAIT_EXTENSION);
@@ -592,6 +605,99 @@ idle_wait(void)
 	}
 }
 
+/* Every waiting request (for put_back_unsent). */
+static bool
+any_request(const EgRequest *req, void *arg)
+{
+	return true;
+}
+
+/*
+ * The requests claimed and not started go back unsent and uncharged (due
+ * at once as retries), as for a subscription that changed: a worker about
+ * to leave sends nothing more.
+ */
+static void
+put_back_unsent(void)
+{
+	EgRequest  *req = eg_targets_take(any_request, NULL);
+	TimestampTz now = eg_now();
+
+	while (req != NULL)
+	{
+		EgRequest  *next = req->next;
+
+		for (int k = 0; k < req->count; k++)
+		{
+			EgDelivery *d = (EgDelivery *) req->items[k];
+
+			eg_delivery_finish_unattempted(d, EG_ACTION_RETRY, EG_REASON_NONE, EG_OUTCOME_NONE);
+			d->out.next_at = now;
+			eg_delivery_push(d);
+		}
+		eg_http_free_headers(req);
+		free(req->body);
+		req->body = NULL;
+		leave_with_work = true;
+		req = next;
+	}
+}
+
+/*
+ * Whether to leave, and leaving: a worker whose database lost the
+ * extension (or has another version) leaves at once, its slot saying so;
+ * one asked to leave (DDL on its database, or another database's turn) or
+ * idle for eventgrid.worker_idle_timeout (at once while another database
+ * waits for a worker slot) claims nothing more, puts back what it claimed
+ * and did not send, waits for the requests it sent (at most
+ * EG_LEAVE_GRACE_MS: those still in flight then are taken back by the next
+ * worker, charged as after a crash), records what came of them, and
+ * leaves, saying when it is wanted again: at once if it left work, else
+ * when its next retry or rate token is due, else when a commit wakes it.
+ */
+static void
+leave_if_due(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	bool		busy = eg_http_in_flight() > 0 || eg_targets_queued() > 0 || eg_dw.to_record_n > 0 ||
+		last_claim_rows > 0;
+
+	if (eg_store_readiness == EG_READY_MISSING || eg_store_readiness == EG_READY_VERSION)
+	{
+		if (eg_http_in_flight() == 0)
+			eg_worker_leave(DT_NOEND);
+		return;
+	}
+	if (busy)
+	{
+		idle_since = 0;
+		if (now - active_reported >= USECS_PER_SEC)
+		{
+			eg_worker_busy();
+			active_reported = now;
+		}
+	}
+	else if (idle_since == 0)
+		idle_since = now;
+	if (leaving_since == 0)
+	{
+		if (!eg_worker_should_leave(idle_since))
+			return;
+		leaving_since = now;
+		leave_with_work = busy || next_claim_at <= eg_now();
+		put_back_unsent();
+	}
+	if (eg_http_in_flight() > 0 && now - leaving_since < (TimestampTz) EG_LEAVE_GRACE_MS * 1000)
+		return;
+	collect_finished();
+	if (eg_delivery_recordable() > 0 && GetCurrentTimestamp() >= eg_db_retry_at)
+		(void) eg_delivery_record();
+	if (eg_dw.to_record_n > 0 && eg_http_in_flight() == 0 &&
+		now - leaving_since < (TimestampTz) (EG_LEAVE_GRACE_MS * 2) * 1000)
+		return;					/* a record failed: it tries again first */
+	eg_worker_leave(leave_with_work ? 0 : next_claim_at == 0 ? DT_NOEND : next_claim_at);
+}
+
 /* Background worker entry point, started by the launcher for the database dboid. */
 void
 eventgrid_worker_main(Datum arg)
@@ -601,17 +707,13 @@ eventgrid_worker_main(Datum arg)
 	memcpy(&eg_dw.number, MyBgworkerEntry->bgw_extra, sizeof(eg_dw.number));
 	if (eg_dw.number < 1 || eg_dw.number > eg_delivery_workers)
 		elog(FATAL, "eventgrid: delivery worker number %d is out of range", eg_dw.number);
-	eg_worker_start(arg, "delivery worker", eg_dw.number, &eg_shared->worker_pid[eg_dw.number - 1]);
+	eg_worker_start(arg, "delivery worker", eg_dw.number);
 	eg_dw.lease_owner = MyProcPid;
-
-	/* the callback first: a start that fails below leaves no dangling latch */
-	before_shmem_exit(detach_latch, (Datum) 0);
-	SpinLockAcquire(&eg_shared->mutex);
-	eg_shared->worker_latch[eg_dw.number - 1] = MyLatch;
-	SpinLockRelease(&eg_shared->mutex);
+	eg_store_quiet = true;		/* the upkeep worker says what it finds of the extension */
+	before_shmem_exit(stop_http, (Datum) 0);
 	eg_http_init();
 
-	ereport(LOG, (errmsg("eventgrid %s started in database \"%s\"", eg_worker_kind, eg_database_name)));
+	ereport(DEBUG1, (errmsg("eventgrid: %s started", eg_worker_kind)));
 
 	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
 		eg_recover_from_error(drop_partial);
@@ -671,6 +773,7 @@ eventgrid_worker_main(Datum arg)
 		 */
 		if (eg_targets_unblocked())
 			next_claim_at = 0;
+		leave_if_due();
 		idle_wait();
 	}
 }

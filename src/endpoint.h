@@ -30,7 +30,9 @@ typedef struct EgHealth
 typedef struct EgHost
 {
 	const char *key;			/* hash key: "scheme://host:port" */
-	int			in_flight;		/* requests started (or about to be) */
+	uint64		hash;			/* of key: its slot in the shared per-host counts */
+	int			in_flight;		/* requests started (or about to be) by this worker */
+	int			shared_in_flight;	/* of those, how many the shared count holds */
 	int			queued;
 	int64		queued_bytes;
 	EgRequest  *head;			/* requests waiting, in order */
@@ -78,6 +80,7 @@ extern void eg_targets_sweep(TimestampTz now);
 extern int	eg_targets_dirty(EgHealth **out);
 extern void eg_targets_written(const EgHealth *written, int n);
 extern void eg_targets_load(const EgHealth *rows, int n);
+extern void eg_targets_release_hosts(void);
 
 /* endpoint_health.c: one endpoint at a time */
 extern TimestampTz eg_target_probation_until(const EgTarget *t);

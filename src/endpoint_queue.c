@@ -6,7 +6,8 @@
  * Requests wait in one queue per host, that is per (scheme, host, port) of
  * their URL (eg_url_host_key).  Hosts take turns (round robin) for the free
  * connections, and no host has more than eventgrid.max_requests_per_endpoint
- * requests in flight, so an endpoint that hangs holds at most that many
+ * requests in flight (from every delivery worker of every database
+ * together), so an endpoint that hangs holds at most that many
  * connections and the others always get their turn.  A host with at least
  * eventgrid.max_concurrent_requests requests waiting is "backed up": the
  * worker claims nothing more for the event subscriptions whose requests
@@ -31,6 +32,82 @@ static EgHost *ring = NULL;		/* hosts with requests waiting */
 static int	queued_total = 0;
 static TimestampTz last_sweep = 0;
 static bool unblocked = false;	/* a skipped host drained below its mark */
+
+/*
+ * Requests in flight to a host, counted for every delivery worker of every
+ * database in shared memory (EgShared.hosts), so that
+ * eventgrid.max_requests_per_endpoint protects a receiver whichever
+ * database or worker the requests come from.  The slot of a host is one of
+ * EG_HOST_PROBE its key's hash selects; one whose count is 0 is free.  With
+ * all of them taken (thousands of hosts in flight at once) the host is
+ * counted by this worker alone.  Each worker gives back its own count when
+ * it exits (eg_targets_release_hosts).
+ */
+#define EG_HOST_PROBE 8
+
+static EgHostSlot *
+host_slot_locked(uint64 hash)
+{
+	EgHostSlot *free_slot = NULL;
+
+	for (int k = 0; k < EG_HOST_PROBE; k++)
+	{
+		EgHostSlot *hs = &eg_shared->hosts[(hash + k) % EG_HOST_SLOTS];
+
+		if (hs->hash == hash && hs->in_flight > 0)
+			return hs;
+		if (free_slot == NULL && hs->in_flight == 0)
+			free_slot = hs;
+	}
+	if (free_slot != NULL)
+		free_slot->hash = hash;
+	return free_slot;
+}
+
+/* One more request to host h may start (counted here and in shared memory), or false. */
+static bool
+host_acquire(EgHost *h)
+{
+	EgHostSlot *hs;
+	bool		ok;
+
+	if (h->in_flight >= eg_max_requests_per_endpoint)
+		return false;
+	SpinLockAcquire(&eg_shared->mutex);
+	hs = host_slot_locked(h->hash);
+	ok = hs == NULL || hs->in_flight < eg_max_requests_per_endpoint;
+	if (ok && hs != NULL)
+	{
+		hs->in_flight++;
+		h->shared_in_flight++;
+	}
+	SpinLockRelease(&eg_shared->mutex);
+	if (ok)
+		h->in_flight++;
+	return ok;
+}
+
+/* A request to host h is no longer in flight (or was not started after all). */
+static void
+host_release(EgHost *h)
+{
+	h->in_flight--;
+	if (h->shared_in_flight == 0)
+		return;
+	h->shared_in_flight--;
+	SpinLockAcquire(&eg_shared->mutex);
+	for (int k = 0; k < EG_HOST_PROBE; k++)
+	{
+		EgHostSlot *hs = &eg_shared->hosts[(h->hash + k) % EG_HOST_SLOTS];
+
+		if (hs->hash == h->hash && hs->in_flight > 0)
+		{
+			hs->in_flight--;
+			break;
+		}
+	}
+	SpinLockRelease(&eg_shared->mutex);
+}
 
 static uint32
 str_hash(const void *key, Size keysize)
@@ -165,6 +242,7 @@ eg_target(const char *url)
 		{
 			memset(h, 0, sizeof(EgHost));
 			h->key = key;
+			h->hash = hash_bytes_extended((const unsigned char *) key, (int) strlen(key), 0);
 		}
 		else
 			pfree(key);
@@ -233,7 +311,7 @@ eg_target_next(TimestampTz now, bool may_send, bool *hold)
 			continue;
 		}
 		*hold = eg_health_holds(req->target, now);
-		if (*hold || (may_send && h->in_flight < eg_max_requests_per_endpoint))
+		if (*hold || (may_send && host_acquire(h)))
 		{
 			h->head = req->next;
 			if (h->head == NULL)
@@ -250,10 +328,7 @@ eg_target_next(TimestampTz now, bool may_send, bool *hold)
 			if (*hold)
 				req->target->waiting--;
 			else
-			{
-				h->in_flight++;
 				eg_health_probe_started(req->target, req);
-			}
 			ring = next;		/* the next host's turn */
 			if (h->head == NULL)
 				ring_remove(h);
@@ -277,7 +352,7 @@ eg_target_unsend(EgRequest *req)
 {
 	EgHost	   *h = req->target->host;
 
-	h->in_flight--;
+	host_release(h);
 	eg_health_probe_unsent(req->target, req);
 	req->next = h->head;
 	h->head = req;
@@ -300,7 +375,7 @@ eg_target_finished(EgRequest *req, TimestampTz now)
 {
 	EgTarget   *t = req->target;
 
-	t->host->in_flight--;
+	host_release(t->host);
 	t->waiting--;
 	t->last_used = GetCurrentTimestamp();
 	return eg_health_after_attempt(t, req, now);
@@ -521,4 +596,22 @@ eg_targets_load(const EgHealth *rows, int n)
 {
 	for (int i = 0; i < n; i++)
 		eg_health_from_row(eg_target(rows[i].endpoint), &rows[i]);
+}
+
+/*
+ * Gives back this worker's share of the shared per-host counts: in an
+ * exit callback, when the requests it still had in flight go with it.
+ */
+void
+eg_targets_release_hosts(void)
+{
+	HASH_SEQ_STATUS seq;
+	EgHost	   *h;
+
+	if (hosts == NULL)
+		return;
+	hash_seq_init(&seq, hosts);
+	while ((h = hash_seq_search(&seq)) != NULL)
+		while (h->shared_in_flight > 0)
+			host_release(h);
 }

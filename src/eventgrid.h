@@ -1,8 +1,9 @@
 /*
  * eventgrid.h - what every eventgrid C file shares: the contract's limits,
- * the GUC variables (module.c), the small shared-memory block through
- * which publishers wake the delivery workers and the launcher tracks the
- * workers it started, and the background workers' entry points.  Each
+ * the GUC variables (module.c), the shared memory through which
+ * publishers wake the delivery workers, the launcher tracks each
+ * database's workers (databases.c) and the workers share rate buckets and
+ * per-host request counts, and the background workers' entry points.  Each
  * concern has a header of its own: outcome.h (outcomes and the retry
  * schedule), store.h (the queue's SQL), http.h (requests and libcurl),
  * url.h (endpoint URLs), endpoint.h (host queues and endpoint health),
@@ -30,7 +31,9 @@
 #endif
 
 /* GUCs (module.c) */
-extern char *eg_database_name;
+extern char *eg_database_name;	/* unused since 0.9.0: every database with the extension is served */
+extern int	eg_max_databases;
+extern int	eg_worker_idle_timeout_s;
 extern int	eg_delivery_workers;
 extern int	eg_max_concurrent_requests;
 #define EG_MAX_CONCURRENT_REQUESTS_LIMIT 1000	/* upper bound of eventgrid.max_concurrent_requests */
@@ -67,47 +70,113 @@ typedef enum EgHistoryMode
 extern int	eg_event_table_at(TimestampTz ts);
 
 /*
- * Most delivery workers eventgrid.delivery_workers may ask for.  Worker k
- * (1 to eventgrid.delivery_workers) has entry k - 1 of the arrays below;
- * what it claims is leased to its pid (lease_owner).
+ * Most delivery workers eventgrid.delivery_workers may ask for, per
+ * database.  Worker k (1 to eventgrid.delivery_workers) has entry k - 1 of
+ * its database slot's arrays below; what it claims is leased to its pid
+ * (lease_owner).
  */
 #define EG_MAX_DELIVERY_WORKERS 8
 
-/* Token buckets of rate-limited event subscriptions (rate.c). */
-#define EG_RATE_BUCKETS 1024
+/* Token buckets of rate-limited event subscriptions (rate.c), cluster-wide. */
+#define EG_RATE_BUCKETS 4096
 typedef struct EgRateBucket
 {
+	Oid			dboid;			/* with subscription_id, the key */
 	int64		subscription_id;	/* 0: free */
 	double		tokens;			/* events that may be claimed now */
 	TimestampTz at;				/* when tokens was last brought up to date */
 } EgRateBucket;
 
 /*
- * Shared state.  A pid slot is set by the worker itself once it has
- * registered the exit callback that clears it, so a slot is non-zero
- * exactly while that process lives (a crash of any backend re-creates
- * shared memory): the launcher and the upkeep worker read liveness from the
- * slots, never from kill(pid, 0), which a reused pid would fool.
+ * Requests in flight to one endpoint host (scheme, host and port), from
+ * every delivery worker of every database: eventgrid.max_requests_per_endpoint
+ * bounds the sum (endpoint_queue.c).  Keyed by a 64-bit hash of the host
+ * key; a slot whose count is 0 is free.
  */
-typedef struct EgShared
+#define EG_HOST_SLOTS 4096
+typedef struct EgHostSlot
 {
-	slock_t		mutex;
+	uint64		hash;
+	int32		in_flight;
+} EgHostSlot;
+
+/* What the launcher knows of a database (databases.c). */
+typedef enum EgDbState
+{
+	EG_DB_FREE = 0,				/* the slot is unused */
+	EG_DB_UNKNOWN,				/* a worker must connect to see whether the extension is there */
+	EG_DB_ABSENT,				/* no eventgrid extension */
+	EG_DB_OTHER_VERSION,		/* the extension, in another version than the library's */
+	EG_DB_READY					/* the extension, in the library's version */
+} EgDbState;
+
+/*
+ * One database the launcher knows (from pg_database), and its workers.  A
+ * pid slot is set by the worker itself once it has registered the exit
+ * callback that clears it, so it is non-zero exactly while that process
+ * lives (a crash of any backend re-creates shared memory): the launcher and
+ * the upkeep worker read liveness from the slots, never from kill(pid, 0),
+ * which a reused pid would fool.  Everything here is under
+ * eg_shared->mutex.
+ */
+typedef struct EgDbSlot
+{
+	Oid			dboid;			/* InvalidOid when the slot is free */
+	NameData	name;			/* as pg_database last said */
+	EgDbState	state;			/* as a worker last found it */
+	bool		recheck;		/* the extension may have changed: a worker is to look again */
+	bool		present;		/* seen by the launcher's last look at pg_database */
+	TimestampTz delivery_at;	/* the delivery workers are wanted from then on, on the workers' clock
+								 * (eg_now()) (0: now; DT_NOEND: not) */
+	TimestampTz upkeep_at;		/* the upkeep worker likewise */
+	uint64		wakes;			/* commits in the database that asked for delivery */
+	pid_t		hold_pid;		/* a backend whose DDL needs the database to itself (0: none) */
+	bool		leave;			/* the workers are to finish what they sent and exit */
+	TimestampTz turn_since;		/* when its workers last started */
+	TimestampTz waiting_since;	/* wanted, but a worker slot was not free (0: not waiting) */
+	TimestampTz last_active;	/* when one of its workers last had work */
 	Latch	   *worker_latch[EG_MAX_DELIVERY_WORKERS];	/* index: worker number - 1 */
 	pid_t		worker_pid[EG_MAX_DELIVERY_WORKERS];
 	pid_t		upkeep_pid;		/* the upkeep worker's */
+	Latch	   *upkeep_latch;
+	bool		clean_exit[EG_MAX_DELIVERY_WORKERS + 1];	/* the last process of each left on purpose ([0]: upkeep) */
 	bool		upkeep_wanted;	/* a delivery worker had work since the last upkeep */
 	int64		backlog;		/* deliveries ready and not claimed, as the upkeep worker last counted */
+	TimestampTz summary_at;		/* the upkeep worker's last summary of dead letters (0: none yet) */
+	int64		summary_dead_letter_id; /* the newest dead letter then (-1: no baseline yet) */
+	int64		summary_dropped;	/* the dropped events counted then */
 	uint64		change_generation;	/* counts commits that paused, resumed, updated or dropped event subscriptions */
-	EgRateBucket rate[EG_RATE_BUCKETS]; /* under mutex */
+} EgDbSlot;
+
+/* Shared state: the launcher, the rate buckets, the hosts, and a slot per database. */
+typedef struct EgShared
+{
+	slock_t		mutex;
+	Latch	   *launcher_latch;
+	pid_t		launcher_pid;
+	bool		slots_short;	/* a database waits for a free worker slot: the others go as soon as they are idle */
+	EgRateBucket rate[EG_RATE_BUCKETS];
+	EgHostSlot	hosts[EG_HOST_SLOTS];
+	int			ndb;			/* eventgrid.max_databases */
+	EgDbSlot	db[FLEXIBLE_ARRAY_MEMBER];
 } EgShared;
 
 extern EgShared *eg_shared;
 
 /*
+ * The slot of the database this process is connected to, in a delivery or
+ * upkeep worker (set at its start); NULL elsewhere.
+ */
+extern EgDbSlot *eg_my_db;
+
+/* In a worker, the name of its database, which every line it logs names (module.c's log hook). */
+extern const char *eg_log_database;
+
+/*
  * Entry points.  The launcher (launcher.c) is registered from _PG_init; it
- * waits for eventgrid.database_name to exist and starts the delivery
- * workers (delivery_worker.c) and the upkeep worker (upkeep_worker.c)
- * there, restarting each with backoff when it exits.
+ * finds the databases that have the extension and starts their delivery
+ * workers (delivery_worker.c) and upkeep worker (upkeep_worker.c) when
+ * they have work, restarting each with backoff when it fails.
  */
 extern PGDLLEXPORT void eventgrid_launcher_main(Datum arg);
 extern PGDLLEXPORT void eventgrid_worker_main(Datum arg);
@@ -115,18 +184,34 @@ extern PGDLLEXPORT void eventgrid_upkeep_main(Datum arg);
 
 /*
  * Describes one of eventgrid's dynamic background workers: entry point
- * function, type (also its name) "eventgrid <type>", database dboid, worker
- * number (1 to eventgrid.delivery_workers; 0 for the upkeep worker, in
- * bgw_extra), not restarted by the postmaster, reporting start and exit to
- * this process.
+ * function, type "eventgrid <type>", database dboid (named dbname in its
+ * name), worker number (1 to eventgrid.delivery_workers; 0 for the upkeep
+ * worker, in bgw_extra), not restarted by the postmaster, reporting start
+ * and exit to this process.
  */
 extern void eg_worker_spec(BackgroundWorker *worker, const char *function, const char *type, Oid dboid,
-						   int number);
+						   const char *dbname, int number);
 
-/* Wakes every delivery worker now (no-op for those not running). */
+/*
+ * databases.c: the database slots.  eg_db_wake() is what a commit that
+ * published (or changed what the workers do) calls: the database's
+ * delivery workers are woken, or, when none runs, the launcher starts them.
+ */
+extern Size eg_shared_size(void);
+extern void eg_shared_init(void);
+extern EgDbSlot *eg_db_find(Oid dboid, bool create);
+extern void eg_db_wake(Oid dboid, bool delivery, bool upkeep);
+extern void eg_db_extension_changed(Oid dboid);
+extern void eg_db_hold_for_ddl(Oid dboid);
+extern void eg_db_release_holds(bool dropped);
+extern void eg_db_want(EgDbSlot *db, bool upkeep, TimestampTz at);
+extern bool eg_db_leaving(void);
+extern void eg_wake_launcher(void);
+
+/* Wakes every delivery worker of this process's database now (no-op for those not running). */
 extern void eg_wake_worker(void);
 
-/* Tells the upkeep worker that work came in: upkeep within a second. */
+/* Tells the upkeep worker of this process's database that work came in: upkeep within a second. */
 extern void eg_want_upkeep(void);
 
 /* Current time as the worker sees it: real time plus eventgrid.clock_offset. */

@@ -21,6 +21,7 @@
 #include "catalog/pg_attribute.h"
 #include "catalog/pg_proc.h"
 #include "commands/dbcommands.h"
+#include "commands/defrem.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -42,6 +43,8 @@
 PG_MODULE_MAGIC;
 
 char	   *eg_database_name = NULL;
+int			eg_max_databases = 64;
+int			eg_worker_idle_timeout_s = 120;
 int			eg_delivery_workers = 1;
 int			eg_max_concurrent_requests = 64;
 int			eg_response_timeout_ms = 30000;
@@ -68,8 +71,6 @@ static const struct config_enum_entry history_modes[] = {
 	{NULL, 0, false}
 };
 
-EgShared   *eg_shared = NULL;
-
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static ProcessUtility_hook_type prev_process_utility_hook = NULL;
 static emit_log_hook_type prev_emit_log_hook = NULL;
@@ -79,9 +80,12 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 
 static bool wake_at_commit = false;
 static bool subscriptions_changed_at_commit = false;
+static bool extension_changed_at_commit = false;
+static bool dropped_at_commit = false;
 static bool xact_callback_registered = false;
 
 void		_PG_init(void);
+static void register_xact_callback(void);
 static void eg_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 							   ProcessUtilityContext context, ParamListInfo params,
 							   QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc);
@@ -94,33 +98,17 @@ eg_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 #endif
-	RequestAddinShmemSpace(MAXALIGN(sizeof(EgShared)));
+	RequestAddinShmemSpace(MAXALIGN(eg_shared_size()));
 }
 
 static void
 eg_shmem_startup(void)
 {
-	bool		found;
-
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	eg_shared = ShmemInitStruct("eventgrid", sizeof(EgShared), &found);
-	if (!found)
-	{
-		SpinLockInit(&eg_shared->mutex);
-		for (int i = 0; i < EG_MAX_DELIVERY_WORKERS; i++)
-		{
-			eg_shared->worker_latch[i] = NULL;
-			eg_shared->worker_pid[i] = 0;
-		}
-		eg_shared->upkeep_pid = 0;
-		eg_shared->upkeep_wanted = true;
-		eg_shared->backlog = 0;
-		eg_shared->change_generation = 0;
-		memset(eg_shared->rate, 0, sizeof(eg_shared->rate));
-	}
+	eg_shared_init();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -175,16 +163,27 @@ eg_define_gucs(void)
 	 */
 	if (process_shared_preload_libraries_in_progress)
 		DefineCustomStringVariable("eventgrid.database_name",
-								   gettext_noop("Database in which the eventgrid delivery worker runs."),
-								   gettext_noop("The extension must be created in this database."),
+								   gettext_noop("No longer used: every database where the extension is created is served."),
+								   gettext_noop("Kept so that a configuration from before 0.9.0 still loads; the launcher logs once that it is ignored."),
 								   &eg_database_name, "postgres",
 								   PGC_POSTMASTER, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
 	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("eventgrid.max_databases",
+								gettext_noop("Most databases the launcher keeps track of (and so serves) at once."),
+								gettext_noop("Each takes a slot of shared memory whether or not it has the extension; databases that do not allow connections and templates are not counted."),
+								&eg_max_databases, 64, 1, 10000,
+								PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	if (process_shared_preload_libraries_in_progress)
 		DefineCustomIntVariable("eventgrid.delivery_workers",
-								gettext_noop("Number of delivery workers; they share the queue, each event subscription's position moved by one at a time."),
-								gettext_noop("Each worker has its own eventgrid.max_concurrent_requests, eventgrid.max_bytes_in_flight and eventgrid.max_requests_per_endpoint."),
+								gettext_noop("Number of delivery workers per database; they share its queue, each event subscription's position moved by one at a time."),
+								gettext_noop("Each worker has its own eventgrid.max_concurrent_requests and eventgrid.max_bytes_in_flight; eventgrid.max_requests_per_endpoint bounds them all together."),
 								&eg_delivery_workers, 1, 1, EG_MAX_DELIVERY_WORKERS,
 								PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.worker_idle_timeout",
+							gettext_noop("How long a database's workers stay with nothing to do before they exit; work brings them back."),
+							gettext_noop("While another database waits for a free worker slot, idle workers exit at once."),
+							&eg_worker_idle_timeout_s, 120, 1, 24 * 3600,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomIntVariable("eventgrid.max_concurrent_requests",
 							gettext_noop("Maximum number of HTTP delivery requests in flight at once."),
 							NULL, &eg_max_concurrent_requests, 64, 1, EG_MAX_CONCURRENT_REQUESTS_LIMIT,
@@ -297,7 +296,7 @@ _PG_init(void)
 	prev_emit_log_hook = emit_log_hook;
 	emit_log_hook = eg_emit_log;
 
-	/* the launcher starts the delivery workers and the upkeep worker once their database exists */
+	/* the launcher starts each database's delivery workers and upkeep worker when it has work */
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
@@ -309,36 +308,85 @@ _PG_init(void)
 	RegisterBackgroundWorker(&worker);
 }
 
-/* Sets the latch of every delivery worker that runs. */
+/*
+ * See eventgrid.h.  The upkeep worker is told too: what woke the delivery
+ * workers (events published, a validation to send, a subscription
+ * changed) is upkeep's business as well.
+ */
 void
 eg_wake_worker(void)
 {
-	Latch	   *latches[EG_MAX_DELIVERY_WORKERS];
-
-	if (eg_shared == NULL)
-		return;
-	SpinLockAcquire(&eg_shared->mutex);
-	memcpy(latches, eg_shared->worker_latch, sizeof(latches));
-	SpinLockRelease(&eg_shared->mutex);
-	for (int i = 0; i < EG_MAX_DELIVERY_WORKERS; i++)
-		if (latches[i])
-			SetLatch(latches[i]);
+	eg_db_wake(MyDatabaseId, true, true);
 }
 
 /* See eventgrid.h. */
 void
 eg_want_upkeep(void)
 {
-	SpinLockAcquire(&eg_shared->mutex);
-	eg_shared->upkeep_wanted = true;
-	SpinLockRelease(&eg_shared->mutex);
+	eg_db_wake(MyDatabaseId, false, true);
+}
+
+/* The database a DDL statement needs to itself (no other session connected), or InvalidOid. */
+static Oid
+database_needed(Node *stmt)
+{
+	ListCell   *lc;
+
+	if (IsA(stmt, DropdbStmt))
+		return get_database_oid(((DropdbStmt *) stmt)->dbname, true);
+	if (IsA(stmt, RenameStmt) && ((RenameStmt *) stmt)->renameType == OBJECT_DATABASE)
+		return get_database_oid(((RenameStmt *) stmt)->subname, true);
+	if (IsA(stmt, AlterDatabaseStmt))
+	{
+		foreach(lc, ((AlterDatabaseStmt *) stmt)->options)
+			if (strcmp(lfirst_node(DefElem, lc)->defname, "tablespace") == 0)
+				return get_database_oid(((AlterDatabaseStmt *) stmt)->dbname, true);
+	}
+	if (IsA(stmt, CreatedbStmt))
+	{
+		foreach(lc, ((CreatedbStmt *) stmt)->options)
+		{
+			DefElem    *d = lfirst_node(DefElem, lc);
+
+			if (strcmp(d->defname, "template") == 0 && d->arg != NULL)
+				return get_database_oid(defGetString(d), true);
+		}
+	}
+	return InvalidOid;
+}
+
+/* Does stmt create, alter or drop extension eventgrid? */
+static bool
+changes_extension(Node *stmt)
+{
+	ListCell   *lc;
+
+	if (IsA(stmt, CreateExtensionStmt))
+		return strcmp(((CreateExtensionStmt *) stmt)->extname, "eventgrid") == 0;
+	if (IsA(stmt, AlterExtensionStmt))
+		return strcmp(((AlterExtensionStmt *) stmt)->extname, "eventgrid") == 0;
+	if (IsA(stmt, DropStmt) && ((DropStmt *) stmt)->removeType == OBJECT_EXTENSION)
+	{
+		foreach(lc, ((DropStmt *) stmt)->objects)
+			if (strcmp(strVal(lfirst(lc)), "eventgrid") == 0)
+				return true;
+	}
+	return false;
 }
 
 /*
- * COMMIT PREPARED runs in a session that may never have published, so the
- * commit callback of the publishing transaction cannot wake the worker: it
- * is woken after every COMMIT PREPARED instead (an idle worker finds
- * nothing new and sleeps again).
+ * Utility statements eventgrid follows (in every backend, as the library is
+ * preloaded):
+ *  - DROP DATABASE, ALTER DATABASE ... RENAME TO / SET TABLESPACE and
+ *    CREATE DATABASE ... TEMPLATE need their database to themselves: its
+ *    workers leave first and stay away until the transaction ends
+ *    (eg_db_hold_for_ddl), so eventgrid never makes them wait;
+ *  - CREATE, ALTER and DROP EXTENSION eventgrid: once committed, the
+ *    launcher looks at the database again at once;
+ *  - COMMIT PREPARED runs in a session that may never have published, so
+ *    the commit callback of the publishing transaction cannot wake the
+ *    workers: they are woken after every COMMIT PREPARED instead (an idle
+ *    worker finds nothing new).
  */
 static void
 eg_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
@@ -348,13 +396,26 @@ eg_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTre
 	Node	   *stmt = pstmt->utilityStmt;
 	bool		commit_prepared = IsA(stmt, TransactionStmt) &&
 		((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED;
+	Oid			needed = database_needed(stmt);
 
+	if (OidIsValid(needed))
+	{
+		register_xact_callback();
+		eg_db_hold_for_ddl(needed);
+	}
+	if (changes_extension(stmt))
+	{
+		register_xact_callback();
+		extension_changed_at_commit = true;
+	}
 	if (prev_process_utility_hook)
 		prev_process_utility_hook(pstmt, queryString, readOnlyTree, context, params,
 								  queryEnv, dest, qc);
 	else
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
 								queryEnv, dest, qc);
+	if (OidIsValid(needed) && IsA(stmt, DropdbStmt))
+		dropped_at_commit = true;
 	if (commit_prepared)
 		eg_wake_worker();
 }
@@ -399,37 +460,53 @@ eg_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 			if (subscriptions_changed_at_commit)
 			{
-				SpinLockAcquire(&eg_shared->mutex);
-				eg_shared->change_generation++;
-				SpinLockRelease(&eg_shared->mutex);
+				EgDbSlot   *db = eg_db_find(MyDatabaseId, true);
+
+				if (db != NULL)
+				{
+					SpinLockAcquire(&eg_shared->mutex);
+					if (db->dboid == MyDatabaseId)
+						db->change_generation++;
+					SpinLockRelease(&eg_shared->mutex);
+				}
 			}
 			if (wake_at_commit)
 				eg_wake_worker();
-			wake_at_commit = false;
-			subscriptions_changed_at_commit = false;
+			if (extension_changed_at_commit)
+				eg_db_extension_changed(MyDatabaseId);
+			eg_db_release_holds(dropped_at_commit);
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
-			wake_at_commit = false;
-			subscriptions_changed_at_commit = false;
+			eg_db_release_holds(false);
 			break;
 		default:
-			break;
+			return;
 	}
+	wake_at_commit = false;
+	subscriptions_changed_at_commit = false;
+	extension_changed_at_commit = false;
+	dropped_at_commit = false;
 }
 
 PG_FUNCTION_INFO_V1(eventgrid_wake_worker_at_commit);
 
-/* Sets the delivery workers' latches once when the current transaction commits. */
+/* The commit callback, registered once per backend. */
 static void
-wake_worker_at_commit(void)
+register_xact_callback(void)
 {
 	if (!xact_callback_registered)
 	{
 		RegisterXactCallback(eg_xact_callback, NULL);
 		xact_callback_registered = true;
 	}
+}
+
+/* Sets the delivery workers' latches once when the current transaction commits. */
+static void
+wake_worker_at_commit(void)
+{
+	register_xact_callback();
 	wake_at_commit = true;
 }
 
@@ -502,7 +579,8 @@ eg_event_table_at(TimestampTz ts)
 
 /* See eventgrid.h. */
 void
-eg_worker_spec(BackgroundWorker *worker, const char *function, const char *type, Oid dboid, int number)
+eg_worker_spec(BackgroundWorker *worker, const char *function, const char *type, Oid dboid,
+			   const char *dbname, int number)
 {
 	memset(worker, 0, sizeof(*worker));
 	worker->bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -510,7 +588,10 @@ eg_worker_spec(BackgroundWorker *worker, const char *function, const char *type,
 	worker->bgw_restart_time = BGW_NEVER_RESTART;
 	snprintf(worker->bgw_library_name, BGW_MAXLEN, "eventgrid");
 	snprintf(worker->bgw_function_name, BGW_MAXLEN, "%s", function);
-	snprintf(worker->bgw_name, BGW_MAXLEN, "eventgrid %s", type);
+	if (number > 0 && eg_delivery_workers > 1)
+		snprintf(worker->bgw_name, BGW_MAXLEN, "eventgrid %s %d [%s]", type, number, dbname);
+	else
+		snprintf(worker->bgw_name, BGW_MAXLEN, "eventgrid %s [%s]", type, dbname);
 	snprintf(worker->bgw_type, BGW_MAXLEN, "eventgrid %s", type);
 	worker->bgw_main_arg = ObjectIdGetDatum(dboid);
 	memcpy(worker->bgw_extra, &number, sizeof(number));
@@ -685,6 +766,10 @@ eg_emit_log(ErrorData *edata)
 	if (prev_emit_log_hook)
 		prev_emit_log_hook(edata);
 	drop_internal_context(edata);
+	/* a worker's lines name its database (several are served) */
+	if (eg_log_database != NULL && edata->message != NULL && edata->output_to_server &&
+		strstr(edata->message, "database \"") == NULL)
+		edata->message = psprintf("%s (database \"%s\")", edata->message, eg_log_database);
 	if (edata->elevel < ERROR || edata->sqlerrcode != ERRCODE_INSUFFICIENT_PRIVILEGE ||
 		edata->hint != NULL || edata->message_id == NULL || edata->message == NULL ||
 		strncmp(edata->message_id, "permission denied for ", 22) != 0 ||
@@ -703,7 +788,10 @@ eg_emit_log(ErrorData *edata)
 		user = "<role>";
 	admin = OidIsValid(get_role_oid("eventgrid_admin", true)) &&
 		has_privs_of_role(GetUserId(), get_role_oid("eventgrid_admin", true));
-	if (object[0] == '_')
+	if (strcmp(object, "served_databases") == 0 || strcmp(object, "_served_databases") == 0)
+		edata->hint = psprintf("The launcher's view of every database is for superusers and members of pg_monitor: GRANT pg_monitor TO %s;",
+							   quote_identifier(user));
+	else if (object[0] == '_')
 		edata->hint = pstrdup("Functions whose names start with an underscore are eventgrid's internals; they are not meant to be called directly.");
 	else if (inserting && cols != NULL)
 		edata->hint = psprintf("Role %s may set only these columns of eventgrid.events: %s; eventgrid sets the others. Write INSERT INTO eventgrid.events (%s) VALUES (...), without OVERRIDING SYSTEM VALUE.",
@@ -739,21 +827,17 @@ PG_FUNCTION_INFO_V1(eventgrid_check_install_database);
 
 /*
  * SQL: eventgrid._check_install_database(), run first by the install
- * script.  Preloaded, the worker serves only eventgrid.database_name:
- * installing anywhere else would store events that are never delivered, so
- * it is refused with 55000.  Not preloaded, installing works and a WARNING
- * says which database the worker will serve once the library is preloaded.
+ * script.  Preloaded, every database where the extension is created is
+ * served (before 0.9.0 only eventgrid.database_name was).  Not preloaded,
+ * installing works and a WARNING says that nothing is delivered until the
+ * library is preloaded.
  */
 Datum
 eventgrid_check_install_database(PG_FUNCTION_ARGS)
 {
-	const char *target = GetConfigOption("eventgrid.database_name", true, false);
-	char	   *current = get_database_name(MyDatabaseId);
-
-	if (target == NULL)
-		target = "postgres";
 	if (IsBinaryUpgrade)
 		PG_RETURN_VOID();
+
 	/*
 	 * A WARNING, not a NOTICE: CREATE EXTENSION raises client_min_messages
 	 * to WARNING while its script runs, so a NOTICE would never be seen.
@@ -761,17 +845,8 @@ eventgrid_check_install_database(PG_FUNCTION_ARGS)
 	if (eg_shared == NULL)
 		ereport(WARNING,
 				(errmsg("eventgrid is not in shared_preload_libraries: events are stored but not delivered until it is"),
-				 errdetail("Once preloaded, the delivery workers serve database \"%s\" (eventgrid.database_name).",
-						   target),
+				 errdetail("Once preloaded, the delivery workers serve every database where the extension is created."),
 				 errhint("Add eventgrid to shared_preload_libraries in postgresql.conf and restart the server.")));
-	else if (strcmp(current, target) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("can only create extension eventgrid in database \"%s\"", target),
-				 errdetail("The eventgrid delivery worker serves the database named by eventgrid.database_name, \"%s\"; events published in \"%s\" would never be delivered.",
-						   target, current),
-				 errhint("Create the extension in \"%s\", or set eventgrid.database_name = '%s' in postgresql.conf and restart the server.",
-						 target, current)));
 	PG_RETURN_VOID();
 }
 
@@ -780,23 +855,27 @@ PG_FUNCTION_INFO_V1(eventgrid_worker_pids);
 /*
  * SQL: eventgrid._worker_pids() -> SETOF (worker text, pid integer): each
  * delivery worker ("delivery worker 1" to eventgrid.delivery_workers) and
- * the upkeep worker, with the pid in its shared slot, NULL when it is not
- * running (or the library is not preloaded).  A slot is set by the worker
- * only once its exit callback is registered and cleared by that callback,
- * so a pid here is a running process.
+ * the upkeep worker of the current database, with the pid in its shared
+ * slot, NULL when it is not running (or the library is not preloaded).  A
+ * slot is set by the worker only once its exit callback is registered and
+ * cleared by that callback, so a pid here is a running process.
  */
 Datum
 eventgrid_worker_pids(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	pid_t		pids[EG_MAX_DELIVERY_WORKERS + 1] = {0};
+	EgDbSlot   *db = eg_shared ? eg_db_find(MyDatabaseId, false) : NULL;
 
 	InitMaterializedSRF(fcinfo, 0);
-	if (eg_shared != NULL)
+	if (db != NULL)
 	{
 		SpinLockAcquire(&eg_shared->mutex);
-		memcpy(pids, eg_shared->worker_pid, sizeof(eg_shared->worker_pid));
-		pids[EG_MAX_DELIVERY_WORKERS] = eg_shared->upkeep_pid;
+		if (db->dboid == MyDatabaseId)
+		{
+			memcpy(pids, db->worker_pid, sizeof(db->worker_pid));
+			pids[EG_MAX_DELIVERY_WORKERS] = db->upkeep_pid;
+		}
 		SpinLockRelease(&eg_shared->mutex);
 	}
 	for (int i = 0; i <= eg_delivery_workers; i++)

@@ -10,13 +10,15 @@
  * the others stay where they are, first attempts at the subscription's
  * position and retries in eventgrid.retries (due again when the next token
  * comes), never in a worker's memory, and other subscriptions are not
- * held up.  A subscription's bucket is one of 16 slots its id hashes to; a
+ * held up.  A subscription's bucket (keyed by its database and its id) is
+ * one of 16 slots they hash to; a
  * bucket not used for a second is full, so when all 16 are in use the one
  * idle longest is taken for a new subscription.
  * Buckets start full and do not survive a server restart.
  */
 #include "rate.h"
 
+#include "miscadmin.h"
 #include "storage/spin.h"
 #include "utils/timestamp.h"
 
@@ -31,7 +33,8 @@ TimestampTz eg_rate_next_at = DT_NOEND;
 static inline EgRateBucket *
 slot(int64 sid, int k)
 {
-	return &eg_shared->rate[((uint64) sid * UINT64CONST(0x9E3779B97F4A7C15) + k) % EG_RATE_BUCKETS];
+	return &eg_shared->rate[(((uint64) sid ^ ((uint64) MyDatabaseId << 40)) * UINT64CONST(0x9E3779B97F4A7C15) + k)
+							% EG_RATE_BUCKETS];
 }
 
 /* The bucket of sid, or NULL; caller holds the mutex. */
@@ -42,7 +45,7 @@ find_bucket(int64 sid)
 	{
 		EgRateBucket *b = slot(sid, k);
 
-		if (b->subscription_id == sid)
+		if (b->subscription_id == sid && b->dboid == MyDatabaseId)
 			return b;
 	}
 	return NULL;
@@ -64,6 +67,7 @@ bucket_of(int64 sid, int rate, TimestampTz now)
 		if (b->at < oldest->at)
 			oldest = b;			/* a free slot has at 0: the oldest of all */
 	}
+	oldest->dboid = MyDatabaseId;
 	oldest->subscription_id = sid;
 	oldest->tokens = rate;
 	oldest->at = now;

@@ -58,7 +58,7 @@
 #include "utils/snapmgr.h"
 
 EgReadiness eg_store_readiness = EG_READY_UNKNOWN;
-bool		eg_store_quiet = false; /* the upkeep worker leaves readiness messages to the delivery workers */
+bool		eg_store_quiet = false; /* the delivery workers leave readiness messages to the upkeep worker */
 
 /* statements prepared, so that they can be dropped together */
 static EgStatement *prepared = NULL;
@@ -306,25 +306,43 @@ extension_ready(void)
 		: strcmp(version, EG_VERSION) != 0 ? EG_READY_VERSION : EG_READY_OK;
 	if (now != eg_store_readiness)
 	{
+		/*
+		 * Most databases have no extension: a worker looking into one says
+		 * nothing; one whose extension was dropped under it says so once.
+		 */
 		if (eg_store_quiet)
 			;
-		else if (now == EG_READY_MISSING)
+		else if (now == EG_READY_MISSING && eg_store_readiness == EG_READY_OK)
 			ereport(LOG,
-					(errmsg("eventgrid: extension eventgrid is not installed in database \"%s\"; the delivery worker waits for it",
+					(errmsg("eventgrid: extension eventgrid was dropped from database \"%s\"; its workers leave",
 							get_database_name(MyDatabaseId)),
-					 errhint("Run CREATE EXTENSION eventgrid in this database.")));
+					 errhint("CREATE EXTENSION eventgrid in it brings them back.")));
 		else if (now == EG_READY_VERSION)
 			ereport(LOG,
-					(errmsg("eventgrid: the installed extension is version %s but the loaded library is version %s; the delivery worker idles",
-							version, EG_VERSION),
+					(errmsg("eventgrid: the extension in database \"%s\" is version %s but the loaded library is version %s; nothing is delivered there",
+							get_database_name(MyDatabaseId), version, EG_VERSION),
 					 errhint("Run ALTER EXTENSION eventgrid UPDATE TO '%s' in database \"%s\"; delivery resumes by itself.",
 							 EG_VERSION, get_database_name(MyDatabaseId))));
-		else if (eg_store_readiness != EG_READY_UNKNOWN)
-			ereport(LOG, (errmsg("eventgrid: extension eventgrid %s is ready; the delivery worker resumes",
-								 EG_VERSION)));
+		else if (now == EG_READY_OK &&
+				 (eg_store_readiness == EG_READY_VERSION || (eg_my_db != NULL && eg_my_db->state == EG_DB_OTHER_VERSION)))
+			ereport(LOG, (errmsg("eventgrid: extension eventgrid %s is ready in database \"%s\"; delivery resumes",
+								 EG_VERSION, get_database_name(MyDatabaseId))));
 		/* statements prepared for other tables must not be reused */
 		free_plans();
 		eg_store_readiness = now;
+	}
+	/* the launcher keeps what the workers find (a look without the lock: only this process writes it) */
+	if (eg_my_db != NULL)
+	{
+		EgDbState	state = now == EG_READY_OK ? EG_DB_READY : now == EG_READY_VERSION ? EG_DB_OTHER_VERSION : EG_DB_ABSENT;
+
+		if (eg_my_db->state != state || eg_my_db->recheck)
+		{
+			SpinLockAcquire(&eg_shared->mutex);
+			eg_my_db->state = state;
+			eg_my_db->recheck = false;
+			SpinLockRelease(&eg_shared->mutex);
+		}
 	}
 	return now == EG_READY_OK;
 }

@@ -210,6 +210,15 @@ typedef struct EgSubscriptionState
 extern void eg_store_subscription_states(const int64 *ids, int n, EgSubscriptionState *states);
 extern void eg_store_count_unmatched(void);
 
+/*
+ * When a database's workers are next wanted, on the workers' clock
+ * (DT_NOEND: not until work comes): its delivery workers (work waiting at
+ * a position, chunks left in flight, the next due retry), its upkeep
+ * worker (validations, the attempt history's rotation by age).
+ */
+extern TimestampTz eg_store_delivery_wanted(TimestampTz now);
+extern TimestampTz eg_store_upkeep_due(TimestampTz now, int64 history_period_ms);
+
 /* Events dead-lettered and dropped so far (eg_store_finals). */
 typedef struct EgFinals
 {

@@ -233,3 +233,67 @@ eg_store_subscription_states(const int64 *ids, int n, EgSubscriptionState *state
 		states[i].endpoint = states[i].gone ? NULL : eg_text_col(SPI_tuptable, i, COL_ENDPOINT);
 	}
 }
+
+/*
+ * When the delivery workers are wanted ($1: now): now when a position that
+ * is not held has events to pass, or chunks are in flight (a worker that
+ * stopped left them); else when the first retry of a subscription that is
+ * not held comes due; NULL (never) when there is none.
+ */
+static EgStatement delivery_wanted = {
+	.name = "delivery due time",
+	.sql =
+	"SELECT CASE WHEN EXISTS (SELECT 1 FROM eventgrid.chunks_in_flight)"
+	"              OR EXISTS (SELECT 1 FROM eventgrid.subscription_positions p"
+	"                           JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
+	"                          WHERE s.id NOT IN (SELECT h FROM eventgrid._held_subscriptions() h)"
+	"                            AND EXISTS (SELECT 1 FROM eventgrid._unpassed_events(s.topic, p.done, p.upto,"
+	"                                                                                p.after_txid, p.after_id) e))"
+	"            THEN $1"
+	"            ELSE (SELECT min(r.next_attempt_at) FROM eventgrid.retries r"
+	"                   WHERE r.subscription_id NOT IN (SELECT h FROM eventgrid._held_subscriptions() h)) END",
+	.nargs = 1,
+	.types = {TIMESTAMPTZOID},
+};
+
+/* See store.h. */
+TimestampTz
+eg_store_delivery_wanted(TimestampTz now)
+{
+	Datum		arg = TimestampTzGetDatum(now);
+	TimestampTz t;
+
+	eg_store_run(&delivery_wanted, &arg, true, SPI_OK_SELECT);
+	t = eg_timestamp_col(SPI_tuptable, 0, 1);
+	return t == 0 ? DT_NOEND : t;
+}
+
+/*
+ * When upkeep is next due ($1: now, $2: the attempt history's period in
+ * ms): the next endpoint validation try or manual validation expiry, the
+ * attempt history's next rotation by age; NULL (never) when none.
+ */
+static EgStatement upkeep_due = {
+	.name = "upkeep due time",
+	.sql =
+	"SELECT least((SELECT min(CASE WHEN v.state = 'Creating' THEN v.next_try_at"
+	"                              ELSE v.manual_since + interval '10 minutes' END)"
+	"                FROM eventgrid.endpoint_validations v WHERE v.state IN ('Creating', 'AwaitingManualAction')),"
+	"             (SELECT h.started_at + $2 * interval '1 millisecond' FROM eventgrid.attempt_log_rotation h))",
+	.nargs = 2,
+	.types = {TIMESTAMPTZOID, INT8OID},
+};
+
+/* See store.h. */
+TimestampTz
+eg_store_upkeep_due(TimestampTz now, int64 history_period_ms)
+{
+	Datum		args[2];
+	TimestampTz t;
+
+	args[0] = TimestampTzGetDatum(now);
+	args[1] = Int64GetDatum(history_period_ms);
+	eg_store_run(&upkeep_due, args, true, SPI_OK_SELECT);
+	t = eg_timestamp_col(SPI_tuptable, 0, 1);
+	return t == 0 ? DT_NOEND : t;
+}

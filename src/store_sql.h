@@ -32,7 +32,8 @@
 
 /*
  * Owners of leases: a delivery worker's lease_owner is its pid.  An owner
- * is stale when no delivery worker with that pid runs (pg_stat_activity,
+ * is stale when no delivery worker of this database with that pid runs
+ * (pg_stat_activity,
  * read when the statement first needs it, after its snapshot was taken: a
  * worker whose claims the statement sees had started before), or when it
  * is $1, the pid of a delivery worker that is just starting and holds
@@ -40,7 +41,9 @@
  */
 #define EG_SQL_LIVE_WORKERS \
 	"ARRAY(SELECT a.pid FROM pg_catalog.pg_stat_get_activity(NULL::int4) a" \
-	"       WHERE a.backend_type = 'eventgrid delivery worker')"
+	"       WHERE a.backend_type = 'eventgrid delivery worker'" \
+	"         AND a.datid = (SELECT d.oid FROM pg_catalog.pg_database d" \
+	"                         WHERE d.datname = pg_catalog.current_database()))"
 #define EG_SQL_STALE_OWNER(col) "(" col " = $1 OR " col " <> ALL (" EG_SQL_LIVE_WORKERS "))"
 
 #endif							/* EVENTGRID_STORE_SQL_H */

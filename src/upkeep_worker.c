@@ -1,9 +1,10 @@
 /*
  * upkeep_worker.c - the upkeep worker, a process of its own beside the
  * delivery workers (TRUNCATE and its commit take milliseconds that would
- * otherwise stall delivery), started and restarted by the launcher.  About
- * once a second while there is work or an event table holds rows (once a
- * minute otherwise) it starts afresh positions restored from another
+ * otherwise stall delivery), started by the launcher when it looks into a
+ * database or upkeep is due, and leaving when idle.  About once a second
+ * while there is work or an event table holds rows it starts afresh
+ * positions restored from another
  * cluster, turns chunks and leases that stopped delivery workers left into
  * retries, counts published and unmatched events, forgets the health of
  * endpoints no subscription uses, empties event tables that nothing needs
@@ -22,14 +23,11 @@
 #include "utils/timestamp.h"
 
 #define EG_UPKEEP_INTERVAL_MS 1000
-#define EG_UPKEEP_IDLE_INTERVAL_MS 60000
+#define EG_UPKEEP_IDLE_INTERVAL_MS 60000	/* upkeep while idle (the summary of dead letters among it) */
 #define EG_BACKLOG_INTERVAL_MS 5000
 #define EG_SUMMARY_INTERVAL_MS 60000
 
 static TimestampTz backlog_at = 0;
-static TimestampTz summary_at = 0;
-static int64 summary_dead_letter_id = -1;	/* -1: no baseline yet */
-static int64 summary_dropped = 0;
 
 static void log_summary(void);
 
@@ -105,16 +103,16 @@ upkeep(void)
 		eg_end_work();
 		backlog_at = GetCurrentTimestamp();
 		SpinLockAcquire(&eg_shared->mutex);
-		eg_shared->backlog = backlog;
+		eg_my_db->backlog = backlog;
 		SpinLockRelease(&eg_shared->mutex);
 	}
-	if (GetCurrentTimestamp() - summary_at >= (TimestampTz) EG_SUMMARY_INTERVAL_MS * 1000)
+	if (GetCurrentTimestamp() - eg_my_db->summary_at >= (TimestampTz) EG_SUMMARY_INTERVAL_MS * 1000)
 	{
 		if (!eg_begin_work("eventgrid: summing up dead-lettered and dropped events"))
 			return used;
 		log_summary();
 		eg_end_work();
-		summary_at = GetCurrentTimestamp();
+		eg_my_db->summary_at = GetCurrentTimestamp();
 	}
 	return used;
 }
@@ -122,13 +120,16 @@ upkeep(void)
 /*
  * Logs, at most once a minute and only when there were any, how many events
  * were dead-lettered (by reason) and dropped since the last summary; the
- * first call only takes the baseline.  Never a line per event.
+ * first call only takes the baseline.  Never a line per event.  The
+ * baseline is kept in the database's slot (only its upkeep worker writes
+ * it), so that a new upkeep worker goes on from where the last one left.
  */
 static void
 log_summary(void)
 {
-	EgFinals	f = eg_store_finals(summary_dead_letter_id < 0 ? PG_INT64_MAX : summary_dead_letter_id);
-	int64		dropped = summary_dead_letter_id < 0 ? 0 : Max(f.dropped - summary_dropped, 0);
+	EgDbSlot   *db = eg_my_db;
+	EgFinals	f = eg_store_finals(db->summary_dead_letter_id < 0 ? PG_INT64_MAX : db->summary_dead_letter_id);
+	int64		dropped = db->summary_dead_letter_id < 0 ? 0 : Max(f.dropped - db->summary_dropped, 0);
 
 	if (f.dead_lettered > 0 || dropped > 0)
 		ereport(LOG,
@@ -136,25 +137,88 @@ log_summary(void)
 						(long long) f.dead_lettered, (long long) dropped),
 				 f.by_reason ? errdetail("Dead-lettered by reason: %s.", f.by_reason) : 0,
 				 errhint("eventgrid.dead_letter_events lists the dead letters; eventgrid.delivery_statistics counts both per event subscription.")));
-	summary_dead_letter_id = Max(f.last_dead_letter_id, summary_dead_letter_id < 0 ? 0 : summary_dead_letter_id);
-	summary_dropped = f.dropped;
+	db->summary_dead_letter_id = Max(f.last_dead_letter_id, db->summary_dead_letter_id < 0 ? 0 : db->summary_dead_letter_id);
+	db->summary_dropped = f.dropped;
+}
+
+/*
+ * When no delivery worker of this database runs, whether they are wanted:
+ * at once when work waits (events at a position, chunks a stopped worker
+ * left), else when the first retry comes due.  The upkeep worker asks when
+ * it first looks into a database (after a restart nothing else would
+ * start them) and when it leaves.
+ */
+static void
+want_delivery_if_due(void)
+{
+	bool		running = false;
+	TimestampTz due;
+
+	SpinLockAcquire(&eg_shared->mutex);
+	for (int k = 0; k < EG_MAX_DELIVERY_WORKERS; k++)
+		running |= eg_my_db->worker_pid[k] != 0;
+	SpinLockRelease(&eg_shared->mutex);
+	if (running || !eg_begin_work("eventgrid: looking for waiting deliveries"))
+		return;
+	due = eg_store_delivery_wanted(eg_now());
+	eg_end_work();
+	if (due <= eg_now())
+		eg_wake_worker();
+	else if (due < DT_NOEND)
+		eg_db_want(eg_my_db, false, due);
+}
+
+/*
+ * Leaves, wanted again when upkeep is next due (the next validation try
+ * or manual validation expiry, the attempt history's rotation by age) or
+ * when work comes.  The delivery workers are wanted first if work waits.
+ */
+static void
+leave(void)
+{
+	TimestampTz due = DT_NOEND;
+
+	want_delivery_if_due();
+	if (eg_begin_work("eventgrid: summing up dead-lettered and dropped events"))
+	{
+		/* what the next summary would have said is not left unsaid */
+		if (eg_my_db->summary_dead_letter_id >= 0)
+			log_summary();
+		eg_end_work();
+	}
+	if (eg_begin_work("eventgrid: looking for the next upkeep"))
+	{
+		due = eg_store_upkeep_due(eg_now(), (int64) eg_attempt_history_retention_s * 500);
+		eg_end_work();
+	}
+	eg_worker_leave(due);
 }
 
 /*
  * Background worker entry point of the upkeep worker, started by the
- * launcher for the database dboid: upkeep about once a second while the
- * delivery workers have work or an event table holds rows, once a minute
- * otherwise.
+ * launcher for the database dboid when it looks into the database or
+ * upkeep is due: upkeep about once a second while the delivery workers
+ * have work or an event table holds rows; it leaves when idle for
+ * eventgrid.worker_idle_timeout (at once when it was started only to look
+ * into the database, or while another database waits for a worker slot),
+ * or when the database has no
+ * extension of this library's version (its slot says which).
  */
 void
 eventgrid_upkeep_main(Datum arg)
 {
 	sigjmp_buf	local_sigjmp_buf;
-	volatile TimestampTz last_upkeep = 0;
 	volatile bool again = true;
+	volatile bool looked = false;
+	volatile TimestampTz last_upkeep = 0;
+	volatile TimestampTz idle_since = 0;	/* 0: busy; 1: started only to look (leaves as soon as idle) */
 
-	eg_worker_start(arg, "upkeep worker", 0, &eg_shared->upkeep_pid);
-	eg_store_quiet = true;
+	eg_worker_start(arg, "upkeep worker", 0);
+	/* started to look into the database, not for work: it leaves as soon as it finds none */
+	SpinLockAcquire(&eg_shared->mutex);
+	if (eg_my_db->state == EG_DB_UNKNOWN || eg_my_db->recheck)
+		idle_since = 1;
+	SpinLockRelease(&eg_shared->mutex);
 
 	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
 		eg_recover_from_error(NULL);
@@ -167,25 +231,35 @@ eventgrid_upkeep_main(Datum arg)
 		if (eg_begin_round())
 			again = true;		/* new settings (e.g. the attempt history's) apply at once */
 		SpinLockAcquire(&eg_shared->mutex);
-		wanted = eg_shared->upkeep_wanted;
+		wanted = eg_my_db->upkeep_wanted;
 		SpinLockRelease(&eg_shared->mutex);
-		/* work came in: the extension may just have been created or updated */
-		if (wanted && eg_store_readiness != EG_READY_OK && eg_error_streak == 0)
-			eg_db_retry_at = 0;
 
 		if (GetCurrentTimestamp() >= eg_db_retry_at &&
 			(wanted || again ||
 			 GetCurrentTimestamp() - last_upkeep >= (TimestampTz) EG_UPKEEP_IDLE_INTERVAL_MS * 1000))
 		{
-			SpinLockAcquire(&eg_shared->mutex);
-			eg_shared->upkeep_wanted = false;
-			SpinLockRelease(&eg_shared->mutex);
 			last_upkeep = GetCurrentTimestamp();
+			SpinLockAcquire(&eg_shared->mutex);
+			eg_my_db->upkeep_wanted = false;
+			SpinLockRelease(&eg_shared->mutex);
 			again = true;		/* until upkeep says otherwise, also after an error */
 			again = upkeep();
 			/* not the name of the last unit of work, as if it were still running */
 			pgstat_report_activity(STATE_IDLE, "eventgrid: idle");
 		}
+		if (eg_store_readiness == EG_READY_MISSING || eg_store_readiness == EG_READY_VERSION)
+			eg_worker_leave(DT_NOEND);
+		if (eg_store_readiness == EG_READY_OK && !looked)
+		{
+			want_delivery_if_due();
+			looked = true;
+		}
+		if (again || wanted)
+			idle_since = 0;
+		else if (idle_since == 0)
+			idle_since = GetCurrentTimestamp();
+		if (eg_store_readiness == EG_READY_OK && eg_error_streak == 0 && eg_worker_should_leave(idle_since))
+			leave();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 EG_UPKEEP_INTERVAL_MS, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

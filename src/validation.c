@@ -198,6 +198,8 @@ eg_validation_send(EgValidation *v, int n, const char *origin)
 		CHECK_FOR_INTERRUPTS();
 		if (!PostmasterIsAlive())
 			proc_exit(1);
+		if (eg_db_leaving())
+			break;				/* the handshakes are sent again when the worker is back */
 	} while (running > 0);
 	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
 	{
@@ -315,6 +317,9 @@ eg_validate_endpoints(void)
 		MemoryContextSwitchTo(old);
 	}
 
+	/* cut short to leave: nothing is recorded, the same handshakes go again next time */
+	if (eg_db_leaving())
+		return true;
 	states = MemoryContextAllocZero(cxt, n * sizeof(char *));
 	if (!eg_begin_work("eventgrid: recording endpoint validations"))
 		return true;

@@ -2,7 +2,9 @@
  * worker.c - what the delivery workers (delivery_worker.c) and the upkeep
  * worker (upkeep_worker.c) share: start-up, with the settings their
  * statements depend on pinned and the process's pid published in its
- * shared slot only once the exit callback that clears it is registered;
+ * database's shared slot only once the exit callback that clears it is
+ * registered; leaving when idle or asked to, and saying when the
+ * database wants the worker again;
  * the top of each loop round; units of database work; and recovery from
  * any ERROR, after which the failed unit is tried again after a pause that
  * grows to 10 s (the error is logged once, not at every try).  SIGINT
@@ -12,12 +14,14 @@
 #include "store.h"
 
 #include "access/xact.h"
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/pmsignal.h"
 #include "tcop/tcopprot.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timeout.h"
@@ -37,7 +41,9 @@ uint64		eg_units_committed = 0;
 
 static char *last_error = NULL;
 static long error_backoff_ms = 0;
-static pid_t *my_slot = NULL;	/* this process's pid slot in shared memory */
+static int	my_number = -1;		/* 1..: delivery worker; 0: the upkeep worker */
+static bool leaving_on_purpose = false;
+static uint64 seen_wakes = 0;	/* eg_my_db->wakes when this worker last looked for work */
 
 /*
  * Settings the worker's statements depend on, set here so that database
@@ -132,44 +138,149 @@ eg_recover_from_error(void (*drop_partial) (void))
 	RESUME_INTERRUPTS();
 }
 
-/* Exit callback: the process's pid slot no longer names it. */
+/* This process's pid slot in its database's slot (under the mutex). */
+static pid_t *
+my_pid_slot(void)
+{
+	return my_number == 0 ? &eg_my_db->upkeep_pid : &eg_my_db->worker_pid[my_number - 1];
+}
+
+/*
+ * Exit callback: the process's pid slot and latch no longer name it, and
+ * whether it left on purpose (an idle worker, or one asked to leave) is
+ * kept for the launcher, which restarts a worker that failed only after a
+ * pause.  Commits that asked for delivery after the worker last looked
+ * want it back at once.
+ */
 static void
 clear_slot(int code, Datum arg)
 {
 	SpinLockAcquire(&eg_shared->mutex);
-	if (*my_slot == MyProcPid)
-		*my_slot = 0;
+	if (*my_pid_slot() == MyProcPid)
+	{
+		*my_pid_slot() = 0;
+		if (my_number == 0)
+			eg_my_db->upkeep_latch = NULL;
+		else
+			eg_my_db->worker_latch[my_number - 1] = NULL;
+		eg_my_db->clean_exit[my_number] = leaving_on_purpose;
+		/* one that did not leave on purpose may have left work: wanted again (after a pause) */
+		if (my_number > 0 && (eg_my_db->wakes != seen_wakes || !leaving_on_purpose))
+			eg_my_db->delivery_at = 0;
+		if (my_number == 0 && (eg_my_db->upkeep_wanted || !leaving_on_purpose))
+			eg_my_db->upkeep_at = 0;
+	}
 	SpinLockRelease(&eg_shared->mutex);
+	eg_wake_launcher();
 }
 
 /*
  * What both workers do first: signal handlers (SIGINT cancels only the
  * statement running), a connection to database dboid, the pinned settings,
- * the name shown in pg_stat_activity, and the process's pid in its shared
- * slot (a delivery worker's worker_pid entry, or upkeep_pid).
+ * the names shown in pg_stat_activity and logged (which name the
+ * database), and the process's pid and latch in its database's slot (a
+ * delivery worker's worker_pid entry, or upkeep_pid).
  */
 void
-eg_worker_start(Datum dboid, const char *kind, int number, pid_t *slot)
+eg_worker_start(Datum dboid, const char *kind, int number)
 {
+	const char *dbname;
+
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGINT, StatementCancelHandler);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(dboid), InvalidOid, 0);
+	StartTransactionCommand();
+	dbname = MemoryContextStrdup(TopMemoryContext, get_database_name(MyDatabaseId));
+	CommitTransactionCommand();
 	eg_worker_kind = number > 0 && eg_delivery_workers > 1 ? psprintf("%s %d", kind, number) : kind;
-	pgstat_report_appname(psprintf("eventgrid %s", eg_worker_kind));
+	pgstat_report_appname(psprintf("eventgrid %s [%s]", eg_worker_kind, dbname));
+	eg_log_database = dbname;
 	pin_settings();
 	eg_round_cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid round", ALLOCSET_DEFAULT_SIZES);
+
+	eg_my_db = eg_db_find(MyDatabaseId, true);
+	if (eg_my_db == NULL)
+		proc_exit(0);			/* every slot taken (logged); the launcher does not start one then */
+	my_number = number;
 
 	/*
 	 * The slot is published only once the callback that clears it is
 	 * registered: a start that fails later still leaves no stale pid.
 	 */
-	my_slot = slot;
 	before_shmem_exit(clear_slot, (Datum) 0);
 	SpinLockAcquire(&eg_shared->mutex);
-	*slot = MyProcPid;
+	*my_pid_slot() = MyProcPid;
+	if (number == 0)
+		eg_my_db->upkeep_latch = MyLatch;
+	else
+		eg_my_db->worker_latch[number - 1] = MyLatch;
+	namestrcpy(&eg_my_db->name, dbname);
+	seen_wakes = eg_my_db->wakes;
 	SpinLockRelease(&eg_shared->mutex);
+}
+
+/*
+ * A delivery worker is about to look for work: commits that asked for
+ * delivery up to now are covered by this look.
+ */
+void
+eg_worker_saw_wakes(void)
+{
+	SpinLockAcquire(&eg_shared->mutex);
+	seen_wakes = eg_my_db->wakes;
+	SpinLockRelease(&eg_shared->mutex);
+}
+
+/* This worker had work now: its database is active. */
+void
+eg_worker_busy(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	SpinLockAcquire(&eg_shared->mutex);
+	eg_my_db->last_active = now;
+	SpinLockRelease(&eg_shared->mutex);
+}
+
+/*
+ * Should a worker that has been idle since idle_since (0: it is not idle)
+ * leave now?  When its database asks it to (DDL, or another database's
+ * turn), when it has been idle for eventgrid.worker_idle_timeout, or at
+ * once when idle while another database waits for a worker slot.
+ */
+bool
+eg_worker_should_leave(TimestampTz idle_since)
+{
+	bool		leave;
+	bool		short_of_slots;
+
+	SpinLockAcquire(&eg_shared->mutex);
+	leave = eg_my_db->leave;
+	short_of_slots = eg_shared->slots_short;
+	SpinLockRelease(&eg_shared->mutex);
+	if (leave)
+		return true;
+	if (idle_since == 0)
+		return false;
+	return short_of_slots ||
+		GetCurrentTimestamp() - idle_since >= (TimestampTz) eg_worker_idle_timeout_s * USECS_PER_SEC;
+}
+
+/*
+ * Leaves on purpose: wanted again at next_at (DT_NOEND: when work comes;
+ * 0: at once, it left with work to do), which the launcher keeps in the
+ * database's slot.
+ */
+void
+eg_worker_leave(TimestampTz next_at)
+{
+	if (next_at != DT_NOEND)
+		eg_db_want(eg_my_db, my_number == 0, next_at);
+	leaving_on_purpose = true;
+	ereport(DEBUG1, (errmsg("eventgrid: the %s leaves", eg_worker_kind)));
+	proc_exit(0);
 }
 
 /*

@@ -21,7 +21,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(new_node start_receiver requests wait_for_requests advance_clock
-  eg_event wait_for_sql planned_wait wait_recorded sql_error);
+  eg_event wait_for_sql planned_wait wait_recorded sql_error start_workers restart_workers worker_count);
 
 my $json = JSON::PP->new->canonical;
 my $clock_offset = 0;
@@ -37,7 +37,10 @@ END
 }
 
 # A started cluster with eventgrid preloaded and created in database postgres.
-# Jitter is off so retry times can be checked exactly.
+# Jitter is off so retry times can be checked exactly.  Workers that have
+# had work stay for an hour when idle (eventgrid.worker_idle_timeout), so
+# that a test finds them where it left them; those that find no work
+# still leave at once.
 sub new_node
 {
 	my ($name, %conf) = @_;
@@ -47,6 +50,7 @@ sub new_node
 		shared_preload_libraries => "'eventgrid'",
 		'eventgrid.retry_jitter_percent' => 0,
 		'eventgrid.response_timeout' => "'2s'",
+		'eventgrid.worker_idle_timeout' => "'1h'",
 		%conf);
 	$node->append_conf('postgresql.conf',
 		join('', map { "$_ = $all{$_}\n" } sort keys %all));
@@ -165,6 +169,52 @@ sub wait_for_sql
 	}
 	diag("waited for [$sql] = [$expected], last got [$got]");
 	return 0;
+}
+
+# How many eventgrid workers of $type ('delivery worker', 'upkeep worker')
+# run in database $db (default postgres).
+sub worker_count
+{
+	my ($node, $type, $db) = @_;
+	$db //= 'postgres';
+	return $node->safe_psql($db, "SET search_path = pg_catalog;"
+		  . " SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid $type' AND datname = current_database()");
+}
+
+# Starts database $db's workers (default postgres) without publishing, as a
+# commit that publishes would, and waits until they run: workers run only
+# while their database has work (they leave after
+# eventgrid.worker_idle_timeout).  Returns whether they all started.
+sub start_workers
+{
+	my ($node, $db) = @_;
+	$db //= 'postgres';
+	my $n = $node->safe_psql($db, "SHOW eventgrid.delivery_workers");
+	$node->safe_psql($db, "SELECT eventgrid._wake_worker_at_commit()");
+	return wait_for_sql($node,
+		"SET search_path = pg_catalog; SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+		  . " AND backend_type IN ('eventgrid delivery worker', 'eventgrid upkeep worker')",
+		$n + 1, 30, $db);
+}
+
+# Stops database $db's running workers (pg_terminate_backend), so that
+# the next ones connect afresh (with new database settings), and starts
+# them again.  Returns whether the new ones all run.
+sub restart_workers
+{
+	my ($node, $db) = @_;
+	$db //= 'postgres';
+	# (search_path: the database's may plant operators, 006_hostile)
+	my $q = "SET search_path = pg_catalog; SELECT string_agg(pid::text, ',') FROM pg_stat_activity"
+	  . " WHERE datname = current_database() AND backend_type IN ('eventgrid delivery worker', 'eventgrid upkeep worker')";
+	my $old = $node->safe_psql($db, $q);
+	if ($old ne '')
+	{
+		$node->safe_psql($db, "SET search_path = pg_catalog; SELECT pg_terminate_backend(p) FROM unnest('{$old}'::int[]) p");
+		wait_for_sql($node, "SET search_path = pg_catalog; SELECT count(*) FROM pg_stat_activity WHERE pid = ANY ('{$old}'::int[])",
+			'0', 30, $db);
+	}
+	return start_workers($node, $db);
 }
 
 # What psql prints when $sql fails in database postgres (verbose: with the

@@ -72,11 +72,15 @@ run_case('sigkill', sub {
 like(slurp_file($node->logfile), qr/deliveries left in flight by (an earlier run of the delivery workers|a delivery worker that no longer exists) will be retried/,
 	'the worker logs the interrupted deliveries it takes back');
 
-# SIGTERM stops the worker promptly; the postmaster starts a new one
+# SIGTERM stops a worker promptly; the next work brings a new one
+start_workers($node);
 my $pid = sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'");
 sql("SELECT pg_terminate_backend($pid)");
-ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker' AND pid <> $pid", '1', 30),
-	'worker restarted after SIGTERM');
+ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE pid = $pid", '0', 30), 'SIGTERM stops the worker');
+sql("SELECT eventgrid.create_topic('after')");
+sql("SELECT eventgrid.create_event_subscription('after', 'after', '$u/status/200/after')");
+sql("SELECT eventgrid.publish('after', '" . eg_event('after-sigterm') . "')");
+is(scalar(wait_for_requests($r, '/status/200/after', 1, 30)), 1, 'a new worker delivers what comes next');
 
 $node->stop;
 done_testing();

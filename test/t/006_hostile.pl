@@ -70,11 +70,8 @@ $node->safe_psql('postgres', "SET application_name = 'sanity'; SELECT lower('X')
 is(sql("SELECT count(*) FROM public.pwned WHERE app = 'sanity'"), '1',
 	'sanity: a planted function shadows the built-in for sessions with the database search_path');
 
-# the worker connects again, so it sees the database's new search_path
-my $old = sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'");
-$node->safe_psql('postgres', "SELECT pg_terminate_backend($old)");
-ok(wait_for_sql($node, "SET search_path = pg_catalog; SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker' AND pid <> $old", '1', 60),
-	'the delivery worker restarted');
+# the workers connect again, so they see the database's new search_path
+ok(restart_workers($node), 'the workers restarted');
 
 # every API function, called by a superuser with the hostile search_path
 api("SELECT eventgrid.create_topic('shop')");

@@ -87,11 +87,8 @@ sql("ALTER SYSTEM SET eventgrid.max_concurrent_requests = 64; SELECT pg_reload_c
 
 # --- 8. lock contention and cancellation: no exit, no duplicate
 sql("ALTER DATABASE postgres SET lock_timeout = '100ms'");
+ok(restart_workers($node), 'the workers restarted with the database lock_timeout');
 my $pid = worker_pid();
-sql("SELECT pg_terminate_backend($pid)");
-ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker' AND pid <> $pid", '1', 60),
-	'the worker restarted with the database lock_timeout');
-$pid = worker_pid();
 sql("SELECT eventgrid.create_topic('locks')");
 sql("SELECT eventgrid.create_event_subscription('locks', 'counted', '$u/status/200/counted')");
 my $holder = $node->background_psql('postgres');
@@ -118,10 +115,7 @@ sql("ALTER DATABASE postgres RESET lock_timeout");
 
 # --- 9. default_transaction_read_only = on for the database
 sql("ALTER DATABASE postgres SET default_transaction_read_only = on");
-$pid = worker_pid();
-sql("SELECT pg_terminate_backend($pid)");
-ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker' AND pid <> $pid", '1', 60),
-	'the worker restarted with a read-only default');
+ok(restart_workers($node), 'the workers restarted with a read-only default');
 $node->safe_psql('postgres', "SET default_transaction_read_only = off; SELECT eventgrid.create_topic('ro-topic'); "
 	  . "SELECT eventgrid.create_event_subscription('ro-topic', 'ro-sub', '$u/status/200/ro'); "
 	  . "SELECT eventgrid.publish('ro-topic', '" . eg_event('ro-1') . "')");

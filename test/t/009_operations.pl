@@ -1,9 +1,12 @@
-# Operating the worker (issue "Trust", items 12, 13 and 15):
-# 15. eventgrid.database_name names a database that does not exist yet: one
-#     LOG line naming the setting, no crash loop, and delivery starts once the
-#     database and the extension are created;
-# 13. a schema of another version than the library: the worker idles with
-#     one clear LOG line and resumes after the update, without restarting;
+# Operating the workers (issue "Trust", items 12, 13 and 15; issue "Every
+# database"):
+# 15. a configuration from before 0.9.0 that sets eventgrid.database_name
+#     still loads, and the launcher says once that the setting is not used;
+#     a database created after the server started, with the extension
+#     created in it, is served without a restart;
+# 13. a schema of another version than the library: one clear LOG line,
+#     the workers leave instead of crashing, and delivery resumes after
+#     ALTER EXTENSION eventgrid UPDATE;
 # 12. COMMIT PREPARED of a publishing transaction wakes the worker; a reload
 #     of eventgrid.max_concurrent_requests reaches libcurl's connection
 #     cache; a busy worker notices the postmaster's death.
@@ -26,6 +29,7 @@ $node->append_conf('postgresql.conf', join('', map { "$_\n" }
 	"eventgrid.retry_jitter_percent = 0",
 	"eventgrid.response_timeout = '30s'",
 	"eventgrid.max_concurrent_requests = 2",
+	"eventgrid.worker_idle_timeout = '1h'",
 	"max_prepared_transactions = 5"));
 $node->start;
 my $r = start_receiver();
@@ -34,39 +38,40 @@ my $json = JSON::PP->new;
 
 sub sql { return $node->safe_psql('later', shift) }
 sub count_log { my $re = shift; my @m = slurp_file($node->logfile) =~ /$re/g; return scalar @m }
-sub worker_pid { return sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'") }
+sub worker_pid { return sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker' AND datname = 'later'") }
 
-# --- 15. the database does not exist yet
-sleep 6;
-is(count_log(qr/database "later" does not exist; the delivery worker waits for it/), 1,
-	'missing database: logged once');
-like(slurp_file($node->logfile), qr/named by the setting eventgrid\.database_name/, 'missing database: the log names the setting');
-is(count_log(qr/FATAL/), 0, 'missing database: no FATAL, no restart loop');
+# --- 15. the old setting, and a database created later
+ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid launcher'", '1', 30, 'postgres'),
+	'old setting: the launcher runs');
+sleep 1;
+is(count_log(qr/eventgrid\.database_name \("later"\) is no longer used; every database where the extension is created is served/), 1,
+	'old setting: logged once that eventgrid.database_name is no longer used');
+is(count_log(qr/FATAL/), 0, 'no FATAL, no restart loop');
 $node->safe_psql('postgres', 'CREATE DATABASE later');
 sql('CREATE EXTENSION eventgrid');
-ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'", '1', 90, 'later'),
-	'missing database: the worker starts once it exists');
 sql("SELECT eventgrid.create_topic('ops')");
 sql("SELECT eventgrid.create_event_subscription('ops', 'fast', '$u/status/200/fast')");
 sql("SELECT eventgrid.publish('ops', '" . eg_event('first') . "')");
-is(scalar(wait_for_requests($r, '/status/200/fast', 1, 30)), 1, 'missing database: delivery works once created');
+is(scalar(wait_for_requests($r, '/status/200/fast', 1, 30)), 1, 'a database created after start is served once the extension is created');
 
 # --- 13. library and schema of different versions
-my $pid = worker_pid();
-# what a library older or newer than the schema looks like to the worker
+# what a library older or newer than the schema looks like to the workers
 sql("UPDATE pg_extension SET extversion = '0.0.9' WHERE extname = 'eventgrid'");
 sql("SELECT eventgrid.publish('ops', '" . eg_event('skew-1') . "')");
-sleep 2;
+ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE datname = 'later' AND backend_type LIKE 'eventgrid % worker'",
+	'0', 30, 'later'), 'version skew: the workers leave');
 sql("SELECT eventgrid.publish('ops', '" . eg_event('skew-2') . "')");
 sleep 2;
 is(scalar(requests($r, '/status/200/fast')), 1, 'version skew: nothing is delivered');
-is(count_log(qr/the installed extension is version 0\.0\.9 but the loaded library is version \S+; the delivery worker idles/), 1,
+is(count_log(qr/the extension in database "later" is version 0\.0\.9 but the loaded library is version \S+; nothing is delivered there/), 1,
 	'version skew: one clear LOG line');
-is(worker_pid(), $pid, 'version skew: the worker idles instead of crashing');
+is(count_log(qr/FATAL/), 0, 'version skew: no worker crashed');
+is(sql("SELECT state FROM eventgrid.served_databases WHERE database = 'later'"), 'other version',
+	'version skew: served_databases says so');
 sql("UPDATE pg_extension SET extversion = (SELECT default_version FROM pg_available_extensions WHERE name = 'eventgrid') WHERE extname = 'eventgrid'");
-is(scalar(wait_for_requests($r, '/status/200/fast', 3, 30)), 3, 'version skew: delivery resumes after the update');
-like(slurp_file($node->logfile), qr/is ready; the delivery worker resumes/, 'version skew: the resumption is logged');
-is(worker_pid(), $pid, 'version skew: same worker throughout');
+sql("ALTER EXTENSION eventgrid UPDATE");
+is(scalar(wait_for_requests($r, '/status/200/fast', 3, 30)), 3, 'version skew: delivery resumes after ALTER EXTENSION ... UPDATE');
+like(slurp_file($node->logfile), qr/is ready in database "later"; delivery resumes/, 'version skew: the resumption is logged');
 
 # --- 12a. COMMIT PREPARED wakes the worker (its idle sleep is a minute)
 sleep 2;
@@ -102,7 +107,7 @@ sql("SELECT eventgrid.create_event_subscription('ops', 'hang', '$u/status/200/ha
 sql("INSERT INTO eventgrid.events (topic, event) SELECT 'ops', jsonb_build_object('id', 'h-' || i, 'subject', '/s',"
 	  . " 'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z') FROM generate_series(1, 60) i");
 wait_for_requests($r, '/status/200/hang', 40, 30);
-$pid = worker_pid();
+my $pid = worker_pid();
 $node->kill9;
 my $gone = 0;
 for (1 .. 100)

@@ -21,8 +21,7 @@ my $json = JSON::PP->new;
 sub sql { return $node->safe_psql('postgres', shift) }
 sub ids { return [ sort map { $json->decode($_->{body})->[0]{id} } requests($r, '/status/200/t') ] }
 
-ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid upkeep worker'", '1', 30),
-	'the delivery worker starts the upkeep worker');
+ok(start_workers($node), 'work brings the delivery and the upkeep worker');
 sql("SELECT eventgrid.create_topic('tbl')");
 sql("SELECT eventgrid.create_event_subscription('tbl', 'sub', '$u/status/200/t')");
 

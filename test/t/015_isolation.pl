@@ -36,6 +36,7 @@ sql("SELECT eventgrid.create_event_subscription('load', 'hanging-' || i, '$bad->
 	  . " FROM generate_series(1, 200) i");
 sql("SELECT eventgrid.create_event_subscription('load', 'healthy', '$good->{url}/status/200/healthy')");
 my $limit = sql("SHOW eventgrid.max_requests_per_endpoint");
+start_workers($node);
 my $worker = sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'");
 ok($worker =~ /^\d+$/, 'the delivery worker runs');
 

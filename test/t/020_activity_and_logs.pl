@@ -41,6 +41,7 @@ sub publish_n
 		  . " 'subject', '/s', 'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z') FROM generate_series(1, $n) i");
 }
 
+start_workers($node);
 ok(wait_activity(qr/^idle \| eventgrid: idle$/), 'idle: shown as idle');
 
 # --- delivering: two connections, a slow endpoint, and a backlog behind them

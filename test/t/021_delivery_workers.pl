@@ -49,10 +49,9 @@ sub arrivals
 	return \%seen;
 }
 
-ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'", '2', 30),
-	'two delivery workers run');
-like(worker_pids(), qr/^eventgrid delivery worker 1=\d+,eventgrid delivery worker 2=\d+$/,
-	'pg_stat_activity names them by number');
+ok(start_workers($node), 'two delivery workers run');
+like(worker_pids(), qr/^eventgrid delivery worker 1 \[postgres\]=\d+,eventgrid delivery worker 2 \[postgres\]=\d+$/,
+	'pg_stat_activity names them by number and database');
 is(sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid upkeep worker'"), '1',
 	'one upkeep worker serves both');
 
@@ -122,16 +121,16 @@ sub interrupt_case
 }
 
 my ($before, $twice) = interrupt_case('sigterm', 8000, sub {
-	my ($pid2) = $_[0] =~ /worker 2=(\d+)/;
+	my ($pid2) = $_[0] =~ /worker 2 \[postgres\]=(\d+)/;
 	sql("SELECT pg_terminate_backend($pid2)");
 });
 ok($twice >= 1 && $twice <= 3, "sigterm: only the stopped worker's requests were sent again ($twice, at most 3)");
-my ($pid1) = $before =~ /worker 1=(\d+)/;
-like(worker_pids(), qr/^eventgrid delivery worker 1=$pid1,eventgrid delivery worker 2=\d+$/,
+my ($pid1) = $before =~ /worker 1 \[postgres\]=(\d+)/;
+like(worker_pids(), qr/^eventgrid delivery worker 1 \[postgres\]=$pid1,eventgrid delivery worker 2 \[postgres\]=\d+$/,
 	'sigterm: worker 1 ran on; worker 2 was started again');
 
 my ($b2, $twice2, $first2) = interrupt_case('sigkill', 8000, sub {
-	my ($pid2) = $_[0] =~ /worker 2=(\d+)/;
+	my ($pid2) = $_[0] =~ /worker 2 \[postgres\]=(\d+)/;
 	kill 'KILL', $pid2;
 	# the postmaster restarts every process after a crashed worker
 	ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'"
@@ -142,7 +141,7 @@ ok($twice2 >= 4, "sigkill: both workers' requests in flight were sent again ($tw
 
 my $log = slurp_file($node->logfile);
 unlike($log, qr/deadlock detected/, 'no deadlock between the workers');
-like($log, qr/eventgrid delivery worker 2 started/, 'the log names the worker by number');
+like($log, qr/LOG:  eventgrid: .*\(database "postgres"\)/, 'the workers\' log lines name their database');
 
 $node->stop;
 done_testing();
