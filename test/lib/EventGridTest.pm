@@ -161,6 +161,8 @@ sub wait_for_sql
 	$secs //= 60;
 	$db //= 'postgres';
 	my $got = '';
+	# psql may go before it has read its input (a server in crash recovery)
+	local $SIG{PIPE} = 'IGNORE';
 	for (1 .. $secs * 10)
 	{
 		my $ret = $node->psql($db, $sql, stdout => \$got, on_error_die => 0);
