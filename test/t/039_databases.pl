@@ -9,13 +9,14 @@
 #    CREATE DATABASE ... TEMPLATE of a database that is delivering succeed
 #    within about 5 s: its workers leave when asked;
 #  - workers on demand: a database idle for eventgrid.worker_idle_timeout
-#    gives its workers back, and the next commit brings them again; a
-#    database without the extension costs no worker;
+#    gives its workers back, and the next commit, or a retry coming due,
+#    brings them again; a database without the extension costs no worker;
 #  - DROP EXTENSION in one stops only its workers; one database on an older
 #    extension version idles with a HINT while the others deliver;
 #  - the per-host limit holds across databases;
 #  - every worker's lines in the log, its application_name, worker_status
-#    and served_databases name the database;
+#    and served_databases name the database (served_databases readable by
+#    pg_monitor);
 #  - kill -9 of one database's worker and of the launcher: nothing lost
 #    anywhere, nothing sent again beyond what was in flight.
 use strict;
@@ -114,6 +115,20 @@ $t0 = time();
 publish('alpha', 'a2', 1);
 ok(arrived('/status/200/alpha', 'a2-1', 10), 'the next commit brings the workers back and delivers');
 cmp_ok(time() - $t0, '<', 2, 'within a second or so');
+
+# --- a retry coming due brings the workers back by itself (no commit)
+sql('beta', "SELECT eventgrid.create_event_subscription('top', 'later', '$u/seq/503,200/beta-later')");
+publish('beta', 'r', 1);
+is(scalar(wait_for_requests($r, '/seq/503,200/beta-later', 1, 10)), 1, 'a first attempt fails (503): a retry is due in 10 s');
+ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE datname = 'beta'"
+	  . " AND backend_type LIKE 'eventgrid % worker'", '0', 12),
+	'the workers leave idle before the retry is due');
+like(sql('beta', "SELECT delivery_wanted_at IS NOT NULL FROM eventgrid.served_databases WHERE database = 'beta'"), qr/^t$/,
+	'served_databases says when they are wanted again');
+is(scalar(wait_for_requests($r, '/seq/503,200/beta-later', 2, 30)), 2, 'the retry is sent when due, with no commit to wake anyone');
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'later'", '1', 10, 'beta'),
+	'and recorded as delivered');
+sql('beta', "SELECT eventgrid.drop_event_subscription('top', 'later')");
 
 # --- CREATE DATABASE ... TEMPLATE of a database that has the extension, while it delivers
 sql('alpha', "SELECT eventgrid.create_event_subscription('top', 'slow', '$u/status/200/alpha-slow?delay_ms=300')");
@@ -214,6 +229,11 @@ like(sql('alpha', "SELECT string_agg(worker || '=' || (pid IS NOT NULL), ',' ORD
 like(sql('alpha', "SELECT string_agg(database || ':' || state, ',' ORDER BY database) FROM eventgrid.served_databases"),
 	qr/alpha:served.*epsilon:served.*gamma:served.*oldver:served.*plain:no extension.*postgres:/,
 	'served_databases shows every database, for a superuser');
+sql('postgres', 'CREATE ROLE watcher LOGIN IN ROLE pg_monitor; CREATE ROLE nobody LOGIN');
+like(sql('alpha', "SET ROLE watcher; SELECT count(*) > 5 FROM eventgrid.served_databases"), qr/^t$/,
+	'a member of pg_monitor reads served_databases');
+like(($node->psql('alpha', "SET ROLE nobody; SELECT * FROM eventgrid.served_databases"))[2] // '',
+	qr/permission denied/, 'a role without pg_monitor may not');
 
 # --- kill -9 of one database's worker, then of the launcher: nothing lost anywhere
 sql('alpha', "SELECT eventgrid.create_event_subscription('top', 'crash', '$u/status/200/crash-alpha?delay_ms=300')");
