@@ -38,7 +38,6 @@ EgDbSlot   *eg_my_db = NULL;
 const char *eg_log_database = NULL;
 
 static bool holding = false;	/* this backend holds a slot for DDL */
-static bool full_logged = false;
 
 /* Size of the shared state for eventgrid.max_databases slots. */
 Size
@@ -61,18 +60,25 @@ eg_shared_init(void)
 	eg_shared->ndb = eg_max_databases;
 }
 
-/* The slot of database dboid, under the mutex; a free one made its own when create. */
+/*
+ * The slot of database dboid, under the mutex; a free one made its own when
+ * create.  The slot found last is tried first: a backend asks for its own
+ * database's at every commit that publishes, and the mutex is a spinlock.
+ */
 static EgDbSlot *
 find_locked(Oid dboid, bool create)
 {
+	static EgDbSlot *last = NULL;
 	EgDbSlot   *free_slot = NULL;
 
+	if (last != NULL && last->dboid == dboid)
+		return last;
 	for (int i = 0; i < eg_shared->ndb; i++)
 	{
 		EgDbSlot   *db = &eg_shared->db[i];
 
 		if (db->dboid == dboid)
-			return db;
+			return last = db;
 		if (free_slot == NULL && db->dboid == InvalidOid)
 			free_slot = db;
 	}
@@ -84,13 +90,14 @@ find_locked(Oid dboid, bool create)
 	free_slot->delivery_at = DT_NOEND;
 	free_slot->upkeep_at = 0;	/* looked into at once */
 	free_slot->summary_dead_letter_id = -1;
-	return free_slot;
+	return last = free_slot;
 }
 
 /*
  * The slot of database dboid (a free slot made its own when create), or
- * NULL when there is none (every slot taken: logged once).  The pointer
- * stays valid; whether it still names dboid is checked under the mutex.
+ * NULL when there is none (every slot taken: the launcher says so).  The
+ * pointer stays valid; whether it still names dboid is checked under the
+ * mutex.
  */
 EgDbSlot *
 eg_db_find(Oid dboid, bool create)
@@ -100,14 +107,6 @@ eg_db_find(Oid dboid, bool create)
 	SpinLockAcquire(&eg_shared->mutex);
 	db = find_locked(dboid, create);
 	SpinLockRelease(&eg_shared->mutex);
-	if (db == NULL && create && !full_logged)
-	{
-		full_logged = true;
-		ereport(LOG,
-				(errmsg("eventgrid: every one of the %d database slots is taken; database %u is not served",
-						eg_max_databases, dboid),
-				 errhint("Raise eventgrid.max_databases (a restart is needed).")));
-	}
 	return db;
 }
 

@@ -78,6 +78,7 @@ typedef struct EgWorkerHandle
 #define NWORKERS (EG_MAX_DELIVERY_WORKERS + 1)	/* per database: [0] the upkeep worker, [k] delivery worker k */
 
 static EgWorkerHandle *handles;	/* [slot index * NWORKERS + number] */
+static bool slots_full_logged = false;	/* said once that every database slot is taken */
 static bool short_logged = false;
 static TimestampTz short_since = 0;
 static TimestampTz last_short = 0;
@@ -130,12 +131,30 @@ clear_launcher(int code, Datum arg)
 	SpinLockRelease(&eg_shared->mutex);
 }
 
+/* A database pg_database lists, as scan_databases keeps it (sorted by oid). */
+typedef struct ListedDb
+{
+	Oid			oid;
+	NameData	name;
+} ListedDb;
+
+static int
+listed_cmp(const void *a, const void *b)
+{
+	Oid			x = ((const ListedDb *) a)->oid;
+	Oid			y = ((const ListedDb *) b)->oid;
+
+	return (x > y) - (x < y);
+}
+
 /*
  * Reads pg_database (a heap scan: with no database selected, catalog
  * indexes may not be usable yet) and brings the slots up to date: a slot
  * for each database that allows connections and is not a template (a new
  * one is looked into at once), its name as it is now, and the slots of
- * databases that are gone freed once their workers are.
+ * databases that are gone freed once their workers are.  The list is
+ * sorted so that the pass under the spinlock costs a binary search per
+ * slot, however many databases there are.
  */
 static void
 scan_databases(void)
@@ -145,8 +164,7 @@ scan_databases(void)
 	HeapTuple	tup;
 	int			n = 0;
 	int			cap = 64;
-	Oid		   *oids = palloc(cap * sizeof(Oid));
-	NameData   *names = palloc(cap * sizeof(NameData));
+	ListedDb   *listed = palloc(cap * sizeof(ListedDb));
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -162,39 +180,45 @@ scan_databases(void)
 		if (n == cap)
 		{
 			cap *= 2;
-			oids = repalloc(oids, cap * sizeof(Oid));
-			names = repalloc(names, cap * sizeof(NameData));
+			listed = repalloc(listed, cap * sizeof(ListedDb));
 		}
-		oids[n] = d->oid;
-		names[n] = d->datname;
+		listed[n].oid = d->oid;
+		listed[n].name = d->datname;
 		n++;
 	}
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	qsort(listed, n, sizeof(ListedDb), listed_cmp);
 
 	for (int i = 0; i < n; i++)
-		(void) eg_db_find(oids[i], true);	/* logs once when every slot is taken */
+		if (eg_db_find(listed[i].oid, true) == NULL && !slots_full_logged)
+		{
+			slots_full_logged = true;
+			ereport(LOG,
+					(errmsg("eventgrid: all %d database slots are taken; database \"%s\" is not served",
+							eg_max_databases, NameStr(listed[i].name)),
+					 errdetail("Every database that allows connections takes a slot, whether or not it has the extension."),
+					 errhint("Raise eventgrid.max_databases (a restart is needed).")));
+		}
 	SpinLockAcquire(&eg_shared->mutex);
 	for (int s = 0; s < eg_shared->ndb; s++)
 	{
 		EgDbSlot   *db = &eg_shared->db[s];
-		bool		found = false;
+		ListedDb	key;
+		ListedDb   *found;
 
 		if (db->dboid == InvalidOid)
 			continue;
-		for (int i = 0; i < n && !found; i++)
-			if (oids[i] == db->dboid)
-			{
-				found = true;
-				db->name = names[i];
-			}
-		db->present = found;
+		key.oid = db->dboid;
+		found = bsearch(&key, listed, n, sizeof(ListedDb), listed_cmp);
+		if (found != NULL)
+			db->name = found->name;
+		db->present = found != NULL;
 	}
 	SpinLockRelease(&eg_shared->mutex);
-	pfree(oids);
-	pfree(names);
+	pfree(listed);
 }
 
 /* Starts worker number (0: the upkeep worker) of database dboid; NULL if no slot was free. */

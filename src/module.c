@@ -43,7 +43,7 @@
 PG_MODULE_MAGIC;
 
 char	   *eg_database_name = NULL;
-int			eg_max_databases = 64;
+int			eg_max_databases = 1000;
 int			eg_worker_idle_timeout_s = 120;
 int			eg_delivery_workers = 1;
 int			eg_max_concurrent_requests = 64;
@@ -171,7 +171,7 @@ eg_define_gucs(void)
 		DefineCustomIntVariable("eventgrid.max_databases",
 								gettext_noop("Most databases the launcher keeps track of (and so serves) at once."),
 								gettext_noop("Each takes a slot of shared memory whether or not it has the extension; databases that do not allow connections and templates are not counted."),
-								&eg_max_databases, 64, 1, 10000,
+								&eg_max_databases, 1000, 1, 10000,
 								PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	if (process_shared_preload_libraries_in_progress)
 		DefineCustomIntVariable("eventgrid.delivery_workers",

@@ -3,7 +3,8 @@
 # 15. a configuration from before 0.9.0 that sets eventgrid.database_name
 #     still loads, and the launcher says once that the setting is not used;
 #     a database created after the server started, with the extension
-#     created in it, is served without a restart;
+#     created in it, is served without a restart; beyond
+#     eventgrid.max_databases, a database is not served, logged once;
 # 13. a schema of another version than the library: one clear LOG line,
 #     the workers leave instead of crashing, and delivery resumes after
 #     ALTER EXTENSION eventgrid UPDATE;
@@ -30,6 +31,7 @@ $node->append_conf('postgresql.conf', join('', map { "$_\n" }
 	"eventgrid.response_timeout = '30s'",
 	"eventgrid.max_concurrent_requests = 2",
 	"eventgrid.worker_idle_timeout = '1h'",
+	"eventgrid.max_databases = 2",
 	"max_prepared_transactions = 5"));
 $node->start;
 my $r = start_receiver();
@@ -101,6 +103,27 @@ my %second = map { $_->{peer_port} => 1 } grep { $json->decode($_->{body})->[0]{
 my $reused = scalar(grep { $first{$_} } keys %second);
 note("connections of the first wave reused by the second: $reused of " . scalar(keys %second));
 cmp_ok($reused, '>', 16, 'connections: the connection cache grew with max_concurrent_requests (more than the 8 it started with)');
+
+# --- 15b. eventgrid.max_databases (2: postgres and later) taken: a third database is not served, said once
+$node->safe_psql('postgres', 'CREATE DATABASE beyond');
+$node->safe_psql('beyond', "CREATE EXTENSION eventgrid; SELECT eventgrid.create_topic('ops');"
+	  . " SELECT eventgrid.create_event_subscription('ops', 'beyond', '$u/status/200/beyond')");
+$node->safe_psql('beyond', "SELECT eventgrid.publish('ops', '" . eg_event('beyond-1') . "')");
+my $beyond_logged = 0;
+for (1 .. 100)
+{
+	last if ($beyond_logged = count_log(qr/LOG:  eventgrid: all 2 database slots are taken; database "beyond" is not served/));
+	usleep(100_000);
+}
+is($beyond_logged, 1, 'max_databases: a database beyond the slots is logged, by name');
+like(slurp_file($node->logfile), qr/database "beyond" is not served\n.*DETAIL:  Every database that allows connections takes a slot[^\n]*\n.*HINT:  Raise eventgrid\.max_databases/,
+	'max_databases: with a DETAIL and a HINT');
+$node->safe_psql('beyond', "SELECT eventgrid.publish('ops', '" . eg_event('beyond-2') . "')");
+sleep 3;
+is(count_log(qr/LOG:  eventgrid: all \d+ database slots are taken/), 1, 'max_databases: logged once');
+is(scalar(requests($r, '/status/200/beyond')), 0, 'max_databases: nothing is delivered from it');
+is(sql("SELECT count(*) FROM eventgrid.served_databases WHERE database = 'beyond'"), '0',
+	'max_databases: served_databases does not list it');
 
 # --- 12c. a busy worker notices the postmaster's death
 sql("SELECT eventgrid.create_event_subscription('ops', 'hang', '$u/status/200/hang?delay_ms=25000')");
