@@ -320,8 +320,14 @@ start_wanted(EgSlotView *v, TimestampTz now, TimestampTz *wake_at)
 	bool		started_any = false;
 	bool		all_delivery = true;
 
-	for (int k = 0; k < NWORKERS; k++)
+	/*
+	 * The delivery workers first, the upkeep worker last: a database that
+	 * got no slot for a delivery worker starts no upkeep worker either,
+	 * which would hold a slot waiting for deliveries no one makes.
+	 */
+	for (int i = 0; i < NWORKERS; i++)
 	{
+		int			k = (i + 1) % NWORKERS;
 		EgWorkerHandle *h = &handles[v->index * NWORKERS + k];
 
 		if (!v->wants[k] || v->running[k])

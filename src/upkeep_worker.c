@@ -142,6 +142,24 @@ log_summary(void)
 }
 
 /*
+ * Whether a delivery worker of this database runs; *short_of_slots (when
+ * not NULL) says whether a database waits for a free worker slot.
+ */
+static bool
+delivery_running(bool *short_of_slots)
+{
+	bool		running = false;
+
+	SpinLockAcquire(&eg_shared->mutex);
+	for (int k = 0; k < EG_MAX_DELIVERY_WORKERS; k++)
+		running |= eg_my_db->worker_pid[k] != 0;
+	if (short_of_slots)
+		*short_of_slots = eg_shared->slots_short;
+	SpinLockRelease(&eg_shared->mutex);
+	return running;
+}
+
+/*
  * When no delivery worker of this database runs, whether they are wanted:
  * at once when work waits (events at a position, chunks a stopped worker
  * left), else when the first retry comes due.  The upkeep worker asks when
@@ -151,19 +169,14 @@ log_summary(void)
 static void
 want_delivery_if_due(void)
 {
-	bool		running = false;
 	TimestampTz due;
 
-	SpinLockAcquire(&eg_shared->mutex);
-	for (int k = 0; k < EG_MAX_DELIVERY_WORKERS; k++)
-		running |= eg_my_db->worker_pid[k] != 0;
-	SpinLockRelease(&eg_shared->mutex);
-	if (running || !eg_begin_work("eventgrid: looking for waiting deliveries"))
+	if (delivery_running(NULL) || !eg_begin_work("eventgrid: looking for waiting deliveries"))
 		return;
 	due = eg_store_delivery_wanted(eg_now());
 	eg_end_work();
 	if (due <= eg_now())
-		eg_wake_worker();
+		eg_db_wake(MyDatabaseId, true, false);	/* the delivery workers; their work asks for upkeep */
 	else if (due < DT_NOEND)
 		eg_db_want(eg_my_db, false, due);
 }
@@ -227,6 +240,7 @@ eventgrid_upkeep_main(Datum arg)
 	for (;;)
 	{
 		bool		wanted;
+		bool		short_of_slots;
 
 		if (eg_begin_round())
 			again = true;		/* new settings (e.g. the attempt history's) apply at once */
@@ -254,7 +268,13 @@ eventgrid_upkeep_main(Datum arg)
 			want_delivery_if_due();
 			looked = true;
 		}
-		if (again || wanted)
+		/*
+		 * Event tables that hold rows keep it busy while the delivery
+		 * workers run, or could: while another database waits for a worker
+		 * slot and none of this database's delivery workers got one, it
+		 * leaves rather than hold a slot they may need.
+		 */
+		if (wanted || (again && (delivery_running(&short_of_slots) || !short_of_slots)))
 			idle_since = 0;
 		else if (idle_since == 0)
 			idle_since = GetCurrentTimestamp();
