@@ -31,6 +31,10 @@ Measures, in one run against one cluster and one nginx sink on 127.0.0.1:
     the attempt history over BENCH_RATE_SECONDS (5) after the first second
  11. attempt history: single-event delivery with eventgrid.attempt_history
     off and all, alternately twice, and the drop in events/s it costs
+ 16. several databases (bench/databases.py): 1, 4 and 16 busy databases
+    doing the same work, a trickle beside a backlog in another database,
+    and 100 idle databases (their workers, processes, CPU per minute, and
+    the first event after idling)
  9. isolation: a healthy subscription's latency beside 500 subscriptions to a
     port where nothing listens and 200 to an endpoint that accepts and never
     answers (30 s response timeout), and the worker's peak descriptors and
@@ -57,6 +61,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import psycopg2
 import psycopg2.errors
+
+from databases import Databases
 
 EVENT_BYTES = 1000  # approximate size of one published event
 
@@ -111,8 +117,8 @@ class Bench:
             cur.execute(sql, params)
             return cur.fetchall() if cur.description else None
 
-    def one(self, sql, params=None):
-        return self.q(sql, params)[0][0]
+    def one(self, sql, params=None, conn=None):
+        return self.q(sql, params, conn)[0][0]
 
     def set_guc(self, name, value):
         self.q(f"ALTER SYSTEM SET {name} = '{value}'")
@@ -126,13 +132,13 @@ class Bench:
         self.rows.append(line)
         print(line, flush=True)
 
-    def drained(self):
-        """Nothing pending: no retry, no chunk in flight, no event past a position."""
+    def drained(self, conn=None):
+        """Nothing pending (in the database of conn, default postgres): no retry, no chunk in flight, no event past a position."""
         return self.one("SELECT NOT EXISTS (SELECT 1 FROM eventgrid.retries) AND NOT EXISTS (SELECT 1 FROM eventgrid.chunks_in_flight) "
                     "AND NOT EXISTS (SELECT 1 FROM eventgrid.subscription_positions p "
                     "JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id "
                     "JOIN eventgrid.events e ON e.topic = s.topic AND e.txid >= pg_snapshot_xmin(p.done) "
-                    "WHERE NOT pg_visible_in_snapshot(e.txid, p.done))")
+                    "WHERE NOT pg_visible_in_snapshot(e.txid, p.done))", conn=conn)
 
     def wait_drained(self, timeout=7200):
         deadline = time.time() + timeout
@@ -740,7 +746,7 @@ def main():
     ap.add_argument("--tls-log", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15", help="comma-separated figure numbers (2 runs 2-4)")
+    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16", help="comma-separated figure numbers (2 runs 2-4)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     b = Bench(args)
@@ -769,6 +775,8 @@ def main():
         b.fig_signing()
     if "15" in only:
         b.fig_rate_limit()
+    if "16" in only:
+        Databases(b, arrival_receiver).run()
     if "8" in only:
         cases = os.environ.get("BENCH_STEADY_CASES", "plain,rr").split(",")
         if "plain" in cases:

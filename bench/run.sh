@@ -13,6 +13,7 @@
 #   BENCH_EVENTS (200000)  BENCH_BACKLOG (1000000)  BENCH_LATENCY_SECONDS (20)
 #   BENCH_STEADY_SECONDS (300)  BENCH_STEADY_RATE (2000)  BENCH_STEADY_CASES (plain,rr)
 #   BENCH_WORKERS (2: eventgrid.delivery_workers, one per core of the 2-core machine)
+#   BENCH_DB_EVENTS (320000)  BENCH_TRICKLE_EVENTS (100)  BENCH_IDLE_DATABASES (100)  BENCH_IDLE_SECONDS (60): figure 16
 # Arguments go to bench.py, e.g. --only 1,2 for figures 1-4.
 set -euo pipefail
 . "$(dirname "$0")/../scripts/common.sh"
