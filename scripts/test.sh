@@ -8,7 +8,7 @@
 # them up.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
-EG_EXTRA_PACKAGES="libipc-run-perl nginx-light openssl nodejs"   # the TAP tests: IPC::Run, a TLS receiver, its certificates, the Standard Webhooks verifier
+EG_EXTRA_PACKAGES="libipc-run-perl nginx-light openssl nodejs prometheus prometheus-postgres-exporter python3-azure"   # the TAP tests: IPC::Run, a TLS receiver, its certificates, the Standard Webhooks verifier, and for monitoring Prometheus (with promtool), the exporter and the Azure SDK
 eg_setup "$@"
 work=$EG_WORK
 trap 'rm -rf "$work"' EXIT

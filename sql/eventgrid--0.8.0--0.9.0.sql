@@ -544,7 +544,155 @@ BEGIN
     PERFORM eventgrid._subscriptions_changed_at_commit();
 END $$;
 
-CREATE OR REPLACE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT NULL::text) RETURNS void
+-- ---------------------------------------------------------------------------
+-- Dead-letter notifications: an event subscription may name a topic to which
+-- each event it dead-letters or drops is published, in the transaction that
+-- records it.
+
+ALTER TABLE eventgrid.event_subscriptions
+    ADD COLUMN dead_letter_topic text REFERENCES eventgrid.topics (name) ON DELETE SET NULL;
+COMMENT ON COLUMN eventgrid.event_subscriptions.dead_letter_topic IS
+    'The topic each event this subscription dead-letters or drops is published to as a notification (NULL: none); set by create_event_subscription() and update_event_subscription(); dropping that topic sets it NULL.';
+
+CREATE FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF dead_letter_topic IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = dead_letter_topic) THEN
+        RAISE EXCEPTION 'dead_letter_topic % does not exist', eventgrid._quote(dead_letter_topic)
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Create the topic that takes the notifications first, with eventgrid.create_topic(), and subscribe the receiver to be notified to it.';
+    END IF;
+END $$;
+COMMENT ON FUNCTION eventgrid._check_dead_letter_topic(text) IS
+    'Internal: refuses (42704) a dead_letter_topic that is not a topic of this database.';
+
+CREATE FUNCTION eventgrid._dead_letter_notification(target_topic text, topic text, subscription text,
+        event jsonb, input_schema text, dead_lettered boolean, reason text, attempts integer, outcome text,
+        http_status integer, publish_time timestamp with time zone, attempted_at timestamp with time zone)
+    RETURNS TABLE (notification_topic text, notification jsonb)
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ WITH src AS (
+     SELECT CASE WHEN _dead_letter_notification.input_schema = 'CloudEventSchemaV1_0'
+                 THEN _dead_letter_notification.event ->> 'type'
+                 ELSE _dead_letter_notification.event ->> 'eventType' END AS event_type
+ ), d AS (
+     SELECT jsonb_strip_nulls(jsonb_build_object(
+                'topic', _dead_letter_notification.topic,
+                'eventSubscription', _dead_letter_notification.subscription,
+                'id', _dead_letter_notification.event ->> 'id',
+                'eventType', src.event_type,
+                'subject', _dead_letter_notification.event ->> 'subject',
+                'deadLetterReason', _dead_letter_notification.reason,
+                'deliveryAttempts', _dead_letter_notification.attempts,
+                'lastDeliveryOutcome', _dead_letter_notification.outcome,
+                'lastHttpStatusCode', nullif(_dead_letter_notification.http_status, 0),
+                'publishTime', eventgrid.rfc3339(_dead_letter_notification.publish_time),
+                'lastDeliveryAttemptTime', eventgrid.rfc3339(_dead_letter_notification.attempted_at)))
+            || CASE WHEN octet_length(_dead_letter_notification.event::text) <= 900 * 1024
+                    THEN jsonb_build_object('event', _dead_letter_notification.event)
+                    ELSE jsonb_build_object('eventOmitted', 'larger than 900 kB: the notification must stay within the 1 MB event limit') END
+            AS data,
+            CASE WHEN _dead_letter_notification.dead_lettered THEN 'Eventgrid.EventSubscription.EventDeadLettered'
+                 ELSE 'Eventgrid.EventSubscription.EventDropped' END AS type,
+            '/topics/' || _dead_letter_notification.topic || '/eventSubscriptions/' || _dead_letter_notification.subscription AS source
+       FROM src
+ )
+ SELECT t.name AS notification_topic,
+        CASE WHEN t.input_schema = 'CloudEventSchemaV1_0' THEN
+            jsonb_build_object('specversion', '1.0', 'id', gen_random_uuid()::text, 'source', d.source,
+                               'type', d.type, 'subject', coalesce(_dead_letter_notification.event ->> 'id', ''),
+                               'time', eventgrid.rfc3339(now()), 'datacontenttype', 'application/json',
+                               'data', d.data)
+        ELSE
+            jsonb_build_object('id', gen_random_uuid()::text, 'subject', d.source || '/events/' || coalesce(_dead_letter_notification.event ->> 'id', ''),
+                               'eventType', d.type, 'eventTime', eventgrid.rfc3339(now()), 'dataVersion', '1.0',
+                               'data', d.data)
+        END AS notification
+   FROM d, src, eventgrid.topics t
+  WHERE t.name = _dead_letter_notification.target_topic
+    -- no loops: a notification that ends undelivered notifies no one
+    AND src.event_type IS DISTINCT FROM 'Eventgrid.EventSubscription.EventDeadLettered'
+    AND src.event_type IS DISTINCT FROM 'Eventgrid.EventSubscription.EventDropped';
+END;
+COMMENT ON FUNCTION eventgrid._dead_letter_notification(text, text, text, jsonb, text, boolean, text, integer, text, integer, timestamp with time zone, timestamp with time zone) IS
+    'Internal: the notification event of an event dead-lettered (or, dead_lettered false, dropped) by an event subscription whose dead_letter_topic is target_topic, in that topic''s input schema, with what the dead letter records and the event itself (up to 900 kB); no row for a notification that itself ended undelivered, or when the topic is gone. The delivery workers publish it in the transaction that records the dead letter.';
+
+DROP FUNCTION eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer, text);
+CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT 'none'::text, dead_letter_topic text DEFAULT NULL::text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    in_schema text;
+    ttype text;
+    attempts integer;
+    ttl integer;
+    sid bigint;
+BEGIN
+    PERFORM eventgrid._check_not_null('topic', topic);
+    SELECT t.input_schema, t.topic_type INTO in_schema, ttype
+      FROM eventgrid.topics t WHERE t.name = topic FOR KEY SHARE;
+    IF in_schema IS NULL THEN
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'Create it first with eventgrid.create_topic().';
+    END IF;
+    IF name IS NULL OR endpoint IS NULL THEN
+        RAISE EXCEPTION 'event subscription name and endpoint must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT eventgrid._is_subscription_name(name) THEN
+        RAISE EXCEPTION 'invalid event subscription name %', eventgrid._quote(name)
+            USING ERRCODE = 'invalid_name',
+                  HINT = 'An event subscription name has 3 to 64 characters: letters, digits and hyphens.';
+    END IF;
+    event_delivery_schema := coalesce(event_delivery_schema, in_schema);
+    PERFORM eventgrid._check_subscription_settings(in_schema, ttype, endpoint, event_delivery_schema,
+        included_event_types, is_subject_case_sensitive, deadletter, enable_advanced_filtering_on_arrays,
+        max_events_per_batch, preferred_batch_size_in_kilobytes, max_events_per_second);
+    SELECT r.attempts, r.ttl INTO attempts, ttl
+      FROM eventgrid._retry_policy_args(ttype, max_delivery_attempts, event_ttl, max_delivery_count,
+                                        event_time_to_live) r;
+    advanced_filters := eventgrid._advanced_filters_arg(advanced_filters);
+    PERFORM eventgrid._check_endpoint_validation(endpoint_validation);
+    PERFORM eventgrid._check_dead_letter_topic(dead_letter_topic);
+    IF EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
+                WHERE s.topic = create_event_subscription.topic AND s.name = create_event_subscription.name) THEN
+        RAISE EXCEPTION 'event subscription "%" already exists for topic "%"', name, topic
+            USING ERRCODE = 'duplicate_object';
+    END IF;
+    INSERT INTO eventgrid.event_subscriptions AS s
+        (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
+         subject_ends_with, is_subject_case_sensitive, max_delivery_attempts, event_ttl,
+         max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, topic_type,
+         advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic)
+    VALUES (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
+            subject_ends_with, is_subject_case_sensitive, coalesce(attempts, CASE ttype WHEN 'namespace' THEN 10 ELSE 30 END),
+            coalesce(ttl, CASE ttype WHEN 'namespace' THEN 10080 ELSE 1440 END),
+            max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, ttype,
+            advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic)
+    RETURNING s.id INTO sid;
+    INSERT INTO eventgrid.subscription_counters (subscription_id) VALUES (sid);
+    -- events of transactions that commit after this one's snapshot are for it
+    INSERT INTO eventgrid.subscription_positions (subscription_id, since, done)
+    VALUES (sid, pg_current_snapshot(), pg_current_snapshot());
+    IF endpoint_validation = 'handshake' THEN
+        -- nothing is delivered until the endpoint answers the handshake
+        PERFORM eventgrid._start_validation(sid);
+        PERFORM eventgrid._wake_worker_at_commit();
+    END IF;
+    RETURN sid;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) IS 'Creates an event subscription and returns its id. endpoint: http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9.';
+REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) TO eventgrid_admin;
+
+DROP FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer, text);
+CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -589,6 +737,9 @@ BEGIN
     IF endpoint_validation IS NOT NULL THEN
         PERFORM eventgrid._check_endpoint_validation(endpoint_validation);
     END IF;
+    dead_letter_topic := CASE WHEN dead_letter_topic IS NULL THEN cur.dead_letter_topic
+                              ELSE nullif(dead_letter_topic, '') END;
+    PERFORM eventgrid._check_dead_letter_topic(dead_letter_topic);
     UPDATE eventgrid.event_subscriptions s
        SET endpoint = update_event_subscription.endpoint,
            event_delivery_schema = update_event_subscription.event_delivery_schema,
@@ -603,7 +754,8 @@ BEGIN
            deadletter = update_event_subscription.deadletter,
            advanced_filters = update_event_subscription.advanced_filters,
            enable_advanced_filtering_on_arrays = update_event_subscription.enable_advanced_filtering_on_arrays,
-           max_events_per_second = update_event_subscription.max_events_per_second
+           max_events_per_second = update_event_subscription.max_events_per_second,
+           dead_letter_topic = update_event_subscription.dead_letter_topic
      WHERE s.id = sid;
     IF event_delivery_schema <> cur.event_delivery_schema THEN
         -- a retry keeps the text it is sent as: made again in the new schema
@@ -630,6 +782,10 @@ BEGIN
     -- requests claimed with the old settings and not sent yet go back
     PERFORM eventgrid._subscriptions_changed_at_commit();
 END $$;
+COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with, dead_letter_topic), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9.';
+REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) TO eventgrid_admin;
+
 
 -- drop_topic's requests claimed and not sent yet are not sent either
 CREATE OR REPLACE FUNCTION eventgrid.drop_topic(name text) RETURNS void
@@ -999,3 +1155,176 @@ GRANT SELECT ON TABLE eventgrid.served_databases TO pg_monitor;
 
 COMMENT ON VIEW eventgrid.worker_status IS
     'Each eventgrid worker of this database (delivery worker 1..eventgrid.delivery_workers, upkeep worker): pid (NULL when it does not run: workers run only while the database has work), state (idle or active), activity (its status line: what it delivers, waits for or failed at), state_since, wait_event_type, wait_event, backend_start. Readable by eventgrid_admin, which pg_stat_activity would show only <insufficient privilege>. eventgrid.served_databases shows every database''s.';
+
+-- ---------------------------------------------------------------------------
+-- Monitoring: the counters and histograms behind the Prometheus metrics,
+-- kept by the delivery workers in the transaction that records the outcomes
+-- they count, and views for an exporter's role (pg_monitor).
+
+CREATE TABLE eventgrid.subscription_metric_counts (
+    subscription_id bigint NOT NULL REFERENCES eventgrid.event_subscriptions (id) ON DELETE CASCADE,
+    metric text NOT NULL CHECK (metric IN ('attempt_fail', 'dead_lettered', 'dropped', 'processing_bucket',
+                                           'processing_sum', 'latency_bucket', 'latency_sum')),
+    label text NOT NULL,
+    value double precision NOT NULL,
+    PRIMARY KEY (subscription_id, metric, label)
+);
+COMMENT ON TABLE eventgrid.subscription_metric_counts IS
+    'Internal: per event subscription, failed delivery attempts by outcome (attempt_fail), events dead-lettered and dropped by reason, and the histograms of the destination''s processing duration per request and of publish-to-delivery latency per event (label: the bucket''s upper bound in seconds; *_sum: seconds in all); kept by the delivery workers with the outcomes. Read it through eventgrid.event_subscription_metrics, event_subscription_metric_labels and event_subscription_histograms.';
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.subscription_metric_counts', '');
+GRANT SELECT ON TABLE eventgrid.subscription_metric_counts TO eventgrid_admin;
+
+CREATE FUNCTION eventgrid._histogram_buckets(histogram text) RETURNS double precision[]
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN CASE histogram
+        WHEN 'destination_processing_duration_seconds' THEN
+            '{0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10,30,Infinity}'::float8[]
+        WHEN 'delivery_latency_seconds' THEN
+            '{0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10,30,60,300,900,3600,21600,86400,Infinity}'::float8[]
+        END;
+COMMENT ON FUNCTION eventgrid._histogram_buckets(text) IS
+    'Internal: the upper bounds (seconds) of the buckets of a histogram, the same as the delivery workers count with (src/store_metrics.c), +Inf last.';
+
+CREATE FUNCTION eventgrid._oldest_pending(subscription_id bigint, due boolean) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT LEAST(
+    (SELECT min(e.publish_time) AS min
+       FROM eventgrid.subscription_positions p
+       JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
+      CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e
+      WHERE p.subscription_id = _oldest_pending.subscription_id
+        AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with,
+                               s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays)),
+    (SELECT min(e.publish_time)
+       FROM eventgrid.chunks_in_flight c
+       JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id
+      CROSS JOIN LATERAL eventgrid._chunk_events(c.topic, c.done, c.upto, c.after_txid, c.after_id, c.last_txid, c.last_id) e
+      WHERE c.subscription_id = _oldest_pending.subscription_id
+        AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with,
+                               s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays)),
+    (SELECT min(CASE WHEN _oldest_pending.due THEN r.next_attempt_at ELSE r.publish_time END)
+       FROM eventgrid.retries r
+      WHERE r.subscription_id = _oldest_pending.subscription_id
+        AND (NOT _oldest_pending.due OR r.next_attempt_at <= eventgrid._now())));
+END;
+COMMENT ON FUNCTION eventgrid._oldest_pending(bigint, boolean) IS
+    'Internal: of the deliveries of an event subscription not finished yet (those eventgrid._pending() counts), the publish time of the oldest event; with due, when the delivery that has been due longest became due (an event not attempted yet: its publish time; a retry: its next attempt time, if that has come). NULL when there is none.';
+
+CREATE FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint,
+        OUT unmatched_events_total bigint) RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT t.name AS topic, coalesce(c.published, 0) AS publish_success_total,
+        coalesce(c.unmatched, 0) AS unmatched_events_total
+   FROM eventgrid.topics t LEFT JOIN eventgrid.topic_counters c ON c.topic = t.name;
+END;
+CREATE VIEW eventgrid.topic_metrics AS SELECT * FROM eventgrid._topic_metrics();
+COMMENT ON VIEW eventgrid.topic_metrics IS
+    'Prometheus counters per topic: publish_success_total (events published, counted by the upkeep worker about a second after commit; Event Grid''s PublishSuccessCount) and unmatched_events_total (events no event subscription''s filters took; UnmatchedEventCount). Totals since the topic was created. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
+CREATE FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text,
+        OUT matched_events_total bigint, OUT delivery_success_total bigint,
+        OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision,
+        OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT s.topic, s.name AS event_subscription, coalesce(c.matched, 0) AS matched_events_total,
+        coalesce(c.delivered, 0) AS delivery_success_total,
+        eventgrid._pending(s.id) AS pending_events,
+        coalesce(extract(epoch FROM eventgrid._now() - eventgrid._oldest_pending(s.id, false))::float8, 0)
+            AS oldest_pending_event_age_seconds,
+        coalesce(extract(epoch FROM eventgrid._now() - eventgrid._oldest_pending(s.id, true))::float8, 0)
+            AS overdue_seconds,
+        (s.id IN (SELECT p.p FROM eventgrid._paused_subscriptions() p(p)))::integer AS paused,
+        (coalesce(h.state, 'healthy') <> 'healthy')::integer AS endpoint_on_probation
+   FROM eventgrid.event_subscriptions s
+   LEFT JOIN eventgrid.subscription_counters c ON c.subscription_id = s.id
+   LEFT JOIN eventgrid.endpoint_states h ON h.endpoint = s.endpoint;
+END;
+CREATE VIEW eventgrid.event_subscription_metrics AS SELECT * FROM eventgrid._event_subscription_metrics();
+COMMENT ON VIEW eventgrid.event_subscription_metrics IS
+    'Prometheus metrics per event subscription: counters matched_events_total (MatchedEventCount) and delivery_success_total (events delivered, DeliverySuccessCount); gauges pending_events (deliveries not finished, as delivery_statistics.pending), oldest_pending_event_age_seconds (since the oldest of them was published; 0 when none), overdue_seconds (how long the delivery due longest has been due: an event not attempted yet since its publish, a retry since its next attempt time; 0 when none is due; grows when nothing delivers), paused (1 when pause_delivery() holds it) and endpoint_on_probation (1 while its endpoint is on probation or probing, SPEC 6). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
+CREATE FUNCTION eventgrid._event_subscription_metric_labels(OUT topic text, OUT event_subscription text,
+        OUT metric text, OUT label text, OUT value double precision) RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT s.topic, s.name AS event_subscription, 'delivery_attempt_fail_total' AS metric, m.label, m.value
+   FROM eventgrid.event_subscriptions s
+   JOIN eventgrid.subscription_metric_counts m ON m.subscription_id = s.id AND m.metric = 'attempt_fail'
+ UNION ALL
+ SELECT s.topic, s.name AS event_subscription, k.metric || '_total' AS metric, r.reason AS label,
+        coalesce(m.value, 0) AS value
+   FROM eventgrid.event_subscriptions s
+  CROSS JOIN (VALUES ('dead_lettered'), ('dropped')) k(metric)
+  CROSS JOIN (VALUES ('MaxDeliveryAttemptsExceeded'), ('TimeToLiveExceeded'), ('NonRetriableError')) r(reason)
+   LEFT JOIN eventgrid.subscription_metric_counts m
+          ON m.subscription_id = s.id AND m.metric = k.metric AND m.label = r.reason;
+END;
+CREATE VIEW eventgrid.event_subscription_metric_labels AS SELECT * FROM eventgrid._event_subscription_metric_labels();
+COMMENT ON VIEW eventgrid.event_subscription_metric_labels IS
+    'Prometheus counters per event subscription and label: delivery_attempt_fail_total by outcome (label: the lastDeliveryOutcome of each failed attempt, one per event; DeliveryAttemptFailCount; a row once an attempt failed so), dead_lettered_total and dropped_total by reason (label: deadLetterReason; DeadLetteredCount, DroppedEventCount; every reason always, 0 until it happens). Counted from 0.9.0 on. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
+CREATE FUNCTION eventgrid._event_subscription_histograms(OUT topic text, OUT event_subscription text,
+        OUT histogram text, OUT le text, OUT bucket double precision, OUT sum double precision,
+        OUT count double precision) RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT x.topic, x.name AS event_subscription, x.histogram, x.le_text AS le,
+        sum(x.n) OVER (PARTITION BY x.id, x.histogram ORDER BY x.le) AS bucket,
+        x.total AS sum,
+        sum(x.n) OVER (PARTITION BY x.id, x.histogram) AS count
+   FROM (SELECT s.id, s.topic, s.name, h.histogram, b.le, l.le_text, coalesce(m.value, 0) AS n,
+                coalesce(ms.value, 0) AS total
+           FROM eventgrid.event_subscriptions s
+          CROSS JOIN (VALUES ('destination_processing_duration_seconds', 'processing'),
+                             ('delivery_latency_seconds', 'latency')) h(histogram, kind)
+          CROSS JOIN LATERAL unnest(eventgrid._histogram_buckets(h.histogram)) b(le)
+          CROSS JOIN LATERAL (SELECT CASE WHEN b.le = 'Infinity' THEN '+Inf' ELSE b.le::text END) l(le_text)
+           LEFT JOIN eventgrid.subscription_metric_counts m
+                  ON m.subscription_id = s.id AND m.metric = h.kind || '_bucket' AND m.label = l.le_text
+           LEFT JOIN eventgrid.subscription_metric_counts ms
+                  ON ms.subscription_id = s.id AND ms.metric = h.kind || '_sum' AND ms.label = '') x;
+END;
+CREATE VIEW eventgrid.event_subscription_histograms AS SELECT * FROM eventgrid._event_subscription_histograms();
+COMMENT ON VIEW eventgrid.event_subscription_histograms IS
+    'Prometheus histograms per event subscription, one row per bucket: histogram destination_processing_duration_seconds (each request that got an HTTP answer, from sending to the answer: DestinationProcessingDurationInMs) or delivery_latency_seconds (each event delivered, from publish to the successful answer); le (the bucket''s upper bound in seconds, +Inf last), bucket (observations up to le, cumulative), sum (seconds in all) and count (observations; the +Inf bucket). Kept by the delivery workers as they record outcomes, not computed from the attempt history. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
+CREATE FUNCTION eventgrid._worker_metrics(OUT delivery_workers_running integer, OUT upkeep_workers_running integer,
+        OUT waiting_for_worker_slot_seconds double precision)
+    RETURNS record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT (SELECT count(w.pid) FILTER (WHERE w.worker <> 'upkeep worker') FROM eventgrid._worker_pids() w)::integer,
+        (SELECT count(w.pid) FILTER (WHERE w.worker = 'upkeep worker') FROM eventgrid._worker_pids() w)::integer,
+        coalesce((SELECT extract(epoch FROM now() - d.waiting_since)::float8 FROM eventgrid._served_databases() d
+                   WHERE d.database = current_database()), 0);
+END;
+CREATE VIEW eventgrid.worker_metrics AS SELECT * FROM eventgrid._worker_metrics();
+COMMENT ON VIEW eventgrid.worker_metrics IS
+    'Prometheus gauges of this database''s eventgrid workers: delivery_workers_running and upkeep_workers_running (workers run while the database has work and leave after eventgrid.worker_idle_timeout: 0 is normal when idle), and waiting_for_worker_slot_seconds (how long the database has wanted a worker that no background worker slot was free for, 0 when it does not: see max_worker_processes). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
+DO $$
+DECLARE
+    f text;
+BEGIN
+    FOREACH f IN ARRAY ARRAY['_topic_metrics', '_event_subscription_metrics', '_event_subscription_metric_labels',
+                             '_event_subscription_histograms', '_worker_metrics'] LOOP
+        EXECUTE format('REVOKE ALL ON FUNCTION eventgrid.%I FROM PUBLIC', f);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION eventgrid.%I TO pg_monitor, eventgrid_admin', f);
+        EXECUTE format('COMMENT ON FUNCTION eventgrid.%I IS %L', f,
+                       'Internal: the rows of the view eventgrid.' || substr(f, 2) || ', for pg_monitor and eventgrid_admin.');
+    END LOOP;
+    FOREACH f IN ARRAY ARRAY['topic_metrics', 'event_subscription_metrics', 'event_subscription_metric_labels',
+                             'event_subscription_histograms', 'worker_metrics'] LOOP
+        EXECUTE format('REVOKE ALL ON TABLE eventgrid.%I FROM PUBLIC', f);
+        EXECUTE format('GRANT SELECT ON TABLE eventgrid.%I TO pg_monitor, eventgrid_admin', f);
+    END LOOP;
+END
+$$;

@@ -70,6 +70,21 @@ CREATE FUNCTION eventgrid._check_advanced_filters(filters jsonb) RETURNS boolean
 
 COMMENT ON FUNCTION eventgrid._check_advanced_filters(filters jsonb) IS 'Internal: true when filters is a valid array of Event Grid advanced filters; otherwise raises 22023 (malformed) or 54000 (over a limit) naming the filter''s position and field (SPEC 9).';
 
+CREATE FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF dead_letter_topic IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = dead_letter_topic) THEN
+        RAISE EXCEPTION 'dead_letter_topic % does not exist', eventgrid._quote(dead_letter_topic)
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Create the topic that takes the notifications first, with eventgrid.create_topic(), and subscribe the receiver to be notified to it.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) IS 'Internal: refuses (42704) a dead_letter_topic that is not a topic of this database.';
+
 CREATE FUNCTION eventgrid._check_endpoint(endpoint text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -454,6 +469,75 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid._dead_letter_ids(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone, existing_only boolean) IS 'Internal: ids of the dead letters a filter selects (NULL: any), locked FOR UPDATE; 22023 for an unknown reason or an empty time range, 42704 for a topic or subscription that does not exist (unless existing_only is false and dead letters name it).';
 
+CREATE FUNCTION eventgrid._is_schema(v text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN (v = ANY (ARRAY['EventGridSchema'::text, 'CloudEventSchemaV1_0'::text, 'CustomEventSchema'::text]));
+
+COMMENT ON FUNCTION eventgrid._is_schema(v text) IS 'Internal: EventGridSchema, CloudEventSchemaV1_0 or CustomEventSchema.';
+
+CREATE FUNCTION eventgrid._is_topic_name(v text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN (v ~ '^[A-Za-z0-9-]{3,50}$'::text);
+
+COMMENT ON FUNCTION eventgrid._is_topic_name(v text) IS 'Internal: a topic name has 3 to 50 letters, digits and hyphens.';
+
+CREATE FUNCTION eventgrid.rfc3339(ts timestamp with time zone) RETURNS text
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    RETURN to_char((ts AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'::text);
+
+COMMENT ON FUNCTION eventgrid.rfc3339(ts timestamp with time zone) IS 'Formats a timestamp as RFC 3339 in UTC with microseconds, as used in event and dead-letter fields.';
+
+CREATE TABLE eventgrid.topics (
+    name text NOT NULL,
+    input_schema text DEFAULT 'EventGridSchema'::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    topic_type text DEFAULT 'custom'::text NOT NULL,
+    CONSTRAINT topics_input_schema_check CHECK (eventgrid._is_schema(input_schema)),
+    CONSTRAINT topics_name_check CHECK (eventgrid._is_topic_name(name)),
+    CONSTRAINT topics_namespace_schema_check CHECK (((topic_type <> 'namespace'::text) OR (input_schema = 'CloudEventSchemaV1_0'::text))),
+    CONSTRAINT topics_topic_type_check CHECK ((topic_type = ANY (ARRAY['custom'::text, 'namespace'::text])))
+);
+
+COMMENT ON TABLE eventgrid.topics IS 'Event Grid topics: named endpoints that events are published to, each with an input schema (SPEC 1).';
+
+COMMENT ON COLUMN eventgrid.topics.topic_type IS 'custom (Event Grid''s custom topic: the topic delivery profile) or namespace (a namespace topic: CloudEvents 1.0 only, the namespace delivery profile).';
+
+CREATE FUNCTION eventgrid._dead_letter_notification(target_topic text, topic text, subscription text, event jsonb, input_schema text, dead_lettered boolean, reason text, attempts integer, outcome text, http_status integer, publish_time timestamp with time zone, attempted_at timestamp with time zone) RETURNS TABLE(notification_topic text, notification jsonb)
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ WITH src AS (
+          SELECT
+                 CASE
+                     WHEN (_dead_letter_notification.input_schema = 'CloudEventSchemaV1_0'::text) THEN (_dead_letter_notification.event ->> 'type'::text)
+                     ELSE (_dead_letter_notification.event ->> 'eventType'::text)
+                 END AS event_type
+         ), d AS (
+          SELECT (jsonb_strip_nulls(jsonb_build_object('topic', _dead_letter_notification.topic, 'eventSubscription', _dead_letter_notification.subscription, 'id', (_dead_letter_notification.event ->> 'id'::text), 'eventType', src_1.event_type, 'subject', (_dead_letter_notification.event ->> 'subject'::text), 'deadLetterReason', _dead_letter_notification.reason, 'deliveryAttempts', _dead_letter_notification.attempts, 'lastDeliveryOutcome', _dead_letter_notification.outcome, 'lastHttpStatusCode', NULLIF(_dead_letter_notification.http_status, 0), 'publishTime', eventgrid.rfc3339(_dead_letter_notification.publish_time), 'lastDeliveryAttemptTime', eventgrid.rfc3339(_dead_letter_notification.attempted_at))) ||
+                 CASE
+                     WHEN (octet_length((_dead_letter_notification.event)::text) <= (900 * 1024)) THEN jsonb_build_object('event', _dead_letter_notification.event)
+                     ELSE jsonb_build_object('eventOmitted', 'larger than 900 kB: the notification must stay within the 1 MB event limit')
+                 END) AS data,
+                 CASE
+                     WHEN _dead_letter_notification.dead_lettered THEN 'Eventgrid.EventSubscription.EventDeadLettered'::text
+                     ELSE 'Eventgrid.EventSubscription.EventDropped'::text
+                 END AS type,
+             ((('/topics/'::text || _dead_letter_notification.topic) || '/eventSubscriptions/'::text) || _dead_letter_notification.subscription) AS source
+            FROM src src_1
+         )
+  SELECT t.name AS notification_topic,
+         CASE
+             WHEN (t.input_schema = 'CloudEventSchemaV1_0'::text) THEN jsonb_build_object('specversion', '1.0', 'id', (gen_random_uuid())::text, 'source', d.source, 'type', d.type, 'subject', COALESCE((_dead_letter_notification.event ->> 'id'::text), ''::text), 'time', eventgrid.rfc3339(now()), 'datacontenttype', 'application/json', 'data', d.data)
+             ELSE jsonb_build_object('id', (gen_random_uuid())::text, 'subject', ((d.source || '/events/'::text) || COALESCE((_dead_letter_notification.event ->> 'id'::text), ''::text)), 'eventType', d.type, 'eventTime', eventgrid.rfc3339(now()), 'dataVersion', '1.0', 'data', d.data)
+         END AS notification
+    FROM d,
+     src,
+     eventgrid.topics t
+   WHERE ((t.name = _dead_letter_notification.target_topic) AND (src.event_type IS DISTINCT FROM 'Eventgrid.EventSubscription.EventDeadLettered'::text) AND (src.event_type IS DISTINCT FROM 'Eventgrid.EventSubscription.EventDropped'::text));
+END;
+
+COMMENT ON FUNCTION eventgrid._dead_letter_notification(target_topic text, topic text, subscription text, event jsonb, input_schema text, dead_lettered boolean, reason text, attempts integer, outcome text, http_status integer, publish_time timestamp with time zone, attempted_at timestamp with time zone) IS 'Internal: the notification event of an event dead-lettered (or, dead_lettered false, dropped) by an event subscription whose dead_letter_topic is target_topic, in that topic''s input schema, with what the dead letter records and the event itself (up to 900 kB); no row for a notification that itself ended undelivered, or when the topic is gone. The delivery workers publish it in the transaction that records the dead letter.';
+
 CREATE FUNCTION eventgrid._drop_topic_triggers(rel regclass, topic text) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -519,11 +603,11 @@ CREATE FUNCTION eventgrid._endpoint_problem(endpoint text) RETURNS text
 
 COMMENT ON FUNCTION eventgrid._endpoint_problem(endpoint text) IS 'Internal: NULL when libcurl''s URL parser accepts the endpoint (http or https, a host, port 1-65535, no user name or password, at most 2048 bytes), else why not.';
 
-CREATE FUNCTION eventgrid._is_schema(v text) RETURNS boolean
+CREATE FUNCTION eventgrid._histogram_buckets(histogram text) RETURNS double precision[]
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    RETURN (v = ANY (ARRAY['EventGridSchema'::text, 'CloudEventSchemaV1_0'::text, 'CustomEventSchema'::text]));
+    RETURN CASE histogram WHEN 'destination_processing_duration_seconds'::text THEN '{0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10,30,Infinity}'::double precision[] WHEN 'delivery_latency_seconds'::text THEN '{0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10,30,60,300,900,3600,21600,86400,Infinity}'::double precision[] ELSE NULL::double precision[] END;
 
-COMMENT ON FUNCTION eventgrid._is_schema(v text) IS 'Internal: EventGridSchema, CloudEventSchemaV1_0 or CustomEventSchema.';
+COMMENT ON FUNCTION eventgrid._histogram_buckets(histogram text) IS 'Internal: the upper bounds (seconds) of the buckets of a histogram, the same as the delivery workers count with (src/store_metrics.c), +Inf last.';
 
 CREATE FUNCTION eventgrid._is_subscription_name(v text) RETURNS boolean
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -545,29 +629,6 @@ CREATE FUNCTION eventgrid._lower_array(a text[]) RETURNS text[]
 END;
 
 COMMENT ON FUNCTION eventgrid._lower_array(a text[]) IS 'Internal: lower-cases every element; feeds event_subscriptions.included_event_types_lower.';
-
-CREATE FUNCTION eventgrid._system_identifier() RETURNS bigint
-    LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN (SELECT pg_control_system.system_identifier FROM pg_control_system() pg_control_system(pg_control_version, catalog_version_no, system_identifier, pg_control_last_modified));
-
-COMMENT ON FUNCTION eventgrid._system_identifier() IS 'Internal: this cluster''s system identifier (pg_control_system()), stamped on positions.';
-
-CREATE TABLE eventgrid.chunks_in_flight (
-    lease_owner integer NOT NULL,
-    chunk bigint NOT NULL,
-    subscription_id bigint NOT NULL,
-    topic text NOT NULL,
-    done pg_snapshot NOT NULL,
-    upto pg_snapshot NOT NULL,
-    after_txid xid8,
-    after_id bigint,
-    last_txid xid8 NOT NULL,
-    last_id bigint NOT NULL,
-    sent_txid xid8,
-    sent_id bigint
-);
-
-COMMENT ON TABLE eventgrid.chunks_in_flight IS 'Internal: first delivery attempts claimed by the delivery worker and not yet recorded; after a crash they become retries, charged an attempt (outcome Aborted) only up to what had been handed to HTTP.';
 
 CREATE TABLE eventgrid.event_subscriptions (
     id bigint NOT NULL,
@@ -600,6 +661,7 @@ CASE
     ELSE NULL::text
 END) STORED,
     max_events_per_second integer,
+    dead_letter_topic text,
     CONSTRAINT event_subscriptions_advanced_filters_check CHECK (((advanced_filters IS NULL) OR eventgrid._check_advanced_filters(advanced_filters))),
     CONSTRAINT event_subscriptions_endpoint_check CHECK ((eventgrid._endpoint_problem(endpoint) IS NULL)),
     CONSTRAINT event_subscriptions_event_ttl_check CHECK (((event_ttl >= 1) AND (event_ttl <=
@@ -640,6 +702,157 @@ COMMENT ON COLUMN eventgrid.event_subscriptions.event_time_to_live IS 'Namespace
 
 COMMENT ON COLUMN eventgrid.event_subscriptions.max_events_per_second IS 'Rate limit: events delivered a second at most (1-100,000; a batch counts its events, retries count), or NULL for none.';
 
+COMMENT ON COLUMN eventgrid.event_subscriptions.dead_letter_topic IS 'The topic each event this subscription dead-letters or drops is published to as a notification (NULL: none); set by create_event_subscription() and update_event_subscription(); dropping that topic sets it NULL.';
+
+CREATE TABLE eventgrid.subscription_metric_counts (
+    subscription_id bigint NOT NULL,
+    metric text NOT NULL,
+    label text NOT NULL,
+    value double precision NOT NULL,
+    CONSTRAINT subscription_metric_counts_metric_check CHECK ((metric = ANY (ARRAY['attempt_fail'::text, 'dead_lettered'::text, 'dropped'::text, 'processing_bucket'::text, 'processing_sum'::text, 'latency_bucket'::text, 'latency_sum'::text])))
+);
+
+COMMENT ON TABLE eventgrid.subscription_metric_counts IS 'Internal: per event subscription, failed delivery attempts by outcome (attempt_fail), events dead-lettered and dropped by reason, and the histograms of the destination''s processing duration per request and of publish-to-delivery latency per event (label: the bucket''s upper bound in seconds; *_sum: seconds in all); kept by the delivery workers with the outcomes. Read it through eventgrid.event_subscription_metrics, event_subscription_metric_labels and event_subscription_histograms.';
+
+CREATE FUNCTION eventgrid._event_subscription_histograms(OUT topic text, OUT event_subscription text, OUT histogram text, OUT le text, OUT bucket double precision, OUT sum double precision, OUT count double precision) RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT x.topic,
+     x.name AS event_subscription,
+     x.histogram,
+     x.le_text AS le,
+     sum(x.n) OVER (PARTITION BY x.id, x.histogram ORDER BY x.le) AS bucket,
+     x.total AS sum,
+     sum(x.n) OVER (PARTITION BY x.id, x.histogram) AS count
+    FROM ( SELECT s.id,
+             s.topic,
+             s.name,
+             h.histogram,
+             b.le,
+             l.le_text,
+             COALESCE(m.value, (0)::double precision) AS n,
+             COALESCE(ms.value, (0)::double precision) AS total
+            FROM (((((eventgrid.event_subscriptions s
+              CROSS JOIN ( VALUES ('destination_processing_duration_seconds'::text,'processing'::text), ('delivery_latency_seconds'::text,'latency'::text)) h(histogram, kind))
+              CROSS JOIN LATERAL unnest(eventgrid._histogram_buckets(h.histogram)) b(le))
+              CROSS JOIN LATERAL ( SELECT
+                         CASE
+                             WHEN (b.le = 'Infinity'::double precision) THEN '+Inf'::text
+                             ELSE (b.le)::text
+                         END AS le) l(le_text))
+              LEFT JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = (h.kind || '_bucket'::text)) AND (m.label = l.le_text))))
+              LEFT JOIN eventgrid.subscription_metric_counts ms ON (((ms.subscription_id = s.id) AND (ms.metric = (h.kind || '_sum'::text)) AND (ms.label = ''::text))))) x;
+END;
+
+COMMENT ON FUNCTION eventgrid._event_subscription_histograms(OUT topic text, OUT event_subscription text, OUT histogram text, OUT le text, OUT bucket double precision, OUT sum double precision, OUT count double precision) IS 'Internal: the rows of the view eventgrid.event_subscription_histograms, for pg_monitor and eventgrid_admin.';
+
+CREATE FUNCTION eventgrid._event_subscription_metric_labels(OUT topic text, OUT event_subscription text, OUT metric text, OUT label text, OUT value double precision) RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT s.topic,
+     s.name AS event_subscription,
+     'delivery_attempt_fail_total'::text AS metric,
+     m.label,
+     m.value
+    FROM (eventgrid.event_subscriptions s
+      JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = 'attempt_fail'::text))))
+ UNION ALL
+  SELECT s.topic,
+     s.name AS event_subscription,
+     (k.metric || '_total'::text) AS metric,
+     r.reason AS label,
+     COALESCE(m.value, (0)::double precision) AS value
+    FROM (((eventgrid.event_subscriptions s
+      CROSS JOIN ( VALUES ('dead_lettered'::text), ('dropped'::text)) k(metric))
+      CROSS JOIN ( VALUES ('MaxDeliveryAttemptsExceeded'::text), ('TimeToLiveExceeded'::text), ('NonRetriableError'::text)) r(reason))
+      LEFT JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = k.metric) AND (m.label = r.reason))));
+END;
+
+COMMENT ON FUNCTION eventgrid._event_subscription_metric_labels(OUT topic text, OUT event_subscription text, OUT metric text, OUT label text, OUT value double precision) IS 'Internal: the rows of the view eventgrid.event_subscription_metric_labels, for pg_monitor and eventgrid_admin.';
+
+CREATE FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN COALESCE((((types_lower IS NULL) OR (lower(COALESCE((event ->> 'eventType'::text), (event ->> 'type'::text))) = ANY (types_lower))) AND ((subject_begins_with IS NULL) OR CASE WHEN case_sensitive THEN starts_with((event ->> 'subject'::text), subject_begins_with) ELSE starts_with(lower((event ->> 'subject'::text)), lower(subject_begins_with)) END) AND ((subject_ends_with IS NULL) OR CASE WHEN case_sensitive THEN ("right"((event ->> 'subject'::text), length(subject_ends_with)) = subject_ends_with) ELSE (lower("right"((event ->> 'subject'::text), length(subject_ends_with))) = lower(subject_ends_with)) END) AND ((advanced_filters IS NULL) OR eventgrid._advanced_match(event, advanced_filters, on_arrays))), false);
+
+COMMENT ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) IS 'Internal: does an event pass an event subscription''s filters (included event types, case-insensitive; subject begins/ends with; advanced filters) (SPEC 9)?';
+
+CREATE FUNCTION eventgrid._now() RETURNS timestamp with time zone
+    LANGUAGE c STABLE PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_now';
+
+COMMENT ON FUNCTION eventgrid._now() IS 'Internal: now() on the delivery workers'' clock (moved ahead by eventgrid.clock_offset): the time eventgrid writes about deliveries from SQL.';
+
+CREATE FUNCTION eventgrid._system_identifier() RETURNS bigint
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN (SELECT pg_control_system.system_identifier FROM pg_control_system() pg_control_system(pg_control_version, catalog_version_no, system_identifier, pg_control_last_modified));
+
+COMMENT ON FUNCTION eventgrid._system_identifier() IS 'Internal: this cluster''s system identifier (pg_control_system()), stamped on positions.';
+
+CREATE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) RETURNS SETOF eventgrid.events
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT e.id,
+     e.topic,
+     e.event,
+     e.publish_time,
+     e.event_bytes,
+     e.txid,
+     e.event_table
+    FROM eventgrid.events e
+   WHERE ((e.topic = _unpassed_events.topic) AND (e.txid >= pg_snapshot_xmin(_unpassed_events.done)) AND (ROW(e.txid, e.id) > ROW(COALESCE(_unpassed_events.after_txid, '0'::xid8), COALESCE(_unpassed_events.after_id, (0)::bigint))) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)))
+ UNION ALL
+  SELECT e.id,
+     e.topic,
+     e.event,
+     e.publish_time,
+     e.event_bytes,
+     e.txid,
+     e.event_table
+    FROM eventgrid.events e
+   WHERE ((_unpassed_events.upto IS NOT NULL) AND (e.topic = _unpassed_events.topic) AND (e.txid >= GREATEST(pg_snapshot_xmin(_unpassed_events.done), pg_snapshot_xmin(_unpassed_events.upto))) AND (e.txid < _unpassed_events.after_txid) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.upto)));
+END;
+
+COMMENT ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) IS 'Internal: the events of a topic that a position (done, upto, last event) has not passed, before filters. Inlined by the planner; the upkeep worker''s backlog count and eventgrid._pending() read through it.';
+
+CREATE TABLE eventgrid.chunks_in_flight (
+    lease_owner integer NOT NULL,
+    chunk bigint NOT NULL,
+    subscription_id bigint NOT NULL,
+    topic text NOT NULL,
+    done pg_snapshot NOT NULL,
+    upto pg_snapshot NOT NULL,
+    after_txid xid8,
+    after_id bigint,
+    last_txid xid8 NOT NULL,
+    last_id bigint NOT NULL,
+    sent_txid xid8,
+    sent_id bigint
+);
+
+COMMENT ON TABLE eventgrid.chunks_in_flight IS 'Internal: first delivery attempts claimed by the delivery worker and not yet recorded; after a crash they become retries, charged an attempt (outcome Aborted) only up to what had been handed to HTTP.';
+
+CREATE TABLE eventgrid.retries (
+    id bigint NOT NULL,
+    subscription_id bigint NOT NULL,
+    event_id bigint NOT NULL,
+    event jsonb NOT NULL,
+    payload text NOT NULL,
+    publish_time timestamp with time zone NOT NULL,
+    event_bytes integer NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone NOT NULL,
+    last_attempt_at timestamp with time zone,
+    last_outcome text,
+    last_http_status integer,
+    lease_owner integer,
+    CONSTRAINT retries_attempts_check CHECK (((attempts >= 0) AND (attempts <= 30))),
+    CONSTRAINT retries_last_http_status_check CHECK (((last_http_status >= 100) AND (last_http_status <= 599)))
+);
+
+COMMENT ON TABLE eventgrid.retries IS 'Deliveries whose first attempt failed and that will be retried: attempts made, next attempt time, last outcome and HTTP status, and a copy of the event (SPEC 3, 4).';
+
 CREATE TABLE eventgrid.subscription_positions (
     subscription_id bigint NOT NULL,
     since pg_snapshot NOT NULL,
@@ -652,6 +865,119 @@ CREATE TABLE eventgrid.subscription_positions (
 );
 
 COMMENT ON TABLE eventgrid.subscription_positions IS 'Internal: each event subscription''s position in the event stream (snapshots of the delivery worker); first delivery attempts are claimed from here.';
+
+CREATE FUNCTION eventgrid._oldest_pending(subscription_id bigint, due boolean) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT LEAST(( SELECT min(e.publish_time) AS min
+            FROM ((eventgrid.subscription_positions p
+              JOIN eventgrid.event_subscriptions s ON ((s.id = p.subscription_id)))
+              CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e(id, topic, event, publish_time, event_bytes, txid, event_table))
+           WHERE ((p.subscription_id = _oldest_pending.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays))), ( SELECT min(e.publish_time) AS min
+            FROM ((eventgrid.chunks_in_flight c
+              JOIN eventgrid.event_subscriptions s ON ((s.id = c.subscription_id)))
+              CROSS JOIN LATERAL eventgrid._chunk_events(c.topic, c.done, c.upto, c.after_txid, c.after_id, c.last_txid, c.last_id) e(id, topic, event, publish_time, event_bytes, txid, event_table))
+           WHERE ((c.subscription_id = _oldest_pending.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays))), ( SELECT min(
+                 CASE
+                     WHEN _oldest_pending.due THEN r.next_attempt_at
+                     ELSE r.publish_time
+                 END) AS min
+            FROM eventgrid.retries r
+           WHERE ((r.subscription_id = _oldest_pending.subscription_id) AND ((NOT _oldest_pending.due) OR (r.next_attempt_at <= eventgrid._now()))))) AS "least";
+END;
+
+COMMENT ON FUNCTION eventgrid._oldest_pending(subscription_id bigint, due boolean) IS 'Internal: of the deliveries of an event subscription not finished yet (those eventgrid._pending() counts), the publish time of the oldest event; with due, when the delivery that has been due longest became due (an event not attempted yet: its publish time; a retry: its next attempt time, if that has come). NULL when there is none.';
+
+CREATE TABLE eventgrid.delivery_pauses (
+    topic text,
+    subscription_id bigint,
+    paused_at timestamp with time zone DEFAULT now() NOT NULL,
+    paused_by name NOT NULL,
+    CONSTRAINT delivery_pauses_check CHECK (((subscription_id IS NULL) OR (topic IS NOT NULL)))
+);
+
+COMMENT ON TABLE eventgrid.delivery_pauses IS 'Internal: what pause_delivery() paused: everything (topic and subscription_id NULL), a topic (subscription_id NULL) or one event subscription.';
+
+CREATE FUNCTION eventgrid._paused_subscriptions() RETURNS SETOF bigint
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+ SELECT s.id
+    FROM eventgrid.event_subscriptions s
+   WHERE (EXISTS ( SELECT 1
+            FROM eventgrid.delivery_pauses dp
+           WHERE ((dp.subscription_id = s.id) OR ((dp.subscription_id IS NULL) AND ((dp.topic IS NULL) OR (dp.topic = s.topic))))));
+END;
+
+COMMENT ON FUNCTION eventgrid._paused_subscriptions() IS 'Internal: the ids of the event subscriptions pause_delivery() paused (itself, its topic or everything). The delivery workers'' claims and delivery_statistics use it.';
+
+CREATE FUNCTION eventgrid._pending(subscription_id bigint) RETURNS bigint
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT ((( SELECT count(*) AS count
+            FROM ((eventgrid.subscription_positions p
+              JOIN eventgrid.event_subscriptions s ON ((s.id = p.subscription_id)))
+              CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e(id, topic, event, publish_time, event_bytes, txid, event_table))
+           WHERE ((p.subscription_id = _pending.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays))) + ( SELECT count(*) AS count
+            FROM ((eventgrid.chunks_in_flight c
+              JOIN eventgrid.event_subscriptions s ON ((s.id = c.subscription_id)))
+              CROSS JOIN LATERAL eventgrid._chunk_events(c.topic, c.done, c.upto, c.after_txid, c.after_id, c.last_txid, c.last_id) e(id, topic, event, publish_time, event_bytes, txid, event_table))
+           WHERE ((c.subscription_id = _pending.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays)))) + ( SELECT count(*) AS count
+            FROM eventgrid.retries r
+           WHERE (r.subscription_id = _pending.subscription_id)));
+END;
+
+COMMENT ON FUNCTION eventgrid._pending(subscription_id bigint) IS 'Internal: deliveries of an event subscription not finished yet: events its position has not passed, first attempts in flight, and retries.';
+
+CREATE TABLE eventgrid.endpoint_states (
+    endpoint text NOT NULL,
+    state text NOT NULL,
+    consecutive_failures integer NOT NULL,
+    last_failure_outcome text,
+    probation_cause text,
+    probation_started_at timestamp with time zone,
+    probation_until timestamp with time zone,
+    probations integer DEFAULT 0 NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT endpoint_states_check CHECK (((state = 'healthy'::text) = (probation_started_at IS NULL))),
+    CONSTRAINT endpoint_states_consecutive_failures_check CHECK ((consecutive_failures >= 0)),
+    CONSTRAINT endpoint_states_probations_check CHECK ((probations >= 0)),
+    CONSTRAINT endpoint_states_state_check CHECK ((state = ANY (ARRAY['healthy'::text, 'probation'::text, 'probing'::text])))
+);
+
+COMMENT ON TABLE eventgrid.endpoint_states IS 'Internal: health of each endpoint URL as the delivery worker keeps it (delayed delivery, SPEC 6); read it through eventgrid.endpoint_health.';
+
+CREATE TABLE eventgrid.subscription_counters (
+    subscription_id bigint NOT NULL,
+    delivered bigint DEFAULT 0 NOT NULL,
+    failed_attempts bigint DEFAULT 0 NOT NULL,
+    dead_lettered bigint DEFAULT 0 NOT NULL,
+    dropped bigint DEFAULT 0 NOT NULL,
+    redelivered bigint DEFAULT 0 NOT NULL,
+    matched bigint DEFAULT 0 NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.subscription_counters IS 'Running totals per event subscription, maintained by the delivery worker.';
+
+CREATE FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT s.topic,
+     s.name AS event_subscription,
+     COALESCE(c.matched, (0)::bigint) AS matched_events_total,
+     COALESCE(c.delivered, (0)::bigint) AS delivery_success_total,
+     eventgrid._pending(s.id) AS pending_events,
+     COALESCE((EXTRACT(epoch FROM (eventgrid._now() - eventgrid._oldest_pending(s.id, false))))::double precision, (0)::double precision) AS oldest_pending_event_age_seconds,
+     COALESCE((EXTRACT(epoch FROM (eventgrid._now() - eventgrid._oldest_pending(s.id, true))))::double precision, (0)::double precision) AS overdue_seconds,
+     ((s.id IN ( SELECT p.p
+            FROM eventgrid._paused_subscriptions() p(p))))::integer AS paused,
+     ((COALESCE(h.state, 'healthy'::text) <> 'healthy'::text))::integer AS endpoint_on_probation
+    FROM ((eventgrid.event_subscriptions s
+      LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)))
+      LEFT JOIN eventgrid.endpoint_states h ON ((h.endpoint = s.endpoint)));
+END;
+
+COMMENT ON FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) IS 'Internal: the rows of the view eventgrid.event_subscription_metrics, for pg_monitor and eventgrid_admin.';
 
 CREATE TABLE eventgrid.topic_positions (
     topic text NOT NULL,
@@ -755,28 +1081,6 @@ CREATE FUNCTION eventgrid._header_problem(header text, value text) RETURNS text
 
 COMMENT ON FUNCTION eventgrid._header_problem(header text, value text) IS 'Internal: NULL when a custom delivery property may be sent (HTTP token name of 1-256 characters, not aeg-*, not a framing or routing header, not Content-Type; value at most 4096 bytes without control characters), else why not.';
 
-CREATE TABLE eventgrid.delivery_pauses (
-    topic text,
-    subscription_id bigint,
-    paused_at timestamp with time zone DEFAULT now() NOT NULL,
-    paused_by name NOT NULL,
-    CONSTRAINT delivery_pauses_check CHECK (((subscription_id IS NULL) OR (topic IS NOT NULL)))
-);
-
-COMMENT ON TABLE eventgrid.delivery_pauses IS 'Internal: what pause_delivery() paused: everything (topic and subscription_id NULL), a topic (subscription_id NULL) or one event subscription.';
-
-CREATE FUNCTION eventgrid._paused_subscriptions() RETURNS SETOF bigint
-    LANGUAGE sql STABLE
-    BEGIN ATOMIC
- SELECT s.id
-    FROM eventgrid.event_subscriptions s
-   WHERE (EXISTS ( SELECT 1
-            FROM eventgrid.delivery_pauses dp
-           WHERE ((dp.subscription_id = s.id) OR ((dp.subscription_id IS NULL) AND ((dp.topic IS NULL) OR (dp.topic = s.topic))))));
-END;
-
-COMMENT ON FUNCTION eventgrid._paused_subscriptions() IS 'Internal: the ids of the event subscriptions pause_delivery() paused (itself, its topic or everything). The delivery workers'' claims and delivery_statistics use it.';
-
 CREATE TABLE eventgrid.endpoint_validations (
     subscription_id bigint NOT NULL,
     state text NOT NULL,
@@ -811,29 +1115,11 @@ CREATE FUNCTION eventgrid._is_source_field(v text) RETURNS boolean
 
 COMMENT ON FUNCTION eventgrid._is_source_field(v text) IS 'Internal: a dynamic property source is a dotted field path of at most 512 characters.';
 
-CREATE FUNCTION eventgrid._is_topic_name(v text) RETURNS boolean
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    RETURN (v ~ '^[A-Za-z0-9-]{3,50}$'::text);
-
-COMMENT ON FUNCTION eventgrid._is_topic_name(v text) IS 'Internal: a topic name has 3 to 50 letters, digits and hyphens.';
-
 CREATE FUNCTION eventgrid._log(message text) RETURNS void
     LANGUAGE c STRICT
     AS 'MODULE_PATHNAME', 'eventgrid_log';
 
 COMMENT ON FUNCTION eventgrid._log(message text) IS 'Internal: writes message to the server log (LOG), without the STATEMENT and CONTEXT lines.';
-
-CREATE FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) RETURNS boolean
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN COALESCE((((types_lower IS NULL) OR (lower(COALESCE((event ->> 'eventType'::text), (event ->> 'type'::text))) = ANY (types_lower))) AND ((subject_begins_with IS NULL) OR CASE WHEN case_sensitive THEN starts_with((event ->> 'subject'::text), subject_begins_with) ELSE starts_with(lower((event ->> 'subject'::text)), lower(subject_begins_with)) END) AND ((subject_ends_with IS NULL) OR CASE WHEN case_sensitive THEN ("right"((event ->> 'subject'::text), length(subject_ends_with)) = subject_ends_with) ELSE (lower("right"((event ->> 'subject'::text), length(subject_ends_with))) = lower(subject_ends_with)) END) AND ((advanced_filters IS NULL) OR eventgrid._advanced_match(event, advanced_filters, on_arrays))), false);
-
-COMMENT ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) IS 'Internal: does an event pass an event subscription''s filters (included event types, case-insensitive; subject begins/ends with; advanced filters) (SPEC 9)?';
-
-CREATE FUNCTION eventgrid._now() RETURNS timestamp with time zone
-    LANGUAGE c STABLE PARALLEL SAFE
-    AS 'MODULE_PATHNAME', 'eventgrid_now';
-
-COMMENT ON FUNCTION eventgrid._now() IS 'Internal: now() on the delivery workers'' clock (moved ahead by eventgrid.clock_offset): the time eventgrid writes about deliveries from SQL.';
 
 CREATE FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) RETURNS record
     LANGUAGE plpgsql STABLE
@@ -859,70 +1145,6 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) IS 'Internal: what pause_delivery() and resume_delivery() name (both NULL: everything), checked to exist.';
-
-CREATE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) RETURNS SETOF eventgrid.events
-    LANGUAGE sql STABLE PARALLEL SAFE
-    BEGIN ATOMIC
- SELECT e.id,
-     e.topic,
-     e.event,
-     e.publish_time,
-     e.event_bytes,
-     e.txid,
-     e.event_table
-    FROM eventgrid.events e
-   WHERE ((e.topic = _unpassed_events.topic) AND (e.txid >= pg_snapshot_xmin(_unpassed_events.done)) AND (ROW(e.txid, e.id) > ROW(COALESCE(_unpassed_events.after_txid, '0'::xid8), COALESCE(_unpassed_events.after_id, (0)::bigint))) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)))
- UNION ALL
-  SELECT e.id,
-     e.topic,
-     e.event,
-     e.publish_time,
-     e.event_bytes,
-     e.txid,
-     e.event_table
-    FROM eventgrid.events e
-   WHERE ((_unpassed_events.upto IS NOT NULL) AND (e.topic = _unpassed_events.topic) AND (e.txid >= GREATEST(pg_snapshot_xmin(_unpassed_events.done), pg_snapshot_xmin(_unpassed_events.upto))) AND (e.txid < _unpassed_events.after_txid) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.upto)));
-END;
-
-COMMENT ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) IS 'Internal: the events of a topic that a position (done, upto, last event) has not passed, before filters. Inlined by the planner; the upkeep worker''s backlog count and eventgrid._pending() read through it.';
-
-CREATE TABLE eventgrid.retries (
-    id bigint NOT NULL,
-    subscription_id bigint NOT NULL,
-    event_id bigint NOT NULL,
-    event jsonb NOT NULL,
-    payload text NOT NULL,
-    publish_time timestamp with time zone NOT NULL,
-    event_bytes integer NOT NULL,
-    attempts integer DEFAULT 0 NOT NULL,
-    next_attempt_at timestamp with time zone NOT NULL,
-    last_attempt_at timestamp with time zone,
-    last_outcome text,
-    last_http_status integer,
-    lease_owner integer,
-    CONSTRAINT retries_attempts_check CHECK (((attempts >= 0) AND (attempts <= 30))),
-    CONSTRAINT retries_last_http_status_check CHECK (((last_http_status >= 100) AND (last_http_status <= 599)))
-);
-
-COMMENT ON TABLE eventgrid.retries IS 'Deliveries whose first attempt failed and that will be retried: attempts made, next attempt time, last outcome and HTTP status, and a copy of the event (SPEC 3, 4).';
-
-CREATE FUNCTION eventgrid._pending(subscription_id bigint) RETURNS bigint
-    LANGUAGE sql STABLE PARALLEL SAFE
-    BEGIN ATOMIC
- SELECT ((( SELECT count(*) AS count
-            FROM ((eventgrid.subscription_positions p
-              JOIN eventgrid.event_subscriptions s ON ((s.id = p.subscription_id)))
-              CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e(id, topic, event, publish_time, event_bytes, txid, event_table))
-           WHERE ((p.subscription_id = _pending.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays))) + ( SELECT count(*) AS count
-            FROM ((eventgrid.chunks_in_flight c
-              JOIN eventgrid.event_subscriptions s ON ((s.id = c.subscription_id)))
-              CROSS JOIN LATERAL eventgrid._chunk_events(c.topic, c.done, c.upto, c.after_txid, c.after_id, c.last_txid, c.last_id) e(id, topic, event, publish_time, event_bytes, txid, event_table))
-           WHERE ((c.subscription_id = _pending.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays)))) + ( SELECT count(*) AS count
-            FROM eventgrid.retries r
-           WHERE (r.subscription_id = _pending.subscription_id)));
-END;
-
-COMMENT ON FUNCTION eventgrid._pending(subscription_id bigint) IS 'Internal: deliveries of an event subscription not finished yet: events its position has not passed, first attempts in flight, and retries.';
 
 CREATE FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) RETURNS bigint
     LANGUAGE plpgsql
@@ -1475,6 +1697,27 @@ END;
 
 COMMENT ON FUNCTION eventgrid._table_shape(source_table regclass) IS 'Internal: the columns (number, name, type) and primary key of a table, which the statements of its publications are made for.';
 
+CREATE TABLE eventgrid.topic_counters (
+    topic text NOT NULL,
+    unmatched bigint DEFAULT 0 NOT NULL,
+    published bigint DEFAULT 0 NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.topic_counters IS 'Running totals per topic: events that matched no event subscription.';
+
+CREATE FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT t.name AS topic,
+     COALESCE(c.published, (0)::bigint) AS publish_success_total,
+     COALESCE(c.unmatched, (0)::bigint) AS unmatched_events_total
+    FROM (eventgrid.topics t
+      LEFT JOIN eventgrid.topic_counters c ON ((c.topic = t.name)));
+END;
+
+COMMENT ON FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) IS 'Internal: the rows of the view eventgrid.topic_metrics, for pg_monitor and eventgrid_admin.';
+
 CREATE FUNCTION eventgrid._uncover_partitions(rel regclass) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1530,6 +1773,21 @@ CREATE FUNCTION eventgrid._worker_pids(OUT worker text, OUT pid integer) RETURNS
 
 COMMENT ON FUNCTION eventgrid._worker_pids(OUT worker text, OUT pid integer) IS 'Internal: each delivery worker and the upkeep worker with the pid in its shared-memory slot, NULL when it does not run. A worker sets its slot once its exit callback is registered and that callback clears it, so a pid here is a running process.';
 
+CREATE FUNCTION eventgrid._worker_metrics(OUT delivery_workers_running integer, OUT upkeep_workers_running integer, OUT waiting_for_worker_slot_seconds double precision) RETURNS record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT (( SELECT count(w.pid) FILTER (WHERE (w.worker <> 'upkeep worker'::text)) AS count
+            FROM eventgrid._worker_pids() w(worker, pid)))::integer AS count,
+     (( SELECT count(w.pid) FILTER (WHERE (w.worker = 'upkeep worker'::text)) AS count
+            FROM eventgrid._worker_pids() w(worker, pid)))::integer AS count,
+     COALESCE(( SELECT (EXTRACT(epoch FROM (now() - d.waiting_since)))::double precision AS "extract"
+            FROM eventgrid._served_databases() d(database, state, delivery_workers, upkeep_worker, delivery_wanted_at, upkeep_wanted_at, waiting_since, held_by, last_active)
+           WHERE (d.database = current_database())), (0)::double precision) AS "coalesce";
+END;
+
+COMMENT ON FUNCTION eventgrid._worker_metrics(OUT delivery_workers_running integer, OUT upkeep_workers_running integer, OUT waiting_for_worker_slot_seconds double precision) IS 'Internal: the rows of the view eventgrid.worker_metrics, for pg_monitor and eventgrid_admin.';
+
 CREATE FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) RETURNS SETOF record
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1548,19 +1806,13 @@ END;
 
 COMMENT ON FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) IS 'Internal: each eventgrid worker with its pg_stat_activity state, status line and wait; read eventgrid.worker_status.';
 
-CREATE FUNCTION eventgrid.rfc3339(ts timestamp with time zone) RETURNS text
-    LANGUAGE sql STABLE STRICT PARALLEL SAFE
-    RETURN to_char((ts AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'::text);
-
-COMMENT ON FUNCTION eventgrid.rfc3339(ts timestamp with time zone) IS 'Formats a timestamp as RFC 3339 in UTC with microseconds, as used in event and dead-letter fields.';
-
 CREATE FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
     RETURN CASE WHEN (from_schema = to_schema) THEN event WHEN ((from_schema = 'EventGridSchema'::text) AND (to_schema = 'CloudEventSchemaV1_0'::text)) THEN ((jsonb_build_object('specversion', '1.0', 'id', (event -> 'id'::text), 'source', (event -> 'topic'::text), 'subject', (event -> 'subject'::text), 'type', (event -> 'eventType'::text), 'time', (event -> 'eventTime'::text), 'datacontenttype', 'application/json') || CASE WHEN (event ? 'data'::text) THEN jsonb_build_object('data', (event -> 'data'::text)) ELSE '{}'::jsonb END) || CASE WHEN (COALESCE((event ->> 'dataVersion'::text), ''::text) <> ''::text) THEN jsonb_build_object('dataversion', (event -> 'dataVersion'::text)) ELSE '{}'::jsonb END) WHEN ((from_schema = 'CloudEventSchemaV1_0'::text) AND (to_schema = 'EventGridSchema'::text)) THEN jsonb_build_object('id', (event -> 'id'::text), 'topic', (event -> 'source'::text), 'subject', COALESCE((event -> 'subject'::text), '""'::jsonb), 'eventType', (event -> 'type'::text), 'eventTime', COALESCE((event -> 'time'::text), to_jsonb(eventgrid.rfc3339(publish_time))), 'data', COALESCE((event -> 'data'::text), 'null'::jsonb), 'dataVersion', COALESCE((event -> 'dataversion'::text), '""'::jsonb), 'metadataVersion', '1') ELSE NULL::jsonb END;
 
 COMMENT ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) IS 'Maps an event between delivery schemas (Event Grid schema <-> CloudEvents 1.0; identity when the schemas are equal; NULL for mappings Event Grid does not offer). publish_time supplies eventTime for CloudEvents without time.';
 
-CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT 'none'::text) RETURNS bigint
+CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT 'none'::text, dead_letter_topic text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -1595,6 +1847,7 @@ BEGIN
                                         event_time_to_live) r;
     advanced_filters := eventgrid._advanced_filters_arg(advanced_filters);
     PERFORM eventgrid._check_endpoint_validation(endpoint_validation);
+    PERFORM eventgrid._check_dead_letter_topic(dead_letter_topic);
     IF EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
                 WHERE s.topic = create_event_subscription.topic AND s.name = create_event_subscription.name) THEN
         RAISE EXCEPTION 'event subscription "%" already exists for topic "%"', name, topic
@@ -1604,12 +1857,12 @@ BEGIN
         (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
          subject_ends_with, is_subject_case_sensitive, max_delivery_attempts, event_ttl,
          max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, topic_type,
-         advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second)
+         advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic)
     VALUES (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
             subject_ends_with, is_subject_case_sensitive, coalesce(attempts, CASE ttype WHEN 'namespace' THEN 10 ELSE 30 END),
             coalesce(ttl, CASE ttype WHEN 'namespace' THEN 10080 ELSE 1440 END),
             max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, ttype,
-            advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second)
+            advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic)
     RETURNING s.id INTO sid;
     INSERT INTO eventgrid.subscription_counters (subscription_id) VALUES (sid);
     -- events of transactions that commit after this one's snapshot are for it
@@ -1623,7 +1876,7 @@ BEGIN
     RETURN sid;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text) IS 'Creates an event subscription and returns its id. endpoint: http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). Requires eventgrid_admin. Errors: 42704, 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9.';
+COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) IS 'Creates an event subscription and returns its id. endpoint: http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9.';
 
 CREATE FUNCTION eventgrid.create_topic(name text, input_schema text DEFAULT 'EventGridSchema'::text, topic_type text DEFAULT 'custom'::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2050,7 +2303,7 @@ CREATE FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, t
 
 COMMENT ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) IS 'Stops publishing the changes of a table to a topic (drops its triggers, from its partitions too); events already published stay queued. The role current at the call needs eventgrid_admin and TRIGGER on the table (or owning it). Errors: 22004 NULL, 42501, 42704 no such publication.';
 
-CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT NULL::text) RETURNS void
+CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -2095,6 +2348,9 @@ BEGIN
     IF endpoint_validation IS NOT NULL THEN
         PERFORM eventgrid._check_endpoint_validation(endpoint_validation);
     END IF;
+    dead_letter_topic := CASE WHEN dead_letter_topic IS NULL THEN cur.dead_letter_topic
+                              ELSE nullif(dead_letter_topic, '') END;
+    PERFORM eventgrid._check_dead_letter_topic(dead_letter_topic);
     UPDATE eventgrid.event_subscriptions s
        SET endpoint = update_event_subscription.endpoint,
            event_delivery_schema = update_event_subscription.event_delivery_schema,
@@ -2109,7 +2365,8 @@ BEGIN
            deadletter = update_event_subscription.deadletter,
            advanced_filters = update_event_subscription.advanced_filters,
            enable_advanced_filtering_on_arrays = update_event_subscription.enable_advanced_filtering_on_arrays,
-           max_events_per_second = update_event_subscription.max_events_per_second
+           max_events_per_second = update_event_subscription.max_events_per_second,
+           dead_letter_topic = update_event_subscription.dead_letter_topic
      WHERE s.id = sid;
     IF event_delivery_schema <> cur.event_delivery_schema THEN
         -- a retry keeps the text it is sent as: made again in the new schema
@@ -2137,7 +2394,7 @@ BEGIN
     PERFORM eventgrid._subscriptions_changed_at_commit();
 END $$;
 
-COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9.';
+COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with, dead_letter_topic), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9.';
 
 CREATE FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2367,18 +2624,6 @@ CREATE TABLE eventgrid.delivery_properties (
 
 COMMENT ON TABLE eventgrid.delivery_properties IS 'Custom delivery properties (HTTP headers) of event subscriptions, at most 10 each (SPEC 8). Secret values are masked in eventgrid.event_subscription_delivery_properties.';
 
-CREATE TABLE eventgrid.subscription_counters (
-    subscription_id bigint NOT NULL,
-    delivered bigint DEFAULT 0 NOT NULL,
-    failed_attempts bigint DEFAULT 0 NOT NULL,
-    dead_lettered bigint DEFAULT 0 NOT NULL,
-    dropped bigint DEFAULT 0 NOT NULL,
-    redelivered bigint DEFAULT 0 NOT NULL,
-    matched bigint DEFAULT 0 NOT NULL
-);
-
-COMMENT ON TABLE eventgrid.subscription_counters IS 'Running totals per event subscription, maintained by the delivery worker.';
-
 CREATE VIEW eventgrid.delivery_statistics AS
  SELECT s.topic,
     s.name AS subscription,
@@ -2397,24 +2642,6 @@ CREATE VIEW eventgrid.delivery_statistics AS
      LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)));
 
 COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, and whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here).';
-
-CREATE TABLE eventgrid.endpoint_states (
-    endpoint text NOT NULL,
-    state text NOT NULL,
-    consecutive_failures integer NOT NULL,
-    last_failure_outcome text,
-    probation_cause text,
-    probation_started_at timestamp with time zone,
-    probation_until timestamp with time zone,
-    probations integer DEFAULT 0 NOT NULL,
-    updated_at timestamp with time zone NOT NULL,
-    CONSTRAINT endpoint_states_check CHECK (((state = 'healthy'::text) = (probation_started_at IS NULL))),
-    CONSTRAINT endpoint_states_consecutive_failures_check CHECK ((consecutive_failures >= 0)),
-    CONSTRAINT endpoint_states_probations_check CHECK ((probations >= 0)),
-    CONSTRAINT endpoint_states_state_check CHECK ((state = ANY (ARRAY['healthy'::text, 'probation'::text, 'probing'::text])))
-);
-
-COMMENT ON TABLE eventgrid.endpoint_states IS 'Internal: health of each endpoint URL as the delivery worker keeps it (delayed delivery, SPEC 6); read it through eventgrid.endpoint_health.';
 
 CREATE VIEW eventgrid.endpoint_health AS
  SELECT s.topic,
@@ -2482,6 +2709,42 @@ CREATE VIEW eventgrid.event_subscription_delivery_properties AS
      JOIN eventgrid.event_subscriptions s ON ((s.id = p.subscription_id)));
 
 COMMENT ON VIEW eventgrid.event_subscription_delivery_properties IS 'Custom delivery properties of each event subscription; secret values are shown as ********.';
+
+CREATE VIEW eventgrid.event_subscription_histograms AS
+ SELECT _event_subscription_histograms.topic,
+    _event_subscription_histograms.event_subscription,
+    _event_subscription_histograms.histogram,
+    _event_subscription_histograms.le,
+    _event_subscription_histograms.bucket,
+    _event_subscription_histograms.sum,
+    _event_subscription_histograms.count
+   FROM eventgrid._event_subscription_histograms() _event_subscription_histograms(topic, event_subscription, histogram, le, bucket, sum, count);
+
+COMMENT ON VIEW eventgrid.event_subscription_histograms IS 'Prometheus histograms per event subscription, one row per bucket: histogram destination_processing_duration_seconds (each request that got an HTTP answer, from sending to the answer: DestinationProcessingDurationInMs) or delivery_latency_seconds (each event delivered, from publish to the successful answer); le (the bucket''s upper bound in seconds, +Inf last), bucket (observations up to le, cumulative), sum (seconds in all) and count (observations; the +Inf bucket). Kept by the delivery workers as they record outcomes, not computed from the attempt history. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
+CREATE VIEW eventgrid.event_subscription_metric_labels AS
+ SELECT _event_subscription_metric_labels.topic,
+    _event_subscription_metric_labels.event_subscription,
+    _event_subscription_metric_labels.metric,
+    _event_subscription_metric_labels.label,
+    _event_subscription_metric_labels.value
+   FROM eventgrid._event_subscription_metric_labels() _event_subscription_metric_labels(topic, event_subscription, metric, label, value);
+
+COMMENT ON VIEW eventgrid.event_subscription_metric_labels IS 'Prometheus counters per event subscription and label: delivery_attempt_fail_total by outcome (label: the lastDeliveryOutcome of each failed attempt, one per event; DeliveryAttemptFailCount; a row once an attempt failed so), dead_lettered_total and dropped_total by reason (label: deadLetterReason; DeadLetteredCount, DroppedEventCount; every reason always, 0 until it happens). Counted from 0.9.0 on. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
+CREATE VIEW eventgrid.event_subscription_metrics AS
+ SELECT _event_subscription_metrics.topic,
+    _event_subscription_metrics.event_subscription,
+    _event_subscription_metrics.matched_events_total,
+    _event_subscription_metrics.delivery_success_total,
+    _event_subscription_metrics.pending_events,
+    _event_subscription_metrics.oldest_pending_event_age_seconds,
+    _event_subscription_metrics.overdue_seconds,
+    _event_subscription_metrics.paused,
+    _event_subscription_metrics.endpoint_on_probation
+   FROM eventgrid._event_subscription_metrics() _event_subscription_metrics(topic, event_subscription, matched_events_total, delivery_success_total, pending_events, oldest_pending_event_age_seconds, overdue_seconds, paused, endpoint_on_probation);
+
+COMMENT ON VIEW eventgrid.event_subscription_metrics IS 'Prometheus metrics per event subscription: counters matched_events_total (MatchedEventCount) and delivery_success_total (events delivered, DeliverySuccessCount); gauges pending_events (deliveries not finished, as delivery_statistics.pending), oldest_pending_event_age_seconds (since the oldest of them was published; 0 when none), overdue_seconds (how long the delivery due longest has been due: an event not attempted yet since its publish, a retry since its next attempt time; 0 when none is due; grows when nothing delivers), paused (1 when pause_delivery() holds it) and endpoint_on_probation (1 while its endpoint is on probation or probing, SPEC 6). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
 
 CREATE TABLE eventgrid.signing_secrets (
     subscription_id bigint NOT NULL,
@@ -2607,29 +2870,6 @@ CREATE TABLE eventgrid.events_2 (
     event_table smallint DEFAULT eventgrid._event_table() NOT NULL
 );
 
-CREATE TABLE eventgrid.topic_counters (
-    topic text NOT NULL,
-    unmatched bigint DEFAULT 0 NOT NULL,
-    published bigint DEFAULT 0 NOT NULL
-);
-
-COMMENT ON TABLE eventgrid.topic_counters IS 'Running totals per topic: events that matched no event subscription.';
-
-CREATE TABLE eventgrid.topics (
-    name text NOT NULL,
-    input_schema text DEFAULT 'EventGridSchema'::text NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    topic_type text DEFAULT 'custom'::text NOT NULL,
-    CONSTRAINT topics_input_schema_check CHECK (eventgrid._is_schema(input_schema)),
-    CONSTRAINT topics_name_check CHECK (eventgrid._is_topic_name(name)),
-    CONSTRAINT topics_namespace_schema_check CHECK (((topic_type <> 'namespace'::text) OR (input_schema = 'CloudEventSchemaV1_0'::text))),
-    CONSTRAINT topics_topic_type_check CHECK ((topic_type = ANY (ARRAY['custom'::text, 'namespace'::text])))
-);
-
-COMMENT ON TABLE eventgrid.topics IS 'Event Grid topics: named endpoints that events are published to, each with an input schema (SPEC 1).';
-
-COMMENT ON COLUMN eventgrid.topics.topic_type IS 'custom (Event Grid''s custom topic: the topic delivery profile) or namespace (a namespace topic: CloudEvents 1.0 only, the namespace delivery profile).';
-
 CREATE VIEW eventgrid.metrics AS
  SELECT t.name AS topic,
     NULL::text AS event_subscription,
@@ -2705,6 +2945,14 @@ CREATE VIEW eventgrid.table_change_publications AS
 
 COMMENT ON VIEW eventgrid.table_change_publications IS 'The table change publications: source_table, topic, operations, columns carried (NULL: all), update_columns (NULL: any column), event_type_prefix (default_prefix: <schema>.<table>, following renames), created_at. Readable by eventgrid_admin.';
 
+CREATE VIEW eventgrid.topic_metrics AS
+ SELECT _topic_metrics.topic,
+    _topic_metrics.publish_success_total,
+    _topic_metrics.unmatched_events_total
+   FROM eventgrid._topic_metrics() _topic_metrics(topic, publish_success_total, unmatched_events_total);
+
+COMMENT ON VIEW eventgrid.topic_metrics IS 'Prometheus counters per topic: publish_success_total (events published, counted by the upkeep worker about a second after commit; Event Grid''s PublishSuccessCount) and unmatched_events_total (events no event subscription''s filters took; UnmatchedEventCount). Totals since the topic was created. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
 CREATE VIEW eventgrid.topic_statistics AS
  SELECT t.name AS topic,
     t.input_schema,
@@ -2720,6 +2968,14 @@ CREATE VIEW eventgrid.topic_statistics AS
      LEFT JOIN eventgrid.topic_counters c ON ((c.topic = t.name)));
 
 COMMENT ON VIEW eventgrid.topic_statistics IS 'Per topic: input schema, number of event subscriptions, events still in the event tables (delivered or not: a table is emptied as a whole), and events that matched no event subscription (counted by the delivery worker within about a second).';
+
+CREATE VIEW eventgrid.worker_metrics AS
+ SELECT _worker_metrics.delivery_workers_running,
+    _worker_metrics.upkeep_workers_running,
+    _worker_metrics.waiting_for_worker_slot_seconds
+   FROM eventgrid._worker_metrics() _worker_metrics(delivery_workers_running, upkeep_workers_running, waiting_for_worker_slot_seconds);
+
+COMMENT ON VIEW eventgrid.worker_metrics IS 'Prometheus gauges of this database''s eventgrid workers: delivery_workers_running and upkeep_workers_running (workers run while the database has work and leave after eventgrid.worker_idle_timeout: 0 is normal when idle), and waiting_for_worker_slot_seconds (how long the database has wanted a worker that no background worker slot was free for, 0 when it does not: see max_worker_processes). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
 
 CREATE VIEW eventgrid.worker_status AS
  SELECT _worker_status.worker,
@@ -2789,6 +3045,9 @@ ALTER TABLE ONLY eventgrid.signing_secrets
 ALTER TABLE ONLY eventgrid.subscription_counters
     ADD CONSTRAINT subscription_counters_pkey PRIMARY KEY (subscription_id);
 
+ALTER TABLE ONLY eventgrid.subscription_metric_counts
+    ADD CONSTRAINT subscription_metric_counts_pkey PRIMARY KEY (subscription_id, metric, label);
+
 ALTER TABLE ONLY eventgrid.subscription_positions
     ADD CONSTRAINT subscription_positions_pkey PRIMARY KEY (subscription_id);
 
@@ -2843,6 +3102,9 @@ ALTER TABLE ONLY eventgrid.endpoint_validations
     ADD CONSTRAINT endpoint_validations_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY eventgrid.event_subscriptions
+    ADD CONSTRAINT event_subscriptions_dead_letter_topic_fkey FOREIGN KEY (dead_letter_topic) REFERENCES eventgrid.topics(name) ON DELETE SET NULL;
+
+ALTER TABLE ONLY eventgrid.event_subscriptions
     ADD CONSTRAINT event_subscriptions_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON DELETE CASCADE;
 
 ALTER TABLE ONLY eventgrid.signing_secrets
@@ -2850,6 +3112,9 @@ ALTER TABLE ONLY eventgrid.signing_secrets
 
 ALTER TABLE ONLY eventgrid.subscription_counters
     ADD CONSTRAINT subscription_counters_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.subscription_metric_counts
+    ADD CONSTRAINT subscription_metric_counts_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY eventgrid.subscription_positions
     ADD CONSTRAINT subscription_positions_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
@@ -2926,6 +3191,20 @@ REVOKE ALL ON FUNCTION eventgrid._create_table_change_triggers(source_table regc
 
 REVOKE ALL ON FUNCTION eventgrid._dead_letter_ids(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone, existing_only boolean) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._is_schema(v text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._is_topic_name(v text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid.rfc3339(ts timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.rfc3339(ts timestamp with time zone) TO eventgrid_admin;
+GRANT ALL ON FUNCTION eventgrid.rfc3339(ts timestamp with time zone) TO eventgrid_publisher;
+
+GRANT SELECT ON TABLE eventgrid.topics TO eventgrid_admin;
+
+GRANT SELECT(name) ON TABLE eventgrid.topics TO eventgrid_publisher;
+
+GRANT SELECT(input_schema) ON TABLE eventgrid.topics TO eventgrid_publisher;
+
 REVOKE ALL ON FUNCTION eventgrid._drop_topic_triggers(rel regclass, topic text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._drop_table_change_triggers(source_table regclass, topic text) FROM PUBLIC;
@@ -2934,21 +3213,55 @@ REVOKE ALL ON FUNCTION eventgrid._duration_minutes(field text, v text) FROM PUBL
 
 REVOKE ALL ON FUNCTION eventgrid._endpoint_problem(endpoint text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._is_schema(v text) FROM PUBLIC;
-
 REVOKE ALL ON FUNCTION eventgrid._is_subscription_name(v text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._iso8601_minutes(minutes integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._lower_array(a text[]) FROM PUBLIC;
 
+GRANT SELECT ON TABLE eventgrid.event_subscriptions TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.subscription_metric_counts TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._event_subscription_histograms(OUT topic text, OUT event_subscription text, OUT histogram text, OUT le text, OUT bucket double precision, OUT sum double precision, OUT count double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._event_subscription_histograms(OUT topic text, OUT event_subscription text, OUT histogram text, OUT le text, OUT bucket double precision, OUT sum double precision, OUT count double precision) TO pg_monitor;
+GRANT ALL ON FUNCTION eventgrid._event_subscription_histograms(OUT topic text, OUT event_subscription text, OUT histogram text, OUT le text, OUT bucket double precision, OUT sum double precision, OUT count double precision) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._event_subscription_metric_labels(OUT topic text, OUT event_subscription text, OUT metric text, OUT label text, OUT value double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._event_subscription_metric_labels(OUT topic text, OUT event_subscription text, OUT metric text, OUT label text, OUT value double precision) TO pg_monitor;
+GRANT ALL ON FUNCTION eventgrid._event_subscription_metric_labels(OUT topic text, OUT event_subscription text, OUT metric text, OUT label text, OUT value double precision) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._now() FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._system_identifier() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.chunks_in_flight TO eventgrid_admin;
 
-GRANT SELECT ON TABLE eventgrid.event_subscriptions TO eventgrid_admin;
+GRANT SELECT ON TABLE eventgrid.retries TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.subscription_positions TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._paused_subscriptions() FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._paused_subscriptions() TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._pending(subscription_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._pending(subscription_id bigint) TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.endpoint_states TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.subscription_counters TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) TO pg_monitor;
+GRANT ALL ON FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.topic_positions TO eventgrid_admin;
 
@@ -2963,33 +3276,13 @@ REVOKE ALL ON FUNCTION eventgrid._forget_dropped_tables() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._header_problem(header text, value text) FROM PUBLIC;
 
-GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;
-
-REVOKE ALL ON FUNCTION eventgrid._paused_subscriptions() FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid._paused_subscriptions() TO eventgrid_admin;
-
 REVOKE ALL ON FUNCTION eventgrid._held_subscriptions() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._is_source_field(v text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._is_topic_name(v text) FROM PUBLIC;
-
 REVOKE ALL ON FUNCTION eventgrid._log(message text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) TO eventgrid_admin;
-
-REVOKE ALL ON FUNCTION eventgrid._now() FROM PUBLIC;
-
 REVOKE ALL ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) TO eventgrid_admin;
-
-GRANT SELECT ON TABLE eventgrid.retries TO eventgrid_admin;
-
-REVOKE ALL ON FUNCTION eventgrid._pending(subscription_id bigint) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid._pending(subscription_id bigint) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) FROM PUBLIC;
 
@@ -3040,6 +3333,12 @@ REVOKE ALL ON FUNCTION eventgrid._table_publication_of(rel regclass, topic text)
 
 REVOKE ALL ON FUNCTION eventgrid._table_shape(source_table regclass) FROM PUBLIC;
 
+GRANT SELECT ON TABLE eventgrid.topic_counters TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) TO pg_monitor;
+GRANT ALL ON FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid._uncover_partitions(rel regclass) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._uri_escape(value text) FROM PUBLIC;
@@ -3052,19 +3351,19 @@ REVOKE ALL ON FUNCTION eventgrid._wake_worker_at_commit() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._worker_pids(OUT worker text, OUT pid integer) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._worker_metrics(OUT delivery_workers_running integer, OUT upkeep_workers_running integer, OUT waiting_for_worker_slot_seconds double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._worker_metrics(OUT delivery_workers_running integer, OUT upkeep_workers_running integer, OUT waiting_for_worker_slot_seconds double precision) TO pg_monitor;
+GRANT ALL ON FUNCTION eventgrid._worker_metrics(OUT delivery_workers_running integer, OUT upkeep_workers_running integer, OUT waiting_for_worker_slot_seconds double precision) TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) TO eventgrid_admin;
-
-REVOKE ALL ON FUNCTION eventgrid.rfc3339(ts timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.rfc3339(ts timestamp with time zone) TO eventgrid_admin;
-GRANT ALL ON FUNCTION eventgrid.rfc3339(ts timestamp with time zone) TO eventgrid_publisher;
 
 REVOKE ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) TO eventgrid_admin;
 GRANT ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) TO eventgrid_publisher;
 
-REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) TO eventgrid_admin;
@@ -3132,8 +3431,8 @@ GRANT ALL ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text
 REVOKE ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) TO eventgrid_admin;
 
-REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) TO eventgrid_admin;
@@ -3146,17 +3445,22 @@ GRANT SELECT ON TABLE eventgrid.dead_letter_events TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.delivery_attempts TO eventgrid_admin;
 
-GRANT SELECT ON TABLE eventgrid.subscription_counters TO eventgrid_admin;
-
 GRANT SELECT ON TABLE eventgrid.delivery_statistics TO eventgrid_admin;
-
-GRANT SELECT ON TABLE eventgrid.endpoint_states TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.endpoint_health TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.event_subscription_batching TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.event_subscription_delivery_properties TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscription_histograms TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.event_subscription_histograms TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscription_metric_labels TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.event_subscription_metric_labels TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscription_metrics TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.event_subscription_metrics TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.event_subscription_signing TO eventgrid_admin;
 
@@ -3168,21 +3472,19 @@ GRANT SELECT ON TABLE eventgrid.event_tables TO eventgrid_admin;
 
 GRANT USAGE ON SEQUENCE eventgrid.events_id_seq TO eventgrid_publisher;
 
-GRANT SELECT ON TABLE eventgrid.topic_counters TO eventgrid_admin;
-
-GRANT SELECT ON TABLE eventgrid.topics TO eventgrid_admin;
-
-GRANT SELECT(name) ON TABLE eventgrid.topics TO eventgrid_publisher;
-
-GRANT SELECT(input_schema) ON TABLE eventgrid.topics TO eventgrid_publisher;
-
 GRANT SELECT ON TABLE eventgrid.metrics TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.served_databases TO pg_monitor;
 
 GRANT SELECT ON TABLE eventgrid.table_change_publications TO eventgrid_admin;
 
+GRANT SELECT ON TABLE eventgrid.topic_metrics TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.topic_metrics TO eventgrid_admin;
+
 GRANT SELECT ON TABLE eventgrid.topic_statistics TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.worker_metrics TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.worker_metrics TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.worker_status TO eventgrid_admin;
 
@@ -3225,6 +3527,7 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.retries', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.retries_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.signing_secrets', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.subscription_counters', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.subscription_metric_counts', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.subscription_positions', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.table_publications', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.topic_counters', '');

@@ -178,6 +178,8 @@ new_claim(const EgClaimedRow *rows, int n)
 		d->out.subscription_id = rows[i].subscription_id;
 		d->out.txid = rows[i].txid;
 		d->out.event_id = rows[i].event_id;
+		d->out.publish_time = rows[i].publish_time;
+		d->out.duration_ms = -1;
 		d->attempts = rows[i].attempts;
 		d->max_attempts = rows[i].max_attempts;
 		d->profile = rows[i].profile;

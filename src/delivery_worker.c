@@ -443,8 +443,13 @@ collect_finished(void)
 		eg_target_finished(req, now);
 		eg_delivery_remember_attempt(req, req->started_at);
 		for (int k = 0; k < req->count; k++)
-			eg_delivery_decide((EgDelivery *) req->items[k], req->transport, req->http_status,
-							   req->retry_after_s, req->started_at, now);
+		{
+			EgDelivery *d = (EgDelivery *) req->items[k];
+
+			d->out.duration_ms = req->transport == EG_TRANSPORT_OK ? req->duration_ms : -1;
+			d->out.request_head = k == 0;
+			eg_delivery_decide(d, req->transport, req->http_status, req->retry_after_s, req->started_at, now);
+		}
 	}
 }
 

@@ -303,6 +303,27 @@ reap(EgSlotView *v, TimestampTz now)
 			}
 			else
 				h->start_at = now + (TimestampTz) take_backoff(&h->backoff_ms) * 1000;
+			if (!v->db.clean_exit[k])
+			{
+				/*
+				 * It failed: what it was started for is not done, so it is
+				 * still wanted (after its pause), whether or not a commit
+				 * or a due retry asks again.
+				 */
+				SpinLockAcquire(&eg_shared->mutex);
+				if (eg_shared->db[v->index].dboid == v->db.dboid)
+				{
+					if (k == 0)
+						eg_shared->db[v->index].upkeep_at = 0;
+					else
+						eg_shared->db[v->index].delivery_at = 0;
+				}
+				SpinLockRelease(&eg_shared->mutex);
+				if (k == 0)
+					v->db.upkeep_at = 0;
+				else
+					v->db.delivery_at = 0;
+			}
 		}
 		/* a worker an earlier launcher started still runs: one process per worker */
 		v->running[k] = slot_pid != 0;
@@ -339,6 +360,11 @@ start_wanted(EgSlotView *v, TimestampTz now, TimestampTz *wake_at)
 			continue;
 		}
 		h->started = now;
+		/* a process that dies before it can say it left on purpose failed */
+		SpinLockAcquire(&eg_shared->mutex);
+		if (eg_shared->db[v->index].dboid == v->db.dboid)
+			eg_shared->db[v->index].clean_exit[k] = false;
+		SpinLockRelease(&eg_shared->mutex);
 		h->handle = start_worker(v->db.dboid, NameStr(v->db.name), k);
 		if (h->handle == NULL)
 			return false;
@@ -362,11 +388,15 @@ start_wanted(EgSlotView *v, TimestampTz now, TimestampTz *wake_at)
 		db->waiting_since = 0;
 		if (started_any)
 			db->turn_since = now;
-		if (started[0])
+		/*
+		 * Unless a worker that already left, or a commit, asked again since
+		 * the launcher looked
+		 */
+		if (started[0] && db->upkeep_at == v->db.upkeep_at)
 			db->upkeep_at = DT_NOEND;
 		for (int k = 1; k < NWORKERS; k++)
 			any_delivery |= started[k];
-		if (any_delivery && all_delivery)
+		if (any_delivery && all_delivery && db->delivery_at == v->db.delivery_at)
 			db->delivery_at = DT_NOEND;
 	}
 	SpinLockRelease(&eg_shared->mutex);

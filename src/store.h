@@ -117,6 +117,7 @@ typedef struct EgClaimedRow
 	int32		prev_http_status;
 	TimestampTz prev_attempted_at;	/* 0: none */
 	int64		bytes;			/* event size, counted against max_bytes_in_flight */
+	TimestampTz publish_time;	/* when the event was published */
 } EgClaimedRow;
 
 /* store_claim.c */
@@ -143,7 +144,14 @@ typedef struct EgOutcome
 	TimestampTz attempted_at;	/* 0: none */
 	TimestampTz next_at;		/* when action is EG_ACTION_RETRY */
 	EgFinalReason reason;		/* when action is EG_ACTION_FINAL */
+	/* for the metrics' histograms (store_metrics.c) */
+	TimestampTz publish_time;	/* when the event was published */
+	double		duration_ms;	/* the attempt's request took this long; < 0: no HTTP answer */
+	bool		request_head;	/* the first event of its request: the request is observed once */
 } EgOutcome;
+
+/* store_metrics.c */
+extern void eg_store_record_metrics(EgOutcome *const *outcomes, int n);
 
 /*
  * One delivery attempt as the history keeps it: one HTTP request (or one

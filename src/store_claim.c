@@ -187,7 +187,7 @@ static EgStatement claim_load = {
 	" SELECT c.chunk, s.id, e.txid, e.id,"
 	"       (e.publish_time + make_interval(mins => s.event_ttl) <= $3),"
 	"       coalesce(e.event_bytes, 0), s.topic_type = 'namespace', s.topic,"
-	"       CASE WHEN t.input_schema = s.event_delivery_schema THEN e.event END,"
+	"       CASE WHEN t.input_schema = s.event_delivery_schema THEN e.event END, e.publish_time,"
 	REQUEST_COLS("e.event", "e.id",
 				 "CASE WHEN t.input_schema = s.event_delivery_schema THEN NULL"
 				 " ELSE eventgrid.convert_event(e.event, t.input_schema, s.event_delivery_schema,"
@@ -211,6 +211,7 @@ enum
 	CL_NAMESPACE,
 	CL_TOPIC,
 	CL_EVENT_JSONB,			/* the event when it goes in its topic's own schema */
+	CL_PUBLISH_TIME,
 	CL_REQUEST				/* REQUEST_COLS from here */
 };
 
@@ -589,6 +590,7 @@ load_chunks(Datum *written, int nchunks, TimestampTz now, int lease_owner, int *
 		r->bytes = eg_int32_col(tt, i, CL_BYTES, 0);
 		r->profile = eg_bool_col(tt, i, CL_NAMESPACE) ? EG_PROFILE_NAMESPACE : EG_PROFILE_CUSTOM;
 		r->topic = eg_text_col(tt, i, CL_TOPIC);
+		r->publish_time = eg_timestamp_col(tt, i, CL_PUBLISH_TIME);
 		eg_claim_request_cols(tt, i, CL_REQUEST, r);
 	}
 	json_texts(tt, load, out, *n);

@@ -41,7 +41,7 @@ static EgStatement claim_retries = {
 	" SELECT c.id, s.id, c.attempts,"
 	"       (s.id IS NOT NULL AND c.publish_time + make_interval(mins => s.event_ttl) <= $1),"
 	"       c.last_outcome, c.last_http_status, c.last_attempt_at, c.event_bytes,"
-	"       s.topic_type = 'namespace', c.event_id, s.topic, s.max_events_per_second,"
+	"       s.topic_type = 'namespace', c.event_id, s.topic, s.max_events_per_second, c.publish_time,"
 	REQUEST_COLS("c.event", "c.event_id", "c.payload")
 	"  FROM claimed c"
 	"  LEFT JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
@@ -65,6 +65,7 @@ enum
 	CR_EVENT_ID,
 	CR_TOPIC,
 	CR_RATE,
+	CR_PUBLISH_TIME,
 	CR_REQUEST				/* REQUEST_COLS from here */
 };
 
@@ -166,6 +167,7 @@ eg_store_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_
 		r->event_id = eg_int64_col(tt, i, CR_EVENT_ID, 0);
 		r->topic = eg_text_col(tt, i, CR_TOPIC);
 		rates[i] = eg_int32_col(tt, i, CR_RATE, 0);
+		r->publish_time = eg_timestamp_col(tt, i, CR_PUBLISH_TIME);
 		if (rates[i] > 0)
 			limited = true;
 		eg_claim_request_cols(tt, i, CR_REQUEST, r);

@@ -119,6 +119,21 @@ eg_store_forget_waves(int lease_owner, const int64 *waves, int n)
 }
 
 /*
+ * Dead-letter notifications: each delivery of the rows of cte that ends
+ * undelivered (action 'f'), of a subscription with a dead_letter_topic,
+ * is published to that topic as an event, in the record's transaction
+ * (eventgrid._dead_letter_notification builds it, or nothing for a
+ * notification that itself ended undelivered).
+ */
+#define EG_SQL_NOTIFY(cte, event_id) \
+	"  INSERT INTO eventgrid.events (topic, event)" \
+	"  SELECT n.notification_topic, n.notification FROM " cte " f" \
+	"   CROSS JOIN LATERAL eventgrid._dead_letter_notification(f.dead_letter_topic, f.topic, f.name, f.event," \
+	"         f.input_schema, f.deadletter, f.reason, f.attempts, f.outcome, f.status, f.publish_time," \
+	"         f.attempted_at) n" \
+	"   WHERE f.action = 'f' AND f.dead_letter_topic IS NOT NULL"
+
+/*
  * Outcomes of whole chunks of first attempts: failures ($1-$10, the
  * outcomes other than delivered) become retries (with a copy of the
  * event and its delivered text) or dead letters, counters move by what
@@ -148,6 +163,7 @@ static EgStatement record_first = {
 	"         AS st(subscription_id, matched, delivered, failed, finals)"
 	"), failed AS ("
 	"  SELECT r.*, s.topic, s.name, s.deadletter, s.event_delivery_schema, t.input_schema, s.topic_type,"
+	"         s.dead_letter_topic,"
 	"         e.event, e.publish_time, e.event_bytes, " EG_SQL_PAYLOAD_TEXT " AS payload"
 	"    FROM r"
 	"   CROSS JOIN LATERAL (SELECT s.* FROM eventgrid.event_subscriptions s"
@@ -168,6 +184,8 @@ static EgStatement record_first = {
 	"  SELECT f.topic, f.name, f.subscription_id, f.input_schema, f.event_delivery_schema, f.event,"
 	"         f.reason, f.attempts, f.outcome, f.status, f.publish_time, f.attempted_at, f.topic_type, f.id"
 	"    FROM failed f WHERE f.action = 'f' AND f.deadletter"
+	"), notified AS ("
+	EG_SQL_NOTIFY("failed", "f.id")
 	"), counted AS ("
 	"  UPDATE eventgrid.subscription_counters c"
 	"     SET matched = c.matched + st.matched,"
@@ -215,7 +233,7 @@ static EgStatement record_retries = {
 	"            x.outcome, x.status, x.attempted_at, x.attempted"
 	"), fin AS ("
 	"  SELECT f.*, coalesce(s.deadletter, false) AS deadletter, s.topic, s.name, s.event_delivery_schema,"
-	"         t.input_schema, s.topic_type"
+	"         t.input_schema, s.topic_type, s.dead_letter_topic"
 	"    FROM finished f"
 	"   CROSS JOIN LATERAL (SELECT s.* FROM eventgrid.event_subscriptions s"
 	"                        WHERE s.id = f.subscription_id OFFSET 0) s"
@@ -227,6 +245,8 @@ static EgStatement record_retries = {
 	"  SELECT f.topic, f.name, f.subscription_id, f.input_schema, f.event_delivery_schema, f.event,"
 	"         f.reason, f.attempts, f.outcome, f.status, f.publish_time, f.attempted_at, f.topic_type, f.event_id"
 	"    FROM fin f WHERE f.action = 'f' AND f.deadletter"
+	"), notified AS ("
+	EG_SQL_NOTIFY("fin", "f.event_id")
 	"), stats AS ("
 	"  SELECT x.subscription_id, sum(x.delivered) AS delivered, sum(x.failed) AS failed,"
 	"         sum(x.dead) AS dead, sum(x.dropped) AS dropped"
@@ -543,6 +563,7 @@ eg_store_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 
 	args[0] = eg_make_array(subs, NULL, n, INT8OID);
 	eg_store_run(&lock_subscriptions, args, false, SPI_OK_SELECT);
 	eg_store_run(&lock_counters, args, false, SPI_OK_SELECT);
+	eg_store_record_metrics(outcomes, n);
 
 	if (nfirst > 0 || nchunks > 0)
 	{
