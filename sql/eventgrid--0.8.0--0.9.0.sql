@@ -1328,3 +1328,7 @@ BEGIN
     END LOOP;
 END
 $$;
+REVOKE ALL ON FUNCTION eventgrid._histogram_buckets(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._oldest_pending(bigint, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._check_dead_letter_topic(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._dead_letter_notification(text, text, text, jsonb, text, boolean, text, integer, text, integer, timestamp with time zone, timestamp with time zone) FROM PUBLIC;

@@ -3139,6 +3139,8 @@ REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_advanced_filters(filters jsonb) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._check_endpoint(endpoint text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_endpoint_validation(v text) FROM PUBLIC;
@@ -3205,6 +3207,8 @@ GRANT SELECT(name) ON TABLE eventgrid.topics TO eventgrid_publisher;
 
 GRANT SELECT(input_schema) ON TABLE eventgrid.topics TO eventgrid_publisher;
 
+REVOKE ALL ON FUNCTION eventgrid._dead_letter_notification(target_topic text, topic text, subscription text, event jsonb, input_schema text, dead_lettered boolean, reason text, attempts integer, outcome text, http_status integer, publish_time timestamp with time zone, attempted_at timestamp with time zone) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._drop_topic_triggers(rel regclass, topic text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._drop_table_change_triggers(source_table regclass, topic text) FROM PUBLIC;
@@ -3212,6 +3216,8 @@ REVOKE ALL ON FUNCTION eventgrid._drop_table_change_triggers(source_table regcla
 REVOKE ALL ON FUNCTION eventgrid._duration_minutes(field text, v text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._endpoint_problem(endpoint text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._is_subscription_name(v text) FROM PUBLIC;
 
@@ -3246,6 +3252,8 @@ GRANT SELECT ON TABLE eventgrid.chunks_in_flight TO eventgrid_admin;
 GRANT SELECT ON TABLE eventgrid.retries TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.subscription_positions TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._oldest_pending(subscription_id bigint, due boolean) FROM PUBLIC;
 
 GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;
 
