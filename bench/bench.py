@@ -35,6 +35,9 @@ Measures, in one run against one cluster and one nginx sink on 127.0.0.1:
     doing the same work, a trickle beside a backlog in another database,
     and 100 idle databases (their workers, processes, CPU per minute, and
     the first event after idling)
+ 17. monitoring (bench/monitoring.py): the cost of a Prometheus scrape
+    through prometheus-postgres-exporter at 10, 100 and 1,000 event
+    subscriptions
  9. isolation: a healthy subscription's latency beside 500 subscriptions to a
     port where nothing listens and 200 to an endpoint that accepts and never
     answers (30 s response timeout), and the worker's peak descriptors and
@@ -63,6 +66,7 @@ import psycopg2
 import psycopg2.errors
 
 from databases import Databases
+from monitoring import Monitoring
 
 EVENT_BYTES = 1000  # approximate size of one published event
 
@@ -746,7 +750,7 @@ def main():
     ap.add_argument("--tls-log", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16", help="comma-separated figure numbers (2 runs 2-4)")
+    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16,17", help="comma-separated figure numbers (2 runs 2-4)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     b = Bench(args)
@@ -777,6 +781,8 @@ def main():
         b.fig_rate_limit()
     if "16" in only:
         Databases(b, arrival_receiver).run()
+    if "17" in only:
+        Monitoring(b).run()
     if "8" in only:
         cases = os.environ.get("BENCH_STEADY_CASES", "plain,rr").split(",")
         if "plain" in cases:

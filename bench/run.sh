@@ -14,10 +14,11 @@
 #   BENCH_STEADY_SECONDS (300)  BENCH_STEADY_RATE (2000)  BENCH_STEADY_CASES (plain,rr)
 #   BENCH_WORKERS (2: eventgrid.delivery_workers, one per core of the 2-core machine)
 #   BENCH_DB_EVENTS (320000)  BENCH_TRICKLE_EVENTS (100)  BENCH_IDLE_DATABASES (100)  BENCH_IDLE_SECONDS (60): figure 16
+#   BENCH_SCRAPES (20)  BENCH_SCRAPE_SUBSCRIPTIONS (10,100,1000): figure 17
 # Arguments go to bench.py, e.g. --only 1,2 for figures 1-4.
 set -euo pipefail
 . "$(dirname "$0")/../scripts/common.sh"
-EG_EXTRA_PACKAGES="nginx-light wrk python3-psycopg2 postgresql-15-pgq3"
+EG_EXTRA_PACKAGES="nginx-light wrk python3-psycopg2 postgresql-15-pgq3 prometheus-postgres-exporter"
 eg_setup "$@"
 work=$EG_WORK
 port=55433

@@ -1185,31 +1185,37 @@ CREATE FUNCTION eventgrid._histogram_buckets(histogram text) RETURNS double prec
 COMMENT ON FUNCTION eventgrid._histogram_buckets(text) IS
     'Internal: the upper bounds (seconds) of the buckets of a histogram, the same as the delivery workers count with (src/store_metrics.c), +Inf last.';
 
-CREATE FUNCTION eventgrid._oldest_pending(subscription_id bigint, due boolean) RETURNS timestamp with time zone
+CREATE FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint,
+        OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) RETURNS record
     LANGUAGE sql STABLE PARALLEL SAFE
     BEGIN ATOMIC
- SELECT LEAST(
-    (SELECT min(e.publish_time) AS min
-       FROM eventgrid.subscription_positions p
-       JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
-      CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e
-      WHERE p.subscription_id = _oldest_pending.subscription_id
-        AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with,
-                               s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays)),
-    (SELECT min(e.publish_time)
-       FROM eventgrid.chunks_in_flight c
-       JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id
-      CROSS JOIN LATERAL eventgrid._chunk_events(c.topic, c.done, c.upto, c.after_txid, c.after_id, c.last_txid, c.last_id) e
-      WHERE c.subscription_id = _oldest_pending.subscription_id
-        AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with,
-                               s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays)),
-    (SELECT min(CASE WHEN _oldest_pending.due THEN r.next_attempt_at ELSE r.publish_time END)
-       FROM eventgrid.retries r
-      WHERE r.subscription_id = _oldest_pending.subscription_id
-        AND (NOT _oldest_pending.due OR r.next_attempt_at <= eventgrid._now())));
+ SELECT u.n + c.n + r.n AS pending,
+        LEAST(u.oldest, c.oldest, r.oldest) AS oldest,
+        LEAST(u.oldest, c.oldest, r.due_since) AS due_since
+   FROM (SELECT count(*) AS n, min(e.publish_time) AS oldest
+           FROM eventgrid.subscription_positions p
+           JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
+          CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e
+          WHERE p.subscription_id = _backlog.subscription_id
+            AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with,
+                                   s.is_subject_case_sensitive, s.advanced_filters,
+                                   s.enable_advanced_filtering_on_arrays)) u,
+        (SELECT count(*) AS n, min(e.publish_time) AS oldest
+           FROM eventgrid.chunks_in_flight c
+           JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id
+          CROSS JOIN LATERAL eventgrid._chunk_events(c.topic, c.done, c.upto, c.after_txid, c.after_id, c.last_txid,
+                                                     c.last_id) e
+          WHERE c.subscription_id = _backlog.subscription_id
+            AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with,
+                                   s.is_subject_case_sensitive, s.advanced_filters,
+                                   s.enable_advanced_filtering_on_arrays)) c,
+        (SELECT count(*) AS n, min(r.publish_time) AS oldest,
+                min(r.next_attempt_at) FILTER (WHERE r.next_attempt_at <= eventgrid._now()) AS due_since
+           FROM eventgrid.retries r
+          WHERE r.subscription_id = _backlog.subscription_id) r;
 END;
-COMMENT ON FUNCTION eventgrid._oldest_pending(bigint, boolean) IS
-    'Internal: of the deliveries of an event subscription not finished yet (those eventgrid._pending() counts), the publish time of the oldest event; with due, when the delivery that has been due longest became due (an event not attempted yet: its publish time; a retry: its next attempt time, if that has come). NULL when there is none.';
+COMMENT ON FUNCTION eventgrid._backlog(bigint) IS
+    'Internal: in one pass, the deliveries of an event subscription not finished yet (pending, as eventgrid._pending() counts them), the publish time of the oldest of their events (oldest), and since when the delivery due longest has been due (due_since: an event not attempted yet since its publish, a retry since its next attempt time if that has come); NULL times when there is none.';
 
 CREATE FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint,
         OUT unmatched_events_total bigint) RETURNS SETOF record
@@ -1233,26 +1239,23 @@ CREATE FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_
     BEGIN ATOMIC
  SELECT s.topic, s.name AS event_subscription, coalesce(c.matched, 0) AS matched_events_total,
         coalesce(c.delivered, 0) AS delivery_success_total,
-        eventgrid._pending(s.id) AS pending_events,
-        coalesce(extract(epoch FROM eventgrid._now() - eventgrid._oldest_pending(s.id, false))::float8, 0)
-            AS oldest_pending_event_age_seconds,
-        coalesce(extract(epoch FROM eventgrid._now() - eventgrid._oldest_pending(s.id, true))::float8, 0)
-            AS overdue_seconds,
+        b.pending AS pending_events,
+        coalesce(extract(epoch FROM eventgrid._now() - b.oldest)::float8, 0) AS oldest_pending_event_age_seconds,
+        coalesce(extract(epoch FROM eventgrid._now() - b.due_since)::float8, 0) AS overdue_seconds,
         (s.id IN (SELECT p.p FROM eventgrid._paused_subscriptions() p(p)))::integer AS paused,
         (coalesce(h.state, 'healthy') <> 'healthy')::integer AS endpoint_on_probation
    FROM eventgrid.event_subscriptions s
    LEFT JOIN eventgrid.subscription_counters c ON c.subscription_id = s.id
-   LEFT JOIN eventgrid.endpoint_states h ON h.endpoint = s.endpoint;
+   LEFT JOIN eventgrid.endpoint_states h ON h.endpoint = s.endpoint
+  CROSS JOIN LATERAL eventgrid._backlog(s.id) b;
 END;
 CREATE VIEW eventgrid.event_subscription_metrics AS SELECT * FROM eventgrid._event_subscription_metrics();
 COMMENT ON VIEW eventgrid.event_subscription_metrics IS
     'Prometheus metrics per event subscription: counters matched_events_total (MatchedEventCount) and delivery_success_total (events delivered, DeliverySuccessCount); gauges pending_events (deliveries not finished, as delivery_statistics.pending), oldest_pending_event_age_seconds (since the oldest of them was published; 0 when none), overdue_seconds (how long the delivery due longest has been due: an event not attempted yet since its publish, a retry since its next attempt time; 0 when none is due; grows when nothing delivers), paused (1 when pause_delivery() holds it) and endpoint_on_probation (1 while its endpoint is on probation or probing, SPEC 6). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
 
-CREATE FUNCTION eventgrid._event_subscription_metric_labels(OUT topic text, OUT event_subscription text,
-        OUT metric text, OUT label text, OUT value double precision) RETURNS SETOF record
-    LANGUAGE sql STABLE SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    BEGIN ATOMIC
+-- plain views: a view reads its tables with its owner's rights, and the planner
+-- takes the exporter's WHERE into the query (a function would compute every row)
+CREATE VIEW eventgrid.event_subscription_metric_labels AS
  SELECT s.topic, s.name AS event_subscription, 'delivery_attempt_fail_total' AS metric, m.label, m.value
    FROM eventgrid.event_subscriptions s
    JOIN eventgrid.subscription_metric_counts m ON m.subscription_id = s.id AND m.metric = 'attempt_fail'
@@ -1264,17 +1267,10 @@ CREATE FUNCTION eventgrid._event_subscription_metric_labels(OUT topic text, OUT 
   CROSS JOIN (VALUES ('MaxDeliveryAttemptsExceeded'), ('TimeToLiveExceeded'), ('NonRetriableError')) r(reason)
    LEFT JOIN eventgrid.subscription_metric_counts m
           ON m.subscription_id = s.id AND m.metric = k.metric AND m.label = r.reason;
-END;
-CREATE VIEW eventgrid.event_subscription_metric_labels AS SELECT * FROM eventgrid._event_subscription_metric_labels();
 COMMENT ON VIEW eventgrid.event_subscription_metric_labels IS
     'Prometheus counters per event subscription and label: delivery_attempt_fail_total by outcome (label: the lastDeliveryOutcome of each failed attempt, one per event; DeliveryAttemptFailCount; a row once an attempt failed so), dead_lettered_total and dropped_total by reason (label: deadLetterReason; DeadLetteredCount, DroppedEventCount; every reason always, 0 until it happens). Counted from 0.9.0 on. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
 
-CREATE FUNCTION eventgrid._event_subscription_histograms(OUT topic text, OUT event_subscription text,
-        OUT histogram text, OUT le text, OUT bucket double precision, OUT sum double precision,
-        OUT count double precision) RETURNS SETOF record
-    LANGUAGE sql STABLE SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    BEGIN ATOMIC
+CREATE VIEW eventgrid.event_subscription_histograms AS
  SELECT x.topic, x.name AS event_subscription, x.histogram, x.le_text AS le,
         sum(x.n) OVER (PARTITION BY x.id, x.histogram ORDER BY x.le) AS bucket,
         x.total AS sum,
@@ -1290,8 +1286,6 @@ CREATE FUNCTION eventgrid._event_subscription_histograms(OUT topic text, OUT eve
                   ON m.subscription_id = s.id AND m.metric = h.kind || '_bucket' AND m.label = l.le_text
            LEFT JOIN eventgrid.subscription_metric_counts ms
                   ON ms.subscription_id = s.id AND ms.metric = h.kind || '_sum' AND ms.label = '') x;
-END;
-CREATE VIEW eventgrid.event_subscription_histograms AS SELECT * FROM eventgrid._event_subscription_histograms();
 COMMENT ON VIEW eventgrid.event_subscription_histograms IS
     'Prometheus histograms per event subscription, one row per bucket: histogram destination_processing_duration_seconds (each request that got an HTTP answer, from sending to the answer: DestinationProcessingDurationInMs) or delivery_latency_seconds (each event delivered, from publish to the successful answer); le (the bucket''s upper bound in seconds, +Inf last), bucket (observations up to le, cumulative), sum (seconds in all) and count (observations; the +Inf bucket). Kept by the delivery workers as they record outcomes, not computed from the attempt history. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
 
@@ -1314,8 +1308,7 @@ DO $$
 DECLARE
     f text;
 BEGIN
-    FOREACH f IN ARRAY ARRAY['_topic_metrics', '_event_subscription_metrics', '_event_subscription_metric_labels',
-                             '_event_subscription_histograms', '_worker_metrics'] LOOP
+    FOREACH f IN ARRAY ARRAY['_topic_metrics', '_event_subscription_metrics', '_worker_metrics'] LOOP
         EXECUTE format('REVOKE ALL ON FUNCTION eventgrid.%I FROM PUBLIC', f);
         EXECUTE format('GRANT EXECUTE ON FUNCTION eventgrid.%I TO pg_monitor, eventgrid_admin', f);
         EXECUTE format('COMMENT ON FUNCTION eventgrid.%I IS %L', f,
@@ -1329,6 +1322,7 @@ BEGIN
 END
 $$;
 REVOKE ALL ON FUNCTION eventgrid._histogram_buckets(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION eventgrid._oldest_pending(bigint, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid._histogram_buckets(text) TO pg_monitor, eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid._backlog(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._check_dead_letter_topic(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._dead_letter_notification(text, text, text, jsonb, text, boolean, text, integer, text, integer, timestamp with time zone, timestamp with time zone) FROM PUBLIC;

@@ -58,17 +58,296 @@ CREATE FUNCTION eventgrid._advanced_match(event jsonb, filters jsonb, on_arrays 
 
 COMMENT ON FUNCTION eventgrid._advanced_match(event jsonb, filters jsonb, on_arrays boolean) IS 'Internal: does an event pass every advanced filter (true when filters is NULL)? on_arrays: enableAdvancedFilteringOnArrays (SPEC 9).';
 
-CREATE FUNCTION eventgrid._caller() RETURNS name
-    LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN CASE WHEN (current_setting('role'::text) <> 'none'::text) THEN (current_setting('role'::text))::name ELSE SESSION_USER END;
-
-COMMENT ON FUNCTION eventgrid._caller() IS 'Internal: the role that called a SECURITY DEFINER function (the role SET ROLE chose, else the session user), named in log lines only; privilege checks use the role current at the call.';
-
 CREATE FUNCTION eventgrid._check_advanced_filters(filters jsonb) RETURNS boolean
     LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
     AS 'MODULE_PATHNAME', 'eventgrid_check_advanced_filters';
 
 COMMENT ON FUNCTION eventgrid._check_advanced_filters(filters jsonb) IS 'Internal: true when filters is a valid array of Event Grid advanced filters; otherwise raises 22023 (malformed) or 54000 (over a limit) naming the filter''s position and field (SPEC 9).';
+
+CREATE FUNCTION eventgrid._event_table() RETURNS smallint
+    LANGUAGE c PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_event_table';
+
+COMMENT ON FUNCTION eventgrid._event_table() IS 'Internal: default of events.event_table: which of the three event tables the current transaction appends to, from its start time and GUC eventgrid.event_table_rotation.';
+
+CREATE FUNCTION eventgrid._in_batch(txid xid8, since pg_snapshot, upto pg_snapshot) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN (pg_visible_in_snapshot(txid, upto) AND (NOT pg_visible_in_snapshot(txid, since)));
+
+COMMENT ON FUNCTION eventgrid._in_batch(txid xid8, since pg_snapshot, upto pg_snapshot) IS 'Internal: is an event of transaction txid in the snapshot batch (since, upto]: visible in upto and not in since (PgQ''s rule)? Inlined by the planner.';
+
+CREATE TABLE eventgrid.events (
+    id bigint NOT NULL,
+    topic text NOT NULL,
+    event jsonb NOT NULL,
+    publish_time timestamp with time zone NOT NULL,
+    event_bytes integer,
+    txid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    event_table smallint DEFAULT eventgrid._event_table() NOT NULL
+)
+PARTITION BY LIST (event_table);
+
+COMMENT ON TABLE eventgrid.events IS 'Published events. Publish with INSERT INTO eventgrid.events (topic, event); rows are validated and stamped in the publishing transaction and appended to one of the event tables eventgrid.events_0..2, which the delivery worker empties with TRUNCATE once every event subscription has passed them (SPEC 1, 2, 8).';
+
+CREATE FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint, last_txid xid8, last_id bigint) RETURNS SETOF eventgrid.events
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT e.id,
+     e.topic,
+     e.event,
+     e.publish_time,
+     e.event_bytes,
+     e.txid,
+     e.event_table
+    FROM eventgrid.events e
+   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid < _chunk_events.last_txid) AND (ROW(e.txid, e.id) > ROW(COALESCE(_chunk_events.after_txid, '0'::xid8), COALESCE(_chunk_events.after_id, (0)::bigint))) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto))
+ UNION ALL
+  SELECT e.id,
+     e.topic,
+     e.event,
+     e.publish_time,
+     e.event_bytes,
+     e.txid,
+     e.event_table
+    FROM eventgrid.events e
+   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid = _chunk_events.last_txid) AND (e.id <= _chunk_events.last_id) AND (ROW(e.txid, e.id) > ROW(COALESCE(_chunk_events.after_txid, '0'::xid8), COALESCE(_chunk_events.after_id, (0)::bigint))) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto));
+END;
+
+COMMENT ON FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint, last_txid xid8, last_id bigint) IS 'Internal: the events of a chunk in flight (eventgrid.chunks_in_flight), as the claim took them: its key range in its batch, before filters. Inlined by the planner; the delivery workers and eventgrid._pending() read chunks through it.';
+
+CREATE FUNCTION eventgrid._endpoint_problem(endpoint text) RETURNS text
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_endpoint_problem';
+
+COMMENT ON FUNCTION eventgrid._endpoint_problem(endpoint text) IS 'Internal: NULL when libcurl''s URL parser accepts the endpoint (http or https, a host, port 1-65535, no user name or password, at most 2048 bytes), else why not.';
+
+CREATE FUNCTION eventgrid._is_schema(v text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN (v = ANY (ARRAY['EventGridSchema'::text, 'CloudEventSchemaV1_0'::text, 'CustomEventSchema'::text]));
+
+COMMENT ON FUNCTION eventgrid._is_schema(v text) IS 'Internal: EventGridSchema, CloudEventSchemaV1_0 or CustomEventSchema.';
+
+CREATE FUNCTION eventgrid._is_subscription_name(v text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN (v ~ '^[A-Za-z0-9-]{3,64}$'::text);
+
+COMMENT ON FUNCTION eventgrid._is_subscription_name(v text) IS 'Internal: an event subscription name has 3 to 64 letters, digits and hyphens.';
+
+CREATE FUNCTION eventgrid._iso8601_minutes(minutes integer) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN (('P'::text || CASE WHEN (minutes >= 1440) THEN ((minutes / 1440) || 'D'::text) ELSE ''::text END) || CASE WHEN ((minutes % 1440) = 0) THEN ''::text ELSE (('T'::text || CASE WHEN ((minutes % 1440) >= 60) THEN (((minutes % 1440) / 60) || 'H'::text) ELSE ''::text END) || CASE WHEN ((minutes % 60) > 0) THEN ((minutes % 60) || 'M'::text) ELSE ''::text END) END);
+
+COMMENT ON FUNCTION eventgrid._iso8601_minutes(minutes integer) IS 'Internal: a number of minutes as an ISO 8601 duration (e.g. 1560 -> P1DT2H, 20 -> PT20M).';
+
+CREATE FUNCTION eventgrid._lower_array(a text[]) RETURNS text[]
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT array_agg(lower(x.x)) AS array_agg
+    FROM unnest(_lower_array.a) x(x);
+END;
+
+COMMENT ON FUNCTION eventgrid._lower_array(a text[]) IS 'Internal: lower-cases every element; feeds event_subscriptions.included_event_types_lower.';
+
+CREATE FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN COALESCE((((types_lower IS NULL) OR (lower(COALESCE((event ->> 'eventType'::text), (event ->> 'type'::text))) = ANY (types_lower))) AND ((subject_begins_with IS NULL) OR CASE WHEN case_sensitive THEN starts_with((event ->> 'subject'::text), subject_begins_with) ELSE starts_with(lower((event ->> 'subject'::text)), lower(subject_begins_with)) END) AND ((subject_ends_with IS NULL) OR CASE WHEN case_sensitive THEN ("right"((event ->> 'subject'::text), length(subject_ends_with)) = subject_ends_with) ELSE (lower("right"((event ->> 'subject'::text), length(subject_ends_with))) = lower(subject_ends_with)) END) AND ((advanced_filters IS NULL) OR eventgrid._advanced_match(event, advanced_filters, on_arrays))), false);
+
+COMMENT ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) IS 'Internal: does an event pass an event subscription''s filters (included event types, case-insensitive; subject begins/ends with; advanced filters) (SPEC 9)?';
+
+CREATE FUNCTION eventgrid._now() RETURNS timestamp with time zone
+    LANGUAGE c STABLE PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_now';
+
+COMMENT ON FUNCTION eventgrid._now() IS 'Internal: now() on the delivery workers'' clock (moved ahead by eventgrid.clock_offset): the time eventgrid writes about deliveries from SQL.';
+
+CREATE FUNCTION eventgrid._system_identifier() RETURNS bigint
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN (SELECT pg_control_system.system_identifier FROM pg_control_system() pg_control_system(pg_control_version, catalog_version_no, system_identifier, pg_control_last_modified));
+
+COMMENT ON FUNCTION eventgrid._system_identifier() IS 'Internal: this cluster''s system identifier (pg_control_system()), stamped on positions.';
+
+CREATE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) RETURNS SETOF eventgrid.events
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT e.id,
+     e.topic,
+     e.event,
+     e.publish_time,
+     e.event_bytes,
+     e.txid,
+     e.event_table
+    FROM eventgrid.events e
+   WHERE ((e.topic = _unpassed_events.topic) AND (e.txid >= pg_snapshot_xmin(_unpassed_events.done)) AND (ROW(e.txid, e.id) > ROW(COALESCE(_unpassed_events.after_txid, '0'::xid8), COALESCE(_unpassed_events.after_id, (0)::bigint))) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)))
+ UNION ALL
+  SELECT e.id,
+     e.topic,
+     e.event,
+     e.publish_time,
+     e.event_bytes,
+     e.txid,
+     e.event_table
+    FROM eventgrid.events e
+   WHERE ((_unpassed_events.upto IS NOT NULL) AND (e.topic = _unpassed_events.topic) AND (e.txid >= GREATEST(pg_snapshot_xmin(_unpassed_events.done), pg_snapshot_xmin(_unpassed_events.upto))) AND (e.txid < _unpassed_events.after_txid) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.upto)));
+END;
+
+COMMENT ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) IS 'Internal: the events of a topic that a position (done, upto, last event) has not passed, before filters. Inlined by the planner; the upkeep worker''s backlog count and eventgrid._pending() read through it.';
+
+CREATE TABLE eventgrid.chunks_in_flight (
+    lease_owner integer NOT NULL,
+    chunk bigint NOT NULL,
+    subscription_id bigint NOT NULL,
+    topic text NOT NULL,
+    done pg_snapshot NOT NULL,
+    upto pg_snapshot NOT NULL,
+    after_txid xid8,
+    after_id bigint,
+    last_txid xid8 NOT NULL,
+    last_id bigint NOT NULL,
+    sent_txid xid8,
+    sent_id bigint
+);
+
+COMMENT ON TABLE eventgrid.chunks_in_flight IS 'Internal: first delivery attempts claimed by the delivery worker and not yet recorded; after a crash they become retries, charged an attempt (outcome Aborted) only up to what had been handed to HTTP.';
+
+CREATE TABLE eventgrid.event_subscriptions (
+    id bigint NOT NULL,
+    topic text NOT NULL,
+    name text NOT NULL,
+    endpoint text NOT NULL,
+    event_delivery_schema text NOT NULL,
+    included_event_types text[],
+    included_event_types_lower text[] GENERATED ALWAYS AS (eventgrid._lower_array(included_event_types)) STORED,
+    subject_begins_with text,
+    subject_ends_with text,
+    is_subject_case_sensitive boolean DEFAULT false NOT NULL,
+    max_delivery_attempts integer DEFAULT 30 NOT NULL,
+    event_ttl integer DEFAULT 1440 NOT NULL,
+    max_events_per_batch integer,
+    preferred_batch_size_in_kilobytes integer,
+    deadletter boolean DEFAULT false NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    topic_type text DEFAULT 'custom'::text NOT NULL,
+    advanced_filters jsonb,
+    enable_advanced_filtering_on_arrays boolean DEFAULT false NOT NULL,
+    max_delivery_count integer GENERATED ALWAYS AS (
+CASE
+    WHEN (topic_type = 'namespace'::text) THEN max_delivery_attempts
+    ELSE NULL::integer
+END) STORED,
+    event_time_to_live text GENERATED ALWAYS AS (
+CASE
+    WHEN (topic_type = 'namespace'::text) THEN eventgrid._iso8601_minutes(event_ttl)
+    ELSE NULL::text
+END) STORED,
+    max_events_per_second integer,
+    dead_letter_topic text,
+    CONSTRAINT event_subscriptions_advanced_filters_check CHECK (((advanced_filters IS NULL) OR eventgrid._check_advanced_filters(advanced_filters))),
+    CONSTRAINT event_subscriptions_endpoint_check CHECK ((eventgrid._endpoint_problem(endpoint) IS NULL)),
+    CONSTRAINT event_subscriptions_event_ttl_check CHECK (((event_ttl >= 1) AND (event_ttl <=
+CASE
+    WHEN (topic_type = 'namespace'::text) THEN 10080
+    ELSE 1440
+END))),
+    CONSTRAINT event_subscriptions_included_event_types_check CHECK (((included_event_types IS NULL) OR ((cardinality(included_event_types) > 0) AND (array_position(included_event_types, NULL::text) IS NULL)))),
+    CONSTRAINT event_subscriptions_max_delivery_attempts_check CHECK (((max_delivery_attempts >= 1) AND (max_delivery_attempts <=
+CASE
+    WHEN (topic_type = 'namespace'::text) THEN 10
+    ELSE 30
+END))),
+    CONSTRAINT event_subscriptions_max_events_per_batch_check CHECK (((max_events_per_batch >= 1) AND (max_events_per_batch <= 5000))),
+    CONSTRAINT event_subscriptions_max_events_per_second_check CHECK (((max_events_per_second >= 1) AND (max_events_per_second <= 100000))),
+    CONSTRAINT event_subscriptions_name_check CHECK (eventgrid._is_subscription_name(name)),
+    CONSTRAINT event_subscriptions_namespace_schema_check CHECK (((topic_type <> 'namespace'::text) OR (event_delivery_schema = 'CloudEventSchemaV1_0'::text))),
+    CONSTRAINT event_subscriptions_preferred_batch_size_check CHECK (((preferred_batch_size_in_kilobytes >= 1) AND (preferred_batch_size_in_kilobytes <= 1024))),
+    CONSTRAINT event_subscriptions_schema_check CHECK (eventgrid._is_schema(event_delivery_schema)),
+    CONSTRAINT event_subscriptions_topic_type_check CHECK ((topic_type = ANY (ARRAY['custom'::text, 'namespace'::text])))
+);
+
+COMMENT ON TABLE eventgrid.event_subscriptions IS 'Event subscriptions: one webhook consumer of a topic with filters, retry policy, batching and dead-letter switch (SPEC 1, 4, 5, 7, 9).';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.max_delivery_attempts IS 'Delivery attempts at most: max_delivery_attempts (1-30) of a custom topic''s subscription, max_delivery_count (1-10) of a namespace topic''s.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.event_ttl IS 'Event time-to-live in minutes from the publish time: event_ttl (1-1440) of a custom topic''s subscription, event_time_to_live (PT1M-P7D, 1-10080 minutes) of a namespace topic''s.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.topic_type IS 'The delivery profile, from the topic: custom or namespace.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.advanced_filters IS 'Event Grid advanced filters as set (a JSON array of {operatorType, key, value or values}), or NULL for none (SPEC 9).';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.enable_advanced_filtering_on_arrays IS 'Event Grid''s enableAdvancedFilteringOnArrays: an array value in the event is tested element by element.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.max_delivery_count IS 'Namespace topic subscriptions: max_delivery_count (the same number as max_delivery_attempts); NULL otherwise.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.event_time_to_live IS 'Namespace topic subscriptions: event_time_to_live as an ISO 8601 duration (event_ttl in minutes); NULL otherwise.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.max_events_per_second IS 'Rate limit: events delivered a second at most (1-100,000; a batch counts its events, retries count), or NULL for none.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.dead_letter_topic IS 'The topic each event this subscription dead-letters or drops is published to as a notification (NULL: none); set by create_event_subscription() and update_event_subscription(); dropping that topic sets it NULL.';
+
+CREATE TABLE eventgrid.retries (
+    id bigint NOT NULL,
+    subscription_id bigint NOT NULL,
+    event_id bigint NOT NULL,
+    event jsonb NOT NULL,
+    payload text NOT NULL,
+    publish_time timestamp with time zone NOT NULL,
+    event_bytes integer NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone NOT NULL,
+    last_attempt_at timestamp with time zone,
+    last_outcome text,
+    last_http_status integer,
+    lease_owner integer,
+    CONSTRAINT retries_attempts_check CHECK (((attempts >= 0) AND (attempts <= 30))),
+    CONSTRAINT retries_last_http_status_check CHECK (((last_http_status >= 100) AND (last_http_status <= 599)))
+);
+
+COMMENT ON TABLE eventgrid.retries IS 'Deliveries whose first attempt failed and that will be retried: attempts made, next attempt time, last outcome and HTTP status, and a copy of the event (SPEC 3, 4).';
+
+CREATE TABLE eventgrid.subscription_positions (
+    subscription_id bigint NOT NULL,
+    since pg_snapshot NOT NULL,
+    done pg_snapshot NOT NULL,
+    upto pg_snapshot,
+    after_txid xid8,
+    after_id bigint,
+    served_at timestamp with time zone,
+    system_identifier bigint DEFAULT eventgrid._system_identifier() NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.subscription_positions IS 'Internal: each event subscription''s position in the event stream (snapshots of the delivery worker); first delivery attempts are claimed from here.';
+
+CREATE FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) RETURNS record
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT ((u.n + c.n) + r.n) AS pending,
+     LEAST(u.oldest, c.oldest, r.oldest) AS oldest,
+     LEAST(u.oldest, c.oldest, r.due_since) AS due_since
+    FROM ( SELECT count(*) AS n,
+             min(e.publish_time) AS oldest
+            FROM ((eventgrid.subscription_positions p
+              JOIN eventgrid.event_subscriptions s ON ((s.id = p.subscription_id)))
+              CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e(id, topic, event, publish_time, event_bytes, txid, event_table))
+           WHERE ((p.subscription_id = _backlog.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays))) u,
+     ( SELECT count(*) AS n,
+             min(e.publish_time) AS oldest
+            FROM ((eventgrid.chunks_in_flight c_1
+              JOIN eventgrid.event_subscriptions s ON ((s.id = c_1.subscription_id)))
+              CROSS JOIN LATERAL eventgrid._chunk_events(c_1.topic, c_1.done, c_1.upto, c_1.after_txid, c_1.after_id, c_1.last_txid, c_1.last_id) e(id, topic, event, publish_time, event_bytes, txid, event_table))
+           WHERE ((c_1.subscription_id = _backlog.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays))) c,
+     ( SELECT count(*) AS n,
+             min(r_1.publish_time) AS oldest,
+             min(r_1.next_attempt_at) FILTER (WHERE (r_1.next_attempt_at <= eventgrid._now())) AS due_since
+            FROM eventgrid.retries r_1
+           WHERE (r_1.subscription_id = _backlog.subscription_id)) r;
+END;
+
+COMMENT ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) IS 'Internal: in one pass, the deliveries of an event subscription not finished yet (pending, as eventgrid._pending() counts them), the publish time of the oldest of their events (oldest), and since when the delivery due longest has been due (due_since: an event not attempted yet since its publish, a retry since its next attempt time if that has come); NULL times when there is none.';
+
+CREATE FUNCTION eventgrid._caller() RETURNS name
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN CASE WHEN (current_setting('role'::text) <> 'none'::text) THEN (current_setting('role'::text))::name ELSE SESSION_USER END;
+
+COMMENT ON FUNCTION eventgrid._caller() IS 'Internal: the role that called a SECURITY DEFINER function (the role SET ROLE chose, else the session user), named in log lines only; privilege checks use the role current at the call.';
 
 CREATE FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) RETURNS void
     LANGUAGE plpgsql STABLE
@@ -240,57 +519,6 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid._check_table_publication(caller regrole, source_table regclass, columns text[], update_columns text[]) IS 'Internal: raises 42809 unless source_table is a table, 42501 for a table of schema eventgrid or unless role caller has TRIGGER on it and SELECT on the columns an event carries or compares, 42703 for a column it does not have.';
-
-CREATE FUNCTION eventgrid._event_table() RETURNS smallint
-    LANGUAGE c PARALLEL SAFE
-    AS 'MODULE_PATHNAME', 'eventgrid_event_table';
-
-COMMENT ON FUNCTION eventgrid._event_table() IS 'Internal: default of events.event_table: which of the three event tables the current transaction appends to, from its start time and GUC eventgrid.event_table_rotation.';
-
-CREATE FUNCTION eventgrid._in_batch(txid xid8, since pg_snapshot, upto pg_snapshot) RETURNS boolean
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN (pg_visible_in_snapshot(txid, upto) AND (NOT pg_visible_in_snapshot(txid, since)));
-
-COMMENT ON FUNCTION eventgrid._in_batch(txid xid8, since pg_snapshot, upto pg_snapshot) IS 'Internal: is an event of transaction txid in the snapshot batch (since, upto]: visible in upto and not in since (PgQ''s rule)? Inlined by the planner.';
-
-CREATE TABLE eventgrid.events (
-    id bigint NOT NULL,
-    topic text NOT NULL,
-    event jsonb NOT NULL,
-    publish_time timestamp with time zone NOT NULL,
-    event_bytes integer,
-    txid xid8 DEFAULT pg_current_xact_id() NOT NULL,
-    event_table smallint DEFAULT eventgrid._event_table() NOT NULL
-)
-PARTITION BY LIST (event_table);
-
-COMMENT ON TABLE eventgrid.events IS 'Published events. Publish with INSERT INTO eventgrid.events (topic, event); rows are validated and stamped in the publishing transaction and appended to one of the event tables eventgrid.events_0..2, which the delivery worker empties with TRUNCATE once every event subscription has passed them (SPEC 1, 2, 8).';
-
-CREATE FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint, last_txid xid8, last_id bigint) RETURNS SETOF eventgrid.events
-    LANGUAGE sql STABLE PARALLEL SAFE
-    BEGIN ATOMIC
- SELECT e.id,
-     e.topic,
-     e.event,
-     e.publish_time,
-     e.event_bytes,
-     e.txid,
-     e.event_table
-    FROM eventgrid.events e
-   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid < _chunk_events.last_txid) AND (ROW(e.txid, e.id) > ROW(COALESCE(_chunk_events.after_txid, '0'::xid8), COALESCE(_chunk_events.after_id, (0)::bigint))) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto))
- UNION ALL
-  SELECT e.id,
-     e.topic,
-     e.event,
-     e.publish_time,
-     e.event_bytes,
-     e.txid,
-     e.event_table
-    FROM eventgrid.events e
-   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid = _chunk_events.last_txid) AND (e.id <= _chunk_events.last_id) AND (ROW(e.txid, e.id) > ROW(COALESCE(_chunk_events.after_txid, '0'::xid8), COALESCE(_chunk_events.after_id, (0)::bigint))) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto));
-END;
-
-COMMENT ON FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint, last_txid xid8, last_id bigint) IS 'Internal: the events of a chunk in flight (eventgrid.chunks_in_flight), as the claim took them: its key range in its batch, before filters. Inlined by the planner; the delivery workers and eventgrid._pending() read chunks through it.';
 
 CREATE FUNCTION eventgrid._column_json(r text, col name, typ oid) RETURNS text
     LANGUAGE plpgsql STABLE
@@ -469,12 +697,6 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid._dead_letter_ids(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone, existing_only boolean) IS 'Internal: ids of the dead letters a filter selects (NULL: any), locked FOR UPDATE; 22023 for an unknown reason or an empty time range, 42704 for a topic or subscription that does not exist (unless existing_only is false and dead letters name it).';
 
-CREATE FUNCTION eventgrid._is_schema(v text) RETURNS boolean
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    RETURN (v = ANY (ARRAY['EventGridSchema'::text, 'CloudEventSchemaV1_0'::text, 'CustomEventSchema'::text]));
-
-COMMENT ON FUNCTION eventgrid._is_schema(v text) IS 'Internal: EventGridSchema, CloudEventSchemaV1_0 or CustomEventSchema.';
-
 CREATE FUNCTION eventgrid._is_topic_name(v text) RETURNS boolean
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     RETURN (v ~ '^[A-Za-z0-9-]{3,50}$'::text);
@@ -597,297 +819,6 @@ END $_$;
 
 COMMENT ON FUNCTION eventgrid._duration_minutes(field text, v text) IS 'Internal: minutes of an ISO 8601 duration of minute precision (weeks, days, hours, minutes) from PT1M to P7D; raises 22023 naming the field and the range otherwise.';
 
-CREATE FUNCTION eventgrid._endpoint_problem(endpoint text) RETURNS text
-    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
-    AS 'MODULE_PATHNAME', 'eventgrid_endpoint_problem';
-
-COMMENT ON FUNCTION eventgrid._endpoint_problem(endpoint text) IS 'Internal: NULL when libcurl''s URL parser accepts the endpoint (http or https, a host, port 1-65535, no user name or password, at most 2048 bytes), else why not.';
-
-CREATE FUNCTION eventgrid._histogram_buckets(histogram text) RETURNS double precision[]
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    RETURN CASE histogram WHEN 'destination_processing_duration_seconds'::text THEN '{0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10,30,Infinity}'::double precision[] WHEN 'delivery_latency_seconds'::text THEN '{0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10,30,60,300,900,3600,21600,86400,Infinity}'::double precision[] ELSE NULL::double precision[] END;
-
-COMMENT ON FUNCTION eventgrid._histogram_buckets(histogram text) IS 'Internal: the upper bounds (seconds) of the buckets of a histogram, the same as the delivery workers count with (src/store_metrics.c), +Inf last.';
-
-CREATE FUNCTION eventgrid._is_subscription_name(v text) RETURNS boolean
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    RETURN (v ~ '^[A-Za-z0-9-]{3,64}$'::text);
-
-COMMENT ON FUNCTION eventgrid._is_subscription_name(v text) IS 'Internal: an event subscription name has 3 to 64 letters, digits and hyphens.';
-
-CREATE FUNCTION eventgrid._iso8601_minutes(minutes integer) RETURNS text
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    RETURN (('P'::text || CASE WHEN (minutes >= 1440) THEN ((minutes / 1440) || 'D'::text) ELSE ''::text END) || CASE WHEN ((minutes % 1440) = 0) THEN ''::text ELSE (('T'::text || CASE WHEN ((minutes % 1440) >= 60) THEN (((minutes % 1440) / 60) || 'H'::text) ELSE ''::text END) || CASE WHEN ((minutes % 60) > 0) THEN ((minutes % 60) || 'M'::text) ELSE ''::text END) END);
-
-COMMENT ON FUNCTION eventgrid._iso8601_minutes(minutes integer) IS 'Internal: a number of minutes as an ISO 8601 duration (e.g. 1560 -> P1DT2H, 20 -> PT20M).';
-
-CREATE FUNCTION eventgrid._lower_array(a text[]) RETURNS text[]
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    BEGIN ATOMIC
- SELECT array_agg(lower(x.x)) AS array_agg
-    FROM unnest(_lower_array.a) x(x);
-END;
-
-COMMENT ON FUNCTION eventgrid._lower_array(a text[]) IS 'Internal: lower-cases every element; feeds event_subscriptions.included_event_types_lower.';
-
-CREATE TABLE eventgrid.event_subscriptions (
-    id bigint NOT NULL,
-    topic text NOT NULL,
-    name text NOT NULL,
-    endpoint text NOT NULL,
-    event_delivery_schema text NOT NULL,
-    included_event_types text[],
-    included_event_types_lower text[] GENERATED ALWAYS AS (eventgrid._lower_array(included_event_types)) STORED,
-    subject_begins_with text,
-    subject_ends_with text,
-    is_subject_case_sensitive boolean DEFAULT false NOT NULL,
-    max_delivery_attempts integer DEFAULT 30 NOT NULL,
-    event_ttl integer DEFAULT 1440 NOT NULL,
-    max_events_per_batch integer,
-    preferred_batch_size_in_kilobytes integer,
-    deadletter boolean DEFAULT false NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    topic_type text DEFAULT 'custom'::text NOT NULL,
-    advanced_filters jsonb,
-    enable_advanced_filtering_on_arrays boolean DEFAULT false NOT NULL,
-    max_delivery_count integer GENERATED ALWAYS AS (
-CASE
-    WHEN (topic_type = 'namespace'::text) THEN max_delivery_attempts
-    ELSE NULL::integer
-END) STORED,
-    event_time_to_live text GENERATED ALWAYS AS (
-CASE
-    WHEN (topic_type = 'namespace'::text) THEN eventgrid._iso8601_minutes(event_ttl)
-    ELSE NULL::text
-END) STORED,
-    max_events_per_second integer,
-    dead_letter_topic text,
-    CONSTRAINT event_subscriptions_advanced_filters_check CHECK (((advanced_filters IS NULL) OR eventgrid._check_advanced_filters(advanced_filters))),
-    CONSTRAINT event_subscriptions_endpoint_check CHECK ((eventgrid._endpoint_problem(endpoint) IS NULL)),
-    CONSTRAINT event_subscriptions_event_ttl_check CHECK (((event_ttl >= 1) AND (event_ttl <=
-CASE
-    WHEN (topic_type = 'namespace'::text) THEN 10080
-    ELSE 1440
-END))),
-    CONSTRAINT event_subscriptions_included_event_types_check CHECK (((included_event_types IS NULL) OR ((cardinality(included_event_types) > 0) AND (array_position(included_event_types, NULL::text) IS NULL)))),
-    CONSTRAINT event_subscriptions_max_delivery_attempts_check CHECK (((max_delivery_attempts >= 1) AND (max_delivery_attempts <=
-CASE
-    WHEN (topic_type = 'namespace'::text) THEN 10
-    ELSE 30
-END))),
-    CONSTRAINT event_subscriptions_max_events_per_batch_check CHECK (((max_events_per_batch >= 1) AND (max_events_per_batch <= 5000))),
-    CONSTRAINT event_subscriptions_max_events_per_second_check CHECK (((max_events_per_second >= 1) AND (max_events_per_second <= 100000))),
-    CONSTRAINT event_subscriptions_name_check CHECK (eventgrid._is_subscription_name(name)),
-    CONSTRAINT event_subscriptions_namespace_schema_check CHECK (((topic_type <> 'namespace'::text) OR (event_delivery_schema = 'CloudEventSchemaV1_0'::text))),
-    CONSTRAINT event_subscriptions_preferred_batch_size_check CHECK (((preferred_batch_size_in_kilobytes >= 1) AND (preferred_batch_size_in_kilobytes <= 1024))),
-    CONSTRAINT event_subscriptions_schema_check CHECK (eventgrid._is_schema(event_delivery_schema)),
-    CONSTRAINT event_subscriptions_topic_type_check CHECK ((topic_type = ANY (ARRAY['custom'::text, 'namespace'::text])))
-);
-
-COMMENT ON TABLE eventgrid.event_subscriptions IS 'Event subscriptions: one webhook consumer of a topic with filters, retry policy, batching and dead-letter switch (SPEC 1, 4, 5, 7, 9).';
-
-COMMENT ON COLUMN eventgrid.event_subscriptions.max_delivery_attempts IS 'Delivery attempts at most: max_delivery_attempts (1-30) of a custom topic''s subscription, max_delivery_count (1-10) of a namespace topic''s.';
-
-COMMENT ON COLUMN eventgrid.event_subscriptions.event_ttl IS 'Event time-to-live in minutes from the publish time: event_ttl (1-1440) of a custom topic''s subscription, event_time_to_live (PT1M-P7D, 1-10080 minutes) of a namespace topic''s.';
-
-COMMENT ON COLUMN eventgrid.event_subscriptions.topic_type IS 'The delivery profile, from the topic: custom or namespace.';
-
-COMMENT ON COLUMN eventgrid.event_subscriptions.advanced_filters IS 'Event Grid advanced filters as set (a JSON array of {operatorType, key, value or values}), or NULL for none (SPEC 9).';
-
-COMMENT ON COLUMN eventgrid.event_subscriptions.enable_advanced_filtering_on_arrays IS 'Event Grid''s enableAdvancedFilteringOnArrays: an array value in the event is tested element by element.';
-
-COMMENT ON COLUMN eventgrid.event_subscriptions.max_delivery_count IS 'Namespace topic subscriptions: max_delivery_count (the same number as max_delivery_attempts); NULL otherwise.';
-
-COMMENT ON COLUMN eventgrid.event_subscriptions.event_time_to_live IS 'Namespace topic subscriptions: event_time_to_live as an ISO 8601 duration (event_ttl in minutes); NULL otherwise.';
-
-COMMENT ON COLUMN eventgrid.event_subscriptions.max_events_per_second IS 'Rate limit: events delivered a second at most (1-100,000; a batch counts its events, retries count), or NULL for none.';
-
-COMMENT ON COLUMN eventgrid.event_subscriptions.dead_letter_topic IS 'The topic each event this subscription dead-letters or drops is published to as a notification (NULL: none); set by create_event_subscription() and update_event_subscription(); dropping that topic sets it NULL.';
-
-CREATE TABLE eventgrid.subscription_metric_counts (
-    subscription_id bigint NOT NULL,
-    metric text NOT NULL,
-    label text NOT NULL,
-    value double precision NOT NULL,
-    CONSTRAINT subscription_metric_counts_metric_check CHECK ((metric = ANY (ARRAY['attempt_fail'::text, 'dead_lettered'::text, 'dropped'::text, 'processing_bucket'::text, 'processing_sum'::text, 'latency_bucket'::text, 'latency_sum'::text])))
-);
-
-COMMENT ON TABLE eventgrid.subscription_metric_counts IS 'Internal: per event subscription, failed delivery attempts by outcome (attempt_fail), events dead-lettered and dropped by reason, and the histograms of the destination''s processing duration per request and of publish-to-delivery latency per event (label: the bucket''s upper bound in seconds; *_sum: seconds in all); kept by the delivery workers with the outcomes. Read it through eventgrid.event_subscription_metrics, event_subscription_metric_labels and event_subscription_histograms.';
-
-CREATE FUNCTION eventgrid._event_subscription_histograms(OUT topic text, OUT event_subscription text, OUT histogram text, OUT le text, OUT bucket double precision, OUT sum double precision, OUT count double precision) RETURNS SETOF record
-    LANGUAGE sql STABLE SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    BEGIN ATOMIC
- SELECT x.topic,
-     x.name AS event_subscription,
-     x.histogram,
-     x.le_text AS le,
-     sum(x.n) OVER (PARTITION BY x.id, x.histogram ORDER BY x.le) AS bucket,
-     x.total AS sum,
-     sum(x.n) OVER (PARTITION BY x.id, x.histogram) AS count
-    FROM ( SELECT s.id,
-             s.topic,
-             s.name,
-             h.histogram,
-             b.le,
-             l.le_text,
-             COALESCE(m.value, (0)::double precision) AS n,
-             COALESCE(ms.value, (0)::double precision) AS total
-            FROM (((((eventgrid.event_subscriptions s
-              CROSS JOIN ( VALUES ('destination_processing_duration_seconds'::text,'processing'::text), ('delivery_latency_seconds'::text,'latency'::text)) h(histogram, kind))
-              CROSS JOIN LATERAL unnest(eventgrid._histogram_buckets(h.histogram)) b(le))
-              CROSS JOIN LATERAL ( SELECT
-                         CASE
-                             WHEN (b.le = 'Infinity'::double precision) THEN '+Inf'::text
-                             ELSE (b.le)::text
-                         END AS le) l(le_text))
-              LEFT JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = (h.kind || '_bucket'::text)) AND (m.label = l.le_text))))
-              LEFT JOIN eventgrid.subscription_metric_counts ms ON (((ms.subscription_id = s.id) AND (ms.metric = (h.kind || '_sum'::text)) AND (ms.label = ''::text))))) x;
-END;
-
-COMMENT ON FUNCTION eventgrid._event_subscription_histograms(OUT topic text, OUT event_subscription text, OUT histogram text, OUT le text, OUT bucket double precision, OUT sum double precision, OUT count double precision) IS 'Internal: the rows of the view eventgrid.event_subscription_histograms, for pg_monitor and eventgrid_admin.';
-
-CREATE FUNCTION eventgrid._event_subscription_metric_labels(OUT topic text, OUT event_subscription text, OUT metric text, OUT label text, OUT value double precision) RETURNS SETOF record
-    LANGUAGE sql STABLE SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    BEGIN ATOMIC
- SELECT s.topic,
-     s.name AS event_subscription,
-     'delivery_attempt_fail_total'::text AS metric,
-     m.label,
-     m.value
-    FROM (eventgrid.event_subscriptions s
-      JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = 'attempt_fail'::text))))
- UNION ALL
-  SELECT s.topic,
-     s.name AS event_subscription,
-     (k.metric || '_total'::text) AS metric,
-     r.reason AS label,
-     COALESCE(m.value, (0)::double precision) AS value
-    FROM (((eventgrid.event_subscriptions s
-      CROSS JOIN ( VALUES ('dead_lettered'::text), ('dropped'::text)) k(metric))
-      CROSS JOIN ( VALUES ('MaxDeliveryAttemptsExceeded'::text), ('TimeToLiveExceeded'::text), ('NonRetriableError'::text)) r(reason))
-      LEFT JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = k.metric) AND (m.label = r.reason))));
-END;
-
-COMMENT ON FUNCTION eventgrid._event_subscription_metric_labels(OUT topic text, OUT event_subscription text, OUT metric text, OUT label text, OUT value double precision) IS 'Internal: the rows of the view eventgrid.event_subscription_metric_labels, for pg_monitor and eventgrid_admin.';
-
-CREATE FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) RETURNS boolean
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN COALESCE((((types_lower IS NULL) OR (lower(COALESCE((event ->> 'eventType'::text), (event ->> 'type'::text))) = ANY (types_lower))) AND ((subject_begins_with IS NULL) OR CASE WHEN case_sensitive THEN starts_with((event ->> 'subject'::text), subject_begins_with) ELSE starts_with(lower((event ->> 'subject'::text)), lower(subject_begins_with)) END) AND ((subject_ends_with IS NULL) OR CASE WHEN case_sensitive THEN ("right"((event ->> 'subject'::text), length(subject_ends_with)) = subject_ends_with) ELSE (lower("right"((event ->> 'subject'::text), length(subject_ends_with))) = lower(subject_ends_with)) END) AND ((advanced_filters IS NULL) OR eventgrid._advanced_match(event, advanced_filters, on_arrays))), false);
-
-COMMENT ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) IS 'Internal: does an event pass an event subscription''s filters (included event types, case-insensitive; subject begins/ends with; advanced filters) (SPEC 9)?';
-
-CREATE FUNCTION eventgrid._now() RETURNS timestamp with time zone
-    LANGUAGE c STABLE PARALLEL SAFE
-    AS 'MODULE_PATHNAME', 'eventgrid_now';
-
-COMMENT ON FUNCTION eventgrid._now() IS 'Internal: now() on the delivery workers'' clock (moved ahead by eventgrid.clock_offset): the time eventgrid writes about deliveries from SQL.';
-
-CREATE FUNCTION eventgrid._system_identifier() RETURNS bigint
-    LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN (SELECT pg_control_system.system_identifier FROM pg_control_system() pg_control_system(pg_control_version, catalog_version_no, system_identifier, pg_control_last_modified));
-
-COMMENT ON FUNCTION eventgrid._system_identifier() IS 'Internal: this cluster''s system identifier (pg_control_system()), stamped on positions.';
-
-CREATE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) RETURNS SETOF eventgrid.events
-    LANGUAGE sql STABLE PARALLEL SAFE
-    BEGIN ATOMIC
- SELECT e.id,
-     e.topic,
-     e.event,
-     e.publish_time,
-     e.event_bytes,
-     e.txid,
-     e.event_table
-    FROM eventgrid.events e
-   WHERE ((e.topic = _unpassed_events.topic) AND (e.txid >= pg_snapshot_xmin(_unpassed_events.done)) AND (ROW(e.txid, e.id) > ROW(COALESCE(_unpassed_events.after_txid, '0'::xid8), COALESCE(_unpassed_events.after_id, (0)::bigint))) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)))
- UNION ALL
-  SELECT e.id,
-     e.topic,
-     e.event,
-     e.publish_time,
-     e.event_bytes,
-     e.txid,
-     e.event_table
-    FROM eventgrid.events e
-   WHERE ((_unpassed_events.upto IS NOT NULL) AND (e.topic = _unpassed_events.topic) AND (e.txid >= GREATEST(pg_snapshot_xmin(_unpassed_events.done), pg_snapshot_xmin(_unpassed_events.upto))) AND (e.txid < _unpassed_events.after_txid) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.upto)));
-END;
-
-COMMENT ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) IS 'Internal: the events of a topic that a position (done, upto, last event) has not passed, before filters. Inlined by the planner; the upkeep worker''s backlog count and eventgrid._pending() read through it.';
-
-CREATE TABLE eventgrid.chunks_in_flight (
-    lease_owner integer NOT NULL,
-    chunk bigint NOT NULL,
-    subscription_id bigint NOT NULL,
-    topic text NOT NULL,
-    done pg_snapshot NOT NULL,
-    upto pg_snapshot NOT NULL,
-    after_txid xid8,
-    after_id bigint,
-    last_txid xid8 NOT NULL,
-    last_id bigint NOT NULL,
-    sent_txid xid8,
-    sent_id bigint
-);
-
-COMMENT ON TABLE eventgrid.chunks_in_flight IS 'Internal: first delivery attempts claimed by the delivery worker and not yet recorded; after a crash they become retries, charged an attempt (outcome Aborted) only up to what had been handed to HTTP.';
-
-CREATE TABLE eventgrid.retries (
-    id bigint NOT NULL,
-    subscription_id bigint NOT NULL,
-    event_id bigint NOT NULL,
-    event jsonb NOT NULL,
-    payload text NOT NULL,
-    publish_time timestamp with time zone NOT NULL,
-    event_bytes integer NOT NULL,
-    attempts integer DEFAULT 0 NOT NULL,
-    next_attempt_at timestamp with time zone NOT NULL,
-    last_attempt_at timestamp with time zone,
-    last_outcome text,
-    last_http_status integer,
-    lease_owner integer,
-    CONSTRAINT retries_attempts_check CHECK (((attempts >= 0) AND (attempts <= 30))),
-    CONSTRAINT retries_last_http_status_check CHECK (((last_http_status >= 100) AND (last_http_status <= 599)))
-);
-
-COMMENT ON TABLE eventgrid.retries IS 'Deliveries whose first attempt failed and that will be retried: attempts made, next attempt time, last outcome and HTTP status, and a copy of the event (SPEC 3, 4).';
-
-CREATE TABLE eventgrid.subscription_positions (
-    subscription_id bigint NOT NULL,
-    since pg_snapshot NOT NULL,
-    done pg_snapshot NOT NULL,
-    upto pg_snapshot,
-    after_txid xid8,
-    after_id bigint,
-    served_at timestamp with time zone,
-    system_identifier bigint DEFAULT eventgrid._system_identifier() NOT NULL
-);
-
-COMMENT ON TABLE eventgrid.subscription_positions IS 'Internal: each event subscription''s position in the event stream (snapshots of the delivery worker); first delivery attempts are claimed from here.';
-
-CREATE FUNCTION eventgrid._oldest_pending(subscription_id bigint, due boolean) RETURNS timestamp with time zone
-    LANGUAGE sql STABLE PARALLEL SAFE
-    BEGIN ATOMIC
- SELECT LEAST(( SELECT min(e.publish_time) AS min
-            FROM ((eventgrid.subscription_positions p
-              JOIN eventgrid.event_subscriptions s ON ((s.id = p.subscription_id)))
-              CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e(id, topic, event, publish_time, event_bytes, txid, event_table))
-           WHERE ((p.subscription_id = _oldest_pending.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays))), ( SELECT min(e.publish_time) AS min
-            FROM ((eventgrid.chunks_in_flight c
-              JOIN eventgrid.event_subscriptions s ON ((s.id = c.subscription_id)))
-              CROSS JOIN LATERAL eventgrid._chunk_events(c.topic, c.done, c.upto, c.after_txid, c.after_id, c.last_txid, c.last_id) e(id, topic, event, publish_time, event_bytes, txid, event_table))
-           WHERE ((c.subscription_id = _oldest_pending.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays))), ( SELECT min(
-                 CASE
-                     WHEN _oldest_pending.due THEN r.next_attempt_at
-                     ELSE r.publish_time
-                 END) AS min
-            FROM eventgrid.retries r
-           WHERE ((r.subscription_id = _oldest_pending.subscription_id) AND ((NOT _oldest_pending.due) OR (r.next_attempt_at <= eventgrid._now()))))) AS "least";
-END;
-
-COMMENT ON FUNCTION eventgrid._oldest_pending(subscription_id bigint, due boolean) IS 'Internal: of the deliveries of an event subscription not finished yet (those eventgrid._pending() counts), the publish time of the oldest event; with due, when the delivery that has been due longest became due (an event not attempted yet: its publish time; a retry: its next attempt time, if that has come). NULL when there is none.';
-
 CREATE TABLE eventgrid.delivery_pauses (
     topic text,
     subscription_id bigint,
@@ -909,24 +840,6 @@ CREATE FUNCTION eventgrid._paused_subscriptions() RETURNS SETOF bigint
 END;
 
 COMMENT ON FUNCTION eventgrid._paused_subscriptions() IS 'Internal: the ids of the event subscriptions pause_delivery() paused (itself, its topic or everything). The delivery workers'' claims and delivery_statistics use it.';
-
-CREATE FUNCTION eventgrid._pending(subscription_id bigint) RETURNS bigint
-    LANGUAGE sql STABLE PARALLEL SAFE
-    BEGIN ATOMIC
- SELECT ((( SELECT count(*) AS count
-            FROM ((eventgrid.subscription_positions p
-              JOIN eventgrid.event_subscriptions s ON ((s.id = p.subscription_id)))
-              CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e(id, topic, event, publish_time, event_bytes, txid, event_table))
-           WHERE ((p.subscription_id = _pending.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays))) + ( SELECT count(*) AS count
-            FROM ((eventgrid.chunks_in_flight c
-              JOIN eventgrid.event_subscriptions s ON ((s.id = c.subscription_id)))
-              CROSS JOIN LATERAL eventgrid._chunk_events(c.topic, c.done, c.upto, c.after_txid, c.after_id, c.last_txid, c.last_id) e(id, topic, event, publish_time, event_bytes, txid, event_table))
-           WHERE ((c.subscription_id = _pending.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays)))) + ( SELECT count(*) AS count
-            FROM eventgrid.retries r
-           WHERE (r.subscription_id = _pending.subscription_id)));
-END;
-
-COMMENT ON FUNCTION eventgrid._pending(subscription_id bigint) IS 'Internal: deliveries of an event subscription not finished yet: events its position has not passed, first attempts in flight, and retries.';
 
 CREATE TABLE eventgrid.endpoint_states (
     endpoint text NOT NULL,
@@ -966,15 +879,16 @@ CREATE FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_
      s.name AS event_subscription,
      COALESCE(c.matched, (0)::bigint) AS matched_events_total,
      COALESCE(c.delivered, (0)::bigint) AS delivery_success_total,
-     eventgrid._pending(s.id) AS pending_events,
-     COALESCE((EXTRACT(epoch FROM (eventgrid._now() - eventgrid._oldest_pending(s.id, false))))::double precision, (0)::double precision) AS oldest_pending_event_age_seconds,
-     COALESCE((EXTRACT(epoch FROM (eventgrid._now() - eventgrid._oldest_pending(s.id, true))))::double precision, (0)::double precision) AS overdue_seconds,
+     b.pending AS pending_events,
+     COALESCE((EXTRACT(epoch FROM (eventgrid._now() - b.oldest)))::double precision, (0)::double precision) AS oldest_pending_event_age_seconds,
+     COALESCE((EXTRACT(epoch FROM (eventgrid._now() - b.due_since)))::double precision, (0)::double precision) AS overdue_seconds,
      ((s.id IN ( SELECT p.p
             FROM eventgrid._paused_subscriptions() p(p))))::integer AS paused,
      ((COALESCE(h.state, 'healthy'::text) <> 'healthy'::text))::integer AS endpoint_on_probation
-    FROM ((eventgrid.event_subscriptions s
+    FROM (((eventgrid.event_subscriptions s
       LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)))
-      LEFT JOIN eventgrid.endpoint_states h ON ((h.endpoint = s.endpoint)));
+      LEFT JOIN eventgrid.endpoint_states h ON ((h.endpoint = s.endpoint)))
+      CROSS JOIN LATERAL eventgrid._backlog(s.id) b(pending, oldest, due_since));
 END;
 
 COMMENT ON FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) IS 'Internal: the rows of the view eventgrid.event_subscription_metrics, for pg_monitor and eventgrid_admin.';
@@ -1109,6 +1023,12 @@ END;
 
 COMMENT ON FUNCTION eventgrid._held_subscriptions() IS 'Internal: the ids of the event subscriptions the delivery workers claim nothing for: paused by pause_delivery() (eventgrid._paused_subscriptions()), or whose endpoint is not validated yet (eventgrid.endpoint_validations). Inlined into the claims, read once per statement.';
 
+CREATE FUNCTION eventgrid._histogram_buckets(histogram text) RETURNS double precision[]
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN CASE histogram WHEN 'destination_processing_duration_seconds'::text THEN '{0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10,30,Infinity}'::double precision[] WHEN 'delivery_latency_seconds'::text THEN '{0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10,30,60,300,900,3600,21600,86400,Infinity}'::double precision[] ELSE NULL::double precision[] END;
+
+COMMENT ON FUNCTION eventgrid._histogram_buckets(histogram text) IS 'Internal: the upper bounds (seconds) of the buckets of a histogram, the same as the delivery workers count with (src/store_metrics.c), +Inf last.';
+
 CREATE FUNCTION eventgrid._is_source_field(v text) RETURNS boolean
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     RETURN ((v ~ '^[^.]+(\.[^.]+)*$'::text) AND (length(v) <= 512));
@@ -1145,6 +1065,24 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) IS 'Internal: what pause_delivery() and resume_delivery() name (both NULL: everything), checked to exist.';
+
+CREATE FUNCTION eventgrid._pending(subscription_id bigint) RETURNS bigint
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT ((( SELECT count(*) AS count
+            FROM ((eventgrid.subscription_positions p
+              JOIN eventgrid.event_subscriptions s ON ((s.id = p.subscription_id)))
+              CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e(id, topic, event, publish_time, event_bytes, txid, event_table))
+           WHERE ((p.subscription_id = _pending.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays))) + ( SELECT count(*) AS count
+            FROM ((eventgrid.chunks_in_flight c
+              JOIN eventgrid.event_subscriptions s ON ((s.id = c.subscription_id)))
+              CROSS JOIN LATERAL eventgrid._chunk_events(c.topic, c.done, c.upto, c.after_txid, c.after_id, c.last_txid, c.last_id) e(id, topic, event, publish_time, event_bytes, txid, event_table))
+           WHERE ((c.subscription_id = _pending.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays)))) + ( SELECT count(*) AS count
+            FROM eventgrid.retries r
+           WHERE (r.subscription_id = _pending.subscription_id)));
+END;
+
+COMMENT ON FUNCTION eventgrid._pending(subscription_id bigint) IS 'Internal: deliveries of an event subscription not finished yet: events its position has not passed, first attempts in flight, and retries.';
 
 CREATE FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) RETURNS bigint
     LANGUAGE plpgsql
@@ -2710,25 +2648,63 @@ CREATE VIEW eventgrid.event_subscription_delivery_properties AS
 
 COMMENT ON VIEW eventgrid.event_subscription_delivery_properties IS 'Custom delivery properties of each event subscription; secret values are shown as ********.';
 
+CREATE TABLE eventgrid.subscription_metric_counts (
+    subscription_id bigint NOT NULL,
+    metric text NOT NULL,
+    label text NOT NULL,
+    value double precision NOT NULL,
+    CONSTRAINT subscription_metric_counts_metric_check CHECK ((metric = ANY (ARRAY['attempt_fail'::text, 'dead_lettered'::text, 'dropped'::text, 'processing_bucket'::text, 'processing_sum'::text, 'latency_bucket'::text, 'latency_sum'::text])))
+);
+
+COMMENT ON TABLE eventgrid.subscription_metric_counts IS 'Internal: per event subscription, failed delivery attempts by outcome (attempt_fail), events dead-lettered and dropped by reason, and the histograms of the destination''s processing duration per request and of publish-to-delivery latency per event (label: the bucket''s upper bound in seconds; *_sum: seconds in all); kept by the delivery workers with the outcomes. Read it through eventgrid.event_subscription_metrics, event_subscription_metric_labels and event_subscription_histograms.';
+
 CREATE VIEW eventgrid.event_subscription_histograms AS
- SELECT _event_subscription_histograms.topic,
-    _event_subscription_histograms.event_subscription,
-    _event_subscription_histograms.histogram,
-    _event_subscription_histograms.le,
-    _event_subscription_histograms.bucket,
-    _event_subscription_histograms.sum,
-    _event_subscription_histograms.count
-   FROM eventgrid._event_subscription_histograms() _event_subscription_histograms(topic, event_subscription, histogram, le, bucket, sum, count);
+ SELECT x.topic,
+    x.name AS event_subscription,
+    x.histogram,
+    x.le_text AS le,
+    sum(x.n) OVER (PARTITION BY x.id, x.histogram ORDER BY x.le) AS bucket,
+    x.total AS sum,
+    sum(x.n) OVER (PARTITION BY x.id, x.histogram) AS count
+   FROM ( SELECT s.id,
+            s.topic,
+            s.name,
+            h.histogram,
+            b.le,
+            l.le_text,
+            COALESCE(m.value, (0)::double precision) AS n,
+            COALESCE(ms.value, (0)::double precision) AS total
+           FROM (((((eventgrid.event_subscriptions s
+             CROSS JOIN ( VALUES ('destination_processing_duration_seconds'::text,'processing'::text), ('delivery_latency_seconds'::text,'latency'::text)) h(histogram, kind))
+             CROSS JOIN LATERAL unnest(eventgrid._histogram_buckets(h.histogram)) b(le))
+             CROSS JOIN LATERAL ( SELECT
+                        CASE
+                            WHEN (b.le = 'Infinity'::double precision) THEN '+Inf'::text
+                            ELSE (b.le)::text
+                        END AS le) l(le_text))
+             LEFT JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = (h.kind || '_bucket'::text)) AND (m.label = l.le_text))))
+             LEFT JOIN eventgrid.subscription_metric_counts ms ON (((ms.subscription_id = s.id) AND (ms.metric = (h.kind || '_sum'::text)) AND (ms.label = ''::text))))) x;
 
 COMMENT ON VIEW eventgrid.event_subscription_histograms IS 'Prometheus histograms per event subscription, one row per bucket: histogram destination_processing_duration_seconds (each request that got an HTTP answer, from sending to the answer: DestinationProcessingDurationInMs) or delivery_latency_seconds (each event delivered, from publish to the successful answer); le (the bucket''s upper bound in seconds, +Inf last), bucket (observations up to le, cumulative), sum (seconds in all) and count (observations; the +Inf bucket). Kept by the delivery workers as they record outcomes, not computed from the attempt history. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
 
 CREATE VIEW eventgrid.event_subscription_metric_labels AS
- SELECT _event_subscription_metric_labels.topic,
-    _event_subscription_metric_labels.event_subscription,
-    _event_subscription_metric_labels.metric,
-    _event_subscription_metric_labels.label,
-    _event_subscription_metric_labels.value
-   FROM eventgrid._event_subscription_metric_labels() _event_subscription_metric_labels(topic, event_subscription, metric, label, value);
+ SELECT s.topic,
+    s.name AS event_subscription,
+    'delivery_attempt_fail_total'::text AS metric,
+    m.label,
+    m.value
+   FROM (eventgrid.event_subscriptions s
+     JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = 'attempt_fail'::text))))
+UNION ALL
+ SELECT s.topic,
+    s.name AS event_subscription,
+    (k.metric || '_total'::text) AS metric,
+    r.reason AS label,
+    COALESCE(m.value, (0)::double precision) AS value
+   FROM (((eventgrid.event_subscriptions s
+     CROSS JOIN ( VALUES ('dead_lettered'::text), ('dropped'::text)) k(metric))
+     CROSS JOIN ( VALUES ('MaxDeliveryAttemptsExceeded'::text), ('TimeToLiveExceeded'::text), ('NonRetriableError'::text)) r(reason))
+     LEFT JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = k.metric) AND (m.label = r.reason))));
 
 COMMENT ON VIEW eventgrid.event_subscription_metric_labels IS 'Prometheus counters per event subscription and label: delivery_attempt_fail_total by outcome (label: the lastDeliveryOutcome of each failed attempt, one per event; DeliveryAttemptFailCount; a row once an attempt failed so), dead_lettered_total and dropped_total by reason (label: deadLetterReason; DeadLetteredCount, DroppedEventCount; every reason always, 0 until it happens). Counted from 0.9.0 on. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
 
@@ -3135,27 +3111,7 @@ REVOKE ALL ON FUNCTION eventgrid._advanced_filters_arg(filters jsonb) FROM PUBLI
 REVOKE ALL ON FUNCTION eventgrid._advanced_match(event jsonb, filters jsonb, on_arrays boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._advanced_match(event jsonb, filters jsonb, on_arrays boolean) TO eventgrid_admin;
 
-REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
-
 REVOKE ALL ON FUNCTION eventgrid._check_advanced_filters(filters jsonb) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._check_endpoint(endpoint text) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._check_endpoint_validation(v text) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._check_install_database() FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._check_not_null(field text, val anyelement) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._check_range(field text, val integer, lo integer, hi integer, unit text) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._check_schema(field text, val text) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text, event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean, deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, max_events_per_second integer) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._check_table_publication(caller regrole, source_table regclass, columns text[], update_columns text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._event_table() FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._event_table() TO eventgrid_publisher;
@@ -3175,6 +3131,56 @@ GRANT INSERT(event) ON TABLE eventgrid.events TO eventgrid_publisher;
 REVOKE ALL ON FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint, last_txid xid8, last_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint, last_txid xid8, last_id bigint) TO eventgrid_admin;
 
+REVOKE ALL ON FUNCTION eventgrid._endpoint_problem(endpoint text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._is_schema(v text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._is_subscription_name(v text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._iso8601_minutes(minutes integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._lower_array(a text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._now() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._system_identifier() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.chunks_in_flight TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscriptions TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.retries TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.subscription_positions TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_endpoint(endpoint text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_endpoint_validation(v text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_install_database() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_not_null(field text, val anyelement) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_range(field text, val integer, lo integer, hi integer, unit text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_schema(field text, val text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text, event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean, deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, max_events_per_second integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_table_publication(caller regrole, source_table regclass, columns text[], update_columns text[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._column_json(r text, col name, typ oid) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._cover_partitions(rel regclass) FROM PUBLIC;
@@ -3192,8 +3198,6 @@ REVOKE ALL ON FUNCTION eventgrid._publication_members(source_table regclass, top
 REVOKE ALL ON FUNCTION eventgrid._create_table_change_triggers(source_table regclass, topic text, operations text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._dead_letter_ids(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone, existing_only boolean) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._is_schema(v text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._is_topic_name(v text) FROM PUBLIC;
 
@@ -3215,53 +3219,10 @@ REVOKE ALL ON FUNCTION eventgrid._drop_table_change_triggers(source_table regcla
 
 REVOKE ALL ON FUNCTION eventgrid._duration_minutes(field text, v text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._endpoint_problem(endpoint text) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._is_subscription_name(v text) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._iso8601_minutes(minutes integer) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._lower_array(a text[]) FROM PUBLIC;
-
-GRANT SELECT ON TABLE eventgrid.event_subscriptions TO eventgrid_admin;
-
-GRANT SELECT ON TABLE eventgrid.subscription_metric_counts TO eventgrid_admin;
-
-REVOKE ALL ON FUNCTION eventgrid._event_subscription_histograms(OUT topic text, OUT event_subscription text, OUT histogram text, OUT le text, OUT bucket double precision, OUT sum double precision, OUT count double precision) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid._event_subscription_histograms(OUT topic text, OUT event_subscription text, OUT histogram text, OUT le text, OUT bucket double precision, OUT sum double precision, OUT count double precision) TO pg_monitor;
-GRANT ALL ON FUNCTION eventgrid._event_subscription_histograms(OUT topic text, OUT event_subscription text, OUT histogram text, OUT le text, OUT bucket double precision, OUT sum double precision, OUT count double precision) TO eventgrid_admin;
-
-REVOKE ALL ON FUNCTION eventgrid._event_subscription_metric_labels(OUT topic text, OUT event_subscription text, OUT metric text, OUT label text, OUT value double precision) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid._event_subscription_metric_labels(OUT topic text, OUT event_subscription text, OUT metric text, OUT label text, OUT value double precision) TO pg_monitor;
-GRANT ALL ON FUNCTION eventgrid._event_subscription_metric_labels(OUT topic text, OUT event_subscription text, OUT metric text, OUT label text, OUT value double precision) TO eventgrid_admin;
-
-REVOKE ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) TO eventgrid_admin;
-
-REVOKE ALL ON FUNCTION eventgrid._now() FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._system_identifier() FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) TO eventgrid_admin;
-
-GRANT SELECT ON TABLE eventgrid.chunks_in_flight TO eventgrid_admin;
-
-GRANT SELECT ON TABLE eventgrid.retries TO eventgrid_admin;
-
-GRANT SELECT ON TABLE eventgrid.subscription_positions TO eventgrid_admin;
-
-REVOKE ALL ON FUNCTION eventgrid._oldest_pending(subscription_id bigint, due boolean) FROM PUBLIC;
-
 GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._paused_subscriptions() FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._paused_subscriptions() TO eventgrid_admin;
-
-REVOKE ALL ON FUNCTION eventgrid._pending(subscription_id bigint) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid._pending(subscription_id bigint) TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.endpoint_states TO eventgrid_admin;
 
@@ -3286,11 +3247,18 @@ REVOKE ALL ON FUNCTION eventgrid._header_problem(header text, value text) FROM P
 
 REVOKE ALL ON FUNCTION eventgrid._held_subscriptions() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) TO pg_monitor;
+GRANT ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid._is_source_field(v text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._log(message text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._pending(subscription_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._pending(subscription_id bigint) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) FROM PUBLIC;
 
@@ -3460,6 +3428,8 @@ GRANT SELECT ON TABLE eventgrid.endpoint_health TO eventgrid_admin;
 GRANT SELECT ON TABLE eventgrid.event_subscription_batching TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.event_subscription_delivery_properties TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.subscription_metric_counts TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.event_subscription_histograms TO pg_monitor;
 GRANT SELECT ON TABLE eventgrid.event_subscription_histograms TO eventgrid_admin;
