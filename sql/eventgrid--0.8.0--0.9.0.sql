@@ -282,58 +282,26 @@ CREATE FUNCTION eventgrid._table_publication_of(rel regclass, topic text) RETURN
 COMMENT ON FUNCTION eventgrid._table_publication_of(rel regclass, topic text) IS
     'Internal: the publication to topic that covers table rel: its own, or the nearest partitioned table''s above it.';
 
+-- The trigger in C (src/table_change_trigger.c): each row's event built
+-- directly, in the topic's input schema and stamped, and stored with its
+-- publish time and size, so that the publish trigger does not validate it
+-- again; one INSERT per thousand events.  The statements PL/pgSQL kept per
+-- table shape are no longer made.
 CREATE OR REPLACE FUNCTION eventgrid._table_change_trigger() RETURNS trigger
-    LANGUAGE plpgsql SECURITY DEFINER
+    LANGUAGE c SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-DECLARE
-    pub_topic text := TG_ARGV[0];
-    p eventgrid.table_publications := eventgrid._table_publication_of(TG_RELID, TG_ARGV[0]);
-    input_schema text;
-    cur_shape text;
-    etype text;
-    src_schema name;
-    src_table name;
-    head text;
-BEGIN
-    IF p.source_table IS NULL OR TG_NARGS <> 1 OR TG_LEVEL <> 'STATEMENT' OR TG_WHEN <> 'AFTER'
-       OR TG_OP <> ALL (p.operations) OR TG_NAME <> eventgrid._table_change_trigger_name(pub_topic, TG_OP) THEN
-        RAISE EXCEPTION 'trigger % on table % does not belong to a publication of its changes to topic %',
-                        TG_NAME, TG_RELID::regclass, eventgrid._quote(pub_topic)
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'Only eventgrid.publish_table_changes() sets up publications; drop this trigger.';
-    END IF;
-    -- events name the published table, also for a write that named one of its partitions
-    SELECT n.nspname, c.relname INTO src_schema, src_table
-      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p.source_table;
-    head := '/' || eventgrid._uri_escape(src_schema) || '/' || eventgrid._uri_escape(src_table);
-    -- the statements are made once per shape of the published table (its
-    -- partitions have the same column names and types) and kept in the
-    -- publication; when another transaction is writing that row (or wrote
-    -- it after this one's snapshot), this one uses its own rather than wait
-    -- or fail
-    cur_shape := eventgrid._table_shape(p.source_table);
-    IF p.shape IS DISTINCT FROM cur_shape THEN
-        p.statements := eventgrid._table_change_statements(p.source_table, p.columns, p.update_columns);
-        BEGIN
-            UPDATE eventgrid.table_publications t SET shape = cur_shape, statements = p.statements
-             WHERE t.ctid = (SELECT l.ctid FROM eventgrid.table_publications l
-                              WHERE l.source_table = p.source_table AND l.topic = p.topic FOR NO KEY UPDATE SKIP LOCKED);
-        EXCEPTION WHEN serialization_failure THEN
-            NULL;
-        END;
-    END IF;
-    SELECT t.input_schema INTO input_schema FROM eventgrid.topics t WHERE t.name = pub_topic;
-    etype := COALESCE(p.event_type_prefix, src_schema || '.' || src_table)
-             || CASE TG_OP WHEN 'INSERT' THEN '.Inserted' WHEN 'UPDATE' THEN '.Updated' ELSE '.Deleted' END;
-    EXECUTE p.statements ->> TG_OP
-      USING pub_topic, input_schema, etype, eventgrid.rfc3339(statement_timestamp()),
-            '/postgresql/' || eventgrid._uri_escape(current_database()) || head,
-            TG_OP, src_schema, src_table, head;
-    RETURN NULL;
-END $$;
+    AS 'MODULE_PATHNAME', 'eventgrid_table_change_trigger';
 COMMENT ON FUNCTION eventgrid._table_change_trigger() IS
-    'Internal: AFTER ... FOR EACH STATEMENT trigger of a table change publication (argument: the topic), on the published table and on the partitions it covers; publishes one event per row of the statement''s transition tables, naming the published table, with one INSERT ... SELECT made for its shape and kept in the publication. Refuses (42501) to run as any trigger publish_table_changes() did not make.';
+    'Internal: AFTER ... FOR EACH STATEMENT trigger of a table change publication (argument: the topic), on the published table and on the partitions it covers; publishes one event per row of the statement''s transition tables (an UPDATE that changes none of update_columns: none), naming the published table, built in C and stored with its publish time and size. Each event at most 1 MB (54000). Refuses (42501) to run as any trigger publish_table_changes() did not make.';
+DROP FUNCTION eventgrid._table_change_statements(regclass, text[], text[]);
+DROP FUNCTION eventgrid._row_json(regclass, text, text[]);
+DROP FUNCTION eventgrid._row_subject(regclass, text, text[]);
+DROP FUNCTION eventgrid._column_json(text, name, oid);
+DROP FUNCTION eventgrid._table_change_event(text, text, text, text, text, jsonb);
+DROP FUNCTION eventgrid._table_shape(regclass);
+COMMENT ON COLUMN eventgrid.table_publications.shape IS 'Not used since 0.9.0 (the trigger reads the table''s columns at each statement); always NULL.';
+COMMENT ON COLUMN eventgrid.table_publications.statements IS 'Not used since 0.9.0 (the trigger builds events in C); always NULL.';
+UPDATE eventgrid.table_publications SET shape = NULL, statements = NULL;
 
 -- Following DDL on published tables.  A column renamed is renamed in the
 -- publications' lists (so a left-out column renamed to a listed name stays

@@ -520,27 +520,6 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid._check_table_publication(caller regrole, source_table regclass, columns text[], update_columns text[]) IS 'Internal: raises 42809 unless source_table is a table, 42501 for a table of schema eventgrid or unless role caller has TRIGGER on it and SELECT on the columns an event carries or compares, 42703 for a column it does not have.';
 
-CREATE FUNCTION eventgrid._column_json(r text, col name, typ oid) RETURNS text
-    LANGUAGE plpgsql STABLE
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$
-DECLARE
-    base oid := typ;
-    t pg_type;
-BEGIN
-    LOOP
-        SELECT * INTO t FROM pg_type WHERE oid = base;
-        EXIT WHEN t.typtype <> 'd';
-        base := t.typbasetype;
-    END LOOP;
-    IF base < 16384 THEN	-- FirstNormalObjectId: made by initdb
-        RETURN format('%s.%I', r, col);
-    END IF;
-    RETURN format('CASE WHEN %1$s.%2$I IS NULL THEN NULL ELSE pg_catalog.format(''%%s'', %1$s.%2$I) END', r, col);
-END $_$;
-
-COMMENT ON FUNCTION eventgrid._column_json(r text, col name, typ oid) IS 'Internal: SQL expression of a column''s JSON value in a table change event (to_jsonb''s for built-in types, the text form for user-defined types).';
-
 CREATE FUNCTION eventgrid._cover_partitions(rel regclass) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -619,6 +598,10 @@ CREATE TABLE eventgrid.table_publications (
 );
 
 COMMENT ON TABLE eventgrid.table_publications IS 'Internal: the table change publications (eventgrid.publish_table_changes); read eventgrid.table_change_publications.';
+
+COMMENT ON COLUMN eventgrid.table_publications.shape IS 'Not used since 0.9.0 (the trigger reads the table''s columns at each statement); always NULL.';
+
+COMMENT ON COLUMN eventgrid.table_publications.statements IS 'Not used since 0.9.0 (the trigger builds events in C); always NULL.';
 
 CREATE FUNCTION eventgrid._publication_members(source_table regclass, topic text) RETURNS SETOF regclass
     LANGUAGE sql STABLE
@@ -1368,43 +1351,6 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid._retry_policy_args(topic_type text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text, OUT attempts integer, OUT ttl integer) IS 'Internal: checks the retry policy arguments of a custom (max_delivery_attempts 1-30, event_ttl 1-1440 minutes) or namespace (max_delivery_count 1-10, event_time_to_live PT1M-P7D) subscription and returns attempts and minutes (NULL: not given); the other profile''s arguments are refused with 22023 and a hint.';
 
-CREATE FUNCTION eventgrid._row_json(source_table regclass, r text, cols text[]) RETURNS text
-    LANGUAGE sql STABLE
-    BEGIN ATOMIC
- SELECT COALESCE(string_agg(p.part, ' OPERATOR(pg_catalog.||) '::text ORDER BY p.chunk), '''{}''::jsonb'::text) AS "coalesce"
-    FROM ( SELECT n.chunk,
-             (('pg_catalog.jsonb_build_object('::text || string_agg(format('%L, %s'::text, n.attname, eventgrid._column_json(_row_json.r, n.attname, n.atttypid)), ', '::text ORDER BY n.attnum)) || ')'::text) AS part
-            FROM ( SELECT a.attname,
-                     a.atttypid,
-                     a.attnum,
-                     ((row_number() OVER (ORDER BY a.attnum) - 1) / 50) AS chunk
-                    FROM pg_attribute a
-                   WHERE ((a.attrelid = (_row_json.source_table)::oid) AND (a.attnum > 0) AND (NOT a.attisdropped) AND ((_row_json.cols IS NULL) OR (a.attname = ANY (_row_json.cols))))) n
-           GROUP BY n.chunk) p;
-END;
-
-COMMENT ON FUNCTION eventgrid._row_json(source_table regclass, r text, cols text[]) IS 'Internal: SQL expression of the JSON object of a row''s columns cols (NULL: all), at most 50 columns per jsonb_build_object.';
-
-CREATE FUNCTION eventgrid._row_subject(source_table regclass, r text, cols text[]) RETURNS text
-    LANGUAGE plpgsql STABLE
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$
-DECLARE
-    keys text[];
-BEGIN
-    SELECT array_agg(a.attname::text ORDER BY k.i) INTO keys
-      FROM pg_index x, unnest(x.indkey) WITH ORDINALITY k(attnum, i), pg_attribute a
-     WHERE x.indrelid = source_table AND x.indisprimary
-       AND a.attrelid = source_table AND a.attnum = k.attnum;
-    IF keys IS NULL OR NOT keys <@ COALESCE(cols, keys) THEN
-        RETURN '$9';
-    END IF;
-    RETURN '$9' || (SELECT string_agg(format(' || ''/'' || eventgrid._uri_escape(pg_catalog.format(''%%s'', %s.%I))', r, k), '' ORDER BY i)
-                                     FROM unnest(keys) WITH ORDINALITY u(k, i));
-END $_$;
-
-COMMENT ON FUNCTION eventgrid._row_subject(source_table regclass, r text, cols text[]) IS 'Internal: SQL expression of a table change event''s subject: parameter $9 (/<schema>/<table>, percent-encoded) and the primary key values, percent-encoded, each after a /; $9 alone without a primary key or when columns leaves a key column out.';
-
 CREATE FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) RETURNS SETOF record
     LANGUAGE c
     AS 'MODULE_PATHNAME', 'eventgrid_served_databases';
@@ -1505,90 +1451,12 @@ CREATE FUNCTION eventgrid._subscriptions_changed_at_commit() RETURNS void
 
 COMMENT ON FUNCTION eventgrid._subscriptions_changed_at_commit() IS 'Internal: when the current transaction commits, tells the delivery workers that event subscriptions were paused, resumed, updated or dropped (requests they claimed and did not start yet go back unsent; their status lines read the pauses again), and wakes them; no-op without shared_preload_libraries.';
 
-CREATE FUNCTION eventgrid._table_change_event(input_schema text, event_type text, event_time text, source text, subject text, data jsonb) RETURNS jsonb
-    LANGUAGE sql PARALLEL SAFE
-    RETURN CASE input_schema WHEN 'CloudEventSchemaV1_0'::text THEN jsonb_build_object('specversion', '1.0', 'id', (gen_random_uuid())::text, 'source', source, 'subject', subject, 'type', event_type, 'time', event_time, 'datacontenttype', 'application/json', 'data', data) WHEN 'CustomEventSchema'::text THEN data ELSE jsonb_build_object('id', (gen_random_uuid())::text, 'subject', subject, 'eventType', event_type, 'eventTime', event_time, 'dataVersion', '1', 'data', data) END;
-
-COMMENT ON FUNCTION eventgrid._table_change_event(input_schema text, event_type text, event_time text, source text, subject text, data jsonb) IS 'Internal: a table change event in a topic''s input schema: Event Grid (id, subject, eventType, eventTime, dataVersion "1", data), CloudEvents 1.0 (specversion, id, source, subject, type, time, datacontenttype, data) or custom (the data object).';
-
-CREATE FUNCTION eventgrid._table_change_statements(source_table regclass, columns text[], update_columns text[]) RETURNS jsonb
-    LANGUAGE plpgsql STABLE
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$
-DECLARE
-    q text := 'INSERT INTO eventgrid.events (topic, event) SELECT $1, eventgrid._table_change_event($2, $3, $4, $5, %s,'
-              ' pg_catalog.jsonb_build_object(''operation'', $6, ''schema'', $7, ''table'', $8, ''new'', %s, ''old'', %s)) FROM %s';
-BEGIN
-    RETURN jsonb_build_object(
-        'INSERT', format(q, eventgrid._row_subject(source_table, 'n', columns), eventgrid._row_json(source_table, 'n', columns),
-                         'NULL::jsonb', 'eventgrid_rows n'),
-        'DELETE', format(q, eventgrid._row_subject(source_table, 'o', columns), 'NULL::jsonb',
-                         eventgrid._row_json(source_table, 'o', columns), 'eventgrid_rows o'),
-        -- the old and the new version of each row, paired by their place in
-        -- the transition tables, which PostgreSQL fills in step
-        'UPDATE', format(q, 'n.subject', 'n.row', 'o.row', format(
-                 '(SELECT pg_catalog.row_number() OVER () AS i, %s AS row, %s AS watched FROM eventgrid_old_rows o) o'
-                 ' JOIN (SELECT pg_catalog.row_number() OVER () AS i, %s AS row, %s AS watched, %s AS subject FROM eventgrid_rows n) n'
-                 ' ON n.i OPERATOR(pg_catalog.=) o.i WHERE n.watched IS DISTINCT FROM o.watched',
-                 eventgrid._row_json(source_table, 'o', columns), eventgrid._row_json(source_table, 'o', update_columns),
-                 eventgrid._row_json(source_table, 'n', columns), eventgrid._row_json(source_table, 'n', update_columns),
-                 eventgrid._row_subject(source_table, 'n', columns))));
-END $_$;
-
-COMMENT ON FUNCTION eventgrid._table_change_statements(source_table regclass, columns text[], update_columns text[]) IS 'Internal: the INSERT ... SELECT into eventgrid.events that the trigger of each operation (INSERT, UPDATE, DELETE) of a publication runs over its transition tables.';
-
 CREATE FUNCTION eventgrid._table_change_trigger() RETURNS trigger
-    LANGUAGE plpgsql SECURITY DEFINER
+    LANGUAGE c SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-DECLARE
-    pub_topic text := TG_ARGV[0];
-    p eventgrid.table_publications := eventgrid._table_publication_of(TG_RELID, TG_ARGV[0]);
-    input_schema text;
-    cur_shape text;
-    etype text;
-    src_schema name;
-    src_table name;
-    head text;
-BEGIN
-    IF p.source_table IS NULL OR TG_NARGS <> 1 OR TG_LEVEL <> 'STATEMENT' OR TG_WHEN <> 'AFTER'
-       OR TG_OP <> ALL (p.operations) OR TG_NAME <> eventgrid._table_change_trigger_name(pub_topic, TG_OP) THEN
-        RAISE EXCEPTION 'trigger % on table % does not belong to a publication of its changes to topic %',
-                        TG_NAME, TG_RELID::regclass, eventgrid._quote(pub_topic)
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'Only eventgrid.publish_table_changes() sets up publications; drop this trigger.';
-    END IF;
-    -- events name the published table, also for a write that named one of its partitions
-    SELECT n.nspname, c.relname INTO src_schema, src_table
-      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p.source_table;
-    head := '/' || eventgrid._uri_escape(src_schema) || '/' || eventgrid._uri_escape(src_table);
-    -- the statements are made once per shape of the published table (its
-    -- partitions have the same column names and types) and kept in the
-    -- publication; when another transaction is writing that row (or wrote
-    -- it after this one's snapshot), this one uses its own rather than wait
-    -- or fail
-    cur_shape := eventgrid._table_shape(p.source_table);
-    IF p.shape IS DISTINCT FROM cur_shape THEN
-        p.statements := eventgrid._table_change_statements(p.source_table, p.columns, p.update_columns);
-        BEGIN
-            UPDATE eventgrid.table_publications t SET shape = cur_shape, statements = p.statements
-             WHERE t.ctid = (SELECT l.ctid FROM eventgrid.table_publications l
-                              WHERE l.source_table = p.source_table AND l.topic = p.topic FOR NO KEY UPDATE SKIP LOCKED);
-        EXCEPTION WHEN serialization_failure THEN
-            NULL;
-        END;
-    END IF;
-    SELECT t.input_schema INTO input_schema FROM eventgrid.topics t WHERE t.name = pub_topic;
-    etype := COALESCE(p.event_type_prefix, src_schema || '.' || src_table)
-             || CASE TG_OP WHEN 'INSERT' THEN '.Inserted' WHEN 'UPDATE' THEN '.Updated' ELSE '.Deleted' END;
-    EXECUTE p.statements ->> TG_OP
-      USING pub_topic, input_schema, etype, eventgrid.rfc3339(statement_timestamp()),
-            '/postgresql/' || eventgrid._uri_escape(current_database()) || head,
-            TG_OP, src_schema, src_table, head;
-    RETURN NULL;
-END $$;
+    AS 'MODULE_PATHNAME', 'eventgrid_table_change_trigger';
 
-COMMENT ON FUNCTION eventgrid._table_change_trigger() IS 'Internal: AFTER ... FOR EACH STATEMENT trigger of a table change publication (argument: the topic), on the published table and on the partitions it covers; publishes one event per row of the statement''s transition tables, naming the published table, with one INSERT ... SELECT made for its shape and kept in the publication. Refuses (42501) to run as any trigger publish_table_changes() did not make.';
+COMMENT ON FUNCTION eventgrid._table_change_trigger() IS 'Internal: AFTER ... FOR EACH STATEMENT trigger of a table change publication (argument: the topic), on the published table and on the partitions it covers; publishes one event per row of the statement''s transition tables (an UPDATE that changes none of update_columns: none), naming the published table, built in C and stored with its publish time and size. Each event at most 1 MB (54000). Refuses (42501) to run as any trigger publish_table_changes() did not make.';
 
 CREATE FUNCTION eventgrid._table_change_trigger_name(topic text, operation text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -1622,18 +1490,6 @@ CREATE FUNCTION eventgrid._table_publication_of(rel regclass, topic text) RETURN
 END;
 
 COMMENT ON FUNCTION eventgrid._table_publication_of(rel regclass, topic text) IS 'Internal: the publication to topic that covers table rel: its own, or the nearest partitioned table''s above it.';
-
-CREATE FUNCTION eventgrid._table_shape(source_table regclass) RETURNS text
-    LANGUAGE sql STABLE
-    BEGIN ATOMIC
- SELECT concat(( SELECT string_agg(concat_ws(':'::text, a.attnum, a.attname, a.atttypid), ','::text ORDER BY a.attnum) AS string_agg
-            FROM pg_attribute a
-           WHERE ((a.attrelid = (_table_shape.source_table)::oid) AND (a.attnum > 0) AND (NOT a.attisdropped))), '|', ( SELECT (x.indkey)::text AS indkey
-            FROM pg_index x
-           WHERE ((x.indrelid = (_table_shape.source_table)::oid) AND x.indisprimary))) AS concat;
-END;
-
-COMMENT ON FUNCTION eventgrid._table_shape(source_table regclass) IS 'Internal: the columns (number, name, type) and primary key of a table, which the statements of its publications are made for.';
 
 CREATE TABLE eventgrid.topic_counters (
     topic text NOT NULL,
@@ -3181,8 +3037,6 @@ REVOKE ALL ON FUNCTION eventgrid._check_subscription_settings(input_schema text,
 
 REVOKE ALL ON FUNCTION eventgrid._check_table_publication(caller regrole, source_table regclass, columns text[], update_columns text[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._column_json(r text, col name, typ oid) FROM PUBLIC;
-
 REVOKE ALL ON FUNCTION eventgrid._cover_partitions(rel regclass) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._create_topic_triggers(rel regclass, topic text, operations text[]) FROM PUBLIC;
@@ -3278,10 +3132,6 @@ REVOKE ALL ON FUNCTION eventgrid._rename_published_column(rel regclass, recurse 
 
 REVOKE ALL ON FUNCTION eventgrid._retry_policy_args(topic_type text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text, OUT attempts integer, OUT ttl integer) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._row_json(source_table regclass, r text, cols text[]) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._row_subject(source_table regclass, r text, cols text[]) FROM PUBLIC;
-
 REVOKE ALL ON FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) TO pg_monitor;
 
@@ -3295,10 +3145,6 @@ REVOKE ALL ON FUNCTION eventgrid._subscription_id(topic text, name text, lock bo
 
 REVOKE ALL ON FUNCTION eventgrid._subscriptions_changed_at_commit() FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._table_change_event(input_schema text, event_type text, event_time text, source text, subject text, data jsonb) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._table_change_statements(source_table regclass, columns text[], update_columns text[]) FROM PUBLIC;
-
 REVOKE ALL ON FUNCTION eventgrid._table_change_trigger() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._table_change_trigger_name(topic text, operation text) FROM PUBLIC;
@@ -3306,8 +3152,6 @@ REVOKE ALL ON FUNCTION eventgrid._table_change_trigger_name(topic text, operatio
 REVOKE ALL ON FUNCTION eventgrid._table_ddl() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._table_publication_of(rel regclass, topic text) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION eventgrid._table_shape(source_table regclass) FROM PUBLIC;
 
 GRANT SELECT ON TABLE eventgrid.topic_counters TO eventgrid_admin;
 

@@ -19,6 +19,7 @@
 #include "lib/stringinfo.h"
 #include "storage/latch.h"
 #include "storage/spin.h"
+#include "utils/jsonb.h"
 
 /* SPEC section 3, 4, 5 and 8 limits. */
 #define EG_MAX_EVENT_BYTES (1024 * 1024)
@@ -217,5 +218,9 @@ extern void eg_want_upkeep(void);
 /* Current time as the worker sees it: real time plus eventgrid.clock_offset. */
 extern TimestampTz eg_now(void);
 extern TimestampTz eg_transaction_now(void);
+
+/* publish.c: an event's size as JSON text (what the 1 MB limit applies to), and that limit */
+extern int64 eg_event_text_size(Jsonb *jb);
+extern void eg_check_event_size(int64 size);
 
 #endif							/* EVENTGRID_H */

@@ -409,8 +409,8 @@ validate_cloudevent(Jsonb *jb, const char *topic)
  * 1 MB limit applies to and event_bytes records, which bounds the worker's
  * memory through eventgrid.max_bytes_in_flight.
  */
-static int64
-event_text_size(Jsonb *jb)
+int64
+eg_event_text_size(Jsonb *jb)
 {
 	StringInfoData text;
 	int64		len;
@@ -420,6 +420,18 @@ event_text_size(Jsonb *jb)
 	len = text.len;
 	pfree(text.data);
 	return len;
+}
+
+/* Refuses (54000) an event of size bytes of JSON text over the 1 MB limit. */
+void
+eg_check_event_size(int64 size)
+{
+	if (size > EG_MAX_EVENT_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("event is %lld bytes; an event may be at most 1 MB (%d bytes)",
+						(long long) size, EG_MAX_EVENT_BYTES),
+				 errhint("Store large payloads elsewhere and publish a reference to them.")));
 }
 
 PG_FUNCTION_INFO_V1(eventgrid_validate_event);
@@ -482,13 +494,8 @@ eventgrid_validate_event(PG_FUNCTION_ARGS)
 		validate_cloudevent(jb, topic);
 	check_header_fields(jb);
 
-	size = event_text_size(jb);
-	if (size > EG_MAX_EVENT_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("event is %lld bytes; an event may be at most 1 MB (%d bytes)",
-						(long long) size, EG_MAX_EVENT_BYTES),
-				 errhint("Store large payloads elsewhere and publish a reference to them.")));
+	size = eg_event_text_size(jb);
+	eg_check_event_size(size);
 
 	values[0] = JsonbPGetDatum(jb);
 	cols[1] = SPI_fnumber(tupdesc, "publish_time");

@@ -121,21 +121,16 @@ eventgrid_endpoint_problem(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(problem));
 }
 
-PG_FUNCTION_INFO_V1(eventgrid_uri_escape);
-
 /*
- * SQL: eventgrid._uri_escape(value text) -> text: value percent-encoded for
- * one segment of a URI path (RFC 3986: every byte but the unreserved
- * A-Z a-z 0-9 - . _ ~ becomes %XX), by libcurl's curl_easy_escape.  Used for
- * the key values in the subject of a table change event.  Strict.
+ * len bytes of s percent-encoded for one segment of a URI path (RFC 3986:
+ * every byte but the unreserved A-Z a-z 0-9 - . _ ~ becomes %XX), by
+ * libcurl's curl_easy_escape; palloc'd.  Table change events' subjects.
  */
-Datum
-eventgrid_uri_escape(PG_FUNCTION_ARGS)
+char *
+eg_uri_escape(const char *s, int len)
 {
-	text	   *value = PG_GETARG_TEXT_PP(0);
 	char	   *escaped;
-	text	   *result;
-
+	char	   *result;
 	CURL	   *handle = NULL;	/* libcurl ignores it since 7.82.0 */
 
 #if LIBCURL_VERSION_NUM < 0x075200
@@ -145,13 +140,26 @@ eventgrid_uri_escape(PG_FUNCTION_ARGS)
 		kept = curl_easy_init();
 	handle = kept;
 #endif
-	escaped = handle || LIBCURL_VERSION_NUM >= 0x075200
-		? curl_easy_escape(handle, VARDATA_ANY(value), (int) VARSIZE_ANY_EXHDR(value)) : NULL;
+	escaped = handle || LIBCURL_VERSION_NUM >= 0x075200 ? curl_easy_escape(handle, s, len) : NULL;
 	if (escaped == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory while escaping a URI path segment")));
-	result = cstring_to_text(escaped);
+	result = pstrdup(escaped);
 	curl_free(escaped);
-	PG_RETURN_TEXT_P(result);
+	return result;
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_uri_escape);
+
+/*
+ * SQL: eventgrid._uri_escape(value text) -> text: value percent-encoded for
+ * one segment of a URI path (eg_uri_escape).  Strict.
+ */
+Datum
+eventgrid_uri_escape(PG_FUNCTION_ARGS)
+{
+	text	   *value = PG_GETARG_TEXT_PP(0);
+
+	PG_RETURN_TEXT_P(cstring_to_text(eg_uri_escape(VARDATA_ANY(value), (int) VARSIZE_ANY_EXHDR(value))));
 }

@@ -18,5 +18,6 @@
 
 extern const char *eg_endpoint_problem(const char *url);
 extern char *eg_url_host_key(const char *url);
+extern char *eg_uri_escape(const char *s, int len);
 
 #endif							/* EVENTGRID_URL_H */

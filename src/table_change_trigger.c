@@ -1,0 +1,646 @@
+/*
+ * table_change_trigger.c - the statement trigger of a table change
+ * publication (README "Publishing table changes"): each row of the
+ * statement's transition tables becomes an event of the publication's
+ * topic, built here directly (no SQL per row) and stored with one multi-row
+ * INSERT per thousand events.
+ *
+ * An event is built in the topic's input schema, already as the publish
+ * trigger would stamp it (Event Grid schema: topic and metadataVersion),
+ * with its publish time and its size as JSON text: eventgrid.events' BEFORE
+ * INSERT trigger stores such rows as they are (only the extension's owner,
+ * whose rights this trigger runs with, may set those columns).  What comes
+ * from the row is checked here: each event's size against the 1 MB limit;
+ * the subject is made of percent-encoded key values, so no character of a
+ * row reaches a header.  A column's JSON value is to_jsonb()'s for a
+ * built-in type (domains over one included) and its text form for a
+ * user-defined type.
+ *
+ * The trigger looks up its publication (one prepared query per statement)
+ * and reads the columns from the relation the statement wrote, by name: a
+ * partition's own column order, an ALTER TABLE since the last statement,
+ * need nothing kept.  Refuses (42501) to run as any trigger
+ * publish_table_changes() did not make.
+ */
+#include "eventgrid.h"
+#include "url.h"
+
+#include "access/htup_details.h"
+#include "catalog/partition.h"
+#include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#define EG_TC_BATCH 1000		/* events per INSERT */
+
+/*
+ * The publications to the trigger's topic of its relation and of the
+ * tables above it (a partition is covered by its nearest published
+ * ancestor), with the names the events carry.  A plain prepared query: no
+ * SQL function to plan again at each statement.
+ */
+static SPIPlanPtr lookup_plan = NULL;
+static const char *lookup_sql =
+"SELECT p.operations, p.columns, p.update_columns, p.event_type_prefix, t.input_schema, n.nspname::pg_catalog.text,"
+"       c.relname::pg_catalog.text,"
+"       ARRAY(SELECT a.attname::pg_catalog.text FROM pg_catalog.pg_index x,"
+"                    pg_catalog.unnest(x.indkey) WITH ORDINALITY k(attnum, i), pg_catalog.pg_attribute a"
+"              WHERE x.indrelid OPERATOR(pg_catalog.=) p.source_table AND x.indisprimary"
+"                AND a.attrelid OPERATOR(pg_catalog.=) p.source_table AND a.attnum OPERATOR(pg_catalog.=) k.attnum"
+"              ORDER BY k.i),"
+"       p.source_table::pg_catalog.oid"
+"  FROM eventgrid.table_publications p"
+"  JOIN eventgrid.topics t ON t.name OPERATOR(pg_catalog.=) p.topic"
+"  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) p.source_table"
+"  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace"
+" WHERE p.source_table::pg_catalog.oid OPERATOR(pg_catalog.=) ANY ($1) AND p.topic OPERATOR(pg_catalog.=) $2";
+
+/* The events, their publish time and sizes, into the events table. */
+static SPIPlanPtr insert_plan = NULL;
+static const char *insert_sql =
+"INSERT INTO eventgrid.events (topic, event, publish_time, event_bytes)"
+" SELECT $1, e.event, $2, e.bytes"
+" FROM ROWS FROM (pg_catalog.unnest($3::pg_catalog.jsonb[]), pg_catalog.unnest($4::pg_catalog.int4[])) e(event, bytes)";
+
+typedef enum EgInputSchema
+{
+	IN_EVENTGRID,
+	IN_CLOUDEVENTS,
+	IN_CUSTOM
+} EgInputSchema;
+
+/* How one column of the written relation goes into events. */
+typedef struct EgColumn
+{
+	AttrNumber	attnum;
+	char	   *name;
+	bool		published;		/* in the publication's columns */
+	bool		watched;		/* in its update_columns: an UPDATE that changes none is no event */
+	bool		builtin;		/* to_jsonb(); else the text form */
+	FmgrInfo	to_jsonb;
+	FmgrInfo	output;
+} EgColumn;
+
+/* What one statement publishes. */
+typedef struct EgChange
+{
+	const char *topic;
+	const char *operation;		/* INSERT, UPDATE, DELETE */
+	EgInputSchema schema;
+	char	   *schema_name;	/* of the published table */
+	char	   *table_name;
+	char	   *event_type;
+	char	   *event_time;
+	char	   *source;			/* CloudEvents: /postgresql/<database>/<schema>/<table> */
+	char	   *head;			/* /<schema>/<table>, percent-encoded */
+	EgColumn   *cols;
+	int			ncols;
+	AttrNumber *keys;			/* the primary key's columns, or NULL: the subject is head alone */
+	int			nkeys;
+	Datum		publish_time;
+	/* the batch being filled, its events in batch_cxt */
+	Datum	   *events;
+	Datum	   *sizes;
+	int			n;
+	MemoryContext batch_cxt;
+} EgChange;
+
+/* The place of oid in list (which holds it). */
+static int
+list_oid_position(List *list, Oid oid)
+{
+	ListCell   *lc;
+
+	foreach(lc, list)
+		if (lfirst_oid(lc) == oid)
+			return foreach_current_index(lc);
+	return list_length(list);
+}
+
+static bool
+in_array(Datum array, bool isnull, const char *name)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (isnull)
+		return false;
+	deconstruct_array(DatumGetArrayTypeP(array), TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+		if (!nulls[i] && strcmp(TextDatumGetCString(elems[i]), name) == 0)
+			return true;
+	return false;
+}
+
+/* RFC 3339 in UTC with microseconds, as eventgrid.rfc3339() writes it. */
+static char *
+rfc3339(TimestampTz ts)
+{
+	struct pg_tm tm;
+	fsec_t		fsec;
+
+	if (timestamp2tm(ts, NULL, &tm, &fsec, NULL, NULL) != 0)
+		ereport(ERROR, (errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE), errmsg("timestamp out of range")));
+	return psprintf("%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", tm.tm_year, tm.tm_mon, tm.tm_mday,
+					tm.tm_hour, tm.tm_min, tm.tm_sec, (int) fsec);
+}
+
+/* A random (version 4) UUID as text, as gen_random_uuid() makes one. */
+static char *
+random_uuid(void)
+{
+	uint8		b[16];
+
+	if (!pg_strong_random(b, sizeof(b)))
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("could not generate random values")));
+	b[6] = (b[6] & 0x0f) | 0x40;
+	b[8] = (b[8] & 0x3f) | 0x80;
+	return psprintf("%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+					b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+					b[14], b[15]);
+}
+
+static void
+push_key(JsonbParseState **st, const char *key)
+{
+	JsonbValue	k;
+
+	k.type = jbvString;
+	k.val.string.val = (char *) key;
+	k.val.string.len = strlen(key);
+	pushJsonbValue(st, WJB_KEY, &k);
+}
+
+static void
+push_string(JsonbParseState **st, const char *key, const char *value)
+{
+	JsonbValue	v;
+
+	push_key(st, key);
+	v.type = jbvString;
+	v.val.string.val = (char *) value;
+	v.val.string.len = strlen(value);
+	pushJsonbValue(st, WJB_VALUE, &v);
+}
+
+static void
+push_null_value(JsonbParseState **st)
+{
+	JsonbValue	v;
+
+	v.type = jbvNull;
+	pushJsonbValue(st, WJB_VALUE, &v);
+}
+
+static void
+push_null(JsonbParseState **st, const char *key)
+{
+	push_key(st, key);
+	push_null_value(st);
+}
+
+static void
+push_jsonb(JsonbParseState **st, const char *key, Jsonb *jb)
+{
+	JsonbValue	v;
+
+	push_key(st, key);
+	v.type = jbvBinary;
+	v.val.binary.data = &jb->root;
+	v.val.binary.len = VARSIZE(jb) - VARHDRSZ;
+	pushJsonbValue(st, WJB_VALUE, &v);
+}
+
+/*
+ * Pushes the JSON object of the columns of a row (published, or watched
+ * with watched) into st; returns pushJsonbValue's result for its end (the
+ * whole value when st held nothing else).
+ */
+static JsonbValue *
+push_row(JsonbParseState **st, EgChange *c, TupleTableSlot *slot, bool watched)
+{
+	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+	for (int i = 0; i < c->ncols; i++)
+	{
+		EgColumn   *col = &c->cols[i];
+		bool		isnull;
+		Datum		d;
+
+		if (watched ? !col->watched : !col->published)
+			continue;
+		d = slot_getattr(slot, col->attnum, &isnull);
+		if (isnull)
+			push_null(st, col->name);
+		else if (col->builtin)
+			push_jsonb(st, col->name, DatumGetJsonbP(FunctionCall1(&col->to_jsonb, d)));
+		else
+			push_string(st, col->name, OutputFunctionCall(&col->output, d));
+	}
+	return pushJsonbValue(st, WJB_END_OBJECT, NULL);
+}
+
+/* The JSON object of the watched columns of a row. */
+static Jsonb *
+watched_object(EgChange *c, TupleTableSlot *slot)
+{
+	JsonbParseState *st = NULL;
+
+	return JsonbValueToJsonb(push_row(&st, c, slot, true));
+}
+
+/* /<schema>/<table>, then each primary key value, percent-encoded. */
+static char *
+subject_of(EgChange *c, TupleTableSlot *slot)
+{
+	StringInfoData s;
+
+	initStringInfo(&s);
+	appendStringInfoString(&s, c->head);
+	for (int k = 0; k < c->nkeys; k++)
+	{
+		EgColumn   *col = &c->cols[c->keys[k]];
+		bool		isnull;
+		Datum		d = slot_getattr(slot, col->attnum, &isnull);
+		char	   *text = isnull ? "" : OutputFunctionCall(&col->output, d);
+
+		appendStringInfoChar(&s, '/');
+		appendStringInfoString(&s, eg_uri_escape(text, strlen(text)));
+	}
+	return s.data;
+}
+
+static void
+flush(EgChange *c)
+{
+	Datum		args[4];
+
+	if (c->n == 0)
+		return;
+	args[0] = CStringGetTextDatum(c->topic);
+	args[1] = c->publish_time;
+	args[2] = PointerGetDatum(construct_array(c->events, c->n, JSONBOID, -1, false, TYPALIGN_INT));
+	args[3] = PointerGetDatum(construct_array(c->sizes, c->n, INT4OID, 4, true, TYPALIGN_INT));
+	if (SPI_execute_plan(insert_plan, args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "eventgrid: storing table change events failed");
+	c->n = 0;
+	MemoryContextReset(c->batch_cxt);
+}
+
+/* Builds the event of one row change and adds it to the batch. */
+static void
+add_event(EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot, MemoryContext row_cxt)
+{
+	MemoryContext old = MemoryContextSwitchTo(row_cxt);
+	JsonbParseState *st = NULL;
+	Jsonb	   *event;
+	char	   *subject = subject_of(c, newslot ? newslot : oldslot);
+	int64		size;
+
+	/* one parse state for the whole event: its parts are not made into jsonb one by one */
+	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	if (c->schema != IN_CUSTOM)
+	{
+		push_string(&st, "id", random_uuid());
+		push_string(&st, "subject", subject);
+		if (c->schema == IN_CLOUDEVENTS)
+		{
+			push_string(&st, "specversion", "1.0");
+			push_string(&st, "source", c->source);
+			push_string(&st, "type", c->event_type);
+			push_string(&st, "time", c->event_time);
+			push_string(&st, "datacontenttype", "application/json");
+		}
+		else
+		{
+			push_string(&st, "eventType", c->event_type);
+			push_string(&st, "eventTime", c->event_time);
+			push_string(&st, "dataVersion", "1");
+			/* what the publish trigger stamps */
+			push_string(&st, "metadataVersion", "1");
+			push_string(&st, "topic", c->topic);
+		}
+		push_key(&st, "data");
+		pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	}
+	push_string(&st, "operation", c->operation);
+	push_string(&st, "schema", c->schema_name);
+	push_string(&st, "table", c->table_name);
+	push_key(&st, "new");
+	if (newslot)
+		push_row(&st, c, newslot, false);
+	else
+		push_null_value(&st);
+	push_key(&st, "old");
+	if (oldslot)
+		push_row(&st, c, oldslot, false);
+	else
+		push_null_value(&st);
+	if (c->schema != IN_CUSTOM)
+		pushJsonbValue(&st, WJB_END_OBJECT, NULL);
+	event = JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
+	size = eg_event_text_size(event);
+	eg_check_event_size(size);
+	MemoryContextSwitchTo(old);
+
+	/* the batch's events live in its context until stored; the row's is reset */
+	old = MemoryContextSwitchTo(c->batch_cxt);
+	c->events[c->n] = PointerGetDatum(DatumGetJsonbPCopy(PointerGetDatum(event)));
+	MemoryContextSwitchTo(old);
+	c->sizes[c->n] = Int32GetDatum((int32) size);
+	if (++c->n == EG_TC_BATCH)
+		flush(c);
+	MemoryContextReset(row_cxt);
+}
+
+/* Are the watched columns of the two versions of a row the same? */
+static bool
+unchanged(EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot, MemoryContext row_cxt)
+{
+	MemoryContext old = MemoryContextSwitchTo(row_cxt);
+	bool		same = compareJsonbContainers(&watched_object(c, newslot)->root,
+											  &watched_object(c, oldslot)->root) == 0;
+
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(row_cxt);
+	return same;
+}
+
+/* The columns of rel, and how each goes into events. */
+static void
+prepare_columns(EgChange *c, Relation rel, Datum columns, bool columns_null, Datum watched,
+				bool watched_null, Datum keys, bool keys_null)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	Datum	   *key_names = NULL;
+	bool	   *key_nulls;
+	int			nkey_names = 0;
+
+	c->cols = palloc0(desc->natts * sizeof(EgColumn));
+	c->ncols = 0;
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		EgColumn   *col;
+		Oid			base;
+		Oid			output;
+		bool		varlena;
+
+		if (att->attisdropped)
+			continue;
+		col = &c->cols[c->ncols++];
+		col->attnum = att->attnum;
+		col->name = NameStr(att->attname);
+		col->published = columns_null || in_array(columns, false, col->name);
+		col->watched = watched_null || in_array(watched, false, col->name);
+		base = getBaseType(att->atttypid);
+		col->builtin = base < FirstNormalObjectId;
+		getTypeOutputInfo(att->atttypid, &output, &varlena);
+		fmgr_info(output, &col->output);
+		if (col->builtin)
+		{
+			/* to_jsonb(anyelement) learns the type from its call expression */
+			Param	   *arg = makeNode(Param);
+
+			arg->paramkind = PARAM_EXTERN;
+			arg->paramid = 1;
+			arg->paramtype = att->atttypid;
+			arg->paramtypmod = att->atttypmod;
+			arg->paramcollid = att->attcollation;
+			arg->location = -1;
+			fmgr_info(F_TO_JSONB, &col->to_jsonb);
+			fmgr_info_set_expr((Node *) makeFuncExpr(F_TO_JSONB, JSONBOID, list_make1(arg), InvalidOid,
+													 InvalidOid, COERCE_EXPLICIT_CALL), &col->to_jsonb);
+		}
+	}
+
+	/* the subject names the primary key's values when every key column is published */
+	c->keys = NULL;
+	c->nkeys = 0;
+	if (!keys_null)
+		deconstruct_array(DatumGetArrayTypeP(keys), TEXTOID, -1, false, TYPALIGN_INT, &key_names, &key_nulls,
+						  &nkey_names);
+	if (nkey_names > 0)
+	{
+		c->keys = palloc(nkey_names * sizeof(AttrNumber));
+		for (int k = 0; k < nkey_names; k++)
+		{
+			const char *name = TextDatumGetCString(key_names[k]);
+			int			i;
+
+			for (i = 0; i < c->ncols && strcmp(c->cols[i].name, name) != 0; i++)
+				;
+			if (i == c->ncols || !c->cols[i].published)
+			{
+				c->nkeys = 0;
+				c->keys = NULL;
+				break;
+			}
+			c->keys[c->nkeys++] = i;
+		}
+	}
+}
+
+static char *
+text_col(HeapTuple tuple, TupleDesc desc, int col, bool *isnull)
+{
+	Datum		d = SPI_getbinval(tuple, desc, col, isnull);
+
+	return *isnull ? NULL : TextDatumGetCString(d);
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_table_change_trigger);
+
+/*
+ * Trigger function eventgrid._table_change_trigger(topic): AFTER INSERT,
+ * UPDATE or DELETE ... FOR EACH STATEMENT with the transition tables
+ * eventgrid_rows (and, for UPDATE, eventgrid_old_rows) that
+ * publish_table_changes() makes; publishes one event per row (an UPDATE
+ * that changes none of the publication's update_columns: none).
+ */
+Datum
+eventgrid_table_change_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+	EgChange	c = {0};
+	Datum		args[2];
+	Oid			types[2] = {OIDARRAYOID, TEXTOID};
+	List	   *ancestors;
+	HeapTuple	pub;
+	TupleDesc	pubdesc;
+	bool		isnull;
+	bool		columns_null,
+				watched_null,
+				keys_null;
+	Datum		ops,
+				columns,
+				watched,
+				keys;
+	char	   *prefix;
+	char	   *input_schema;
+	char	   *expected_name;
+	bool		valid;
+	TupleTableSlot *newslot = NULL;
+	TupleTableSlot *oldslot = NULL;
+	MemoryContext row_cxt;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("eventgrid._table_change_trigger() must be called as a trigger")));
+	c.operation = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? "INSERT"
+		: TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? "UPDATE"
+		: TRIGGER_FIRED_BY_DELETE(td->tg_event) ? "DELETE" : "TRUNCATE";
+	c.topic = td->tg_trigger->tgnargs == 1 ? td->tg_trigger->tgargs[0] : "";
+
+	SPI_connect();
+	if (lookup_plan == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(lookup_sql, 2, types);
+
+		if (plan == NULL || SPI_keepplan(plan) != 0)
+			elog(ERROR, "eventgrid: preparing the table change lookup failed");
+		lookup_plan = plan;
+	}
+	/* the relation, then its ancestors, nearest first */
+	ancestors = list_make1_oid(RelationGetRelid(td->tg_relation));
+	if (td->tg_relation->rd_rel->relispartition)
+		ancestors = list_concat(ancestors, get_partition_ancestors(RelationGetRelid(td->tg_relation)));
+	{
+		Datum	   *oids = palloc(list_length(ancestors) * sizeof(Datum));
+		int			k = 0;
+		ListCell   *lc;
+
+		foreach(lc, ancestors)
+			oids[k++] = ObjectIdGetDatum(lfirst_oid(lc));
+		args[0] = PointerGetDatum(construct_array(oids, k, OIDOID, sizeof(Oid), true, TYPALIGN_INT));
+	}
+	args[1] = CStringGetTextDatum(c.topic);
+	if (SPI_execute_plan(lookup_plan, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "eventgrid: looking up the table change publication failed");
+	pub = NULL;
+	pubdesc = SPI_tuptable->tupdesc;
+	{
+		int			best = list_length(ancestors);
+
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			Oid			source = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[r], pubdesc, 9, &isnull));
+			int			depth = list_member_oid(ancestors, source) ? list_oid_position(ancestors, source) : best;
+
+			if (depth < best)
+			{
+				best = depth;
+				pub = SPI_tuptable->vals[r];
+			}
+		}
+	}
+	expected_name = psprintf("eg_%s_%s", c.topic, c.operation);
+	for (char *p = expected_name + strlen(expected_name) - strlen(c.operation); *p; p++)
+		*p = pg_ascii_tolower((unsigned char) *p);
+	valid = pub != NULL && td->tg_trigger->tgnargs == 1 && TRIGGER_FIRED_FOR_STATEMENT(td->tg_event)
+		&& TRIGGER_FIRED_AFTER(td->tg_event);
+	if (valid)
+	{
+		ops = SPI_getbinval(pub, pubdesc, 1, &isnull);
+		valid = in_array(ops, isnull, c.operation)
+			&& strcmp(expected_name, td->tg_trigger->tgname) == 0
+			&& (strcmp(c.operation, "DELETE") == 0 ? td->tg_oldtable != NULL : td->tg_newtable != NULL)
+			&& (strcmp(c.operation, "UPDATE") != 0 || td->tg_oldtable != NULL);
+	}
+	if (!valid)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("trigger %s on table %s does not belong to a publication of its changes to topic \"%s\"",
+						td->tg_trigger->tgname,
+						quote_qualified_identifier(get_namespace_name(RelationGetNamespace(td->tg_relation)),
+												   RelationGetRelationName(td->tg_relation)),
+						c.topic),
+				 errhint("Only eventgrid.publish_table_changes() sets up publications; drop this trigger.")));
+
+	columns = SPI_getbinval(pub, pubdesc, 2, &columns_null);
+	watched = SPI_getbinval(pub, pubdesc, 3, &watched_null);
+	prefix = text_col(pub, pubdesc, 4, &isnull);
+	input_schema = text_col(pub, pubdesc, 5, &isnull);
+	c.schema_name = text_col(pub, pubdesc, 6, &isnull);
+	c.table_name = text_col(pub, pubdesc, 7, &isnull);
+	keys = SPI_getbinval(pub, pubdesc, 8, &keys_null);
+	c.schema = strcmp(input_schema, "CloudEventSchemaV1_0") == 0 ? IN_CLOUDEVENTS
+		: strcmp(input_schema, "CustomEventSchema") == 0 ? IN_CUSTOM : IN_EVENTGRID;
+	prepare_columns(&c, td->tg_relation, columns, columns_null, watched, watched_null, keys, keys_null);
+
+	/* events name the published table, also for a write that named one of its partitions */
+	c.head = psprintf("/%s/%s", eg_uri_escape(c.schema_name, strlen(c.schema_name)),
+					  eg_uri_escape(c.table_name, strlen(c.table_name)));
+	c.event_type = psprintf("%s.%s", prefix ? prefix : psprintf("%s.%s", c.schema_name, c.table_name),
+							strcmp(c.operation, "INSERT") == 0 ? "Inserted"
+							: strcmp(c.operation, "UPDATE") == 0 ? "Updated" : "Deleted");
+	c.event_time = rfc3339(GetCurrentStatementStartTimestamp());
+	{
+		const char *db = get_database_name(MyDatabaseId);
+
+		c.source = psprintf("/postgresql/%s%s", eg_uri_escape(db, strlen(db)), c.head);
+	}
+	c.publish_time = TimestampTzGetDatum(eg_transaction_now());
+	c.events = palloc(EG_TC_BATCH * sizeof(Datum));
+	c.sizes = palloc(EG_TC_BATCH * sizeof(Datum));
+	if (insert_plan == NULL)
+	{
+		Oid			itypes[4] = {TEXTOID, TIMESTAMPTZOID, JSONBARRAYOID, INT4ARRAYOID};
+		SPIPlanPtr	plan = SPI_prepare(insert_sql, 4, itypes);
+
+		if (plan == NULL || SPI_keepplan(plan) != 0)
+			elog(ERROR, "eventgrid: preparing the table change insert failed");
+		insert_plan = plan;
+	}
+
+	row_cxt = AllocSetContextCreate(CurrentMemoryContext, "eventgrid table change row", ALLOCSET_DEFAULT_SIZES);
+	/* kept blocks: a batch's events are about half a megabyte, again and again */
+	c.batch_cxt = AllocSetContextCreate(CurrentMemoryContext, "eventgrid table change batch",
+										1024 * 1024, 1024 * 1024, 8 * 1024 * 1024);
+	if (td->tg_newtable)
+		newslot = MakeSingleTupleTableSlot(RelationGetDescr(td->tg_relation), &TTSOpsMinimalTuple);
+	if (td->tg_oldtable)
+		oldslot = MakeSingleTupleTableSlot(RelationGetDescr(td->tg_relation), &TTSOpsMinimalTuple);
+	if (strcmp(c.operation, "INSERT") == 0)
+	{
+		tuplestore_rescan(td->tg_newtable);
+		while (tuplestore_gettupleslot(td->tg_newtable, true, false, newslot))
+			add_event(&c, newslot, NULL, row_cxt);
+	}
+	else if (strcmp(c.operation, "DELETE") == 0)
+	{
+		tuplestore_rescan(td->tg_oldtable);
+		while (tuplestore_gettupleslot(td->tg_oldtable, true, false, oldslot))
+			add_event(&c, NULL, oldslot, row_cxt);
+	}
+	else
+	{
+		/* the old and the new version of each row, paired by their place: PostgreSQL fills both in step */
+		tuplestore_rescan(td->tg_newtable);
+		tuplestore_rescan(td->tg_oldtable);
+		while (tuplestore_gettupleslot(td->tg_newtable, true, false, newslot)
+			   && tuplestore_gettupleslot(td->tg_oldtable, true, false, oldslot))
+			if (!unchanged(&c, newslot, oldslot, row_cxt))
+				add_event(&c, newslot, oldslot, row_cxt);
+	}
+	flush(&c);
+	if (newslot)
+		ExecDropSingleTupleTableSlot(newslot);
+	if (oldslot)
+		ExecDropSingleTupleTableSlot(oldslot);
+	SPI_finish();
+	return PointerGetDatum(NULL);
+}
