@@ -40,6 +40,9 @@ typedef struct EgHost
 	int			targets;		/* URLs of this host known */
 	bool		in_ring;
 	bool		skipped;		/* a claim left its subscriptions out */
+	int			http_version;	/* of its last answer: 2 HTTP/2, 1 HTTP/1.x, 0 not known yet */
+	bool		tls;			/* https: HTTP/2 may be offered */
+	TimestampTz first_sent_at;	/* when the request that learns its protocol went */
 	struct EgHost *ring_next;
 	struct EgHost *ring_prev;
 } EgHost;

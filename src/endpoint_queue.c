@@ -87,6 +87,21 @@ host_acquire(EgHost *h)
 	return ok;
 }
 
+/*
+ * A new HTTPS host gets one request first: until its answer says whether
+ * the host speaks HTTP/2 (or EG_PROTOCOL_WAIT_MS passed), no other starts,
+ * since each would open a connection of its own before the first is up to
+ * multiplex over (bench figure 12: 54 connections to an HTTP/2 host).
+ */
+#define EG_PROTOCOL_WAIT_MS 500
+
+static bool
+learning_protocol(const EgHost *h, TimestampTz now)
+{
+	return h->tls && h->http_version == 0 && h->in_flight > 0
+		&& now - h->first_sent_at < (TimestampTz) EG_PROTOCOL_WAIT_MS * 1000;
+}
+
 /* A request to host h is no longer in flight (or was not started after all). */
 static void
 host_release(EgHost *h)
@@ -243,6 +258,7 @@ eg_target(const char *url)
 			memset(h, 0, sizeof(EgHost));
 			h->key = key;
 			h->hash = hash_bytes_extended((const unsigned char *) key, (int) strlen(key), 0);
+			h->tls = strncmp(key, "https://", 8) == 0;
 		}
 		else
 			pfree(key);
@@ -311,7 +327,7 @@ eg_target_next(TimestampTz now, bool may_send, bool *hold)
 			continue;
 		}
 		*hold = eg_health_holds(req->target, now);
-		if (*hold || (may_send && host_acquire(h)))
+		if (*hold || (may_send && !learning_protocol(h, now) && host_acquire(h)))
 		{
 			h->head = req->next;
 			if (h->head == NULL)
@@ -328,7 +344,11 @@ eg_target_next(TimestampTz now, bool may_send, bool *hold)
 			if (*hold)
 				req->target->waiting--;
 			else
+			{
 				eg_health_probe_started(req->target, req);
+				if (h->tls && h->http_version == 0 && h->in_flight == 1)
+					h->first_sent_at = now;
+			}
 			ring = next;		/* the next host's turn */
 			if (h->head == NULL)
 				ring_remove(h);
@@ -376,6 +396,8 @@ eg_target_finished(EgRequest *req, TimestampTz now)
 	EgTarget   *t = req->target;
 
 	host_release(t->host);
+	/* what the host speaks, as its last answer says (none: as HTTP/1.1, nothing waits) */
+	t->host->http_version = req->http_version != 0 ? req->http_version : Max(t->host->http_version, 1);
 	t->waiting--;
 	t->last_used = GetCurrentTimestamp();
 	return eg_health_after_attempt(t, req, now);

@@ -12,9 +12,14 @@
  * host resumes a session instead of a full handshake; connections are kept
  * in the multi handle's pool across claims.  HTTP/2 is used when the
  * endpoint offers it by ALPN, its requests multiplexed over one connection
- * once it is up; HTTP/1.1 otherwise.  (CURLOPT_PIPEWAIT, which would make a
- * new request wait for a connection that may multiplex, also held requests
- * to an HTTP/1.1 host behind one that hangs there: test/t/026 measured it.)
+ * once it is up; HTTP/1.1 otherwise.  Requests started before a host's
+ * first connection is up would each open a connection of their own, so
+ * endpoint_queue.c sends a new HTTPS host one request first and the rest
+ * once its answer came (the answer's HTTP version is kept in the request).
+ * (CURLOPT_PIPEWAIT, which makes a new request wait for a connection that
+ * may multiplex, held requests to an HTTP/1.1 host behind one that hangs
+ * there, test/t/026, and gained nothing measurable once the first
+ * connection is up first: not used.)
  *
  * Why a thread: the worker's main thread spends its time in SQL (claiming
  * and recording); with HTTP on the same thread, transfers stall whenever a
@@ -382,6 +387,14 @@ http_thread_main(void *arg)
 			else if (req->errbuf[0] == '\0')
 				snprintf(req->errbuf, sizeof(req->errbuf), "%s", curl_easy_strerror(msg->data.result));
 			req->duration_ms = total_time_ms(msg->easy_handle);
+			req->http_version = 0;
+			if (transport == EG_TRANSPORT_OK)
+			{
+				long		version = 0;
+
+				if (curl_easy_getinfo(msg->easy_handle, CURLINFO_HTTP_VERSION, &version) == CURLE_OK)
+					req->http_version = version == CURL_HTTP_VERSION_2_0 ? 2 : version != 0 ? 1 : 0;
+			}
 			req->retry_after_s = transport == EG_TRANSPORT_OK ? retry_after_s(msg->easy_handle) : 0;
 			finish(req, transport, (int) status);
 		}

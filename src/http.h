@@ -40,6 +40,7 @@ typedef struct EgRequest
 	char		response_head[EG_RESPONSE_HEAD_BYTES];	/* the first bytes of the answer's body */
 	int			response_head_len;
 	double		duration_ms;	/* libcurl's total time of the transfer */
+	int			http_version;	/* 2: the answer came over HTTP/2, 1: HTTP/1.x, 0: unknown */
 	/* caller's bookkeeping */
 	void	  **items;			/* the rows this request carries */
 	int			count;

@@ -193,6 +193,19 @@ is(scalar(grep { $_->[0] eq 'HTTP/2.0' && $_->[1] eq 'TLSv1.3' } @h2), scalar(@h
 	'every request to it went over HTTP/2 and TLS 1.3')
   or diag(join("\n", map { "@$_" } @h2));
 
+# --- 2a. a burst to an HTTP/2 host new to the worker: one request goes
+# first, and the rest, once it is answered, multiplex over its connection
+# (started at once, each would open a connection of its own: up to
+# eventgrid.max_requests_per_endpoint, 4 here)
+restart_workers($node);
+publish('http2', 20);
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'http2'", '43', 30),
+	'a burst of 20 to the HTTP/2 host, after the workers started again, was delivered');
+my @burst = (logged($h2))[23 .. 42];
+my %burst_connections = map { $_->[3] => 1 } @burst;
+is(scalar(keys %burst_connections), 1, 'over one connection')
+  or diag(join("\n", map { "@$_" } @burst));
+
 # --- 2b. an HTTP/2 answer sent before the request body was read: nginx's
 # "return 204" resets the stream with NO_ERROR when the body is still on its
 # way (RFC 9113 section 8.1), and libcurl 7.88 then fails the transfer
