@@ -104,6 +104,33 @@ def arrival_receiver(arrivals):
     return server
 
 
+class ArrivalProcess:
+    """arrival_receiver in a process of its own, so that the publisher's threads in
+    this one never delay its clock readings (the GIL); arrivals() collects them."""
+
+    def __init__(self):
+        import multiprocessing
+        self._parent, child = multiprocessing.Pipe()
+        self._proc = multiprocessing.Process(target=ArrivalProcess._serve, args=(child,), daemon=True)
+        self._proc.start()
+        self.port = self._parent.recv()
+
+    @staticmethod
+    def _serve(conn):
+        arrivals = {}
+        server = arrival_receiver(arrivals)
+        conn.send(server.server_address[1])
+        conn.recv()                  # asked for the arrivals
+        server.shutdown()
+        conn.send(dict(arrivals))
+
+    def arrivals(self):
+        self._parent.send("done")
+        got = self._parent.recv()
+        self._proc.join()
+        return got
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -201,6 +228,35 @@ class Bench:
             self.q("INSERT INTO eventgrid.events (topic, event) SELECT %s, event FROM bench_src "
                    "CROSS JOIN generate_series(1, %s) LIMIT %s", (topic, (k + self.src_n - 1) // self.src_n, k))
             done += k
+
+    def publish_at_rate_threads(self, topic, prefix, rate, seconds, threads=4):
+        """publish_at_rate with the events dealt round-robin to threads connections, so that
+        one commit's WAL flush (about a millisecond here) does not hold back the next
+        event's: returns each id's commit time."""
+        commits = {}
+        start = time.time()
+
+        def run(k):
+            pub = self.connect()
+            with pub.cursor() as cur:
+                for i in range(k, rate * seconds, threads):
+                    delay = start + i / rate - time.time()
+                    if delay > 0:
+                        time.sleep(delay)
+                    eid = f"{prefix}-{i}"
+                    cur.execute("INSERT INTO eventgrid.events (topic, event) VALUES (%s, "
+                                "jsonb_build_object('id', %s, 'subject', '/' || %s, 'eventType', 'T', "
+                                "'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('pad', repeat('x', 800))))",
+                                (topic, eid, prefix))
+                    commits[eid] = time.time()
+            pub.close()
+
+        ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        return commits
 
     def publish_at_rate(self, topic, prefix, rate, seconds, after_each=None):
         """Publishes rate events/s for seconds, one per transaction, ids prefix-0, prefix-1, ...;
@@ -551,29 +607,47 @@ class Bench:
 
     # -- 6 ----------------------------------------------------------------------
     def fig_latency(self):
+        """Commit to arrival at 1,000 events/s, published by 4 connections (one
+        commit's WAL flush does not hold back the next), received in a process of
+        its own; where the time goes: commit to the request's start (the worker's
+        wake-up and claim: attempted_at in the attempt history) and from there to
+        the arrival (the HTTP hand-off and the request)."""
         seconds = env_int("BENCH_LATENCY_SECONDS", 20)
         rate = 1000
-        arrivals = {}
-        server = arrival_receiver(arrivals)
+        receiver = ArrivalProcess()
         self.reset_queue()
         self.q("SELECT eventgrid.create_topic('latency')")
         self.q("SELECT eventgrid.create_event_subscription('latency', 'timed', %s)",
-               (f"http://127.0.0.1:{server.server_address[1]}/latency",))
+               (f"http://127.0.0.1:{receiver.port}/latency",))
         start = time.time()
-        commits = self.publish_at_rate("latency", "lat", rate, seconds)
+        commits = self.publish_at_rate_threads("latency", "lat", rate, seconds)
         achieved = len(commits) / (time.time() - start)
         self.wait_drained()
         time.sleep(0.5)
-        server.shutdown()
+        arrivals = receiver.arrivals()
         lat = sorted((arrivals[k] - v) * 1000 for k, v in commits.items() if k in arrivals)
         missing = len(commits) - len(lat)
-        p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]
-        self.report("latency_rate", f"6 latency run: {len(commits):,} events at", achieved, "events/s")
-        self.report("latency_p50_ms", "  commit to arrival p50", p(0.50), "ms")
-        self.report("latency_p99_ms", "  commit to arrival p99", p(0.99), "ms", "<= 20")
-        self.report("latency_max_ms", "  commit to arrival max", lat[-1], "ms")
+        p = lambda xs, q: xs[min(len(xs) - 1, int(q * len(xs)))]
+        self.report("latency_rate", f"6 latency run: {len(commits):,} events at", achieved, "events/s", ">= 1000")
+        self.report("latency_p50_ms", "  commit to arrival p50", p(lat, 0.50), "ms")
+        self.report("latency_p99_ms", "  commit to arrival p99", p(lat, 0.99), "ms", "<= 5")
+        self.report("latency_max_ms", "  commit to arrival max", lat[-1], "ms", "<= 20")
         if missing:
             self.report("latency_missing", "  events not seen by the receiver", missing, "events")
+        # the request's start, from the attempt history (kept: attempt_history = all)
+        started = dict(self.q("SELECT e.event->>'id', extract(epoch FROM a.attempted_at)::float8"
+                              "  FROM eventgrid.delivery_attempts a CROSS JOIN unnest(a.event_ids) i(id)"
+                              "  JOIN eventgrid.events e ON e.id = i.id AND e.topic = 'latency'"
+                              " WHERE a.subscription = 'timed'"))
+        to_start = sorted((started[k] - v) * 1000 for k, v in commits.items() if k in started)
+        to_arrival = sorted((arrivals[k] - started[k]) * 1000 for k in commits if k in started and k in arrivals)
+        if to_start and to_arrival:
+            self.report("latency_to_start_p50_ms", "  commit to the request's start p50", p(to_start, 0.50), "ms")
+            self.report("latency_to_start_p99_ms", "  commit to the request's start p99", p(to_start, 0.99), "ms")
+            self.report("latency_to_start_max_ms", "  commit to the request's start max", to_start[-1], "ms")
+            self.report("latency_http_p50_ms", "  request's start to arrival p50", p(to_arrival, 0.50), "ms")
+            self.report("latency_http_p99_ms", "  request's start to arrival p99", p(to_arrival, 0.99), "ms")
+            self.report("latency_http_max_ms", "  request's start to arrival max", to_arrival[-1], "ms")
 
     # -- 9 ----------------------------------------------------------------------
     def fig_isolation(self):
