@@ -125,7 +125,7 @@ eg_store_forget_waves(int lease_owner, const int64 *waves, int n)
  * (eventgrid._dead_letter_notification builds it, or nothing for a
  * notification that itself ended undelivered).
  */
-#define EG_SQL_NOTIFY(cte, event_id) \
+#define EG_SQL_NOTIFY(cte) \
 	"  INSERT INTO eventgrid.events (topic, event)" \
 	"  SELECT n.notification_topic, n.notification FROM " cte " f" \
 	"   CROSS JOIN LATERAL eventgrid._dead_letter_notification(f.dead_letter_topic, f.topic, f.name, f.event," \
@@ -185,7 +185,7 @@ static EgStatement record_first = {
 	"         f.reason, f.attempts, f.outcome, f.status, f.publish_time, f.attempted_at, f.topic_type, f.id"
 	"    FROM failed f WHERE f.action = 'f' AND f.deadletter"
 	"), notified AS ("
-	EG_SQL_NOTIFY("failed", "f.id")
+	EG_SQL_NOTIFY("failed")
 	"), counted AS ("
 	"  UPDATE eventgrid.subscription_counters c"
 	"     SET matched = c.matched + st.matched,"
@@ -246,7 +246,7 @@ static EgStatement record_retries = {
 	"         f.reason, f.attempts, f.outcome, f.status, f.publish_time, f.attempted_at, f.topic_type, f.event_id"
 	"    FROM fin f WHERE f.action = 'f' AND f.deadletter"
 	"), notified AS ("
-	EG_SQL_NOTIFY("fin", "f.event_id")
+	EG_SQL_NOTIFY("fin")
 	"), stats AS ("
 	"  SELECT x.subscription_id, sum(x.delivered) AS delivered, sum(x.failed) AS failed,"
 	"         sum(x.dead) AS dead, sum(x.dropped) AS dropped"
