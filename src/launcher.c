@@ -63,7 +63,7 @@
 #define EG_BACKOFF_MAX_MS 60000
 #define EG_WORKER_HEALTHY_MS 60000	/* a worker that ran this long restarts at once */
 #define EG_SCAN_INTERVAL_MS 2000	/* pg_database is read this often */
-#define EG_TURN_MS 3000			/* while others wait, a database's turn lasts this long */
+#define EG_TURN_MS 15000		/* while others wait, a busy database's turn lasts this long */
 #define EG_SHORT_LOG_QUIET_MS 60000	/* slots short again after this long is logged again */
 
 /* What the launcher knows of one worker of one database slot. */
