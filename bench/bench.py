@@ -229,10 +229,11 @@ class Bench:
                    "CROSS JOIN generate_series(1, %s) LIMIT %s", (topic, (k + self.src_n - 1) // self.src_n, k))
             done += k
 
-    def publish_at_rate_threads(self, topic, prefix, rate, seconds, threads=4):
-        """publish_at_rate with the events dealt round-robin to threads connections, so that
-        one commit's WAL flush (about a millisecond here) does not hold back the next
-        event's: returns each id's commit time."""
+    def publish_at_rate(self, topic, prefix, rate, seconds, after_each=None, threads=1):
+        """Publishes rate events/s for seconds, one per transaction, ids prefix-0, prefix-1, ...;
+        returns each id's commit time.  With threads, the events are dealt round-robin to that
+        many connections, so that one commit's WAL flush (about a millisecond here) does not
+        hold back the next event's; after_each() runs after each commit (one thread)."""
         commits = {}
         start = time.time()
 
@@ -249,35 +250,18 @@ class Bench:
                                 "'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('pad', repeat('x', 800))))",
                                 (topic, eid, prefix))
                     commits[eid] = time.time()
+                    if after_each:
+                        after_each()
             pub.close()
 
+        if threads == 1:
+            run(0)
+            return commits
         ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
         for t in ts:
             t.start()
         for t in ts:
             t.join()
-        return commits
-
-    def publish_at_rate(self, topic, prefix, rate, seconds, after_each=None):
-        """Publishes rate events/s for seconds, one per transaction, ids prefix-0, prefix-1, ...;
-        returns each id's commit time.  after_each() runs after each commit."""
-        pub = self.connect()
-        commits = {}
-        start = time.time()
-        with pub.cursor() as cur:
-            for i in range(rate * seconds):
-                delay = start + i / rate - time.time()
-                if delay > 0:
-                    time.sleep(delay)
-                eid = f"{prefix}-{i}"
-                cur.execute("INSERT INTO eventgrid.events (topic, event) VALUES (%s, "
-                            "jsonb_build_object('id', %s, 'subject', '/' || %s, 'eventType', 'T', "
-                            "'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('pad', repeat('x', 800))))",
-                            (topic, eid, prefix))
-                commits[eid] = time.time()
-                if after_each:
-                    after_each()
-        pub.close()
         return commits
 
     # -- set-up ---------------------------------------------------------------
@@ -620,7 +604,7 @@ class Bench:
         self.q("SELECT eventgrid.create_event_subscription('latency', 'timed', %s)",
                (f"http://127.0.0.1:{receiver.port}/latency",))
         start = time.time()
-        commits = self.publish_at_rate_threads("latency", "lat", rate, seconds)
+        commits = self.publish_at_rate("latency", "lat", rate, seconds, threads=4)
         achieved = len(commits) / (time.time() - start)
         self.wait_drained()
         time.sleep(0.5)

@@ -41,6 +41,7 @@
 #define EG_RECORD_MAX_DELAY_MS 20
 #define EG_IDLE_MAX_SLEEP_MS 60000
 #define EG_BUSY_POLL_MS 5
+#define EG_BLOCKED_POLL_MS 1	/* requests queued behind hosts other processes fill: looked at again after this */
 #define EG_LOCKED_DUE_RETRY_MS 250	/* due rows exist, but another session locks them */
 #define EG_PEER_LOCKED_RETRY_MS 10	/* the same with several delivery workers: most likely a peer's claim */
 #define EG_LEAVE_GRACE_MS 3000	/* a worker asked to leave waits this long for the requests it sent */
@@ -62,6 +63,8 @@ static int	starting_n = 0;
 
 /* the loop's state across rounds (and across an ERROR's longjmp) */
 static TimestampTz next_claim_at = 0;
+static uint64 finished_total = 0;	/* requests this worker saw finish */
+static uint64 finished_at_start = 0;	/* finished_total when start_pending() last ran */
 static bool leases_released = false;
 static int	last_claim_rows = 0;
 static TimestampTz idle_since = 0;	/* 0: busy (it was started for work: idle from its first quiet round) */
@@ -361,6 +364,7 @@ start_pending(void)
 	bool		hold;
 	int			nstart;
 
+	finished_at_start = finished_total;
 	starting = palloc(Max(room, 1) * sizeof(EgRequest *));
 	starting_n = 0;
 	while ((req = eg_target_next(now, starting_n < room, &hold)) != NULL)
@@ -436,6 +440,7 @@ collect_finished(void)
 
 	while ((req = eg_http_take_finished()) != NULL)
 	{
+		finished_total++;
 		if (req->transport != EG_TRANSPORT_OK)
 			ereport(DEBUG1,
 					(errmsg("eventgrid: delivery request to \"%s\" failed: %s", req->url,
@@ -587,8 +592,20 @@ idle_wait(void)
 	now = eg_now();
 	if (eg_delivery_paused && eg_targets_queued() == 0 && eg_dw.to_record_n == 0)
 		wake_at = DT_NOEND;		/* a reload (SIGHUP) sets the latch */
-	if (eg_targets_queued() > 0 || eg_delivery_recordable() > 0 || !leases_released)
+	if (eg_delivery_recordable() > 0 || !leases_released)
 		wake_at = Min(wake_at, now);
+
+	/*
+	 * Requests still queued with nothing in flight wait for a host whose
+	 * eventgrid.max_requests_per_endpoint the requests of other workers (of
+	 * this or other databases) fill: no latch tells when one of those ends,
+	 * so look again shortly, rather than loop at once (which spun a core in
+	 * gettimeofday).  Once a request of this worker finished since the last
+	 * start, at once.
+	 */
+	if (eg_targets_queued() > 0)
+		wake_at = Min(wake_at, finished_total != finished_at_start ? now
+					  : now + (TimestampTz) EG_BLOCKED_POLL_MS * 1000);
 	if (eg_dw.held_n > 0)
 		wake_at = Min(wake_at, now + (eg_dw.held_until - GetCurrentTimestamp()));
 	if (GetCurrentTimestamp() < eg_db_retry_at)

@@ -27,6 +27,7 @@ static const double processing_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 static const double latency_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 	300, 900, 3600, 21600, 86400};
 
+/* each histogram's _SUM right after its _BUCKET: observe() counts on it */
 typedef enum MetricKind
 {
 	M_FAIL,						/* label: the attempt's outcome */
@@ -125,6 +126,24 @@ static EgStatement add_metrics = {
 };
 
 /*
+ * Adds at d[k] one observation of seconds to a histogram (its bucket, the
+ * next kind its sum) of subscription sub; returns the next free place.
+ */
+static int
+observe(MetricDelta *d, int k, int64 sub, int bucket_kind, double seconds, const double *bounds, int nbounds)
+{
+	d[k].subscription_id = sub;
+	d[k].kind = bucket_kind;
+	d[k].label = bucket_of(seconds, bounds, nbounds);
+	d[k++].value = 1;
+	d[k].subscription_id = sub;
+	d[k].kind = bucket_kind + 1;	/* its _SUM */
+	d[k].label = 0;
+	d[k++].value = seconds;
+	return k;
+}
+
+/*
  * Counts the metrics of outcomes[0..n), as eg_store_record records them:
  * each attempt made that did not deliver (by outcome), each delivery ended
  * undelivered (by reason), each request answered (its duration, once per
@@ -155,31 +174,14 @@ eg_store_record_metrics(EgOutcome *const *outcomes, int n)
 			d[k++].label = (int) o->reason;
 		}
 		if (o->attempted && o->request_head && o->duration_ms >= 0)
-		{
-			double		s = o->duration_ms / 1000.0;
-
-			d[k] = base;
-			d[k].kind = M_PROCESSING_BUCKET;
-			d[k++].label = bucket_of(s, processing_bounds, lengthof(processing_bounds));
-			d[k] = base;
-			d[k].kind = M_PROCESSING_SUM;
-			d[k].label = 0;
-			d[k++].value = s;
-		}
+			k = observe(d, k, o->subscription_id, M_PROCESSING_BUCKET, o->duration_ms / 1000.0,
+						processing_bounds, lengthof(processing_bounds));
 		if (o->action == EG_ACTION_DELIVERED && o->publish_time != 0)
-		{
-			double		s = (double) (o->attempted_at - o->publish_time) / USECS_PER_SEC
-				+ Max(o->duration_ms, 0) / 1000.0;
-
-			s = Max(s, 0);		/* a clock stepped back */
-			d[k] = base;
-			d[k].kind = M_LATENCY_BUCKET;
-			d[k++].label = bucket_of(s, latency_bounds, lengthof(latency_bounds));
-			d[k] = base;
-			d[k].kind = M_LATENCY_SUM;
-			d[k].label = 0;
-			d[k++].value = s;
-		}
+			k = observe(d, k, o->subscription_id, M_LATENCY_BUCKET,
+						/* a clock stepped back counts as 0 */
+						Max((double) (o->attempted_at - o->publish_time) / USECS_PER_SEC
+							+ Max(o->duration_ms, 0) / 1000.0, 0),
+						latency_bounds, lengthof(latency_bounds));
 	}
 	if (k == 0)
 		return;
