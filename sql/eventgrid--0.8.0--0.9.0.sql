@@ -1294,3 +1294,11 @@ GRANT EXECUTE ON FUNCTION eventgrid._histogram_buckets(text) TO pg_monitor, even
 REVOKE ALL ON FUNCTION eventgrid._backlog(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._check_dead_letter_topic(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._dead_letter_notification(text, text, text, jsonb, text, boolean, text, integer, text, integer, timestamp with time zone, timestamp with time zone) FROM PUBLIC;
+
+-- The system identifier from memory: pg_control_system() read the control
+-- file at every claim round.
+CREATE OR REPLACE FUNCTION eventgrid._system_identifier() RETURNS bigint
+    LANGUAGE c STABLE PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_system_identifier';
+COMMENT ON FUNCTION eventgrid._system_identifier() IS
+    'Internal: this cluster''s system identifier (as pg_control_system() reports it, read from memory), stamped on positions.';

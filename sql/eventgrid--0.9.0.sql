@@ -161,10 +161,10 @@ CREATE FUNCTION eventgrid._now() RETURNS timestamp with time zone
 COMMENT ON FUNCTION eventgrid._now() IS 'Internal: now() on the delivery workers'' clock (moved ahead by eventgrid.clock_offset): the time eventgrid writes about deliveries from SQL.';
 
 CREATE FUNCTION eventgrid._system_identifier() RETURNS bigint
-    LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN (SELECT pg_control_system.system_identifier FROM pg_control_system() pg_control_system(pg_control_version, catalog_version_no, system_identifier, pg_control_last_modified));
+    LANGUAGE c STABLE PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_system_identifier';
 
-COMMENT ON FUNCTION eventgrid._system_identifier() IS 'Internal: this cluster''s system identifier (pg_control_system()), stamped on positions.';
+COMMENT ON FUNCTION eventgrid._system_identifier() IS 'Internal: this cluster''s system identifier (as pg_control_system() reports it, read from memory), stamped on positions.';
 
 CREATE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) RETURNS SETOF eventgrid.events
     LANGUAGE sql STABLE PARALLEL SAFE
