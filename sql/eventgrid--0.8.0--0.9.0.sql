@@ -541,7 +541,7 @@ CREATE FUNCTION eventgrid._dead_letter_notification(target_topic text, topic tex
         event jsonb, input_schema text, dead_lettered boolean, reason text, attempts integer, outcome text,
         http_status integer, publish_time timestamp with time zone, attempted_at timestamp with time zone)
     RETURNS TABLE (notification_topic text, notification jsonb)
-    LANGUAGE sql STABLE
+    LANGUAGE sql VOLATILE
     SET search_path TO 'pg_catalog', 'pg_temp'
     BEGIN ATOMIC
  WITH src AS (

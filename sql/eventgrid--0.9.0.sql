@@ -708,7 +708,7 @@ COMMENT ON TABLE eventgrid.topics IS 'Event Grid topics: named endpoints that ev
 COMMENT ON COLUMN eventgrid.topics.topic_type IS 'custom (Event Grid''s custom topic: the topic delivery profile) or namespace (a namespace topic: CloudEvents 1.0 only, the namespace delivery profile).';
 
 CREATE FUNCTION eventgrid._dead_letter_notification(target_topic text, topic text, subscription text, event jsonb, input_schema text, dead_lettered boolean, reason text, attempts integer, outcome text, http_status integer, publish_time timestamp with time zone, attempted_at timestamp with time zone) RETURNS TABLE(notification_topic text, notification jsonb)
-    LANGUAGE sql STABLE
+    LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     BEGIN ATOMIC
  WITH src AS (
