@@ -152,6 +152,7 @@ observe(MetricDelta *d, int k, int64 sub, int bucket_kind, double seconds, const
 void
 eg_store_record_metrics(EgOutcome *const *outcomes, int n)
 {
+	/* at most four per outcome: a failure (1), its end (1) and its request (2), or a delivery (2 + 2) */
 	MetricDelta *d = palloc(Max(n, 1) * 4 * sizeof(MetricDelta));
 	int			k = 0;
 	int			m = 0;
