@@ -23,6 +23,7 @@
  * publish_table_changes() did not make.
  */
 #include "eventgrid.h"
+#include "store.h"
 #include "url.h"
 
 #include "access/htup_details.h"
@@ -60,7 +61,7 @@ static const char *lookup_sql =
 "              WHERE x.indrelid OPERATOR(pg_catalog.=) p.source_table AND x.indisprimary"
 "                AND a.attrelid OPERATOR(pg_catalog.=) p.source_table AND a.attnum OPERATOR(pg_catalog.=) k.attnum"
 "              ORDER BY k.i),"
-"       p.source_table::pg_catalog.oid"
+"       p.source_table::pg_catalog.oid, eventgrid._table_change_trigger_name($2, $3)"
 "  FROM eventgrid.table_publications p"
 "  JOIN eventgrid.topics t ON t.name OPERATOR(pg_catalog.=) p.topic"
 "  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) p.source_table"
@@ -453,14 +454,6 @@ prepare_columns(EgChange *c, Relation rel, Datum columns, bool columns_null, Dat
 	}
 }
 
-static char *
-text_col(HeapTuple tuple, TupleDesc desc, int col, bool *isnull)
-{
-	Datum		d = SPI_getbinval(tuple, desc, col, isnull);
-
-	return *isnull ? NULL : TextDatumGetCString(d);
-}
-
 PG_FUNCTION_INFO_V1(eventgrid_table_change_trigger);
 
 /*
@@ -475,10 +468,12 @@ eventgrid_table_change_trigger(PG_FUNCTION_ARGS)
 {
 	TriggerData *td = (TriggerData *) fcinfo->context;
 	EgChange	c = {0};
-	Datum		args[2];
-	Oid			types[2] = {OIDARRAYOID, TEXTOID};
+	Datum		args[3];
+	Oid			types[3] = {OIDARRAYOID, TEXTOID, TEXTOID};
 	List	   *ancestors;
-	HeapTuple	pub;
+	SPITupleTable *tt;
+	int			pub;			/* the row of the nearest publication, or -1 */
+	HeapTuple	pubrow = NULL;
 	TupleDesc	pubdesc;
 	bool		isnull;
 	bool		columns_null,
@@ -508,7 +503,7 @@ eventgrid_table_change_trigger(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (lookup_plan == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare(lookup_sql, 2, types);
+		SPIPlanPtr	plan = SPI_prepare(lookup_sql, 3, types);
 
 		if (plan == NULL || SPI_keepplan(plan) != 0)
 			elog(ERROR, "eventgrid: preparing the table change lookup failed");
@@ -528,35 +523,36 @@ eventgrid_table_change_trigger(PG_FUNCTION_ARGS)
 		args[0] = PointerGetDatum(construct_array(oids, k, OIDOID, sizeof(Oid), true, TYPALIGN_INT));
 	}
 	args[1] = CStringGetTextDatum(c.topic);
+	args[2] = CStringGetTextDatum(c.operation);
 	if (SPI_execute_plan(lookup_plan, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "eventgrid: looking up the table change publication failed");
-	pub = NULL;
-	pubdesc = SPI_tuptable->tupdesc;
+	tt = SPI_tuptable;
+	pubdesc = tt->tupdesc;
+	pub = -1;
 	{
 		int			best = list_length(ancestors);
 
 		for (uint64 r = 0; r < SPI_processed; r++)
 		{
-			Oid			source = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[r], pubdesc, 9, &isnull));
+			Oid			source = DatumGetObjectId(SPI_getbinval(tt->vals[r], pubdesc, 9, &isnull));
 			int			depth = list_member_oid(ancestors, source) ? list_oid_position(ancestors, source) : best;
 
 			if (depth < best)
 			{
 				best = depth;
-				pub = SPI_tuptable->vals[r];
+				pub = (int) r;
 			}
 		}
 	}
-	expected_name = psprintf("eg_%s_%s", c.topic, c.operation);
-	for (char *p = expected_name + strlen(expected_name) - strlen(c.operation); *p; p++)
-		*p = pg_ascii_tolower((unsigned char) *p);
-	valid = pub != NULL && td->tg_trigger->tgnargs == 1 && TRIGGER_FIRED_FOR_STATEMENT(td->tg_event)
+	valid = pub >= 0 && td->tg_trigger->tgnargs == 1 && TRIGGER_FIRED_FOR_STATEMENT(td->tg_event)
 		&& TRIGGER_FIRED_AFTER(td->tg_event);
 	if (valid)
 	{
-		ops = SPI_getbinval(pub, pubdesc, 1, &isnull);
+		pubrow = tt->vals[pub];
+		ops = SPI_getbinval(pubrow, pubdesc, 1, &isnull);
+		expected_name = eg_text_col(tt, pub, 10);
 		valid = in_array(ops, isnull, c.operation)
-			&& strcmp(expected_name, td->tg_trigger->tgname) == 0
+			&& expected_name != NULL && strcmp(expected_name, td->tg_trigger->tgname) == 0
 			&& (strcmp(c.operation, "DELETE") == 0 ? td->tg_oldtable != NULL : td->tg_newtable != NULL)
 			&& (strcmp(c.operation, "UPDATE") != 0 || td->tg_oldtable != NULL);
 	}
@@ -570,13 +566,13 @@ eventgrid_table_change_trigger(PG_FUNCTION_ARGS)
 						c.topic),
 				 errhint("Only eventgrid.publish_table_changes() sets up publications; drop this trigger.")));
 
-	columns = SPI_getbinval(pub, pubdesc, 2, &columns_null);
-	watched = SPI_getbinval(pub, pubdesc, 3, &watched_null);
-	prefix = text_col(pub, pubdesc, 4, &isnull);
-	input_schema = text_col(pub, pubdesc, 5, &isnull);
-	c.schema_name = text_col(pub, pubdesc, 6, &isnull);
-	c.table_name = text_col(pub, pubdesc, 7, &isnull);
-	keys = SPI_getbinval(pub, pubdesc, 8, &keys_null);
+	columns = SPI_getbinval(pubrow, pubdesc, 2, &columns_null);
+	watched = SPI_getbinval(pubrow, pubdesc, 3, &watched_null);
+	prefix = eg_text_col(tt, pub, 4);
+	input_schema = eg_text_col(tt, pub, 5);
+	c.schema_name = eg_text_col(tt, pub, 6);
+	c.table_name = eg_text_col(tt, pub, 7);
+	keys = SPI_getbinval(pubrow, pubdesc, 8, &keys_null);
 	c.schema = strcmp(input_schema, "CloudEventSchemaV1_0") == 0 ? IN_CLOUDEVENTS
 		: strcmp(input_schema, "CustomEventSchema") == 0 ? IN_CUSTOM : IN_EVENTGRID;
 	prepare_columns(&c, td->tg_relation, columns, columns_null, watched, watched_null, keys, keys_null);
