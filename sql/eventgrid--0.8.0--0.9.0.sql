@@ -1183,7 +1183,15 @@ CREATE FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint,
           WHERE r.subscription_id = _backlog.subscription_id) r;
 END;
 COMMENT ON FUNCTION eventgrid._backlog(bigint) IS
-    'Internal: in one pass, the deliveries of an event subscription not finished yet (pending, as eventgrid._pending() counts them), the publish time of the oldest of their events (oldest), and since when the delivery due longest has been due (due_since: an event not attempted yet since its publish, a retry since its next attempt time if that has come); NULL times when there is none.';
+    'Internal: in one pass, the deliveries of an event subscription not finished yet (pending: events its position has not passed, first attempts in flight, and retries; eventgrid._pending() returns it), the publish time of the oldest of their events (oldest), and since when the delivery due longest has been due (due_since: an event not attempted yet since its publish, a retry since its next attempt time if that has come); NULL times when there is none.';
+
+-- _pending() counts through _backlog(): one definition of what a
+-- subscription still owes, for delivery_statistics and the metrics
+CREATE OR REPLACE FUNCTION eventgrid._pending(subscription_id bigint) RETURNS bigint
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT b.pending FROM eventgrid._backlog(_pending.subscription_id) b;
+END;
 
 CREATE FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint,
         OUT unmatched_events_total bigint) RETURNS SETOF record
@@ -1292,6 +1300,9 @@ $$;
 REVOKE ALL ON FUNCTION eventgrid._histogram_buckets(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION eventgrid._histogram_buckets(text) TO pg_monitor, eventgrid_admin;
 REVOKE ALL ON FUNCTION eventgrid._backlog(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid._backlog(bigint) TO eventgrid_admin;
+-- (delivery_statistics, read by eventgrid_admin, counts through _backlog, which reads the workers' clock)
+GRANT EXECUTE ON FUNCTION eventgrid._now() TO eventgrid_admin;
 REVOKE ALL ON FUNCTION eventgrid._check_dead_letter_topic(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._dead_letter_notification(text, text, text, jsonb, text, boolean, text, integer, text, integer, timestamp with time zone, timestamp with time zone) FROM PUBLIC;
 

@@ -341,7 +341,7 @@ CREATE FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, O
            WHERE (r_1.subscription_id = _backlog.subscription_id)) r;
 END;
 
-COMMENT ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) IS 'Internal: in one pass, the deliveries of an event subscription not finished yet (pending, as eventgrid._pending() counts them), the publish time of the oldest of their events (oldest), and since when the delivery due longest has been due (due_since: an event not attempted yet since its publish, a retry since its next attempt time if that has come); NULL times when there is none.';
+COMMENT ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) IS 'Internal: in one pass, the deliveries of an event subscription not finished yet (pending: events its position has not passed, first attempts in flight, and retries; eventgrid._pending() returns it), the publish time of the oldest of their events (oldest), and since when the delivery due longest has been due (due_since: an event not attempted yet since its publish, a retry since its next attempt time if that has come); NULL times when there is none.';
 
 CREATE FUNCTION eventgrid._caller() RETURNS name
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -1052,17 +1052,8 @@ COMMENT ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT t
 CREATE FUNCTION eventgrid._pending(subscription_id bigint) RETURNS bigint
     LANGUAGE sql STABLE PARALLEL SAFE
     BEGIN ATOMIC
- SELECT ((( SELECT count(*) AS count
-            FROM ((eventgrid.subscription_positions p
-              JOIN eventgrid.event_subscriptions s ON ((s.id = p.subscription_id)))
-              CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e(id, topic, event, publish_time, event_bytes, txid, event_table))
-           WHERE ((p.subscription_id = _pending.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays))) + ( SELECT count(*) AS count
-            FROM ((eventgrid.chunks_in_flight c
-              JOIN eventgrid.event_subscriptions s ON ((s.id = c.subscription_id)))
-              CROSS JOIN LATERAL eventgrid._chunk_events(c.topic, c.done, c.upto, c.after_txid, c.after_id, c.last_txid, c.last_id) e(id, topic, event, publish_time, event_bytes, txid, event_table))
-           WHERE ((c.subscription_id = _pending.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays)))) + ( SELECT count(*) AS count
-            FROM eventgrid.retries r
-           WHERE (r.subscription_id = _pending.subscription_id)));
+ SELECT b.pending
+    FROM eventgrid._backlog(_pending.subscription_id) b(pending, oldest, due_since);
 END;
 
 COMMENT ON FUNCTION eventgrid._pending(subscription_id bigint) IS 'Internal: deliveries of an event subscription not finished yet: events its position has not passed, first attempts in flight, and retries.';
@@ -3001,6 +2992,7 @@ REVOKE ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subje
 GRANT ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._now() FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._now() TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._system_identifier() FROM PUBLIC;
 
@@ -3016,6 +3008,7 @@ GRANT SELECT ON TABLE eventgrid.retries TO eventgrid_admin;
 GRANT SELECT ON TABLE eventgrid.subscription_positions TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
 
