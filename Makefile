@@ -8,7 +8,7 @@ OBJS = src/module.o src/launcher.o src/worker.o src/delivery_worker.o src/delive
        src/request.o src/http.o src/url.o src/endpoint_queue.o src/endpoint_health.o \
        src/store.o src/store_claim.o src/store_claim_retries.o src/store_record.o src/store_recovery.o src/store_rotation.o \
        src/store_counts.o src/store_health.o src/signing.o src/rate.o src/validation.o src/store_validation.o \
-       src/table_change.o src/databases.o src/store_metrics.o src/table_change_trigger.o
+       src/table_change.o src/databases.o src/store_metrics.o src/table_change_trigger.o src/replication.o
 
 EXTENSION = eventgrid
 # the full script of the current version (scripts/install-script.sh makes it), the

@@ -47,6 +47,7 @@ extern int	eg_default_preferred_batch_kb;
 extern bool eg_delivery_paused;
 extern int	eg_max_bytes_in_flight_kb;
 extern int	eg_event_table_rotation_s;
+extern int	eg_event_retention_s;	/* eventgrid.event_retention, seconds */
 extern int	eg_max_requests_per_endpoint;
 extern int	eg_probation_failures;
 extern int	eg_attempt_history;
@@ -69,6 +70,8 @@ typedef enum EgHistoryMode
 /* Published events go to three event tables that take turns (module.c). */
 #define EG_EVENT_TABLES 3
 extern int	eg_event_table_at(TimestampTz ts);
+/* When event table k (not the current one at ts) last stopped taking new events. */
+extern TimestampTz eg_event_table_turn_end(int k, TimestampTz ts);
 
 /*
  * Most delivery workers eventgrid.delivery_workers may ask for, per
@@ -211,6 +214,9 @@ extern void eg_wake_launcher(void);
 
 /* Wakes every delivery worker of this process's database now (no-op for those not running). */
 extern void eg_wake_worker(void);
+
+/* Wakes the delivery workers once when the current transaction commits (module.c). */
+extern void eg_wake_worker_at_commit(void);
 
 /* Tells the upkeep worker of this process's database that work came in: upkeep within a second. */
 extern void eg_want_upkeep(void);

@@ -56,6 +56,7 @@ int			eg_default_preferred_batch_kb = 64;
 bool		eg_delivery_paused = false;
 int			eg_max_bytes_in_flight_kb = 64 * 1024;
 int			eg_event_table_rotation_s = 10;
+int			eg_event_retention_s = 0;
 int			eg_max_requests_per_endpoint = 32;
 int			eg_probation_failures = 10;
 int			eg_attempt_history = EG_HISTORY_ALL;
@@ -239,6 +240,11 @@ eg_define_gucs(void)
 							gettext_noop("How long each of the three event tables takes new events before the next one does."),
 							gettext_noop("A table is emptied once everything has passed its events, so the queue holds about two of these periods of events."),
 							&eg_event_table_rotation_s, 10, 1, 3600,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.event_retention",
+							gettext_noop("How long an event table is kept after its turn ended, even when nothing needs its events any more."),
+							gettext_noop("For a server whose events delivery servers receive by logical replication: after a failover, what they had not received is fed again from the event tables (README \"Scaling out\"). At most twice eventgrid.event_table_rotation counts; 0 keeps nothing."),
+							&eg_event_retention_s, 0, 0, 7200,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomEnumVariable("eventgrid.attempt_history",
 							 gettext_noop("Which delivery attempts the history (view eventgrid.delivery_attempts) keeps: all, failures or off."),
@@ -502,9 +508,13 @@ register_xact_callback(void)
 	}
 }
 
-/* Sets the delivery workers' latches once when the current transaction commits. */
-static void
-wake_worker_at_commit(void)
+/*
+ * Sets the delivery workers' latches once when the current transaction
+ * commits (or asks the launcher for them); no-op when not preloaded.  See
+ * eventgrid.h.
+ */
+void
+eg_wake_worker_at_commit(void)
 {
 	register_xact_callback();
 	wake_at_commit = true;
@@ -518,7 +528,7 @@ wake_worker_at_commit(void)
 Datum
 eventgrid_wake_worker_at_commit(PG_FUNCTION_ARGS)
 {
-	wake_worker_at_commit();
+	eg_wake_worker_at_commit();
 	PG_RETURN_VOID();
 }
 
@@ -540,7 +550,7 @@ eventgrid_subscriptions_changed_at_commit(PG_FUNCTION_ARGS)
 {
 	if (eg_shared == NULL)
 		PG_RETURN_VOID();
-	wake_worker_at_commit();
+	eg_wake_worker_at_commit();
 	subscriptions_changed_at_commit = true;
 	PG_RETURN_VOID();
 }
@@ -575,6 +585,21 @@ eg_event_table_at(TimestampTz ts)
 	int64		period = (int64) eg_event_table_rotation_s * USECS_PER_SEC;
 
 	return (int) (((ts / period) % EG_EVENT_TABLES + EG_EVENT_TABLES) % EG_EVENT_TABLES);
+}
+
+/*
+ * When event table k's last turn ended, seen at ts (k not the table of ts):
+ * the table before the current one ended when the current turn began, the
+ * one before that a period earlier.
+ */
+TimestampTz
+eg_event_table_turn_end(int k, TimestampTz ts)
+{
+	int64		period = (int64) eg_event_table_rotation_s * USECS_PER_SEC;
+	TimestampTz turn_start = ts - ((ts % period) + period) % period;
+	int			behind = ((eg_event_table_at(ts) - k) % EG_EVENT_TABLES + EG_EVENT_TABLES) % EG_EVENT_TABLES;
+
+	return turn_start - (TimestampTz) (behind - 1) * period;
 }
 
 /* See eventgrid.h. */

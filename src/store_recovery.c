@@ -47,9 +47,10 @@ static EgStatement recover_chunks = {
 	"  DELETE FROM eventgrid.chunks_in_flight c WHERE " EG_SQL_STALE_OWNER("c.lease_owner") " RETURNING c.*"
 	"), made AS ("
 	"  INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,"
-	"         attempts, next_attempt_at, last_attempt_at, last_outcome)"
+	"         attempts, next_attempt_at, last_attempt_at, last_outcome, source, source_event_id)"
 	"  SELECT s.id, e.id, e.event, " EG_SQL_PAYLOAD_TEXT ", e.publish_time, coalesce(e.event_bytes, 0),"
-	"         x.sent::int, $2, CASE WHEN x.sent THEN $2 END, CASE WHEN x.sent THEN 'Aborted' END"
+	"         x.sent::int, $2, CASE WHEN x.sent THEN $2 END, CASE WHEN x.sent THEN 'Aborted' END,"
+	"         e.source, e.source_event_id"
 	"    FROM c JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
 	"    JOIN eventgrid.topics t ON t.name = s.topic"
 	EG_SQL_CHUNK_EVENTS
@@ -197,8 +198,9 @@ static EgStatement rebase_pending = {
 	.name = "rebase of pending deliveries",
 	.sql =
 	"INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,"
-	"       attempts, next_attempt_at)"
-	"SELECT s.id, e.id, e.event, " EG_SQL_PAYLOAD_TEXT ", e.publish_time, coalesce(e.event_bytes, 0), 0, $1"
+	"       attempts, next_attempt_at, source, source_event_id)"
+	"SELECT s.id, e.id, e.event, " EG_SQL_PAYLOAD_TEXT ", e.publish_time, coalesce(e.event_bytes, 0), 0, $1,"
+	"       e.source, e.source_event_id"
 	"  FROM eventgrid.subscription_positions p"
 	"  JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
 	"  JOIN eventgrid.topics t ON t.name = s.topic"

@@ -184,6 +184,29 @@ eg_store_truncate(int event_table, TimestampTz now)
 	snprintf(name, sizeof(name), "events_%d", event_table);
 	relid = eg_store_table(name);
 
+	/*
+	 * eventgrid.event_retention: kept for delivery servers to be fed again
+	 * after a failover, up to twice the rotation period (a third of it
+	 * left for the upkeep to empty the table before its next turn).
+	 */
+	if (eg_event_retention_s > 0)
+	{
+		TimestampTz real_now = GetCurrentTimestamp();
+		int64		keep_s = Min(eg_event_retention_s,
+								 2 * eg_event_table_rotation_s - Max(eg_event_table_rotation_s / 3, 1));
+
+		if (real_now - eg_event_table_turn_end(event_table, real_now) < keep_s * USECS_PER_SEC &&
+			eg_store_table_used(event_table))
+		{
+			why = psprintf("keeping its events for eventgrid.event_retention (%lld s)", (long long) keep_s);
+			args[0] = Int32GetDatum(event_table);
+			args[1] = TimestampTzGetDatum(now);
+			args[2] = CStringGetTextDatum(why);
+			eg_store_run(&truncate_failed, args, false, SPI_OK_UPDATE);
+			return why;
+		}
+	}
+
 	args[0] = Int32GetDatum(event_table);
 	args[1] = TimestampTzGetDatum(now);
 	eg_store_run(&release_held, args, false, SPI_OK_SELECT);

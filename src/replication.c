@@ -1,0 +1,275 @@
+/*
+ * replication.c - events that PostgreSQL's logical replication brings from
+ * another server (README "Scaling out").
+ *
+ * The application's server publishes eventgrid.events (INSERT only,
+ * through the partitioned table); a delivery server subscribes to it.  Its
+ * apply worker runs with session_replication_role = replica, so the
+ * ordinary triggers of eventgrid.events (validation, the wake-up at commit)
+ * do not fire there.  eventgrid._apply_event(), a BEFORE INSERT row trigger
+ * enabled for replica sessions only, takes each applied row over instead:
+ *
+ * - txid becomes this server's transaction id: the delivery workers'
+ *   positions are snapshots of this server's transactions, and a sent
+ *   transaction id means nothing here;
+ * - id comes from this server's sequence, so that events of several
+ *   publishing servers never collide; the sent id (if the publication sends
+ *   it) is kept in source_event_id, and source names the subscription;
+ * - publish_time and event_bytes are stamped when not sent;
+ * - an event for a topic this database lacks is counted in
+ *   eventgrid.unknown_topic_events and kept (never an apply error, which
+ *   would stop replication);
+ * - each applied transaction is noted in eventgrid.replication_progress
+ *   (for the lag) and wakes the delivery workers when it commits.
+ *
+ * The event_table column, if sent, routes the row to that event table; the
+ * rotation empties a table only when no position needs its rows, under a
+ * lock no writer holds, so a row landing in any of them is safe.
+ */
+#include "eventgrid.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "storage/proc.h"
+#include "replication/worker_internal.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/xid8.h"
+
+/* Is this process a logical replication apply or table synchronization worker? */
+static bool
+in_logical_replication_worker(void)
+{
+	return MyLogicalRepWorker != NULL && MySubscription != NULL;
+}
+
+/* The OID of eventgrid.events_id_seq (syscache look-ups, no search_path). */
+static Oid
+event_id_sequence(void)
+{
+	Oid			nsp = get_namespace_oid("eventgrid", false);
+	Oid			seq = get_relname_relid("events_id_seq", nsp);
+
+	if (!OidIsValid(seq))
+		elog(ERROR, "eventgrid: sequence eventgrid.events_id_seq is missing");
+	return seq;
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_new_event_id);
+
+/*
+ * SQL: eventgrid._new_event_id(), the default of events.id:
+ * nextval('eventgrid.events_id_seq') (with its privilege check), or NULL
+ * in a logical replication worker, where it tells eventgrid._apply_event()
+ * that the publication did not send an id.
+ */
+Datum
+eventgrid_new_event_id(PG_FUNCTION_ARGS)
+{
+	if (in_logical_replication_worker())
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(nextval_internal(event_id_sequence(), true));
+}
+
+/* Topics this transaction found to exist (a handful; reset per transaction). */
+#define KNOWN_TOPICS 16
+static LocalTransactionId known_lxid = InvalidLocalTransactionId;
+static char *known_topics[KNOWN_TOPICS];
+static int	known_n;
+static SPIPlanPtr topic_plan;
+static SPIPlanPtr unknown_plan;
+static SPIPlanPtr progress_plan;
+
+/* The transaction the last applied row belonged to (progress noted once per transaction). */
+static LocalTransactionId noted_lxid = InvalidLocalTransactionId;
+
+static LocalTransactionId
+current_lxid(void)
+{
+	return MyProc->lxid;
+}
+
+static SPIPlanPtr
+prepare_kept(const char *sql, int nargs, Oid *types)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
+
+	if (plan == NULL)
+		elog(ERROR, "eventgrid: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+	SPI_keepplan(plan);
+	return plan;
+}
+
+/* Does this database have topic (looked up once per transaction and topic)? */
+static bool
+topic_exists(const char *topic)
+{
+	Datum		arg;
+	bool		found;
+
+	if (known_lxid != current_lxid())
+	{
+		for (int i = 0; i < known_n; i++)
+			pfree(known_topics[i]);
+		known_n = 0;
+		known_lxid = current_lxid();
+	}
+	for (int i = 0; i < known_n; i++)
+		if (strcmp(known_topics[i], topic) == 0)
+			return true;
+
+	if (topic_plan == NULL)
+	{
+		Oid			types[1] = {TEXTOID};
+
+		topic_plan = prepare_kept("SELECT 1 FROM eventgrid.topics WHERE name OPERATOR(pg_catalog.=) $1",
+								  1, types);
+	}
+	arg = CStringGetTextDatum(topic);
+	if (SPI_execute_plan(topic_plan, &arg, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "eventgrid: topic lookup failed");
+	found = SPI_processed > 0;
+	if (found && known_n < KNOWN_TOPICS)
+		known_topics[known_n++] = MemoryContextStrdup(TopMemoryContext, topic);
+	return found;
+}
+
+/* Counts an applied event for a topic this database lacks. */
+static void
+count_unknown_topic(const char *source, const char *topic)
+{
+	Datum		args[2];
+
+	if (unknown_plan == NULL)
+	{
+		Oid			types[2] = {TEXTOID, TEXTOID};
+
+		unknown_plan = prepare_kept(
+									"INSERT INTO eventgrid.unknown_topic_events AS u (source, topic, events)"
+									" VALUES ($1, $2, 1)"
+									" ON CONFLICT (source, topic) DO UPDATE"
+									" SET events = u.events OPERATOR(pg_catalog.+) 1, last_at = pg_catalog.now()",
+									2, types);
+	}
+	args[0] = CStringGetTextDatum(source);
+	args[1] = CStringGetTextDatum(topic);
+	if (SPI_execute_plan(unknown_plan, args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "eventgrid: counting an event of an unknown topic failed");
+}
+
+/* Notes the applied transaction (its first event's publish time) once. */
+static void
+note_progress(const char *source, TimestampTz publish_time)
+{
+	Datum		args[3];
+
+	if (noted_lxid == current_lxid())
+		return;
+	if (progress_plan == NULL)
+	{
+		Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+
+		progress_plan = prepare_kept(
+									 "INSERT INTO eventgrid.replication_progress AS p"
+									 "       (source, transactions, last_publish_time, last_applied_at)"
+									 " VALUES ($1, 1, $2, $3)"
+									 " ON CONFLICT (source) DO UPDATE"
+									 " SET transactions = p.transactions OPERATOR(pg_catalog.+) 1,"
+									 "     last_publish_time = $2, last_applied_at = $3",
+									 3, types);
+	}
+	args[0] = CStringGetTextDatum(source);
+	args[1] = TimestampTzGetDatum(publish_time);
+	args[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+	if (SPI_execute_plan(progress_plan, args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "eventgrid: noting replication progress failed");
+	noted_lxid = current_lxid();
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_apply_event);
+
+/*
+ * Trigger function eventgrid._apply_event(): BEFORE INSERT FOR EACH ROW on
+ * eventgrid.events, ENABLE REPLICA.  See the file's comment.
+ */
+Datum
+eventgrid_apply_event(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	TupleDesc	tupdesc;
+	HeapTuple	tuple;
+	const char *source;
+	int			cols[6];
+	Datum		values[6];
+	bool		nulls[6] = {false, false, false, false, false, false};
+	int			n = 0;
+	bool		isnull;
+	Datum		d;
+	char	   *topic;
+	TimestampTz publish_time;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) || !TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("eventgrid._apply_event() must be called as a BEFORE INSERT FOR EACH ROW trigger")));
+
+	tupdesc = trigdata->tg_relation->rd_att;
+	tuple = trigdata->tg_trigtuple;
+
+	/* other replica sessions (a restore, a tool) store rows as they are */
+	if (!in_logical_replication_worker())
+		return PointerGetDatum(tuple);
+	source = MySubscription->name;
+
+	/* the sent id is the publishing server's; this server numbers its own */
+	d = SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "id"), &isnull);
+	cols[n] = SPI_fnumber(tupdesc, "source_event_id");
+	values[n] = d;
+	nulls[n++] = isnull;
+	cols[n] = SPI_fnumber(tupdesc, "id");
+	values[n++] = Int64GetDatum(nextval_internal(event_id_sequence(), false));
+	cols[n] = SPI_fnumber(tupdesc, "txid");
+	values[n++] = FullTransactionIdGetDatum(GetTopFullTransactionId());
+	cols[n] = SPI_fnumber(tupdesc, "source");
+	values[n++] = CStringGetTextDatum(source);
+
+	d = SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "topic"), &isnull);
+	topic = isnull ? NULL : TextDatumGetCString(d);
+	d = SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "publish_time"), &isnull);
+	if (isnull)
+	{
+		publish_time = eg_transaction_now();
+		cols[n] = SPI_fnumber(tupdesc, "publish_time");
+		values[n++] = TimestampTzGetDatum(publish_time);
+	}
+	else
+		publish_time = DatumGetTimestampTz(d);
+	(void) SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "event_bytes"), &isnull);
+	if (isnull)
+	{
+		d = SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "event"), &isnull);
+		if (!isnull)
+		{
+			cols[n] = SPI_fnumber(tupdesc, "event_bytes");
+			values[n++] = Int32GetDatum((int32) eg_event_text_size(DatumGetJsonbP(d)));
+		}
+	}
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "eventgrid: SPI_connect failed");
+	if (topic != NULL && !topic_exists(topic))
+		count_unknown_topic(source, topic);
+	note_progress(source, publish_time);
+	SPI_finish();
+
+	eg_wake_worker_at_commit();
+	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, tupdesc, n, cols, values, nulls));
+}
