@@ -38,6 +38,11 @@ Measures, in one run against one cluster and one nginx sink on 127.0.0.1:
  17. monitoring (bench/monitoring.py): the cost of a Prometheus scrape
     through prometheus-postgres-exporter at 10, 100 and 1,000 event
     subscriptions
+ 18. delivery on a separate server over logical replication
+    (bench/replication.py): the application cluster's CPU per published
+    event with local delivery and with delivery on a second cluster, the
+    commit-to-arrival latency the replication hop adds, and the throughput
+    of a delivery server fed by replication against local delivery
  9. isolation: a healthy subscription's latency beside 500 subscriptions to a
     port where nothing listens and 200 to an endpoint that accepts and never
     answers (30 s response timeout), and the worker's peak descriptors and
@@ -67,6 +72,7 @@ import psycopg2.errors
 
 from databases import Databases
 from monitoring import Monitoring
+from replication import Replication
 
 EVENT_BYTES = 1000  # approximate size of one published event
 
@@ -808,7 +814,7 @@ def main():
     ap.add_argument("--tls-log", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16,17", help="comma-separated figure numbers (2 runs 2-4)")
+    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16,17,18", help="comma-separated figure numbers (2 runs 2-4)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     b = Bench(args)
@@ -841,6 +847,8 @@ def main():
         Databases(b, arrival_receiver).run()
     if "17" in only:
         Monitoring(b).run()
+    if "18" in only:
+        Replication(b, ArrivalProcess).run()
     if "8" in only:
         cases = os.environ.get("BENCH_STEADY_CASES", "plain,rr").split(",")
         if "plain" in cases:
