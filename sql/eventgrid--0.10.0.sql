@@ -2411,11 +2411,14 @@ CREATE TABLE eventgrid.attempt_log (
     outcome text NOT NULL,
     duration_ms double precision,
     error text,
-    response_body text
+    response_body text,
+    event_sources text[]
 )
 PARTITION BY LIST (history_table);
 
 COMMENT ON TABLE eventgrid.attempt_log IS 'Internal: the delivery attempt history, in three tables eventgrid.attempt_log_0..2 that take turns; read it through eventgrid.delivery_attempts.';
+
+COMMENT ON COLUMN eventgrid.attempt_log.event_sources IS 'Parallel to event_ids: the logical replication subscription each event came through (NULL: published here); NULL when none came so.';
 
 CREATE SEQUENCE eventgrid.attempt_log_id_seq
     START WITH 1
@@ -2439,7 +2442,8 @@ CREATE TABLE eventgrid.attempt_log_0 (
     outcome text NOT NULL,
     duration_ms double precision,
     error text,
-    response_body text
+    response_body text,
+    event_sources text[]
 );
 
 CREATE TABLE eventgrid.attempt_log_1 (
@@ -2455,7 +2459,8 @@ CREATE TABLE eventgrid.attempt_log_1 (
     outcome text NOT NULL,
     duration_ms double precision,
     error text,
-    response_body text
+    response_body text,
+    event_sources text[]
 );
 
 CREATE TABLE eventgrid.attempt_log_2 (
@@ -2471,7 +2476,8 @@ CREATE TABLE eventgrid.attempt_log_2 (
     outcome text NOT NULL,
     duration_ms double precision,
     error text,
-    response_body text
+    response_body text,
+    event_sources text[]
 );
 
 CREATE TABLE eventgrid.attempt_log_rotation (
@@ -2582,10 +2588,11 @@ CREATE VIEW eventgrid.delivery_attempts AS
     a.outcome,
     a.duration_ms,
     a.error,
-    a.response_body
+    a.response_body,
+    a.event_sources
    FROM eventgrid.attempt_log a;
 
-COMMENT ON VIEW eventgrid.delivery_attempts IS 'Delivery attempt history: one row per attempt (one HTTP request; a batch names all its events): id, when it started (attempted_at, on the worker''s clock), topic, event subscription, event_ids (the ids publish() returned), attempt (1 for the first; for a batch, its first event''s, the aeg-delivery-count header plus 1), http_status (NULL: no HTTP answer), outcome (the outcome names of SPEC 3: Delivered, GenericError, Busy, NotFound, TimedOut, SocketError, ResolutionError, ...; Probation for an attempt that delayed delivery held back; Aborted for a request in flight when the worker stopped), duration_ms (libcurl''s total time of the request), error (libcurl''s message when there was no HTTP answer; for a failed answer with Retry-After, what it asked for), response_body (the first 512 bytes of a failed answer''s body, bytes outside printable ASCII as ?; NULL for a success or no body). Kept per GUC eventgrid.attempt_history (all, failures, off) for eventgrid.attempt_history_retention and eventgrid.attempt_history_max_rows. An attempt whose outcome was not yet written when the worker stopped shows as Aborted.';
+COMMENT ON VIEW eventgrid.delivery_attempts IS 'Delivery attempt history: one row per attempt (one HTTP request; a batch names all its events): id, when it started (attempted_at, on the worker''s clock), topic, event subscription, event_ids (the ids publish() returned), attempt (1 for the first; for a batch, its first event''s, the aeg-delivery-count header plus 1), http_status (NULL: no HTTP answer), outcome (the outcome names of SPEC 3: Delivered, GenericError, Busy, NotFound, TimedOut, SocketError, ResolutionError, ...; Probation for an attempt that delayed delivery held back; Aborted for a request in flight when the worker stopped), duration_ms (libcurl''s total time of the request), error (libcurl''s message when there was no HTTP answer; for a failed answer with Retry-After, what it asked for), response_body (the first 512 bytes of a failed answer''s body, bytes outside printable ASCII as ?; NULL for a success or no body), event_sources (parallel to event_ids, for events brought by logical replication: the subscription each came through, NULL for one published here; NULL when none was: README "Scaling out"). Kept per GUC eventgrid.attempt_history (all, failures, off) for eventgrid.attempt_history_retention and eventgrid.attempt_history_max_rows. An attempt whose outcome was not yet written when the worker stopped shows as Aborted.';
 
 CREATE TABLE eventgrid.delivery_properties (
     subscription_id bigint NOT NULL,

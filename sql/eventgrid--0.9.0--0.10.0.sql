@@ -220,6 +220,16 @@ CREATE OR REPLACE VIEW eventgrid.dead_letter_events AS
 
 COMMENT ON VIEW eventgrid.dead_letter_events IS 'Dead-lettered events, each as the JSON document Event Grid writes for its delivery schema (SPEC 7): Event Grid schema with camelCase deadLetterReason, deliveryAttempts, lastDeliveryOutcome, lastHttpStatusCode, publishTime, lastDeliveryAttemptTime; CloudEvents with lowercase attributes; custom schema wrapped in an Event Grid envelope with the event as data. Namespace topics: {"deadLetterProperties": {deadletterreason (a sentence), deliveryattempts, deliveryresult (last outcome and HTTP status, or NotAttempted), publishutc, deliveryattemptutc}, "event": the CloudEvent}. source and source_event_id: for an event brought by logical replication, the subscription it came through and its id on the server that published it (README "Scaling out").';
 
+-- the attempt history names the source of each event that has one
+ALTER TABLE eventgrid.attempt_log ADD COLUMN event_sources text[];
+COMMENT ON COLUMN eventgrid.attempt_log.event_sources IS
+    'Parallel to event_ids: the logical replication subscription each event came through (NULL: published here); NULL when none came so.';
+CREATE OR REPLACE VIEW eventgrid.delivery_attempts AS
+ SELECT a.id, a.attempted_at, a.topic, a.subscription_name AS subscription, a.event_ids, a.attempt, a.http_status,
+        a.outcome, a.duration_ms, a.error, a.response_body, a.event_sources
+   FROM eventgrid.attempt_log a;
+COMMENT ON VIEW eventgrid.delivery_attempts IS 'Delivery attempt history: one row per attempt (one HTTP request; a batch names all its events): id, when it started (attempted_at, on the worker''s clock), topic, event subscription, event_ids (the ids publish() returned), attempt (1 for the first; for a batch, its first event''s, the aeg-delivery-count header plus 1), http_status (NULL: no HTTP answer), outcome (the outcome names of SPEC 3: Delivered, GenericError, Busy, NotFound, TimedOut, SocketError, ResolutionError, ...; Probation for an attempt that delayed delivery held back; Aborted for a request in flight when the worker stopped), duration_ms (libcurl''s total time of the request), error (libcurl''s message when there was no HTTP answer; for a failed answer with Retry-After, what it asked for), response_body (the first 512 bytes of a failed answer''s body, bytes outside printable ASCII as ?; NULL for a success or no body), event_sources (parallel to event_ids, for events brought by logical replication: the subscription each came through, NULL for one published here; NULL when none was: README "Scaling out"). Kept per GUC eventgrid.attempt_history (all, failures, off) for eventgrid.attempt_history_retention and eventgrid.attempt_history_max_rows. An attempt whose outcome was not yet written when the worker stopped shows as Aborted.';
+
 -- ---------------------------------------------------------------------------
 -- Rows applied by logical replication
 

@@ -44,6 +44,7 @@ typedef struct EgDelivery
 	EgOutcomeCode prev_outcome; /* outcome of the previous attempt */
 	int32		prev_http_status;
 	TimestampTz prev_attempted_at;	/* 0: none */
+	const char *source;			/* events.source: the subscription it came through by logical replication, or NULL */
 } EgDelivery;
 
 /* The deliveries of one claim, freed when the last of them is recorded. */

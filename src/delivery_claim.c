@@ -187,6 +187,7 @@ new_claim(const EgClaimedRow *rows, int n)
 		d->prev_outcome = rows[i].prev_outcome;
 		d->prev_http_status = rows[i].prev_http_status;
 		d->prev_attempted_at = rows[i].prev_attempted_at;
+		d->source = rows[i].source ? MemoryContextStrdup(claim->cxt, rows[i].source) : NULL;
 	}
 	return claim;
 }

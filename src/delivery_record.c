@@ -167,8 +167,19 @@ eg_delivery_remember_attempt(EgRequest *req, TimestampTz started)
 	}
 	a = &history[history_n++];
 	ids = MemoryContextAlloc(history_cxt, req->count * sizeof(int64));
+	a->event_sources = NULL;
 	for (int k = 0; k < req->count; k++)
-		ids[k] = ((EgDelivery *) req->items[k])->out.event_id;
+	{
+		EgDelivery *d = (EgDelivery *) req->items[k];
+
+		ids[k] = d->out.event_id;
+		if (d->source != NULL)
+		{
+			if (a->event_sources == NULL)
+				a->event_sources = MemoryContextAllocZero(history_cxt, req->count * sizeof(char *));
+			((const char **) a->event_sources)[k] = MemoryContextStrdup(history_cxt, d->source);
+		}
+	}
 	a->attempted_at = started;
 	a->subscription_id = req->subscription_id;
 	a->subscription_name = MemoryContextStrdup(history_cxt, req->subscription_name);

@@ -118,6 +118,7 @@ typedef struct EgClaimedRow
 	TimestampTz prev_attempted_at;	/* 0: none */
 	int64		bytes;			/* event size, counted against max_bytes_in_flight */
 	TimestampTz publish_time;	/* when the event was published */
+	const char *source;			/* the logical replication subscription it came through, or NULL */
 } EgClaimedRow;
 
 /* store_claim.c */
@@ -171,6 +172,7 @@ typedef struct EgAttempt
 	double		duration_ms;	/* < 0: not sent */
 	const char *error;			/* transport error text, or NULL */
 	const char *response_body;	/* a failed answer's first bytes, printable, or NULL */
+	const char *const *event_sources;	/* each event's source (NULL: published here), or NULL: none has one */
 } EgAttempt;
 
 /* How far a chunk's first attempts have been handed to HTTP. */

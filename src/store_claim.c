@@ -47,6 +47,7 @@ eg_claim_request_cols(SPITupleTable *tt, int row, int first, EgClaimedRow *r)
 	r->metadata_version = eg_text_col(tt, row, first + RC_METADATA_VERSION);
 	r->custom_headers = eg_text_col(tt, row, first + RC_CUSTOM_HEADERS);
 	r->signing_keys = eg_text_col(tt, row, first + RC_SIGNING_KEYS);
+	r->source = eg_text_col(tt, row, first + RC_SOURCE);
 }
 
 /*
@@ -191,7 +192,7 @@ static EgStatement claim_load = {
 	REQUEST_COLS("e.event", "e.id",
 				 "CASE WHEN t.input_schema = s.event_delivery_schema THEN NULL"
 				 " ELSE eventgrid.convert_event(e.event, t.input_schema, s.event_delivery_schema,"
-				 "                              e.publish_time)::text END")
+				 "                              e.publish_time)::text END", "e.source")
 	"  FROM c JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
 	"  JOIN eventgrid.topics t ON t.name = s.topic"
 	EG_SQL_CHUNK_EVENTS

@@ -54,14 +54,14 @@
  * RequestCol: limits and batching of the subscription, the delivered text,
  * and the values of the aeg-* and custom headers.
  */
-#define REQUEST_COLS(ev, event_id, payload) \
+#define REQUEST_COLS(ev, event_id, payload, source) \
 	" s.max_delivery_attempts, s.endpoint, s.name, s.event_delivery_schema," \
 	" s.max_events_per_batch, s.preferred_batch_size_in_kilobytes, " payload "," \
 	" coalesce(" ev "->>'id', " event_id "::text)," \
 	" coalesce(" ev "->>'dataVersion', '')," \
 	" CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END," \
 	" " CUSTOM_HEADERS(ev) "," \
-	" kk.keys"
+	" kk.keys, " source
 enum RequestCol
 {
 	RC_MAX_ATTEMPTS,
@@ -76,6 +76,7 @@ enum RequestCol
 	RC_METADATA_VERSION,
 	RC_CUSTOM_HEADERS,
 	RC_SIGNING_KEYS,
+	RC_SOURCE,
 	RC_COUNT
 };
 

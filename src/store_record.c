@@ -283,16 +283,18 @@ static EgStatement record_attempts_st = {
 	.name = "attempt history",
 	.sql =
 	"INSERT INTO eventgrid.attempt_log (history_table, attempted_at, topic, subscription_id,"
-	"       subscription_name, event_ids, attempt, http_status, outcome, duration_ms, error, response_body)"
+	"       subscription_name, event_ids, attempt, http_status, outcome, duration_ms, error, response_body,"
+	"       event_sources)"
 	"SELECT h.history_table, a.attempted_at, a.topic, a.subscription_id, a.subscription_name,"
-	"       $5[a.first:a.last], a.attempt, a.status, a.outcome, a.duration_ms, a.error, a.response_body"
+	"       $5[a.first:a.last], a.attempt, a.status, a.outcome, a.duration_ms, a.error, a.response_body,"
+	"       nullif($14[a.first:a.last], array_fill(NULL::text, ARRAY[a.last - a.first + 1]))"
 	"  FROM eventgrid.attempt_log_rotation h"
 	" CROSS JOIN unnest($1::timestamptz[], $2::int8[], $3::text[], $4::int4[], $6::int4[], $7::int4[],"
 	"                   $8::int4[], $9::text[], $10::float8[], $11::text[], $12::text[], $13::text[])"
 	"       AS a(attempted_at, subscription_id, subscription_name, attempt, first, last, status, outcome,"
 	"            duration_ms, error, topic, response_body)",
-	.nargs = 13,
-	.types = {TIMESTAMPTZARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, FLOAT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID},
+	.nargs = 14,
+	.types = {TIMESTAMPTZARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, FLOAT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID},
 };
 
 /* Outcome arrays of one record statement. */
@@ -484,11 +486,25 @@ record_attempts(const EgAttempt *attempts, int n)
 	bool	   *n_error = palloc(n * sizeof(bool));
 	int			nids = 0;
 	int64	   *ids;
-	Datum		args[13];
+	Datum	   *sources = NULL;	/* each event's source; NULL when none has one */
+	bool	   *n_source = NULL;
+	Datum		args[14];
+	char		argnulls[14];
+
+	bool		any_source = false;
 
 	for (int i = 0; i < n; i++)
+	{
 		nids += attempts[i].nevents;
+		any_source |= attempts[i].event_sources != NULL;
+	}
 	ids = palloc(Max(nids, 1) * sizeof(int64));
+	if (any_source)
+	{
+		sources = palloc0(nids * sizeof(Datum));
+		n_source = palloc(nids * sizeof(bool));
+		memset(n_source, true, nids * sizeof(bool));
+	}
 	nids = 0;
 	for (int i = 0; i < n; i++)
 	{
@@ -500,6 +516,12 @@ record_attempts(const EgAttempt *attempts, int n)
 		numbers[i] = Int32GetDatum(a->attempt);
 		firsts[i] = Int32GetDatum(nids + 1);
 		memcpy(ids + nids, a->event_ids, a->nevents * sizeof(int64));
+		for (int k = 0; a->event_sources != NULL && k < a->nevents; k++)
+		{
+			n_source[nids + k] = a->event_sources[k] == NULL;
+			if (a->event_sources[k] != NULL)
+				sources[nids + k] = CStringGetTextDatum(a->event_sources[k]);
+		}
 		nids += a->nevents;
 		lasts[i] = Int32GetDatum(nids);
 		n_status[i] = a->http_status == 0;
@@ -527,7 +549,15 @@ record_attempts(const EgAttempt *attempts, int n)
 	args[10] = eg_make_array(errors, n_error, n, TEXTOID);
 	args[11] = eg_make_array(topics, n_topic, n, TEXTOID);
 	args[12] = eg_make_array(bodies, n_body, n, TEXTOID);
-	eg_store_run(&record_attempts_st, args, false, SPI_OK_INSERT);
+	memset(argnulls, ' ', sizeof(argnulls));
+	if (sources != NULL)
+		args[13] = eg_make_array(sources, n_source, nids, TEXTOID);
+	else
+	{
+		args[13] = (Datum) 0;
+		argnulls[13] = 'n';
+	}
+	eg_store_run_nulls(&record_attempts_st, args, argnulls, false, SPI_OK_INSERT);
 }
 
 /*

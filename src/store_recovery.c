@@ -23,14 +23,15 @@
 /*
  * Attempt history rows for deliveries a crash interrupted after they were
  * handed to HTTP (outcome Aborted, at time parameter at), from a CTE rows
- * with subscription_id, event_id and attempts (0: not charged, no row);
+ * with subscription_id, event_id, attempts (0: not charged, no row) and source;
  * only when the boolean parameter keep is true.
  */
 #define ABORTED_HISTORY(rows, at, keep) \
 	"  INSERT INTO eventgrid.attempt_log (history_table, attempted_at, topic, subscription_id," \
-	"         subscription_name, event_ids, attempt, outcome, error)" \
+	"         subscription_name, event_ids, attempt, outcome, error, event_sources)" \
 	"  SELECT h.history_table, " at ", s.topic, s.id, s.name, ARRAY[m.event_id], m.attempts, 'Aborted'," \
-	"         'the delivery worker stopped before the outcome of this request was recorded'" \
+	"         'the delivery worker stopped before the outcome of this request was recorded'," \
+	"         CASE WHEN m.source IS NOT NULL THEN ARRAY[m.source] END" \
 	"    FROM " rows " m JOIN eventgrid.event_subscriptions s ON s.id = m.subscription_id" \
 	"   CROSS JOIN eventgrid.attempt_log_rotation h" \
 	"   WHERE " keep " AND m.attempts > 0"
@@ -55,7 +56,7 @@ static EgStatement recover_chunks = {
 	"    JOIN eventgrid.topics t ON t.name = s.topic"
 	EG_SQL_CHUNK_EVENTS
 	"   CROSS JOIN LATERAL (SELECT coalesce((e.txid, e.id) <= (c.sent_txid, c.sent_id), false) AS sent) x"
-	"  RETURNING subscription_id, event_id, attempts"
+	"  RETURNING subscription_id, event_id, attempts, source"
 	"), counted AS ("
 	"  UPDATE eventgrid.subscription_counters sc SET matched = sc.matched + m.n"
 	"    FROM (SELECT subscription_id, count(*) AS n FROM made GROUP BY subscription_id) m"
@@ -100,7 +101,7 @@ static EgStatement release = {
 	"         last_attempt_at = CASE WHEN t.sent THEN $2 ELSE r.last_attempt_at END"
 	"    FROM taken t"
 	"   WHERE r.id = t.id AND r.lease_owner IS NOT NULL AND " EG_SQL_STALE_OWNER("r.lease_owner")
-	"  RETURNING r.subscription_id, r.event_id, r.attempts, t.sent"
+	"  RETURNING r.subscription_id, r.event_id, r.attempts, t.sent, r.source"
 	"), history AS ("
 	ABORTED_HISTORY("(SELECT * FROM released WHERE sent)", "$2", "$3")
 	")"

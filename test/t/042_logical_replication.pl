@@ -204,6 +204,12 @@ is($d1->safe_psql('postgres', "SELECT count(DISTINCT event_id) FROM eventgrid.de
 	'2', 'and the two events have ids of their own on the delivery server');
 is($d1->safe_psql('postgres', "SELECT string_agg(DISTINCT source, ',' ORDER BY source) FROM eventgrid.dead_letter_events"),
 	'sub_app,sub_app2', 'dead_letter_events shows the source');
+is($d1->safe_psql('postgres', "SELECT string_agg(DISTINCT s, ',' ORDER BY s) FROM eventgrid.delivery_attempts a,"
+		  . " unnest(a.event_ids, a.event_sources) x(id, s) WHERE a.subscription = 'dead'"),
+	'sub_app,sub_app2', 'the attempt history names the source of each event');
+is($d1->safe_psql('postgres', "SELECT count(*) FROM eventgrid.delivery_attempts WHERE event_sources IS NOT NULL"
+		  . " AND cardinality(event_sources) <> cardinality(event_ids)"), '0',
+	'one source per event id');
 is($d1->safe_psql('postgres', 'SELECT source, topic, events FROM eventgrid.unknown_topic_events'),
 	'sub_app2|tp9|2', 'events for a topic the delivery server lacks are counted, not an apply error');
 is($d1->safe_psql('postgres',
