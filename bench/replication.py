@@ -13,7 +13,7 @@ same events, the same nginx sink, two ways:
               server subscribes and delivers.
 
 18a. CPU of the application cluster's processes per published event (every
-     process: the publishing backends, eventgrid's workers, the walsender),
+     process: the 4 publishing backends, eventgrid's workers, the walsender),
      and of the delivery server's, publishing BENCH_REPL_RATE (2,000)
      single-event transactions a second for BENCH_REPL_SECONDS (10) from 4
      connections and waiting until every event is delivered.
@@ -122,13 +122,15 @@ class Replication:
         app.stop()
 
     @staticmethod
-    def publish_at_rate(app, rate, seconds, prefix, threads=4):
-        """rate single-event transactions a second from threads connections; each id's commit time."""
+    def publish_at_rate(conns, rate, seconds, prefix):
+        """rate single-event transactions a second from the connections conns (left open,
+        so that their backends' CPU can still be read); each id's commit time."""
         commits = {}
         start = time.time()
+        threads = len(conns)
 
         def run(k):
-            c = app.connect()
+            c = conns[k]
             with c.cursor() as cur:
                 for i in range(k, rate * seconds, threads):
                     delay = start + i / rate - time.time()
@@ -140,7 +142,6 @@ class Replication:
                                 "'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('pad', repeat('x', 800))))",
                                 (eid,))
                     commits[eid] = time.time()
-            c.close()
 
         ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
         for t in ts:
@@ -162,12 +163,15 @@ class Replication:
         rate, seconds = env_int("BENCH_REPL_RATE", 2000), env_int("BENCH_REPL_SECONDS", 10)
         app, dlv = self.setup(mode, self.b.args.sink)
         try:
+            conns = [app.connect() for _ in range(4)]
             a0, d0 = app.cpu(), dlv.cpu()
-            commits = self.publish_at_rate(app, rate, seconds, "cpu")
+            commits = self.publish_at_rate(conns, rate, seconds, "cpu")
             self.wait_delivered(dlv, len(commits))
             time.sleep(1)           # the last upkeep rounds
             n = len(commits)
             app_us = (app.cpu() - a0) / n * 1e6
+            for c in conns:
+                c.close()
             self.b.report(f"repl_{mode}_app_cpu_us", f"18a {mode}: application cluster CPU per event", app_us, "us")
             if dlv is not app:
                 self.b.report(f"repl_{mode}_delivery_cpu_us", f"18a {mode}: delivery server CPU per event",
@@ -181,7 +185,10 @@ class Replication:
         receiver = self.ArrivalProcess()
         app, dlv = self.setup(mode, f"http://127.0.0.1:{receiver.port}/latency")
         try:
-            commits = self.publish_at_rate(app, 1000, seconds, "lat")
+            conns = [app.connect() for _ in range(4)]
+            commits = self.publish_at_rate(conns, 1000, seconds, "lat")
+            for c in conns:
+                c.close()
             self.wait_delivered(dlv, len(commits))
             time.sleep(0.5)
             arrivals = receiver.arrivals()

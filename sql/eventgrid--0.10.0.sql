@@ -1406,7 +1406,7 @@ CREATE TABLE eventgrid.replication_progress (
     last_applied_at timestamp with time zone
 );
 
-COMMENT ON TABLE eventgrid.replication_progress IS 'Internal: per logical replication subscription feeding eventgrid.events, the transactions applied, the publish time of the last applied transaction''s first event and when it was applied. Read through eventgrid.replication_sources.';
+COMMENT ON TABLE eventgrid.replication_progress IS 'Internal: per logical replication subscription feeding eventgrid.events, the transactions applied, the publish time of the last applied transaction''s first event and when it was applied; the apply worker writes it at most once a second. Read through eventgrid.replication_sources.';
 
 CREATE TABLE eventgrid.unknown_topic_events (
     source text NOT NULL,
@@ -1575,6 +1575,17 @@ CREATE FUNCTION eventgrid._subscriptions_changed_at_commit() RETURNS void
 
 COMMENT ON FUNCTION eventgrid._subscriptions_changed_at_commit() IS 'Internal: when the current transaction commits, tells the delivery workers that event subscriptions were paused, resumed, updated or dropped (requests they claimed and did not start yet go back unsent; their status lines read the pauses again), and wakes them; no-op without shared_preload_libraries.';
 
+CREATE FUNCTION eventgrid._subscriptions_created() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._subscriptions_changed_at_commit();
+    RETURN NULL;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._subscriptions_created() IS 'Internal: AFTER INSERT statement trigger on eventgrid.event_subscriptions: tells the workers at commit that the database has event subscriptions (commits that publish wake the delivery workers again).';
+
 CREATE FUNCTION eventgrid._table_change_trigger() RETURNS trigger
     LANGUAGE c SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1669,15 +1680,10 @@ CREATE FUNCTION eventgrid._validate_event() RETURNS trigger
 COMMENT ON FUNCTION eventgrid._validate_event() IS 'Internal: BEFORE INSERT row trigger on eventgrid.events; validates each event against its topic''s input schema and stamps it (SPEC 8).';
 
 CREATE FUNCTION eventgrid._wake_at_commit() RETURNS trigger
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-BEGIN
-    PERFORM eventgrid._wake_worker_at_commit();
-    RETURN NULL;
-END $$;
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_wake_at_commit';
 
-COMMENT ON FUNCTION eventgrid._wake_at_commit() IS 'Internal: AFTER INSERT statement trigger on eventgrid.events; wakes the delivery worker when the publishing transaction commits (SPEC 2).';
+COMMENT ON FUNCTION eventgrid._wake_at_commit() IS 'Internal: AFTER INSERT statement trigger on eventgrid.events; when the publishing transaction commits, wakes (or starts) the delivery workers, unless the database has no event subscription, and tells the upkeep worker (SPEC 2).';
 
 CREATE FUNCTION eventgrid._wake_worker_at_commit() RETURNS void
     LANGUAGE c
@@ -2950,7 +2956,7 @@ CREATE VIEW eventgrid.replication_sources AS
     _replication_sources.unknown_topic_events
    FROM eventgrid._replication_sources() _replication_sources(source, enabled, apply_pid, transactions, last_publish_time, last_applied_at, apply_lag_seconds, received_lsn, last_msg_receipt_time, unknown_topic_events);
 
-COMMENT ON VIEW eventgrid.replication_sources IS 'Delivery server side of README "Scaling out": each logical replication subscription of this database (CREATE SUBSCRIPTION ... PUBLICATION <a publication of eventgrid.events>): source (its name, also events.source and dead_letters.source), enabled, apply_pid (NULL: its apply worker does not run, e.g. the publishing server is unreachable or the subscription is disabled), transactions applied with events, last_publish_time (publish time of the last applied transaction''s first event), last_applied_at, apply_lag_seconds (how long that event took from its publish to being applied here: the replication hop, larger while a backlog drains; 0 before any), received_lsn and last_msg_receipt_time (pg_stat_subscription), unknown_topic_events (events it brought for topics this database lacks; see eventgrid.unknown_topic_events). Readable by pg_monitor and eventgrid_admin.';
+COMMENT ON VIEW eventgrid.replication_sources IS 'Delivery server side of README "Scaling out": each logical replication subscription of this database (CREATE SUBSCRIPTION ... PUBLICATION <a publication of eventgrid.events>): source (its name, also events.source and dead_letters.source), enabled, apply_pid (NULL: its apply worker does not run, e.g. the publishing server is unreachable or the subscription is disabled), transactions applied with events (written at most once a second), last_publish_time (publish time of the last applied transaction''s first event), last_applied_at, apply_lag_seconds (how long that event took from its publish to being applied here: the replication hop, larger while a backlog drains; 0 before any), received_lsn and last_msg_receipt_time (pg_stat_subscription), unknown_topic_events (events it brought for topics this database lacks; see eventgrid.unknown_topic_events). Readable by pg_monitor and eventgrid_admin.';
 
 CREATE TABLE eventgrid.requests_in_flight (
     lease_owner integer NOT NULL,
@@ -3139,6 +3145,8 @@ ALTER INDEX eventgrid.events_batch_idx ATTACH PARTITION eventgrid.events_0_topic
 ALTER INDEX eventgrid.events_batch_idx ATTACH PARTITION eventgrid.events_1_topic_txid_id_idx;
 
 ALTER INDEX eventgrid.events_batch_idx ATTACH PARTITION eventgrid.events_2_topic_txid_id_idx;
+
+CREATE TRIGGER event_subscriptions_created AFTER INSERT ON eventgrid.event_subscriptions FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._subscriptions_created();
 
 CREATE TRIGGER events_apply BEFORE INSERT ON eventgrid.events FOR EACH ROW EXECUTE FUNCTION eventgrid._apply_event();
 
@@ -3393,6 +3401,8 @@ REVOKE ALL ON FUNCTION eventgrid._stop_publishing_table_changes(caller regrole, 
 REVOKE ALL ON FUNCTION eventgrid._subscription_id(topic text, name text, lock boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._subscriptions_changed_at_commit() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._subscriptions_created() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._table_change_trigger() FROM PUBLIC;
 

@@ -240,7 +240,7 @@ CREATE TABLE eventgrid.replication_progress (
     last_applied_at timestamp with time zone
 );
 COMMENT ON TABLE eventgrid.replication_progress IS
-    'Internal: per logical replication subscription feeding eventgrid.events, the transactions applied, the publish time of the last applied transaction''s first event and when it was applied. Read through eventgrid.replication_sources.';
+    'Internal: per logical replication subscription feeding eventgrid.events, the transactions applied, the publish time of the last applied transaction''s first event and when it was applied; the apply worker writes it at most once a second. Read through eventgrid.replication_sources.';
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.replication_progress', '');
 
 CREATE TABLE eventgrid.unknown_topic_events (
@@ -294,7 +294,7 @@ GRANT EXECUTE ON FUNCTION eventgrid._replication_sources() TO pg_monitor, eventg
 CREATE VIEW eventgrid.replication_sources AS
  SELECT * FROM eventgrid._replication_sources();
 COMMENT ON VIEW eventgrid.replication_sources IS
-    'Delivery server side of README "Scaling out": each logical replication subscription of this database (CREATE SUBSCRIPTION ... PUBLICATION <a publication of eventgrid.events>): source (its name, also events.source and dead_letters.source), enabled, apply_pid (NULL: its apply worker does not run, e.g. the publishing server is unreachable or the subscription is disabled), transactions applied with events, last_publish_time (publish time of the last applied transaction''s first event), last_applied_at, apply_lag_seconds (how long that event took from its publish to being applied here: the replication hop, larger while a backlog drains; 0 before any), received_lsn and last_msg_receipt_time (pg_stat_subscription), unknown_topic_events (events it brought for topics this database lacks; see eventgrid.unknown_topic_events). Readable by pg_monitor and eventgrid_admin.';
+    'Delivery server side of README "Scaling out": each logical replication subscription of this database (CREATE SUBSCRIPTION ... PUBLICATION <a publication of eventgrid.events>): source (its name, also events.source and dead_letters.source), enabled, apply_pid (NULL: its apply worker does not run, e.g. the publishing server is unreachable or the subscription is disabled), transactions applied with events (written at most once a second), last_publish_time (publish time of the last applied transaction''s first event), last_applied_at, apply_lag_seconds (how long that event took from its publish to being applied here: the replication hop, larger while a backlog drains; 0 before any), received_lsn and last_msg_receipt_time (pg_stat_subscription), unknown_topic_events (events it brought for topics this database lacks; see eventgrid.unknown_topic_events). Readable by pg_monitor and eventgrid_admin.';
 REVOKE ALL ON TABLE eventgrid.replication_sources FROM PUBLIC;
 GRANT SELECT ON TABLE eventgrid.replication_sources TO pg_monitor, eventgrid_admin;
 REVOKE ALL ON TABLE eventgrid.unknown_topic_events FROM PUBLIC;
@@ -402,6 +402,32 @@ CREATE EVENT TRIGGER eventgrid_check_event_publications ON ddl_command_end
    EXECUTE FUNCTION eventgrid._check_event_publications();
 COMMENT ON EVENT TRIGGER eventgrid_check_event_publications IS
     'eventgrid: refuses publications of eventgrid.events that would replicate the rotation''s TRUNCATE or the event tables one by one (README "Scaling out").';
+
+-- A database with no event subscription (an application server whose
+-- events are delivered elsewhere) wakes no delivery worker at each commit
+-- (the upkeep worker notes it in shared memory); a subscription created
+-- clears the note when its transaction commits, as a change does.
+CREATE FUNCTION eventgrid._subscriptions_created() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._subscriptions_changed_at_commit();
+    RETURN NULL;
+END $$;
+COMMENT ON FUNCTION eventgrid._subscriptions_created() IS
+    'Internal: AFTER INSERT statement trigger on eventgrid.event_subscriptions: tells the workers at commit that the database has event subscriptions (commits that publish wake the delivery workers again).';
+REVOKE ALL ON FUNCTION eventgrid._subscriptions_created() FROM PUBLIC;
+CREATE TRIGGER event_subscriptions_created AFTER INSERT ON eventgrid.event_subscriptions
+    FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._subscriptions_created();
+
+-- the wake-up of a commit that publishes is told apart from other wake-ups:
+-- it needs no delivery worker while the database has no event subscription
+CREATE OR REPLACE FUNCTION eventgrid._wake_at_commit() RETURNS trigger
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_wake_at_commit';
+COMMENT ON FUNCTION eventgrid._wake_at_commit() IS
+    'Internal: AFTER INSERT statement trigger on eventgrid.events; when the publishing transaction commits, wakes (or starts) the delivery workers, unless the database has no event subscription, and tells the upkeep worker (SPEC 2).';
 
 -- worker_status shows the apply workers that bring this database its events
 CREATE OR REPLACE FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text,

@@ -127,10 +127,12 @@ eg_wake_launcher(void)
  * Work came in for database dboid (a commit that published, paused,
  * updated or dropped something): its delivery workers (delivery) are
  * woken, its upkeep worker (upkeep) is told; those not running are wanted
- * now and the launcher is woken to start them.
+ * now and the launcher is woken to start them.  for_events: the commit
+ * published events, which need no delivery worker while the database has
+ * no event subscription (EgDbSlot.no_subscriptions).
  */
-void
-eg_db_wake(Oid dboid, bool delivery, bool upkeep)
+static void
+db_wake(Oid dboid, bool delivery, bool upkeep, bool for_events)
 {
 	Latch	   *latches[EG_MAX_DELIVERY_WORKERS];
 	int			n = 0;
@@ -143,7 +145,12 @@ eg_db_wake(Oid dboid, bool delivery, bool upkeep)
 	db = find_locked(dboid, true);
 	if (db != NULL)
 	{
-		if (delivery)
+		/*
+		 * Events published in a database with no event subscription (an
+		 * application server whose events are delivered elsewhere): nothing
+		 * to deliver, only upkeep.
+		 */
+		if (delivery && !(for_events && db->no_subscriptions))
 		{
 			db->wakes++;
 			for (int k = 0; k < EG_MAX_DELIVERY_WORKERS; k++)
@@ -177,6 +184,20 @@ eg_db_wake(Oid dboid, bool delivery, bool upkeep)
 		SetLatch(latches[i]);
 	if (launcher)
 		eg_wake_launcher();
+}
+
+/* See eventgrid.h. */
+void
+eg_db_wake(Oid dboid, bool delivery, bool upkeep)
+{
+	db_wake(dboid, delivery, upkeep, false);
+}
+
+/* See eventgrid.h. */
+void
+eg_db_wake_for_events(Oid dboid)
+{
+	db_wake(dboid, true, true, true);
 }
 
 /*

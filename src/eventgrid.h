@@ -149,7 +149,9 @@ typedef struct EgDbSlot
 	TimestampTz summary_at;		/* the upkeep worker's last summary of dead letters (0: none yet) */
 	int64		summary_dead_letter_id; /* the newest dead letter then (-1: no baseline yet) */
 	int64		summary_dropped;	/* the dropped events counted then */
-	uint64		change_generation;	/* counts commits that paused, resumed, updated or dropped event subscriptions */
+	uint64		change_generation;	/* counts commits that created, paused, resumed, updated or dropped event subscriptions */
+	bool		no_subscriptions;	/* the upkeep worker found no event subscription (and none changed since):
+									 * commits that publish wake no delivery worker */
 } EgDbSlot;
 
 /* Shared state: the launcher, the rate buckets, the hosts, and a slot per database. */
@@ -205,6 +207,8 @@ extern Size eg_shared_size(void);
 extern void eg_shared_init(void);
 extern EgDbSlot *eg_db_find(Oid dboid, bool create);
 extern void eg_db_wake(Oid dboid, bool delivery, bool upkeep);
+/* A commit published events in database dboid: eg_db_wake() of both, no delivery worker while it has no event subscription. */
+extern void eg_db_wake_for_events(Oid dboid);
 extern void eg_db_extension_changed(Oid dboid);
 extern void eg_db_hold_for_ddl(Oid dboid);
 extern void eg_db_release_holds(bool dropped);
@@ -217,6 +221,8 @@ extern void eg_wake_worker(void);
 
 /* Wakes the delivery workers once when the current transaction commits (module.c). */
 extern void eg_wake_worker_at_commit(void);
+/* Likewise for a transaction that publishes events: no delivery worker while the database has no event subscription. */
+extern void eg_wake_for_events_at_commit(void);
 
 /* Tells the upkeep worker of this process's database that work came in: upkeep within a second. */
 extern void eg_want_upkeep(void);

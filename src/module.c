@@ -21,6 +21,7 @@
 #include "catalog/pg_attribute.h"
 #include "catalog/pg_proc.h"
 #include "commands/dbcommands.h"
+#include "commands/trigger.h"
 #include "commands/defrem.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -81,6 +82,7 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 
 static bool wake_at_commit = false;
 static bool subscriptions_changed_at_commit = false;
+static bool events_at_commit = false;	/* the transaction published events */
 static bool extension_changed_at_commit = false;
 static bool dropped_at_commit = false;
 static bool xact_callback_registered = false;
@@ -472,12 +474,17 @@ eg_xact_callback(XactEvent event, void *arg)
 				{
 					SpinLockAcquire(&eg_shared->mutex);
 					if (db->dboid == MyDatabaseId)
+					{
 						db->change_generation++;
+						db->no_subscriptions = false;
+					}
 					SpinLockRelease(&eg_shared->mutex);
 				}
 			}
 			if (wake_at_commit)
 				eg_wake_worker();
+			else if (events_at_commit)
+				eg_db_wake_for_events(MyDatabaseId);
 			if (extension_changed_at_commit)
 				eg_db_extension_changed(MyDatabaseId);
 			eg_db_release_holds(dropped_at_commit);
@@ -490,6 +497,7 @@ eg_xact_callback(XactEvent event, void *arg)
 			return;
 	}
 	wake_at_commit = false;
+	events_at_commit = false;
 	subscriptions_changed_at_commit = false;
 	extension_changed_at_commit = false;
 	dropped_at_commit = false;
@@ -530,6 +538,33 @@ eventgrid_wake_worker_at_commit(PG_FUNCTION_ARGS)
 {
 	eg_wake_worker_at_commit();
 	PG_RETURN_VOID();
+}
+
+/* See eventgrid.h. */
+void
+eg_wake_for_events_at_commit(void)
+{
+	register_xact_callback();
+	events_at_commit = true;
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_wake_at_commit);
+
+/*
+ * Trigger function eventgrid._wake_at_commit(): AFTER INSERT FOR EACH
+ * STATEMENT on eventgrid.events: when the publishing transaction commits,
+ * the delivery workers are woken (or started), unless the database has no
+ * event subscription, and the upkeep worker is told (SPEC 2).
+ */
+Datum
+eventgrid_wake_at_commit(PG_FUNCTION_ARGS)
+{
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("eventgrid._wake_at_commit() must be called as a trigger")));
+	eg_wake_for_events_at_commit();
+	return PointerGetDatum(NULL);
 }
 
 PG_FUNCTION_INFO_V1(eventgrid_subscriptions_changed_at_commit);

@@ -19,8 +19,9 @@
  * - an event for a topic this database lacks is counted in
  *   eventgrid.unknown_topic_events and kept (never an apply error, which
  *   would stop replication);
- * - each applied transaction is noted in eventgrid.replication_progress
- *   (for the lag) and wakes the delivery workers when it commits.
+ * - each applied transaction wakes the delivery workers when it commits,
+ *   and is counted in eventgrid.replication_progress (for the lag), which
+ *   is written at most once a second (with the transactions counted since).
  *
  * The event_table column, if sent, routes the row to that event table; the
  * rotation empties a table only when no position needs its rows, under a
@@ -78,17 +79,25 @@ eventgrid_new_event_id(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(nextval_internal(event_id_sequence(), true));
 }
 
-/* Topics this transaction found to exist (a handful; reset per transaction). */
+/*
+ * Topics found to exist (a handful), forgotten every second: a topic
+ * dropped meanwhile is still counted as known for up to a second (only
+ * eventgrid.unknown_topic_events depends on it, not what is delivered).
+ */
 #define KNOWN_TOPICS 16
-static LocalTransactionId known_lxid = InvalidLocalTransactionId;
+#define FORGET_MS 1000
+static TimestampTz known_since = 0;
 static char *known_topics[KNOWN_TOPICS];
 static int	known_n;
 static SPIPlanPtr topic_plan;
 static SPIPlanPtr unknown_plan;
 static SPIPlanPtr progress_plan;
 
-/* The transaction the last applied row belonged to (progress noted once per transaction). */
+/* The transaction the last applied row belonged to (each counted once). */
 static LocalTransactionId noted_lxid = InvalidLocalTransactionId;
+/* Applied transactions not yet written to eventgrid.replication_progress, and when it last was. */
+static int64 unwritten_transactions = 0;
+static TimestampTz progress_written_at = 0;
 
 static LocalTransactionId
 current_lxid(void)
@@ -107,24 +116,38 @@ prepare_kept(const char *sql, int nargs, Oid *types)
 	return plan;
 }
 
-/* Does this database have topic (looked up once per transaction and topic)? */
+/* Connects to SPI the first time a row's work needs it. */
+static void
+need_spi(bool *connected)
+{
+	if (*connected)
+		return;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "eventgrid: SPI_connect failed");
+	*connected = true;
+}
+
+/* Does this database have topic (a known topic looked up again after a second)? */
 static bool
-topic_exists(const char *topic)
+topic_exists(const char *topic, bool *connected)
 {
 	Datum		arg;
 	bool		found;
 
-	if (known_lxid != current_lxid())
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	if (now - known_since >= FORGET_MS * 1000 || now < known_since)
 	{
 		for (int i = 0; i < known_n; i++)
 			pfree(known_topics[i]);
 		known_n = 0;
-		known_lxid = current_lxid();
+		known_since = now;
 	}
 	for (int i = 0; i < known_n; i++)
 		if (strcmp(known_topics[i], topic) == 0)
 			return true;
 
+	need_spi(connected);
 	if (topic_plan == NULL)
 	{
 		Oid			types[1] = {TEXTOID};
@@ -143,10 +166,11 @@ topic_exists(const char *topic)
 
 /* Counts an applied event for a topic this database lacks. */
 static void
-count_unknown_topic(const char *source, const char *topic)
+count_unknown_topic(const char *source, const char *topic, bool *connected)
 {
 	Datum		args[2];
 
+	need_spi(connected);
 	if (unknown_plan == NULL)
 	{
 		Oid			types[2] = {TEXTOID, TEXTOID};
@@ -164,33 +188,46 @@ count_unknown_topic(const char *source, const char *topic)
 		elog(ERROR, "eventgrid: counting an event of an unknown topic failed");
 }
 
-/* Notes the applied transaction (its first event's publish time) once. */
+/*
+ * Counts the applied transaction once; at most once a second, writes the
+ * count so far with this transaction's first event's publish time.
+ */
 static void
-note_progress(const char *source, TimestampTz publish_time)
+note_progress(const char *source, TimestampTz publish_time, bool *connected)
 {
-	Datum		args[3];
+	Datum		args[4];
+	TimestampTz now;
 
 	if (noted_lxid == current_lxid())
 		return;
+	noted_lxid = current_lxid();
+	unwritten_transactions++;
+	now = GetCurrentTimestamp();
+	if (now - progress_written_at < FORGET_MS * 1000 && now >= progress_written_at)
+		return;
+	need_spi(connected);
 	if (progress_plan == NULL)
 	{
-		Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+		Oid			types[4] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID};
 
 		progress_plan = prepare_kept(
 									 "INSERT INTO eventgrid.replication_progress AS p"
 									 "       (source, transactions, last_publish_time, last_applied_at)"
-									 " VALUES ($1, 1, $2, $3)"
+									 " VALUES ($1, $4, $2, $3)"
 									 " ON CONFLICT (source) DO UPDATE"
-									 " SET transactions = p.transactions OPERATOR(pg_catalog.+) 1,"
+									 " SET transactions = p.transactions OPERATOR(pg_catalog.+) $4,"
 									 "     last_publish_time = $2, last_applied_at = $3",
-									 3, types);
+									 4, types);
 	}
 	args[0] = CStringGetTextDatum(source);
 	args[1] = TimestampTzGetDatum(publish_time);
-	args[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+	args[2] = TimestampTzGetDatum(now);
+	args[3] = Int64GetDatum(unwritten_transactions);
 	if (SPI_execute_plan(progress_plan, args, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "eventgrid: noting replication progress failed");
-	noted_lxid = current_lxid();
+	/* counted as written; if this transaction aborts, its count is lost with it (a gauge's detail) */
+	unwritten_transactions = 0;
+	progress_written_at = now;
 }
 
 PG_FUNCTION_INFO_V1(eventgrid_apply_event);
@@ -214,6 +251,7 @@ eventgrid_apply_event(PG_FUNCTION_ARGS)
 	Datum		d;
 	char	   *topic;
 	TimestampTz publish_time;
+	bool		connected = false;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
 		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) || !TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
@@ -263,13 +301,12 @@ eventgrid_apply_event(PG_FUNCTION_ARGS)
 		}
 	}
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "eventgrid: SPI_connect failed");
-	if (topic != NULL && !topic_exists(topic))
-		count_unknown_topic(source, topic);
-	note_progress(source, publish_time);
-	SPI_finish();
+	if (topic != NULL && !topic_exists(topic, &connected))
+		count_unknown_topic(source, topic, &connected);
+	note_progress(source, publish_time, &connected);
+	if (connected)
+		SPI_finish();
 
-	eg_wake_worker_at_commit();
+	eg_wake_for_events_at_commit();
 	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, tupdesc, n, cols, values, nulls));
 }

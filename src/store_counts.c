@@ -59,6 +59,19 @@ static EgStatement unmatched = {
 	"UPDATE eventgrid.topic_positions p SET done = snap.s FROM snap, n WHERE p.topic = n.topic",
 };
 
+static EgStatement any_subscription = {
+	.name = "event subscription check",
+	.sql = "SELECT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions)",
+};
+
+/* Does this database have an event subscription? */
+bool
+eg_store_has_subscriptions(void)
+{
+	eg_store_run(&any_subscription, NULL, true, SPI_OK_SELECT);
+	return eg_bool_col(SPI_tuptable, 0, 1);
+}
+
 /* Counts the events that no event subscription takes, per topic (SPEC 9). */
 void
 eg_store_count_unmatched(void)

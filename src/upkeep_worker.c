@@ -41,6 +41,29 @@ static void log_summary(void);
  * table is due.  Each step is its own unit of work.  Runs in the upkeep worker.  Returns whether an event
  * table holds rows still (upkeep is then wanted again soon).
  */
+/*
+ * Notes in shared memory whether the database has no event subscription:
+ * an application server whose events delivery servers receive by logical
+ * replication then wakes no delivery worker at each commit (eg_db_wake()).
+ * A subscription created, changed or dropped since the generation was read
+ * (its commit clears the note) keeps it from being set.
+ */
+static void
+note_subscriptions(void)
+{
+	uint64		generation;
+	bool		none;
+
+	SpinLockAcquire(&eg_shared->mutex);
+	generation = eg_my_db->change_generation;
+	SpinLockRelease(&eg_shared->mutex);
+	none = !eg_store_has_subscriptions();
+	SpinLockAcquire(&eg_shared->mutex);
+	if (eg_my_db->dboid == MyDatabaseId)
+		eg_my_db->no_subscriptions = none && eg_my_db->change_generation == generation;
+	SpinLockRelease(&eg_shared->mutex);
+}
+
 static bool
 upkeep(void)
 {
@@ -63,6 +86,7 @@ upkeep(void)
 	eg_store_recover(0, now, eg_attempt_history != EG_HISTORY_OFF, &charged, &taken);
 	eg_store_count_unmatched();
 	eg_store_forget_health();
+	note_subscriptions();
 	eg_end_work();
 	/* retries made here are due at once: the delivery workers may be asleep until their next due time */
 	if (rebased > 0 || taken > 0)

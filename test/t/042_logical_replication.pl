@@ -21,6 +21,9 @@ use EventGridTest;
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use File::Spec;
+use HTTP::Tiny;
+use IPC::Run;
 use Test::More;
 use Time::HiRes qw(usleep);
 
@@ -41,7 +44,7 @@ sub app_node
 	$node->safe_psql('postgres', 'CREATE EXTENSION eventgrid');
 	return $node;
 }
-my $app = app_node('app', 'eventgrid.event_retention' => "'5s'");
+my $app = app_node('app', 'eventgrid.event_retention' => "'5s'", 'eventgrid.worker_idle_timeout' => "'1s'");
 my $app2 = app_node('app2');
 my $d1 = new_node('delivery1', %conf);
 my $d2 = new_node('delivery2', %conf);
@@ -174,6 +177,21 @@ is($d1->safe_psql('postgres', 'SELECT count(*) FROM eventgrid.unknown_topic_even
 # the application's primary delivers nothing; its event tables still rotate
 is($app->safe_psql('postgres', 'SELECT count(*) FROM eventgrid.delivery_attempts'), '0',
 	'the application server made no delivery attempt');
+ok(wait_for_sql($app, 'SELECT delivery_workers_running FROM eventgrid.worker_metrics', '0', 30),
+	"the application server's delivery worker left");
+publish($app, 'tp1', 'quiet-1');
+# a delivery worker started would stay for its idle timeout (1 s): look every 100 ms for 2 s
+my ($delivery_seen, $upkeep_seen) = (0, 0);
+for (1 .. 20)
+{
+	my ($d, $k) = split /\|/, $app->safe_psql('postgres',
+		'SELECT delivery_workers_running, upkeep_workers_running FROM eventgrid.worker_metrics');
+	$delivery_seen ||= $d;
+	$upkeep_seen ||= $k;
+	usleep(100_000);
+}
+is("$delivery_seen/$upkeep_seen", '0/1',
+	'a commit that publishes in a database with no event subscription starts its upkeep worker, no delivery worker');
 ok(wait_for_sql($app, 'SELECT count(truncated_at) >= 2 FROM eventgrid.event_tables', 't', 30),
 	"the application server's event tables rotate while slots are subscribed");
 ok($d1->safe_psql('postgres', 'SELECT count(truncated_at) FROM eventgrid.event_tables') >= 1,
@@ -265,8 +283,42 @@ sleep 2;
 $d2->start;
 $seen = all_arrived('/d2/s3', \@down);
 is(scalar(grep { $seen->{$_} == 1 } @down), 30, 'the backlog drains when it returns, each event once');
-cmp_ok($d2->safe_psql('postgres', 'SELECT apply_lag_seconds FROM eventgrid.replication_sources'), '>=', 2,
-	'replication_sources shows the lag of what it applied late');
+my $lag = $d2->safe_psql('postgres', 'SELECT apply_lag_seconds FROM eventgrid.replication_sources');
+cmp_ok($lag, '>=', 2, 'replication_sources shows the lag of what it applied late');
+
+# the same through Debian's prometheus-postgres-exporter with monitoring/'s queries, as a pg_monitor role
+my $monitoring = File::Spec->rel2abs("$FindBin::RealBin/../../monitoring");
+my %scraped;
+for my $node ($d2, $app)
+{
+	$node->safe_psql('postgres', 'CREATE ROLE exporter LOGIN IN ROLE pg_monitor');
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my ($out, $err) = ('', '');
+	my $exporter = IPC::Run::start(
+		[ 'env', sprintf('DATA_SOURCE_NAME=host=%s port=%d user=exporter dbname=postgres sslmode=disable',
+				$node->host, $node->port),
+			'prometheus-postgres-exporter', "--web.listen-address=127.0.0.1:$port",
+			"--extend.query-path=$monitoring/postgres_exporter.yml",
+			'--auto-discover-databases', '--include-databases=postgres' ],
+		'>', \$out, '2>', \$err);
+	for (1 .. 100)
+	{
+		my $res = HTTP::Tiny->new(timeout => 5)->get("http://127.0.0.1:$port/metrics");
+		if ($res->{success} && $res->{content} =~ /^eventgrid_replication/m)
+		{
+			$scraped{ $node->name } = $res->{content};
+			last;
+		}
+		usleep(200_000);
+	}
+	$exporter->kill_kill;
+}
+my ($scraped_lag) = ($scraped{delivery2} // '') =~ /^eventgrid_replication_apply_lag_seconds\{[^}]*source="sub_app34"[^}]*\} (\S+)$/m;
+ok(defined $scraped_lag && abs($scraped_lag - $lag) < 0.001, "the exporter shows the delivery server's apply lag ($lag)");
+like($scraped{delivery2} // '', qr/^eventgrid_replication_apply_running\{[^}]*source="sub_app34"[^}]*\} 1$/m,
+	'and that its apply worker runs');
+like($scraped{app} // '', qr/^eventgrid_replication_slot_active\{[^}]*slot="sub_app34"[^}]*\} 1$/m,
+	"the exporter shows the application server's slots");
 
 # --- failover of the application's primary to a physical standby ----------
 $app->backup('base');
