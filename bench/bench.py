@@ -137,6 +137,26 @@ class ArrivalProcess:
         return got
 
 
+def cluster_cpu(data_dir):
+    """CPU seconds used so far by the postmaster of data_dir and each of its children, by pid."""
+    with open(os.path.join(data_dir, "postmaster.pid")) as f:
+        postmaster = int(f.readline())
+    tick = os.sysconf("SC_CLK_TCK")
+    usage = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid, ppid = int(entry), int(fields[1])
+        if pid == postmaster or ppid == postmaster:
+            usage[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return usage
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -187,22 +207,7 @@ class Bench:
 
     def cluster_cpu(self):
         """CPU seconds used so far by the postmaster and each of its children, by pid."""
-        with open(os.path.join(self.args.data_dir, "postmaster.pid")) as f:
-            postmaster = int(f.readline())
-        tick = os.sysconf("SC_CLK_TCK")
-        usage = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            pid, ppid = int(entry), int(fields[1])
-            if pid == postmaster or ppid == postmaster:
-                usage[pid] = (int(fields[11]) + int(fields[12])) / tick
-        return usage
+        return cluster_cpu(self.args.data_dir)
 
     def worker_pids(self):
         """The delivery workers' pids (eventgrid.delivery_workers of them)."""
@@ -848,7 +853,7 @@ def main():
     if "17" in only:
         Monitoring(b).run()
     if "18" in only:
-        Replication(b, ArrivalProcess).run()
+        Replication(b, ArrivalProcess, cluster_cpu).run()
     if "8" in only:
         cases = os.environ.get("BENCH_STEADY_CASES", "plain,rr").split(",")
         if "plain" in cases:

@@ -36,7 +36,8 @@ def env_int(name, default):
 
 
 class Cluster:
-    def __init__(self, work, name, port, extra):
+    def __init__(self, work, name, port, extra, cluster_cpu):
+        self.cluster_cpu = cluster_cpu
         self.dir = os.path.join(work, name)
         self.port = port
         os.makedirs(self.dir, exist_ok=True)
@@ -68,42 +69,29 @@ class Cluster:
 
     def cpu(self):
         """CPU seconds used so far by the postmaster and its children."""
-        with open(f"{self.dir}/data/postmaster.pid") as f:
-            postmaster = int(f.readline())
-        tick = os.sysconf("SC_CLK_TCK")
-        total = 0.0
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(entry) == postmaster or int(fields[1]) == postmaster:
-                total += (int(fields[11]) + int(fields[12])) / tick
-        return total
+        return sum(self.cluster_cpu(f"{self.dir}/data").values())
 
     def delivered(self):
         return self.q("SELECT coalesce(sum(delivered), 0) FROM eventgrid.delivery_statistics")[0][0]
 
 
 class Replication:
-    def __init__(self, bench, arrival_process):
+    def __init__(self, bench, arrival_process, cluster_cpu):
         self.b = bench
         self.ArrivalProcess = arrival_process
+        self.cluster_cpu = cluster_cpu
 
     def setup(self, mode, endpoint):
         """An application cluster (and, replicated, a delivery server) with topic
         'orders' and one event subscription to endpoint on the delivering side."""
         work = self.b.args.work
         tag = f"{mode}-{int(time.time() * 1000) % 100000}"
-        app = Cluster(work, f"app-{tag}", 55441, "wal_level = logical\n")
+        app = Cluster(work, f"app-{tag}", 55441, "wal_level = logical\n", self.cluster_cpu)
         app.q("SELECT eventgrid.create_topic('orders')")
         if mode == "local":
             app.q("SELECT eventgrid.create_event_subscription('orders', 'sink', %s)", (endpoint,))
             return app, app
-        dlv = Cluster(work, f"delivery-{tag}", 55442, "")
+        dlv = Cluster(work, f"delivery-{tag}", 55442, "", self.cluster_cpu)
         dlv.q("SELECT eventgrid.create_topic('orders')")
         dlv.q("SELECT eventgrid.create_event_subscription('orders', 'sink', %s)", (endpoint,))
         app.q("SELECT eventgrid.create_event_publication('bench')")
