@@ -21,8 +21,8 @@
 #include "catalog/pg_attribute.h"
 #include "catalog/pg_proc.h"
 #include "commands/dbcommands.h"
-#include "commands/trigger.h"
 #include "commands/defrem.h"
+#include "commands/trigger.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -245,7 +245,7 @@ eg_define_gucs(void)
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomIntVariable("eventgrid.event_retention",
 							gettext_noop("How long an event table is kept after its turn ended, even when nothing needs its events any more."),
-							gettext_noop("For a server whose events delivery servers receive by logical replication: after a failover, what they had not received is fed again from the event tables (README \"Scaling out\"). At most twice eventgrid.event_table_rotation counts; 0 keeps nothing."),
+							gettext_noop("For a server whose events delivery servers receive by logical replication: after a failover, what they had not received is fed again from the event tables (README \"Scaling out\"). At most 5/3 of eventgrid.event_table_rotation counts (so the oldest table is still emptied before its next turn); 0 keeps nothing."),
 							&eg_event_retention_s, 0, 0, 7200,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomEnumVariable("eventgrid.attempt_history",

@@ -35,8 +35,8 @@
 #include "commands/sequence.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
-#include "storage/proc.h"
 #include "replication/worker_internal.h"
+#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
@@ -164,7 +164,11 @@ topic_exists(const char *topic, bool *connected)
 	return found;
 }
 
-/* Counts an applied event for a topic this database lacks. */
+/*
+ * Counts an applied event for a topic this database lacks (one whose name
+ * no topic could have under "(not a topic name)": it comes from another
+ * server, and an unbounded key would fail the apply).
+ */
 static void
 count_unknown_topic(const char *source, const char *topic, bool *connected)
 {
@@ -177,7 +181,8 @@ count_unknown_topic(const char *source, const char *topic, bool *connected)
 
 		unknown_plan = prepare_kept(
 									"INSERT INTO eventgrid.unknown_topic_events AS u (source, topic, events)"
-									" VALUES ($1, $2, 1)"
+									" VALUES ($1, CASE WHEN eventgrid._is_topic_name($2) THEN $2"
+									"                  ELSE '(not a topic name)' END, 1)"
 									" ON CONFLICT (source, topic) DO UPDATE"
 									" SET events = u.events OPERATOR(pg_catalog.+) 1, last_at = pg_catalog.now()",
 									2, types);
