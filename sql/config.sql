@@ -283,3 +283,20 @@ SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
 SELECT metric_name, aggregation, unit FROM eventgrid.metrics
  WHERE topic = 'orders' AND (event_subscription IS NULL OR event_subscription = 'sub-default')
  ORDER BY event_subscription NULLS FIRST, metric_name, aggregation;
+
+-- Scaling out: the publication of events, its checks, the retention setting
+SELECT name, setting, unit, min_val, max_val, context FROM pg_settings WHERE name = 'eventgrid.event_retention';
+SELECT err($$SELECT eventgrid.create_event_publication(NULL)$$);
+SELECT err($$SELECT eventgrid.create_event_publication('')$$);
+SELECT err($$SELECT eventgrid.create_event_publication('pub_x', ARRAY[]::text[])$$);
+SELECT err($$SELECT eventgrid.create_event_publication('pub_x', ARRAY['orders', 'nope'])$$);
+SET client_min_messages = error;    -- wal_level need not be logical to create one
+SELECT eventgrid.create_event_publication('pub_orders', ARRAY['orders']);
+SELECT pubname, pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot FROM pg_publication WHERE pubname = 'pub_orders';
+SELECT pg_get_expr(prqual, prrelid) AS row_filter, prattrs FROM pg_publication_rel r
+  JOIN pg_publication p ON p.oid = r.prpubid WHERE p.pubname = 'pub_orders';
+SELECT err($$ALTER PUBLICATION pub_orders SET (publish = 'insert, truncate')$$);
+SELECT err($$CREATE PUBLICATION pub_bad FOR TABLE eventgrid.events$$);
+SELECT err($$CREATE PUBLICATION pub_bad FOR TABLE eventgrid.events_0 WITH (publish = 'insert')$$);
+DROP PUBLICATION pub_orders;
+RESET client_min_messages;

@@ -1761,8 +1761,11 @@ CREATE FUNCTION eventgrid.create_event_publication(name text, topics text[] DEFA
 DECLARE
     missing text;
 BEGIN
-    IF name IS NULL OR name = '' THEN
-        RAISE EXCEPTION 'name of an event publication must not be empty' USING ERRCODE = '22023';
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name of an event publication must not be NULL' USING ERRCODE = '22004';
+    ELSIF name = '' THEN
+        RAISE EXCEPTION 'name of an event publication must not be empty' USING ERRCODE = '22023',
+            HINT = 'Name it as CREATE PUBLICATION would, e.g. eventgrid_events.';
     END IF;
     IF topics IS NOT NULL THEN
         IF cardinality(topics) = 0 OR array_position(topics, NULL) IS NOT NULL THEN
@@ -1784,7 +1787,7 @@ BEGIN
                                     (SELECT string_agg(format('%L', x), ', ') FROM unnest(topics) x)) END);
 END $$;
 
-COMMENT ON FUNCTION eventgrid.create_event_publication(name text, topics text[]) IS 'Creates the publication a delivery server subscribes to (README "Scaling out"): CREATE PUBLICATION name FOR TABLE eventgrid.events (id, topic, event, publish_time, event_bytes) [WHERE (topic IN (topics))] WITH (publish = ''insert'', publish_via_partition_root = true). topics: NULL for every topic, else the topics whose events this publication carries (row filter; for splitting topics across delivery servers). Needs the privileges of CREATE PUBLICATION (the owner of eventgrid.events: a superuser). Errors: 22023 empty name or topics list, 42704 unknown topic; 42710 a publication of that name exists.';
+COMMENT ON FUNCTION eventgrid.create_event_publication(name text, topics text[]) IS 'Creates the publication a delivery server subscribes to (README "Scaling out"): CREATE PUBLICATION name FOR TABLE eventgrid.events (id, topic, event, publish_time, event_bytes) [WHERE (topic IN (topics))] WITH (publish = ''insert'', publish_via_partition_root = true). topics: NULL for every topic, else the topics whose events this publication carries (row filter; for splitting topics across delivery servers). Needs the privileges of CREATE PUBLICATION (the owner of eventgrid.events: a superuser). Errors: 22004 NULL name, 22023 empty name or topics list, 42704 unknown topic; 42710 a publication of that name exists.';
 
 CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT 'none'::text, dead_letter_topic text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER

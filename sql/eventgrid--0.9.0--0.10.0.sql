@@ -334,8 +334,11 @@ CREATE FUNCTION eventgrid.create_event_publication(name text, topics text[] DEFA
 DECLARE
     missing text;
 BEGIN
-    IF name IS NULL OR name = '' THEN
-        RAISE EXCEPTION 'name of an event publication must not be empty' USING ERRCODE = '22023';
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name of an event publication must not be NULL' USING ERRCODE = '22004';
+    ELSIF name = '' THEN
+        RAISE EXCEPTION 'name of an event publication must not be empty' USING ERRCODE = '22023',
+            HINT = 'Name it as CREATE PUBLICATION would, e.g. eventgrid_events.';
     END IF;
     IF topics IS NOT NULL THEN
         IF cardinality(topics) = 0 OR array_position(topics, NULL) IS NOT NULL THEN
@@ -357,7 +360,7 @@ BEGIN
                                     (SELECT string_agg(format('%L', x), ', ') FROM unnest(topics) x)) END);
 END $$;
 COMMENT ON FUNCTION eventgrid.create_event_publication(text, text[]) IS
-    'Creates the publication a delivery server subscribes to (README "Scaling out"): CREATE PUBLICATION name FOR TABLE eventgrid.events (id, topic, event, publish_time, event_bytes) [WHERE (topic IN (topics))] WITH (publish = ''insert'', publish_via_partition_root = true). topics: NULL for every topic, else the topics whose events this publication carries (row filter; for splitting topics across delivery servers). Needs the privileges of CREATE PUBLICATION (the owner of eventgrid.events: a superuser). Errors: 22023 empty name or topics list, 42704 unknown topic; 42710 a publication of that name exists.';
+    'Creates the publication a delivery server subscribes to (README "Scaling out"): CREATE PUBLICATION name FOR TABLE eventgrid.events (id, topic, event, publish_time, event_bytes) [WHERE (topic IN (topics))] WITH (publish = ''insert'', publish_via_partition_root = true). topics: NULL for every topic, else the topics whose events this publication carries (row filter; for splitting topics across delivery servers). Needs the privileges of CREATE PUBLICATION (the owner of eventgrid.events: a superuser). Errors: 22004 NULL name, 22023 empty name or topics list, 42704 unknown topic; 42710 a publication of that name exists.';
 REVOKE ALL ON FUNCTION eventgrid.create_event_publication(text, text[]) FROM PUBLIC;
 
 -- A publication that would replicate TRUNCATE (the rotation) or the event
