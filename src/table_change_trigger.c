@@ -163,15 +163,24 @@ rfc3339(TimestampTz ts)
 static char *
 random_uuid(void)
 {
+	static const int groups[] = {4, 2, 2, 2, 6};
 	uint8		b[16];
+	char	   *out = palloc(37);
+	char	   *p = out;
 
 	if (!pg_strong_random(b, sizeof(b)))
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("could not generate random values")));
 	b[6] = (b[6] & 0x0f) | 0x40;
 	b[8] = (b[8] & 0x3f) | 0x80;
-	return psprintf("%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-					b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-					b[14], b[15]);
+	for (int g = 0, i = 0; g < (int) lengthof(groups); g++)
+	{
+		if (g > 0)
+			*p++ = '-';
+		p += hex_encode((const char *) b + i, groups[g], p);
+		i += groups[g];
+	}
+	*p = '\0';
+	return out;
 }
 
 static void
@@ -300,6 +309,25 @@ flush(EgChange *c)
 	MemoryContextReset(c->batch_cxt);
 }
 
+/* The members of the change's data object, in jsonb's key order: new, old, table, schema, operation. */
+static void
+push_data(JsonbParseState **st, EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot)
+{
+	push_key(st, "new");
+	if (newslot)
+		push_row(st, c, newslot, false);
+	else
+		push_null_value(st);
+	push_key(st, "old");
+	if (oldslot)
+		push_row(st, c, oldslot, false);
+	else
+		push_null_value(st);
+	push_string(st, "table", c->table_name);
+	push_string(st, "schema", c->schema_name);
+	push_string(st, "operation", c->operation);
+}
+
 /* Builds the event of one row change and adds it to the batch. */
 static void
 add_event(EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot, MemoryContext row_cxt)
@@ -310,47 +338,41 @@ add_event(EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot, MemoryC
 	char	   *subject = subject_of(c, newslot ? newslot : oldslot);
 	int64		size;
 
-	/* one parse state for the whole event: its parts are not made into jsonb one by one */
+	/*
+	 * One parse state for the whole event: its parts are not made into jsonb
+	 * one by one.  Keys go in jsonb's order (shorter first, then bytewise),
+	 * so that sorting each object at its end finds it sorted.
+	 */
 	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
-	if (c->schema != IN_CUSTOM)
+	if (c->schema == IN_CUSTOM)
+		push_data(&st, c, newslot, oldslot);
+	else
 	{
 		push_string(&st, "id", random_uuid());
-		push_string(&st, "subject", subject);
+		push_key(&st, "data");
+		pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+		push_data(&st, c, newslot, oldslot);
+		pushJsonbValue(&st, WJB_END_OBJECT, NULL);
 		if (c->schema == IN_CLOUDEVENTS)
 		{
-			push_string(&st, "specversion", "1.0");
-			push_string(&st, "source", c->source);
-			push_string(&st, "type", c->event_type);
 			push_string(&st, "time", c->event_time);
+			push_string(&st, "type", c->event_type);
+			push_string(&st, "source", c->source);
+			push_string(&st, "subject", subject);
+			push_string(&st, "specversion", "1.0");
 			push_string(&st, "datacontenttype", "application/json");
 		}
 		else
 		{
-			push_string(&st, "eventType", c->event_type);
-			push_string(&st, "eventTime", c->event_time);
-			push_string(&st, "dataVersion", "1");
-			/* what the publish trigger stamps */
-			push_string(&st, "metadataVersion", "1");
+			/* topic and metadataVersion: what the publish trigger stamps */
 			push_string(&st, "topic", c->topic);
+			push_string(&st, "subject", subject);
+			push_string(&st, "eventTime", c->event_time);
+			push_string(&st, "eventType", c->event_type);
+			push_string(&st, "dataVersion", "1");
+			push_string(&st, "metadataVersion", "1");
 		}
-		push_key(&st, "data");
-		pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
 	}
-	push_string(&st, "operation", c->operation);
-	push_string(&st, "schema", c->schema_name);
-	push_string(&st, "table", c->table_name);
-	push_key(&st, "new");
-	if (newslot)
-		push_row(&st, c, newslot, false);
-	else
-		push_null_value(&st);
-	push_key(&st, "old");
-	if (oldslot)
-		push_row(&st, c, oldslot, false);
-	else
-		push_null_value(&st);
-	if (c->schema != IN_CUSTOM)
-		pushJsonbValue(&st, WJB_END_OBJECT, NULL);
 	event = JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
 	size = eg_event_text_size(event);
 	eg_check_event_size(size);
@@ -380,6 +402,20 @@ unchanged(EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot, MemoryC
 }
 
 /* The columns of rel, and how each goes into events. */
+/* jsonb's order of object keys, for columns: shorter names first, then bytewise. */
+static int
+column_cmp(const void *a, const void *b)
+{
+	const char *x = ((const EgColumn *) a)->name;
+	const char *y = ((const EgColumn *) b)->name;
+	size_t		xl = strlen(x);
+	size_t		yl = strlen(y);
+
+	if (xl != yl)
+		return xl < yl ? -1 : 1;
+	return memcmp(x, y, xl);
+}
+
 static void
 prepare_columns(EgChange *c, Relation rel, Datum columns, bool columns_null, Datum watched,
 				bool watched_null, Datum keys, bool keys_null)
@@ -426,6 +462,9 @@ prepare_columns(EgChange *c, Relation rel, Datum columns, bool columns_null, Dat
 													 InvalidOid, COERCE_EXPLICIT_CALL), &col->to_jsonb);
 		}
 	}
+
+	/* in jsonb's key order, so that each row's object is built sorted (push_row) */
+	qsort(c->cols, c->ncols, sizeof(EgColumn), column_cmp);
 
 	/* the subject names the primary key's values when every key column is published */
 	c->keys = NULL;
