@@ -44,7 +44,9 @@ sub app_node
 	$node->safe_psql('postgres', 'CREATE EXTENSION eventgrid');
 	return $node;
 }
-my $app = app_node('app', 'eventgrid.event_retention' => "'5s'", 'eventgrid.worker_idle_timeout' => "'1s'");
+# the failover re-feed below reaches back eventgrid.event_retention (at most 5/3 of the rotation)
+my $app = app_node('app', 'eventgrid.event_table_rotation' => "'6s'", 'eventgrid.event_retention' => "'9s'",
+	'eventgrid.worker_idle_timeout' => "'1s'");
 my $app2 = app_node('app2');
 my $d1 = new_node('delivery1', %conf);
 my $d2 = new_node('delivery2', %conf);
