@@ -2,14 +2,15 @@
  * table_change_trigger.c - the statement trigger of a table change
  * publication (README "Publishing table changes"): each row of the
  * statement's transition tables becomes an event of the publication's
- * topic, built here directly (no SQL per row) and stored with one multi-row
- * INSERT per thousand events.
+ * topic, built here directly (no SQL per row) and stored a thousand at a
+ * time as COPY stores rows (heap_multi_insert).
  *
  * An event is built in the topic's input schema, already as the publish
  * trigger would stamp it (Event Grid schema: topic and metadataVersion),
- * with its publish time and its size as JSON text: eventgrid.events' BEFORE
- * INSERT trigger stores such rows as they are (only the extension's owner,
- * whose rights this trigger runs with, may set those columns).  What comes
+ * with its publish time and its size as JSON text, as eventgrid.events'
+ * BEFORE INSERT trigger would store it (it stores rows with a publish time
+ * as they are; only the extension's owner, whose rights this trigger runs
+ * with, may write those columns).  What comes
  * from the row is checked here: each event's size against the 1 MB limit;
  * the subject is made of percent-encoded key values, so no character of a
  * row reaches a header.  A column's JSON value is to_jsonb()'s for a
@@ -27,10 +28,17 @@
 #include "url.h"
 
 #include "access/htup_details.h"
+#include "access/heapam.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/partition.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
+#include "commands/sequence.h"
 #include "commands/trigger.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
@@ -43,8 +51,9 @@
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
+#include "utils/xid8.h"
 
-#define EG_TC_BATCH 1000		/* events per INSERT */
+#define EG_TC_BATCH 1000		/* events stored at once */
 
 /*
  * The publications to the trigger's topic of its relation and of the
@@ -67,13 +76,6 @@ static const char *lookup_sql =
 "  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) p.source_table"
 "  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace"
 " WHERE p.source_table::pg_catalog.oid OPERATOR(pg_catalog.=) ANY ($1) AND p.topic OPERATOR(pg_catalog.=) $2";
-
-/* The events, their publish time and sizes, into the events table. */
-static SPIPlanPtr insert_plan = NULL;
-static const char *insert_sql =
-"INSERT INTO eventgrid.events (topic, event, publish_time, event_bytes)"
-" SELECT $1, e.event, $2, e.bytes"
-" FROM ROWS FROM (pg_catalog.unnest($3::pg_catalog.jsonb[]), pg_catalog.unnest($4::pg_catalog.int4[])) e(event, bytes)";
 
 typedef enum EgInputSchema
 {
@@ -116,6 +118,8 @@ typedef struct EgChange
 	Datum	   *sizes;
 	int			n;
 	MemoryContext batch_cxt;
+	TupleTableSlot **slots;		/* for storing a batch: nslots made so far, as many as a batch needed */
+	int			nslots;
 } EgChange;
 
 /* The place of oid in list (which holds it). */
@@ -292,19 +296,108 @@ subject_of(EgChange *c, TupleTableSlot *slot)
 	return s.data;
 }
 
+/* The number of column name of desc (which has it). */
+static AttrNumber
+column_number(TupleDesc desc, const char *name)
+{
+	int			n = SPI_fnumber(desc, name);
+
+	if (n <= 0)
+		elog(ERROR, "eventgrid: the event table has no column %s", name);
+	return n;
+}
+
+/*
+ * Stores the batch's events as COPY stores rows: straight into the event
+ * table of the current transaction (what eventgrid._event_table() says,
+ * as an INSERT would route them), with heap_multi_insert and their index
+ * entries, each row as eventgrid.events' defaults and publish trigger
+ * would make it (id from events_id_seq, the transaction's id, the publish
+ * time and size given).  Nothing else fires on these rows: the BEFORE
+ * INSERT trigger stores such rows as they are, and its wake-up at commit
+ * is asked for here.
+ */
 static void
 flush(EgChange *c)
 {
-	Datum		args[4];
+	Oid			nsp;
+	char		name[NAMEDATALEN];
+	Relation	rel;
+	TupleDesc	desc;
+	Oid			seq;
+	Datum	   *values;
+	bool	   *nulls;
+	AttrNumber	a_id,
+				a_topic,
+				a_event,
+				a_time,
+				a_bytes,
+				a_txid,
+				a_table;
+	int			table = eg_event_table_at(GetCurrentTransactionStartTimestamp());
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot **slots;
+	BulkInsertState bistate;
 
 	if (c->n == 0)
 		return;
-	args[0] = CStringGetTextDatum(c->topic);
-	args[1] = c->publish_time;
-	args[2] = PointerGetDatum(construct_array(c->events, c->n, JSONBOID, -1, false, TYPALIGN_INT));
-	args[3] = PointerGetDatum(construct_array(c->sizes, c->n, INT4OID, 4, true, TYPALIGN_INT));
-	if (SPI_execute_plan(insert_plan, args, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "eventgrid: storing table change events failed");
+	nsp = get_namespace_oid("eventgrid", false);
+	snprintf(name, sizeof(name), "events_%d", table);
+	rel = table_open(get_relname_relid(name, nsp), RowExclusiveLock);
+	desc = RelationGetDescr(rel);
+	seq = get_relname_relid("events_id_seq", nsp);
+	if (!OidIsValid(seq))
+		elog(ERROR, "eventgrid: sequence eventgrid.events_id_seq is missing");
+	a_id = column_number(desc, "id");
+	a_topic = column_number(desc, "topic");
+	a_event = column_number(desc, "event");
+	a_time = column_number(desc, "publish_time");
+	a_bytes = column_number(desc, "event_bytes");
+	a_txid = column_number(desc, "txid");
+	a_table = column_number(desc, "event_table");
+
+	values = palloc(desc->natts * sizeof(Datum));
+	nulls = palloc(desc->natts * sizeof(bool));
+	memset(nulls, true, desc->natts * sizeof(bool));
+	nulls[a_id - 1] = nulls[a_topic - 1] = nulls[a_event - 1] = nulls[a_time - 1] = false;
+	nulls[a_bytes - 1] = nulls[a_txid - 1] = nulls[a_table - 1] = false;
+	values[a_topic - 1] = CStringGetTextDatum(c->topic);
+	values[a_time - 1] = c->publish_time;
+	values[a_txid - 1] = FullTransactionIdGetDatum(GetTopFullTransactionId());
+	values[a_table - 1] = Int16GetDatum((int16) table);
+
+	estate = CreateExecutorState();
+	rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, rel, 1, NULL, 0);
+	ExecOpenIndices(rri, false);
+	/* every batch of the statement goes to the same event table (its transaction's): slots are kept */
+	if (c->slots == NULL)
+		c->slots = MemoryContextAlloc(CurrentMemoryContext, EG_TC_BATCH * sizeof(TupleTableSlot *));
+	for (; c->nslots < c->n; c->nslots++)
+		c->slots[c->nslots] = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
+	slots = c->slots;
+	for (int i = 0; i < c->n; i++)
+	{
+		values[a_id - 1] = Int64GetDatum(nextval_internal(seq, false));
+		values[a_event - 1] = c->events[i];
+		values[a_bytes - 1] = c->sizes[i];
+		ExecStoreHeapTuple(heap_form_tuple(desc, values, nulls), slots[i], true);
+	}
+	bistate = GetBulkInsertState();
+	table_multi_insert(rel, slots, c->n, GetCurrentCommandId(true), 0, bistate);
+	FreeBulkInsertState(bistate);
+	for (int i = 0; i < c->n; i++)
+	{
+		ResetPerTupleExprContext(estate);
+		ExecInsertIndexTuples(rri, slots[i], estate, false, false, NULL, NIL);
+		ExecClearTuple(slots[i]);
+	}
+	ExecCloseIndices(rri);
+	FreeExecutorState(estate);
+	table_close(rel, NoLock);
+	eg_wake_for_events_at_commit();
+
 	c->n = 0;
 	MemoryContextReset(c->batch_cxt);
 }
@@ -631,15 +724,6 @@ eventgrid_table_change_trigger(PG_FUNCTION_ARGS)
 	c.publish_time = TimestampTzGetDatum(eg_transaction_now());
 	c.events = palloc(EG_TC_BATCH * sizeof(Datum));
 	c.sizes = palloc(EG_TC_BATCH * sizeof(Datum));
-	if (insert_plan == NULL)
-	{
-		Oid			itypes[4] = {TEXTOID, TIMESTAMPTZOID, JSONBARRAYOID, INT4ARRAYOID};
-		SPIPlanPtr	plan = SPI_prepare(insert_sql, 4, itypes);
-
-		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "eventgrid: preparing the table change insert failed");
-		insert_plan = plan;
-	}
 
 	row_cxt = AllocSetContextCreate(CurrentMemoryContext, "eventgrid table change row", ALLOCSET_DEFAULT_SIZES);
 	/* kept blocks: a batch's events are about half a megabyte, again and again */
@@ -672,6 +756,8 @@ eventgrid_table_change_trigger(PG_FUNCTION_ARGS)
 				add_event(&c, newslot, oldslot, row_cxt);
 	}
 	flush(&c);
+	for (int i = 0; i < c.nslots; i++)
+		ExecDropSingleTupleTableSlot(c.slots[i]);
 	if (newslot)
 		ExecDropSingleTupleTableSlot(newslot);
 	if (oldslot)
