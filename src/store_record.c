@@ -488,10 +488,9 @@ record_attempts(const EgAttempt *attempts, int n)
 	int64	   *ids;
 	Datum	   *sources = NULL;	/* each event's source; NULL when none has one */
 	bool	   *n_source = NULL;
+	bool		any_source = false;
 	Datum		args[14];
 	char		argnulls[14];
-
-	bool		any_source = false;
 
 	for (int i = 0; i < n; i++)
 	{
