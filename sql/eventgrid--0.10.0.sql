@@ -1626,6 +1626,12 @@ END;
 
 COMMENT ON FUNCTION eventgrid._table_publication_of(rel regclass, topic text) IS 'Internal: the publication to topic that covers table rel: its own, or the nearest partitioned table''s above it.';
 
+CREATE FUNCTION eventgrid._table_publications_changed() RETURNS trigger
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_table_publications_changed';
+
+COMMENT ON FUNCTION eventgrid._table_publications_changed() IS 'Internal: AFTER INSERT, UPDATE, DELETE or TRUNCATE statement trigger on eventgrid.table_publications: what the table change triggers keep of their publications is looked up again (in this session at once, in the others once the transaction commits).';
+
 CREATE TABLE eventgrid.topic_counters (
     topic text NOT NULL,
     unmatched bigint DEFAULT 0 NOT NULL,
@@ -3161,6 +3167,8 @@ CREATE TRIGGER events_validate BEFORE INSERT ON eventgrid.events FOR EACH ROW EX
 
 CREATE TRIGGER events_wake AFTER INSERT ON eventgrid.events FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._wake_at_commit();
 
+CREATE TRIGGER table_publications_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON eventgrid.table_publications FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._table_publications_changed();
+
 ALTER TABLE ONLY eventgrid.delivery_pauses
     ADD CONSTRAINT delivery_pauses_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
 
@@ -3414,6 +3422,8 @@ REVOKE ALL ON FUNCTION eventgrid._table_change_trigger_name(topic text, operatio
 REVOKE ALL ON FUNCTION eventgrid._table_ddl() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._table_publication_of(rel regclass, topic text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._table_publications_changed() FROM PUBLIC;
 
 GRANT SELECT ON TABLE eventgrid.topic_counters TO eventgrid_admin;
 

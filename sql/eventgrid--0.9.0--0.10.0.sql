@@ -432,6 +432,18 @@ CREATE OR REPLACE FUNCTION eventgrid._wake_at_commit() RETURNS trigger
 COMMENT ON FUNCTION eventgrid._wake_at_commit() IS
     'Internal: AFTER INSERT statement trigger on eventgrid.events; when the publishing transaction commits, wakes (or starts) the delivery workers, unless the database has no event subscription, and tells the upkeep worker (SPEC 2).';
 
+-- Table change triggers keep what they looked up of their publication for
+-- the next statements; a change of eventgrid.table_publications tells them
+-- it is stale (in the session at once, everywhere at commit).
+CREATE FUNCTION eventgrid._table_publications_changed() RETURNS trigger
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_table_publications_changed';
+COMMENT ON FUNCTION eventgrid._table_publications_changed() IS
+    'Internal: AFTER INSERT, UPDATE, DELETE or TRUNCATE statement trigger on eventgrid.table_publications: what the table change triggers keep of their publications is looked up again (in this session at once, in the others once the transaction commits).';
+REVOKE ALL ON FUNCTION eventgrid._table_publications_changed() FROM PUBLIC;
+CREATE TRIGGER table_publications_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON eventgrid.table_publications
+    FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._table_publications_changed();
+
 -- worker_status shows the apply workers that bring this database its events
 CREATE OR REPLACE FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text,
         OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text,

@@ -57,6 +57,7 @@ eg_shared_init(void)
 		return;
 	memset(eg_shared, 0, eg_shared_size());
 	SpinLockInit(&eg_shared->mutex);
+	pg_atomic_init_u64(&eg_shared->publications_generation, 0);
 	eg_shared->ndb = eg_max_databases;
 }
 

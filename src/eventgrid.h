@@ -18,6 +18,7 @@
 #include "postmaster/bgworker.h"
 #include "lib/stringinfo.h"
 #include "storage/latch.h"
+#include "port/atomics.h"
 #include "storage/spin.h"
 #include "utils/jsonb.h"
 
@@ -161,6 +162,7 @@ typedef struct EgShared
 	Latch	   *launcher_latch;
 	pid_t		launcher_pid;
 	bool		slots_short;	/* a database waits for a free worker slot: the others go as soon as they are idle */
+	pg_atomic_uint64 publications_generation;	/* commits that changed eventgrid.table_publications, anywhere */
 	EgRateBucket rate[EG_RATE_BUCKETS];
 	EgHostSlot	hosts[EG_HOST_SLOTS];
 	int			ndb;			/* eventgrid.max_databases */
@@ -223,6 +225,14 @@ extern void eg_wake_worker(void);
 extern void eg_wake_worker_at_commit(void);
 /* Likewise for a transaction that publishes events: no delivery worker while the database has no event subscription. */
 extern void eg_wake_for_events_at_commit(void);
+
+/*
+ * Table change publications (module.c): a counter that moves when a commit
+ * changed eventgrid.table_publications (in any database) or this backend
+ * changed it (at once), so that table_change_trigger.c knows when what it
+ * keeps of them is stale.
+ */
+extern uint64 eg_publications_generation(void);
 
 /* Tells the upkeep worker of this process's database that work came in: upkeep within a second. */
 extern void eg_want_upkeep(void);

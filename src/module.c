@@ -83,6 +83,8 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static bool wake_at_commit = false;
 static bool subscriptions_changed_at_commit = false;
 static bool events_at_commit = false;	/* the transaction published events */
+static bool publications_changed_at_commit = false;
+static uint64 local_publications_changes = 0;	/* this backend's own, seen at once */
 static bool extension_changed_at_commit = false;
 static bool dropped_at_commit = false;
 static bool xact_callback_registered = false;
@@ -481,6 +483,8 @@ eg_xact_callback(XactEvent event, void *arg)
 					SpinLockRelease(&eg_shared->mutex);
 				}
 			}
+			if (publications_changed_at_commit && eg_shared != NULL)
+				pg_atomic_fetch_add_u64(&eg_shared->publications_generation, 1);
 			if (wake_at_commit)
 				eg_wake_worker();
 			else if (events_at_commit)
@@ -498,6 +502,7 @@ eg_xact_callback(XactEvent event, void *arg)
 	}
 	wake_at_commit = false;
 	events_at_commit = false;
+	publications_changed_at_commit = false;
 	subscriptions_changed_at_commit = false;
 	extension_changed_at_commit = false;
 	dropped_at_commit = false;
@@ -564,6 +569,37 @@ eventgrid_wake_at_commit(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("eventgrid._wake_at_commit() must be called as a trigger")));
 	eg_wake_for_events_at_commit();
+	return PointerGetDatum(NULL);
+}
+
+/* See eventgrid.h. */
+uint64
+eg_publications_generation(void)
+{
+	uint64		shared = eg_shared ? pg_atomic_read_u64(&eg_shared->publications_generation) : 0;
+
+	return shared + local_publications_changes;
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_table_publications_changed);
+
+/*
+ * Trigger function eventgrid._table_publications_changed(): AFTER INSERT,
+ * UPDATE, DELETE or TRUNCATE FOR EACH STATEMENT on
+ * eventgrid.table_publications: what table change triggers keep of the
+ * publications is stale, in this backend at once and everywhere when the
+ * transaction commits (eg_publications_generation()).
+ */
+Datum
+eventgrid_table_publications_changed(PG_FUNCTION_ARGS)
+{
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("eventgrid._table_publications_changed() must be called as a trigger")));
+	register_xact_callback();
+	publications_changed_at_commit = true;
+	local_publications_changes++;
 	return PointerGetDatum(NULL);
 }
 

@@ -17,10 +17,11 @@
  * built-in type (domains over one included) and its text form for a
  * user-defined type.
  *
- * The trigger looks up its publication (one prepared query per statement)
- * and reads the columns from the relation the statement wrote, by name: a
- * partition's own column order, an ALTER TABLE since the last statement,
- * need nothing kept.  Refuses (42501) to run as any trigger
+ * The trigger looks up its publication (one prepared query, its row kept
+ * for the session's next statements until the publications, the relation
+ * or a schema change) and reads the columns from the relation the
+ * statement wrote, by name: a partition's own column order, an ALTER
+ * TABLE since the last statement, need nothing kept.  Refuses (42501) to run as any trigger
  * publish_table_changes() did not make.
  */
 #include "eventgrid.h"
@@ -46,9 +47,11 @@
 #include "nodes/makefuncs.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 #include "utils/xid8.h"
@@ -76,6 +79,125 @@ static const char *lookup_sql =
 "  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) p.source_table"
 "  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace"
 " WHERE p.source_table::pg_catalog.oid OPERATOR(pg_catalog.=) ANY ($1) AND p.topic OPERATOR(pg_catalog.=) $2";
+
+/*
+ * What the lookup found, kept per backend for the next statements on the
+ * same relation, topic and operation: the publication's row (with the
+ * names of the published table and its primary key's columns).  Dropped
+ * when eventgrid.table_publications changes (eg_publications_generation():
+ * a statement trigger on it), when the relation or the published table
+ * is invalidated in the relation cache (ALTER TABLE, a rename, a new
+ * primary key, ANALYZE) and when any schema changes (its name is in the
+ * events).
+ */
+#define EG_TC_KEPT 16
+typedef struct EgKeptPublication
+{
+	bool		used;
+	bool		stale;			/* invalidated: freed at the next look-up, not in the callback */
+	Oid			relid;			/* the relation written */
+	Oid			source;			/* the published table (relid or an ancestor) */
+	char		topic[NAMEDATALEN * 2];
+	char		operation[8];
+	uint64		generation;
+	HeapTuple	row;			/* the lookup's row, in TopMemoryContext */
+	TupleDesc	desc;
+} EgKeptPublication;
+
+static EgKeptPublication kept[EG_TC_KEPT];
+static int	kept_next = 0;		/* the entry replaced next when all are used */
+static bool kept_callbacks = false;
+
+static void
+forget_kept(EgKeptPublication *k)
+{
+	if (!k->used)
+		return;
+	heap_freetuple(k->row);
+	FreeTupleDesc(k->desc);
+	k->used = false;
+}
+
+/*
+ * A relation changed (InvalidOid: any): the publications kept for it are
+ * marked stale.  Not freed here: invalidations are taken in the middle of
+ * a statement (at a lock), perhaps while the trigger reads that row.
+ */
+static void
+kept_relcache_callback(Datum arg, Oid relid)
+{
+	for (int i = 0; i < EG_TC_KEPT; i++)
+		if (kept[i].used && (relid == InvalidOid || kept[i].relid == relid || kept[i].source == relid))
+			kept[i].stale = true;
+}
+
+/* A schema changed: every kept publication is forgotten (the events carry schema names). */
+static void
+kept_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	kept_relcache_callback(arg, InvalidOid);
+}
+
+static EgKeptPublication *
+find_kept(Oid relid, const char *topic, const char *operation)
+{
+	uint64		generation = eg_publications_generation();
+
+	for (int i = 0; i < EG_TC_KEPT; i++)
+	{
+		EgKeptPublication *k = &kept[i];
+
+		if (k->used && (k->stale || k->generation != generation))
+			forget_kept(k);
+		if (!k->used || k->relid != relid || strcmp(k->topic, topic) != 0 || strcmp(k->operation, operation) != 0)
+			continue;
+		return k;
+	}
+	return NULL;
+}
+
+/* Keeps the lookup's row for relid's statements to come, when it fits. */
+static EgKeptPublication *
+keep(Oid relid, Oid source, const char *topic, const char *operation, uint64 generation, HeapTuple row,
+	 TupleDesc desc)
+{
+	EgKeptPublication *k;
+	MemoryContext old;
+
+	if (strlen(topic) >= sizeof(kept[0].topic))
+		return NULL;
+	if (!kept_callbacks)
+	{
+		CacheRegisterRelcacheCallback(kept_relcache_callback, (Datum) 0);
+		CacheRegisterSyscacheCallback(NAMESPACEOID, kept_syscache_callback, (Datum) 0);
+		kept_callbacks = true;
+	}
+	k = &kept[kept_next];
+	kept_next = (kept_next + 1) % EG_TC_KEPT;
+	forget_kept(k);
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	k->row = heap_copytuple(row);
+	k->desc = CreateTupleDescCopy(desc);
+	MemoryContextSwitchTo(old);
+	k->relid = relid;
+	k->source = source;
+	strlcpy(k->topic, topic, sizeof(k->topic));
+	strlcpy(k->operation, operation, sizeof(k->operation));
+	k->generation = generation;
+	k->stale = false;
+	k->used = true;
+	return k;
+}
+
+/* Text column col (1-based) of row, or NULL. */
+static char *
+row_text(HeapTuple row, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(row, desc, col, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
 
 typedef enum EgInputSchema
 {
@@ -622,6 +744,8 @@ eventgrid_table_change_trigger(PG_FUNCTION_ARGS)
 	TupleTableSlot *newslot = NULL;
 	TupleTableSlot *oldslot = NULL;
 	MemoryContext row_cxt;
+	EgKeptPublication *kept_pub;
+	uint64		generation;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
@@ -633,6 +757,14 @@ eventgrid_table_change_trigger(PG_FUNCTION_ARGS)
 	c.topic = td->tg_trigger->tgnargs == 1 ? td->tg_trigger->tgargs[0] : "";
 
 	SPI_connect();
+	kept_pub = find_kept(RelationGetRelid(td->tg_relation), c.topic, c.operation);
+	if (kept_pub != NULL)
+	{
+		pubrow = kept_pub->row;
+		pubdesc = kept_pub->desc;
+		goto found;
+	}
+	generation = eg_publications_generation();
 	if (lookup_plan == NULL)
 	{
 		SPIPlanPtr	plan = SPI_prepare(lookup_sql, 3, types);
@@ -676,13 +808,22 @@ eventgrid_table_change_trigger(PG_FUNCTION_ARGS)
 			}
 		}
 	}
-	valid = pub >= 0 && td->tg_trigger->tgnargs == 1 && TRIGGER_FIRED_FOR_STATEMENT(td->tg_event)
+	if (pub >= 0)
+	{
+		pubrow = tt->vals[pub];
+		/* kept only when the publications did not change meanwhile (read before the lookup) */
+		if (eg_shared != NULL)
+			(void) keep(RelationGetRelid(td->tg_relation),
+						DatumGetObjectId(SPI_getbinval(pubrow, pubdesc, 9, &isnull)),
+						c.topic, c.operation, generation, pubrow, pubdesc);
+	}
+found:
+	valid = pubrow != NULL && td->tg_trigger->tgnargs == 1 && TRIGGER_FIRED_FOR_STATEMENT(td->tg_event)
 		&& TRIGGER_FIRED_AFTER(td->tg_event);
 	if (valid)
 	{
-		pubrow = tt->vals[pub];
 		ops = SPI_getbinval(pubrow, pubdesc, 1, &isnull);
-		expected_name = eg_text_col(tt, pub, 10);
+		expected_name = row_text(pubrow, pubdesc, 10);
 		valid = in_array(ops, isnull, c.operation)
 			&& expected_name != NULL && strcmp(expected_name, td->tg_trigger->tgname) == 0
 			&& (strcmp(c.operation, "DELETE") == 0 ? td->tg_oldtable != NULL : td->tg_newtable != NULL)
@@ -700,10 +841,10 @@ eventgrid_table_change_trigger(PG_FUNCTION_ARGS)
 
 	columns = SPI_getbinval(pubrow, pubdesc, 2, &columns_null);
 	watched = SPI_getbinval(pubrow, pubdesc, 3, &watched_null);
-	prefix = eg_text_col(tt, pub, 4);
-	input_schema = eg_text_col(tt, pub, 5);
-	c.schema_name = eg_text_col(tt, pub, 6);
-	c.table_name = eg_text_col(tt, pub, 7);
+	prefix = row_text(pubrow, pubdesc, 4);
+	input_schema = row_text(pubrow, pubdesc, 5);
+	c.schema_name = row_text(pubrow, pubdesc, 6);
+	c.table_name = row_text(pubrow, pubdesc, 7);
 	keys = SPI_getbinval(pubrow, pubdesc, 8, &keys_null);
 	c.schema = strcmp(input_schema, "CloudEventSchemaV1_0") == 0 ? IN_CLOUDEVENTS
 		: strcmp(input_schema, "CustomEventSchema") == 0 ? IN_CUSTOM : IN_EVENTGRID;

@@ -317,6 +317,42 @@ is($node->safe_psql('restored', "SELECT string_agg(topic || ' ' || (event->>'sub
 		  . " WHERE topic LIKE 'orders-%' AND coalesce(event->>'subject', '') LIKE '%/99'"),
 	'orders-ce /shop/orders/eu/99, orders-eg /shop/orders/eu/99', 'and publish from the restored database');
 
+# --- one session keeps what it looked up of a publication between its
+# statements; a change by another session, or its own, is seen at the next one
+sql("SELECT eventgrid.create_topic('kept')");
+sql("CREATE TABLE kept_t (id int PRIMARY KEY, a int, b text)");
+sql("SELECT eventgrid.publish_table_changes('kept_t', 'kept')");
+my $writer = $node->background_psql('postgres');
+my $kept_new = sub {
+	return sql("SELECT (event->'data'->'new')::text || ' ' || (event->>'subject') FROM eventgrid.events"
+		  . " WHERE topic = 'kept' ORDER BY id DESC LIMIT 1");
+};
+$writer->query_safe("INSERT INTO kept_t VALUES (1, 1, 'x')");
+is($kept_new->(), '{"a": 1, "b": "x", "id": 1} /public/kept_t/1', 'a session publishes its first change');
+sql("SELECT eventgrid.publish_table_changes('kept_t', 'kept', columns => ARRAY['id', 'b'])");
+$writer->query_safe("INSERT INTO kept_t VALUES (2, 2, 'y')");
+is($kept_new->(), '{"b": "y", "id": 2} /public/kept_t/2', "the same session's next statement follows another session's new columns");
+sql("ALTER TABLE kept_t RENAME COLUMN b TO bee");
+$writer->query_safe("INSERT INTO kept_t VALUES (3, 3, 'z')");
+is($kept_new->(), '{"id": 3, "bee": "z"} /public/kept_t/3', 'and a column renamed');
+sql("CREATE SCHEMA kept_s; ALTER TABLE kept_t SET SCHEMA kept_s; ALTER SCHEMA kept_s RENAME TO kept_s2");
+$writer->query_safe("INSERT INTO kept_s2.kept_t VALUES (4, 4, 'w')");
+is($kept_new->(), '{"id": 4, "bee": "w"} /kept_s2/kept_t/4', 'and the table moved to a schema renamed since');
+$writer->query_safe("BEGIN; SELECT eventgrid.publish_table_changes('kept_s2.kept_t', 'kept', columns => ARRAY['id']);"
+	  . " INSERT INTO kept_s2.kept_t VALUES (5, 5, 'v'); COMMIT");
+is($kept_new->(), '{"id": 5} /kept_s2/kept_t/5', 'and its own change, in the same transaction');
+# (a change of the publication's row alone, which no supported call makes
+# without also changing the table's triggers, is followed too)
+$writer->query_safe("INSERT INTO kept_s2.kept_t VALUES (50, 50, 'v')");
+is($kept_new->(), '{"id": 50} /kept_s2/kept_t/50', 'the next statement uses what it keeps');
+sql("UPDATE eventgrid.table_publications SET columns = ARRAY['id', 'a'] WHERE topic = 'kept'");
+$writer->query_safe("INSERT INTO kept_s2.kept_t VALUES (7, 7, 't')");
+is($kept_new->(), '{"a": 7, "id": 7} /kept_s2/kept_t/7', 'and a change of the publication row alone');
+sql("SELECT eventgrid.stop_publishing_table_changes('kept_s2.kept_t', 'kept')");
+$writer->query_safe("INSERT INTO kept_s2.kept_t VALUES (6, 6, 'u')");
+is($kept_new->(), '{"a": 7, "id": 7} /kept_s2/kept_t/7', 'and publishes nothing once the publication stopped');
+$writer->quit;
+
 # --- DROP EXTENSION says what depends on it
 like(fails_in('restored', 'DROP EXTENSION eventgrid'), qr/2BP01: .*trigger eg_orders-ce_insert on table shop.orders depends on function eventgrid._table_change_trigger\(\)/s,
 	'DROP EXTENSION with publications names the triggers that depend on it (2BP01)');
