@@ -17,8 +17,8 @@
 #include "datatype/timestamp.h"
 #include "postmaster/bgworker.h"
 #include "lib/stringinfo.h"
-#include "storage/latch.h"
 #include "port/atomics.h"
+#include "storage/latch.h"
 #include "storage/spin.h"
 #include "utils/jsonb.h"
 
@@ -243,6 +243,10 @@ extern TimestampTz eg_transaction_now(void);
 
 /* publish.c: an event's size as JSON text (what the 1 MB limit applies to), and that limit */
 extern int64 eg_event_text_size(Jsonb *jb);
+/* publish.c: does this database have topic (eventgrid.topics, through SPI)? */
+extern bool eg_topic_exists(const char *topic);
+/* publish.c: the current local transaction id (MyProc's), to tell one transaction's calls from the next's */
+extern LocalTransactionId eg_current_lxid(void);
 extern void eg_check_event_size(int64 size);
 
 #endif							/* EVENTGRID_H */

@@ -56,8 +56,9 @@ quote_prefix(const char *s)
 	return psprintf("%.*s...", pg_mbcliplen(s, len, 64), s);
 }
 
-static LocalTransactionId
-current_lxid(void)
+/* See eventgrid.h. */
+LocalTransactionId
+eg_current_lxid(void)
 {
 #if PG_VERSION_NUM >= 170000
 	return MyProc->vxid.lxid;
@@ -66,16 +67,16 @@ current_lxid(void)
 #endif
 }
 
+/*
+ * The input schema of topic, read from eventgrid.topics (one prepared
+ * query, its own SPI connection); *found says whether the topic exists.
+ */
 static EgSchema
-lookup_topic_schema(const char *topic)
+query_topic_schema(const char *topic, bool *found)
 {
 	Datum		arg;
 	char	   *schema;
-	EgSchema	result;
-
-	if (cached_lxid == current_lxid() && cached_cid == GetCurrentCommandId(false) &&
-		strcmp(cached_topic, topic) == 0)
-		return cached_schema;
+	EgSchema	result = EG_SCHEMA_EVENTGRID;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "eventgrid: SPI_connect failed");
@@ -94,25 +95,51 @@ lookup_topic_schema(const char *topic)
 	arg = CStringGetTextDatum(topic);
 	if (SPI_execute_plan(topic_plan, &arg, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "eventgrid: topic lookup failed");
-	if (SPI_processed == 0)
+	*found = SPI_processed > 0;
+	if (*found)
+	{
+		schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		if (strcmp(schema, "CloudEventSchemaV1_0") == 0)
+			result = EG_SCHEMA_CLOUDEVENTS;
+		else if (strcmp(schema, "CustomEventSchema") == 0)
+			result = EG_SCHEMA_CUSTOM;
+	}
+	SPI_finish();
+	return result;
+}
+
+/* See eventgrid.h. */
+bool
+eg_topic_exists(const char *topic)
+{
+	bool		found;
+
+	(void) query_topic_schema(topic, &found);
+	return found;
+}
+
+/* The input schema of topic, which must exist (42704), kept for the rest of the statement. */
+static EgSchema
+lookup_topic_schema(const char *topic)
+{
+	EgSchema	result;
+	bool		found;
+
+	if (cached_lxid == eg_current_lxid() && cached_cid == GetCurrentCommandId(false) &&
+		strcmp(cached_topic, topic) == 0)
+		return cached_schema;
+
+	result = query_topic_schema(topic, &found);
+	if (!found)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("topic \"%s\" does not exist", quote_prefix(topic)),
 				 errhint("Create it with eventgrid.create_topic() before publishing to it.")));
-	schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	if (strcmp(schema, "CloudEventSchemaV1_0") == 0)
-		result = EG_SCHEMA_CLOUDEVENTS;
-	else if (strcmp(schema, "CustomEventSchema") == 0)
-		result = EG_SCHEMA_CUSTOM;
-	else
-		result = EG_SCHEMA_EVENTGRID;
-	SPI_finish();
-
 	if (strlen(topic) < sizeof(cached_topic))
 	{
 		strcpy(cached_topic, topic);
 		cached_schema = result;
-		cached_lxid = current_lxid();
+		cached_lxid = eg_current_lxid();
 		cached_cid = GetCurrentCommandId(false);
 	}
 	return result;

@@ -28,18 +28,16 @@
  * lock no writer holds, so a row landing in any of them is safe.
  */
 #include "eventgrid.h"
+#include "store.h"
 
 #include "access/xact.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "replication/worker_internal.h"
-#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
-#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/xid8.h"
@@ -49,18 +47,6 @@ static bool
 in_logical_replication_worker(void)
 {
 	return MyLogicalRepWorker != NULL && MySubscription != NULL;
-}
-
-/* The OID of eventgrid.events_id_seq (syscache look-ups, no search_path). */
-static Oid
-event_id_sequence(void)
-{
-	Oid			nsp = get_namespace_oid("eventgrid", false);
-	Oid			seq = get_relname_relid("events_id_seq", nsp);
-
-	if (!OidIsValid(seq))
-		elog(ERROR, "eventgrid: sequence eventgrid.events_id_seq is missing");
-	return seq;
 }
 
 PG_FUNCTION_INFO_V1(eventgrid_new_event_id);
@@ -76,7 +62,7 @@ eventgrid_new_event_id(PG_FUNCTION_ARGS)
 {
 	if (in_logical_replication_worker())
 		PG_RETURN_NULL();
-	PG_RETURN_INT64(nextval_internal(event_id_sequence(), true));
+	PG_RETURN_INT64(nextval_internal(eg_store_table("events_id_seq"), true));
 }
 
 /*
@@ -89,7 +75,6 @@ eventgrid_new_event_id(PG_FUNCTION_ARGS)
 static TimestampTz known_since = 0;
 static char *known_topics[KNOWN_TOPICS];
 static int	known_n;
-static SPIPlanPtr topic_plan;
 static SPIPlanPtr unknown_plan;
 static SPIPlanPtr progress_plan;
 
@@ -98,12 +83,6 @@ static LocalTransactionId noted_lxid = InvalidLocalTransactionId;
 /* Applied transactions not yet written to eventgrid.replication_progress, and when it last was. */
 static int64 unwritten_transactions = 0;
 static TimestampTz progress_written_at = 0;
-
-static LocalTransactionId
-current_lxid(void)
-{
-	return MyProc->lxid;
-}
 
 static SPIPlanPtr
 prepare_kept(const char *sql, int nargs, Oid *types)
@@ -129,11 +108,8 @@ need_spi(bool *connected)
 
 /* Does this database have topic (a known topic looked up again after a second)? */
 static bool
-topic_exists(const char *topic, bool *connected)
+topic_exists(const char *topic)
 {
-	Datum		arg;
-	bool		found;
-
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
 	if (now - known_since >= FORGET_MS * 1000 || now < known_since)
@@ -147,21 +123,11 @@ topic_exists(const char *topic, bool *connected)
 		if (strcmp(known_topics[i], topic) == 0)
 			return true;
 
-	need_spi(connected);
-	if (topic_plan == NULL)
-	{
-		Oid			types[1] = {TEXTOID};
-
-		topic_plan = prepare_kept("SELECT 1 FROM eventgrid.topics WHERE name OPERATOR(pg_catalog.=) $1",
-								  1, types);
-	}
-	arg = CStringGetTextDatum(topic);
-	if (SPI_execute_plan(topic_plan, &arg, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "eventgrid: topic lookup failed");
-	found = SPI_processed > 0;
-	if (found && known_n < KNOWN_TOPICS)
+	if (!eg_topic_exists(topic))
+		return false;
+	if (known_n < KNOWN_TOPICS)
 		known_topics[known_n++] = MemoryContextStrdup(TopMemoryContext, topic);
-	return found;
+	return true;
 }
 
 /*
@@ -203,9 +169,9 @@ note_progress(const char *source, TimestampTz publish_time, bool *connected)
 	Datum		args[4];
 	TimestampTz now;
 
-	if (noted_lxid == current_lxid())
+	if (noted_lxid == eg_current_lxid())
 		return;
-	noted_lxid = current_lxid();
+	noted_lxid = eg_current_lxid();
 	unwritten_transactions++;
 	now = GetCurrentTimestamp();
 	if (now - progress_written_at < FORGET_MS * 1000 && now >= progress_written_at)
@@ -278,7 +244,7 @@ eventgrid_apply_event(PG_FUNCTION_ARGS)
 	values[n] = d;
 	nulls[n++] = isnull;
 	cols[n] = SPI_fnumber(tupdesc, "id");
-	values[n++] = Int64GetDatum(nextval_internal(event_id_sequence(), false));
+	values[n++] = Int64GetDatum(nextval_internal(eg_store_table("events_id_seq"), false));
 	cols[n] = SPI_fnumber(tupdesc, "txid");
 	values[n++] = FullTransactionIdGetDatum(GetTopFullTransactionId());
 	cols[n] = SPI_fnumber(tupdesc, "source");
@@ -306,7 +272,7 @@ eventgrid_apply_event(PG_FUNCTION_ARGS)
 		}
 	}
 
-	if (topic != NULL && !topic_exists(topic, &connected))
+	if (topic != NULL && !topic_exists(topic))
 		count_unknown_topic(source, topic, &connected);
 	note_progress(source, publish_time, &connected);
 	if (connected)

@@ -227,14 +227,14 @@ eg_text_array(const char *const *values, int n)
 	return eg_make_array(d, nulls, n, TEXTOID);
 }
 
-/* The oid of eventgrid's table eventgrid.<name>, which must exist. */
+/* The oid of eventgrid's relation (table, sequence) eventgrid.<name>, which must exist. */
 Oid
 eg_store_table(const char *name)
 {
 	Oid			relid = get_relname_relid(name, get_namespace_oid("eventgrid", false));
 
 	if (!OidIsValid(relid))
-		elog(ERROR, "eventgrid: table eventgrid.%s is missing", name);
+		elog(ERROR, "eventgrid: relation eventgrid.%s is missing", name);
 	return relid;
 }
 

@@ -33,7 +33,6 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/namespace.h"
 #include "catalog/partition.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
@@ -442,7 +441,6 @@ column_number(TupleDesc desc, const char *name)
 static void
 flush(EgChange *c)
 {
-	Oid			nsp;
 	char		name[NAMEDATALEN];
 	Relation	rel;
 	TupleDesc	desc;
@@ -464,13 +462,10 @@ flush(EgChange *c)
 
 	if (c->n == 0)
 		return;
-	nsp = get_namespace_oid("eventgrid", false);
 	snprintf(name, sizeof(name), "events_%d", table);
-	rel = table_open(get_relname_relid(name, nsp), RowExclusiveLock);
+	rel = table_open(eg_store_table(name), RowExclusiveLock);
 	desc = RelationGetDescr(rel);
-	seq = get_relname_relid("events_id_seq", nsp);
-	if (!OidIsValid(seq))
-		elog(ERROR, "eventgrid: sequence eventgrid.events_id_seq is missing");
+	seq = eg_store_table("events_id_seq");
 	a_id = column_number(desc, "id");
 	a_topic = column_number(desc, "topic");
 	a_event = column_number(desc, "event");
