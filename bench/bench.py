@@ -137,6 +137,41 @@ class ArrivalProcess:
         return got
 
 
+def publish_at_rate(conns, topic, prefix, rate, seconds, after_each=None):
+    """Publishes rate events/s for seconds, one per transaction, ids prefix-0, prefix-1, ...;
+    returns each id's commit time.  The events are dealt round-robin to the connections conns
+    (one thread each), so that one commit's WAL flush (about a millisecond here) does not hold
+    back the next event's; after_each() runs after each commit (one connection only)."""
+    commits = {}
+    start = time.time()
+    threads = len(conns)
+
+    def run(k):
+        with conns[k].cursor() as cur:
+            for i in range(k, rate * seconds, threads):
+                delay = start + i / rate - time.time()
+                if delay > 0:
+                    time.sleep(delay)
+                eid = f"{prefix}-{i}"
+                cur.execute("INSERT INTO eventgrid.events (topic, event) VALUES (%s, "
+                            "jsonb_build_object('id', %s, 'subject', '/' || %s, 'eventType', 'T', "
+                            "'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('pad', repeat('x', 800))))",
+                            (topic, eid, prefix))
+                commits[eid] = time.time()
+                if after_each:
+                    after_each()
+
+    if threads == 1:
+        run(0)
+        return commits
+    ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return commits
+
+
 def cluster_cpu(data_dir):
     """CPU seconds used so far by the postmaster of data_dir and each of its children, by pid."""
     with open(os.path.join(data_dir, "postmaster.pid")) as f:
@@ -241,39 +276,13 @@ class Bench:
             done += k
 
     def publish_at_rate(self, topic, prefix, rate, seconds, after_each=None, threads=1):
-        """Publishes rate events/s for seconds, one per transaction, ids prefix-0, prefix-1, ...;
-        returns each id's commit time.  With threads, the events are dealt round-robin to that
-        many connections, so that one commit's WAL flush (about a millisecond here) does not
-        hold back the next event's; after_each() runs after each commit (one thread)."""
-        commits = {}
-        start = time.time()
-
-        def run(k):
-            pub = self.connect()
-            with pub.cursor() as cur:
-                for i in range(k, rate * seconds, threads):
-                    delay = start + i / rate - time.time()
-                    if delay > 0:
-                        time.sleep(delay)
-                    eid = f"{prefix}-{i}"
-                    cur.execute("INSERT INTO eventgrid.events (topic, event) VALUES (%s, "
-                                "jsonb_build_object('id', %s, 'subject', '/' || %s, 'eventType', 'T', "
-                                "'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('pad', repeat('x', 800))))",
-                                (topic, eid, prefix))
-                    commits[eid] = time.time()
-                    if after_each:
-                        after_each()
-            pub.close()
-
-        if threads == 1:
-            run(0)
-            return commits
-        ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        return commits
+        """publish_at_rate() from threads connections of this cluster, closed after."""
+        conns = [self.connect() for _ in range(threads)]
+        try:
+            return publish_at_rate(conns, topic, prefix, rate, seconds, after_each)
+        finally:
+            for c in conns:
+                c.close()
 
     # -- set-up ---------------------------------------------------------------
     def setup(self):
@@ -853,7 +862,7 @@ def main():
     if "17" in only:
         Monitoring(b).run()
     if "18" in only:
-        Replication(b, ArrivalProcess, cluster_cpu).run()
+        Replication(b, ArrivalProcess, cluster_cpu, publish_at_rate).run()
     if "8" in only:
         cases = os.environ.get("BENCH_STEADY_CASES", "plain,rr").split(",")
         if "plain" in cases:

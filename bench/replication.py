@@ -25,7 +25,6 @@ same events, the same nginx sink, two ways:
 """
 import os
 import subprocess
-import threading
 import time
 
 import psycopg2
@@ -76,10 +75,11 @@ class Cluster:
 
 
 class Replication:
-    def __init__(self, bench, arrival_process, cluster_cpu):
+    def __init__(self, bench, arrival_process, cluster_cpu, publish_at_rate):
         self.b = bench
         self.ArrivalProcess = arrival_process
         self.cluster_cpu = cluster_cpu
+        self.publish_at_rate = publish_at_rate
 
     def setup(self, mode, endpoint):
         """An application cluster (and, replicated, a delivery server) with topic
@@ -110,35 +110,6 @@ class Replication:
         app.stop()
 
     @staticmethod
-    def publish_at_rate(conns, rate, seconds, prefix):
-        """rate single-event transactions a second from the connections conns (left open,
-        so that their backends' CPU can still be read); each id's commit time."""
-        commits = {}
-        start = time.time()
-        threads = len(conns)
-
-        def run(k):
-            c = conns[k]
-            with c.cursor() as cur:
-                for i in range(k, rate * seconds, threads):
-                    delay = start + i / rate - time.time()
-                    if delay > 0:
-                        time.sleep(delay)
-                    eid = f"{prefix}-{i}"
-                    cur.execute("INSERT INTO eventgrid.events (topic, event) VALUES ('orders', "
-                                "jsonb_build_object('id', %s, 'subject', '/o', 'eventType', 'T', "
-                                "'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('pad', repeat('x', 800))))",
-                                (eid,))
-                    commits[eid] = time.time()
-
-        ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        return commits
-
-    @staticmethod
     def wait_delivered(dlv, n, timeout=600):
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -153,7 +124,7 @@ class Replication:
         try:
             conns = [app.connect() for _ in range(4)]
             a0, d0 = app.cpu(), dlv.cpu()
-            commits = self.publish_at_rate(conns, rate, seconds, "cpu")
+            commits = self.publish_at_rate(conns, "orders", "cpu", rate, seconds)
             self.wait_delivered(dlv, len(commits))
             time.sleep(1)           # the last upkeep rounds
             n = len(commits)
@@ -174,7 +145,7 @@ class Replication:
         app, dlv = self.setup(mode, f"http://127.0.0.1:{receiver.port}/latency")
         try:
             conns = [app.connect() for _ in range(4)]
-            commits = self.publish_at_rate(conns, 1000, seconds, "lat")
+            commits = self.publish_at_rate(conns, "orders", "lat", 1000, seconds)
             for c in conns:
                 c.close()
             self.wait_delivered(dlv, len(commits))
