@@ -37,6 +37,7 @@
 #include "executor/spi.h"
 #include "replication/worker_internal.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -47,6 +48,36 @@ static bool
 in_logical_replication_worker(void)
 {
 	return MyLogicalRepWorker != NULL && MySubscription != NULL;
+}
+
+/*
+ * eventgrid.events_id_seq's OID, kept for the backend's life (every
+ * published row's id default asks for it) and forgotten when the relation
+ * cache drops it (DROP EXTENSION, ALTER SEQUENCE).
+ */
+static Oid	id_sequence = InvalidOid;
+static bool id_sequence_callback = false;
+
+static void
+forget_id_sequence(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == id_sequence)
+		id_sequence = InvalidOid;
+}
+
+static Oid
+event_id_sequence(void)
+{
+	if (!OidIsValid(id_sequence))
+	{
+		if (!id_sequence_callback)
+		{
+			CacheRegisterRelcacheCallback(forget_id_sequence, (Datum) 0);
+			id_sequence_callback = true;
+		}
+		id_sequence = eg_store_table("events_id_seq");
+	}
+	return id_sequence;
 }
 
 PG_FUNCTION_INFO_V1(eventgrid_new_event_id);
@@ -62,7 +93,7 @@ eventgrid_new_event_id(PG_FUNCTION_ARGS)
 {
 	if (in_logical_replication_worker())
 		PG_RETURN_NULL();
-	PG_RETURN_INT64(nextval_internal(eg_store_table("events_id_seq"), true));
+	PG_RETURN_INT64(nextval_internal(event_id_sequence(), true));
 }
 
 /*
@@ -244,7 +275,7 @@ eventgrid_apply_event(PG_FUNCTION_ARGS)
 	values[n] = d;
 	nulls[n++] = isnull;
 	cols[n] = SPI_fnumber(tupdesc, "id");
-	values[n++] = Int64GetDatum(nextval_internal(eg_store_table("events_id_seq"), false));
+	values[n++] = Int64GetDatum(nextval_internal(event_id_sequence(), false));
 	cols[n] = SPI_fnumber(tupdesc, "txid");
 	values[n++] = FullTransactionIdGetDatum(GetTopFullTransactionId());
 	cols[n] = SPI_fnumber(tupdesc, "source");
