@@ -120,7 +120,11 @@ CREATE FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_sn
      e.source,
      e.source_event_id
     FROM eventgrid.events e
-   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid < _chunk_events.last_txid) AND (ROW(e.txid, e.id) > ROW(COALESCE(_chunk_events.after_txid, '0'::xid8), COALESCE(_chunk_events.after_id, (0)::bigint))) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto))
+   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid < _chunk_events.last_txid) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)),
+         CASE
+             WHEN (_chunk_events.after_txid >= pg_snapshot_xmin(_chunk_events.done)) THEN _chunk_events.after_id
+             ELSE (0)::bigint
+         END)) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto))
  UNION ALL
   SELECT e.id,
      e.topic,
@@ -132,7 +136,11 @@ CREATE FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_sn
      e.source,
      e.source_event_id
     FROM eventgrid.events e
-   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid = _chunk_events.last_txid) AND (e.id <= _chunk_events.last_id) AND (ROW(e.txid, e.id) > ROW(COALESCE(_chunk_events.after_txid, '0'::xid8), COALESCE(_chunk_events.after_id, (0)::bigint))) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto));
+   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid = _chunk_events.last_txid) AND (e.id <= _chunk_events.last_id) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)),
+         CASE
+             WHEN (_chunk_events.after_txid >= pg_snapshot_xmin(_chunk_events.done)) THEN _chunk_events.after_id
+             ELSE (0)::bigint
+         END)) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto));
 END;
 
 COMMENT ON FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint, last_txid xid8, last_id bigint) IS 'Internal: the events of a chunk in flight (eventgrid.chunks_in_flight), as the claim took them: its key range in its batch, before filters. Inlined by the planner; the delivery workers and eventgrid._pending() read chunks through it.';
@@ -201,7 +209,11 @@ CREATE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg
      e.source,
      e.source_event_id
     FROM eventgrid.events e
-   WHERE ((e.topic = _unpassed_events.topic) AND (e.txid >= pg_snapshot_xmin(_unpassed_events.done)) AND (ROW(e.txid, e.id) > ROW(COALESCE(_unpassed_events.after_txid, '0'::xid8), COALESCE(_unpassed_events.after_id, (0)::bigint))) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)))
+   WHERE ((e.topic = _unpassed_events.topic) AND (e.txid >= pg_snapshot_xmin(_unpassed_events.done)) AND (ROW(e.txid, e.id) > ROW(GREATEST(_unpassed_events.after_txid, pg_snapshot_xmin(_unpassed_events.done)),
+         CASE
+             WHEN (_unpassed_events.after_txid >= pg_snapshot_xmin(_unpassed_events.done)) THEN _unpassed_events.after_id
+             ELSE (0)::bigint
+         END)) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)))
  UNION ALL
   SELECT e.id,
      e.topic,

@@ -45,18 +45,22 @@ ALTER TABLE eventgrid.events_0 ALTER COLUMN id SET DEFAULT eventgrid._new_event_
 ALTER TABLE eventgrid.events_1 ALTER COLUMN id SET DEFAULT eventgrid._new_event_id();
 ALTER TABLE eventgrid.events_2 ALTER COLUMN id SET DEFAULT eventgrid._new_event_id();
 
--- the functions that return events rows return the new columns too
+-- the functions that return events rows return the new columns too; and the
+-- row comparison that resumes after a position's last event starts no lower
+-- than the scalar bound beside it: a B-tree scan starts at a row comparison
+-- rather than at a scalar bound on the same column, so a position with no last
+-- event (0, 0) read its topic's index entries from the event table's start
 CREATE OR REPLACE FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8,
         after_id bigint, last_txid xid8, last_id bigint) RETURNS SETOF eventgrid.events
     LANGUAGE sql STABLE PARALLEL SAFE
     BEGIN ATOMIC
  SELECT e.id, e.topic, e.event, e.publish_time, e.event_bytes, e.txid, e.event_table, e.source, e.source_event_id
     FROM eventgrid.events e
-   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid < _chunk_events.last_txid) AND (ROW(e.txid, e.id) > ROW(COALESCE(_chunk_events.after_txid, '0'::xid8), COALESCE(_chunk_events.after_id, (0)::bigint))) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto))
+   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid < _chunk_events.last_txid) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)), CASE WHEN (_chunk_events.after_txid >= pg_snapshot_xmin(_chunk_events.done)) THEN _chunk_events.after_id ELSE (0)::bigint END)) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto))
  UNION ALL
   SELECT e.id, e.topic, e.event, e.publish_time, e.event_bytes, e.txid, e.event_table, e.source, e.source_event_id
     FROM eventgrid.events e
-   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid = _chunk_events.last_txid) AND (e.id <= _chunk_events.last_id) AND (ROW(e.txid, e.id) > ROW(COALESCE(_chunk_events.after_txid, '0'::xid8), COALESCE(_chunk_events.after_id, (0)::bigint))) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto));
+   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid = _chunk_events.last_txid) AND (e.id <= _chunk_events.last_id) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)), CASE WHEN (_chunk_events.after_txid >= pg_snapshot_xmin(_chunk_events.done)) THEN _chunk_events.after_id ELSE (0)::bigint END)) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto));
 END;
 
 CREATE OR REPLACE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8,
@@ -65,7 +69,7 @@ CREATE OR REPLACE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapsh
     BEGIN ATOMIC
  SELECT e.id, e.topic, e.event, e.publish_time, e.event_bytes, e.txid, e.event_table, e.source, e.source_event_id
     FROM eventgrid.events e
-   WHERE ((e.topic = _unpassed_events.topic) AND (e.txid >= pg_snapshot_xmin(_unpassed_events.done)) AND (ROW(e.txid, e.id) > ROW(COALESCE(_unpassed_events.after_txid, '0'::xid8), COALESCE(_unpassed_events.after_id, (0)::bigint))) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)))
+   WHERE ((e.topic = _unpassed_events.topic) AND (e.txid >= pg_snapshot_xmin(_unpassed_events.done)) AND (ROW(e.txid, e.id) > ROW(GREATEST(_unpassed_events.after_txid, pg_snapshot_xmin(_unpassed_events.done)), CASE WHEN (_unpassed_events.after_txid >= pg_snapshot_xmin(_unpassed_events.done)) THEN _unpassed_events.after_id ELSE (0)::bigint END)) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)))
  UNION ALL
   SELECT e.id, e.topic, e.event, e.publish_time, e.event_bytes, e.txid, e.event_table, e.source, e.source_event_id
     FROM eventgrid.events e

@@ -60,7 +60,10 @@ eg_claim_request_cols(SPITupleTable *tt, int row, int first, EgClaimedRow *r)
  * left in its batch gives one row with no event.  Rows are narrow and
  * unordered: scan_positions() orders them, cut_positions() cuts them at the
  * byte budget and moves the positions (advance), load_chunks() then reads
- * what is to be sent.  done and upto come as text, once per position.
+ * what is to be sent.  done and upto come as text, once per position.  The
+ * row comparison after the position's last event is raised to the scalar
+ * bound beside it: the B-tree scan starts at the row comparison, and one of
+ * (0, 0) (no last event) read the topic's entries from the table's start.
  */
 static EgStatement claim_scan = {
 	.name = "first-attempt claim",
@@ -98,7 +101,9 @@ static EgStatement claim_scan = {
 	"       UNION ALL"
 	"       (SELECT e.txid, e.id, e.event, e.event_bytes FROM eventgrid.events e"
 	"         WHERE e.topic = s.topic"
-	"           AND (e.txid, e.id) > (pos.after_txid, pos.after_id)"
+	"           AND (e.txid, e.id) > (greatest(pos.after_txid, pg_snapshot_xmax(pos.done)),"
+	"                                 CASE WHEN pos.after_txid >= pg_snapshot_xmax(pos.done)"
+	"                                      THEN pos.after_id ELSE 0 END)"
 	"           AND e.txid >= pg_snapshot_xmax(pos.done) AND e.txid < pg_snapshot_xmax(pos.upto)"
 	"           AND pg_visible_in_snapshot(e.txid, pos.upto)"
 	"         ORDER BY e.txid, e.id LIMIT $1)"
