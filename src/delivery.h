@@ -93,7 +93,7 @@ typedef struct EgDeliveryWorker
 extern EgDeliveryWorker eg_dw;
 
 /* delivery_claim.c */
-extern int	eg_delivery_claim(int64 byte_budget, bool *more, bool *locked);
+extern int	eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next_due_at);
 extern void eg_delivery_drop_claim(void);
 
 /* delivery_record.c */

@@ -507,6 +507,7 @@ claim_round(TimestampTz now, bool db_ok)
 	int64		backed_up_bytes;
 	bool		more;
 	bool		locked;
+	TimestampTz due;
 	int			n;
 
 	last_claim_rows = 0;
@@ -519,14 +520,14 @@ claim_round(TimestampTz now, bool db_ok)
 
 	eg_rate_reset_next();
 	eg_worker_saw_wakes();		/* commits up to here are this claim's to find */
-	n = eg_delivery_claim((byte_limit - bytes_claimable) / 2, &more, &locked);
+	n = eg_delivery_claim((byte_limit - bytes_claimable) / 2, &more, &locked, &due);
 	last_claim_rows = Max(n, 0);
 	if (n < 0)
 		next_claim_at = 0;		/* eg_db_retry_at holds it back */
 	else if (!more)
 	{
 		/* the next due retry, or the next token of a subscription the claim left waiting for its rate */
-		next_claim_at = Min(next_due(), eg_rate_next_at);
+		next_claim_at = Min(due != 0 ? due : next_due(), eg_rate_next_at);
 
 		/*
 		 * Due retries or positions the claim did not get are locked by
