@@ -66,7 +66,8 @@ $b->safe_psql('restored', "INSERT INTO eventgrid.events (topic, event, publish_t
 	  . " VALUES ('later', '" . eg_event('r-1') . "', now(), 10, $other)");
 $b->safe_psql('restored', "SELECT eventgrid._wake_worker_at_commit()");
 sleep 4;
-is($b->safe_psql('restored', "SELECT count(*) FROM eventgrid.events_$other"), '1',
+# (the row alone: a rotation meanwhile can make $other the table b-1 went to)
+is($b->safe_psql('restored', "SELECT count(*) FROM eventgrid.events_$other WHERE topic = 'later'"), '1',
 	'paused: a restored event table that no position holds yet is kept');
 $b->safe_psql('restored', "ALTER SYSTEM SET eventgrid.delivery_paused = off; SELECT pg_reload_conf()");
 ok(wait_for_sql($b, "SELECT count(*) FROM eventgrid.events_$other", '0', 90, 'restored'),
