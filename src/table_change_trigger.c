@@ -47,8 +47,10 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
+#include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/numeric.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -205,6 +207,22 @@ typedef enum EgInputSchema
 	IN_CUSTOM
 } EgInputSchema;
 
+/*
+ * How a column's value becomes JSON: the value to_jsonb() gives for a
+ * built-in type (domains over one included), made here directly for the
+ * commonest ones (what to_jsonb() makes of them: a number, true or false,
+ * the string itself), through to_jsonb() for the others; the text form,
+ * as a string, for a user-defined type.
+ */
+typedef enum EgValueKind
+{
+	VALUE_INTEGER,				/* int2, int4, int8: a number */
+	VALUE_BOOL,					/* true or false */
+	VALUE_TEXT,					/* text, varchar: the string */
+	VALUE_TO_JSONB,				/* other built-in types: to_jsonb() */
+	VALUE_TEXT_FORM				/* user-defined types: the output function's string */
+} EgValueKind;
+
 /* How one column of the written relation goes into events. */
 typedef struct EgColumn
 {
@@ -212,7 +230,8 @@ typedef struct EgColumn
 	char	   *name;
 	bool		published;		/* in the publication's columns */
 	bool		watched;		/* in its update_columns: an UPDATE that changes none is no event */
-	bool		builtin;		/* to_jsonb(); else the text form */
+	EgValueKind kind;
+	Oid			base;			/* the base type (of a domain: the type under it) */
 	FmgrInfo	to_jsonb;
 	FmgrInfo	output;
 } EgColumn;
@@ -234,6 +253,15 @@ typedef struct EgChange
 	AttrNumber *keys;			/* the primary key's columns, or NULL: the subject is head alone */
 	int			nkeys;
 	Datum		publish_time;
+	/*
+	 * Each event's size as JSON text (add_event): the text of the first
+	 * event is made in full; the others are sized from its skeleton (what
+	 * is the same in every event of the statement: keys, punctuation, the
+	 * names and stamps) and the text of their own values.
+	 */
+	int64		skeleton_size;	/* -1 until the first event */
+	int64		values_size;	/* of the event being built */
+	StringInfoData text;		/* scratch for the text of one value */
 	/* the batch being filled, its events in batch_cxt */
 	Datum	   *events;
 	Datum	   *sizes;
@@ -360,9 +388,30 @@ push_jsonb(JsonbParseState **st, const char *key, Jsonb *jb)
 }
 
 /*
+ * The size of a value's JSON text, as jsonb's output function writes it
+ * inside an event (which writes a value the same wherever it stands).
+ */
+static int64
+jsonb_text_size(EgChange *c, Jsonb *jb)
+{
+	resetStringInfo(&c->text);
+	(void) JsonbToCString(&c->text, &jb->root, VARSIZE(jb));
+	return c->text.len;
+}
+
+static int64
+string_text_size(EgChange *c, const char *s)
+{
+	resetStringInfo(&c->text);
+	escape_json(&c->text, s);
+	return c->text.len;
+}
+
+/*
  * Pushes the JSON object of the columns of a row (published, or watched
  * with watched) into st; returns pushJsonbValue's result for its end (the
- * whole value when st held nothing else).
+ * whole value when st held nothing else).  The published values' text
+ * sizes are added to c->values_size.
  */
 static JsonbValue *
 push_row(JsonbParseState **st, EgChange *c, TupleTableSlot *slot, bool watched)
@@ -373,16 +422,58 @@ push_row(JsonbParseState **st, EgChange *c, TupleTableSlot *slot, bool watched)
 		EgColumn   *col = &c->cols[i];
 		bool		isnull;
 		Datum		d;
+		int64		size;
 
 		if (watched ? !col->watched : !col->published)
 			continue;
 		d = slot_getattr(slot, col->attnum, &isnull);
 		if (isnull)
+		{
 			push_null(st, col->name);
-		else if (col->builtin)
-			push_jsonb(st, col->name, DatumGetJsonbP(FunctionCall1(&col->to_jsonb, d)));
+			size = strlen("null");
+		}
+		else if (col->kind == VALUE_TO_JSONB)
+		{
+			Jsonb	   *value = DatumGetJsonbP(FunctionCall1(&col->to_jsonb, d));
+
+			push_jsonb(st, col->name, value);
+			size = watched ? 0 : jsonb_text_size(c, value);
+		}
 		else
-			push_string(st, col->name, OutputFunctionCall(&col->output, d));
+		{
+			JsonbValue	v;
+			char		digits[MAXINT8LEN + 1];
+
+			switch (col->kind)
+			{
+				case VALUE_INTEGER:
+					{
+						int64		n = col->base == INT2OID ? DatumGetInt16(d)
+							: col->base == INT4OID ? DatumGetInt32(d) : DatumGetInt64(d);
+
+						v.type = jbvNumeric;
+						v.val.numeric = int64_to_numeric(n);
+						size = pg_lltoa(n, digits);
+					}
+					break;
+				case VALUE_BOOL:
+					v.type = jbvBool;
+					v.val.boolean = DatumGetBool(d);
+					size = v.val.boolean ? strlen("true") : strlen("false");
+					break;
+				default:
+					v.type = jbvString;
+					v.val.string.val = col->kind == VALUE_TEXT ? TextDatumGetCString(d)
+						: OutputFunctionCall(&col->output, d);
+					v.val.string.len = strlen(v.val.string.val);
+					size = watched ? 0 : string_text_size(c, v.val.string.val);
+					break;
+			}
+			push_key(st, col->name);
+			pushJsonbValue(st, WJB_VALUE, &v);
+		}
+		if (!watched)
+			c->values_size += size;
 	}
 	return pushJsonbValue(st, WJB_END_OBJECT, NULL);
 }
@@ -545,7 +636,7 @@ add_event(EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot, MemoryC
 	MemoryContext old = MemoryContextSwitchTo(row_cxt);
 	JsonbParseState *st = NULL;
 	Jsonb	   *event;
-	char	   *subject = subject_of(c, newslot ? newslot : oldslot);
+	char	   *subject = c->schema == IN_CUSTOM ? NULL : subject_of(c, newslot ? newslot : oldslot);
 	int64		size;
 
 	/*
@@ -553,11 +644,14 @@ add_event(EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot, MemoryC
 	 * one by one.  Keys go in jsonb's order (shorter first, then bytewise),
 	 * so that sorting each object at its end finds it sorted.
 	 */
+	c->values_size = 0;
 	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
 	if (c->schema == IN_CUSTOM)
 		push_data(&st, c, newslot, oldslot);
 	else
 	{
+		/* the id's text is 36 characters in every event: in the skeleton */
+		c->values_size += string_text_size(c, subject);
 		push_string(&st, "id", random_uuid());
 		push_key(&st, "data");
 		pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
@@ -584,7 +678,13 @@ add_event(EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot, MemoryC
 		}
 	}
 	event = JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
-	size = eg_event_text_size(event);
+	if (c->skeleton_size < 0)
+	{
+		size = eg_event_text_size(event);
+		c->skeleton_size = size - c->values_size;
+	}
+	else
+		size = c->skeleton_size + c->values_size;
 	eg_check_event_size(size);
 	MemoryContextSwitchTo(old);
 
@@ -653,10 +753,14 @@ prepare_columns(EgChange *c, Relation rel, Datum columns, bool columns_null, Dat
 		col->published = columns_null || in_array(columns, false, col->name);
 		col->watched = watched_null || in_array(watched, false, col->name);
 		base = getBaseType(att->atttypid);
-		col->builtin = base < FirstNormalObjectId;
+		col->base = base;
+		col->kind = base == INT2OID || base == INT4OID || base == INT8OID ? VALUE_INTEGER
+			: base == BOOLOID ? VALUE_BOOL
+			: base == TEXTOID || base == VARCHAROID ? VALUE_TEXT
+			: base < FirstNormalObjectId ? VALUE_TO_JSONB : VALUE_TEXT_FORM;
 		getTypeOutputInfo(att->atttypid, &output, &varlena);
 		fmgr_info(output, &col->output);
-		if (col->builtin)
+		if (col->kind == VALUE_TO_JSONB)
 		{
 			/* to_jsonb(anyelement) learns the type from its call expression */
 			Param	   *arg = makeNode(Param);
@@ -858,6 +962,8 @@ found:
 		c.source = psprintf("/postgresql/%s%s", eg_uri_escape(db, strlen(db)), c.head);
 	}
 	c.publish_time = TimestampTzGetDatum(eg_transaction_now());
+	c.skeleton_size = -1;
+	initStringInfo(&c.text);
 	c.events = palloc(EG_TC_BATCH * sizeof(Datum));
 	c.sizes = palloc(EG_TC_BATCH * sizeof(Datum));
 

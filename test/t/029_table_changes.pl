@@ -269,6 +269,44 @@ like(fails("INSERT INTO nokey VALUES (repeat('x', 1100000))"), qr/54000: .*1 MB|
 	'a row whose event is over 1 MB fails the statement (54000)');
 is(sql("SELECT count(*) FROM nokey"), '1', 'and the row is not written');
 
+# --- each event's recorded size is the size of its JSON text, whatever its
+# values (the trigger sizes events after the first of a statement from
+# their values alone)
+$node->safe_psql('postgres', <<'SQL');
+SELECT eventgrid.create_topic('sizes-eg');
+SELECT eventgrid.create_topic('sizes-ce', 'CloudEventSchemaV1_0');
+SELECT eventgrid.create_topic('sizes-custom', 'CustomEventSchema');
+CREATE TYPE mood AS ENUM ('ok', 'sad "really"');
+CREATE DOMAIN small AS int2 CHECK (VALUE > -1000);
+CREATE DOMAIN label AS varchar(30);
+CREATE TABLE sized (k text, n int, PRIMARY KEY (k, n), t text, num numeric, f float8, b bool, j json, jb jsonb,
+	a int[], ts timestamptz, m mood, v varchar(20), sm small, l bigint, lb label, c char(3));
+SELECT eventgrid.publish_table_changes('sized', 'sizes-eg');
+SELECT eventgrid.publish_table_changes('sized', 'sizes-ce');
+SELECT eventgrid.publish_table_changes('sized', 'sizes-custom');
+INSERT INTO sized
+SELECT CASE WHEN i % 3 = 0 THEN 'k/é ' || i ELSE 'k' || repeat('x', i) END, i,
+       CASE i % 5 WHEN 0 THEN NULL WHEN 1 THEN E'quote " back \\ nl \n tab \t ctl \x01 é 😀' ELSE repeat('t', i * 7) END,
+       CASE WHEN i % 2 = 0 THEN 1e300::numeric * i ELSE -i / 7.0 END, i / 3.0, i % 2 = 0,
+       CASE WHEN i % 4 = 0 THEN NULL ELSE json_build_object('x', i, 's', repeat('"', i)) END,
+       jsonb_build_array(i, 'é', NULL, jsonb_build_object('deep', repeat('\', i))),
+       ARRAY[i, -i, NULL], '2024-05-01 12:00+02'::timestamptz + i * interval '1 minute',
+       CASE WHEN i % 2 = 0 THEN 'ok'::mood ELSE 'sad "really"' END, left(repeat('ü', i), 20),
+       -i * 20, CASE WHEN i % 2 = 0 THEN 9223372036854775807 - i ELSE -9223372036854775807 - 1 + i END, E'l\\' || i, 'c' || i % 3
+  FROM generate_series(1, 40) i;
+UPDATE sized SET t = CASE WHEN n % 2 = 0 THEN repeat(E'\n', n) END, j = NULL WHERE n <= 20;
+DELETE FROM sized WHERE n > 30;
+SQL
+is(sql("SELECT string_agg(topic || ' ' || count || ' ' || wrong, ', ' ORDER BY topic) FROM"
+		  . " (SELECT topic, count(*), count(*) FILTER (WHERE event_bytes <> octet_length(event::text)) AS wrong"
+		  . "    FROM eventgrid.events WHERE topic LIKE 'sizes-%' GROUP BY topic) s"),
+	'sizes-ce 70 0, sizes-custom 70 0, sizes-eg 70 0',
+	'every event\'s event_bytes is the length of its JSON text: escapes, non-ASCII, nulls, numbers, nested values, text forms');
+is(sql("SELECT count(*), count(*) FILTER (WHERE EXISTS (SELECT 1 FROM eventgrid.events e WHERE e.topic = 'sizes-custom'"
+		  . " AND e.event->'new' = to_jsonb(s) AND (e.event->'new')::text = to_jsonb(s)::text)) FROM sized s"),
+	'30|30', 'each row\'s values are the JSON to_jsonb() makes of them (numbers, booleans, strings, domains, user-defined types)');
+sql("DROP TABLE sized; DROP TYPE mood; DROP DOMAIN small, label");
+
 # --- a trigger made by hand cannot publish
 sql("CREATE TABLE owned (id int); ALTER TABLE owned OWNER TO owner1");
 like(fails("CREATE TRIGGER hijack AFTER INSERT ON owned REFERENCING NEW TABLE AS eventgrid_rows FOR EACH STATEMENT"
