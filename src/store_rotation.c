@@ -19,13 +19,46 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+/*
+ * What still needs the events of event table $1: '' for nothing, NULL when
+ * the table is empty.  The query of eventgrid._event_table_holders() (which
+ * the event_tables view shows), here as a statement of its own so that its
+ * plan is made once per rotation (each TRUNCATE invalidates it), not at
+ * every call as a SQL function's is: its second run holds the table's
+ * ACCESS EXCLUSIVE lock, and with it every claim (a claim locks the three
+ * event tables) until the rotation commits.  OFFSET 0 keeps each EXISTS a
+ * subquery run per position, a probe of the (topic, txid, id) index from
+ * the position's xmin: as a semi-join, the plan (made when a truncated
+ * table looked empty) hashed every event of the table, 14-64 ms under load
+ * at 1,000 events/s.  The SQL function took 3.7 ms on average there (20 ms
+ * at worst), the statement 0.2 ms.
+ */
 static EgStatement holders = {
 	.name = "event table holders",
 	.sql =
-	"SELECT CASE WHEN pg_relation_size(format('eventgrid.events_%s', $1)::regclass) > 0"
-	"            THEN coalesce(array_to_string(eventgrid._event_table_holders($1::smallint), '; '), '') END",
+	"SELECT CASE WHEN pg_relation_size(format('eventgrid.events_%s', $1)::regclass) > 0 THEN coalesce(("
+	"  SELECT string_agg(DISTINCT h.holder, '; ' ORDER BY h.holder) FROM ("
+	"    SELECT format('event subscription %s of topic %s', s.name, s.topic) AS holder"
+	"      FROM eventgrid.subscription_positions p JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
+	"     WHERE EXISTS (SELECT 1 FROM eventgrid.events e"
+	"                    WHERE e.event_table = $1::smallint AND e.topic = s.topic"
+	"                      AND e.txid >= pg_snapshot_xmin(p.done) AND NOT pg_visible_in_snapshot(e.txid, p.done) OFFSET 0)"
+	"    UNION ALL"
+	"    SELECT format('first attempts in flight for topic %s', c.topic)"
+	"      FROM eventgrid.chunks_in_flight c"
+	"     WHERE EXISTS (SELECT 1 FROM eventgrid.events e"
+	"                    WHERE e.event_table = $1::smallint AND e.topic = c.topic"
+	"                      AND e.txid >= pg_snapshot_xmin(c.done) AND NOT pg_visible_in_snapshot(e.txid, c.done) OFFSET 0)"
+	"    UNION ALL"
+	"    SELECT format('unmatched count of topic %s', tp.topic)"
+	"      FROM eventgrid.topic_positions tp"
+	"     WHERE EXISTS (SELECT 1 FROM eventgrid.events e"
+	"                    WHERE e.event_table = $1::smallint AND e.topic = tp.topic"
+	"                      AND e.txid >= pg_snapshot_xmin(tp.done) AND NOT pg_visible_in_snapshot(e.txid, tp.done) OFFSET 0)"
+	"  ) h), '') END",
 	.nargs = 1,
 	.types = {INT4OID},
+	.generic = true,
 };
 
 static EgStatement table_used_st = {

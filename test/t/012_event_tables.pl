@@ -71,5 +71,19 @@ sql("ALTER SYSTEM SET eventgrid.delivery_paused = off; SELECT pg_reload_conf()")
 is(scalar(wait_for_requests($r, '/status/200/t', 8, 30)), 8, 'delivered once unpaused');
 ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.events", '0', 30), 'and its table emptied');
 
+# --- while delivery runs, a table whose events a position has not passed is
+# not emptied: a subscription limited to 2 events a second takes 6 s for 12
+# events, over turns of 1 s
+sql("SELECT eventgrid.create_topic('slow')");
+sql("SELECT eventgrid.create_event_subscription('slow', 'trickle', '$u/status/200/slow', max_events_per_second => 2)");
+sql("INSERT INTO eventgrid.events (topic, event) SELECT 'slow', jsonb_build_object('id', 's-' || i, 'subject', '/s',"
+	  . " 'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z') FROM generate_series(1, 12) i");
+ok(wait_for_sql($node, "SELECT count(*) > 0 FROM eventgrid.event_table_rotations"
+		  . " WHERE last_failure = 'waiting for event subscription trickle of topic slow'", 't', 30),
+	'the upkeep worker leaves the table alone, waiting for the subscription that has not passed its events');
+is(scalar(wait_for_requests($r, '/status/200/slow', 12, 60)), 12, 'which gets every event');
+is(join(' ', sort { substr($a, 2) <=> substr($b, 2) } map { $json->decode($_->{body})->[0]{id} } requests($r, '/status/200/slow')),
+	join(' ', map { "s-$_" } 1 .. 12), 'each once');
+
 $node->stop;
 done_testing();
