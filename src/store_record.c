@@ -20,6 +20,7 @@ static EgStatement lock_subscriptions = {
 	.sql = "SELECT s.id FROM eventgrid.event_subscriptions s WHERE s.id = ANY ($1) ORDER BY s.id FOR KEY SHARE",
 	.nargs = 1,
 	.types = {INT8ARRAYOID},
+	.generic = true,
 };
 
 /*
@@ -39,6 +40,7 @@ static EgStatement lock_counters = {
 	" WHERE c.subscription_id = ANY ($1) ORDER BY c.subscription_id FOR NO KEY UPDATE",
 	.nargs = 1,
 	.types = {INT8ARRAYOID},
+	.generic = true,
 };
 
 static EgStatement in_flight = {
@@ -295,6 +297,7 @@ static EgStatement record_attempts_st = {
 	"            duration_ms, error, topic, response_body)",
 	.nargs = 14,
 	.types = {TIMESTAMPTZARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, FLOAT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID},
+	.generic = true,
 };
 
 /* Outcome arrays of one record statement. */
