@@ -516,18 +516,24 @@ class Bench:
             self.q(f"CREATE TABLE {t} (id int PRIMARY KEY, qty int, price int, sku text, note text)")
         self.q("SELECT eventgrid.publish_table_changes('tc_published', 'changes', operations => ARRAY['INSERT'])")
         self.q("CREATE TRIGGER tc_pgq AFTER INSERT ON tc_pgq FOR EACH ROW EXECUTE FUNCTION pgq.logutriga('changes')")
+        tables = ("tc_plain", "tc_published", "tc_pgq")
+
+        def interleaved(load):
+            """Medians of three rounds of load(table) on each table in turn, from empty tables."""
+            times = {t: [] for t in tables}
+            for _ in range(3):
+                self.q(f"TRUNCATE {', '.join(tables)}")
+                self.q("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2, eventgrid.retries,"
+                       " eventgrid.chunks_in_flight")
+                self.q("CHECKPOINT")
+                for t in tables:
+                    start = time.time()
+                    load(t)
+                    times[t].append(time.time() - start)
+            return {t: statistics.median(v) for t, v in times.items()}
+
         insert = "INSERT INTO {t} SELECT i, i %% 100, i %% 1000, 'sku-' || i, 'a note of some length ' || i FROM generate_series(1, %s) i"
-        bulk = {"tc_plain": [], "tc_published": [], "tc_pgq": []}
-        for _ in range(3):
-            for t in bulk:
-                self.q(f"TRUNCATE {t}")
-            self.q("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2, eventgrid.retries, eventgrid.chunks_in_flight")
-            self.q("CHECKPOINT")
-            for t in bulk:
-                start = time.time()
-                self.q(insert.format(t=t), (n,))
-                bulk[t].append(time.time() - start)
-        b = {t: statistics.median(v) for t, v in bulk.items()}
+        b = interleaved(lambda t: self.q(insert.format(t=t), (n,)))
         self.report("table_changes_bulk_rows_per_s", f"13 table changes: INSERT ... SELECT of {n:,} rows, published",
                     n / b["tc_published"], "rows/s")
         self.report("table_plain_bulk_rows_per_s", "  the same INSERT, no publication", n / b["tc_plain"], "rows/s")
@@ -538,18 +544,12 @@ class Bench:
         copy_rows = env_int("BENCH_TABLE_COPY_ROWS", 1000000)
         data = "".join(f"{i}\t{i % 100}\t{i % 1000}\tsku-{i}\ta note of some length {i}\n"
                        for i in range(1, copy_rows + 1)).encode()
-        copies = {t: [] for t in bulk}
-        for _ in range(3):
-            for t in copies:
-                self.q(f"TRUNCATE {t}")
-            self.q("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2, eventgrid.retries, eventgrid.chunks_in_flight")
-            self.q("CHECKPOINT")
-            for t in copies:
-                start = time.time()
-                with self.conn.cursor() as cur:
-                    cur.copy_expert(f"COPY {t} FROM STDIN", io.BytesIO(data))
-                copies[t].append(time.time() - start)
-        c = {t: statistics.median(v) for t, v in copies.items()}
+
+        def copy(t):
+            with self.conn.cursor() as cur:
+                cur.copy_expert(f"COPY {t} FROM STDIN", io.BytesIO(data))
+
+        c = interleaved(copy)
         self.report("table_changes_copy_rows_per_s", f"  COPY of {copy_rows:,} rows, published", copy_rows / c["tc_published"], "rows/s")
         self.report("table_plain_copy_rows_per_s", "  the same COPY, no publication", copy_rows / c["tc_plain"], "rows/s")
         self.report("table_pgq_copy_rows_per_s", "  the same COPY, pgq.logutriga", copy_rows / c["tc_pgq"], "rows/s")
@@ -558,7 +558,7 @@ class Bench:
         del data
         # single-row INSERTs, each its own transaction: pgbench on each table
         # in turn, three rounds of seconds / 2 s each, medians
-        runs = {t: [] for t in ("tc_plain", "tc_published", "tc_pgq")}
+        runs = {t: [] for t in tables}
         for t in runs:
             self.q(f"TRUNCATE {t}")
             with open(os.path.join(self.args.work, f"{t}.sql"), "w") as f:
