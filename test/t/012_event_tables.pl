@@ -1,7 +1,8 @@
 # Snapshot batches and the event tables that take turns (issue "Queue
 # storage"): a transaction that began long ago and commits late is
 # delivered, a rolled-back one never is; the upkeep worker empties event
-# tables with TRUNCATE once nothing needs them, never waits for a lock, and
+# tables with TRUNCATE once nothing needs them (not while a slow
+# subscription has not passed their events), never waits for a lock, and
 # eventgrid.event_tables says what a table waits for.
 use strict;
 use warnings;

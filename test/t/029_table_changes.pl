@@ -9,7 +9,9 @@
 #  - bulk INSERT ... SELECT, COPY, INSERT ... ON CONFLICT DO UPDATE (an
 #    insert or an update event per row), a partitioned parent (a row moved
 #    between partitions is one Updated event), UPDATE of a primary key,
-#    tables without a key, rows over 1 MB;
+#    tables without a key, rows over 1 MB; each event's event_bytes the
+#    size of its text, and its values what to_jsonb() makes, for every kind
+#    of column;
 #  - writes naming a partition, partitions created or attached later, a
 #    detached one; renamed columns followed, dropped ones leaving the lists;
 #  - who may do what: admin only, TRIGGER and SELECT checked for the caller,
