@@ -269,7 +269,12 @@ is(sql("SELECT string_agg(event->>'subject', ' ' ORDER BY id) FROM eventgrid.eve
 	'/public/nokey /public/keyed', 'without a key, or with the key not carried, the subject is /<schema>/<table>');
 like(fails("INSERT INTO nokey VALUES (repeat('x', 1100000))"), qr/54000: .*1 MB|54000: .*1048576/,
 	'a row whose event is over 1 MB fails the statement (54000)');
-is(sql("SELECT count(*) FROM nokey"), '1', 'and the row is not written');
+my ($alone) = fails("INSERT INTO nokey VALUES (repeat('x', 1048500))") =~ /54000: event is (\d+) bytes/;
+my ($later) = fails("INSERT INTO nokey VALUES ('small'), (repeat('x', 1048500)), ('small')") =~ /54000: event is (\d+) bytes/;
+ok(defined $alone && $alone > 1048576 && defined $later && $later == $alone,
+	'so does a later row of a statement, sized from its values as exactly as the first from its text'
+	  . ' (1,048,500 characters and the envelope: ' . ($later // 'no error') . ' bytes)');
+is(sql("SELECT count(*) FROM nokey"), '1', 'and the rows are not written');
 
 # --- each event's recorded size is the size of its JSON text, whatever its
 # values (the trigger sizes events after the first of a statement from
