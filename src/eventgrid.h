@@ -248,5 +248,7 @@ extern bool eg_topic_exists(const char *topic);
 /* publish.c: the current local transaction id (MyProc's), to tell one transaction's calls from the next's */
 extern LocalTransactionId eg_current_lxid(void);
 extern void eg_check_event_size(int64 size);
+/* replication.c: eventgrid.events_id_seq's OID (event ids), kept for the backend's life */
+extern Oid	eg_event_id_sequence(void);
 
 #endif							/* EVENTGRID_H */

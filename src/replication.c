@@ -52,8 +52,9 @@ in_logical_replication_worker(void)
 
 /*
  * eventgrid.events_id_seq's OID, kept for the backend's life (every
- * published row's id default asks for it) and forgotten when the relation
- * cache drops it (DROP EXTENSION, ALTER SEQUENCE).
+ * published row's id default asks for it, and the table change trigger for
+ * each event it stores) and forgotten when the relation cache drops it
+ * (DROP EXTENSION, ALTER SEQUENCE).
  */
 static Oid	id_sequence = InvalidOid;
 static bool id_sequence_callback = false;
@@ -65,8 +66,8 @@ forget_id_sequence(Datum arg, Oid relid)
 		id_sequence = InvalidOid;
 }
 
-static Oid
-event_id_sequence(void)
+Oid
+eg_event_id_sequence(void)
 {
 	if (!OidIsValid(id_sequence))
 	{
@@ -93,7 +94,7 @@ eventgrid_new_event_id(PG_FUNCTION_ARGS)
 {
 	if (in_logical_replication_worker())
 		PG_RETURN_NULL();
-	PG_RETURN_INT64(nextval_internal(event_id_sequence(), true));
+	PG_RETURN_INT64(nextval_internal(eg_event_id_sequence(), true));
 }
 
 /*
@@ -275,7 +276,7 @@ eventgrid_apply_event(PG_FUNCTION_ARGS)
 	values[n] = d;
 	nulls[n++] = isnull;
 	cols[n] = SPI_fnumber(tupdesc, "id");
-	values[n++] = Int64GetDatum(nextval_internal(event_id_sequence(), false));
+	values[n++] = Int64GetDatum(nextval_internal(eg_event_id_sequence(), false));
 	cols[n] = SPI_fnumber(tupdesc, "txid");
 	values[n++] = FullTransactionIdGetDatum(GetTopFullTransactionId());
 	cols[n] = SPI_fnumber(tupdesc, "source");

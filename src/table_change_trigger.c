@@ -556,7 +556,7 @@ flush(EgChange *c)
 	snprintf(name, sizeof(name), "events_%d", table);
 	rel = table_open(eg_store_table(name), RowExclusiveLock);
 	desc = RelationGetDescr(rel);
-	seq = eg_store_table("events_id_seq");
+	seq = eg_event_id_sequence();
 	a_id = column_number(desc, "id");
 	a_topic = column_number(desc, "topic");
 	a_event = column_number(desc, "event");
@@ -711,7 +711,6 @@ unchanged(EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot, MemoryC
 	return same;
 }
 
-/* The columns of rel, and how each goes into events. */
 /* jsonb's order of object keys, for columns: shorter names first, then bytewise. */
 static int
 column_cmp(const void *a, const void *b)
@@ -726,6 +725,7 @@ column_cmp(const void *a, const void *b)
 	return memcmp(x, y, xl);
 }
 
+/* The columns of rel, and how each goes into events. */
 static void
 prepare_columns(EgChange *c, Relation rel, Datum columns, bool columns_null, Datum watched,
 				bool watched_null, Datum keys, bool keys_null)

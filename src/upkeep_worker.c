@@ -32,16 +32,6 @@ static TimestampTz backlog_at = 0;
 static void log_summary(void);
 
 /*
- * Upkeep of the queue: positions restored from another cluster start
- * afresh, the positions of subscriptions whose endpoint validation failed
- * pass what is published, chunks and in-flight retries of delivery workers that no longer
- * run become retries (eg_store_recover), published and unmatched events
- * are counted, each event table other than the current one is emptied if
- * nothing needs it, and the attempt history is rotated when its current
- * table is due.  Each step is its own unit of work.  Runs in the upkeep worker.  Returns whether an event
- * table holds rows still (upkeep is then wanted again soon).
- */
-/*
  * Notes in shared memory whether the database has no event subscription:
  * an application server whose events delivery servers receive by logical
  * replication then wakes no delivery worker at each commit (eg_db_wake()).
@@ -64,6 +54,17 @@ note_subscriptions(void)
 	SpinLockRelease(&eg_shared->mutex);
 }
 
+/*
+ * Upkeep of the queue: positions restored from another cluster start
+ * afresh, the positions of subscriptions whose endpoint validation failed
+ * pass what is published, chunks and in-flight retries of delivery workers that no longer
+ * run become retries (eg_store_recover), published and unmatched events
+ * are counted (and whether the database has an event subscription is
+ * noted), each event table other than the current one is emptied if
+ * nothing needs it, and the attempt history is rotated when its current
+ * table is due.  Each step is its own unit of work.  Runs in the upkeep worker.  Returns whether an event
+ * table holds rows still (upkeep is then wanted again soon).
+ */
 static bool
 upkeep(void)
 {
