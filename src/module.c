@@ -19,6 +19,7 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_attribute.h"
+#include "catalog/pg_database.h"
 #include "catalog/pg_proc.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
@@ -365,6 +366,64 @@ database_needed(Node *stmt)
 	return InvalidOid;
 }
 
+/* Is the current user the owner of database dboid (or a superuser)? */
+static bool
+owns_database(Oid dboid)
+{
+#if PG_VERSION_NUM >= 160000
+	return object_ownercheck(DatabaseRelationId, dboid, GetUserId());
+#else
+	return pg_database_ownercheck(dboid, GetUserId());
+#endif
+}
+
+/*
+ * Will PostgreSQL run stmt, which needs database dboid to itself?  The
+ * checks PostgreSQL makes before it looks for other sessions: the
+ * transaction block (DROP DATABASE, CREATE DATABASE and ALTER DATABASE
+ * ... SET TABLESPACE refuse one: PreventInTransactionBlock raises
+ * PostgreSQL's own error here), the ownership of the database (DROP,
+ * RENAME, SET TABLESPACE), the CREATEDB privilege (RENAME, CREATE), and
+ * for a template that is not marked as one, its ownership.  false: the
+ * statement fails, so the database's workers are not asked to leave for it.
+ */
+static bool
+ddl_will_run(Node *stmt, Oid dboid, ProcessUtilityContext context)
+{
+	bool		top = context == PROCESS_UTILITY_TOPLEVEL;
+
+	if (dboid == MyDatabaseId)
+		return false;		/* PostgreSQL refuses the open database */
+	if (IsA(stmt, DropdbStmt))
+	{
+		PreventInTransactionBlock(top, "DROP DATABASE");
+		return owns_database(dboid);
+	}
+	if (IsA(stmt, RenameStmt))
+		return owns_database(dboid) && have_createdb_privilege();
+	if (IsA(stmt, AlterDatabaseStmt))
+	{
+		PreventInTransactionBlock(top, "ALTER DATABASE SET TABLESPACE");
+		return owns_database(dboid);
+	}
+	if (IsA(stmt, CreatedbStmt))
+	{
+		HeapTuple	tup;
+		bool		istemplate;
+
+		PreventInTransactionBlock(top, "CREATE DATABASE");
+		if (!have_createdb_privilege())
+			return false;
+		tup = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(dboid));
+		if (!HeapTupleIsValid(tup))
+			return false;
+		istemplate = ((Form_pg_database) GETSTRUCT(tup))->datistemplate;
+		ReleaseSysCache(tup);
+		return istemplate || owns_database(dboid);
+	}
+	return false;
+}
+
 /* Does stmt create, alter or drop extension eventgrid? */
 static bool
 changes_extension(Node *stmt)
@@ -388,9 +447,12 @@ changes_extension(Node *stmt)
  * Utility statements eventgrid follows (in every backend, as the library is
  * preloaded):
  *  - DROP DATABASE, ALTER DATABASE ... RENAME TO / SET TABLESPACE and
- *    CREATE DATABASE ... TEMPLATE need their database to themselves: its
- *    workers leave first and stay away until the transaction ends
- *    (eg_db_hold_for_ddl), so eventgrid never makes them wait;
+ *    CREATE DATABASE ... TEMPLATE need their database to themselves: when
+ *    PostgreSQL's own checks let the statement run (ddl_will_run), its
+ *    workers leave first (eg_db_hold_for_ddl), so eventgrid never makes it
+ *    wait, and come back as soon as the statement ends, failed or not (a
+ *    dropped database's slot is let go at commit, which follows DROP
+ *    DATABASE at once: it runs in no transaction block);
  *  - CREATE, ALTER and DROP EXTENSION eventgrid: once committed, the
  *    launcher looks at the database again at once;
  *  - COMMIT PREPARED runs in a session that may never have published, so
@@ -408,6 +470,8 @@ eg_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTre
 		((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED;
 	Oid			needed = database_needed(stmt);
 
+	if (OidIsValid(needed) && !ddl_will_run(stmt, needed, context))
+		needed = InvalidOid;
 	if (OidIsValid(needed))
 	{
 		register_xact_callback();
@@ -418,14 +482,26 @@ eg_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTre
 		register_xact_callback();
 		extension_changed_at_commit = true;
 	}
-	if (prev_process_utility_hook)
-		prev_process_utility_hook(pstmt, queryString, readOnlyTree, context, params,
-								  queryEnv, dest, qc);
-	else
-		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
-								queryEnv, dest, qc);
+	PG_TRY();
+	{
+		if (prev_process_utility_hook)
+			prev_process_utility_hook(pstmt, queryString, readOnlyTree, context, params,
+									  queryEnv, dest, qc);
+		else
+			standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+									queryEnv, dest, qc);
+	}
+	PG_CATCH();
+	{
+		if (OidIsValid(needed))
+			eg_db_release_holds(false);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	if (OidIsValid(needed) && IsA(stmt, DropdbStmt))
 		dropped_at_commit = true;
+	else if (OidIsValid(needed))
+		eg_db_release_holds(false);
 	if (commit_prepared)
 		eg_wake_worker();
 }
