@@ -14,8 +14,9 @@
  * leaves in its slot when it is wanted again (a retry coming due, upkeep
  * being due).  A backend about to run DROP DATABASE, ALTER DATABASE ...
  * RENAME or SET TABLESPACE, or CREATE DATABASE ... TEMPLATE on a served
- * database holds its slot: the workers leave at once and are not started
- * again until its transaction ends (eg_db_hold_for_ddl).
+ * database, once PostgreSQL's checks let it run, holds its slot: the
+ * workers leave at once and are not started again until the statement
+ * ends (eg_db_hold_for_ddl, eg_db_release_holds).
  */
 #include "eventgrid.h"
 
@@ -270,11 +271,11 @@ workers_running(const EgDbSlot *db)
 /*
  * Before a DDL statement that needs database dboid to itself (no other
  * session connected: DROP DATABASE, ALTER DATABASE ... RENAME TO or SET
- * TABLESPACE, CREATE DATABASE ... TEMPLATE): its workers are asked to
- * leave, are not started again until this transaction ends
- * (eg_db_release_holds), and are waited for, at most EG_DDL_WAIT_MS,
- * processing interrupts.  A worker that has not left by then is left to
- * PostgreSQL's own wait.
+ * TABLESPACE, CREATE DATABASE ... TEMPLATE) that will run: its workers
+ * are asked to leave, are not started again until eg_db_release_holds
+ * (the caller's, when the statement ends; at the latest, the transaction's
+ * end), and are waited for, at most EG_DDL_WAIT_MS, processing interrupts.
+ * A worker that has not left by then is left to PostgreSQL's own wait.
  */
 void
 eg_db_hold_for_ddl(Oid dboid)
@@ -320,7 +321,8 @@ eg_db_hold_for_ddl(Oid dboid)
 }
 
 /*
- * At the end of the transaction of a backend that held slots for DDL: the
+ * When the DDL statement of a backend that held slots ends (or, for DROP
+ * DATABASE, its transaction commits), or its transaction aborts: the
  * workers may come back (dropped: the database is gone, its slot is freed
  * once its workers are).  The launcher looks at once.
  */
