@@ -52,6 +52,7 @@
 #include "utils/memutils.h"
 #include "utils/numeric.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -887,8 +888,19 @@ eventgrid_table_change_trigger(PG_FUNCTION_ARGS)
 	}
 	args[1] = CStringGetTextDatum(c.topic);
 	args[2] = CStringGetTextDatum(c.operation);
+	/*
+	 * Read under a snapshot taken now, after the generation: a row kept
+	 * under this generation then holds every change that generation
+	 * counts (the count moves after the change is visible).  The
+	 * statement's or transaction's snapshot (REPEATABLE READ, SERIALIZABLE)
+	 * may be older than a change the generation already counts: the row
+	 * read under it would be kept as current for the session's life.
+	 */
+	pg_memory_barrier();
+	PushActiveSnapshot(GetLatestSnapshot());
 	if (SPI_execute_plan(lookup_plan, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "eventgrid: looking up the table change publication failed");
+	PopActiveSnapshot();
 	tt = SPI_tuptable;
 	pubdesc = tt->tupdesc;
 	pub = -1;
