@@ -61,6 +61,7 @@ SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-default',
 SELECT err($$SELECT eventgrid.create_event_subscription('no-such-topic', 'sub-x', 'https://example.com/')$$);
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-ftp', 'ftp://example.com/')$$);
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-rel', '/relative/path')$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-words', 'not a url')$$);
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-empty-host', 'http://')$$);
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'sub-space', 'http://example.com/a b')$$);
 -- a scheme and a path but no host
@@ -100,6 +101,8 @@ SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'pbs-1025', 'h
 -- filters
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'types-empty', 'https://example.com/', included_event_types => '{}')$$);
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'types-null', 'https://example.com/', included_event_types => ARRAY[NULL::text])$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'types-blank', 'https://example.com/', included_event_types => ARRAY[''])$$);
+SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'types-blank', 'https://example.com/', included_event_types => ARRAY['A.B', ' '])$$);
 -- delivery schema mapping
 SELECT err($$SELECT eventgrid.create_event_subscription('orders', 'eg-to-ce', 'https://example.com/', event_delivery_schema => 'CloudEventSchemaV1_0')$$);
 SELECT err($$SELECT eventgrid.create_event_subscription('cloud-orders', 'ce-to-eg', 'https://example.com/', event_delivery_schema => 'EventGridSchema')$$);
@@ -298,5 +301,11 @@ SELECT pg_get_expr(prqual, prrelid) AS row_filter, prattrs FROM pg_publication_r
 SELECT err($$ALTER PUBLICATION pub_orders SET (publish = 'insert, truncate')$$);
 SELECT err($$CREATE PUBLICATION pub_bad FOR TABLE eventgrid.events$$);
 SELECT err($$CREATE PUBLICATION pub_bad FOR TABLE eventgrid.events_0 WITH (publish = 'insert')$$);
+SELECT err($$CREATE PUBLICATION pub_bad FOR TABLE eventgrid.events_1 WITH (publish = 'insert', publish_via_partition_root = true)$$);
+CREATE PUBLICATION pub_ok FOR TABLE eventgrid.events WITH (publish = 'insert', publish_via_partition_root = true);
+SELECT err($$ALTER PUBLICATION pub_ok SET TABLE eventgrid.events_2$$);
+SELECT err($$ALTER PUBLICATION pub_ok ADD TABLE eventgrid.events_0$$);
+SELECT pubname, count(*) AS tables FROM pg_publication_tables WHERE pubname = 'pub_ok' GROUP BY 1;
+DROP PUBLICATION pub_ok;
 DROP PUBLICATION pub_orders;
 RESET client_min_messages;

@@ -124,15 +124,18 @@ eg_store_forget_waves(int lease_owner, const int64 *waves, int n)
  * Dead-letter notifications: each delivery of the rows of cte that ends
  * undelivered (action 'f'), of a subscription with a dead_letter_topic,
  * is published to that topic as an event, in the record's transaction
- * (eventgrid._dead_letter_notification builds it, or nothing for a
- * notification that itself ended undelivered).
+ * (eventgrid._dead_letter_notification builds it, always within the 1 MB
+ * event limit, or nothing for a notification that itself ended
+ * undelivered).  Notifications are stored with source '(dead-letter
+ * notification)', which no publisher can write: that, not their event
+ * type, tells them apart.
  */
 #define EG_SQL_NOTIFY(cte) \
-	"  INSERT INTO eventgrid.events (topic, event)" \
-	"  SELECT n.notification_topic, n.notification FROM " cte " f" \
+	"  INSERT INTO eventgrid.events (topic, event, source)" \
+	"  SELECT n.notification_topic, n.notification, '(dead-letter notification)' FROM " cte " f" \
 	"   CROSS JOIN LATERAL eventgrid._dead_letter_notification(f.dead_letter_topic, f.topic, f.name, f.event," \
 	"         f.input_schema, f.deadletter, f.reason, f.attempts, f.outcome, f.status, f.publish_time," \
-	"         f.attempted_at) n" \
+	"         f.attempted_at, f.source) n" \
 	"   WHERE f.action = 'f' AND f.dead_letter_topic IS NOT NULL"
 
 /*

@@ -52,7 +52,10 @@ eg_endpoint_problem(const char *url)
 	if (h == NULL)
 		return "out of memory";
 	rc = curl_url_set(h, CURLUPART_URL, url, 0);
-	if (rc != CURLUE_OK)
+	if (rc != CURLUE_OK && strstr(url, "://") == NULL)
+		problem = "not an absolute URL: it must start with http:// or https:// and a host, "
+			"as https://receiver.example.com/events does";
+	else if (rc != CURLUE_OK)
 		problem = curl_url_strerror(rc);
 	else if (curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
 			 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))

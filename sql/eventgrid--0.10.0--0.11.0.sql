@@ -1,0 +1,185 @@
+-- eventgrid 0.10.0 -> 0.11.0: at-least-once without conditions (the third
+-- pass over what a hostile role, a hostile publisher and a new user's
+-- scale-out found in 0.10.0).
+\echo Use "ALTER EXTENSION eventgrid UPDATE" to load this file. \quit
+
+-- ---------------------------------------------------------------------------
+-- The claim scans of 0.10.0 as they landed last (installations made from an
+-- earlier build of 0.10.0 have the bodies that start at the event table's
+-- first entry; the same bodies again are harmless elsewhere)
+CREATE OR REPLACE FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8,
+        after_id bigint, last_txid xid8, last_id bigint) RETURNS SETOF eventgrid.events
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT e.id, e.topic, e.event, e.publish_time, e.event_bytes, e.txid, e.event_table, e.source, e.source_event_id
+    FROM eventgrid.events e
+   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid < _chunk_events.last_txid) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)), CASE WHEN (_chunk_events.after_txid >= pg_snapshot_xmin(_chunk_events.done)) THEN _chunk_events.after_id ELSE (0)::bigint END)) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto))
+ UNION ALL
+  SELECT e.id, e.topic, e.event, e.publish_time, e.event_bytes, e.txid, e.event_table, e.source, e.source_event_id
+    FROM eventgrid.events e
+   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid = _chunk_events.last_txid) AND (e.id <= _chunk_events.last_id) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)), CASE WHEN (_chunk_events.after_txid >= pg_snapshot_xmin(_chunk_events.done)) THEN _chunk_events.after_id ELSE (0)::bigint END)) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto));
+END;
+
+CREATE OR REPLACE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8,
+        after_id bigint) RETURNS SETOF eventgrid.events
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT e.id, e.topic, e.event, e.publish_time, e.event_bytes, e.txid, e.event_table, e.source, e.source_event_id
+    FROM eventgrid.events e
+   WHERE ((e.topic = _unpassed_events.topic) AND (e.txid >= pg_snapshot_xmin(_unpassed_events.done)) AND (ROW(e.txid, e.id) > ROW(GREATEST(_unpassed_events.after_txid, pg_snapshot_xmin(_unpassed_events.done)), CASE WHEN (_unpassed_events.after_txid >= pg_snapshot_xmin(_unpassed_events.done)) THEN _unpassed_events.after_id ELSE (0)::bigint END)) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)))
+ UNION ALL
+  SELECT e.id, e.topic, e.event, e.publish_time, e.event_bytes, e.txid, e.event_table, e.source, e.source_event_id
+    FROM eventgrid.events e
+   WHERE ((_unpassed_events.upto IS NOT NULL) AND (e.topic = _unpassed_events.topic) AND (e.txid >= GREATEST(pg_snapshot_xmin(_unpassed_events.done), pg_snapshot_xmin(_unpassed_events.upto))) AND (e.txid < _unpassed_events.after_txid) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.upto)));
+END;
+
+-- ---------------------------------------------------------------------------
+-- Dead-letter notifications that always fit: the fields of the event the
+-- notification repeats (id, subject, event type) are cut to 1,024 characters
+-- each, so that with the event itself (kept up to 900 kB) it stays within the
+-- 1 MB event limit whatever the event; and eventgrid's own notifications are
+-- told apart by their origin (events.source = '(dead-letter notification)',
+-- a column no publisher may write), not by an event type any publisher can
+-- give its events
+DROP FUNCTION eventgrid._dead_letter_notification(text, text, text, jsonb, text, boolean, text, integer, text,
+        integer, timestamptz, timestamptz);
+CREATE FUNCTION eventgrid._dead_letter_notification(target_topic text, topic text, subscription text, event jsonb,
+        input_schema text, dead_lettered boolean, reason text, attempts integer, outcome text, http_status integer,
+        publish_time timestamptz, attempted_at timestamptz, event_source text)
+    RETURNS TABLE(notification_topic text, notification jsonb)
+    LANGUAGE sql
+    SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH src AS (
+        SELECT left(CASE WHEN _dead_letter_notification.input_schema = 'CloudEventSchemaV1_0'
+                         THEN _dead_letter_notification.event ->> 'type'
+                         ELSE _dead_letter_notification.event ->> 'eventType' END, 1024) AS event_type,
+               left(_dead_letter_notification.event ->> 'id', 1024) AS id,
+               left(_dead_letter_notification.event ->> 'subject', 1024) AS subject
+    ), d AS (
+        SELECT jsonb_strip_nulls(jsonb_build_object(
+                   'topic', _dead_letter_notification.topic,
+                   'eventSubscription', _dead_letter_notification.subscription,
+                   'id', src.id, 'eventType', src.event_type, 'subject', src.subject,
+                   'deadLetterReason', _dead_letter_notification.reason,
+                   'deliveryAttempts', _dead_letter_notification.attempts,
+                   'lastDeliveryOutcome', _dead_letter_notification.outcome,
+                   'lastHttpStatusCode', nullif(_dead_letter_notification.http_status, 0),
+                   'publishTime', eventgrid.rfc3339(_dead_letter_notification.publish_time),
+                   'lastDeliveryAttemptTime', eventgrid.rfc3339(_dead_letter_notification.attempted_at)))
+               || CASE WHEN octet_length(_dead_letter_notification.event::text) <= 900 * 1024
+                       THEN jsonb_build_object('event', _dead_letter_notification.event)
+                       ELSE jsonb_build_object('eventOmitted',
+                                'larger than 900 kB: the notification must stay within the 1 MB event limit')
+                  END AS data,
+               CASE WHEN _dead_letter_notification.dead_lettered THEN 'Eventgrid.EventSubscription.EventDeadLettered'
+                    ELSE 'Eventgrid.EventSubscription.EventDropped' END AS type,
+               '/topics/' || _dead_letter_notification.topic || '/eventSubscriptions/'
+                   || _dead_letter_notification.subscription AS source,
+               coalesce(src.id, '') AS event_id
+          FROM src
+    )
+    SELECT t.name AS notification_topic,
+           CASE WHEN t.input_schema = 'CloudEventSchemaV1_0'
+                THEN jsonb_build_object('specversion', '1.0', 'id', gen_random_uuid()::text, 'source', d.source,
+                         'type', d.type, 'subject', d.event_id, 'time', eventgrid.rfc3339(now()),
+                         'datacontenttype', 'application/json', 'data', d.data)
+                ELSE jsonb_build_object('id', gen_random_uuid()::text, 'subject', d.source || '/events/' || d.event_id,
+                         'eventType', d.type, 'eventTime', eventgrid.rfc3339(now()), 'dataVersion', '1.0',
+                         'data', d.data)
+           END AS notification
+      FROM d, eventgrid.topics t
+     WHERE t.name = _dead_letter_notification.target_topic
+       AND _dead_letter_notification.event_source IS DISTINCT FROM '(dead-letter notification)';
+END;
+COMMENT ON FUNCTION eventgrid._dead_letter_notification(text, text, text, jsonb, text, boolean, text, integer, text,
+        integer, timestamptz, timestamptz, text) IS
+    'Internal: the notification event of an event dead-lettered (or, dead_lettered false, dropped) by an event subscription whose dead_letter_topic is target_topic, in that topic''s input schema, with what the dead letter records (the event''s id, subject and type cut to 1,024 characters each) and the event itself (up to 900 kB), so that it always fits the 1 MB event limit; no row for a notification that itself ended undelivered (event_source ''(dead-letter notification)'', which the delivery workers give the notifications they publish and publishers cannot write), or when the topic is gone. The delivery workers publish it in the transaction that records the dead letter.';
+REVOKE ALL ON FUNCTION eventgrid._dead_letter_notification(text, text, text, jsonb, text, boolean, text, integer, text,
+        integer, timestamptz, timestamptz, text) FROM PUBLIC;
+COMMENT ON COLUMN eventgrid.events.source IS 'NULL: published in this database; ''(dead-letter notification)'': a dead-letter notification the delivery workers published (README "Dead-letter notifications"); else the logical replication subscription (CREATE SUBSCRIPTION) that brought the event from another server.';
+COMMENT ON COLUMN eventgrid.retries.source IS 'The event''s events.source: NULL, ''(dead-letter notification)'', or the logical replication subscription it came through.';
+COMMENT ON COLUMN eventgrid.dead_letters.source IS 'NULL: the event was published in this database; ''(dead-letter notification)'': a dead-letter notification the delivery workers published; else the logical replication subscription that brought it (README "Scaling out").';
+
+-- ---------------------------------------------------------------------------
+-- An empty event type in included_event_types is refused (it matched nothing)
+CREATE OR REPLACE FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text, event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean, deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, max_events_per_second integer) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._check_endpoint(endpoint);
+    PERFORM eventgrid._check_schema('event_delivery_schema', event_delivery_schema);
+    IF (input_schema = 'CustomEventSchema') <> (event_delivery_schema = 'CustomEventSchema') THEN
+        RAISE EXCEPTION 'event_delivery_schema % is not available for a topic with input schema %',
+                        event_delivery_schema, input_schema
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'EventGridSchema and CloudEventSchemaV1_0 map to each other; CustomEventSchema is delivered only as CustomEventSchema.';
+    END IF;
+    IF topic_type = 'namespace' AND event_delivery_schema <> 'CloudEventSchemaV1_0' THEN
+        RAISE EXCEPTION 'event_delivery_schema % is not available for a namespace topic', event_delivery_schema
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A namespace topic delivers CloudEvents 1.0 only: omit event_delivery_schema.';
+    END IF;
+    IF included_event_types IS NOT NULL AND
+       (cardinality(included_event_types) = 0 OR array_position(included_event_types, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'included_event_types must be NULL (all types) or a non-empty array without NULLs'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF EXISTS (SELECT FROM unnest(included_event_types) AS t(v) WHERE btrim(t.v) = '') THEN
+        RAISE EXCEPTION 'included_event_types must not hold an empty event type'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Name each event type to deliver, e.g. ARRAY[''Shop.OrderCreated''] (matched case-insensitively with eventType, or type for CloudEvents); NULL delivers all types.';
+    END IF;
+    IF is_subject_case_sensitive IS NULL OR deadletter IS NULL OR enable_advanced_filtering_on_arrays IS NULL THEN
+        RAISE EXCEPTION 'is_subject_case_sensitive, deadletter and enable_advanced_filtering_on_arrays must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM eventgrid._check_range('max_events_per_batch', max_events_per_batch, 1, 5000);
+    PERFORM eventgrid._check_range('preferred_batch_size_in_kilobytes', preferred_batch_size_in_kilobytes, 1, 1024, ' kilobytes');
+    PERFORM eventgrid._check_range('max_events_per_second', max_events_per_second, 1, 100000, ' events a second');
+END $$;
+
+-- ---------------------------------------------------------------------------
+-- A publication naming an event table by itself is refused, whatever its
+-- options and whether CREATE or ALTER PUBLICATION (ADD or SET TABLE) names it
+CREATE OR REPLACE FUNCTION eventgrid._check_event_publications() RETURNS event_trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    p record;
+BEGIN
+    FOR p IN
+        SELECT pub.pubname, pub.puballtables, pub.pubviaroot, pub.pubinsert, pub.pubupdate, pub.pubdelete,
+               pub.pubtruncate,
+               EXISTS (SELECT 1 FROM pg_publication_rel pr
+                        WHERE pr.prpubid = pub.oid
+                          AND pr.prrelid IN ('eventgrid.events'::regclass, 'eventgrid.events_0'::regclass,
+                                             'eventgrid.events_1'::regclass, 'eventgrid.events_2'::regclass)) AS named,
+               (SELECT min(pr.prrelid::regclass::text) FROM pg_publication_rel pr
+                 WHERE pr.prpubid = pub.oid
+                   AND pr.prrelid IN ('eventgrid.events_0'::regclass, 'eventgrid.events_1'::regclass,
+                                      'eventgrid.events_2'::regclass)) AS event_table,
+               EXISTS (SELECT 1 FROM pg_publication_namespace pn
+                        WHERE pn.pnpubid = pub.oid AND pn.pnnspid = 'eventgrid'::regnamespace) AS in_schema
+          FROM pg_publication pub
+    LOOP
+        IF p.event_table IS NOT NULL THEN
+            RAISE EXCEPTION 'publication "%" names the event table % by itself', p.pubname, p.event_table
+                USING ERRCODE = '22023',
+                DETAIL = 'Each event table holds the events of one turn of the rotation: published alone, a delivery server would get some events and miss the others.',
+                HINT = 'Publish the partitioned table: CREATE PUBLICATION ... FOR TABLE eventgrid.events (id, topic, event, publish_time, event_bytes) WITH (publish = ''insert'', publish_via_partition_root = true), or SELECT eventgrid.create_event_publication(name, topics).';
+        ELSIF p.named AND (p.pubtruncate OR p.pubupdate OR p.pubdelete OR NOT p.pubviaroot) THEN
+            RAISE EXCEPTION 'publication "%" of eventgrid.events must publish inserts only, through the partitioned table',
+                            p.pubname
+                USING ERRCODE = '22023',
+                DETAIL = 'The event tables are emptied with TRUNCATE as they rotate; replicated, that would empty a delivery server''s event tables, and row by row they would not fit its rotation.',
+                HINT = 'CREATE PUBLICATION ... FOR TABLE eventgrid.events (id, topic, event, publish_time, event_bytes) WITH (publish = ''insert'', publish_via_partition_root = true), or SELECT eventgrid.create_event_publication(name, topics).';
+        ELSIF (p.puballtables OR p.in_schema) AND p.pubtruncate THEN
+            RAISE WARNING 'publication "%" replicates TRUNCATE of eventgrid''s event tables', p.pubname
+                USING HINT = 'A database with eventgrid must not subscribe to it; use a publication of eventgrid.events with publish = ''insert'' (README "Scaling out").';
+        END IF;
+    END LOOP;
+END $$;
+COMMENT ON FUNCTION eventgrid._check_event_publications() IS 'Internal: ddl_command_end event trigger on CREATE and ALTER PUBLICATION: refuses (22023) a publication that names an event table (eventgrid.events_0, _1, _2) by itself, and one of eventgrid.events that publishes UPDATE, DELETE or TRUNCATE or publishes the event tables one by one (publish_via_partition_root = false); warns about publications of every table or of schema eventgrid that replicate TRUNCATE.';

@@ -1,0 +1,3673 @@
+-- eventgrid 0.11.0: the full install script of this version.
+--
+-- Made by scripts/install-script.sh from what the upgrade scripts build
+-- (sql/eventgrid--A--B.sql, from the oldest full script on): edit those,
+-- never this file, and make it again.  test/t/023_install_script.pl checks
+-- that installing this script and updating from the oldest version give
+-- the same schema, privileges and comments.
+--
+-- Safety rules every object here follows, whoever calls it: SQL functions
+-- have SQL-standard bodies (RETURN / BEGIN ATOMIC), bound to pg_catalog's
+-- functions and operators when the extension is created; PL/pgSQL functions
+-- run with search_path = pg_catalog, pg_temp; PUBLIC may execute only
+-- publish(), which checks the caller's privileges, and the internal
+-- functions that read with the caller's own privileges.  Two roles carry
+-- the privileges: eventgrid_admin (configuration, statistics, dead letters)
+-- and eventgrid_publisher (publishing).
+
+\echo Use "CREATE EXTENSION eventgrid" to load this file. \quit
+
+-- Preloaded, the worker serves one database: refuse to install anywhere else.
+CREATE FUNCTION eventgrid._check_install_database() RETURNS void
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_check_install_database';
+SELECT eventgrid._check_install_database();
+
+-- The two roles administrators grant (cluster-wide; kept if the extension is dropped).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'eventgrid_admin') THEN
+        CREATE ROLE eventgrid_admin NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'eventgrid_publisher') THEN
+        CREATE ROLE eventgrid_publisher NOLOGIN;
+    END IF;
+END $$;
+COMMENT ON ROLE eventgrid_admin IS
+    'eventgrid: may configure topics and event subscriptions, read statistics, and read and delete dead letters. Grant it to administrators.';
+COMMENT ON ROLE eventgrid_publisher IS
+    'eventgrid: may publish events (INSERT INTO eventgrid.events (topic, event), eventgrid.publish()). Grant it to applications.';
+
+CREATE FUNCTION eventgrid._advanced_filters_arg(filters jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF filters IS NULL OR filters = 'null'::jsonb OR filters = '[]'::jsonb THEN
+        RETURN NULL;
+    END IF;
+    PERFORM eventgrid._check_advanced_filters(filters);
+    RETURN filters;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._advanced_filters_arg(filters jsonb) IS 'Internal: NULL for no advanced filters (NULL, JSON null or []), else the filters once eventgrid._check_advanced_filters accepts them.';
+
+CREATE FUNCTION eventgrid._advanced_match(event jsonb, filters jsonb, on_arrays boolean) RETURNS boolean
+    LANGUAGE c IMMUTABLE PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_advanced_match';
+
+COMMENT ON FUNCTION eventgrid._advanced_match(event jsonb, filters jsonb, on_arrays boolean) IS 'Internal: does an event pass every advanced filter (true when filters is NULL)? on_arrays: enableAdvancedFilteringOnArrays (SPEC 9).';
+
+CREATE FUNCTION eventgrid._apply_event() RETURNS trigger
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_apply_event';
+
+COMMENT ON FUNCTION eventgrid._apply_event() IS 'Internal: BEFORE INSERT row trigger on eventgrid.events, enabled for replica sessions only (ENABLE REPLICA): a row a logical replication worker applies gets this server''s transaction id and an id from this server''s sequence (the sent id is kept as source_event_id), source = the subscription''s name, publish time and size when not sent; a topic this database lacks is counted in eventgrid.unknown_topic_events; the delivery workers are woken when the applied transaction commits. Rows of other replica sessions (restores) are stored as they are.';
+
+CREATE FUNCTION eventgrid._check_advanced_filters(filters jsonb) RETURNS boolean
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_check_advanced_filters';
+
+COMMENT ON FUNCTION eventgrid._check_advanced_filters(filters jsonb) IS 'Internal: true when filters is a valid array of Event Grid advanced filters; otherwise raises 22023 (malformed) or 54000 (over a limit) naming the filter''s position and field (SPEC 9).';
+
+CREATE FUNCTION eventgrid._event_table() RETURNS smallint
+    LANGUAGE c PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_event_table';
+
+COMMENT ON FUNCTION eventgrid._event_table() IS 'Internal: default of events.event_table: which of the three event tables the current transaction appends to, from its start time and GUC eventgrid.event_table_rotation.';
+
+CREATE FUNCTION eventgrid._in_batch(txid xid8, since pg_snapshot, upto pg_snapshot) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN (pg_visible_in_snapshot(txid, upto) AND (NOT pg_visible_in_snapshot(txid, since)));
+
+COMMENT ON FUNCTION eventgrid._in_batch(txid xid8, since pg_snapshot, upto pg_snapshot) IS 'Internal: is an event of transaction txid in the snapshot batch (since, upto]: visible in upto and not in since (PgQ''s rule)? Inlined by the planner.';
+
+CREATE FUNCTION eventgrid._new_event_id() RETURNS bigint
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_new_event_id';
+
+COMMENT ON FUNCTION eventgrid._new_event_id() IS 'Internal: default of events.id: nextval(''eventgrid.events_id_seq''); NULL in a logical replication worker, whose rows eventgrid._apply_event() numbers.';
+
+CREATE TABLE eventgrid.events (
+    id bigint DEFAULT eventgrid._new_event_id() NOT NULL,
+    topic text NOT NULL,
+    event jsonb NOT NULL,
+    publish_time timestamp with time zone NOT NULL,
+    event_bytes integer,
+    txid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    event_table smallint DEFAULT eventgrid._event_table() NOT NULL,
+    source text,
+    source_event_id bigint
+)
+PARTITION BY LIST (event_table);
+
+COMMENT ON TABLE eventgrid.events IS 'Published events. Publish with INSERT INTO eventgrid.events (topic, event); rows are validated and stamped in the publishing transaction and appended to one of the event tables eventgrid.events_0..2, which the delivery worker empties with TRUNCATE once every event subscription has passed them (SPEC 1, 2, 8).';
+
+COMMENT ON COLUMN eventgrid.events.source IS 'NULL: published in this database; ''(dead-letter notification)'': a dead-letter notification the delivery workers published (README "Dead-letter notifications"); else the logical replication subscription (CREATE SUBSCRIPTION) that brought the event from another server.';
+
+COMMENT ON COLUMN eventgrid.events.source_event_id IS 'For an event brought by logical replication: its id on the server that published it (NULL when the publication did not send the id column).';
+
+CREATE FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint, last_txid xid8, last_id bigint) RETURNS SETOF eventgrid.events
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT e.id,
+     e.topic,
+     e.event,
+     e.publish_time,
+     e.event_bytes,
+     e.txid,
+     e.event_table,
+     e.source,
+     e.source_event_id
+    FROM eventgrid.events e
+   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid < _chunk_events.last_txid) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)),
+         CASE
+             WHEN (_chunk_events.after_txid >= pg_snapshot_xmin(_chunk_events.done)) THEN _chunk_events.after_id
+             ELSE (0)::bigint
+         END)) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto))
+ UNION ALL
+  SELECT e.id,
+     e.topic,
+     e.event,
+     e.publish_time,
+     e.event_bytes,
+     e.txid,
+     e.event_table,
+     e.source,
+     e.source_event_id
+    FROM eventgrid.events e
+   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid = _chunk_events.last_txid) AND (e.id <= _chunk_events.last_id) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)),
+         CASE
+             WHEN (_chunk_events.after_txid >= pg_snapshot_xmin(_chunk_events.done)) THEN _chunk_events.after_id
+             ELSE (0)::bigint
+         END)) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto));
+END;
+
+COMMENT ON FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint, last_txid xid8, last_id bigint) IS 'Internal: the events of a chunk in flight (eventgrid.chunks_in_flight), as the claim took them: its key range in its batch, before filters. Inlined by the planner; the delivery workers and eventgrid._pending() read chunks through it.';
+
+CREATE FUNCTION eventgrid._endpoint_problem(endpoint text) RETURNS text
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_endpoint_problem';
+
+COMMENT ON FUNCTION eventgrid._endpoint_problem(endpoint text) IS 'Internal: NULL when libcurl''s URL parser accepts the endpoint (http or https, a host, port 1-65535, no user name or password, at most 2048 bytes), else why not.';
+
+CREATE FUNCTION eventgrid._is_schema(v text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN (v = ANY (ARRAY['EventGridSchema'::text, 'CloudEventSchemaV1_0'::text, 'CustomEventSchema'::text]));
+
+COMMENT ON FUNCTION eventgrid._is_schema(v text) IS 'Internal: EventGridSchema, CloudEventSchemaV1_0 or CustomEventSchema.';
+
+CREATE FUNCTION eventgrid._is_subscription_name(v text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN (v ~ '^[A-Za-z0-9-]{3,64}$'::text);
+
+COMMENT ON FUNCTION eventgrid._is_subscription_name(v text) IS 'Internal: an event subscription name has 3 to 64 letters, digits and hyphens.';
+
+CREATE FUNCTION eventgrid._iso8601_minutes(minutes integer) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN (('P'::text || CASE WHEN (minutes >= 1440) THEN ((minutes / 1440) || 'D'::text) ELSE ''::text END) || CASE WHEN ((minutes % 1440) = 0) THEN ''::text ELSE (('T'::text || CASE WHEN ((minutes % 1440) >= 60) THEN (((minutes % 1440) / 60) || 'H'::text) ELSE ''::text END) || CASE WHEN ((minutes % 60) > 0) THEN ((minutes % 60) || 'M'::text) ELSE ''::text END) END);
+
+COMMENT ON FUNCTION eventgrid._iso8601_minutes(minutes integer) IS 'Internal: a number of minutes as an ISO 8601 duration (e.g. 1560 -> P1DT2H, 20 -> PT20M).';
+
+CREATE FUNCTION eventgrid._lower_array(a text[]) RETURNS text[]
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT array_agg(lower(x.x)) AS array_agg
+    FROM unnest(_lower_array.a) x(x);
+END;
+
+COMMENT ON FUNCTION eventgrid._lower_array(a text[]) IS 'Internal: lower-cases every element; feeds event_subscriptions.included_event_types_lower.';
+
+CREATE FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN COALESCE((((types_lower IS NULL) OR (lower(COALESCE((event ->> 'eventType'::text), (event ->> 'type'::text))) = ANY (types_lower))) AND ((subject_begins_with IS NULL) OR CASE WHEN case_sensitive THEN starts_with((event ->> 'subject'::text), subject_begins_with) ELSE starts_with(lower((event ->> 'subject'::text)), lower(subject_begins_with)) END) AND ((subject_ends_with IS NULL) OR CASE WHEN case_sensitive THEN ("right"((event ->> 'subject'::text), length(subject_ends_with)) = subject_ends_with) ELSE (lower("right"((event ->> 'subject'::text), length(subject_ends_with))) = lower(subject_ends_with)) END) AND ((advanced_filters IS NULL) OR eventgrid._advanced_match(event, advanced_filters, on_arrays))), false);
+
+COMMENT ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) IS 'Internal: does an event pass an event subscription''s filters (included event types, case-insensitive; subject begins/ends with; advanced filters) (SPEC 9)?';
+
+CREATE FUNCTION eventgrid._now() RETURNS timestamp with time zone
+    LANGUAGE c STABLE PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_now';
+
+COMMENT ON FUNCTION eventgrid._now() IS 'Internal: now() on the delivery workers'' clock (moved ahead by eventgrid.clock_offset): the time eventgrid writes about deliveries from SQL.';
+
+CREATE FUNCTION eventgrid._system_identifier() RETURNS bigint
+    LANGUAGE c STABLE PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_system_identifier';
+
+COMMENT ON FUNCTION eventgrid._system_identifier() IS 'Internal: this cluster''s system identifier (as pg_control_system() reports it, read from memory), stamped on positions.';
+
+CREATE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) RETURNS SETOF eventgrid.events
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT e.id,
+     e.topic,
+     e.event,
+     e.publish_time,
+     e.event_bytes,
+     e.txid,
+     e.event_table,
+     e.source,
+     e.source_event_id
+    FROM eventgrid.events e
+   WHERE ((e.topic = _unpassed_events.topic) AND (e.txid >= pg_snapshot_xmin(_unpassed_events.done)) AND (ROW(e.txid, e.id) > ROW(GREATEST(_unpassed_events.after_txid, pg_snapshot_xmin(_unpassed_events.done)),
+         CASE
+             WHEN (_unpassed_events.after_txid >= pg_snapshot_xmin(_unpassed_events.done)) THEN _unpassed_events.after_id
+             ELSE (0)::bigint
+         END)) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)))
+ UNION ALL
+  SELECT e.id,
+     e.topic,
+     e.event,
+     e.publish_time,
+     e.event_bytes,
+     e.txid,
+     e.event_table,
+     e.source,
+     e.source_event_id
+    FROM eventgrid.events e
+   WHERE ((_unpassed_events.upto IS NOT NULL) AND (e.topic = _unpassed_events.topic) AND (e.txid >= GREATEST(pg_snapshot_xmin(_unpassed_events.done), pg_snapshot_xmin(_unpassed_events.upto))) AND (e.txid < _unpassed_events.after_txid) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.upto)));
+END;
+
+COMMENT ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) IS 'Internal: the events of a topic that a position (done, upto, last event) has not passed, before filters. Inlined by the planner; the upkeep worker''s backlog count and eventgrid._pending() read through it.';
+
+CREATE TABLE eventgrid.chunks_in_flight (
+    lease_owner integer NOT NULL,
+    chunk bigint NOT NULL,
+    subscription_id bigint NOT NULL,
+    topic text NOT NULL,
+    done pg_snapshot NOT NULL,
+    upto pg_snapshot NOT NULL,
+    after_txid xid8,
+    after_id bigint,
+    last_txid xid8 NOT NULL,
+    last_id bigint NOT NULL,
+    sent_txid xid8,
+    sent_id bigint
+);
+
+COMMENT ON TABLE eventgrid.chunks_in_flight IS 'Internal: first delivery attempts claimed by the delivery worker and not yet recorded; after a crash they become retries, charged an attempt (outcome Aborted) only up to what had been handed to HTTP.';
+
+CREATE TABLE eventgrid.event_subscriptions (
+    id bigint NOT NULL,
+    topic text NOT NULL,
+    name text NOT NULL,
+    endpoint text NOT NULL,
+    event_delivery_schema text NOT NULL,
+    included_event_types text[],
+    included_event_types_lower text[] GENERATED ALWAYS AS (eventgrid._lower_array(included_event_types)) STORED,
+    subject_begins_with text,
+    subject_ends_with text,
+    is_subject_case_sensitive boolean DEFAULT false NOT NULL,
+    max_delivery_attempts integer DEFAULT 30 NOT NULL,
+    event_ttl integer DEFAULT 1440 NOT NULL,
+    max_events_per_batch integer,
+    preferred_batch_size_in_kilobytes integer,
+    deadletter boolean DEFAULT false NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    topic_type text DEFAULT 'custom'::text NOT NULL,
+    advanced_filters jsonb,
+    enable_advanced_filtering_on_arrays boolean DEFAULT false NOT NULL,
+    max_delivery_count integer GENERATED ALWAYS AS (
+CASE
+    WHEN (topic_type = 'namespace'::text) THEN max_delivery_attempts
+    ELSE NULL::integer
+END) STORED,
+    event_time_to_live text GENERATED ALWAYS AS (
+CASE
+    WHEN (topic_type = 'namespace'::text) THEN eventgrid._iso8601_minutes(event_ttl)
+    ELSE NULL::text
+END) STORED,
+    max_events_per_second integer,
+    dead_letter_topic text,
+    CONSTRAINT event_subscriptions_advanced_filters_check CHECK (((advanced_filters IS NULL) OR eventgrid._check_advanced_filters(advanced_filters))),
+    CONSTRAINT event_subscriptions_endpoint_check CHECK ((eventgrid._endpoint_problem(endpoint) IS NULL)),
+    CONSTRAINT event_subscriptions_event_ttl_check CHECK (((event_ttl >= 1) AND (event_ttl <=
+CASE
+    WHEN (topic_type = 'namespace'::text) THEN 10080
+    ELSE 1440
+END))),
+    CONSTRAINT event_subscriptions_included_event_types_check CHECK (((included_event_types IS NULL) OR ((cardinality(included_event_types) > 0) AND (array_position(included_event_types, NULL::text) IS NULL)))),
+    CONSTRAINT event_subscriptions_max_delivery_attempts_check CHECK (((max_delivery_attempts >= 1) AND (max_delivery_attempts <=
+CASE
+    WHEN (topic_type = 'namespace'::text) THEN 10
+    ELSE 30
+END))),
+    CONSTRAINT event_subscriptions_max_events_per_batch_check CHECK (((max_events_per_batch >= 1) AND (max_events_per_batch <= 5000))),
+    CONSTRAINT event_subscriptions_max_events_per_second_check CHECK (((max_events_per_second >= 1) AND (max_events_per_second <= 100000))),
+    CONSTRAINT event_subscriptions_name_check CHECK (eventgrid._is_subscription_name(name)),
+    CONSTRAINT event_subscriptions_namespace_schema_check CHECK (((topic_type <> 'namespace'::text) OR (event_delivery_schema = 'CloudEventSchemaV1_0'::text))),
+    CONSTRAINT event_subscriptions_preferred_batch_size_check CHECK (((preferred_batch_size_in_kilobytes >= 1) AND (preferred_batch_size_in_kilobytes <= 1024))),
+    CONSTRAINT event_subscriptions_schema_check CHECK (eventgrid._is_schema(event_delivery_schema)),
+    CONSTRAINT event_subscriptions_topic_type_check CHECK ((topic_type = ANY (ARRAY['custom'::text, 'namespace'::text])))
+);
+
+COMMENT ON TABLE eventgrid.event_subscriptions IS 'Event subscriptions: one webhook consumer of a topic with filters, retry policy, batching and dead-letter switch (SPEC 1, 4, 5, 7, 9).';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.max_delivery_attempts IS 'Delivery attempts at most: max_delivery_attempts (1-30) of a custom topic''s subscription, max_delivery_count (1-10) of a namespace topic''s.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.event_ttl IS 'Event time-to-live in minutes from the publish time: event_ttl (1-1440) of a custom topic''s subscription, event_time_to_live (PT1M-P7D, 1-10080 minutes) of a namespace topic''s.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.topic_type IS 'The delivery profile, from the topic: custom or namespace.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.advanced_filters IS 'Event Grid advanced filters as set (a JSON array of {operatorType, key, value or values}), or NULL for none (SPEC 9).';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.enable_advanced_filtering_on_arrays IS 'Event Grid''s enableAdvancedFilteringOnArrays: an array value in the event is tested element by element.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.max_delivery_count IS 'Namespace topic subscriptions: max_delivery_count (the same number as max_delivery_attempts); NULL otherwise.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.event_time_to_live IS 'Namespace topic subscriptions: event_time_to_live as an ISO 8601 duration (event_ttl in minutes); NULL otherwise.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.max_events_per_second IS 'Rate limit: events delivered a second at most (1-100,000; a batch counts its events, retries count), or NULL for none.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.dead_letter_topic IS 'The topic each event this subscription dead-letters or drops is published to as a notification (NULL: none); set by create_event_subscription() and update_event_subscription(); dropping that topic sets it NULL.';
+
+CREATE TABLE eventgrid.retries (
+    id bigint NOT NULL,
+    subscription_id bigint NOT NULL,
+    event_id bigint NOT NULL,
+    event jsonb NOT NULL,
+    payload text NOT NULL,
+    publish_time timestamp with time zone NOT NULL,
+    event_bytes integer NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone NOT NULL,
+    last_attempt_at timestamp with time zone,
+    last_outcome text,
+    last_http_status integer,
+    lease_owner integer,
+    source text,
+    source_event_id bigint,
+    CONSTRAINT retries_attempts_check CHECK (((attempts >= 0) AND (attempts <= 30))),
+    CONSTRAINT retries_last_http_status_check CHECK (((last_http_status >= 100) AND (last_http_status <= 599)))
+);
+
+COMMENT ON TABLE eventgrid.retries IS 'Deliveries whose first attempt failed and that will be retried: attempts made, next attempt time, last outcome and HTTP status, and a copy of the event (SPEC 3, 4).';
+
+COMMENT ON COLUMN eventgrid.retries.source IS 'The event''s events.source: NULL, ''(dead-letter notification)'', or the logical replication subscription it came through.';
+
+COMMENT ON COLUMN eventgrid.retries.source_event_id IS 'The event''s events.source_event_id: its id on the server that published it.';
+
+CREATE TABLE eventgrid.subscription_positions (
+    subscription_id bigint NOT NULL,
+    since pg_snapshot NOT NULL,
+    done pg_snapshot NOT NULL,
+    upto pg_snapshot,
+    after_txid xid8,
+    after_id bigint,
+    served_at timestamp with time zone,
+    system_identifier bigint DEFAULT eventgrid._system_identifier() NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.subscription_positions IS 'Internal: each event subscription''s position in the event stream (snapshots of the delivery worker); first delivery attempts are claimed from here.';
+
+CREATE FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) RETURNS record
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT ((u.n + c.n) + r.n) AS pending,
+     LEAST(u.oldest, c.oldest, r.oldest) AS oldest,
+     LEAST(u.oldest, c.oldest, r.due_since) AS due_since
+    FROM ( SELECT count(*) AS n,
+             min(e.publish_time) AS oldest
+            FROM ((eventgrid.subscription_positions p
+              JOIN eventgrid.event_subscriptions s ON ((s.id = p.subscription_id)))
+              CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e(id, topic, event, publish_time, event_bytes, txid, event_table, source, source_event_id))
+           WHERE ((p.subscription_id = _backlog.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays))) u,
+     ( SELECT count(*) AS n,
+             min(e.publish_time) AS oldest
+            FROM ((eventgrid.chunks_in_flight c_1
+              JOIN eventgrid.event_subscriptions s ON ((s.id = c_1.subscription_id)))
+              CROSS JOIN LATERAL eventgrid._chunk_events(c_1.topic, c_1.done, c_1.upto, c_1.after_txid, c_1.after_id, c_1.last_txid, c_1.last_id) e(id, topic, event, publish_time, event_bytes, txid, event_table, source, source_event_id))
+           WHERE ((c_1.subscription_id = _backlog.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays))) c,
+     ( SELECT count(*) AS n,
+             min(r_1.publish_time) AS oldest,
+             min(r_1.next_attempt_at) FILTER (WHERE (r_1.next_attempt_at <= eventgrid._now())) AS due_since
+            FROM eventgrid.retries r_1
+           WHERE (r_1.subscription_id = _backlog.subscription_id)) r;
+END;
+
+COMMENT ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) IS 'Internal: in one pass, the deliveries of an event subscription not finished yet (pending: events its position has not passed, first attempts in flight, and retries; eventgrid._pending() returns it), the publish time of the oldest of their events (oldest), and since when the delivery due longest has been due (due_since: an event not attempted yet since its publish, a retry since its next attempt time if that has come); NULL times when there is none.';
+
+CREATE FUNCTION eventgrid._caller() RETURNS name
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN CASE WHEN (current_setting('role'::text) <> 'none'::text) THEN (current_setting('role'::text))::name ELSE SESSION_USER END;
+
+COMMENT ON FUNCTION eventgrid._caller() IS 'Internal: the role that called a SECURITY DEFINER function (the role SET ROLE chose, else the session user), named in log lines only; privilege checks use the role current at the call.';
+
+CREATE FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF dead_letter_topic IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = dead_letter_topic) THEN
+        RAISE EXCEPTION 'dead_letter_topic % does not exist', eventgrid._quote(dead_letter_topic)
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Create the topic that takes the notifications first, with eventgrid.create_topic(), and subscribe the receiver to be notified to it.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) IS 'Internal: refuses (42704) a dead_letter_topic that is not a topic of this database.';
+
+CREATE FUNCTION eventgrid._check_endpoint(endpoint text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    problem text := eventgrid._endpoint_problem(endpoint);
+BEGIN
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'invalid endpoint %: %', eventgrid._quote(endpoint), problem
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use an absolute http:// or https:// URL of at most 2048 bytes with a host and no user name or password; send credentials as a secret delivery property.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_endpoint(endpoint text) IS 'Internal: raises 22023 with libcurl''s reason when the endpoint is not usable.';
+
+CREATE FUNCTION eventgrid._check_endpoint_validation(v text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF v IS NULL OR v NOT IN ('none', 'handshake') THEN
+        RAISE EXCEPTION 'endpoint_validation must be none or handshake, got %', coalesce(eventgrid._quote(v), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'handshake sends Event Grid''s SubscriptionValidationEvent (CloudEvents: the webhook OPTIONS request) and delivers only once the endpoint answers it.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_endpoint_validation(v text) IS 'Internal: raises 22023 unless v is none or handshake.';
+
+CREATE FUNCTION eventgrid._check_event_publications() RETURNS event_trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    p record;
+BEGIN
+    FOR p IN
+        SELECT pub.pubname, pub.puballtables, pub.pubviaroot, pub.pubinsert, pub.pubupdate, pub.pubdelete,
+               pub.pubtruncate,
+               EXISTS (SELECT 1 FROM pg_publication_rel pr
+                        WHERE pr.prpubid = pub.oid
+                          AND pr.prrelid IN ('eventgrid.events'::regclass, 'eventgrid.events_0'::regclass,
+                                             'eventgrid.events_1'::regclass, 'eventgrid.events_2'::regclass)) AS named,
+               (SELECT min(pr.prrelid::regclass::text) FROM pg_publication_rel pr
+                 WHERE pr.prpubid = pub.oid
+                   AND pr.prrelid IN ('eventgrid.events_0'::regclass, 'eventgrid.events_1'::regclass,
+                                      'eventgrid.events_2'::regclass)) AS event_table,
+               EXISTS (SELECT 1 FROM pg_publication_namespace pn
+                        WHERE pn.pnpubid = pub.oid AND pn.pnnspid = 'eventgrid'::regnamespace) AS in_schema
+          FROM pg_publication pub
+    LOOP
+        IF p.event_table IS NOT NULL THEN
+            RAISE EXCEPTION 'publication "%" names the event table % by itself', p.pubname, p.event_table
+                USING ERRCODE = '22023',
+                DETAIL = 'Each event table holds the events of one turn of the rotation: published alone, a delivery server would get some events and miss the others.',
+                HINT = 'Publish the partitioned table: CREATE PUBLICATION ... FOR TABLE eventgrid.events (id, topic, event, publish_time, event_bytes) WITH (publish = ''insert'', publish_via_partition_root = true), or SELECT eventgrid.create_event_publication(name, topics).';
+        ELSIF p.named AND (p.pubtruncate OR p.pubupdate OR p.pubdelete OR NOT p.pubviaroot) THEN
+            RAISE EXCEPTION 'publication "%" of eventgrid.events must publish inserts only, through the partitioned table',
+                            p.pubname
+                USING ERRCODE = '22023',
+                DETAIL = 'The event tables are emptied with TRUNCATE as they rotate; replicated, that would empty a delivery server''s event tables, and row by row they would not fit its rotation.',
+                HINT = 'CREATE PUBLICATION ... FOR TABLE eventgrid.events (id, topic, event, publish_time, event_bytes) WITH (publish = ''insert'', publish_via_partition_root = true), or SELECT eventgrid.create_event_publication(name, topics).';
+        ELSIF (p.puballtables OR p.in_schema) AND p.pubtruncate THEN
+            RAISE WARNING 'publication "%" replicates TRUNCATE of eventgrid''s event tables', p.pubname
+                USING HINT = 'A database with eventgrid must not subscribe to it; use a publication of eventgrid.events with publish = ''insert'' (README "Scaling out").';
+        END IF;
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_event_publications() IS 'Internal: ddl_command_end event trigger on CREATE and ALTER PUBLICATION: refuses (22023) a publication that names an event table (eventgrid.events_0, _1, _2) by itself, and one of eventgrid.events that publishes UPDATE, DELETE or TRUNCATE or publishes the event tables one by one (publish_via_partition_root = false); warns about publications of every table or of schema eventgrid that replicate TRUNCATE.';
+
+COMMENT ON FUNCTION eventgrid._check_install_database() IS 'Internal: run first by the install script; warns when the library is not preloaded (nothing is delivered until it is). Every database where the extension is created is served.';
+
+CREATE FUNCTION eventgrid._check_not_null(field text, val anyelement) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF val IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', field USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_not_null(field text, val anyelement) IS 'Internal: raises 22004 naming the field when val is NULL.';
+
+CREATE FUNCTION eventgrid._check_range(field text, val integer, lo integer, hi integer, unit text DEFAULT ''::text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF val IS NOT NULL AND (val < lo OR val > hi) THEN
+        RAISE EXCEPTION '% must be between % and %, got %', field, lo, hi || unit, val
+            USING ERRCODE = 'numeric_value_out_of_range',
+                  HINT = format('Choose a whole number from %s to %s%s.', lo, hi, unit);
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_range(field text, val integer, lo integer, hi integer, unit text) IS 'Internal: raises 22003 naming the field and its range when val is outside lo..hi.';
+
+CREATE FUNCTION eventgrid._check_schema(field text, val text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF val IS NULL OR NOT eventgrid._is_schema(val) THEN
+        RAISE EXCEPTION 'invalid % %', field, eventgrid._quote(val)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use EventGridSchema, CloudEventSchemaV1_0 or CustomEventSchema.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_schema(field text, val text) IS 'Internal: raises 22023 unless val is EventGridSchema, CloudEventSchemaV1_0 or CustomEventSchema.';
+
+CREATE FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text, event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean, deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, max_events_per_second integer) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._check_endpoint(endpoint);
+    PERFORM eventgrid._check_schema('event_delivery_schema', event_delivery_schema);
+    IF (input_schema = 'CustomEventSchema') <> (event_delivery_schema = 'CustomEventSchema') THEN
+        RAISE EXCEPTION 'event_delivery_schema % is not available for a topic with input schema %',
+                        event_delivery_schema, input_schema
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'EventGridSchema and CloudEventSchemaV1_0 map to each other; CustomEventSchema is delivered only as CustomEventSchema.';
+    END IF;
+    IF topic_type = 'namespace' AND event_delivery_schema <> 'CloudEventSchemaV1_0' THEN
+        RAISE EXCEPTION 'event_delivery_schema % is not available for a namespace topic', event_delivery_schema
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A namespace topic delivers CloudEvents 1.0 only: omit event_delivery_schema.';
+    END IF;
+    IF included_event_types IS NOT NULL AND
+       (cardinality(included_event_types) = 0 OR array_position(included_event_types, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION 'included_event_types must be NULL (all types) or a non-empty array without NULLs'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF EXISTS (SELECT FROM unnest(included_event_types) AS t(v) WHERE btrim(t.v) = '') THEN
+        RAISE EXCEPTION 'included_event_types must not hold an empty event type'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Name each event type to deliver, e.g. ARRAY[''Shop.OrderCreated''] (matched case-insensitively with eventType, or type for CloudEvents); NULL delivers all types.';
+    END IF;
+    IF is_subject_case_sensitive IS NULL OR deadletter IS NULL OR enable_advanced_filtering_on_arrays IS NULL THEN
+        RAISE EXCEPTION 'is_subject_case_sensitive, deadletter and enable_advanced_filtering_on_arrays must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM eventgrid._check_range('max_events_per_batch', max_events_per_batch, 1, 5000);
+    PERFORM eventgrid._check_range('preferred_batch_size_in_kilobytes', preferred_batch_size_in_kilobytes, 1, 1024, ' kilobytes');
+    PERFORM eventgrid._check_range('max_events_per_second', max_events_per_second, 1, 100000, ' events a second');
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text, event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean, deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, max_events_per_second integer) IS 'Internal: checks an event subscription''s settings for a topic of input_schema and topic_type, as create_event_subscription() and update_event_subscription() take them: endpoint (22023), event_delivery_schema (22023), included_event_types (22023), the switches not NULL (22004), batching and rate ranges (22003).';
+
+CREATE FUNCTION eventgrid._check_table_publication(caller regrole, source_table regclass, columns text[], update_columns text[]) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    kind "char";
+    nsp oid;
+    missing text;
+    unreadable text;
+BEGIN
+    SELECT c.relkind, c.relnamespace INTO kind, nsp FROM pg_class c WHERE c.oid = source_table;
+    IF kind IS NULL OR kind NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION '% is not a table', source_table
+            USING ERRCODE = 'wrong_object_type',
+                  HINT = 'Table changes are published from ordinary and partitioned tables, not from views, foreign tables or other relations.';
+    END IF;
+    IF nsp = 'eventgrid'::regnamespace THEN
+        RAISE EXCEPTION 'the changes of eventgrid''s own table % cannot be published', source_table
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Tables in schema eventgrid hold its queue, configuration and secrets; publish your application''s tables.';
+    END IF;
+    IF NOT has_table_privilege(caller, source_table, 'TRIGGER') THEN
+        RAISE EXCEPTION 'permission denied to publish the changes of table %', source_table
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('Publishing needs the TRIGGER privilege on the table or its ownership: GRANT TRIGGER ON %s TO %I;',
+                                source_table, caller);
+    END IF;
+    SELECT string_agg(format('%I', c), ', ') INTO missing
+      FROM unnest(columns || update_columns) c
+     WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
+                        WHERE a.attrelid = source_table AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped);
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'table % has no column %', source_table, missing
+            USING ERRCODE = 'undefined_column',
+                  HINT = 'columns and update_columns name columns of the table.';
+    END IF;
+    SELECT string_agg(format('%I', a.attname), ', ' ORDER BY a.attnum) INTO unreadable
+      FROM pg_attribute a
+     WHERE a.attrelid = source_table AND a.attnum > 0 AND NOT a.attisdropped
+       AND (columns IS NULL OR a.attname = ANY (columns) OR a.attname = ANY (update_columns))
+       AND NOT has_column_privilege(caller, source_table, a.attnum, 'SELECT');
+    IF unreadable IS NOT NULL THEN
+        RAISE EXCEPTION 'permission denied to publish column % of table %', unreadable, source_table
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'An event carries only what its publisher may read: name the readable columns in columns and update_columns, or get SELECT on these.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_table_publication(caller regrole, source_table regclass, columns text[], update_columns text[]) IS 'Internal: raises 42809 unless source_table is a table, 42501 for a table of schema eventgrid or unless role caller has TRIGGER on it and SELECT on the columns an event carries or compares, 42703 for a column it does not have.';
+
+CREATE FUNCTION eventgrid._cover_partitions(rel regclass) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    p record;
+BEGIN
+    -- every publication of a table above rel (or of rel itself, for the partitions below it)
+    FOR p IN SELECT t.source_table, t.topic, t.operations FROM eventgrid.table_publications t
+              WHERE t.source_table IN (SELECT a.relid FROM eventgrid._table_ancestry(rel) a) LOOP
+        PERFORM eventgrid._create_topic_triggers(m.m, p.topic, p.operations)
+           FROM eventgrid._publication_members(p.source_table, p.topic) m(m)
+          WHERE m.m IN (SELECT d.d FROM eventgrid._table_tree(rel) d(d)) AND m.m <> p.source_table;
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._cover_partitions(rel regclass) IS 'Internal: after rel was created as or attached as a partition, gives it and the partitions below it the triggers of the publications of the tables above it.';
+
+CREATE FUNCTION eventgrid._create_topic_triggers(rel regclass, topic text, operations text[]) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    op text;
+BEGIN
+    PERFORM eventgrid._drop_topic_triggers(rel, topic);
+    FOREACH op IN ARRAY operations LOOP
+        EXECUTE format('CREATE TRIGGER %I AFTER %s ON %s REFERENCING %s TABLE AS eventgrid_rows %s'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._table_change_trigger(%L)',
+                       eventgrid._table_change_trigger_name(topic, op), op, rel,
+                       CASE op WHEN 'DELETE' THEN 'OLD' ELSE 'NEW' END,
+                       CASE op WHEN 'UPDATE' THEN 'OLD TABLE AS eventgrid_old_rows' ELSE '' END, topic);
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._create_topic_triggers(rel regclass, topic text, operations text[]) IS 'Internal: creates the AFTER ... FOR EACH STATEMENT triggers (with transition tables) that publish table rel''s changes of operations to topic.';
+
+CREATE FUNCTION eventgrid._table_ancestry(rel regclass, OUT relid regclass, OUT depth bigint) RETURNS SETOF record
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+ SELECT _table_ancestry.rel AS rel,
+     0
+ UNION ALL
+  SELECT a.relid,
+     a.depth
+    FROM pg_partition_ancestors(_table_ancestry.rel) WITH ORDINALITY a(relid, depth)
+   WHERE ((a.relid)::oid <> (_table_ancestry.rel)::oid);
+END;
+
+COMMENT ON FUNCTION eventgrid._table_ancestry(rel regclass, OUT relid regclass, OUT depth bigint) IS 'Internal: table rel (depth 0) and the partitioned tables above it, nearest first.';
+
+CREATE FUNCTION eventgrid._table_tree(rel regclass) RETURNS SETOF regclass
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+ SELECT _table_tree.rel AS rel
+ UNION
+  SELECT t.relid
+    FROM pg_partition_tree(_table_tree.rel) t(relid, parentrelid, isleaf, level);
+END;
+
+COMMENT ON FUNCTION eventgrid._table_tree(rel regclass) IS 'Internal: table rel and the partitions below it, at every level.';
+
+CREATE TABLE eventgrid.table_publications (
+    source_table regclass NOT NULL,
+    topic text NOT NULL,
+    operations text[] NOT NULL,
+    columns text[],
+    update_columns text[],
+    event_type_prefix text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    shape text,
+    statements jsonb,
+    CONSTRAINT table_publications_columns_check CHECK ((cardinality(columns) > 0)),
+    CONSTRAINT table_publications_operations_check CHECK (((operations <@ ARRAY['INSERT'::text, 'UPDATE'::text, 'DELETE'::text]) AND (cardinality(operations) > 0))),
+    CONSTRAINT table_publications_update_columns_check CHECK ((cardinality(update_columns) > 0))
+);
+
+COMMENT ON TABLE eventgrid.table_publications IS 'Internal: the table change publications (eventgrid.publish_table_changes); read eventgrid.table_change_publications.';
+
+COMMENT ON COLUMN eventgrid.table_publications.shape IS 'Not used since 0.9.0 (the trigger reads the table''s columns at each statement); always NULL.';
+
+COMMENT ON COLUMN eventgrid.table_publications.statements IS 'Not used since 0.9.0 (the trigger builds events in C); always NULL.';
+
+CREATE FUNCTION eventgrid._publication_members(source_table regclass, topic text) RETURNS SETOF regclass
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+ SELECT m.relid
+    FROM eventgrid._table_tree(_publication_members.source_table) m(relid)
+   WHERE (((m.relid)::oid = (_publication_members.source_table)::oid) OR (NOT (EXISTS ( SELECT 1
+            FROM eventgrid.table_publications o
+           WHERE ((o.topic = _publication_members.topic) AND ((o.source_table)::oid <> (_publication_members.source_table)::oid) AND ((o.source_table)::oid IN ( SELECT a.relid
+                    FROM eventgrid._table_ancestry(m.relid) a(relid, depth))) AND (NOT ((o.source_table)::oid IN ( SELECT a.relid
+                    FROM eventgrid._table_ancestry(o.source_table) a(relid, depth)))))))));
+END;
+
+COMMENT ON FUNCTION eventgrid._publication_members(source_table regclass, topic text) IS 'Internal: the tables whose writes a publication of source_table to topic publishes: the table and the partitions below it (at every level) that do not publish to the topic themselves.';
+
+CREATE FUNCTION eventgrid._create_table_change_triggers(source_table regclass, topic text, operations text[]) RETURNS void
+    LANGUAGE sql
+    BEGIN ATOMIC
+ SELECT eventgrid._create_topic_triggers(m.m, _create_table_change_triggers.topic, _create_table_change_triggers.operations) AS _create_topic_triggers
+    FROM eventgrid._publication_members(_create_table_change_triggers.source_table, _create_table_change_triggers.topic) m(m);
+END;
+
+COMMENT ON FUNCTION eventgrid._create_table_change_triggers(source_table regclass, topic text, operations text[]) IS 'Internal: creates the statement triggers that publish source_table''s changes of operations to topic, on the table and the partitions it covers.';
+
+CREATE FUNCTION eventgrid._dead_letter_ids(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone, existing_only boolean) RETURNS bigint[]
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    ids bigint[];
+BEGIN
+    IF reason IS NOT NULL AND reason NOT IN ('MaxDeliveryAttemptsExceeded', 'TimeToLiveExceeded', 'NonRetriableError') THEN
+        RAISE EXCEPTION 'reason must be MaxDeliveryAttemptsExceeded, TimeToLiveExceeded or NonRetriableError, got %',
+                        eventgrid._quote(reason)
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for any reason.';
+    END IF;
+    IF dead_lettered_after IS NOT NULL AND dead_lettered_before IS NOT NULL
+       AND dead_lettered_after >= dead_lettered_before THEN
+        RAISE EXCEPTION 'dead_lettered_after must be earlier than dead_lettered_before'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- a name that is nowhere is a mistake, as in drop_topic(); purging may
+    -- name a topic or subscription dropped since, whose dead letters stay
+    IF topic IS NOT NULL AND NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = _dead_letter_ids.topic)
+       AND (existing_only OR NOT EXISTS (SELECT 1 FROM eventgrid.dead_letters d WHERE d.topic = _dead_letter_ids.topic)) THEN
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object',
+                  HINT = CASE WHEN existing_only
+                              THEN 'Dead letters are redelivered to existing topics only; eventgrid.dead_letter_events lists them.'
+                              ELSE 'No topic and no dead letter has this name; eventgrid.dead_letter_events lists the dead letters.' END;
+    END IF;
+    IF subscription IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
+                        WHERE s.name = _dead_letter_ids.subscription
+                          AND (_dead_letter_ids.topic IS NULL OR s.topic = _dead_letter_ids.topic))
+       AND (existing_only OR NOT EXISTS (SELECT 1 FROM eventgrid.dead_letters d
+                                          WHERE d.subscription_name = _dead_letter_ids.subscription
+                                            AND (_dead_letter_ids.topic IS NULL OR d.topic = _dead_letter_ids.topic))) THEN
+        RAISE EXCEPTION 'event subscription % does not exist%', eventgrid._quote(subscription),
+                        CASE WHEN topic IS NULL THEN '' ELSE format(' for topic %s', eventgrid._quote(topic)) END
+            USING ERRCODE = 'undefined_object',
+                  HINT = CASE WHEN existing_only
+                              THEN 'Dead letters are redelivered to existing event subscriptions only; eventgrid.dead_letter_events lists them.'
+                              ELSE 'No event subscription and no dead letter has this name; eventgrid.dead_letter_events lists the dead letters.' END;
+    END IF;
+    SELECT array_agg(d.id ORDER BY d.id) INTO ids
+      FROM (SELECT d.id FROM eventgrid.dead_letters d
+             WHERE (_dead_letter_ids.topic IS NULL OR d.topic = _dead_letter_ids.topic)
+               AND (_dead_letter_ids.subscription IS NULL OR d.subscription_name = _dead_letter_ids.subscription)
+               AND (_dead_letter_ids.reason IS NULL OR d.dead_letter_reason = _dead_letter_ids.reason)
+               AND (dead_lettered_after IS NULL OR d.dead_lettered_at >= dead_lettered_after)
+               AND (dead_lettered_before IS NULL OR d.dead_lettered_at < dead_lettered_before)
+             ORDER BY d.id FOR UPDATE) d;
+    RETURN coalesce(ids, '{}');
+END $$;
+
+COMMENT ON FUNCTION eventgrid._dead_letter_ids(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone, existing_only boolean) IS 'Internal: ids of the dead letters a filter selects (NULL: any), locked FOR UPDATE; 22023 for an unknown reason or an empty time range, 42704 for a topic or subscription that does not exist (unless existing_only is false and dead letters name it).';
+
+CREATE FUNCTION eventgrid._is_topic_name(v text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN (v ~ '^[A-Za-z0-9-]{3,50}$'::text);
+
+COMMENT ON FUNCTION eventgrid._is_topic_name(v text) IS 'Internal: a topic name has 3 to 50 letters, digits and hyphens.';
+
+CREATE FUNCTION eventgrid.rfc3339(ts timestamp with time zone) RETURNS text
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    RETURN to_char((ts AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'::text);
+
+COMMENT ON FUNCTION eventgrid.rfc3339(ts timestamp with time zone) IS 'Formats a timestamp as RFC 3339 in UTC with microseconds, as used in event and dead-letter fields.';
+
+CREATE TABLE eventgrid.topics (
+    name text NOT NULL,
+    input_schema text DEFAULT 'EventGridSchema'::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    topic_type text DEFAULT 'custom'::text NOT NULL,
+    CONSTRAINT topics_input_schema_check CHECK (eventgrid._is_schema(input_schema)),
+    CONSTRAINT topics_name_check CHECK (eventgrid._is_topic_name(name)),
+    CONSTRAINT topics_namespace_schema_check CHECK (((topic_type <> 'namespace'::text) OR (input_schema = 'CloudEventSchemaV1_0'::text))),
+    CONSTRAINT topics_topic_type_check CHECK ((topic_type = ANY (ARRAY['custom'::text, 'namespace'::text])))
+);
+
+COMMENT ON TABLE eventgrid.topics IS 'Event Grid topics: named endpoints that events are published to, each with an input schema (SPEC 1).';
+
+COMMENT ON COLUMN eventgrid.topics.topic_type IS 'custom (Event Grid''s custom topic: the topic delivery profile) or namespace (a namespace topic: CloudEvents 1.0 only, the namespace delivery profile).';
+
+CREATE FUNCTION eventgrid._dead_letter_notification(target_topic text, topic text, subscription text, event jsonb, input_schema text, dead_lettered boolean, reason text, attempts integer, outcome text, http_status integer, publish_time timestamp with time zone, attempted_at timestamp with time zone, event_source text) RETURNS TABLE(notification_topic text, notification jsonb)
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ WITH src AS (
+          SELECT "left"(
+                 CASE
+                     WHEN (_dead_letter_notification.input_schema = 'CloudEventSchemaV1_0'::text) THEN (_dead_letter_notification.event ->> 'type'::text)
+                     ELSE (_dead_letter_notification.event ->> 'eventType'::text)
+                 END, 1024) AS event_type,
+             "left"((_dead_letter_notification.event ->> 'id'::text), 1024) AS id,
+             "left"((_dead_letter_notification.event ->> 'subject'::text), 1024) AS subject
+         ), d AS (
+          SELECT (jsonb_strip_nulls(jsonb_build_object('topic', _dead_letter_notification.topic, 'eventSubscription', _dead_letter_notification.subscription, 'id', src.id, 'eventType', src.event_type, 'subject', src.subject, 'deadLetterReason', _dead_letter_notification.reason, 'deliveryAttempts', _dead_letter_notification.attempts, 'lastDeliveryOutcome', _dead_letter_notification.outcome, 'lastHttpStatusCode', NULLIF(_dead_letter_notification.http_status, 0), 'publishTime', eventgrid.rfc3339(_dead_letter_notification.publish_time), 'lastDeliveryAttemptTime', eventgrid.rfc3339(_dead_letter_notification.attempted_at))) ||
+                 CASE
+                     WHEN (octet_length((_dead_letter_notification.event)::text) <= (900 * 1024)) THEN jsonb_build_object('event', _dead_letter_notification.event)
+                     ELSE jsonb_build_object('eventOmitted', 'larger than 900 kB: the notification must stay within the 1 MB event limit')
+                 END) AS data,
+                 CASE
+                     WHEN _dead_letter_notification.dead_lettered THEN 'Eventgrid.EventSubscription.EventDeadLettered'::text
+                     ELSE 'Eventgrid.EventSubscription.EventDropped'::text
+                 END AS type,
+             ((('/topics/'::text || _dead_letter_notification.topic) || '/eventSubscriptions/'::text) || _dead_letter_notification.subscription) AS source,
+             COALESCE(src.id, ''::text) AS event_id
+            FROM src
+         )
+  SELECT t.name AS notification_topic,
+         CASE
+             WHEN (t.input_schema = 'CloudEventSchemaV1_0'::text) THEN jsonb_build_object('specversion', '1.0', 'id', (gen_random_uuid())::text, 'source', d.source, 'type', d.type, 'subject', d.event_id, 'time', eventgrid.rfc3339(now()), 'datacontenttype', 'application/json', 'data', d.data)
+             ELSE jsonb_build_object('id', (gen_random_uuid())::text, 'subject', ((d.source || '/events/'::text) || d.event_id), 'eventType', d.type, 'eventTime', eventgrid.rfc3339(now()), 'dataVersion', '1.0', 'data', d.data)
+         END AS notification
+    FROM d,
+     eventgrid.topics t
+   WHERE ((t.name = _dead_letter_notification.target_topic) AND (_dead_letter_notification.event_source IS DISTINCT FROM '(dead-letter notification)'::text));
+END;
+
+COMMENT ON FUNCTION eventgrid._dead_letter_notification(target_topic text, topic text, subscription text, event jsonb, input_schema text, dead_lettered boolean, reason text, attempts integer, outcome text, http_status integer, publish_time timestamp with time zone, attempted_at timestamp with time zone, event_source text) IS 'Internal: the notification event of an event dead-lettered (or, dead_lettered false, dropped) by an event subscription whose dead_letter_topic is target_topic, in that topic''s input schema, with what the dead letter records (the event''s id, subject and type cut to 1,024 characters each) and the event itself (up to 900 kB), so that it always fits the 1 MB event limit; no row for a notification that itself ended undelivered (event_source ''(dead-letter notification)'', which the delivery workers give the notifications they publish and publishers cannot write), or when the topic is gone. The delivery workers publish it in the transaction that records the dead letter.';
+
+CREATE FUNCTION eventgrid._drop_topic_triggers(rel regclass, topic text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    op text;
+BEGIN
+    FOREACH op IN ARRAY ARRAY['INSERT', 'UPDATE', 'DELETE'] LOOP
+        IF EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = rel
+                      AND t.tgname = eventgrid._table_change_trigger_name(topic, op)
+                      AND t.tgfoid = 'eventgrid._table_change_trigger()'::regprocedure) THEN
+            EXECUTE format('DROP TRIGGER %I ON %s', eventgrid._table_change_trigger_name(topic, op), rel);
+        END IF;
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._drop_topic_triggers(rel regclass, topic text) IS 'Internal: drops eventgrid''s statement triggers that publish table rel''s changes to topic.';
+
+CREATE FUNCTION eventgrid._drop_table_change_triggers(source_table regclass, topic text) RETURNS void
+    LANGUAGE sql
+    BEGIN ATOMIC
+ SELECT eventgrid._drop_topic_triggers(m.m, _drop_table_change_triggers.topic) AS _drop_topic_triggers
+    FROM eventgrid._publication_members(_drop_table_change_triggers.source_table, _drop_table_change_triggers.topic) m(m);
+END;
+
+COMMENT ON FUNCTION eventgrid._drop_table_change_triggers(source_table regclass, topic text) IS 'Internal: drops the statement triggers that publish source_table''s changes to topic, from the table and the partitions it covers.';
+
+CREATE FUNCTION eventgrid._duration_minutes(field text, v text) RETURNS integer
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    m text[];
+    minutes bigint;
+BEGIN
+    IF v IS NULL THEN
+        RETURN NULL;
+    END IF;
+    m := regexp_match(v, '^P(?:([0-9]{1,6})W)?(?:([0-9]{1,6})D)?(?:T(?:([0-9]{1,7})H)?(?:([0-9]{1,9})M)?)?$');
+    IF m IS NULL OR v IN ('P', 'PT') OR v ~ 'T$' THEN
+        RAISE EXCEPTION '% must be an ISO 8601 duration with minute precision from PT1M to P7D, got %',
+                        field, eventgrid._quote(v)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = CASE WHEN v ~ '^P.*T.*[0-9.]S$'
+                              THEN 'The duration has minute precision: no seconds. For example PT20M, PT1H30M, P1DT2H, P7D.'
+                              ELSE 'For example PT20M, PT1H30M, P1DT2H, P7D (days, hours and minutes; no years or months).' END;
+    END IF;
+    minutes := coalesce(m[1]::bigint, 0) * 7 * 24 * 60 + coalesce(m[2]::bigint, 0) * 24 * 60
+             + coalesce(m[3]::bigint, 0) * 60 + coalesce(m[4]::bigint, 0);
+    IF minutes < 1 OR minutes > 7 * 24 * 60 THEN
+        RAISE EXCEPTION '% must be between PT1M (1 minute) and P7D (7 days), got %', field, eventgrid._quote(v)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'For example PT20M, PT1H30M, P1DT2H, P7D.';
+    END IF;
+    RETURN minutes;
+END $_$;
+
+COMMENT ON FUNCTION eventgrid._duration_minutes(field text, v text) IS 'Internal: minutes of an ISO 8601 duration of minute precision (weeks, days, hours, minutes) from PT1M to P7D; raises 22023 naming the field and the range otherwise.';
+
+CREATE TABLE eventgrid.delivery_pauses (
+    topic text,
+    subscription_id bigint,
+    paused_at timestamp with time zone DEFAULT now() NOT NULL,
+    paused_by name NOT NULL,
+    CONSTRAINT delivery_pauses_check CHECK (((subscription_id IS NULL) OR (topic IS NOT NULL)))
+);
+
+COMMENT ON TABLE eventgrid.delivery_pauses IS 'Internal: what pause_delivery() paused: everything (topic and subscription_id NULL), a topic (subscription_id NULL) or one event subscription.';
+
+CREATE FUNCTION eventgrid._paused_subscriptions() RETURNS SETOF bigint
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+ SELECT s.id
+    FROM eventgrid.event_subscriptions s
+   WHERE (EXISTS ( SELECT 1
+            FROM eventgrid.delivery_pauses dp
+           WHERE ((dp.subscription_id = s.id) OR ((dp.subscription_id IS NULL) AND ((dp.topic IS NULL) OR (dp.topic = s.topic))))));
+END;
+
+COMMENT ON FUNCTION eventgrid._paused_subscriptions() IS 'Internal: the ids of the event subscriptions pause_delivery() paused (itself, its topic or everything). The delivery workers'' claims and delivery_statistics use it.';
+
+CREATE TABLE eventgrid.endpoint_states (
+    endpoint text NOT NULL,
+    state text NOT NULL,
+    consecutive_failures integer NOT NULL,
+    last_failure_outcome text,
+    probation_cause text,
+    probation_started_at timestamp with time zone,
+    probation_until timestamp with time zone,
+    probations integer DEFAULT 0 NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT endpoint_states_check CHECK (((state = 'healthy'::text) = (probation_started_at IS NULL))),
+    CONSTRAINT endpoint_states_consecutive_failures_check CHECK ((consecutive_failures >= 0)),
+    CONSTRAINT endpoint_states_probations_check CHECK ((probations >= 0)),
+    CONSTRAINT endpoint_states_state_check CHECK ((state = ANY (ARRAY['healthy'::text, 'probation'::text, 'probing'::text])))
+);
+
+COMMENT ON TABLE eventgrid.endpoint_states IS 'Internal: health of each endpoint URL as the delivery worker keeps it (delayed delivery, SPEC 6); read it through eventgrid.endpoint_health.';
+
+CREATE TABLE eventgrid.subscription_counters (
+    subscription_id bigint NOT NULL,
+    delivered bigint DEFAULT 0 NOT NULL,
+    failed_attempts bigint DEFAULT 0 NOT NULL,
+    dead_lettered bigint DEFAULT 0 NOT NULL,
+    dropped bigint DEFAULT 0 NOT NULL,
+    redelivered bigint DEFAULT 0 NOT NULL,
+    matched bigint DEFAULT 0 NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.subscription_counters IS 'Running totals per event subscription, maintained by the delivery worker.';
+
+CREATE FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT s.topic,
+     s.name AS event_subscription,
+     COALESCE(c.matched, (0)::bigint) AS matched_events_total,
+     COALESCE(c.delivered, (0)::bigint) AS delivery_success_total,
+     b.pending AS pending_events,
+     COALESCE((EXTRACT(epoch FROM (eventgrid._now() - b.oldest)))::double precision, (0)::double precision) AS oldest_pending_event_age_seconds,
+     COALESCE((EXTRACT(epoch FROM (eventgrid._now() - b.due_since)))::double precision, (0)::double precision) AS overdue_seconds,
+     ((s.id IN ( SELECT p.p
+            FROM eventgrid._paused_subscriptions() p(p))))::integer AS paused,
+     ((COALESCE(h.state, 'healthy'::text) <> 'healthy'::text))::integer AS endpoint_on_probation
+    FROM (((eventgrid.event_subscriptions s
+      LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)))
+      LEFT JOIN eventgrid.endpoint_states h ON ((h.endpoint = s.endpoint)))
+      CROSS JOIN LATERAL eventgrid._backlog(s.id) b(pending, oldest, due_since));
+END;
+
+COMMENT ON FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) IS 'Internal: the rows of the view eventgrid.event_subscription_metrics, for pg_monitor and eventgrid_admin.';
+
+CREATE TABLE eventgrid.topic_positions (
+    topic text NOT NULL,
+    done pg_snapshot NOT NULL,
+    system_identifier bigint DEFAULT eventgrid._system_identifier() NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.topic_positions IS 'Internal: how far the delivery worker has counted each topic''s events that match no event subscription.';
+
+CREATE FUNCTION eventgrid._event_table_holders(event_table smallint) RETURNS text[]
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT array_agg(DISTINCT h.holder ORDER BY h.holder) AS array_agg
+    FROM ( SELECT format('event subscription %s of topic %s'::text, s.name, s.topic) AS holder
+            FROM (eventgrid.subscription_positions p
+              JOIN eventgrid.event_subscriptions s ON ((s.id = p.subscription_id)))
+           WHERE (EXISTS ( SELECT 1
+                    FROM eventgrid.events e
+                   WHERE ((e.event_table = _event_table_holders.event_table) AND (e.topic = s.topic) AND (e.txid >= pg_snapshot_xmin(p.done)) AND (NOT pg_visible_in_snapshot(e.txid, p.done)))))
+         UNION ALL
+          SELECT format('first attempts in flight for topic %s'::text, c.topic) AS format
+            FROM eventgrid.chunks_in_flight c
+           WHERE (EXISTS ( SELECT 1
+                    FROM eventgrid.events e
+                   WHERE ((e.event_table = _event_table_holders.event_table) AND (e.topic = c.topic) AND (e.txid >= pg_snapshot_xmin(c.done)) AND (NOT pg_visible_in_snapshot(e.txid, c.done)))))
+         UNION ALL
+          SELECT format('unmatched count of topic %s'::text, tp.topic) AS format
+            FROM eventgrid.topic_positions tp
+           WHERE (EXISTS ( SELECT 1
+                    FROM eventgrid.events e
+                   WHERE ((e.event_table = _event_table_holders.event_table) AND (e.topic = tp.topic) AND (e.txid >= pg_snapshot_xmin(tp.done)) AND (NOT pg_visible_in_snapshot(e.txid, tp.done)))))) h;
+END;
+
+COMMENT ON FUNCTION eventgrid._event_table_holders(event_table smallint) IS 'Internal: what still needs events of event table eventgrid.events_<event_table> (event subscriptions, first attempts in flight, unmatched counts); NULL when it may be emptied.';
+
+CREATE FUNCTION eventgrid._fail_validation(sid bigint, why text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    UPDATE eventgrid.endpoint_validations x SET state = 'Failed', last_error = left(why, 512)
+     WHERE x.subscription_id = sid;
+    PERFORM eventgrid._position_to_retries(sid, eventgrid._now(), true);
+END $$;
+
+COMMENT ON FUNCTION eventgrid._fail_validation(sid bigint, why text) IS 'Internal: an endpoint validation has failed (provisioning state Failed, why in last_error); the events that waited at its position become its retries, and from now on its position passes everything published (the upkeep worker moves it along): a subscription whose validation failed keeps nothing new.';
+
+CREATE FUNCTION eventgrid._forget_dropped_columns(rel regclass) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    p record;
+BEGIN
+    FOR p IN SELECT t.source_table, t.topic, t.columns, t.update_columns,
+                    ARRAY(SELECT c FROM unnest(t.columns) c
+                           WHERE EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = t.source_table
+                                            AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped)
+                           ORDER BY c) AS live,
+                    ARRAY(SELECT c FROM unnest(t.update_columns) c
+                           WHERE EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = t.source_table
+                                            AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped)
+                           ORDER BY c) AS live_update
+               FROM eventgrid.table_publications t
+              WHERE t.source_table IN (SELECT m.m FROM eventgrid._table_tree(rel) m(m))
+             FOR UPDATE LOOP
+        IF (p.columns IS NOT NULL AND p.live IS DISTINCT FROM p.columns)
+           OR (p.update_columns IS NOT NULL AND p.live_update IS DISTINCT FROM p.update_columns) THEN
+            IF (p.columns IS NOT NULL AND cardinality(p.live) = 0)
+               OR (p.update_columns IS NOT NULL AND cardinality(p.live_update) = 0) THEN
+                RAISE EXCEPTION 'cannot drop the last column that the publication of table % to topic % names', p.source_table, eventgrid._quote(p.topic)
+                    USING ERRCODE = 'dependent_objects_still_exist',
+                          HINT = 'Publish other columns first with eventgrid.publish_table_changes(), or stop the publication with eventgrid.stop_publishing_table_changes().';
+            END IF;
+            UPDATE eventgrid.table_publications t
+               SET columns = CASE WHEN p.columns IS NULL THEN NULL ELSE p.live END,
+                   update_columns = CASE WHEN p.update_columns IS NULL THEN NULL ELSE p.live_update END,
+                   shape = NULL, statements = NULL
+             WHERE t.source_table = p.source_table AND t.topic = p.topic;
+        END IF;
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._forget_dropped_columns(rel regclass) IS 'Internal: after ALTER TABLE on table rel, removes the columns that no longer exist from the columns and update_columns of the publications of rel and its partitions; 2BP01 when a list would be left empty.';
+
+CREATE FUNCTION eventgrid._forget_dropped_tables() RETURNS event_trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    DELETE FROM eventgrid.table_publications p
+     USING pg_event_trigger_dropped_objects() d
+     WHERE d.classid = 'pg_class'::regclass AND d.objsubid = 0 AND d.objid = p.source_table::oid;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._forget_dropped_tables() IS 'Internal: sql_drop event trigger function; a dropped table''s publications go with it.';
+
+CREATE FUNCTION eventgrid._header_problem(header text, value text) RETURNS text
+    LANGUAGE c IMMUTABLE PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_header_problem';
+
+COMMENT ON FUNCTION eventgrid._header_problem(header text, value text) IS 'Internal: NULL when a custom delivery property may be sent (HTTP token name of 1-256 characters, not aeg-*, not a framing or routing header, not Content-Type; value at most 4096 bytes without control characters), else why not.';
+
+CREATE TABLE eventgrid.endpoint_validations (
+    subscription_id bigint NOT NULL,
+    state text NOT NULL,
+    code text NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    tries integer DEFAULT 0 NOT NULL,
+    next_try_at timestamp with time zone NOT NULL,
+    manual_since timestamp with time zone,
+    last_error text,
+    validated_at timestamp with time zone,
+    CONSTRAINT endpoint_validations_state_check CHECK ((state = ANY (ARRAY['Creating'::text, 'AwaitingManualAction'::text, 'Succeeded'::text, 'Failed'::text])))
+);
+
+COMMENT ON TABLE eventgrid.endpoint_validations IS 'Internal: the endpoint validation of each event subscription that asked for it (endpoint_validation => ''handshake''): Event Grid''s provisioning state, the validation code sent (readable by the extension''s owner only), tries, errors. Read through eventgrid.event_subscription_validation.';
+
+CREATE FUNCTION eventgrid._held_subscriptions() RETURNS SETOF bigint
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+ SELECT ps.ps
+    FROM eventgrid._paused_subscriptions() ps(ps)
+ UNION ALL
+  SELECT v.subscription_id
+    FROM eventgrid.endpoint_validations v
+   WHERE (v.state <> 'Succeeded'::text);
+END;
+
+COMMENT ON FUNCTION eventgrid._held_subscriptions() IS 'Internal: the ids of the event subscriptions the delivery workers claim nothing for: paused by pause_delivery() (eventgrid._paused_subscriptions()), or whose endpoint is not validated yet (eventgrid.endpoint_validations). Inlined into the claims, read once per statement.';
+
+CREATE FUNCTION eventgrid._histogram_buckets(histogram text) RETURNS double precision[]
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN CASE histogram WHEN 'destination_processing_duration_seconds'::text THEN '{0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10,30,Infinity}'::double precision[] WHEN 'delivery_latency_seconds'::text THEN '{0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10,30,60,300,900,3600,21600,86400,Infinity}'::double precision[] ELSE NULL::double precision[] END;
+
+COMMENT ON FUNCTION eventgrid._histogram_buckets(histogram text) IS 'Internal: the upper bounds (seconds) of the buckets of a histogram, the same as the delivery workers count with (src/store_metrics.c), +Inf last.';
+
+CREATE FUNCTION eventgrid._is_source_field(v text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN ((v ~ '^[^.]+(\.[^.]+)*$'::text) AND (length(v) <= 512));
+
+COMMENT ON FUNCTION eventgrid._is_source_field(v text) IS 'Internal: a dynamic property source is a dotted field path of at most 512 characters.';
+
+CREATE FUNCTION eventgrid._log(message text) RETURNS void
+    LANGUAGE c STRICT
+    AS 'MODULE_PATHNAME', 'eventgrid_log';
+
+COMMENT ON FUNCTION eventgrid._log(message text) IS 'Internal: writes message to the server log (LOG), without the STATEMENT and CONTEXT lines.';
+
+CREATE FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) RETURNS record
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF topic IS NULL AND subscription IS NOT NULL THEN
+        RAISE EXCEPTION 'a subscription is named with its topic'
+            USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass the topic too, or both NULL for all delivery.';
+    END IF;
+    IF subscription IS NOT NULL THEN
+        target_sid := eventgrid._subscription_id(topic, subscription);
+        label := format('event subscription "%s" of topic "%s"', subscription, topic);
+    ELSIF topic IS NOT NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = _pause_target.topic) THEN
+            RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic) USING ERRCODE = 'undefined_object';
+        END IF;
+        label := format('topic "%s"', topic);
+    ELSE
+        label := 'all event subscriptions';
+    END IF;
+    target_topic := topic;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) IS 'Internal: what pause_delivery() and resume_delivery() name (both NULL: everything), checked to exist.';
+
+CREATE FUNCTION eventgrid._pending(subscription_id bigint) RETURNS bigint
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT b.pending
+    FROM eventgrid._backlog(_pending.subscription_id) b(pending, oldest, due_since);
+END;
+
+COMMENT ON FUNCTION eventgrid._pending(subscription_id bigint) IS 'Internal: deliveries of an event subscription not finished yet: events its position has not passed, first attempts in flight, and retries.';
+
+CREATE FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    snap pg_snapshot := pg_current_snapshot();
+    n bigint := 0;
+BEGIN
+    IF keep THEN
+        INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,
+                                       attempts, next_attempt_at, source, source_event_id)
+        SELECT s.id, e.id, e.event,
+               (CASE WHEN t.input_schema = s.event_delivery_schema THEN e.event
+                     ELSE eventgrid.convert_event(e.event, t.input_schema, s.event_delivery_schema, e.publish_time) END)::text,
+               e.publish_time, coalesce(e.event_bytes, 0), 0, due, e.source, e.source_event_id
+          FROM eventgrid.subscription_positions p
+          JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
+          JOIN eventgrid.topics t ON t.name = s.topic
+         CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e
+         WHERE p.subscription_id = sid AND pg_visible_in_snapshot(e.txid, snap)
+           AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with,
+                                  s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        UPDATE eventgrid.subscription_counters c SET matched = c.matched + n WHERE c.subscription_id = sid AND n > 0;
+    END IF;
+    UPDATE eventgrid.subscription_positions p SET done = snap, upto = NULL, after_txid = NULL, after_id = NULL
+     WHERE p.subscription_id = sid;
+    RETURN n;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) IS 'Internal: moves an event subscription''s position to the current snapshot; with keep, the committed events it passes that match its filters become its retries (no attempt made, due at due) first, else they are passed over. Returns how many became retries. The upkeep worker calls it for held subscriptions whose events would keep an event table from being emptied.';
+
+CREATE FUNCTION eventgrid._publish_table_changes(caller regrole, source_table regclass, topic text, operations text[], columns text[], update_columns text[], event_type_prefix text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    ops text[];
+BEGIN
+    PERFORM eventgrid._check_not_null('source_table', source_table);
+    PERFORM eventgrid._check_not_null('topic', topic);
+    PERFORM eventgrid._check_not_null('operations', operations);
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = _publish_table_changes.topic FOR KEY SHARE) THEN
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'Create it first with eventgrid.create_topic().';
+    END IF;
+    SELECT array_agg(DISTINCT upper(o) ORDER BY upper(o)) INTO ops FROM unnest(operations) o;
+    IF ops IS NULL OR NOT ops <@ ARRAY['INSERT', 'UPDATE', 'DELETE'] OR array_position(ops, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'operations must be one or more of INSERT, UPDATE and DELETE, got %', eventgrid._quote(operations::text)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'TRUNCATE publishes nothing; pass for example ARRAY[''INSERT'', ''UPDATE''].';
+    END IF;
+    IF cardinality(columns) = 0 OR cardinality(update_columns) = 0
+       OR array_position(columns, NULL) IS NOT NULL OR array_position(update_columns, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'columns and update_columns must be NULL or name at least one column, without NULLs'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'NULL columns carries every column; NULL update_columns publishes an UPDATE that changed any column.';
+    END IF;
+    IF event_type_prefix IS NOT NULL AND (length(event_type_prefix) NOT BETWEEN 1 AND 200 OR event_type_prefix ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION 'event_type_prefix must have 1 to 200 characters and no control characters, got %', eventgrid._quote(event_type_prefix)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'NULL gives <schema>.<table>; the event types are the prefix and .Inserted, .Updated or .Deleted.';
+    END IF;
+    PERFORM eventgrid._check_table_publication(caller, source_table, columns, update_columns);
+    SELECT array_agg(DISTINCT c ORDER BY c) INTO columns FROM unnest(columns) c;
+    SELECT array_agg(DISTINCT c ORDER BY c) INTO update_columns FROM unnest(update_columns) c;
+
+    PERFORM eventgrid._drop_table_change_triggers(source_table, topic);
+    INSERT INTO eventgrid.table_publications AS p
+           (source_table, topic, operations, columns, update_columns, event_type_prefix)
+    VALUES (source_table, topic, ops, columns, update_columns, event_type_prefix)
+    ON CONFLICT ON CONSTRAINT table_publications_pkey DO UPDATE
+       SET operations = excluded.operations, columns = excluded.columns,
+           update_columns = excluded.update_columns, event_type_prefix = excluded.event_type_prefix,
+           shape = NULL, statements = NULL;
+    PERFORM eventgrid._create_table_change_triggers(source_table, topic, ops);
+END $$;
+
+COMMENT ON FUNCTION eventgrid._publish_table_changes(caller regrole, source_table regclass, topic text, operations text[], columns text[], update_columns text[], event_type_prefix text) IS 'Internal: publish_table_changes() for role caller, the role current where it was called.';
+
+CREATE FUNCTION eventgrid._put_delivery_property(p_topic text, p_subscription text, p_header text, p_value text, p_source_field text, p_is_secret boolean) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(p_topic, p_subscription, true);
+    problem text;
+BEGIN
+    PERFORM eventgrid._check_not_null('header', p_header);
+    PERFORM eventgrid._check_not_null('is_secret', p_is_secret);
+    IF p_source_field IS NULL AND p_value IS NULL THEN
+        RAISE EXCEPTION 'delivery property value must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Remove a header with eventgrid.remove_delivery_property().';
+    END IF;
+    IF lower(p_header) LIKE 'aeg-%' THEN
+        RAISE EXCEPTION 'delivery property header name % must not start with "aeg-"', eventgrid._quote(p_header)
+            USING ERRCODE = 'reserved_name', HINT = 'Headers starting with aeg- are set by eventgrid itself.';
+    END IF;
+    IF octet_length(p_value) > 4096 THEN
+        RAISE EXCEPTION 'delivery property value of header % is % bytes; at most 4096 bytes are allowed',
+                        eventgrid._quote(p_header), octet_length(p_value)
+            USING ERRCODE = 'string_data_right_truncation';
+    END IF;
+    problem := eventgrid._header_problem(p_header, p_value);
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'invalid delivery property %: %', eventgrid._quote(p_header), problem
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Names are HTTP tokens of at most 256 characters other than Content-Length, Transfer-Encoding, Host, Connection, Upgrade, TE, Trailer, Expect, Keep-Alive, Content-Type and Proxy-*; values hold no control characters.';
+    END IF;
+    IF p_source_field IS NOT NULL AND NOT eventgrid._is_source_field(p_source_field) THEN
+        RAISE EXCEPTION 'invalid source_field %', eventgrid._quote(p_source_field)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Name a field of the event as a dotted path such as data.orderId (at most 512 characters).';
+    END IF;
+    INSERT INTO eventgrid.delivery_properties AS p (subscription_id, header, value, source_field, is_secret)
+    VALUES (sid, p_header, p_value, p_source_field, p_is_secret)
+    ON CONFLICT (subscription_id, lower(header)) DO UPDATE
+        SET header = EXCLUDED.header, value = EXCLUDED.value,
+            source_field = EXCLUDED.source_field, is_secret = EXCLUDED.is_secret;
+    IF (SELECT count(*) FROM eventgrid.delivery_properties p WHERE p.subscription_id = sid) > 10 THEN
+        RAISE EXCEPTION 'event subscription "%" of topic "%" would have more than 10 delivery properties',
+                        p_subscription, p_topic
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Remove one with eventgrid.remove_delivery_property() first.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._put_delivery_property(p_topic text, p_subscription text, p_header text, p_value text, p_source_field text, p_is_secret boolean) IS 'Internal: validates and upserts one custom delivery property, enforcing at most 10 per subscription.';
+
+CREATE FUNCTION eventgrid._quote(v text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN ('"'::text || CASE WHEN (length(v) > 64) THEN ("left"(v, 64) || '..."'::text) ELSE (v || '"'::text) END);
+
+COMMENT ON FUNCTION eventgrid._quote(v text) IS 'Internal: double-quotes at most the first 64 characters of an argument for error messages.';
+
+CREATE FUNCTION eventgrid._random_bytes(n integer) RETURNS bytea
+    LANGUAGE c STRICT
+    AS 'MODULE_PATHNAME', 'eventgrid_random_bytes';
+
+COMMENT ON FUNCTION eventgrid._random_bytes(n integer) IS 'Internal: n (1-1024) bytes from pg_strong_random(), the server''s cryptographically strong source.';
+
+CREATE FUNCTION eventgrid._record_validation(sid bigint, sent_code text, http_status integer, body text, allowed_origin text, allowed_rate text, origin text, error text) RETURNS text
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    v eventgrid.endpoint_validations;
+    cloudevents boolean;
+    answer text;
+    problem text;
+    per_minute bigint;
+    validated boolean := false;
+BEGIN
+    SELECT * INTO v FROM eventgrid.endpoint_validations x
+     WHERE x.subscription_id = sid AND x.code = sent_code AND x.state = 'Creating' FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    SELECT s.event_delivery_schema = 'CloudEventSchemaV1_0' INTO cloudevents
+      FROM eventgrid.event_subscriptions s WHERE s.id = sid;
+    IF error IS NOT NULL THEN
+        problem := error;
+    ELSIF cloudevents THEN
+        IF http_status NOT BETWEEN 200 AND 299 THEN
+            problem := format('the OPTIONS request was answered with HTTP %s', http_status);
+        ELSIF allowed_origin IS NULL THEN
+            problem := 'the answer has no WebHook-Allowed-Origin header';
+        ELSIF allowed_origin <> '*' AND lower(allowed_origin) <> lower(origin) THEN
+            problem := format('WebHook-Allowed-Origin %s is neither * nor %s', eventgrid._quote(allowed_origin),
+                              eventgrid._quote(origin));
+        ELSE
+            -- WebHook-Allowed-Rate: requests a minute; one event per request unless batched
+            IF allowed_rate ~ '^[0-9]{1,12}$' AND allowed_rate::bigint > 0 THEN
+                per_minute := allowed_rate::bigint;
+                UPDATE eventgrid.event_subscriptions s
+                   SET max_events_per_second = least(100000, greatest(1, ceil(per_minute / 60.0)))::integer
+                 WHERE s.id = sid;
+            END IF;
+            validated := true;
+        END IF;
+    ELSIF http_status <> 200 THEN
+        problem := format('the SubscriptionValidationEvent was answered with HTTP %s', http_status);
+    ELSE
+        -- whatever the receiver sent: a body that is not JSON jsonb can hold
+        -- (\u0000, a number beyond numeric's range, not JSON at all) is a
+        -- failed try; an empty one asks for manual validation
+        BEGIN
+            answer := nullif(body, '')::jsonb ->> 'validationResponse';
+        EXCEPTION WHEN data_exception OR program_limit_exceeded OR statement_too_complex THEN
+            GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
+            problem := 'the answer is not JSON eventgrid can read: ' || problem;
+        END;
+        IF problem IS NOT NULL THEN
+            NULL;   -- tried again below
+        ELSIF answer = sent_code THEN
+            validated := true;
+        ELSIF answer IS NULL THEN
+            UPDATE eventgrid.endpoint_validations x SET state = 'AwaitingManualAction', manual_since = eventgrid._now(),
+                   tries = x.tries + 1, last_error = NULL
+             WHERE x.subscription_id = sid;
+            RETURN 'AwaitingManualAction';
+        ELSE
+            UPDATE eventgrid.endpoint_validations x SET tries = x.tries + 1 WHERE x.subscription_id = sid;
+            PERFORM eventgrid._fail_validation(sid, 'validationResponse is not the validation code sent');
+            RETURN 'Failed';
+        END IF;
+    END IF;
+    IF validated THEN
+        UPDATE eventgrid.endpoint_validations x SET state = 'Succeeded', validated_at = eventgrid._now(),
+               tries = x.tries + 1, last_error = NULL
+         WHERE x.subscription_id = sid;
+        RETURN 'Succeeded';
+    END IF;
+    -- not validated: again 5 s later, three tries in all
+    UPDATE eventgrid.endpoint_validations x
+       SET tries = x.tries + 1, last_error = left(problem, 512),
+           next_try_at = eventgrid._now() + interval '5 seconds'
+     WHERE x.subscription_id = sid
+    RETURNING CASE WHEN x.tries >= 3 THEN 'Failed' ELSE 'Creating' END INTO answer;
+    IF answer = 'Failed' THEN
+        PERFORM eventgrid._fail_validation(sid, problem);
+    END IF;
+    RETURN answer;
+END $_$;
+
+COMMENT ON FUNCTION eventgrid._record_validation(sid bigint, sent_code text, http_status integer, body text, allowed_origin text, allowed_rate text, origin text, error text) IS 'Internal: records the answer to an endpoint validation request and returns the new provisioning state (NULL when the validation was started again meanwhile). Event Grid schema: HTTP 200 with {"validationResponse": code} validates, 200 with an empty body or JSON without it awaits validate_event_subscription() for 10 minutes, another code fails, a body that is not JSON eventgrid can read is a failed try. CloudEvents: a 2xx answer whose WebHook-Allowed-Origin is * or the origin sent validates, and WebHook-Allowed-Rate (requests a minute) becomes max_events_per_second. Otherwise tried again 5 s later, three tries in all, then Failed.';
+
+CREATE FUNCTION eventgrid._refuse_change() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'published events are immutable'
+        USING ERRCODE = 'feature_not_supported',
+              HINT = 'Publish a new event instead; drop a topic or subscription to discard pending events.';
+END $$;
+
+COMMENT ON FUNCTION eventgrid._refuse_change() IS 'Internal: refuses UPDATE of published events (0A000).';
+
+CREATE FUNCTION eventgrid._rename_published_column(rel regclass, recurse boolean, old_name text, new_name text) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ UPDATE eventgrid.table_publications AS p SET columns = ( SELECT array_agg(c.c ORDER BY c.c) AS array_agg
+            FROM unnest(array_replace(p.columns, _rename_published_column.old_name, _rename_published_column.new_name)) c(c)), update_columns = ( SELECT array_agg(c.c ORDER BY c.c) AS array_agg
+            FROM unnest(array_replace(p.update_columns, _rename_published_column.old_name, _rename_published_column.new_name)) c(c)), shape = NULL::text, statements = NULL::jsonb
+   WHERE ((((p.source_table)::oid = (_rename_published_column.rel)::oid) OR (_rename_published_column.recurse AND ((p.source_table)::oid IN ( SELECT t.t
+            FROM eventgrid._table_tree(_rename_published_column.rel) t(t))))) AND ((_rename_published_column.old_name = ANY (p.columns)) OR (_rename_published_column.old_name = ANY (p.update_columns))));
+END;
+
+COMMENT ON FUNCTION eventgrid._rename_published_column(rel regclass, recurse boolean, old_name text, new_name text) IS 'Internal: follows ALTER TABLE ... RENAME COLUMN in the columns and update_columns of the publications of table rel (and of its partitions when recurse).';
+
+CREATE FUNCTION eventgrid._replication_slots(OUT slot_name text, OUT active boolean, OUT active_pid integer, OUT lag_bytes numeric, OUT retained_bytes numeric, OUT replay_lag_seconds double precision) RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT (r.slot_name)::text AS slot_name,
+     r.active,
+     r.active_pid,
+         CASE
+             WHEN (NOT pg_is_in_recovery()) THEN pg_wal_lsn_diff(pg_current_wal_lsn(), r.confirmed_flush_lsn)
+             ELSE NULL::numeric
+         END AS "case",
+         CASE
+             WHEN (NOT pg_is_in_recovery()) THEN pg_wal_lsn_diff(pg_current_wal_lsn(), r.restart_lsn)
+             ELSE NULL::numeric
+         END AS "case",
+     COALESCE((EXTRACT(epoch FROM a.replay_lag))::double precision, (0)::double precision) AS "coalesce"
+    FROM (pg_replication_slots r
+      LEFT JOIN pg_stat_replication a ON ((a.pid = r.active_pid)))
+   WHERE ((r.slot_type = 'logical'::text) AND (r.plugin = 'pgoutput'::name) AND (r.database = current_database()));
+END;
+
+COMMENT ON FUNCTION eventgrid._replication_slots(OUT slot_name text, OUT active boolean, OUT active_pid integer, OUT lag_bytes numeric, OUT retained_bytes numeric, OUT replay_lag_seconds double precision) IS 'Internal: the rows of the view eventgrid.replication_slots.';
+
+CREATE TABLE eventgrid.replication_progress (
+    source text NOT NULL,
+    transactions bigint DEFAULT 0 NOT NULL,
+    last_publish_time timestamp with time zone,
+    last_applied_at timestamp with time zone
+);
+
+COMMENT ON TABLE eventgrid.replication_progress IS 'Internal: per logical replication subscription feeding eventgrid.events, the transactions applied, the publish time of the last applied transaction''s first event and when it was applied; the apply worker writes it at most once a second. Read through eventgrid.replication_sources.';
+
+CREATE TABLE eventgrid.unknown_topic_events (
+    source text NOT NULL,
+    topic text NOT NULL,
+    events bigint DEFAULT 0 NOT NULL,
+    first_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.unknown_topic_events IS 'Events logical replication brought for a topic this database does not have: per subscription (source) and topic, how many, first and last seen. They are kept in the event tables like unmatched events (no event subscription can take them) and never stop replication; create the topic (eventgrid.create_topic) with the input schema it has on the publishing server. README "Scaling out".';
+
+CREATE FUNCTION eventgrid._replication_sources(OUT source text, OUT enabled boolean, OUT apply_pid integer, OUT transactions bigint, OUT last_publish_time timestamp with time zone, OUT last_applied_at timestamp with time zone, OUT apply_lag_seconds double precision, OUT received_lsn pg_lsn, OUT last_msg_receipt_time timestamp with time zone, OUT unknown_topic_events bigint) RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT (s.subname)::text AS subname,
+     s.subenabled,
+     st.pid,
+     COALESCE(p.transactions, (0)::bigint) AS "coalesce",
+     p.last_publish_time,
+     p.last_applied_at,
+     COALESCE((EXTRACT(epoch FROM (p.last_applied_at - p.last_publish_time)))::double precision, (0)::double precision) AS "coalesce",
+     st.received_lsn,
+     st.last_msg_receipt_time,
+     ( SELECT (COALESCE(sum(u.events), (0)::numeric))::bigint AS "coalesce"
+            FROM eventgrid.unknown_topic_events u
+           WHERE (u.source = s.subname)) AS "coalesce"
+    FROM ((pg_subscription s
+      LEFT JOIN pg_stat_subscription st ON (((st.subid = s.oid) AND (st.relid IS NULL))))
+      LEFT JOIN eventgrid.replication_progress p ON ((p.source = s.subname)))
+   WHERE (s.subdbid = ( SELECT d.oid
+            FROM pg_database d
+           WHERE (d.datname = current_database())));
+END;
+
+COMMENT ON FUNCTION eventgrid._replication_sources(OUT source text, OUT enabled boolean, OUT apply_pid integer, OUT transactions bigint, OUT last_publish_time timestamp with time zone, OUT last_applied_at timestamp with time zone, OUT apply_lag_seconds double precision, OUT received_lsn pg_lsn, OUT last_msg_receipt_time timestamp with time zone, OUT unknown_topic_events bigint) IS 'Internal: the rows of the view eventgrid.replication_sources.';
+
+CREATE FUNCTION eventgrid._retry_policy_args(topic_type text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text, OUT attempts integer, OUT ttl integer) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF topic_type = 'namespace' THEN
+        IF max_delivery_attempts IS NOT NULL OR event_ttl IS NOT NULL THEN
+            RAISE EXCEPTION '% does not apply to a namespace topic''s event subscription',
+                            CASE WHEN max_delivery_attempts IS NOT NULL THEN 'max_delivery_attempts' ELSE 'event_ttl' END
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'A namespace topic''s retry policy is max_delivery_count (1-10) and event_time_to_live (an ISO 8601 duration from PT1M to P7D).';
+        END IF;
+        PERFORM eventgrid._check_range('max_delivery_count', max_delivery_count, 1, 10);
+        attempts := max_delivery_count;
+        ttl := eventgrid._duration_minutes('event_time_to_live', event_time_to_live);
+    ELSE
+        IF max_delivery_count IS NOT NULL OR event_time_to_live IS NOT NULL THEN
+            RAISE EXCEPTION '% applies only to a namespace topic''s event subscription',
+                            CASE WHEN max_delivery_count IS NOT NULL THEN 'max_delivery_count' ELSE 'event_time_to_live' END
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'This topic''s retry policy is max_delivery_attempts (1-30) and event_ttl (1-1440 minutes).';
+        END IF;
+        PERFORM eventgrid._check_range('max_delivery_attempts', max_delivery_attempts, 1, 30);
+        PERFORM eventgrid._check_range('event_ttl', event_ttl, 1, 1440, ' minutes');
+        attempts := max_delivery_attempts;
+        ttl := event_ttl;
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._retry_policy_args(topic_type text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text, OUT attempts integer, OUT ttl integer) IS 'Internal: checks the retry policy arguments of a custom (max_delivery_attempts 1-30, event_ttl 1-1440 minutes) or namespace (max_delivery_count 1-10, event_time_to_live PT1M-P7D) subscription and returns attempts and minutes (NULL: not given); the other profile''s arguments are refused with 22023 and a hint.';
+
+CREATE FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) RETURNS SETOF record
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_served_databases';
+
+COMMENT ON FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) IS 'Internal: the launcher''s view of every database it knows; read eventgrid.served_databases.';
+
+CREATE FUNCTION eventgrid._signing_secret_problem(secret text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    key bytea;
+BEGIN
+    IF secret IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF left(secret, 6) <> 'whsec_' OR substr(secret, 7) !~ '^[A-Za-z0-9+/]+={0,2}$' THEN
+        RETURN 'a signing secret is "whsec_" followed by base64';
+    END IF;
+    BEGIN
+        key := decode(substr(secret, 7), 'base64');
+    EXCEPTION WHEN OTHERS THEN
+        RETURN 'the part after "whsec_" is not valid base64';
+    END;
+    IF length(key) NOT BETWEEN 24 AND 64 THEN
+        RETURN format('the key must be 24 to 64 bytes, got %s', length(key));
+    END IF;
+    RETURN NULL;
+END $_$;
+
+COMMENT ON FUNCTION eventgrid._signing_secret_problem(secret text) IS 'Internal: NULL for a Standard Webhooks secret ("whsec_" and the base64 of a 24-64 byte key), else why not (never quoting it).';
+
+CREATE FUNCTION eventgrid._start_validation(sid bigint) RETURNS void
+    LANGUAGE sql
+    BEGIN ATOMIC
+ INSERT INTO eventgrid.endpoint_validations AS v (subscription_id, state, code, started_at, next_try_at)
+   VALUES (_start_validation.sid, 'Creating'::text, upper((gen_random_uuid())::text), eventgrid._now(), eventgrid._now()) ON CONFLICT(subscription_id) DO UPDATE SET state = 'Creating'::text, code = excluded.code, started_at = excluded.started_at, tries = 0, next_try_at = excluded.next_try_at, manual_since = NULL::timestamp with time zone, last_error = NULL::text, validated_at = NULL::timestamp with time zone;
+END;
+
+COMMENT ON FUNCTION eventgrid._start_validation(sid bigint) IS 'Internal: (re)starts the endpoint validation of an event subscription with a new random validation code: provisioning state Creating, the upkeep worker sends the handshake at once.';
+
+CREATE FUNCTION eventgrid._stop_publishing_table_changes(caller regrole, source_table regclass, topic text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._check_not_null('source_table', source_table);
+    PERFORM eventgrid._check_not_null('topic', topic);
+    IF NOT has_table_privilege(caller, source_table, 'TRIGGER') THEN
+        RAISE EXCEPTION 'permission denied to stop publishing the changes of table %', source_table
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('Stopping a publication needs the TRIGGER privilege on the table or its ownership: GRANT TRIGGER ON %s TO %I;',
+                                source_table, caller);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.table_publications p
+                    WHERE p.source_table = _stop_publishing_table_changes.source_table
+                      AND p.topic = _stop_publishing_table_changes.topic) THEN
+        RAISE EXCEPTION 'the changes of table % are not published to topic %', source_table, eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'eventgrid.table_change_publications lists the publications.';
+    END IF;
+    PERFORM eventgrid._drop_table_change_triggers(source_table, topic);
+    DELETE FROM eventgrid.table_publications p
+     WHERE p.source_table = _stop_publishing_table_changes.source_table AND p.topic = _stop_publishing_table_changes.topic;
+    -- partitions that have publications of their own to the topic keep them
+END $$;
+
+COMMENT ON FUNCTION eventgrid._stop_publishing_table_changes(caller regrole, source_table regclass, topic text) IS 'Internal: stop_publishing_table_changes() for role caller, the role current where it was called.';
+
+CREATE FUNCTION eventgrid._subscription_id(topic text, name text, lock boolean DEFAULT false) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint;
+BEGIN
+    PERFORM eventgrid._check_not_null('topic', topic);
+    PERFORM eventgrid._check_not_null('event subscription name', name);
+    IF lock THEN
+        SELECT s.id INTO sid FROM eventgrid.event_subscriptions s
+         WHERE s.topic = _subscription_id.topic AND s.name = _subscription_id.name FOR UPDATE;
+    ELSE
+        SELECT s.id INTO sid FROM eventgrid.event_subscriptions s
+         WHERE s.topic = _subscription_id.topic AND s.name = _subscription_id.name;
+    END IF;
+    IF sid IS NULL THEN
+        RAISE EXCEPTION 'event subscription % of topic % does not exist', eventgrid._quote(name), eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'List subscriptions with: SELECT topic, name FROM eventgrid.event_subscriptions;';
+    END IF;
+    RETURN sid;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._subscription_id(topic text, name text, lock boolean) IS 'Internal: id of an event subscription (optionally locked FOR UPDATE); raises 42704 when there is none.';
+
+CREATE FUNCTION eventgrid._subscriptions_changed_at_commit() RETURNS void
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_subscriptions_changed_at_commit';
+
+COMMENT ON FUNCTION eventgrid._subscriptions_changed_at_commit() IS 'Internal: when the current transaction commits, tells the delivery workers that event subscriptions were paused, resumed, updated or dropped (requests they claimed and did not start yet go back unsent; their status lines read the pauses again), and wakes them; no-op without shared_preload_libraries.';
+
+CREATE FUNCTION eventgrid._subscriptions_created() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._subscriptions_changed_at_commit();
+    RETURN NULL;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._subscriptions_created() IS 'Internal: AFTER INSERT statement trigger on eventgrid.event_subscriptions: tells the workers at commit that the database has event subscriptions (commits that publish wake the delivery workers again).';
+
+CREATE FUNCTION eventgrid._table_change_trigger() RETURNS trigger
+    LANGUAGE c SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS 'MODULE_PATHNAME', 'eventgrid_table_change_trigger';
+
+COMMENT ON FUNCTION eventgrid._table_change_trigger() IS 'Internal: AFTER ... FOR EACH STATEMENT trigger of a table change publication (argument: the topic), on the published table and on the partitions it covers; publishes one event per row of the statement''s transition tables (an UPDATE that changes none of update_columns: none), naming the published table, built in C and stored with its publish time and size. Each event at most 1 MB (54000). Refuses (42501) to run as any trigger publish_table_changes() did not make.';
+
+CREATE FUNCTION eventgrid._table_change_trigger_name(topic text, operation text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN ((('eg_'::text || topic) || '_'::text) || lower(operation));
+
+COMMENT ON FUNCTION eventgrid._table_change_trigger_name(topic text, operation text) IS 'Internal: name of the statement trigger that publishes a table''s changes of one operation (INSERT, UPDATE, DELETE) to a topic: eg_<topic>_<insert|update|delete>, at most 60 bytes.';
+
+CREATE FUNCTION eventgrid._table_ddl() RETURNS event_trigger
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_table_ddl';
+
+COMMENT ON FUNCTION eventgrid._table_ddl() IS 'Internal: ddl_command_end event trigger function: follows RENAME COLUMN and DROP COLUMN in the publications of table changes, and gives partitions created or attached below a published table its triggers (detached ones lose them).';
+
+CREATE FUNCTION eventgrid._table_publication_of(rel regclass, topic text) RETURNS eventgrid.table_publications
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+ SELECT p.source_table,
+     p.topic,
+     p.operations,
+     p.columns,
+     p.update_columns,
+     p.event_type_prefix,
+     p.created_at,
+     p.shape,
+     p.statements
+    FROM eventgrid.table_publications p,
+     eventgrid._table_ancestry(_table_publication_of.rel) a(relid, depth)
+   WHERE (((p.source_table)::oid = (a.relid)::oid) AND (p.topic = _table_publication_of.topic))
+   ORDER BY a.depth
+  LIMIT 1;
+END;
+
+COMMENT ON FUNCTION eventgrid._table_publication_of(rel regclass, topic text) IS 'Internal: the publication to topic that covers table rel: its own, or the nearest partitioned table''s above it.';
+
+CREATE FUNCTION eventgrid._table_publications_changed() RETURNS trigger
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_table_publications_changed';
+
+COMMENT ON FUNCTION eventgrid._table_publications_changed() IS 'Internal: AFTER INSERT, UPDATE, DELETE or TRUNCATE statement trigger on eventgrid.table_publications: what the table change triggers keep of their publications is looked up again (in this session at once, in the others once the transaction commits).';
+
+CREATE TABLE eventgrid.topic_counters (
+    topic text NOT NULL,
+    unmatched bigint DEFAULT 0 NOT NULL,
+    published bigint DEFAULT 0 NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.topic_counters IS 'Running totals per topic: events that matched no event subscription.';
+
+CREATE FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT t.name AS topic,
+     COALESCE(c.published, (0)::bigint) AS publish_success_total,
+     COALESCE(c.unmatched, (0)::bigint) AS unmatched_events_total
+    FROM (eventgrid.topics t
+      LEFT JOIN eventgrid.topic_counters c ON ((c.topic = t.name)));
+END;
+
+COMMENT ON FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) IS 'Internal: the rows of the view eventgrid.topic_metrics, for pg_monitor and eventgrid_admin.';
+
+CREATE FUNCTION eventgrid._uncover_partitions(rel regclass) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t record;
+BEGIN
+    -- triggers of ours below rel that no publication covers any more
+    FOR t IN SELECT DISTINCT g.tgrelid::regclass AS rel, g.tgargs
+               FROM pg_trigger g
+              WHERE g.tgrelid IN (SELECT d.d FROM eventgrid._table_tree(rel) d(d))
+                AND g.tgfoid = 'eventgrid._table_change_trigger()'::regprocedure AND g.tgnargs = 1 LOOP
+        IF (eventgrid._table_publication_of(t.rel, convert_from(substr(t.tgargs, 1, length(t.tgargs) - 1), 'UTF8'))).source_table IS NULL THEN
+            PERFORM eventgrid._drop_topic_triggers(t.rel, convert_from(substr(t.tgargs, 1, length(t.tgargs) - 1), 'UTF8'));
+        END IF;
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._uncover_partitions(rel regclass) IS 'Internal: after rel was detached, drops from it and the partitions below it the triggers of publications that no longer cover them.';
+
+CREATE FUNCTION eventgrid._uri_escape(value text) RETURNS text
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_uri_escape';
+
+COMMENT ON FUNCTION eventgrid._uri_escape(value text) IS 'Internal: value percent-encoded as one URI path segment (RFC 3986 unreserved characters kept), by libcurl.';
+
+CREATE FUNCTION eventgrid._validate_event() RETURNS trigger
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_validate_event';
+
+COMMENT ON FUNCTION eventgrid._validate_event() IS 'Internal: BEFORE INSERT row trigger on eventgrid.events; validates each event against its topic''s input schema and stamps it (SPEC 8).';
+
+CREATE FUNCTION eventgrid._wake_at_commit() RETURNS trigger
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_wake_at_commit';
+
+COMMENT ON FUNCTION eventgrid._wake_at_commit() IS 'Internal: AFTER INSERT statement trigger on eventgrid.events; when the publishing transaction commits, wakes (or starts) the delivery workers, unless the database has no event subscription, and tells the upkeep worker (SPEC 2).';
+
+CREATE FUNCTION eventgrid._wake_worker_at_commit() RETURNS void
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_wake_worker_at_commit';
+
+COMMENT ON FUNCTION eventgrid._wake_worker_at_commit() IS 'Internal: sets the delivery worker''s latch when the current transaction commits; no-op without shared_preload_libraries.';
+
+CREATE FUNCTION eventgrid._worker_pids(OUT worker text, OUT pid integer) RETURNS SETOF record
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_worker_pids';
+
+COMMENT ON FUNCTION eventgrid._worker_pids(OUT worker text, OUT pid integer) IS 'Internal: each delivery worker and the upkeep worker with the pid in its shared-memory slot, NULL when it does not run. A worker sets its slot once its exit callback is registered and that callback clears it, so a pid here is a running process.';
+
+CREATE FUNCTION eventgrid._worker_metrics(OUT delivery_workers_running integer, OUT upkeep_workers_running integer, OUT waiting_for_worker_slot_seconds double precision) RETURNS record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT (( SELECT count(w.pid) FILTER (WHERE (w.worker <> 'upkeep worker'::text)) AS count
+            FROM eventgrid._worker_pids() w(worker, pid)))::integer AS count,
+     (( SELECT count(w.pid) FILTER (WHERE (w.worker = 'upkeep worker'::text)) AS count
+            FROM eventgrid._worker_pids() w(worker, pid)))::integer AS count,
+     COALESCE(( SELECT (EXTRACT(epoch FROM (now() - d.waiting_since)))::double precision AS "extract"
+            FROM eventgrid._served_databases() d(database, state, delivery_workers, upkeep_worker, delivery_wanted_at, upkeep_wanted_at, waiting_since, held_by, last_active)
+           WHERE (d.database = current_database())), (0)::double precision) AS "coalesce";
+END;
+
+COMMENT ON FUNCTION eventgrid._worker_metrics(OUT delivery_workers_running integer, OUT upkeep_workers_running integer, OUT waiting_for_worker_slot_seconds double precision) IS 'Internal: the rows of the view eventgrid.worker_metrics, for pg_monitor and eventgrid_admin.';
+
+CREATE FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT w.worker,
+     w.pid,
+     a.state,
+     a.query,
+     a.state_change,
+     a.wait_event_type,
+     a.wait_event,
+     a.backend_start
+    FROM (eventgrid._worker_pids() w(worker, pid)
+      LEFT JOIN pg_stat_activity a ON ((a.pid = w.pid)))
+ UNION ALL
+  SELECT ('logical replication apply worker of subscription '::text || r.source),
+     r.apply_pid,
+         CASE
+             WHEN (r.apply_pid IS NULL) THEN NULL::text
+             ELSE COALESCE(a.state, 'active'::text)
+         END AS "coalesce",
+         CASE
+             WHEN (NOT r.enabled) THEN 'subscription disabled'::text
+             WHEN (r.apply_pid IS NULL) THEN 'not running: the publishing server is unreachable or the last apply failed (see the server log)'::text
+             ELSE format('applies events; last applied at %s, %s s after their publish'::text, r.last_applied_at, round((r.apply_lag_seconds)::numeric, 3))
+         END AS format,
+     a.state_change,
+     a.wait_event_type,
+     a.wait_event,
+     a.backend_start
+    FROM (eventgrid._replication_sources() r(source, enabled, apply_pid, transactions, last_publish_time, last_applied_at, apply_lag_seconds, received_lsn, last_msg_receipt_time, unknown_topic_events)
+      LEFT JOIN pg_stat_activity a ON ((a.pid = r.apply_pid)));
+END;
+
+COMMENT ON FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) IS 'Internal: each eventgrid worker with its pg_stat_activity state, status line and wait; read eventgrid.worker_status.';
+
+CREATE FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN CASE WHEN (from_schema = to_schema) THEN event WHEN ((from_schema = 'EventGridSchema'::text) AND (to_schema = 'CloudEventSchemaV1_0'::text)) THEN ((jsonb_build_object('specversion', '1.0', 'id', (event -> 'id'::text), 'source', (event -> 'topic'::text), 'subject', (event -> 'subject'::text), 'type', (event -> 'eventType'::text), 'time', (event -> 'eventTime'::text), 'datacontenttype', 'application/json') || CASE WHEN (event ? 'data'::text) THEN jsonb_build_object('data', (event -> 'data'::text)) ELSE '{}'::jsonb END) || CASE WHEN (COALESCE((event ->> 'dataVersion'::text), ''::text) <> ''::text) THEN jsonb_build_object('dataversion', (event -> 'dataVersion'::text)) ELSE '{}'::jsonb END) WHEN ((from_schema = 'CloudEventSchemaV1_0'::text) AND (to_schema = 'EventGridSchema'::text)) THEN jsonb_build_object('id', (event -> 'id'::text), 'topic', (event -> 'source'::text), 'subject', COALESCE((event -> 'subject'::text), '""'::jsonb), 'eventType', (event -> 'type'::text), 'eventTime', COALESCE((event -> 'time'::text), to_jsonb(eventgrid.rfc3339(publish_time))), 'data', COALESCE((event -> 'data'::text), 'null'::jsonb), 'dataVersion', COALESCE((event -> 'dataversion'::text), '""'::jsonb), 'metadataVersion', '1') ELSE NULL::jsonb END;
+
+COMMENT ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) IS 'Maps an event between delivery schemas (Event Grid schema <-> CloudEvents 1.0; identity when the schemas are equal; NULL for mappings Event Grid does not offer). publish_time supplies eventTime for CloudEvents without time.';
+
+CREATE FUNCTION eventgrid.create_event_publication(name text, topics text[] DEFAULT NULL::text[]) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    missing text;
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'name of an event publication must not be NULL' USING ERRCODE = '22004';
+    ELSIF name = '' THEN
+        RAISE EXCEPTION 'name of an event publication must not be empty' USING ERRCODE = '22023',
+            HINT = 'Name it as CREATE PUBLICATION would, e.g. eventgrid_events.';
+    END IF;
+    IF topics IS NOT NULL THEN
+        IF cardinality(topics) = 0 OR array_position(topics, NULL) IS NOT NULL THEN
+            RAISE EXCEPTION 'topics must be NULL (every topic) or a non-empty list of topic names without NULL'
+                USING ERRCODE = '22023';
+        END IF;
+        SELECT string_agg(format('%L', x), ', ') INTO missing
+          FROM unnest(topics) x WHERE NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = x);
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'topic % does not exist', missing USING ERRCODE = '42704',
+                HINT = 'Create it with eventgrid.create_topic() first, here and on the delivery server.';
+        END IF;
+    END IF;
+    EXECUTE format('CREATE PUBLICATION %I FOR TABLE eventgrid.events (id, topic, event, publish_time, event_bytes)%s'
+                   ' WITH (publish = ''insert'', publish_via_partition_root = true)',
+                   name,
+                   CASE WHEN topics IS NULL THEN ''
+                        ELSE format(' WHERE (topic IN (%s))',
+                                    (SELECT string_agg(format('%L', x), ', ') FROM unnest(topics) x)) END);
+END $$;
+
+COMMENT ON FUNCTION eventgrid.create_event_publication(name text, topics text[]) IS 'Creates the publication a delivery server subscribes to (README "Scaling out"): CREATE PUBLICATION name FOR TABLE eventgrid.events (id, topic, event, publish_time, event_bytes) [WHERE (topic IN (topics))] WITH (publish = ''insert'', publish_via_partition_root = true). topics: NULL for every topic, else the topics whose events this publication carries (row filter; for splitting topics across delivery servers). Needs the privileges of CREATE PUBLICATION (the owner of eventgrid.events: a superuser). Errors: 22004 NULL name, 22023 empty name or topics list, 42704 unknown topic; 42710 a publication of that name exists.';
+
+CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT 'none'::text, dead_letter_topic text DEFAULT NULL::text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    in_schema text;
+    ttype text;
+    attempts integer;
+    ttl integer;
+    sid bigint;
+BEGIN
+    PERFORM eventgrid._check_not_null('topic', topic);
+    SELECT t.input_schema, t.topic_type INTO in_schema, ttype
+      FROM eventgrid.topics t WHERE t.name = topic FOR KEY SHARE;
+    IF in_schema IS NULL THEN
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'Create it first with eventgrid.create_topic().';
+    END IF;
+    IF name IS NULL OR endpoint IS NULL THEN
+        RAISE EXCEPTION 'event subscription name and endpoint must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT eventgrid._is_subscription_name(name) THEN
+        RAISE EXCEPTION 'invalid event subscription name %', eventgrid._quote(name)
+            USING ERRCODE = 'invalid_name',
+                  HINT = 'An event subscription name has 3 to 64 characters: letters, digits and hyphens.';
+    END IF;
+    event_delivery_schema := coalesce(event_delivery_schema, in_schema);
+    PERFORM eventgrid._check_subscription_settings(in_schema, ttype, endpoint, event_delivery_schema,
+        included_event_types, is_subject_case_sensitive, deadletter, enable_advanced_filtering_on_arrays,
+        max_events_per_batch, preferred_batch_size_in_kilobytes, max_events_per_second);
+    SELECT r.attempts, r.ttl INTO attempts, ttl
+      FROM eventgrid._retry_policy_args(ttype, max_delivery_attempts, event_ttl, max_delivery_count,
+                                        event_time_to_live) r;
+    advanced_filters := eventgrid._advanced_filters_arg(advanced_filters);
+    PERFORM eventgrid._check_endpoint_validation(endpoint_validation);
+    PERFORM eventgrid._check_dead_letter_topic(dead_letter_topic);
+    IF EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
+                WHERE s.topic = create_event_subscription.topic AND s.name = create_event_subscription.name) THEN
+        RAISE EXCEPTION 'event subscription "%" already exists for topic "%"', name, topic
+            USING ERRCODE = 'duplicate_object';
+    END IF;
+    INSERT INTO eventgrid.event_subscriptions AS s
+        (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
+         subject_ends_with, is_subject_case_sensitive, max_delivery_attempts, event_ttl,
+         max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, topic_type,
+         advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic)
+    VALUES (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
+            subject_ends_with, is_subject_case_sensitive, coalesce(attempts, CASE ttype WHEN 'namespace' THEN 10 ELSE 30 END),
+            coalesce(ttl, CASE ttype WHEN 'namespace' THEN 10080 ELSE 1440 END),
+            max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, ttype,
+            advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic)
+    RETURNING s.id INTO sid;
+    INSERT INTO eventgrid.subscription_counters (subscription_id) VALUES (sid);
+    -- events of transactions that commit after this one's snapshot are for it
+    INSERT INTO eventgrid.subscription_positions (subscription_id, since, done)
+    VALUES (sid, pg_current_snapshot(), pg_current_snapshot());
+    IF endpoint_validation = 'handshake' THEN
+        -- nothing is delivered until the endpoint answers the handshake
+        PERFORM eventgrid._start_validation(sid);
+        PERFORM eventgrid._wake_worker_at_commit();
+    END IF;
+    RETURN sid;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) IS 'Creates an event subscription and returns its id. endpoint: http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9.';
+
+CREATE FUNCTION eventgrid.create_topic(name text, input_schema text DEFAULT 'EventGridSchema'::text, topic_type text DEFAULT 'custom'::text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._check_not_null('topic name', name);
+    IF NOT eventgrid._is_topic_name(name) THEN
+        RAISE EXCEPTION 'invalid topic name %', eventgrid._quote(name)
+            USING ERRCODE = 'invalid_name',
+                  HINT = 'A topic name has 3 to 50 characters: letters, digits and hyphens.';
+    END IF;
+    PERFORM eventgrid._check_schema('input_schema', input_schema);
+    PERFORM eventgrid._check_not_null('topic_type', topic_type);
+    IF topic_type NOT IN ('custom', 'namespace') THEN
+        RAISE EXCEPTION 'topic_type must be custom or namespace, got %', eventgrid._quote(topic_type)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'custom: Event Grid''s custom topic delivery profile (the default); namespace: the namespace topic profile.';
+    END IF;
+    IF topic_type = 'namespace' AND input_schema <> 'CloudEventSchemaV1_0' THEN
+        RAISE EXCEPTION 'a namespace topic takes CloudEvents 1.0 only, not %', input_schema
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass input_schema => ''CloudEventSchemaV1_0''.';
+    END IF;
+    IF EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = create_topic.name) THEN
+        RAISE EXCEPTION 'topic "%" already exists', name USING ERRCODE = 'duplicate_object';
+    END IF;
+    INSERT INTO eventgrid.topics (name, input_schema, topic_type) VALUES (name, input_schema, topic_type);
+    INSERT INTO eventgrid.topic_counters (topic) VALUES (name);
+    INSERT INTO eventgrid.topic_positions (topic, done) VALUES (name, pg_current_snapshot());
+END $$;
+
+COMMENT ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) IS 'Creates a topic. name: 3-50 letters, digits, hyphens. input_schema: EventGridSchema (default), CloudEventSchemaV1_0 or CustomEventSchema. topic_type: custom (default; the topic delivery profile) or namespace (CloudEvents 1.0 only; its subscriptions get the namespace delivery profile). Requires eventgrid_admin. Errors: 22004 NULL, 42602 bad name, 22023 bad schema or type, 42710 exists. SPEC 1.';
+
+CREATE FUNCTION eventgrid.delivery_outcome(http_status integer) RETURNS text
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_delivery_outcome';
+
+COMMENT ON FUNCTION eventgrid.delivery_outcome(http_status integer) IS 'lastDeliveryOutcome name recorded for an HTTP status: Delivered (200-204), BadRequest (400), Unauthorized (401), Forbidden (403), NotFound (404), TimedOut (408), PayloadTooLarge (413), Busy (429, 503), GenericError (anything else). Errors: 22003 status outside 100-599. SPEC 3.';
+
+CREATE FUNCTION eventgrid.drop_event_subscription(topic text, name text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint;
+BEGIN
+    -- the subscription first (the delivery worker's lock order), then its retries;
+    -- its position and counters go with it (ON DELETE CASCADE)
+    sid := eventgrid._subscription_id(topic, name, true);
+    DELETE FROM eventgrid.retries r WHERE r.subscription_id = sid;
+    DELETE FROM eventgrid.event_subscriptions s WHERE s.id = sid;
+    -- its requests claimed and not sent yet are not sent
+    PERFORM eventgrid._subscriptions_changed_at_commit();
+END $$;
+
+COMMENT ON FUNCTION eventgrid.drop_event_subscription(topic text, name text) IS 'Drops an event subscription with its pending deliveries and retries. Dead letters are kept. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription.';
+
+CREATE FUNCTION eventgrid.drop_topic(name text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sids bigint[];
+BEGIN
+    PERFORM eventgrid._check_not_null('topic name', name);
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = drop_topic.name FOR UPDATE) THEN
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(name)
+            USING ERRCODE = 'undefined_object', HINT = 'List the topics with: SELECT name FROM eventgrid.topics;';
+    END IF;
+    -- publications of table changes to it stop: their triggers go
+    PERFORM eventgrid._drop_topic_triggers(t.tgrelid::regclass, name)
+       FROM (SELECT DISTINCT m.m AS tgrelid
+               FROM eventgrid.table_publications p, eventgrid._publication_members(p.source_table, p.topic) m(m)
+              WHERE p.topic = drop_topic.name) t;
+    -- the subscriptions first (the delivery worker's lock order), then their retries
+    SELECT array_agg(s.id ORDER BY s.id) INTO sids
+      FROM (SELECT s.id FROM eventgrid.event_subscriptions s WHERE s.topic = drop_topic.name
+             ORDER BY s.id FOR UPDATE) s;
+    DELETE FROM eventgrid.retries r WHERE r.subscription_id = ANY (sids);
+    -- subscriptions, positions, counters and publications go with the topic
+    -- (ON DELETE CASCADE); its events stay in the event tables until they are emptied
+    DELETE FROM eventgrid.topics t WHERE t.name = drop_topic.name;
+    IF sids IS NOT NULL THEN
+        PERFORM eventgrid._subscriptions_changed_at_commit();
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.drop_topic(name text) IS 'Drops a topic with its event subscriptions and their pending deliveries and retries, and stops the publications of table changes to it. Dead letters are kept. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such topic.';
+
+CREATE FUNCTION eventgrid.pause_delivery(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t record := eventgrid._pause_target(topic, subscription);
+BEGIN
+    INSERT INTO eventgrid.delivery_pauses (topic, subscription_id, paused_by)
+    VALUES (t.target_topic, t.target_sid, eventgrid._caller())
+    ON CONFLICT ON CONSTRAINT delivery_pauses_topic_subscription_id_key DO NOTHING;
+    IF FOUND THEN
+        PERFORM eventgrid._log(format('eventgrid: delivery paused for %s by %s', t.label, eventgrid._caller()));
+        -- requests claimed and not sent yet go back; the workers' status lines say so
+        PERFORM eventgrid._subscriptions_changed_at_commit();
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.pause_delivery(topic text, subscription text) IS 'Pauses delivery: both NULL everything (as the GUC eventgrid.delivery_paused, which stays), a topic its event subscriptions, a subscription itself. The delivery workers claim nothing more for it: its events wait at its position and its retries stay due (nothing is lost; time-to-live runs); requests already sent finish. Pausing what is paused does nothing. Logged once. Shown in delivery_statistics.paused. Requires eventgrid_admin. Errors: 22004 a subscription without its topic, 42704 no such topic or subscription.';
+
+CREATE FUNCTION eventgrid.probation_duration(outcome text, probation integer DEFAULT 1) RETURNS interval
+    LANGUAGE c IMMUTABLE PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_probation_duration';
+
+COMMENT ON FUNCTION eventgrid.probation_duration(outcome text, probation integer) IS 'How long an endpoint stays on probation when a failure with lastDeliveryOutcome outcome puts it there for the probation-th time in a row (1-1000, default 1): Busy and TimedOut 10 s, SocketError 30 s, NotFound, ResolutionError, Unauthorized, Forbidden, Disabled and Full 5 min, any other failure 10 s; each further probation in a row twice the one before, at most 4 hours. NULL for Delivered, BadRequest, PayloadTooLarge and Probation, which do not count against an endpoint. Errors: 22023 unknown outcome name, 22003 probation outside 1-1000. SPEC 6.';
+
+CREATE FUNCTION eventgrid.publish(topic text, events jsonb) RETURNS bigint[]
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    n integer;
+    bytes bigint;
+    ids bigint[];
+BEGIN
+    -- SECURITY INVOKER: only functions every caller may execute are used here
+    IF topic IS NULL OR events IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', CASE WHEN topic IS NULL THEN 'topic' ELSE 'events' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT has_column_privilege('eventgrid.events', 'event', 'INSERT') THEN
+        RAISE EXCEPTION 'permission denied to publish to topic "%"',
+                        CASE WHEN length(topic) > 64 THEN left(topic, 64) || '...' ELSE topic END
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Role %I may not insert into eventgrid.events.', current_user),
+                  HINT = format('An administrator grants publishing with: GRANT eventgrid_publisher TO %I;', current_user);
+    END IF;
+    bytes := octet_length(events::text);
+    IF jsonb_typeof(events) <> 'array' THEN
+        events := jsonb_build_array(events);
+        n := 1;
+    ELSE
+        n := jsonb_array_length(events);
+        -- the events' own text: without the brackets and the ", " between elements
+        bytes := bytes - 2 - 2 * greatest(n - 1, 0);
+    END IF;
+    IF n = 0 THEN
+        RAISE EXCEPTION 'a publish call must hold at least one event' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF n > 5000 THEN
+        RAISE EXCEPTION 'a publish call holds at most 5000 events, got %', n
+            USING ERRCODE = 'program_limit_exceeded', HINT = 'Split the events over several calls.';
+    END IF;
+    IF bytes > 1048576 THEN
+        RAISE EXCEPTION 'a publish call holds at most 1 MB (1048576 bytes) of events, got % bytes', bytes
+            USING ERRCODE = 'program_limit_exceeded', HINT = 'Split the events over several calls.';
+    END IF;
+    -- rows are inserted in the order given and draw their ids from the
+    -- sequence in that order, so ascending ids are the order given
+    WITH stored AS (
+        INSERT INTO eventgrid.events (topic, event)
+        SELECT publish.topic, e.value FROM jsonb_array_elements(events) WITH ORDINALITY AS e(value, n)
+         ORDER BY e.n
+        RETURNING id
+    )
+    SELECT array_agg(stored.id ORDER BY stored.id) INTO ids FROM stored;
+    RETURN ids;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.publish(topic text, events jsonb) IS 'Publishes one event (a JSON object) or a JSON array of events to a topic; returns the ids the events were stored under (eventgrid.events.id), in the order given. At most 5000 events and 1 MB (1048576 bytes: the events'' JSON text, without the array''s brackets and separators) per call; each event is validated as for INSERT INTO eventgrid.events. Requires eventgrid_publisher. Errors: 22004 NULL, 42501 not a publisher, 22023, 54000, 42704. SPEC 2, 8.';
+
+CREATE FUNCTION eventgrid.publish_table_changes(source_table regclass, topic text, operations text[] DEFAULT ARRAY['INSERT'::text, 'UPDATE'::text, 'DELETE'::text], columns text[] DEFAULT NULL::text[], update_columns text[] DEFAULT NULL::text[], event_type_prefix text DEFAULT NULL::text) RETURNS void
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_publish_table_changes';
+
+COMMENT ON FUNCTION eventgrid.publish_table_changes(source_table regclass, topic text, operations text[], columns text[], update_columns text[], event_type_prefix text) IS 'Publishes the changes of a table to a topic: every row an INSERT, UPDATE or DELETE on it changes becomes one event, in the changing transaction (statement triggers with transition tables; COPY and INSERT ... ON CONFLICT included; TRUNCATE publishes nothing). A partitioned table''s publication covers its partitions, also those created or attached later, and writes that name a partition. operations: any of INSERT, UPDATE, DELETE (all three). columns: the columns an event carries (NULL: all). update_columns: an UPDATE publishes a row only when one of these changed (NULL: when any column changed). Renamed columns are followed; dropped ones leave the lists. event_type_prefix: 1-200 characters (NULL: <schema>.<table>); event types <prefix>.Inserted, .Updated, .Deleted. Called again for the same table and topic it replaces the settings. The role current at the call (not the session user) needs eventgrid_admin, TRIGGER on the table (or owning it) and SELECT on the columns carried and compared; tables of schema eventgrid are refused, and so is a call during a security-restricted operation (an index expression, ANALYZE). Errors: 22004 NULL, 42704 no such topic, 22023, 42809 not a table, 42501, 42703.';
+
+CREATE FUNCTION eventgrid.purge_dead_letters(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text, reason text DEFAULT NULL::text, dead_lettered_after timestamp with time zone DEFAULT NULL::timestamp with time zone, dead_lettered_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    ids bigint[] := eventgrid._dead_letter_ids(topic, subscription, reason, dead_lettered_after,
+                                               dead_lettered_before, false);
+    n bigint;
+BEGIN
+    DELETE FROM eventgrid.dead_letters d WHERE d.id = ANY (ids);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.purge_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) IS 'Deletes the dead letters a filter selects and returns how many; the same filters as redeliver_dead_letters (NULL: any), where topic and subscription may also name ones dropped since that dead letters still name. Running it twice deletes nothing the second time. Requires eventgrid_admin. Errors: 22023, 42704 a topic or subscription that neither exists nor is named by a dead letter. SPEC 7.';
+
+CREATE FUNCTION eventgrid.redeliver_dead_letters(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text, reason text DEFAULT NULL::text, dead_lettered_after timestamp with time zone DEFAULT NULL::timestamp with time zone, dead_lettered_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sids bigint[];
+    ids bigint[];
+    n bigint;
+BEGIN
+    -- the subscriptions first (the delivery worker's lock order), then the dead letters
+    SELECT array_agg(s.id ORDER BY s.id) INTO sids
+      FROM (SELECT s.id FROM eventgrid.event_subscriptions s
+             WHERE (redeliver_dead_letters.topic IS NULL OR s.topic = redeliver_dead_letters.topic)
+               AND (redeliver_dead_letters.subscription IS NULL OR s.name = redeliver_dead_letters.subscription)
+             ORDER BY s.id FOR KEY SHARE) s;
+    ids := eventgrid._dead_letter_ids(topic, subscription, reason, dead_lettered_after, dead_lettered_before, true);
+    WITH gone AS (
+        DELETE FROM eventgrid.dead_letters d
+         WHERE d.id = ANY (ids) AND d.subscription_id = ANY (sids)
+        RETURNING d.*
+    ), queued AS (
+        -- a fresh start: no attempts made, the time-to-live counted from now
+        INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,
+                                       attempts, next_attempt_at, source, source_event_id)
+        SELECT g.subscription_id, coalesce(g.event_id, 0), g.event,
+               eventgrid.convert_event(g.event, g.input_schema, s.event_delivery_schema, g.publish_time)::text,
+               eventgrid._now(), octet_length(g.event::text), 0, eventgrid._now(), g.source, g.source_event_id
+          FROM gone g JOIN eventgrid.event_subscriptions s ON s.id = g.subscription_id
+        RETURNING subscription_id
+    ), counted AS (
+        SELECT q.subscription_id, count(*) AS n FROM queued q GROUP BY q.subscription_id
+    ), bumped AS (
+        UPDATE eventgrid.subscription_counters c SET redelivered = c.redelivered + counted.n
+          FROM counted WHERE c.subscription_id = counted.subscription_id
+    )
+    SELECT coalesce(sum(counted.n), 0) INTO n FROM counted;
+    IF n > 0 THEN
+        PERFORM eventgrid._wake_worker_at_commit();
+    END IF;
+    RETURN n;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) IS 'Queues dead letters for delivery again and returns how many: each becomes a delivery with no attempts made and its time-to-live counted from now, due at once, and leaves eventgrid.dead_letters (if it fails again it is dead-lettered again). Filters (NULL: any): topic, subscription name, reason (MaxDeliveryAttemptsExceeded, TimeToLiveExceeded, NonRetriableError), dead_lettered_at >= dead_lettered_after and < dead_lettered_before. Dead letters of dropped subscriptions stay. Running it twice queues nothing the second time. Counted in subscription_counters.redelivered. Requires eventgrid_admin. Errors: 22023 unknown reason or empty time range, 42704 no such topic or subscription. SPEC 7.';
+
+CREATE FUNCTION eventgrid.remove_delivery_property(topic text, subscription text, header text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._check_not_null('header', header);
+    DELETE FROM eventgrid.delivery_properties p
+     WHERE p.subscription_id = eventgrid._subscription_id(topic, subscription)
+       AND lower(p.header) = lower(remove_delivery_property.header);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'event subscription % of topic % has no delivery property %',
+                        eventgrid._quote(subscription), eventgrid._quote(topic), eventgrid._quote(header)
+            USING ERRCODE = 'undefined_object';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.remove_delivery_property(topic text, subscription text, header text) IS 'Removes a custom delivery property. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription or header.';
+
+CREATE FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    DELETE FROM eventgrid.signing_secrets k WHERE k.subscription_id = eventgrid._subscription_id(topic, subscription, true);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'event subscription % of topic % has no signing secret', eventgrid._quote(subscription), eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'eventgrid.event_subscription_signing lists the signed subscriptions.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) IS 'Removes the signing secret of an event subscription (and a previous one still signing): its requests are no longer signed. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription or no secret.';
+
+CREATE FUNCTION eventgrid.resume_delivery(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t record := eventgrid._pause_target(topic, subscription);
+BEGIN
+    IF t.target_topic IS NULL THEN
+        DELETE FROM eventgrid.delivery_pauses;   -- everything: every pause
+    ELSE
+        DELETE FROM eventgrid.delivery_pauses p
+         WHERE p.topic = t.target_topic AND p.subscription_id IS NOT DISTINCT FROM t.target_sid;
+    END IF;
+    IF FOUND THEN
+        PERFORM eventgrid._log(format('eventgrid: delivery resumed for %s by %s', t.label, eventgrid._caller()));
+        PERFORM eventgrid._subscriptions_changed_at_commit();   -- and they take up what waited
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.resume_delivery(topic text, subscription text) IS 'Resumes what pause_delivery() paused at the same level: a subscription, a topic (its subscriptions paused one by one stay paused), or, both NULL, every pause. The delivery workers take up the waiting events and due retries at once. Logged once. Requires eventgrid_admin. Errors: 22004, 42704.';
+
+CREATE FUNCTION eventgrid.retry_delay(attempt integer, http_status integer DEFAULT NULL::integer, topic_type text DEFAULT 'custom'::text) RETURNS interval
+    LANGUAGE c IMMUTABLE PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_retry_delay';
+
+COMMENT ON FUNCTION eventgrid.retry_delay(attempt integer, http_status integer, topic_type text) IS 'Delay before the next delivery attempt after failed attempt number attempt, without jitter. topic_type custom (default; attempt 1-30): 10 s, 30 s, 1 min, 5 min, 10 min, 30 min, 1 h, 3 h, 6 h, then 12 h; NULL for 400, 401, 403, 413. topic_type namespace (attempt 1-10): retries 10 s, 30 s, 1 min and 5 min after the first attempt and then every 5 minutes, so the delays are 10 s, 20 s, 30 s, 4 min, then 5 min; NULL for 400, 401, 403, 404, 413, 414. Either: at least 2 min after HTTP 408 and 30 s after 503; NULL for a success. Errors: 22003 attempt or status out of range, 22023 unknown topic_type. SPEC 3, 4.';
+
+CREATE FUNCTION eventgrid.set_advanced_filters(topic text, subscription text, filters jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, subscription, true);
+BEGIN
+    UPDATE eventgrid.event_subscriptions s
+       SET advanced_filters = eventgrid._advanced_filters_arg(filters),
+           enable_advanced_filtering_on_arrays = coalesce(set_advanced_filters.enable_advanced_filtering_on_arrays,
+                                                          s.enable_advanced_filtering_on_arrays)
+     WHERE s.id = sid;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.set_advanced_filters(topic text, subscription text, filters jsonb, enable_advanced_filtering_on_arrays boolean) IS 'Replaces the advanced filters of an event subscription. filters: Event Grid''s JSON, an array of {"operatorType", "key", "value"} or {"operatorType", "key", "values": [...]}; NULL or [] removes them. Operators: NumberIn, NumberNotIn, NumberLessThan, NumberGreaterThan, NumberLessThanOrEquals, NumberGreaterThanOrEquals (value), NumberInRange, NumberNotInRange (values: [low, high] pairs), BoolEquals (value), StringContains, StringNotContains, StringBeginsWith, StringNotBeginsWith, StringEndsWith, StringNotEndsWith, StringIn, StringNotIn (values), IsNullOrUndefined, IsNotNull. At most 25 filters and 25 values in all, strings up to 512 characters. enable_advanced_filtering_on_arrays: NULL leaves it unchanged. Events published after the commit are filtered with the new filters. Requires eventgrid_admin. Errors: 42704, 22004, 22023, 54000. SPEC 9.';
+
+CREATE FUNCTION eventgrid.set_batching(topic text, name text, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, name, true);
+BEGIN
+    PERFORM eventgrid._check_range('max_events_per_batch', max_events_per_batch, 1, 5000);
+    PERFORM eventgrid._check_range('preferred_batch_size_in_kilobytes', preferred_batch_size_in_kilobytes, 1, 1024, ' kilobytes');
+    UPDATE eventgrid.event_subscriptions s
+       SET max_events_per_batch = set_batching.max_events_per_batch,
+           preferred_batch_size_in_kilobytes = set_batching.preferred_batch_size_in_kilobytes
+     WHERE s.id = sid;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.set_batching(topic text, name text, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer) IS 'Sets output batching of an event subscription. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024; setting either turns batching on (the other comes from GUC eventgrid.default_max_events_per_batch or eventgrid.default_preferred_batch_size_in_kilobytes); both NULL turns batching off. Requires eventgrid_admin. Errors: 42704, 22003, 22004. SPEC 5.';
+
+CREATE FUNCTION eventgrid.set_deadletter(topic text, name text, enabled boolean) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, name, true);
+BEGIN
+    PERFORM eventgrid._check_not_null('enabled', enabled);
+    UPDATE eventgrid.event_subscriptions s SET deadletter = enabled WHERE s.id = sid;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.set_deadletter(topic text, name text, enabled boolean) IS 'Turns dead-lettering of an event subscription on or off (off by default: undeliverable events are then dropped and counted). Requires eventgrid_admin. Errors: 42704, 22004. SPEC 7.';
+
+CREATE FUNCTION eventgrid.set_delivery_property(topic text, subscription text, header text, value text, is_secret boolean DEFAULT false) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._put_delivery_property(topic, subscription, header, value, NULL, is_secret);
+END $$;
+
+COMMENT ON FUNCTION eventgrid.set_delivery_property(topic text, subscription text, header text, value text, is_secret boolean) IS 'Adds or replaces a static custom delivery property (HTTP header sent with every request). header: HTTP token, 1-256 chars, not aeg-*, not one that changes framing or routing (Content-Length, Transfer-Encoding, Host, Connection, Upgrade, TE, Trailer, Expect, Keep-Alive, Proxy-*) nor Content-Type. value: at most 4096 bytes, no control characters. is_secret: value is sent but shown masked. At most 10 per subscription. Requires eventgrid_admin. Errors: 42704, 22023, 42939, 22001, 54000, 22004. SPEC 8.';
+
+CREATE FUNCTION eventgrid.set_dynamic_delivery_property(topic text, subscription text, header text, source_field text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._check_not_null('source_field', source_field);
+    PERFORM eventgrid._put_delivery_property(topic, subscription, header, NULL, source_field, false);
+END $$;
+
+COMMENT ON FUNCTION eventgrid.set_dynamic_delivery_property(topic text, subscription text, header text, source_field text) IS 'Adds or replaces a dynamic custom delivery property whose value is taken from a field of each event (dotted path such as data.orderId; strings, numbers and booleans only; a value that is of another type, longer than 4096 bytes or holding a control character leaves the header out). Same name rules as set_delivery_property. Requires eventgrid_admin. SPEC 8.';
+
+CREATE FUNCTION eventgrid.set_retry_policy(topic text, name text, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, name, true);
+    attempts integer;
+    ttl integer;
+BEGIN
+    SELECT r.attempts, r.ttl INTO attempts, ttl
+      FROM eventgrid.event_subscriptions s,
+           eventgrid._retry_policy_args(s.topic_type, set_retry_policy.max_delivery_attempts,
+                                        set_retry_policy.event_ttl, set_retry_policy.max_delivery_count,
+                                        set_retry_policy.event_time_to_live) r
+     WHERE s.id = sid;
+    UPDATE eventgrid.event_subscriptions s
+       SET max_delivery_attempts = coalesce(attempts, s.max_delivery_attempts),
+           event_ttl = coalesce(ttl, s.event_ttl)
+     WHERE s.id = sid;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.set_retry_policy(topic text, name text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text) IS 'Sets the retry policy of an event subscription; a NULL argument leaves that setting unchanged. Custom topic: max_delivery_attempts 1-30, event_ttl 1-1440 minutes. Namespace topic: max_delivery_count 1-10, event_time_to_live ISO 8601 duration of minute precision PT1M-P7D (e.g. PT20M, P1DT2H). Delivery stops at whichever limit comes first; the other profile''s arguments are refused. Requires eventgrid_admin. Errors: 42704, 22003, 22004, 22023. SPEC 4.';
+
+CREATE FUNCTION eventgrid.set_signing_secret(topic text, subscription text, secret text DEFAULT NULL::text, previous_valid_for interval DEFAULT '00:00:00'::interval) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, subscription, true);
+    problem text := eventgrid._signing_secret_problem(secret);
+    old text;
+BEGIN
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'invalid signing secret: %', problem
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass NULL to have one generated, or "whsec_" and the base64 of 24 to 64 random bytes.';
+    END IF;
+    PERFORM eventgrid._check_not_null('previous_valid_for', previous_valid_for);
+    IF previous_valid_for < interval '0' OR previous_valid_for > interval '30 days' THEN
+        RAISE EXCEPTION 'previous_valid_for must be between 0 and 30 days, got %', previous_valid_for
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'How long the secret being replaced keeps signing beside the new one; 0 replaces it at once.';
+    END IF;
+    secret := COALESCE(secret, 'whsec_' || encode(eventgrid._random_bytes(32), 'base64'));
+    SELECT k.secret INTO old FROM eventgrid.signing_secrets k WHERE k.subscription_id = sid FOR UPDATE;
+    INSERT INTO eventgrid.signing_secrets AS k (subscription_id, secret, previous_secret, previous_valid_until)
+    VALUES (sid, secret, NULL, NULL)
+    ON CONFLICT (subscription_id) DO UPDATE
+       SET secret = excluded.secret,
+           previous_secret = CASE WHEN previous_valid_for > interval '0' AND old <> excluded.secret THEN old END,
+           previous_valid_until = CASE WHEN previous_valid_for > interval '0' AND old <> excluded.secret
+                                       THEN now() + previous_valid_for END,
+           set_at = now();
+    RETURN secret;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text, secret text, previous_valid_for interval) IS 'Sets the Standard Webhooks signing secret of an event subscription and returns it; every request to it then carries webhook-id, webhook-timestamp and webhook-signature (v1, HMAC-SHA256 of "id.timestamp.body"). secret: "whsec_" and the base64 of 24-64 bytes; NULL generates one (32 bytes from pg_strong_random). previous_valid_for: 0-30 days (0); when more than 0, the secret being replaced keeps signing beside the new one for that long (both signatures in webhook-signature). Secrets are never shown (event_subscription_signing masks them). Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription, 22023 bad secret or interval.';
+
+CREATE FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) RETURNS void
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_stop_publishing_table_changes';
+
+COMMENT ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) IS 'Stops publishing the changes of a table to a topic (drops its triggers, from its partitions too); events already published stay queued. The role current at the call needs eventgrid_admin and TRIGGER on the table (or owning it). Errors: 22004 NULL, 42501, 42704 no such publication.';
+
+CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, name, true);
+    cur eventgrid.event_subscriptions;
+    in_schema text;
+    attempts integer;
+    ttl integer;
+BEGIN
+    SELECT s.* INTO cur FROM eventgrid.event_subscriptions s WHERE s.id = sid;
+    SELECT t.input_schema INTO in_schema FROM eventgrid.topics t WHERE t.name = cur.topic;
+    -- NULL keeps a setting; an empty array, '' or 0 clears one that may be unset
+    endpoint := coalesce(endpoint, cur.endpoint);
+    event_delivery_schema := coalesce(event_delivery_schema, cur.event_delivery_schema);
+    included_event_types := CASE WHEN included_event_types IS NULL THEN cur.included_event_types
+                                 WHEN cardinality(included_event_types) = 0 THEN NULL
+                                 ELSE included_event_types END;
+    subject_begins_with := CASE WHEN subject_begins_with IS NULL THEN cur.subject_begins_with
+                                ELSE nullif(subject_begins_with, '') END;
+    subject_ends_with := CASE WHEN subject_ends_with IS NULL THEN cur.subject_ends_with
+                              ELSE nullif(subject_ends_with, '') END;
+    is_subject_case_sensitive := coalesce(is_subject_case_sensitive, cur.is_subject_case_sensitive);
+    deadletter := coalesce(deadletter, cur.deadletter);
+    enable_advanced_filtering_on_arrays := coalesce(enable_advanced_filtering_on_arrays,
+                                                    cur.enable_advanced_filtering_on_arrays);
+    max_events_per_batch := CASE WHEN max_events_per_batch IS NULL THEN cur.max_events_per_batch
+                                 ELSE nullif(max_events_per_batch, 0) END;
+    preferred_batch_size_in_kilobytes := CASE WHEN preferred_batch_size_in_kilobytes IS NULL
+                                              THEN cur.preferred_batch_size_in_kilobytes
+                                              ELSE nullif(preferred_batch_size_in_kilobytes, 0) END;
+    max_events_per_second := CASE WHEN max_events_per_second IS NULL THEN cur.max_events_per_second
+                                  ELSE nullif(max_events_per_second, 0) END;
+    PERFORM eventgrid._check_subscription_settings(in_schema, cur.topic_type, endpoint, event_delivery_schema,
+        included_event_types, is_subject_case_sensitive, deadletter, enable_advanced_filtering_on_arrays,
+        max_events_per_batch, preferred_batch_size_in_kilobytes, max_events_per_second);
+    SELECT r.attempts, r.ttl INTO attempts, ttl
+      FROM eventgrid._retry_policy_args(cur.topic_type, max_delivery_attempts, event_ttl, max_delivery_count,
+                                        event_time_to_live) r;
+    advanced_filters := CASE WHEN advanced_filters IS NULL THEN cur.advanced_filters
+                             ELSE eventgrid._advanced_filters_arg(advanced_filters) END;
+    IF endpoint_validation IS NOT NULL THEN
+        PERFORM eventgrid._check_endpoint_validation(endpoint_validation);
+    END IF;
+    dead_letter_topic := CASE WHEN dead_letter_topic IS NULL THEN cur.dead_letter_topic
+                              ELSE nullif(dead_letter_topic, '') END;
+    PERFORM eventgrid._check_dead_letter_topic(dead_letter_topic);
+    UPDATE eventgrid.event_subscriptions s
+       SET endpoint = update_event_subscription.endpoint,
+           event_delivery_schema = update_event_subscription.event_delivery_schema,
+           included_event_types = update_event_subscription.included_event_types,
+           subject_begins_with = update_event_subscription.subject_begins_with,
+           subject_ends_with = update_event_subscription.subject_ends_with,
+           is_subject_case_sensitive = update_event_subscription.is_subject_case_sensitive,
+           max_delivery_attempts = coalesce(attempts, s.max_delivery_attempts),
+           event_ttl = coalesce(ttl, s.event_ttl),
+           max_events_per_batch = update_event_subscription.max_events_per_batch,
+           preferred_batch_size_in_kilobytes = update_event_subscription.preferred_batch_size_in_kilobytes,
+           deadletter = update_event_subscription.deadletter,
+           advanced_filters = update_event_subscription.advanced_filters,
+           enable_advanced_filtering_on_arrays = update_event_subscription.enable_advanced_filtering_on_arrays,
+           max_events_per_second = update_event_subscription.max_events_per_second,
+           dead_letter_topic = update_event_subscription.dead_letter_topic
+     WHERE s.id = sid;
+    IF event_delivery_schema <> cur.event_delivery_schema THEN
+        -- a retry keeps the text it is sent as: made again in the new schema
+        UPDATE eventgrid.retries r
+           SET payload = eventgrid.convert_event(r.event, in_schema, update_event_subscription.event_delivery_schema,
+                                                 r.publish_time)::text
+         WHERE r.subscription_id = sid;
+    END IF;
+    IF endpoint <> cur.endpoint THEN
+        -- without the statement, which holds the URL
+        PERFORM eventgrid._log(format('eventgrid: endpoint of event subscription "%s" of topic "%s" changed by %s',
+                                      name, topic, eventgrid._caller()));
+    END IF;
+    -- a new endpoint, or a new handshake, is validated again; none ends validation
+    IF endpoint_validation = 'none' THEN
+        DELETE FROM eventgrid.endpoint_validations v WHERE v.subscription_id = sid;
+    ELSIF endpoint_validation = 'handshake'
+          OR (endpoint <> cur.endpoint
+              AND EXISTS (SELECT 1 FROM eventgrid.endpoint_validations v WHERE v.subscription_id = sid))
+          OR (event_delivery_schema <> cur.event_delivery_schema
+              AND EXISTS (SELECT 1 FROM eventgrid.endpoint_validations v WHERE v.subscription_id = sid)) THEN
+        PERFORM eventgrid._start_validation(sid);
+    END IF;
+    -- requests claimed with the old settings and not sent yet go back
+    PERFORM eventgrid._subscriptions_changed_at_commit();
+END $$;
+
+COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with, dead_letter_topic), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9.';
+
+CREATE FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, subscription, true);
+    v eventgrid.endpoint_validations;
+BEGIN
+    PERFORM eventgrid._check_not_null('validation_code', validation_code);
+    SELECT * INTO v FROM eventgrid.endpoint_validations x WHERE x.subscription_id = sid FOR UPDATE;
+    IF NOT FOUND OR v.state <> 'AwaitingManualAction' THEN
+        RAISE EXCEPTION 'event subscription "%" of topic "%" is not awaiting manual validation', subscription, topic
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('Its provisioning state is %s.', coalesce(v.state, 'Succeeded (no endpoint validation)')),
+                  HINT = 'See eventgrid.event_subscription_validation.';
+    END IF;
+    IF v.manual_since + interval '10 minutes' <= eventgrid._now() THEN
+        PERFORM eventgrid._fail_validation(sid, 'not validated manually within 10 minutes');
+        RAISE EXCEPTION 'the manual validation of event subscription "%" of topic "%" expired', subscription, topic
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Start it again: eventgrid.update_event_subscription(topic, name, endpoint_validation => ''handshake'').';
+    END IF;
+    IF validation_code <> v.code THEN
+        RAISE EXCEPTION 'validation_code is not the code sent to the endpoint'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use the validationCode of the SubscriptionValidationEvent the endpoint received.';
+    END IF;
+    UPDATE eventgrid.endpoint_validations x SET state = 'Succeeded', validated_at = eventgrid._now()
+     WHERE x.subscription_id = sid;
+    PERFORM eventgrid._wake_worker_at_commit();
+END $$;
+
+COMMENT ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) IS 'Validates an event subscription''s endpoint by hand, as Event Grid''s validationUrl does: when the endpoint answered the SubscriptionValidationEvent with HTTP 200 but no validationResponse (provisioning state AwaitingManualAction), the validationCode it received, within 10 minutes of its answer. Delivery starts once it commits. Requires eventgrid_admin. Errors: 22004, 42704, 55000 not awaiting manual validation or expired (then Failed), 22023 another code.';
+
+CREATE TABLE eventgrid.attempt_log (
+    history_table smallint NOT NULL,
+    id bigint NOT NULL,
+    attempted_at timestamp with time zone NOT NULL,
+    topic text,
+    subscription_id bigint,
+    subscription_name text NOT NULL,
+    event_ids bigint[] NOT NULL,
+    attempt integer NOT NULL,
+    http_status integer,
+    outcome text NOT NULL,
+    duration_ms double precision,
+    error text,
+    response_body text,
+    event_sources text[]
+)
+PARTITION BY LIST (history_table);
+
+COMMENT ON TABLE eventgrid.attempt_log IS 'Internal: the delivery attempt history, in three tables eventgrid.attempt_log_0..2 that take turns; read it through eventgrid.delivery_attempts.';
+
+COMMENT ON COLUMN eventgrid.attempt_log.event_sources IS 'Parallel to event_ids: the logical replication subscription each event came through (NULL: published here); NULL when none came so.';
+
+CREATE SEQUENCE eventgrid.attempt_log_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE eventgrid.attempt_log_id_seq OWNED BY eventgrid.attempt_log.id;
+
+CREATE TABLE eventgrid.attempt_log_0 (
+    history_table smallint NOT NULL,
+    id bigint DEFAULT nextval('eventgrid.attempt_log_id_seq'::regclass) NOT NULL,
+    attempted_at timestamp with time zone NOT NULL,
+    topic text,
+    subscription_id bigint,
+    subscription_name text NOT NULL,
+    event_ids bigint[] NOT NULL,
+    attempt integer NOT NULL,
+    http_status integer,
+    outcome text NOT NULL,
+    duration_ms double precision,
+    error text,
+    response_body text,
+    event_sources text[]
+);
+
+CREATE TABLE eventgrid.attempt_log_1 (
+    history_table smallint NOT NULL,
+    id bigint DEFAULT nextval('eventgrid.attempt_log_id_seq'::regclass) NOT NULL,
+    attempted_at timestamp with time zone NOT NULL,
+    topic text,
+    subscription_id bigint,
+    subscription_name text NOT NULL,
+    event_ids bigint[] NOT NULL,
+    attempt integer NOT NULL,
+    http_status integer,
+    outcome text NOT NULL,
+    duration_ms double precision,
+    error text,
+    response_body text,
+    event_sources text[]
+);
+
+CREATE TABLE eventgrid.attempt_log_2 (
+    history_table smallint NOT NULL,
+    id bigint DEFAULT nextval('eventgrid.attempt_log_id_seq'::regclass) NOT NULL,
+    attempted_at timestamp with time zone NOT NULL,
+    topic text,
+    subscription_id bigint,
+    subscription_name text NOT NULL,
+    event_ids bigint[] NOT NULL,
+    attempt integer NOT NULL,
+    http_status integer,
+    outcome text NOT NULL,
+    duration_ms double precision,
+    error text,
+    response_body text,
+    event_sources text[]
+);
+
+CREATE TABLE eventgrid.attempt_log_rotation (
+    singleton boolean DEFAULT true NOT NULL,
+    history_table smallint NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    first_id bigint NOT NULL,
+    last_try_at timestamp with time zone,
+    last_failure text,
+    CONSTRAINT attempt_log_rotation_history_table_check CHECK (((history_table >= 0) AND (history_table <= 2))),
+    CONSTRAINT attempt_log_rotation_singleton_check CHECK (singleton)
+);
+
+COMMENT ON TABLE eventgrid.attempt_log_rotation IS 'Which attempt history table takes rows now (history_table), since when (started_at) and from which id (first_id); when the upkeep worker last tried to rotate and, if that failed, why (e.g. a session reading the history held a lock).';
+
+CREATE TABLE eventgrid.dead_letters (
+    id bigint NOT NULL,
+    envelope_id uuid DEFAULT gen_random_uuid() NOT NULL,
+    topic text NOT NULL,
+    subscription_name text NOT NULL,
+    subscription_id bigint,
+    input_schema text NOT NULL,
+    event_delivery_schema text NOT NULL,
+    event jsonb NOT NULL,
+    dead_letter_reason text NOT NULL,
+    delivery_attempts integer NOT NULL,
+    last_delivery_outcome text,
+    last_http_status_code integer,
+    publish_time timestamp with time zone NOT NULL,
+    last_delivery_attempt_time timestamp with time zone,
+    dead_lettered_at timestamp with time zone DEFAULT eventgrid._now() NOT NULL,
+    topic_type text DEFAULT 'custom'::text NOT NULL,
+    event_id bigint,
+    source text,
+    source_event_id bigint,
+    CONSTRAINT dead_letters_dead_letter_reason_check CHECK ((dead_letter_reason = ANY (ARRAY['MaxDeliveryAttemptsExceeded'::text, 'TimeToLiveExceeded'::text, 'NonRetriableError'::text]))),
+    CONSTRAINT dead_letters_delivery_attempts_check CHECK (((delivery_attempts >= 0) AND (delivery_attempts <= 30)))
+);
+
+COMMENT ON TABLE eventgrid.dead_letters IS 'Dead-lettered events with reason, attempts and last outcome (SPEC 7). Read them through eventgrid.dead_letter_events.';
+
+COMMENT ON COLUMN eventgrid.dead_letters.topic_type IS 'Delivery profile of the subscription it was for: custom or namespace (sets the shape in eventgrid.dead_letter_events).';
+
+COMMENT ON COLUMN eventgrid.dead_letters.event_id IS 'The event''s id in eventgrid.events (what publish() and INSERT ... RETURNING id gave the publisher); NULL for dead letters written before 0.4.0.';
+
+COMMENT ON COLUMN eventgrid.dead_letters.source IS 'NULL: the event was published in this database; ''(dead-letter notification)'': a dead-letter notification the delivery workers published; else the logical replication subscription that brought it (README "Scaling out").';
+
+COMMENT ON COLUMN eventgrid.dead_letters.source_event_id IS 'For an event brought by logical replication: its id on the server that published it.';
+
+CREATE VIEW eventgrid.dead_letter_events AS
+ SELECT d.id,
+    d.topic,
+    d.subscription_name,
+    d.dead_letter_reason,
+    d.delivery_attempts,
+    d.last_delivery_outcome,
+    d.last_http_status_code,
+    d.publish_time,
+    d.last_delivery_attempt_time,
+    d.dead_lettered_at,
+        CASE
+            WHEN (d.topic_type = 'namespace'::text) THEN jsonb_build_object('deadLetterProperties', jsonb_build_object('deadletterreason',
+            CASE d.dead_letter_reason
+                WHEN 'MaxDeliveryAttemptsExceeded'::text THEN 'Maximum delivery attempts was exceeded.'::text
+                WHEN 'TimeToLiveExceeded'::text THEN 'Time to live was exceeded.'::text
+                ELSE 'Delivery failed with an error that is not retried.'::text
+            END, 'deliveryattempts', d.delivery_attempts, 'deliveryresult', COALESCE((d.last_delivery_outcome || COALESCE(((' (HTTP '::text || d.last_http_status_code) || ')'::text), ''::text)), 'NotAttempted'::text), 'publishutc', eventgrid.rfc3339(d.publish_time), 'deliveryattemptutc', eventgrid.rfc3339(d.last_delivery_attempt_time)), 'event', d.event)
+            WHEN (d.event_delivery_schema = 'CloudEventSchemaV1_0'::text) THEN ((eventgrid.convert_event(d.event, d.input_schema, d.event_delivery_schema, d.publish_time) || jsonb_build_object('deadletterreason', d.dead_letter_reason, 'deliveryattempts', d.delivery_attempts, 'lastdeliveryoutcome', d.last_delivery_outcome, 'publishtime', eventgrid.rfc3339(d.publish_time))) ||
+            CASE
+                WHEN (d.last_http_status_code IS NULL) THEN '{}'::jsonb
+                ELSE jsonb_build_object('lasthttpstatuscode', d.last_http_status_code)
+            END)
+            WHEN (d.event_delivery_schema = 'EventGridSchema'::text) THEN ((eventgrid.convert_event(d.event, d.input_schema, d.event_delivery_schema, d.publish_time) || jsonb_build_object('deadLetterReason', d.dead_letter_reason, 'deliveryAttempts', d.delivery_attempts, 'lastDeliveryOutcome', d.last_delivery_outcome, 'publishTime', eventgrid.rfc3339(d.publish_time), 'lastDeliveryAttemptTime', eventgrid.rfc3339(d.last_delivery_attempt_time))) ||
+            CASE
+                WHEN (d.last_http_status_code IS NULL) THEN '{}'::jsonb
+                ELSE jsonb_build_object('lastHttpStatusCode', d.last_http_status_code)
+            END)
+            ELSE (jsonb_build_object('id', d.envelope_id, 'eventTime', eventgrid.rfc3339(d.publish_time), 'eventType', 'CustomEvent', 'dataVersion', '', 'metadataVersion', '1', 'topic', d.topic, 'subject', '', 'deadLetterReason', d.dead_letter_reason, 'deliveryAttempts', d.delivery_attempts, 'lastDeliveryOutcome', d.last_delivery_outcome, 'publishTime', eventgrid.rfc3339(d.publish_time), 'lastDeliveryAttemptTime', eventgrid.rfc3339(d.last_delivery_attempt_time), 'data', d.event) ||
+            CASE
+                WHEN (d.last_http_status_code IS NULL) THEN '{}'::jsonb
+                ELSE jsonb_build_object('lastHttpStatusCode', d.last_http_status_code)
+            END)
+        END AS dead_letter_event,
+    d.event_id,
+    d.source,
+    d.source_event_id
+   FROM eventgrid.dead_letters d;
+
+COMMENT ON VIEW eventgrid.dead_letter_events IS 'Dead-lettered events, each as the JSON document Event Grid writes for its delivery schema (SPEC 7): Event Grid schema with camelCase deadLetterReason, deliveryAttempts, lastDeliveryOutcome, lastHttpStatusCode, publishTime, lastDeliveryAttemptTime; CloudEvents with lowercase attributes; custom schema wrapped in an Event Grid envelope with the event as data. Namespace topics: {"deadLetterProperties": {deadletterreason (a sentence), deliveryattempts, deliveryresult (last outcome and HTTP status, or NotAttempted), publishutc, deliveryattemptutc}, "event": the CloudEvent}. source and source_event_id: for an event brought by logical replication, the subscription it came through and its id on the server that published it (README "Scaling out").';
+
+ALTER TABLE eventgrid.dead_letters ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME eventgrid.dead_letters_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE VIEW eventgrid.delivery_attempts AS
+ SELECT a.id,
+    a.attempted_at,
+    a.topic,
+    a.subscription_name AS subscription,
+    a.event_ids,
+    a.attempt,
+    a.http_status,
+    a.outcome,
+    a.duration_ms,
+    a.error,
+    a.response_body,
+    a.event_sources
+   FROM eventgrid.attempt_log a;
+
+COMMENT ON VIEW eventgrid.delivery_attempts IS 'Delivery attempt history: one row per attempt (one HTTP request; a batch names all its events): id, when it started (attempted_at, on the worker''s clock), topic, event subscription, event_ids (the ids publish() returned), attempt (1 for the first; for a batch, its first event''s, the aeg-delivery-count header plus 1), http_status (NULL: no HTTP answer), outcome (the outcome names of SPEC 3: Delivered, GenericError, Busy, NotFound, TimedOut, SocketError, ResolutionError, ...; Probation for an attempt that delayed delivery held back; Aborted for a request in flight when the worker stopped), duration_ms (libcurl''s total time of the request), error (libcurl''s message when there was no HTTP answer; for a failed answer with Retry-After, what it asked for), response_body (the first 512 bytes of a failed answer''s body, bytes outside printable ASCII as ?; NULL for a success or no body), event_sources (parallel to event_ids, for events brought by logical replication: the subscription each came through, NULL for one published here; NULL when none was: README "Scaling out"). Kept per GUC eventgrid.attempt_history (all, failures, off) for eventgrid.attempt_history_retention and eventgrid.attempt_history_max_rows. An attempt whose outcome was not yet written when the worker stopped shows as Aborted.';
+
+CREATE TABLE eventgrid.delivery_properties (
+    subscription_id bigint NOT NULL,
+    header text NOT NULL,
+    value text,
+    source_field text,
+    is_secret boolean DEFAULT false NOT NULL,
+    CONSTRAINT delivery_properties_header_check CHECK ((eventgrid._header_problem(header, value) IS NULL)),
+    CONSTRAINT delivery_properties_kind_check CHECK ((((value IS NULL) <> (source_field IS NULL)) AND (NOT (is_secret AND (source_field IS NOT NULL))))),
+    CONSTRAINT delivery_properties_source_field_check CHECK (eventgrid._is_source_field(source_field))
+);
+
+COMMENT ON TABLE eventgrid.delivery_properties IS 'Custom delivery properties (HTTP headers) of event subscriptions, at most 10 each (SPEC 8). Secret values are masked in eventgrid.event_subscription_delivery_properties.';
+
+CREATE VIEW eventgrid.delivery_statistics AS
+ SELECT s.topic,
+    s.name AS subscription,
+    eventgrid._pending(s.id) AS pending,
+    ( SELECT count(*) AS count
+           FROM eventgrid.retries r
+          WHERE (r.subscription_id = s.id)) AS retrying,
+    COALESCE(c.delivered, (0)::bigint) AS delivered,
+    COALESCE(c.failed_attempts, (0)::bigint) AS failed_attempts,
+    COALESCE(c.dead_lettered, (0)::bigint) AS dead_lettered,
+    COALESCE(c.dropped, (0)::bigint) AS dropped,
+    COALESCE(c.redelivered, (0)::bigint) AS redelivered,
+    (s.id IN ( SELECT p.p
+           FROM eventgrid._paused_subscriptions() p(p))) AS paused
+   FROM (eventgrid.event_subscriptions s
+     LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)));
+
+COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, and whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here).';
+
+CREATE VIEW eventgrid.endpoint_health AS
+ SELECT s.topic,
+    s.name AS subscription,
+    s.endpoint,
+    COALESCE(h.state, 'healthy'::text) AS state,
+    h.probation_until,
+    h.probation_started_at,
+    h.probation_cause,
+    COALESCE(h.probations, 0) AS probations,
+    COALESCE(h.consecutive_failures, 0) AS consecutive_failures,
+    h.last_failure_outcome,
+    h.updated_at
+   FROM (eventgrid.event_subscriptions s
+     LEFT JOIN eventgrid.endpoint_states h ON ((h.endpoint = s.endpoint)));
+
+COMMENT ON VIEW eventgrid.endpoint_health IS 'Per event subscription, the health of its endpoint (subscriptions with the same endpoint URL share it): state healthy, probation (nothing is sent until probation_until) or probing (probation is over and one request is testing the endpoint); consecutive failed delivery attempts; the outcome that started the probation and when; probations in a row since the last success (each lasts twice the one before, at most 4 hours). Times are the delivery worker''s clock (eventgrid.clock_offset included). SPEC 6.';
+
+CREATE VIEW eventgrid.event_subscription_batching AS
+ SELECT s.topic,
+    s.name AS subscription,
+    ((s.max_events_per_batch IS NOT NULL) OR (s.preferred_batch_size_in_kilobytes IS NOT NULL)) AS batching,
+        CASE
+            WHEN ((s.max_events_per_batch IS NOT NULL) OR (s.preferred_batch_size_in_kilobytes IS NOT NULL)) THEN COALESCE(s.max_events_per_batch, COALESCE(( SELECT (g.setting)::integer AS setting
+               FROM pg_settings g
+              WHERE (g.name = 'eventgrid.default_max_events_per_batch'::text)), 10))
+            ELSE 1
+        END AS max_events_per_batch,
+        CASE
+            WHEN ((s.max_events_per_batch IS NOT NULL) OR (s.preferred_batch_size_in_kilobytes IS NOT NULL)) THEN COALESCE(s.preferred_batch_size_in_kilobytes, COALESCE(( SELECT (g.setting)::integer AS setting
+               FROM pg_settings g
+              WHERE (g.name = 'eventgrid.default_preferred_batch_size_in_kilobytes'::text)), 64))
+            ELSE NULL::integer
+        END AS preferred_batch_size_in_kilobytes,
+        CASE
+            WHEN (s.max_events_per_batch IS NOT NULL) THEN 'subscription'::text
+            WHEN (s.preferred_batch_size_in_kilobytes IS NOT NULL) THEN 'eventgrid.default_max_events_per_batch'::text
+            ELSE 'batching off'::text
+        END AS max_events_per_batch_from,
+        CASE
+            WHEN (s.preferred_batch_size_in_kilobytes IS NOT NULL) THEN 'subscription'::text
+            WHEN (s.max_events_per_batch IS NOT NULL) THEN 'eventgrid.default_preferred_batch_size_in_kilobytes'::text
+            ELSE 'batching off'::text
+        END AS preferred_batch_size_from,
+    s.max_events_per_second
+   FROM eventgrid.event_subscriptions s;
+
+COMMENT ON VIEW eventgrid.event_subscription_batching IS 'Per event subscription, the output batching the delivery worker applies (SPEC 5): off (one event per request), or the event count and size ceiling it uses, each from the subscription or, where the subscription set only the other one, from GUC eventgrid.default_max_events_per_batch / eventgrid.default_preferred_batch_size_in_kilobytes (the server''s values; 10 and 64 when the library is not loaded), and the rate limit, max_events_per_second (NULL: none).';
+
+CREATE VIEW eventgrid.event_subscription_delivery_properties AS
+ SELECT s.topic,
+    s.name AS subscription,
+    p.header,
+        CASE
+            WHEN (p.source_field IS NOT NULL) THEN 'dynamic'::text
+            WHEN p.is_secret THEN 'secret'::text
+            ELSE 'static'::text
+        END AS kind,
+        CASE
+            WHEN p.is_secret THEN '********'::text
+            ELSE p.value
+        END AS value,
+    p.source_field
+   FROM (eventgrid.delivery_properties p
+     JOIN eventgrid.event_subscriptions s ON ((s.id = p.subscription_id)));
+
+COMMENT ON VIEW eventgrid.event_subscription_delivery_properties IS 'Custom delivery properties of each event subscription; secret values are shown as ********.';
+
+CREATE TABLE eventgrid.subscription_metric_counts (
+    subscription_id bigint NOT NULL,
+    metric text NOT NULL,
+    label text NOT NULL,
+    value double precision NOT NULL,
+    CONSTRAINT subscription_metric_counts_metric_check CHECK ((metric = ANY (ARRAY['attempt_fail'::text, 'dead_lettered'::text, 'dropped'::text, 'processing_bucket'::text, 'processing_sum'::text, 'latency_bucket'::text, 'latency_sum'::text])))
+);
+
+COMMENT ON TABLE eventgrid.subscription_metric_counts IS 'Internal: per event subscription, failed delivery attempts by outcome (attempt_fail), events dead-lettered and dropped by reason, and the histograms of the destination''s processing duration per request and of publish-to-delivery latency per event (label: the bucket''s upper bound in seconds; *_sum: seconds in all); kept by the delivery workers with the outcomes. Read it through eventgrid.event_subscription_metrics, event_subscription_metric_labels and event_subscription_histograms.';
+
+CREATE VIEW eventgrid.event_subscription_histograms AS
+ SELECT x.topic,
+    x.name AS event_subscription,
+    x.histogram,
+    x.le_text AS le,
+    sum(x.n) OVER (PARTITION BY x.id, x.histogram ORDER BY x.le) AS bucket,
+    x.total AS sum,
+    sum(x.n) OVER (PARTITION BY x.id, x.histogram) AS count
+   FROM ( SELECT s.id,
+            s.topic,
+            s.name,
+            h.histogram,
+            b.le,
+            l.le_text,
+            COALESCE(m.value, (0)::double precision) AS n,
+            COALESCE(ms.value, (0)::double precision) AS total
+           FROM (((((eventgrid.event_subscriptions s
+             CROSS JOIN ( VALUES ('destination_processing_duration_seconds'::text,'processing'::text), ('delivery_latency_seconds'::text,'latency'::text)) h(histogram, kind))
+             CROSS JOIN LATERAL unnest(eventgrid._histogram_buckets(h.histogram)) b(le))
+             CROSS JOIN LATERAL ( SELECT
+                        CASE
+                            WHEN (b.le = 'Infinity'::double precision) THEN '+Inf'::text
+                            ELSE (b.le)::text
+                        END AS le) l(le_text))
+             LEFT JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = (h.kind || '_bucket'::text)) AND (m.label = l.le_text))))
+             LEFT JOIN eventgrid.subscription_metric_counts ms ON (((ms.subscription_id = s.id) AND (ms.metric = (h.kind || '_sum'::text)) AND (ms.label = ''::text))))) x;
+
+COMMENT ON VIEW eventgrid.event_subscription_histograms IS 'Prometheus histograms per event subscription, one row per bucket: histogram destination_processing_duration_seconds (each request that got an HTTP answer, from sending to the answer: DestinationProcessingDurationInMs) or delivery_latency_seconds (each event delivered, from publish to the successful answer); le (the bucket''s upper bound in seconds, +Inf last), bucket (observations up to le, cumulative), sum (seconds in all) and count (observations; the +Inf bucket). Kept by the delivery workers as they record outcomes, not computed from the attempt history. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
+CREATE VIEW eventgrid.event_subscription_metric_labels AS
+ SELECT s.topic,
+    s.name AS event_subscription,
+    'delivery_attempt_fail_total'::text AS metric,
+    m.label,
+    m.value
+   FROM (eventgrid.event_subscriptions s
+     JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = 'attempt_fail'::text))))
+UNION ALL
+ SELECT s.topic,
+    s.name AS event_subscription,
+    (k.metric || '_total'::text) AS metric,
+    r.reason AS label,
+    COALESCE(m.value, (0)::double precision) AS value
+   FROM (((eventgrid.event_subscriptions s
+     CROSS JOIN ( VALUES ('dead_lettered'::text), ('dropped'::text)) k(metric))
+     CROSS JOIN ( VALUES ('MaxDeliveryAttemptsExceeded'::text), ('TimeToLiveExceeded'::text), ('NonRetriableError'::text)) r(reason))
+     LEFT JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = k.metric) AND (m.label = r.reason))));
+
+COMMENT ON VIEW eventgrid.event_subscription_metric_labels IS 'Prometheus counters per event subscription and label: delivery_attempt_fail_total by outcome (label: the lastDeliveryOutcome of each failed attempt, one per event; DeliveryAttemptFailCount; a row once an attempt failed so), dead_lettered_total and dropped_total by reason (label: deadLetterReason; DeadLetteredCount, DroppedEventCount; every reason always, 0 until it happens). Counted from 0.9.0 on. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
+CREATE VIEW eventgrid.event_subscription_metrics AS
+ SELECT _event_subscription_metrics.topic,
+    _event_subscription_metrics.event_subscription,
+    _event_subscription_metrics.matched_events_total,
+    _event_subscription_metrics.delivery_success_total,
+    _event_subscription_metrics.pending_events,
+    _event_subscription_metrics.oldest_pending_event_age_seconds,
+    _event_subscription_metrics.overdue_seconds,
+    _event_subscription_metrics.paused,
+    _event_subscription_metrics.endpoint_on_probation
+   FROM eventgrid._event_subscription_metrics() _event_subscription_metrics(topic, event_subscription, matched_events_total, delivery_success_total, pending_events, oldest_pending_event_age_seconds, overdue_seconds, paused, endpoint_on_probation);
+
+COMMENT ON VIEW eventgrid.event_subscription_metrics IS 'Prometheus metrics per event subscription: counters matched_events_total (MatchedEventCount) and delivery_success_total (events delivered, DeliverySuccessCount); gauges pending_events (deliveries not finished, as delivery_statistics.pending), oldest_pending_event_age_seconds (since the oldest of them was published; 0 when none), overdue_seconds (how long the delivery due longest has been due: an event not attempted yet since its publish, a retry since its next attempt time; 0 when none is due; grows when nothing delivers), paused (1 when pause_delivery() holds it) and endpoint_on_probation (1 while its endpoint is on probation or probing, SPEC 6). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
+CREATE TABLE eventgrid.signing_secrets (
+    subscription_id bigint NOT NULL,
+    secret text NOT NULL,
+    previous_secret text,
+    previous_valid_until timestamp with time zone,
+    set_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT signing_secrets_check CHECK (((previous_secret IS NULL) = (previous_valid_until IS NULL))),
+    CONSTRAINT signing_secrets_previous_secret_check CHECK ((eventgrid._signing_secret_problem(previous_secret) IS NULL)),
+    CONSTRAINT signing_secrets_secret_check CHECK ((eventgrid._signing_secret_problem(secret) IS NULL))
+);
+
+COMMENT ON TABLE eventgrid.signing_secrets IS 'Internal: the Standard Webhooks signing secrets of event subscriptions; readable by the extension''s owner only (eventgrid.event_subscription_signing shows them masked).';
+
+CREATE VIEW eventgrid.event_subscription_signing AS
+ SELECT s.topic,
+    s.name AS subscription,
+    '********'::text AS secret,
+        CASE
+            WHEN (k.previous_valid_until > now()) THEN '********'::text
+            ELSE NULL::text
+        END AS previous_secret,
+        CASE
+            WHEN (k.previous_valid_until > now()) THEN k.previous_valid_until
+            ELSE NULL::timestamp with time zone
+        END AS previous_valid_until,
+    k.set_at
+   FROM (eventgrid.signing_secrets k
+     JOIN eventgrid.event_subscriptions s ON ((s.id = k.subscription_id)));
+
+COMMENT ON VIEW eventgrid.event_subscription_signing IS 'The signed event subscriptions: topic, subscription, secret (always ********), previous_secret (******** while a replaced secret still signs) and previous_valid_until, set_at. Readable by eventgrid_admin.';
+
+CREATE VIEW eventgrid.event_subscription_validation AS
+ SELECT s.topic,
+    s.name AS subscription,
+        CASE
+            WHEN (v.subscription_id IS NULL) THEN 'none'::text
+            ELSE 'handshake'::text
+        END AS endpoint_validation,
+        CASE
+            WHEN (v.subscription_id IS NULL) THEN NULL::text
+            WHEN (s.event_delivery_schema = 'CloudEventSchemaV1_0'::text) THEN 'CloudEvents OPTIONS'::text
+            ELSE 'SubscriptionValidationEvent'::text
+        END AS handshake,
+    COALESCE(v.state, 'Succeeded'::text) AS provisioning_state,
+    v.started_at,
+    v.tries,
+    v.last_error,
+    v.validated_at,
+    (v.manual_since + '00:10:00'::interval) AS manual_validation_until
+   FROM (eventgrid.event_subscriptions s
+     LEFT JOIN eventgrid.endpoint_validations v ON ((v.subscription_id = s.id)));
+
+COMMENT ON VIEW eventgrid.event_subscription_validation IS 'Per event subscription, its endpoint validation: endpoint_validation (none or handshake), the handshake sent (SubscriptionValidationEvent, or the CloudEvents OPTIONS request), Event Grid''s provisioning_state (Creating, AwaitingManualAction, Succeeded, Failed; Succeeded without validation), when it started, tries, the last error, when it was validated and until when validate_event_subscription() is accepted. Nothing is delivered to a subscription until Succeeded. Readable by eventgrid_admin; the validation code is not shown.';
+
+ALTER TABLE eventgrid.event_subscriptions ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME eventgrid.event_subscriptions_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE eventgrid.event_table_rotations (
+    event_table smallint NOT NULL,
+    truncated_at timestamp with time zone,
+    last_try_at timestamp with time zone,
+    last_failure text
+);
+
+COMMENT ON TABLE eventgrid.event_table_rotations IS 'Internal: when the delivery worker last emptied each event table, and why its last try failed. Read through eventgrid.event_tables.';
+
+CREATE VIEW eventgrid.event_tables AS
+ SELECT r.event_table,
+    format('eventgrid.events_%s'::text, r.event_table) AS table_name,
+    (r.event_table = eventgrid._event_table()) AS current,
+    pg_total_relation_size((format('eventgrid.events_%s'::text, r.event_table))::regclass) AS bytes,
+    eventgrid._event_table_holders(r.event_table) AS waiting_for,
+    r.truncated_at,
+    r.last_try_at,
+    r.last_failure
+   FROM eventgrid.event_table_rotations r;
+
+COMMENT ON VIEW eventgrid.event_tables IS 'The three event tables that take turns: which one new events go to now (current), size in bytes, what must pass their events before the delivery worker may empty them with TRUNCATE (waiting_for; NULL: nothing), when it last did, and why its last try failed (e.g. another session held a lock on the table).';
+
+CREATE TABLE eventgrid.events_0 (
+    id bigint DEFAULT eventgrid._new_event_id() NOT NULL,
+    topic text NOT NULL,
+    event jsonb NOT NULL,
+    publish_time timestamp with time zone NOT NULL,
+    event_bytes integer,
+    txid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    event_table smallint DEFAULT eventgrid._event_table() NOT NULL,
+    source text,
+    source_event_id bigint
+);
+
+CREATE TABLE eventgrid.events_1 (
+    id bigint DEFAULT eventgrid._new_event_id() NOT NULL,
+    topic text NOT NULL,
+    event jsonb NOT NULL,
+    publish_time timestamp with time zone NOT NULL,
+    event_bytes integer,
+    txid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    event_table smallint DEFAULT eventgrid._event_table() NOT NULL,
+    source text,
+    source_event_id bigint
+);
+
+CREATE TABLE eventgrid.events_2 (
+    id bigint DEFAULT eventgrid._new_event_id() NOT NULL,
+    topic text NOT NULL,
+    event jsonb NOT NULL,
+    publish_time timestamp with time zone NOT NULL,
+    event_bytes integer,
+    txid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    event_table smallint DEFAULT eventgrid._event_table() NOT NULL,
+    source text,
+    source_event_id bigint
+);
+
+CREATE SEQUENCE eventgrid.events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE eventgrid.events_id_seq OWNED BY eventgrid.events.id;
+
+CREATE VIEW eventgrid.metrics AS
+ SELECT t.name AS topic,
+    NULL::text AS event_subscription,
+    m.metric_name,
+    m.aggregation,
+    m.unit,
+    m.value
+   FROM ((eventgrid.topics t
+     LEFT JOIN eventgrid.topic_counters c ON ((c.topic = t.name)))
+     CROSS JOIN LATERAL ( VALUES ('PublishSuccessCount'::text,'Total'::text,'Count'::text,(COALESCE(c.published, (0)::bigint))::double precision), ('UnmatchedEventCount'::text,'Total'::text,'Count'::text,(COALESCE(c.unmatched, (0)::bigint))::double precision)) m(metric_name, aggregation, unit, value))
+UNION ALL
+ SELECT s.topic,
+    s.name AS event_subscription,
+    m.metric_name,
+    m.aggregation,
+    m.unit,
+    m.value
+   FROM (((eventgrid.event_subscriptions s
+     LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)))
+     LEFT JOIN ( SELECT a.subscription_id,
+            avg(a.duration_ms) AS average,
+            percentile_cont((0.95)::double precision) WITHIN GROUP (ORDER BY a.duration_ms) AS p95
+           FROM eventgrid.attempt_log a
+          WHERE ((a.http_status IS NOT NULL) AND (a.duration_ms IS NOT NULL))
+          GROUP BY a.subscription_id) d ON ((d.subscription_id = s.id)))
+     CROSS JOIN LATERAL ( VALUES ('MatchedEventCount'::text,'Total'::text,'Count'::text,(COALESCE(c.matched, (0)::bigint))::double precision), ('DeliverySuccessCount'::text,'Total'::text,'Count'::text,(COALESCE(c.delivered, (0)::bigint))::double precision), ('DeliveryAttemptFailCount'::text,'Total'::text,'Count'::text,(COALESCE(c.failed_attempts, (0)::bigint))::double precision), ('DeadLetteredCount'::text,'Total'::text,'Count'::text,(COALESCE(c.dead_lettered, (0)::bigint))::double precision), ('DroppedEventCount'::text,'Total'::text,'Count'::text,(COALESCE(c.dropped, (0)::bigint))::double precision), ('DestinationProcessingDurationInMs'::text,'Average'::text,'Milliseconds'::text,d.average), ('DestinationProcessingDurationInMs'::text,'P95'::text,'Milliseconds'::text,d.p95)) m(metric_name, aggregation, unit, value));
+
+COMMENT ON VIEW eventgrid.metrics IS 'Event Grid''s metrics, one row per metric and topic (event_subscription NULL: PublishSuccessCount, UnmatchedEventCount) or event subscription (MatchedEventCount, DeliverySuccessCount, DeliveryAttemptFailCount, DeadLetteredCount, DroppedEventCount, DestinationProcessingDurationInMs Average and P95). Counts are totals since the topic or subscription was created; published events are counted by the upkeep worker, about a second after commit. Durations: libcurl''s total time of the retained attempts that had an HTTP answer (NULL when there are none); they follow eventgrid.attempt_history.';
+
+CREATE VIEW eventgrid.replication_slots AS
+ SELECT _replication_slots.slot_name,
+    _replication_slots.active,
+    _replication_slots.active_pid,
+    _replication_slots.lag_bytes,
+    _replication_slots.retained_bytes,
+    _replication_slots.replay_lag_seconds
+   FROM eventgrid._replication_slots() _replication_slots(slot_name, active, active_pid, lag_bytes, retained_bytes, replay_lag_seconds);
+
+COMMENT ON VIEW eventgrid.replication_slots IS 'Application server side of README "Scaling out": each logical replication slot (pgoutput) of this database, one per delivery server subscribed: slot_name, active (a delivery server is connected), active_pid, lag_bytes (WAL written here that the delivery server has not confirmed yet), retained_bytes (WAL the slot keeps on this server''s disk; grows while a delivery server is away), replay_lag_seconds (pg_stat_replication.replay_lag: how long the last changes took to be applied there; 0 when caught up or not connected). Readable by pg_monitor and eventgrid_admin.';
+
+CREATE VIEW eventgrid.replication_sources AS
+ SELECT _replication_sources.source,
+    _replication_sources.enabled,
+    _replication_sources.apply_pid,
+    _replication_sources.transactions,
+    _replication_sources.last_publish_time,
+    _replication_sources.last_applied_at,
+    _replication_sources.apply_lag_seconds,
+    _replication_sources.received_lsn,
+    _replication_sources.last_msg_receipt_time,
+    _replication_sources.unknown_topic_events
+   FROM eventgrid._replication_sources() _replication_sources(source, enabled, apply_pid, transactions, last_publish_time, last_applied_at, apply_lag_seconds, received_lsn, last_msg_receipt_time, unknown_topic_events);
+
+COMMENT ON VIEW eventgrid.replication_sources IS 'Delivery server side of README "Scaling out": each logical replication subscription of this database (CREATE SUBSCRIPTION ... PUBLICATION <a publication of eventgrid.events>): source (its name, also events.source and dead_letters.source), enabled, apply_pid (NULL: its apply worker does not run, e.g. the publishing server is unreachable or the subscription is disabled), transactions applied with events (written at most once a second), last_publish_time (publish time of the last applied transaction''s first event), last_applied_at, apply_lag_seconds (how long that event took from its publish to being applied here: the replication hop, larger while a backlog drains; 0 before any), received_lsn and last_msg_receipt_time (pg_stat_subscription), unknown_topic_events (events it brought for topics this database lacks; see eventgrid.unknown_topic_events). Readable by pg_monitor and eventgrid_admin.';
+
+CREATE TABLE eventgrid.requests_in_flight (
+    lease_owner integer NOT NULL,
+    wave bigint NOT NULL,
+    retry_ids bigint[] NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.requests_in_flight IS 'Internal: retries the worker handed to HTTP and has not recorded yet; after a crash only these are charged an attempt (outcome Aborted).';
+
+ALTER TABLE eventgrid.retries ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME eventgrid.retries_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE VIEW eventgrid.served_databases AS
+ SELECT _served_databases.database,
+    _served_databases.state,
+    _served_databases.delivery_workers,
+    _served_databases.upkeep_worker,
+    _served_databases.delivery_wanted_at,
+    _served_databases.upkeep_wanted_at,
+    _served_databases.waiting_since,
+    _served_databases.held_by,
+    _served_databases.last_active
+   FROM eventgrid._served_databases() _served_databases(database, state, delivery_workers, upkeep_worker, delivery_wanted_at, upkeep_wanted_at, waiting_since, held_by, last_active);
+
+COMMENT ON VIEW eventgrid.served_databases IS 'The launcher''s view of every database of the cluster (that allows connections and is not a template): database, state (served: the extension in this library''s version; no extension; other version: waits for ALTER EXTENSION eventgrid UPDATE; looking: a worker is finding out), delivery_workers and upkeep_worker running now, when they are wanted next (delivery_wanted_at, upkeep_wanted_at; NULL: running, or not until work comes), waiting_since (wanted, but every background worker slot was taken), held_by (the pid of a backend whose DDL needs the database to itself), last_active (when a worker last had work). Readable by superusers and members of pg_monitor; the same in every database.';
+
+CREATE VIEW eventgrid.table_change_publications AS
+ SELECT p.source_table,
+    p.topic,
+    p.operations,
+    p.columns,
+    p.update_columns,
+    COALESCE(p.event_type_prefix, (((n.nspname)::text || '.'::text) || (c.relname)::text)) AS event_type_prefix,
+    (p.event_type_prefix IS NULL) AS default_prefix,
+    p.created_at
+   FROM ((eventgrid.table_publications p
+     JOIN pg_class c ON ((c.oid = (p.source_table)::oid)))
+     JOIN pg_namespace n ON ((n.oid = c.relnamespace)));
+
+COMMENT ON VIEW eventgrid.table_change_publications IS 'The table change publications: source_table, topic, operations, columns carried (NULL: all), update_columns (NULL: any column), event_type_prefix (default_prefix: <schema>.<table>, following renames), created_at. Readable by eventgrid_admin.';
+
+CREATE VIEW eventgrid.topic_metrics AS
+ SELECT _topic_metrics.topic,
+    _topic_metrics.publish_success_total,
+    _topic_metrics.unmatched_events_total
+   FROM eventgrid._topic_metrics() _topic_metrics(topic, publish_success_total, unmatched_events_total);
+
+COMMENT ON VIEW eventgrid.topic_metrics IS 'Prometheus counters per topic: publish_success_total (events published, counted by the upkeep worker about a second after commit; Event Grid''s PublishSuccessCount) and unmatched_events_total (events no event subscription''s filters took; UnmatchedEventCount). Totals since the topic was created. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
+CREATE VIEW eventgrid.topic_statistics AS
+ SELECT t.name AS topic,
+    t.input_schema,
+    ( SELECT count(*) AS count
+           FROM eventgrid.event_subscriptions s
+          WHERE (s.topic = t.name)) AS event_subscriptions,
+    ( SELECT count(*) AS count
+           FROM eventgrid.events e
+          WHERE (e.topic = t.name)) AS events_stored,
+    COALESCE(c.unmatched, (0)::bigint) AS unmatched_events,
+    t.topic_type
+   FROM (eventgrid.topics t
+     LEFT JOIN eventgrid.topic_counters c ON ((c.topic = t.name)));
+
+COMMENT ON VIEW eventgrid.topic_statistics IS 'Per topic: input schema, number of event subscriptions, events still in the event tables (delivered or not: a table is emptied as a whole), and events that matched no event subscription (counted by the delivery worker within about a second).';
+
+CREATE VIEW eventgrid.worker_metrics AS
+ SELECT _worker_metrics.delivery_workers_running,
+    _worker_metrics.upkeep_workers_running,
+    _worker_metrics.waiting_for_worker_slot_seconds
+   FROM eventgrid._worker_metrics() _worker_metrics(delivery_workers_running, upkeep_workers_running, waiting_for_worker_slot_seconds);
+
+COMMENT ON VIEW eventgrid.worker_metrics IS 'Prometheus gauges of this database''s eventgrid workers: delivery_workers_running and upkeep_workers_running (workers run while the database has work and leave after eventgrid.worker_idle_timeout: 0 is normal when idle), and waiting_for_worker_slot_seconds (how long the database has wanted a worker that no background worker slot was free for, 0 when it does not: see max_worker_processes). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
+CREATE VIEW eventgrid.worker_status AS
+ SELECT _worker_status.worker,
+    _worker_status.pid,
+    _worker_status.state,
+    _worker_status.activity,
+    _worker_status.state_since,
+    _worker_status.wait_event_type,
+    _worker_status.wait_event,
+    _worker_status.backend_start
+   FROM eventgrid._worker_status() _worker_status(worker, pid, state, activity, state_since, wait_event_type, wait_event, backend_start);
+
+COMMENT ON VIEW eventgrid.worker_status IS 'Each eventgrid worker of this database (delivery worker 1..eventgrid.delivery_workers, upkeep worker) and each logical replication apply worker that brings it events (README "Scaling out"): pid (NULL when it does not run: eventgrid''s workers run only while the database has work), state (idle or active), activity (its status line: what it delivers, waits for or failed at; for an apply worker, when it last applied events and their apply lag), state_since, wait_event_type, wait_event, backend_start. Readable by eventgrid_admin, which pg_stat_activity would show only <insufficient privilege>. eventgrid.served_databases shows every database''s.';
+
+ALTER TABLE ONLY eventgrid.attempt_log ATTACH PARTITION eventgrid.attempt_log_0 FOR VALUES IN ('0');
+
+ALTER TABLE ONLY eventgrid.attempt_log ATTACH PARTITION eventgrid.attempt_log_1 FOR VALUES IN ('1');
+
+ALTER TABLE ONLY eventgrid.attempt_log ATTACH PARTITION eventgrid.attempt_log_2 FOR VALUES IN ('2');
+
+ALTER TABLE ONLY eventgrid.events ATTACH PARTITION eventgrid.events_0 FOR VALUES IN ('0');
+
+ALTER TABLE ONLY eventgrid.events ATTACH PARTITION eventgrid.events_1 FOR VALUES IN ('1');
+
+ALTER TABLE ONLY eventgrid.events ATTACH PARTITION eventgrid.events_2 FOR VALUES IN ('2');
+
+ALTER TABLE ONLY eventgrid.attempt_log ALTER COLUMN id SET DEFAULT nextval('eventgrid.attempt_log_id_seq'::regclass);
+
+ALTER TABLE ONLY eventgrid.attempt_log_rotation
+    ADD CONSTRAINT attempt_log_rotation_pkey PRIMARY KEY (singleton);
+
+ALTER TABLE ONLY eventgrid.chunks_in_flight
+    ADD CONSTRAINT chunks_in_flight_pkey PRIMARY KEY (lease_owner, chunk);
+
+ALTER TABLE ONLY eventgrid.dead_letters
+    ADD CONSTRAINT dead_letters_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY eventgrid.delivery_pauses
+    ADD CONSTRAINT delivery_pauses_topic_subscription_id_key UNIQUE NULLS NOT DISTINCT (topic, subscription_id);
+
+ALTER TABLE ONLY eventgrid.endpoint_states
+    ADD CONSTRAINT endpoint_states_pkey PRIMARY KEY (endpoint);
+
+ALTER TABLE ONLY eventgrid.endpoint_validations
+    ADD CONSTRAINT endpoint_validations_pkey PRIMARY KEY (subscription_id);
+
+ALTER TABLE ONLY eventgrid.event_subscriptions
+    ADD CONSTRAINT event_subscriptions_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY eventgrid.event_subscriptions
+    ADD CONSTRAINT event_subscriptions_topic_name_key UNIQUE (topic, name);
+
+ALTER TABLE ONLY eventgrid.event_table_rotations
+    ADD CONSTRAINT event_table_rotations_pkey PRIMARY KEY (event_table);
+
+ALTER TABLE ONLY eventgrid.replication_progress
+    ADD CONSTRAINT replication_progress_pkey PRIMARY KEY (source);
+
+ALTER TABLE ONLY eventgrid.requests_in_flight
+    ADD CONSTRAINT requests_in_flight_pkey PRIMARY KEY (lease_owner, wave);
+
+ALTER TABLE ONLY eventgrid.retries
+    ADD CONSTRAINT retries_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY eventgrid.signing_secrets
+    ADD CONSTRAINT signing_secrets_pkey PRIMARY KEY (subscription_id);
+
+ALTER TABLE ONLY eventgrid.subscription_counters
+    ADD CONSTRAINT subscription_counters_pkey PRIMARY KEY (subscription_id);
+
+ALTER TABLE ONLY eventgrid.subscription_metric_counts
+    ADD CONSTRAINT subscription_metric_counts_pkey PRIMARY KEY (subscription_id, metric, label);
+
+ALTER TABLE ONLY eventgrid.subscription_positions
+    ADD CONSTRAINT subscription_positions_pkey PRIMARY KEY (subscription_id);
+
+ALTER TABLE ONLY eventgrid.table_publications
+    ADD CONSTRAINT table_publications_pkey PRIMARY KEY (source_table, topic);
+
+ALTER TABLE ONLY eventgrid.topic_counters
+    ADD CONSTRAINT topic_counters_pkey PRIMARY KEY (topic);
+
+ALTER TABLE ONLY eventgrid.topic_positions
+    ADD CONSTRAINT topic_positions_pkey PRIMARY KEY (topic);
+
+ALTER TABLE ONLY eventgrid.topics
+    ADD CONSTRAINT topics_pkey PRIMARY KEY (name);
+
+ALTER TABLE ONLY eventgrid.unknown_topic_events
+    ADD CONSTRAINT unknown_topic_events_pkey PRIMARY KEY (source, topic);
+
+CREATE UNIQUE INDEX delivery_properties_header_key ON eventgrid.delivery_properties USING btree (subscription_id, lower(header));
+
+CREATE INDEX events_batch_idx ON ONLY eventgrid.events USING btree (topic, txid, id);
+
+CREATE INDEX events_0_topic_txid_id_idx ON eventgrid.events_0 USING btree (topic, txid, id);
+
+CREATE INDEX events_1_topic_txid_id_idx ON eventgrid.events_1 USING btree (topic, txid, id);
+
+CREATE INDEX events_2_topic_txid_id_idx ON eventgrid.events_2 USING btree (topic, txid, id);
+
+CREATE INDEX retries_due_idx ON eventgrid.retries USING btree (next_attempt_at);
+
+CREATE INDEX retries_subscription_idx ON eventgrid.retries USING btree (subscription_id);
+
+ALTER INDEX eventgrid.events_batch_idx ATTACH PARTITION eventgrid.events_0_topic_txid_id_idx;
+
+ALTER INDEX eventgrid.events_batch_idx ATTACH PARTITION eventgrid.events_1_topic_txid_id_idx;
+
+ALTER INDEX eventgrid.events_batch_idx ATTACH PARTITION eventgrid.events_2_topic_txid_id_idx;
+
+CREATE TRIGGER event_subscriptions_created AFTER INSERT ON eventgrid.event_subscriptions FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._subscriptions_created();
+
+CREATE TRIGGER events_apply BEFORE INSERT ON eventgrid.events FOR EACH ROW EXECUTE FUNCTION eventgrid._apply_event();
+
+ALTER TABLE eventgrid.events ENABLE REPLICA TRIGGER events_apply;
+
+CREATE TRIGGER events_immutable BEFORE UPDATE ON eventgrid.events FOR EACH ROW EXECUTE FUNCTION eventgrid._refuse_change();
+
+CREATE TRIGGER events_validate BEFORE INSERT ON eventgrid.events FOR EACH ROW EXECUTE FUNCTION eventgrid._validate_event();
+
+CREATE TRIGGER events_wake AFTER INSERT ON eventgrid.events FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._wake_at_commit();
+
+CREATE TRIGGER table_publications_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON eventgrid.table_publications FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._table_publications_changed();
+
+ALTER TABLE ONLY eventgrid.delivery_pauses
+    ADD CONSTRAINT delivery_pauses_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.delivery_pauses
+    ADD CONSTRAINT delivery_pauses_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON UPDATE CASCADE ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.delivery_properties
+    ADD CONSTRAINT delivery_properties_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.endpoint_validations
+    ADD CONSTRAINT endpoint_validations_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.event_subscriptions
+    ADD CONSTRAINT event_subscriptions_dead_letter_topic_fkey FOREIGN KEY (dead_letter_topic) REFERENCES eventgrid.topics(name) ON DELETE SET NULL;
+
+ALTER TABLE ONLY eventgrid.event_subscriptions
+    ADD CONSTRAINT event_subscriptions_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.signing_secrets
+    ADD CONSTRAINT signing_secrets_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.subscription_counters
+    ADD CONSTRAINT subscription_counters_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.subscription_metric_counts
+    ADD CONSTRAINT subscription_metric_counts_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.subscription_positions
+    ADD CONSTRAINT subscription_positions_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.table_publications
+    ADD CONSTRAINT table_publications_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON UPDATE CASCADE ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.topic_counters
+    ADD CONSTRAINT topic_counters_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.topic_positions
+    ADD CONSTRAINT topic_positions_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON DELETE CASCADE;
+
+GRANT USAGE ON SCHEMA eventgrid TO PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._advanced_filters_arg(filters jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._advanced_match(event jsonb, filters jsonb, on_arrays boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._advanced_match(event jsonb, filters jsonb, on_arrays boolean) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._apply_event() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_advanced_filters(filters jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._event_table() FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._event_table() TO eventgrid_publisher;
+GRANT ALL ON FUNCTION eventgrid._event_table() TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._in_batch(txid xid8, since pg_snapshot, upto pg_snapshot) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._in_batch(txid xid8, since pg_snapshot, upto pg_snapshot) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._new_event_id() FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._new_event_id() TO eventgrid_publisher;
+
+GRANT SELECT ON TABLE eventgrid.events TO eventgrid_admin;
+
+GRANT SELECT(id) ON TABLE eventgrid.events TO eventgrid_publisher;
+
+GRANT INSERT(topic) ON TABLE eventgrid.events TO eventgrid_publisher;
+
+GRANT INSERT(event) ON TABLE eventgrid.events TO eventgrid_publisher;
+
+REVOKE ALL ON FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint, last_txid xid8, last_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint, last_txid xid8, last_id bigint) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._endpoint_problem(endpoint text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._is_schema(v text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._is_subscription_name(v text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._iso8601_minutes(minutes integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._lower_array(a text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._matches(event jsonb, types_lower text[], subject_begins_with text, subject_ends_with text, case_sensitive boolean, advanced_filters jsonb, on_arrays boolean) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._now() FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._now() TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._system_identifier() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.chunks_in_flight TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscriptions TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.retries TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.subscription_positions TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_endpoint(endpoint text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_endpoint_validation(v text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_event_publications() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_install_database() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_not_null(field text, val anyelement) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_range(field text, val integer, lo integer, hi integer, unit text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_schema(field text, val text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text, event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean, deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, max_events_per_second integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_table_publication(caller regrole, source_table regclass, columns text[], update_columns text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._cover_partitions(rel regclass) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._create_topic_triggers(rel regclass, topic text, operations text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._table_ancestry(rel regclass, OUT relid regclass, OUT depth bigint) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._table_tree(rel regclass) FROM PUBLIC;
+
+GRANT SELECT ON TABLE eventgrid.table_publications TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._publication_members(source_table regclass, topic text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._create_table_change_triggers(source_table regclass, topic text, operations text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._dead_letter_ids(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone, existing_only boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._is_topic_name(v text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid.rfc3339(ts timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.rfc3339(ts timestamp with time zone) TO eventgrid_admin;
+GRANT ALL ON FUNCTION eventgrid.rfc3339(ts timestamp with time zone) TO eventgrid_publisher;
+
+GRANT SELECT ON TABLE eventgrid.topics TO eventgrid_admin;
+
+GRANT SELECT(name) ON TABLE eventgrid.topics TO eventgrid_publisher;
+
+GRANT SELECT(input_schema) ON TABLE eventgrid.topics TO eventgrid_publisher;
+
+REVOKE ALL ON FUNCTION eventgrid._dead_letter_notification(target_topic text, topic text, subscription text, event jsonb, input_schema text, dead_lettered boolean, reason text, attempts integer, outcome text, http_status integer, publish_time timestamp with time zone, attempted_at timestamp with time zone, event_source text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._drop_topic_triggers(rel regclass, topic text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._drop_table_change_triggers(source_table regclass, topic text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._duration_minutes(field text, v text) FROM PUBLIC;
+
+GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._paused_subscriptions() FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._paused_subscriptions() TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.endpoint_states TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.subscription_counters TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) TO pg_monitor;
+GRANT ALL ON FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.topic_positions TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._event_table_holders(event_table smallint) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._event_table_holders(event_table smallint) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._fail_validation(sid bigint, why text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._forget_dropped_columns(rel regclass) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._forget_dropped_tables() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._header_problem(header text, value text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._held_subscriptions() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) TO pg_monitor;
+GRANT ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._is_source_field(v text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._log(message text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._pending(subscription_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._pending(subscription_id bigint) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._publish_table_changes(caller regrole, source_table regclass, topic text, operations text[], columns text[], update_columns text[], event_type_prefix text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._put_delivery_property(p_topic text, p_subscription text, p_header text, p_value text, p_source_field text, p_is_secret boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._quote(v text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._random_bytes(n integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._record_validation(sid bigint, sent_code text, http_status integer, body text, allowed_origin text, allowed_rate text, origin text, error text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._refuse_change() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._rename_published_column(rel regclass, recurse boolean, old_name text, new_name text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._replication_slots(OUT slot_name text, OUT active boolean, OUT active_pid integer, OUT lag_bytes numeric, OUT retained_bytes numeric, OUT replay_lag_seconds double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._replication_slots(OUT slot_name text, OUT active boolean, OUT active_pid integer, OUT lag_bytes numeric, OUT retained_bytes numeric, OUT replay_lag_seconds double precision) TO pg_monitor;
+GRANT ALL ON FUNCTION eventgrid._replication_slots(OUT slot_name text, OUT active boolean, OUT active_pid integer, OUT lag_bytes numeric, OUT retained_bytes numeric, OUT replay_lag_seconds double precision) TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.unknown_topic_events TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.unknown_topic_events TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._replication_sources(OUT source text, OUT enabled boolean, OUT apply_pid integer, OUT transactions bigint, OUT last_publish_time timestamp with time zone, OUT last_applied_at timestamp with time zone, OUT apply_lag_seconds double precision, OUT received_lsn pg_lsn, OUT last_msg_receipt_time timestamp with time zone, OUT unknown_topic_events bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._replication_sources(OUT source text, OUT enabled boolean, OUT apply_pid integer, OUT transactions bigint, OUT last_publish_time timestamp with time zone, OUT last_applied_at timestamp with time zone, OUT apply_lag_seconds double precision, OUT received_lsn pg_lsn, OUT last_msg_receipt_time timestamp with time zone, OUT unknown_topic_events bigint) TO pg_monitor;
+GRANT ALL ON FUNCTION eventgrid._replication_sources(OUT source text, OUT enabled boolean, OUT apply_pid integer, OUT transactions bigint, OUT last_publish_time timestamp with time zone, OUT last_applied_at timestamp with time zone, OUT apply_lag_seconds double precision, OUT received_lsn pg_lsn, OUT last_msg_receipt_time timestamp with time zone, OUT unknown_topic_events bigint) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._retry_policy_args(topic_type text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text, OUT attempts integer, OUT ttl integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) TO pg_monitor;
+
+REVOKE ALL ON FUNCTION eventgrid._signing_secret_problem(secret text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._start_validation(sid bigint) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._stop_publishing_table_changes(caller regrole, source_table regclass, topic text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._subscription_id(topic text, name text, lock boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._subscriptions_changed_at_commit() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._subscriptions_created() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._table_change_trigger() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._table_change_trigger_name(topic text, operation text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._table_ddl() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._table_publication_of(rel regclass, topic text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._table_publications_changed() FROM PUBLIC;
+
+GRANT SELECT ON TABLE eventgrid.topic_counters TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) TO pg_monitor;
+GRANT ALL ON FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._uncover_partitions(rel regclass) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._uri_escape(value text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._validate_event() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._wake_at_commit() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._wake_worker_at_commit() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._worker_pids(OUT worker text, OUT pid integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._worker_metrics(OUT delivery_workers_running integer, OUT upkeep_workers_running integer, OUT waiting_for_worker_slot_seconds double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._worker_metrics(OUT delivery_workers_running integer, OUT upkeep_workers_running integer, OUT waiting_for_worker_slot_seconds double precision) TO pg_monitor;
+GRANT ALL ON FUNCTION eventgrid._worker_metrics(OUT delivery_workers_running integer, OUT upkeep_workers_running integer, OUT waiting_for_worker_slot_seconds double precision) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) TO eventgrid_admin;
+GRANT ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) TO eventgrid_publisher;
+
+REVOKE ALL ON FUNCTION eventgrid.create_event_publication(name text, topics text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.delivery_outcome(http_status integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.delivery_outcome(http_status integer) TO eventgrid_admin;
+GRANT ALL ON FUNCTION eventgrid.delivery_outcome(http_status integer) TO eventgrid_publisher;
+
+REVOKE ALL ON FUNCTION eventgrid.drop_event_subscription(topic text, name text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.drop_event_subscription(topic text, name text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.drop_topic(name text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.drop_topic(name text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.pause_delivery(topic text, subscription text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.pause_delivery(topic text, subscription text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.probation_duration(outcome text, probation integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.probation_duration(outcome text, probation integer) TO eventgrid_admin;
+GRANT ALL ON FUNCTION eventgrid.probation_duration(outcome text, probation integer) TO eventgrid_publisher;
+
+REVOKE ALL ON FUNCTION eventgrid.publish_table_changes(source_table regclass, topic text, operations text[], columns text[], update_columns text[], event_type_prefix text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.publish_table_changes(source_table regclass, topic text, operations text[], columns text[], update_columns text[], event_type_prefix text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.purge_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.purge_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.remove_delivery_property(topic text, subscription text, header text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.remove_delivery_property(topic text, subscription text, header text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.resume_delivery(topic text, subscription text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.resume_delivery(topic text, subscription text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.retry_delay(attempt integer, http_status integer, topic_type text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.retry_delay(attempt integer, http_status integer, topic_type text) TO eventgrid_admin;
+GRANT ALL ON FUNCTION eventgrid.retry_delay(attempt integer, http_status integer, topic_type text) TO eventgrid_publisher;
+
+REVOKE ALL ON FUNCTION eventgrid.set_advanced_filters(topic text, subscription text, filters jsonb, enable_advanced_filtering_on_arrays boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.set_advanced_filters(topic text, subscription text, filters jsonb, enable_advanced_filtering_on_arrays boolean) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.set_batching(topic text, name text, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.set_batching(topic text, name text, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.set_deadletter(topic text, name text, enabled boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.set_deadletter(topic text, name text, enabled boolean) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.set_delivery_property(topic text, subscription text, header text, value text, is_secret boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.set_delivery_property(topic text, subscription text, header text, value text, is_secret boolean) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.set_dynamic_delivery_property(topic text, subscription text, header text, source_field text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.set_dynamic_delivery_property(topic text, subscription text, header text, source_field text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.set_retry_policy(topic text, name text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.set_retry_policy(topic text, name text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text, secret text, previous_valid_for interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text, secret text, previous_valid_for interval) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.attempt_log_rotation TO eventgrid_admin;
+
+GRANT SELECT,DELETE ON TABLE eventgrid.dead_letters TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.dead_letter_events TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.delivery_attempts TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.delivery_statistics TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.endpoint_health TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscription_batching TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscription_delivery_properties TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.subscription_metric_counts TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscription_histograms TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.event_subscription_histograms TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscription_metric_labels TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.event_subscription_metric_labels TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscription_metrics TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.event_subscription_metrics TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscription_signing TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscription_validation TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_table_rotations TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_tables TO eventgrid_admin;
+
+GRANT USAGE ON SEQUENCE eventgrid.events_id_seq TO eventgrid_publisher;
+
+GRANT SELECT ON TABLE eventgrid.metrics TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.replication_slots TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.replication_slots TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.replication_sources TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.replication_sources TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.served_databases TO pg_monitor;
+
+GRANT SELECT ON TABLE eventgrid.table_change_publications TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.topic_metrics TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.topic_metrics TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.topic_statistics TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.worker_metrics TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.worker_metrics TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.worker_status TO eventgrid_admin;
+
+-- The rows the rotations start from.
+INSERT INTO eventgrid.event_table_rotations (event_table) VALUES (0), (1), (2);
+INSERT INTO eventgrid.attempt_log_rotation (history_table, started_at, first_id) VALUES (0, now(), 1);
+
+-- Event triggers (no schema holds them).
+
+CREATE EVENT TRIGGER eventgrid_check_event_publications ON ddl_command_end
+         WHEN TAG IN ('CREATE PUBLICATION', 'ALTER PUBLICATION')
+   EXECUTE FUNCTION eventgrid._check_event_publications();
+
+COMMENT ON EVENT TRIGGER eventgrid_check_event_publications IS 'eventgrid: refuses publications of eventgrid.events that would replicate the rotation''s TRUNCATE or the event tables one by one (README "Scaling out").';
+
+CREATE EVENT TRIGGER eventgrid_forget_dropped_tables ON sql_drop
+   EXECUTE FUNCTION eventgrid._forget_dropped_tables();
+
+COMMENT ON EVENT TRIGGER eventgrid_forget_dropped_tables IS 'eventgrid: forgets the table change publications of a dropped table (its triggers go with it).';
+
+CREATE EVENT TRIGGER eventgrid_table_ddl ON ddl_command_end
+         WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE')
+   EXECUTE FUNCTION eventgrid._table_ddl();
+
+COMMENT ON EVENT TRIGGER eventgrid_table_ddl IS 'eventgrid: follows column renames and drops in the publications of table changes, and covers partitions created or attached below a published table.';
+
+
+-- What pg_dump copies of the extension's tables (user data and the queue).
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.attempt_log_0', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.attempt_log_1', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.attempt_log_2', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.attempt_log_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.chunks_in_flight', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letters', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letters_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_pauses', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_properties', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.endpoint_validations', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.event_subscriptions', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.event_subscriptions_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_0', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_1', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_2', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.replication_progress', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.retries', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.retries_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.signing_secrets', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.subscription_counters', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.subscription_metric_counts', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.subscription_positions', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.table_publications', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.topic_counters', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.topic_positions', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.topics', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.unknown_topic_events', '');
