@@ -3,8 +3,9 @@
 # test's receiver (the demo's connect command sets it to the demo's), step
 # by step (the "-- N." comments), checking after each step what the README
 # says happens: delivered, failed and due again, dead-lettered, delivered
-# again; and pasted whole into another cluster, where its own waits must
-# be enough.  If the README changes, this runs what it says now.
+# again, the clock back to the real one; and pasted whole into another
+# cluster, where its own waits must be enough.  If the README changes,
+# this runs what it says now.
 use strict;
 use warnings;
 use FindBin;
@@ -23,7 +24,7 @@ my ($block) = $readme =~ /^## Tutorial: five minutes\n.*?^```sql\n(.*?)^```\n/ms
 ok(defined $block, 'README.md has the tutorial\'s SQL block');
 unlike($block, qr{127\.0\.0\.1:\d+}, 'the block names no port: the receiver comes from the psql variable');
 my @steps = split /^(?=-- \d+\. )/m, $block;
-is(scalar(@steps), 6, 'in six steps');
+is(scalar(@steps), 7, 'in seven steps');
 
 sub step
 {
@@ -58,6 +59,8 @@ ok(wait_for_sql($node, "SELECT delivered || ' ' || pending || ' ' || dead_letter
 		  . " FROM eventgrid.delivery_statistics WHERE subscription = 'inbox'", '2 0 1 1'),
 	'step 6: replayed and delivered: 2 delivered, 0 pending, as the README says');
 is(scalar(requests($r, '/status/200/inbox')), 2, 'the receiver got both events');
+step(7);
+is($node->safe_psql('postgres', 'SHOW eventgrid.clock_offset'), '0', 'step 7: the clock offset is back to 0');
 
 $node->stop;
 
