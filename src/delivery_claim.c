@@ -84,6 +84,7 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 		EgClaimedRow *first = &rows[rowno[k]];
 		EgRequest  *req = MemoryContextAllocZero(claim->cxt, sizeof(EgRequest));
 		EgRequestSpec spec;
+		EgOutcomeCode unsendable;
 
 		spec.schema = first->schema;
 		spec.subscription_name = first->subscription_name;
@@ -103,7 +104,8 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 			spec.webhook_id = eg_webhook_id(first->subscription_id, ids, take);
 			pfree(ids);
 		}
-		if (eg_request_build(req, &spec, &parts[k], take, scratch))
+		unsendable = eg_request_build(req, &spec, &parts[k], take, scratch);
+		if (unsendable == EG_OUTCOME_NONE)
 		{
 			if (target == NULL)
 				target = eg_target(first->endpoint);	/* one subscription: one endpoint */
@@ -127,14 +129,20 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 		}
 		else
 		{
-			/* second line of defence: a header line an event would corrupt */
+			/*
+			 * second line of defence: a header line an event would corrupt,
+			 * or text with no UTF-8 form (a SQL_ASCII database's bytes)
+			 */
 			for (int j = k; j < k + take; j++)
-				eg_delivery_finish_unattempted(send[j], EG_ACTION_FINAL, EG_REASON_NON_RETRIABLE,
-											   EG_OUTCOME_INVALID_HEADER);
+				eg_delivery_finish_unattempted(send[j], EG_ACTION_FINAL, EG_REASON_NON_RETRIABLE, unsendable);
 			ereport(LOG,
-					(errmsg("eventgrid: a delivery request of event subscription \"%s\" was not sent: a header value holds a control character",
-							first->subscription_name),
-					 errdetail("%d events were dead-lettered or dropped with outcome InvalidHeader.", take)));
+					(errmsg("eventgrid: a delivery request of event subscription \"%s\" was not sent: %s",
+							first->subscription_name,
+							unsendable == EG_OUTCOME_INVALID_ENCODING
+							? "its body or a header value has no UTF-8 form"
+							: "a header value holds a control character"),
+					 errdetail("%d events were dead-lettered or dropped with outcome %s.", take,
+							   eg_outcome_name(unsendable))));
 		}
 		k += take;
 	}

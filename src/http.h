@@ -90,8 +90,8 @@ typedef struct EgRequestSpec
 	const char *webhook_id;		/* the message id when signed (eg_webhook_id) */
 } EgRequestSpec;
 
-extern bool eg_request_build(EgRequest *req, const EgRequestSpec *spec,
-							 const EgEventPart *events, int nevents, StringInfo scratch);
+extern EgOutcomeCode eg_request_build(EgRequest *req, const EgRequestSpec *spec,
+									  const EgEventPart *events, int nevents, StringInfo scratch);
 
 /* http.c */
 extern void eg_http_init(void);

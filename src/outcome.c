@@ -49,6 +49,7 @@ static const char *const outcome_names[EG_OUTCOME_COUNT] = {
 	[EG_OUTCOME_FORBIDDEN] = "Forbidden",
 	[EG_OUTCOME_GENERIC_ERROR] = "GenericError",
 	[EG_OUTCOME_INVALID_HEADER] = "InvalidHeader",
+	[EG_OUTCOME_INVALID_ENCODING] = "InvalidEncoding",
 };
 
 /* The lastDeliveryOutcome name of an outcome; NULL for EG_OUTCOME_NONE. */

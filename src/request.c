@@ -12,11 +12,18 @@
  * (rows written around the publish trigger, a restored dump, a future
  * field): a request with a header line holding a control character is not
  * sent at all, so no event can inject a header or smuggle a second request.
+ *
+ * Requests say charset=utf-8: in a database of another encoding the body
+ * and every header value are converted to UTF-8 by PostgreSQL's default
+ * conversion; text that has no UTF-8 form (a SQL_ASCII database's bytes
+ * that are not UTF-8) is not sent as something it is not.
  */
 #include "http.h"
 #include "signing.h"
 
+#include "catalog/namespace.h"
 #include "fmgr.h"
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/formatting.h"
 
@@ -57,6 +64,59 @@ eg_printable_copy(const char *text, int len)
 		copy[i] = ((unsigned char) text[i] < 0x20 || (unsigned char) text[i] > 0x7e) ? '?' : text[i];
 	copy[len] = '\0';
 	return copy;
+}
+
+/*
+ * text[0..len), in the database's encoding, as UTF-8 (NUL-terminated):
+ * text itself when it needs no conversion (a UTF-8 database, or ASCII
+ * only, which every server encoding shares), else a palloc'd copy made by
+ * PostgreSQL's default conversion, which does not raise here; its length
+ * in *out_len.  NULL when the text has no UTF-8 form: a SQL_ASCII
+ * database's bytes that are not valid UTF-8, or a character the
+ * conversion cannot map.  Runs in a transaction (the first call looks the
+ * conversion up in the catalog).
+ */
+static const char *
+to_utf8(const char *text, int len, int *out_len)
+{
+	static Oid	proc = InvalidOid;
+	int			encoding = GetDatabaseEncoding();
+	bool		ascii = true;
+	unsigned char *dst;
+	int			done;
+
+	*out_len = len;
+	if (encoding == PG_UTF8)
+		return text;
+	for (int i = 0; i < len && ascii; i++)
+		ascii = !IS_HIGHBIT_SET(text[i]);
+	if (ascii)
+		return text;
+	if (encoding == PG_SQL_ASCII)
+		return pg_verify_mbstr(PG_UTF8, text, len, true) ? text : NULL;
+	if (!OidIsValid(proc))
+		proc = FindDefaultConversionProc(encoding, PG_UTF8);
+	if (!OidIsValid(proc))
+		return NULL;
+	dst = palloc((Size) len * MAX_CONVERSION_GROWTH + 1);
+	done = pg_do_encoding_conversion_buf(proc, encoding, PG_UTF8, (unsigned char *) text, len,
+										 dst, len * MAX_CONVERSION_GROWTH + 1, true);
+	if (done < len)
+	{
+		pfree(dst);
+		return NULL;
+	}
+	*out_len = strlen((char *) dst);
+	return (char *) dst;
+}
+
+/* A header value as UTF-8 (see to_utf8), or NULL. */
+static const char *
+header_utf8(const char *value)
+{
+	int			len;
+
+	return to_utf8(value, strlen(value), &len);
 }
 
 static bool
@@ -194,23 +254,28 @@ eventgrid_header_problem(PG_FUNCTION_ARGS)
 }
 
 /*
- * Appends the line "name: value" (NUL-terminated) to lines after checking it
- * and counts it in *n; false (nothing added) when the line may not be sent.
- * libcurl drops a header written with an empty value, so an empty one is
- * written as "name;", which it sends as "name:".
+ * Appends the line "name: value" (NUL-terminated), value in UTF-8, to lines
+ * after checking it and counts it in *n; EG_OUTCOME_NONE, or why the line
+ * may not be sent (nothing added): EG_OUTCOME_INVALID_HEADER, or
+ * EG_OUTCOME_INVALID_ENCODING for a value with no UTF-8 form.  libcurl
+ * drops a header written with an empty value, so an empty one is written
+ * as "name;", which it sends as "name:".
  */
-static bool
+static EgOutcomeCode
 add_header(StringInfo lines, int *n, const char *name, const char *value, bool custom)
 {
+	value = header_utf8(value);
+	if (value == NULL)
+		return EG_OUTCOME_INVALID_ENCODING;
 	if (eg_header_problem(name, value, custom) != NULL)
-		return false;
+		return EG_OUTCOME_INVALID_HEADER;
 	if (value[0])
 		appendStringInfo(lines, "%s: %s", name, value);
 	else
 		appendStringInfo(lines, "%s;", name);
 	appendStringInfoChar(lines, '\0');
 	(*n)++;
-	return true;
+	return EG_OUTCOME_NONE;
 }
 
 /*
@@ -219,65 +284,75 @@ add_header(StringInfo lines, int *n, const char *name, const char *value, bool c
  * type, the aeg-* headers (describing the first event of a batch), the
  * custom delivery properties ("Name: value" lines separated by '\n') and,
  * for a signed subscription, the Standard Webhooks headers (signing.c),
- * whose signature covers the body.  Returns false, with nothing allocated,
- * when a header line holds a control character or is otherwise unsendable:
- * the request must then not be sent.  scratch is a buffer the caller reuses
- * between requests.
+ * whose signature covers the body; body and header values in UTF-8.
+ * Returns EG_OUTCOME_NONE, or, with nothing allocated, why the request
+ * must not be sent: EG_OUTCOME_INVALID_HEADER when a header line holds a
+ * control character or is otherwise unsendable, EG_OUTCOME_INVALID_ENCODING
+ * when the body or a header value has no UTF-8 form.  scratch is a buffer
+ * the caller reuses between requests.
  */
-bool
+EgOutcomeCode
 eg_request_build(EgRequest *req, const EgRequestSpec *spec,
 				 const EgEventPart *events, int nevents, StringInfo scratch)
 {
 	char		count_text[16];
-	bool		ok = true;
+	EgOutcomeCode problem = EG_OUTCOME_NONE;
 	int			n = 0;
 	EgSignature sig;
+	const char *body;
+	int			body_len;
 
 	resetStringInfo(scratch);
 	eg_build_body(scratch, spec->schema, events, nevents);
+	body = to_utf8(scratch->data, scratch->len, &body_len);
+	if (body == NULL)
+		return EG_OUTCOME_INVALID_ENCODING;
 	/* signed before the body is copied out, so that an error leaks nothing */
 	if (spec->signing_keys)
-		eg_sign_request(&sig, spec->signing_keys, spec->webhook_id, scratch->data, scratch->len);
-	req->body = malloc(scratch->len + 1);
+		eg_sign_request(&sig, spec->signing_keys, spec->webhook_id, body, body_len);
+	req->body = malloc(body_len + 1);
 	if (req->body == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("eventgrid: out of memory for a %d-byte request body", scratch->len)));
-	memcpy(req->body, scratch->data, scratch->len + 1);
-	req->body_len = scratch->len;
+				 errmsg("eventgrid: out of memory for a %d-byte request body", body_len)));
+	memcpy(req->body, body, body_len);
+	req->body[body_len] = '\0';
+	req->body_len = body_len;
+	if (body != scratch->data)
+		pfree((char *) body);
 
+#define ADD(name, value, custom) \
+	do { if (problem == EG_OUTCOME_NONE) problem = add_header(scratch, &n, name, value, custom); } while (0)
 	resetStringInfo(scratch);
-	ok = ok && add_header(scratch, &n, "Content-Type", eg_content_type(spec->schema, nevents), false);
-	ok = ok && add_header(scratch, &n, "aeg-event-type", "Notification", false);
-	ok = ok && add_header(scratch, &n, "aeg-subscription-name",
-						  asc_toupper(spec->subscription_name, strlen(spec->subscription_name)),
-						  false);
+	ADD("Content-Type", eg_content_type(spec->schema, nevents), false);
+	ADD("aeg-event-type", "Notification", false);
+	ADD("aeg-subscription-name", asc_toupper(spec->subscription_name, strlen(spec->subscription_name)), false);
 	snprintf(count_text, sizeof(count_text), "%d", spec->delivery_count);
-	ok = ok && add_header(scratch, &n, "aeg-delivery-count", count_text, false);
-	ok = ok && add_header(scratch, &n, "aeg-metadata-version", spec->metadata_version, false);
+	ADD("aeg-delivery-count", count_text, false);
+	ADD("aeg-metadata-version", spec->metadata_version, false);
 	if (strcmp(spec->schema, "CloudEventSchemaV1_0") != 0)
-		ok = ok && add_header(scratch, &n, "aeg-data-version", spec->data_version, false);
-	ok = ok && add_header(scratch, &n, "aeg-output-event-id", spec->output_event_id, false);
+		ADD("aeg-data-version", spec->data_version, false);
+	ADD("aeg-output-event-id", spec->output_event_id, false);
 	if (spec->signing_keys)
 	{
-		ok = ok && add_header(scratch, &n, "webhook-id", spec->webhook_id, false) &&
-			add_header(scratch, &n, "webhook-timestamp", sig.timestamp, false) &&
-			add_header(scratch, &n, "webhook-signature", sig.signature.data, false);
+		ADD("webhook-id", spec->webhook_id, false);
+		ADD("webhook-timestamp", sig.timestamp, false);
+		ADD("webhook-signature", sig.signature.data, false);
 		pfree(sig.signature.data);
 	}
 
-	if (ok && spec->custom_headers)
+	if (problem == EG_OUTCOME_NONE && spec->custom_headers)
 	{
 		char	   *copy = pstrdup(spec->custom_headers);
 		char	   *save = NULL;
 
-		for (char *h = strtok_r(copy, "\n", &save); h && ok; h = strtok_r(NULL, "\n", &save))
+		for (char *h = strtok_r(copy, "\n", &save); h && problem == EG_OUTCOME_NONE; h = strtok_r(NULL, "\n", &save))
 		{
 			char	   *sep = strstr(h, ": ");
 
 			if (sep == NULL)
 			{
-				ok = false;
+				problem = EG_OUTCOME_INVALID_HEADER;
 				break;
 			}
 			*sep = '\0';
@@ -286,17 +361,18 @@ eg_request_build(EgRequest *req, const EgRequestSpec *spec,
 									   pg_strcasecmp(h, "webhook-timestamp") == 0 ||
 									   pg_strcasecmp(h, "webhook-signature") == 0))
 				continue;
-			ok = add_header(scratch, &n, h, sep + 2, true);
+			ADD(h, sep + 2, true);
 		}
 		pfree(copy);
 	}
-	if (!ok)
+#undef ADD
+	if (problem != EG_OUTCOME_NONE)
 	{
 		free(req->body);
 		req->body = NULL;
 		req->body_len = 0;
-		return false;
+		return problem;
 	}
 	eg_http_set_headers(req, scratch->data, scratch->len, n);
-	return true;
+	return EG_OUTCOME_NONE;
 }
