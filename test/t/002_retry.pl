@@ -110,6 +110,11 @@ ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.retries d JOIN eventgrid.
 my @waits = split /\n/, sql("SELECT extract(epoch FROM d.next_attempt_at - d.last_attempt_at) FROM eventgrid.retries d "
 	  . "JOIN eventgrid.event_subscriptions s ON s.id = d.subscription_id WHERE s.name LIKE 'jit-%'");
 is(scalar(grep { $_ >= 10 && $_ <= 15.01 } @waits), 5, 'after failure 1 with 50 % jitter: between 10 and 15 s');
+# (with no jitter all five would wait 10 s exactly; that five draws of up to
+# 5 s all stay under 0.5 s is a chance of 1 in 100,000)
+my %distinct = map { $_ => 1 } @waits;
+ok(keys(%distinct) > 1 && (grep { $_ > 10.5 } @waits) > 0, 'the jitter is drawn: the five waits differ, and one is over 10.5 s')
+  or diag("waits: @waits");
 my @waits503 = split /\n/, sql("SELECT extract(epoch FROM d.next_attempt_at - d.last_attempt_at) FROM eventgrid.retries d "
 	  . "JOIN eventgrid.event_subscriptions s ON s.id = d.subscription_id WHERE s.name LIKE 'jit503-%'");
 is(scalar(grep { $_ >= 30 && $_ <= 45.01 } @waits503), 5, '503 with jitter: never below the 30 s floor');

@@ -13,6 +13,7 @@ use FindBin;
 use lib "$FindBin::RealBin/../lib";
 use EventGridTest;
 use IPC::Run;
+use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -20,6 +21,7 @@ use Test::More;
 my $node = new_node('signing');
 my $r = start_receiver();
 my $u = $r->{url};
+my $json = JSON::PP->new;
 my $verifier = "$FindBin::RealBin/../verifier/verify.js";
 
 sub sql { return $node->safe_psql('postgres', shift) }
@@ -81,6 +83,21 @@ isnt($twins[0]{headers}{'webhook-id'}, $twins[1]{headers}{'webhook-id'},
 is_deeply([ sort @{ verified($tsecret, '/status/200/twins') } ], [ sort map { "ok $_->{headers}{'webhook-id'}" } @twins ],
 	'twins: both verify');
 sql("SELECT eventgrid.drop_event_subscription('signed', 'twin-a'); SELECT eventgrid.drop_event_subscription('signed', 'twin-b')");
+
+# --- two batching subscriptions with the same events: still one message id per subscription
+sql("SELECT eventgrid.create_event_subscription('signed', 'btwin-a', '$u/status/200/btwins', subject_begins_with => '/btwins',"
+	  . " max_events_per_batch => 10);"
+	  . " SELECT eventgrid.create_event_subscription('signed', 'btwin-b', '$u/status/200/btwins', subject_begins_with => '/btwins',"
+	  . " max_events_per_batch => 10)");
+sql("SELECT eventgrid.set_signing_secret('signed', 'btwin-a', '$tsecret'); SELECT eventgrid.set_signing_secret('signed', 'btwin-b', '$tsecret')");
+sql("SELECT eventgrid.publish('signed', '[" . join(',', map { eg_event("bt-$_", subject => "/btwins/$_") } 1 .. 3) . "]')");
+my @btwins = wait_for_requests($r, '/status/200/btwins', 2);
+is(join(' ', map { scalar @{ $json->decode($_->{body}) } } @btwins), '3 3', 'batched twins: each subscription got the three events in one batch');
+isnt($btwins[0]{headers}{'webhook-id'}, $btwins[1]{headers}{'webhook-id'},
+	'batched twins: the two batches of the same events carry different webhook-ids');
+is_deeply([ sort @{ verified($tsecret, '/status/200/btwins') } ], [ sort map { "ok $_->{headers}{'webhook-id'}" } @btwins ],
+	'batched twins: both verify');
+sql("SELECT eventgrid.drop_event_subscription('signed', 'btwin-a'); SELECT eventgrid.drop_event_subscription('signed', 'btwin-b')");
 
 # --- rotation: both keys sign while the previous one is valid
 my $new = sql("SELECT eventgrid.set_signing_secret('signed', 'hooks', NULL, previous_valid_for => '1 hour')");
