@@ -183,3 +183,29 @@ BEGIN
     END LOOP;
 END $$;
 COMMENT ON FUNCTION eventgrid._check_event_publications() IS 'Internal: ddl_command_end event trigger on CREATE and ALTER PUBLICATION: refuses (22023) a publication that names an event table (eventgrid.events_0, _1, _2) by itself, and one of eventgrid.events that publishes UPDATE, DELETE or TRUNCATE or publishes the event tables one by one (publish_via_partition_root = false); warns about publications of every table or of schema eventgrid that replicate TRUNCATE.';
+
+-- ---------------------------------------------------------------------------
+-- Replicated rows are events: the delivery server checks each applied row
+-- as a publish would (a JSON object, the topic's schema, no control
+-- characters in the fields sent as headers, at most 1 MB, its size made
+-- here whatever was sent) and keeps the ones a publish would refuse apart,
+-- without stopping replication
+CREATE TABLE eventgrid.rejected_events (
+    id bigserial PRIMARY KEY,
+    source text NOT NULL,
+    source_event_id bigint,
+    topic text,
+    event jsonb,
+    reason text NOT NULL,
+    rejected_at timestamp with time zone NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE eventgrid.rejected_events IS
+    'Rows logical replication brought into eventgrid.events that a publish here would have refused (not a JSON object, a required field of the topic''s schema missing, a control character in a field sent as a header, over 1 MB, no topic or no event): source (the subscription), source_event_id (the id it had where it was published, when sent), topic, event (as it came), reason (the error a publish would have raised), rejected_at. They are not delivered; replication goes on. Readable by pg_monitor and eventgrid_admin, who may delete rows once seen. README "Scaling out".';
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.rejected_events', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.rejected_events_id_seq', '');
+REVOKE ALL ON TABLE eventgrid.rejected_events FROM PUBLIC;
+GRANT SELECT ON TABLE eventgrid.rejected_events TO pg_monitor;
+GRANT SELECT, DELETE ON TABLE eventgrid.rejected_events TO eventgrid_admin;
+
+COMMENT ON FUNCTION eventgrid._apply_event() IS
+    'Internal: BEFORE INSERT row trigger on eventgrid.events, enabled for replica sessions only (ENABLE REPLICA): a row a logical replication worker applies is checked as a publish would check it (one that would be refused is kept in eventgrid.rejected_events instead, and replication goes on), then gets this server''s transaction id and an id from this server''s sequence (the sent id is kept as source_event_id), source = the subscription''s name, the event stamped and its size made here, the publish time when not sent; a topic this database lacks is counted in eventgrid.unknown_topic_events; the delivery workers are woken when the applied transaction commits. Rows of other replica sessions (restores) are stored as they are.';

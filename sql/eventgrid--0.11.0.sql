@@ -62,7 +62,7 @@ CREATE FUNCTION eventgrid._apply_event() RETURNS trigger
     LANGUAGE c
     AS 'MODULE_PATHNAME', 'eventgrid_apply_event';
 
-COMMENT ON FUNCTION eventgrid._apply_event() IS 'Internal: BEFORE INSERT row trigger on eventgrid.events, enabled for replica sessions only (ENABLE REPLICA): a row a logical replication worker applies gets this server''s transaction id and an id from this server''s sequence (the sent id is kept as source_event_id), source = the subscription''s name, publish time and size when not sent; a topic this database lacks is counted in eventgrid.unknown_topic_events; the delivery workers are woken when the applied transaction commits. Rows of other replica sessions (restores) are stored as they are.';
+COMMENT ON FUNCTION eventgrid._apply_event() IS 'Internal: BEFORE INSERT row trigger on eventgrid.events, enabled for replica sessions only (ENABLE REPLICA): a row a logical replication worker applies is checked as a publish would check it (one that would be refused is kept in eventgrid.rejected_events instead, and replication goes on), then gets this server''s transaction id and an id from this server''s sequence (the sent id is kept as source_event_id), source = the subscription''s name, the event stamped and its size made here, the publish time when not sent; a topic this database lacks is counted in eventgrid.unknown_topic_events; the delivery workers are woken when the applied transaction commits. Rows of other replica sessions (restores) are stored as they are.';
 
 CREATE FUNCTION eventgrid._check_advanced_filters(filters jsonb) RETURNS boolean
     LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
@@ -2969,6 +2969,27 @@ UNION ALL
 
 COMMENT ON VIEW eventgrid.metrics IS 'Event Grid''s metrics, one row per metric and topic (event_subscription NULL: PublishSuccessCount, UnmatchedEventCount) or event subscription (MatchedEventCount, DeliverySuccessCount, DeliveryAttemptFailCount, DeadLetteredCount, DroppedEventCount, DestinationProcessingDurationInMs Average and P95). Counts are totals since the topic or subscription was created; published events are counted by the upkeep worker, about a second after commit. Durations: libcurl''s total time of the retained attempts that had an HTTP answer (NULL when there are none); they follow eventgrid.attempt_history.';
 
+CREATE TABLE eventgrid.rejected_events (
+    id bigint NOT NULL,
+    source text NOT NULL,
+    source_event_id bigint,
+    topic text,
+    event jsonb,
+    reason text NOT NULL,
+    rejected_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.rejected_events IS 'Rows logical replication brought into eventgrid.events that a publish here would have refused (not a JSON object, a required field of the topic''s schema missing, a control character in a field sent as a header, over 1 MB, no topic or no event): source (the subscription), source_event_id (the id it had where it was published, when sent), topic, event (as it came), reason (the error a publish would have raised), rejected_at. They are not delivered; replication goes on. Readable by pg_monitor and eventgrid_admin, who may delete rows once seen. README "Scaling out".';
+
+CREATE SEQUENCE eventgrid.rejected_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE eventgrid.rejected_events_id_seq OWNED BY eventgrid.rejected_events.id;
+
 CREATE VIEW eventgrid.replication_slots AS
  SELECT _replication_slots.slot_name,
     _replication_slots.active,
@@ -3100,6 +3121,8 @@ ALTER TABLE ONLY eventgrid.events ATTACH PARTITION eventgrid.events_2 FOR VALUES
 
 ALTER TABLE ONLY eventgrid.attempt_log ALTER COLUMN id SET DEFAULT nextval('eventgrid.attempt_log_id_seq'::regclass);
 
+ALTER TABLE ONLY eventgrid.rejected_events ALTER COLUMN id SET DEFAULT nextval('eventgrid.rejected_events_id_seq'::regclass);
+
 ALTER TABLE ONLY eventgrid.attempt_log_rotation
     ADD CONSTRAINT attempt_log_rotation_pkey PRIMARY KEY (singleton);
 
@@ -3126,6 +3149,9 @@ ALTER TABLE ONLY eventgrid.event_subscriptions
 
 ALTER TABLE ONLY eventgrid.event_table_rotations
     ADD CONSTRAINT event_table_rotations_pkey PRIMARY KEY (event_table);
+
+ALTER TABLE ONLY eventgrid.rejected_events
+    ADD CONSTRAINT rejected_events_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY eventgrid.replication_progress
     ADD CONSTRAINT replication_progress_pkey PRIMARY KEY (source);
@@ -3598,6 +3624,9 @@ GRANT USAGE ON SEQUENCE eventgrid.events_id_seq TO eventgrid_publisher;
 
 GRANT SELECT ON TABLE eventgrid.metrics TO eventgrid_admin;
 
+GRANT SELECT ON TABLE eventgrid.rejected_events TO pg_monitor;
+GRANT SELECT,DELETE ON TABLE eventgrid.rejected_events TO eventgrid_admin;
+
 GRANT SELECT ON TABLE eventgrid.replication_slots TO pg_monitor;
 GRANT SELECT ON TABLE eventgrid.replication_slots TO eventgrid_admin;
 
@@ -3659,6 +3688,8 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_0', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_1', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_2', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.rejected_events', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.rejected_events_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.replication_progress', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.retries', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.retries_id_seq', '');

@@ -18,6 +18,7 @@
  */
 #include "http.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
@@ -26,6 +27,7 @@
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 typedef enum EgSchema
@@ -461,6 +463,72 @@ eg_check_event_size(int64 size)
 				 errhint("Store large payloads elsewhere and publish a reference to them.")));
 }
 
+/*
+ * Validates event jb of topic (of input schema schema) as a publish does:
+ * a JSON object, the schema's required fields, no control characters in
+ * the fields sent as headers, at most 1 MB of JSON text (its size in
+ * *size).  Returns it stamped (Event Grid schema: dataVersion and
+ * metadataVersion); raises 22023 or 54000 otherwise.
+ */
+static Jsonb *
+validate_event(Jsonb *jb, const char *topic, EgSchema schema, int64 *size)
+{
+	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("an event must be a JSON object"),
+				 errhint("To publish several events, insert one row per event or call eventgrid.publish() with an array.")));
+
+	if (schema == EG_SCHEMA_EVENTGRID)
+		jb = validate_eventgrid(jb, topic);
+	else if (schema == EG_SCHEMA_CLOUDEVENTS)
+		validate_cloudevent(jb, topic);
+	check_header_fields(jb);
+
+	*size = eg_event_text_size(jb);
+	eg_check_event_size(*size);
+	return jb;
+}
+
+/*
+ * See eventgrid.h.  The checks raise errors: they run in a subtransaction
+ * of their own, whose error is taken as the reason and dropped, so that an
+ * invalid row never stops the apply worker.
+ */
+char *
+eg_check_replicated_event(const char *topic, bool topic_known, Jsonb *jb, Jsonb **stored, int64 *size)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	char	   *volatile reason = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		/* a topic this database lacks: what holds for every schema */
+		*stored = validate_event(jb, topic,
+								 topic_known ? lookup_topic_schema(topic) : EG_SCHEMA_CUSTOM, size);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		reason = edata->message;
+	}
+	PG_END_TRY();
+	return reason;
+}
+
 PG_FUNCTION_INFO_V1(eventgrid_validate_event);
 
 /* Trigger function eventgrid._validate_event(): BEFORE INSERT FOR EACH ROW. */
@@ -508,21 +576,7 @@ eventgrid_validate_event(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NOT_NULL_VIOLATION),
 				 errmsg("event published to topic \"%s\" must not be NULL", quote_prefix(topic))));
-	jb = DatumGetJsonbP(d);
-	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("an event must be a JSON object"),
-				 errhint("To publish several events, insert one row per event or call eventgrid.publish() with an array.")));
-
-	if (schema == EG_SCHEMA_EVENTGRID)
-		jb = validate_eventgrid(jb, topic);
-	else if (schema == EG_SCHEMA_CLOUDEVENTS)
-		validate_cloudevent(jb, topic);
-	check_header_fields(jb);
-
-	size = eg_event_text_size(jb);
-	eg_check_event_size(size);
+	jb = validate_event(DatumGetJsonbP(d), topic, schema, &size);
 
 	values[0] = JsonbPGetDatum(jb);
 	cols[1] = SPI_fnumber(tupdesc, "publish_time");

@@ -15,7 +15,12 @@
  * - id comes from this server's sequence, so that events of several
  *   publishing servers never collide; the sent id (if the publication sends
  *   it) is kept in source_event_id, and source names the subscription;
- * - publish_time and event_bytes are stamped when not sent;
+ * - the row must be an event a publish here would take (publish.c's
+ *   checks, in a subtransaction: the topic's schema, no control characters
+ *   in the fields sent as headers, at most 1 MB); one that is not is kept
+ *   apart in eventgrid.rejected_events and skipped, never an apply error;
+ * - the event is stamped as a publish stamps it and event_bytes made here
+ *   whatever was sent; publish_time is stamped when not sent;
  * - an event for a topic this database lacks is counted in
  *   eventgrid.unknown_topic_events and kept (never an apply error, which
  *   would stop replication);
@@ -109,6 +114,8 @@ static char *known_topics[KNOWN_TOPICS];
 static int	known_n;
 static SPIPlanPtr unknown_plan;
 static SPIPlanPtr progress_plan;
+static SPIPlanPtr reject_plan;
+static bool rejected_logged = false;
 
 /* The transaction the last applied row belonged to (each counted once). */
 static LocalTransactionId noted_lxid = InvalidLocalTransactionId;
@@ -192,6 +199,51 @@ count_unknown_topic(const char *source, const char *topic, bool *connected)
 }
 
 /*
+ * Keeps an applied row that is not a valid event apart, in
+ * eventgrid.rejected_events, with the reason a publish would have given
+ * (event NULL when the row had none); the first of this process's life is
+ * logged (naming the subscription only: the rest comes from the other
+ * server).
+ */
+static void
+reject_event(const char *source, Datum source_event_id, bool no_id, const char *topic, Datum event,
+			 bool no_event, const char *reason, bool *connected)
+{
+	Datum		args[5];
+	bool		nulls_[5] = {false, no_id, topic == NULL, no_event, false};
+	char		nulls[5];
+
+	need_spi(connected);
+	if (reject_plan == NULL)
+	{
+		Oid			types[5] = {TEXTOID, INT8OID, TEXTOID, JSONBOID, TEXTOID};
+
+		reject_plan = prepare_kept(
+								   "INSERT INTO eventgrid.rejected_events (source, source_event_id, topic, event, reason)"
+								   " VALUES ($1, $2, $3, $4, $5)",
+								   5, types);
+	}
+	args[0] = CStringGetTextDatum(source);
+	args[1] = source_event_id;
+	args[2] = topic == NULL ? (Datum) 0 : CStringGetTextDatum(topic);
+	args[3] = event;
+	args[4] = CStringGetTextDatum(reason);
+	for (int i = 0; i < 5; i++)
+		nulls[i] = nulls_[i] ? 'n' : ' ';
+	if (SPI_execute_plan(reject_plan, args, nulls, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "eventgrid: keeping a rejected event failed");
+	if (!rejected_logged)
+	{
+		rejected_logged = true;
+		ereport(LOG,
+				(errmsg("eventgrid: logical replication subscription \"%s\" brought a row that is not a valid event; it was kept apart",
+						source),
+				 errdetail("Rows a publish would have refused are not delivered; replication goes on."),
+				 errhint("See eventgrid.rejected_events (this is logged once per apply worker).")));
+	}
+}
+
+/*
  * Counts the applied transaction once; at most once a second, writes the
  * count so far with this transaction's first event's publish time.
  */
@@ -246,15 +298,23 @@ eventgrid_apply_event(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	HeapTuple	tuple;
 	const char *source;
-	int			cols[6];
-	Datum		values[6];
-	bool		nulls[6] = {false, false, false, false, false, false};
+	int			cols[8];
+	Datum		values[8];
+	bool		nulls[8] = {false, false, false, false, false, false, false, false};
 	int			n = 0;
 	bool		isnull;
 	Datum		d;
 	char	   *topic;
 	TimestampTz publish_time;
 	bool		connected = false;
+	bool		known;
+	Datum		sent_id;
+	bool		no_sent_id;
+	Datum		event;
+	bool		no_event;
+	Jsonb	   *stored = NULL;
+	int64		size = 0;
+	char	   *reason;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
 		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) || !TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
@@ -271,19 +331,41 @@ eventgrid_apply_event(PG_FUNCTION_ARGS)
 	source = MySubscription->name;
 
 	/* the sent id is the publishing server's; this server numbers its own */
-	d = SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "id"), &isnull);
+	sent_id = SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "id"), &no_sent_id);
+
+	/* the row is an event as a publish here would take it, or it is kept apart */
+	d = SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "topic"), &isnull);
+	topic = isnull ? NULL : TextDatumGetCString(d);
+	event = SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "event"), &no_event);
+	known = topic != NULL && topic_exists(topic);
+	if (topic == NULL)
+		reason = "topic of a published event must not be NULL";
+	else if (no_event)
+		reason = psprintf("event published to topic \"%s\" must not be NULL", topic);
+	else
+		reason = eg_check_replicated_event(topic, known, DatumGetJsonbP(event), &stored, &size);
+	if (reason != NULL)
+	{
+		reject_event(source, sent_id, no_sent_id, topic, event, no_event, reason, &connected);
+		SPI_finish();
+		return PointerGetDatum(NULL);
+	}
+
 	cols[n] = SPI_fnumber(tupdesc, "source_event_id");
-	values[n] = d;
-	nulls[n++] = isnull;
+	values[n] = sent_id;
+	nulls[n++] = no_sent_id;
 	cols[n] = SPI_fnumber(tupdesc, "id");
 	values[n++] = Int64GetDatum(nextval_internal(eg_event_id_sequence(), false));
 	cols[n] = SPI_fnumber(tupdesc, "txid");
 	values[n++] = FullTransactionIdGetDatum(GetTopFullTransactionId());
 	cols[n] = SPI_fnumber(tupdesc, "source");
 	values[n++] = CStringGetTextDatum(source);
+	/* stamped as a publish stamps it, its size made here whatever was sent */
+	cols[n] = SPI_fnumber(tupdesc, "event");
+	values[n++] = JsonbPGetDatum(stored);
+	cols[n] = SPI_fnumber(tupdesc, "event_bytes");
+	values[n++] = Int32GetDatum((int32) size);
 
-	d = SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "topic"), &isnull);
-	topic = isnull ? NULL : TextDatumGetCString(d);
 	d = SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "publish_time"), &isnull);
 	if (isnull)
 	{
@@ -293,18 +375,8 @@ eventgrid_apply_event(PG_FUNCTION_ARGS)
 	}
 	else
 		publish_time = DatumGetTimestampTz(d);
-	(void) SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "event_bytes"), &isnull);
-	if (isnull)
-	{
-		d = SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "event"), &isnull);
-		if (!isnull)
-		{
-			cols[n] = SPI_fnumber(tupdesc, "event_bytes");
-			values[n++] = Int32GetDatum((int32) eg_event_text_size(DatumGetJsonbP(d)));
-		}
-	}
 
-	if (topic != NULL && !topic_exists(topic))
+	if (!known)
 		count_unknown_topic(source, topic, &connected);
 	note_progress(source, publish_time, &connected);
 	if (connected)
