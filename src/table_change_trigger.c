@@ -45,6 +45,7 @@
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/json.h"
@@ -409,6 +410,26 @@ string_text_size(EgChange *c, const char *s)
 }
 
 /*
+ * Does the text of a json value hold the escape \u0000, which a json
+ * column accepts and jsonb (so to_jsonb()) refuses?  An escaped backslash
+ * before "u0000" is not one.
+ */
+static bool
+json_has_nul_escape(const char *text)
+{
+	for (const char *p = text; *p; p++)
+	{
+		if (*p != '\\')
+			continue;
+		if (p[1] == 'u' && strncmp(p + 2, "0000", 4) == 0)
+			return true;
+		if (p[1] != '\0')
+			p++;				/* the escaped character */
+	}
+	return false;
+}
+
+/*
  * Pushes the JSON object of the columns of a row (published, or watched
  * with watched) into st; returns pushJsonbValue's result for its end (the
  * whole value when st held nothing else).  The published values' text
@@ -432,6 +453,19 @@ push_row(JsonbParseState **st, EgChange *c, TupleTableSlot *slot, bool watched)
 		{
 			push_null(st, col->name);
 			size = strlen("null");
+		}
+		else if (col->kind == VALUE_TO_JSONB && col->base == JSONOID &&
+				 json_has_nul_escape(TextDatumGetCString(d)))
+		{
+			/* a json value jsonb cannot hold: carried as its JSON text, a string */
+			JsonbValue	v;
+
+			v.type = jbvString;
+			v.val.string.val = TextDatumGetCString(d);
+			v.val.string.len = strlen(v.val.string.val);
+			size = watched ? 0 : string_text_size(c, v.val.string.val);
+			push_key(st, col->name);
+			pushJsonbValue(st, WJB_VALUE, &v);
 		}
 		else if (col->kind == VALUE_TO_JSONB)
 		{
@@ -628,6 +662,119 @@ push_data(JsonbParseState **st, EgChange *c, TupleTableSlot *newslot, TupleTable
 	push_string(st, "table", c->table_name);
 	push_string(st, "schema", c->schema_name);
 	push_string(st, "operation", c->operation);
+}
+
+/*
+ * The old versions of an UPDATE's rows that have no new version: NULL when
+ * the transition tables are as long as each other (then paired by place),
+ * else a flag per old row.  A row moved to another partition and skipped
+ * by a BEFORE INSERT trigger there left the table: its old version was
+ * captured, its new one not, and the rest are still in step.  Keys cannot
+ * tell them apart (a partition's key includes the partition key, which the
+ * move changed), so each new version, in order, takes the old version that
+ * differs from it in the fewest columns among the next ones that may be
+ * its own (as many as old versions are still left over, at most
+ * EG_TC_PAIR_WINDOW), the earliest on a tie; the old versions it passes
+ * over are the skipped ones, and so are those left at the end.
+ */
+#define EG_TC_PAIR_WINDOW 64
+
+typedef struct EgRowImage
+{
+	Datum	   *values;
+	bool	   *nulls;
+} EgRowImage;
+
+static EgRowImage *
+row_images(Tuplestorestate *store, TupleTableSlot *slot, int64 n)
+{
+	EgRowImage *rows = palloc(n * sizeof(EgRowImage));
+	int			natts = slot->tts_tupleDescriptor->natts;
+
+	tuplestore_rescan(store);
+	for (int64 k = 0; k < n && tuplestore_gettupleslot(store, true, true, slot); k++)
+	{
+		slot_getallattrs(slot);
+		rows[k].values = palloc(natts * sizeof(Datum));
+		rows[k].nulls = palloc(natts * sizeof(bool));
+		for (int a = 0; a < natts; a++)
+		{
+			Form_pg_attribute att = TupleDescAttr(slot->tts_tupleDescriptor, a);
+
+			rows[k].nulls[a] = slot->tts_isnull[a];
+			rows[k].values[a] = slot->tts_isnull[a] ? (Datum) 0
+				: datumCopy(slot->tts_values[a], att->attbyval, att->attlen);
+		}
+	}
+	return rows;
+}
+
+/* In how many columns two row images differ. */
+static int
+row_distance(TupleDesc desc, const EgRowImage *a, const EgRowImage *b)
+{
+	int			d = 0;
+
+	for (int k = 0; k < desc->natts; k++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, k);
+
+		if (att->attisdropped)
+			continue;
+		if (a->nulls[k] != b->nulls[k] ||
+			(!a->nulls[k] && !datum_image_eq(a->values[k], b->values[k], att->attbyval, att->attlen)))
+			d++;
+	}
+	return d;
+}
+
+static bool *
+skipped_olds(EgChange *c, Tuplestorestate *olds, Tuplestorestate *news, TupleTableSlot *oldslot,
+			 TupleTableSlot *newslot, MemoryContext row_cxt)
+{
+	int64		nold = tuplestore_tuple_count(olds);
+	int64		nnew = tuplestore_tuple_count(news);
+	int64		extra = nold - nnew;
+	TupleDesc	desc = oldslot->tts_tupleDescriptor;
+	MemoryContext cxt;
+	MemoryContext old;
+	EgRowImage *o;
+	EgRowImage *n;
+	bool	   *gone;
+	int64		i = 0;
+
+	if (extra <= 0)
+		return NULL;
+	gone = palloc0(nold * sizeof(bool));
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "eventgrid update pairing", ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+	o = row_images(olds, oldslot, nold);
+	n = row_images(news, newslot, nnew);
+	for (int64 j = 0; j < nnew; j++)
+	{
+		int64		best = i;
+		int			best_d = row_distance(desc, &o[i], &n[j]);
+
+		for (int64 k = i + 1; k <= i + Min(extra, EG_TC_PAIR_WINDOW) && k < nold && best_d > 0; k++)
+		{
+			int			d = row_distance(desc, &o[k], &n[j]);
+
+			if (d < best_d)
+			{
+				best = k;
+				best_d = d;
+			}
+		}
+		for (int64 g = i; g < best; g++)
+			gone[g] = true;
+		extra -= best - i;
+		i = best + 1;
+	}
+	for (; i < nold; i++)
+		gone[i] = true;
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
+	return gone;
 }
 
 /* Builds the event of one row change and adds it to the batch. */
@@ -1001,13 +1148,38 @@ found:
 	}
 	else
 	{
-		/* the old and the new version of each row, paired by their place: PostgreSQL fills both in step */
+		/*
+		 * The old and the new version of each row, paired by their place:
+		 * PostgreSQL fills both in step, except for a row moved to another
+		 * partition whose BEFORE INSERT trigger there skipped it: its old
+		 * version is there and its new one is not (skipped_olds finds it).
+		 */
+		int64		nold = tuplestore_tuple_count(td->tg_oldtable);
+		bool	   *gone = skipped_olds(&c, td->tg_oldtable, td->tg_newtable, oldslot, newslot, row_cxt);
+		int64		i = 0;
+
 		tuplestore_rescan(td->tg_newtable);
 		tuplestore_rescan(td->tg_oldtable);
-		while (tuplestore_gettupleslot(td->tg_newtable, true, false, newslot)
-			   && tuplestore_gettupleslot(td->tg_oldtable, true, false, oldslot))
+		while (tuplestore_gettupleslot(td->tg_newtable, true, false, newslot))
+		{
+			while (tuplestore_gettupleslot(td->tg_oldtable, true, false, oldslot) && gone && gone[i])
+				i++;
+			i++;
 			if (!unchanged(&c, newslot, oldslot, row_cxt))
 				add_event(&c, newslot, oldslot, row_cxt);
+		}
+		if (gone)
+		{
+			/* a row the UPDATE took out of the table is reported as the table shows it: deleted */
+			flush(&c);
+			c.operation = "DELETE";
+			c.event_type = psprintf("%s.Deleted", prefix ? prefix : psprintf("%s.%s", c.schema_name, c.table_name));
+			c.skeleton_size = -1;
+			tuplestore_rescan(td->tg_oldtable);
+			for (i = 0; i < nold && tuplestore_gettupleslot(td->tg_oldtable, true, false, oldslot); i++)
+				if (gone[i])
+					add_event(&c, NULL, oldslot, row_cxt);
+		}
 	}
 	flush(&c);
 	for (int i = 0; i < c.nslots; i++)
