@@ -496,7 +496,11 @@ drop_partial(void)
  * so a claim takes at most half of what is left (and at least one event
  * when nothing is held).  Bytes waiting on a backed-up endpoint host do not
  * count here: its subscriptions claim nothing more until it drains
- * (endpoint_queue.c).  Returns whether a claim was wanted.
+ * (endpoint_queue.c); but all that is held, backed up or not, stays under
+ * the limit, so that many backed-up hosts cannot add up to more (they give
+ * theirs back within eventgrid.response_timeout).  A
+ * delivery's bytes are its event's and EG_DELIVERY_OVERHEAD_BYTES, the
+ * worker's own records of it.  Returns whether a claim was wanted.
  */
 static bool
 claim_round(TimestampTz now, bool db_ok)
@@ -515,7 +519,8 @@ claim_round(TimestampTz now, bool db_ok)
 	bytes_claimable = eg_dw.bytes_held - backed_up_bytes;
 	if (!(db_ok && leases_released && !eg_delivery_paused && leaving_since == 0 &&
 		  ready < eg_max_concurrent_requests && now >= next_claim_at &&
-		  (bytes_claimable == 0 || bytes_claimable < byte_limit / 2)))
+		  (bytes_claimable == 0 || bytes_claimable < byte_limit / 2) &&
+		  (eg_dw.bytes_held == 0 || eg_dw.bytes_held < byte_limit)))
 		return false;
 
 	eg_rate_reset_next();

@@ -27,6 +27,16 @@
 #define EG_MAX_DELIVERY_ATTEMPTS 30
 #define EG_MAX_DELIVERY_COUNT 10	/* namespace topics */
 
+/*
+ * What a delivery worker holds per delivery in flight besides the event's
+ * text, counted with it against eventgrid.max_bytes_in_flight: its claimed
+ * row, delivery and request records and their strings (endpoint, names,
+ * headers) took 1.3 kB in a claim's memory context, 2.3 kB with the
+ * context's free space (pg_log_backend_memory_contexts, 16 subscriptions
+ * draining, bench/RESULTS.md "Memory per subscription").
+ */
+#define EG_DELIVERY_OVERHEAD_BYTES 2048
+
 /* Set by the Makefile from eventgrid.control; the workers compare it with the schema's. */
 #ifndef EG_VERSION
 #error "EG_VERSION must be defined"

@@ -376,7 +376,7 @@ scan_positions(int limit, const int64 *skip, int nskip, int *n)
 		scan[i].txid = isnull ? 0 : DatumGetUInt64(v);
 		scan[i].id = eg_int64_col(tt, i, CS_EVENT_ID, 0);
 		scan[i].matched = eg_bool_col(tt, i, CS_MATCHED);
-		scan[i].bytes = eg_int32_col(tt, i, CS_BYTES, 0);
+		scan[i].bytes = eg_int32_col(tt, i, CS_BYTES, 0) + EG_DELIVERY_OVERHEAD_BYTES;
 		scan[i].rate = eg_int32_col(tt, i, CS_RATE, 0);
 	}
 	qsort(scan, *n, sizeof(EgScanRow), cmp_scan_rows);
@@ -593,7 +593,7 @@ load_chunks(Datum *written, int nchunks, TimestampTz now, int lease_owner, int *
 		r->event_id = load[i].id;
 		r->subscription_id = eg_int64_col(tt, i, CL_SUBSCRIPTION_ID, 0);
 		r->expired = eg_bool_col(tt, i, CL_EXPIRED);
-		r->bytes = eg_int32_col(tt, i, CL_BYTES, 0);
+		r->bytes = eg_int32_col(tt, i, CL_BYTES, 0) + EG_DELIVERY_OVERHEAD_BYTES;
 		r->profile = eg_bool_col(tt, i, CL_NAMESPACE) ? EG_PROFILE_NAMESPACE : EG_PROFILE_CUSTOM;
 		r->topic = eg_text_col(tt, i, CL_TOPIC);
 		r->publish_time = eg_timestamp_col(tt, i, CL_PUBLISH_TIME);

@@ -29,7 +29,8 @@ static EgStatement claim_retries = {
 	"   LIMIT $2"
 	"   FOR UPDATE SKIP LOCKED"
 	"), sized AS ("
-	"  SELECT due.tid, sum(due.event_bytes) OVER w - due.event_bytes AS before"
+	"  SELECT due.tid, sum(due.event_bytes + " CppAsString2(EG_DELIVERY_OVERHEAD_BYTES) ") OVER w"
+	"                  - due.event_bytes - " CppAsString2(EG_DELIVERY_OVERHEAD_BYTES) " AS before"
 	"    FROM due WINDOW w AS (ORDER BY due.next_attempt_at, due.id ROWS UNBOUNDED PRECEDING)"
 	"), claimed AS ("
 	"  UPDATE eventgrid.retries r"
@@ -162,7 +163,7 @@ eg_store_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_
 		r->prev_outcome = eg_outcome_parse(eg_text_col(tt, i, CR_LAST_OUTCOME));
 		r->prev_http_status = eg_int32_col(tt, i, CR_LAST_HTTP_STATUS, 0);
 		r->prev_attempted_at = eg_timestamp_col(tt, i, CR_LAST_ATTEMPT_AT);
-		r->bytes = eg_int32_col(tt, i, CR_BYTES, 0);
+		r->bytes = eg_int32_col(tt, i, CR_BYTES, 0) + EG_DELIVERY_OVERHEAD_BYTES;
 		r->profile = eg_bool_col(tt, i, CR_NAMESPACE) ? EG_PROFILE_NAMESPACE : EG_PROFILE_CUSTOM;
 		r->event_id = eg_int64_col(tt, i, CR_EVENT_ID, 0);
 		r->topic = eg_text_col(tt, i, CR_TOPIC);
