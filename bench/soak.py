@@ -1,0 +1,417 @@
+#!/usr/bin/python3
+"""eventgrid soak (started by bench/soak.sh): at-least-once under a long run
+of mixed trouble, counted at the receivers.
+
+For --minutes (default 30), three databases each publish at a steady rate
+(--rate events a second per database) to one topic with their share of 50
+event subscriptions (some batching), whose receivers, in this process on
+127.0.0.1, misbehave by path:
+  ok      answers 200
+  slow    answers 200 after 0.2-1.5 s
+  flap    answers 200 for 40 s, then 503 for 20 s, again and again
+  busy    answers 429 with Retry-After: 2 to one request in three
+  away    a receiver of its own that goes away (its port closed) for 60 s
+          every 5 minutes
+Meanwhile the script, every --every seconds, takes the next of: restart the
+server (fast), restart it (immediate), kill -9 a delivery worker, VACUUM
+FULL eventgrid's tables, DDL (a table created and published, an event
+subscription created and dropped, both dropped again), pause a topic for
+20 s and resume it; and once, at a third of the run, holds a REPEATABLE READ
+snapshot open for 5 minutes.
+
+Then the trouble stops, every receiver answers 200, and the workers' clock
+(eventgrid.clock_offset) moves ahead until nothing is pending, so that the
+retries still waiting come due.  Prints: events published (commits that
+returned), deliveries expected (published x matching subscriptions),
+delivered at least once (counted at the receivers), lost (expected and
+never arrived: must be 0), duplicates (arrivals beyond the first), delivery
+workers' memory (RssAnon) and the queue (pending) near the start and at the
+end, and p99 commit-to-arrival of first arrivals per 5-minute window.  The
+last line is "SOAK_RESULT {json}".  Nothing is asserted: this measures.
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import psycopg2
+
+DATABASES = ['soak_a', 'soak_b', 'soak_c']
+SUBSCRIPTIONS = 50
+KINDS = ['ok', 'slow', 'flap', 'busy', 'away']
+
+
+class Arrivals:
+    """What the receivers got: first arrival time per (subscription, event id), and every arrival."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.first = {}
+        self.total = 0
+
+    def add(self, sub, ids):
+        now = time.time()
+        with self.lock:
+            for i in ids:
+                self.total += 1
+                self.first.setdefault((sub, i), now)
+
+
+ARRIVALS = Arrivals()
+STATE = {'calm': False, 'started': time.time()}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get('Content-Length', 0)))
+        _, kind, sub = self.path.split('/')[:3]
+        status, extra = 200, {}
+        if not STATE['calm']:
+            if kind == 'slow':
+                time.sleep(random.uniform(0.2, 1.5))
+            elif kind == 'flap' and (time.time() - STATE['started']) % 60 >= 40:
+                status = 503
+            elif kind == 'busy' and random.random() < 1 / 3:
+                status, extra = 429, {'Retry-After': '2'}
+        if status == 200:
+            doc = json.loads(body)
+            ARRIVALS.add(sub, [e['id'] for e in (doc if isinstance(doc, list) else [doc])])
+        self.send_response(status)
+        for k, v in extra.items():
+            self.send_header(k, v)
+        self.send_header('Content-Length', '0')
+        self.end_headers()
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def handle_error(self, request, client_address):
+        pass  # a connection reset by a worker killed or restarted: part of the soak
+
+
+def serve(port):
+    server = Server(('127.0.0.1', port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Soak:
+    def __init__(self, args):
+        self.args = args
+        self.stop = threading.Event()
+        self.committed = {db: {} for db in DATABASES}  # event id -> commit time
+        self.subs = {}  # subscription name -> database
+        self.log = []
+
+    def connect(self, db='postgres'):
+        c = psycopg2.connect(host=self.args.host, port=self.args.port, dbname=db, user='postgres',
+                             connect_timeout=5)
+        c.autocommit = True
+        return c
+
+    def sql(self, db, q, retry=True):
+        for attempt in range(600):
+            try:
+                c = self.connect(db)
+                try:
+                    cur = c.cursor()
+                    cur.execute(q)
+                    return cur.fetchall() if cur.description else None
+                finally:
+                    c.close()
+            except psycopg2.OperationalError:
+                if not retry:
+                    raise
+                time.sleep(0.5)
+        raise RuntimeError('the server did not come back')
+
+    def note(self, what):
+        line = '%7.1f s  %s' % (time.time() - self.t0, what)
+        self.log.append(line)
+        print(line, flush=True)
+
+    # --- set-up
+    def set_up(self, ok_url, away_url):
+        for db in DATABASES:
+            self.sql('postgres', 'DROP DATABASE IF EXISTS %s' % db)
+            self.sql('postgres', 'CREATE DATABASE %s' % db)
+            self.sql(db, 'CREATE EXTENSION eventgrid')
+            self.sql(db, "SELECT eventgrid.create_topic('orders')")
+        for k in range(SUBSCRIPTIONS):
+            db = DATABASES[k % len(DATABASES)]
+            kind = KINDS[k % len(KINDS)]
+            name = 'sub-%02d-%s' % (k, kind)
+            url = (away_url if kind == 'away' else ok_url) + '/%s/%s' % (kind, name)
+            batch = ', max_events_per_batch => 10' if k % 4 == 3 else ''
+            self.sql(db, "SELECT eventgrid.create_event_subscription('orders', '%s', '%s'%s)" % (name, url, batch))
+            self.subs[name] = db
+
+    # --- publishers
+    def publisher(self, db):
+        seq = 0
+        interval = 1.0 / self.args.rate
+        c = None
+        next_at = time.time()
+        while not self.stop.is_set():
+            next_at += interval
+            delay = next_at - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            seq += 1
+            eid = '%s-%d' % (db, seq)
+            event = json.dumps({'id': eid, 'subject': '/orders/%d' % seq, 'eventType': 'Shop.OrderCreated',
+                                'eventTime': '2026-11-26T00:00:00Z', 'data': {'n': seq, 'pad': 'x' * 200}})
+            try:
+                if c is None:
+                    c = self.connect(db)
+                cur = c.cursor()
+                cur.execute("INSERT INTO eventgrid.events (topic, event) VALUES ('orders', %s)", (event,))
+                self.committed[db][eid] = time.time()
+            except psycopg2.Error:
+                # the commit's outcome is unknown: not counted as published (arrivals of it are extra)
+                try:
+                    c.close()
+                except Exception:
+                    pass
+                c = None
+                time.sleep(0.2)
+                next_at = time.time()
+
+    # --- measurements
+    def worker_memory_kb(self):
+        total, n = 0, 0
+        for db in DATABASES:
+            for (pid,) in self.sql(db, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'"
+                                       " AND datname = current_database()"):
+                try:
+                    with open('/proc/%d/status' % pid) as f:
+                        for line in f:
+                            if line.startswith('RssAnon:'):
+                                total += int(line.split()[1])
+                                n += 1
+                except OSError:
+                    pass
+        return total, n
+
+    def queue(self):
+        return sum(self.sql(db, 'SELECT coalesce(sum(pending), 0)::bigint FROM eventgrid.delivery_statistics')[0][0]
+                   for db in DATABASES)
+
+    # --- trouble
+    def delivery_worker_pid(self):
+        db = random.choice(DATABASES)
+        rows = self.sql(db, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'"
+                            " AND datname = current_database()")
+        return rows[0][0] if rows else None
+
+    def pg_ctl(self, *args):
+        subprocess.run(['pg_ctl', '-D', self.args.data_dir, '-w', '-t', '120'] + list(args),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+
+    def actions(self):
+        def restart_fast():
+            self.pg_ctl('restart', '-m', 'fast')
+        def restart_immediate():
+            self.pg_ctl('restart', '-m', 'immediate')
+        def kill_worker():
+            pid = self.delivery_worker_pid()
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+        def vacuum_full():
+            for db in DATABASES:
+                self.sql(db, 'VACUUM FULL eventgrid.retries, eventgrid.subscription_positions,'
+                             ' eventgrid.chunks_in_flight, eventgrid.subscription_counters')
+        def ddl():
+            db = random.choice(DATABASES)
+            self.sql(db, 'CREATE TABLE IF NOT EXISTS churn (id int PRIMARY KEY, v text)')
+            self.sql(db, "SELECT eventgrid.create_topic('churn') WHERE NOT EXISTS"
+                         " (SELECT FROM eventgrid.topics WHERE name = 'churn')")
+            self.sql(db, "SELECT eventgrid.publish_table_changes('churn', 'churn')")
+            self.sql(db, "INSERT INTO churn VALUES (1, 'a') ON CONFLICT DO NOTHING")
+            self.sql(db, "SELECT eventgrid.create_event_subscription('orders', 'transient', '%s/ok/transient')"
+                     % self.ok_url)
+            self.sql(db, "SELECT eventgrid.drop_event_subscription('orders', 'transient')")
+            self.sql(db, 'DROP TABLE churn')
+            self.sql(db, "SELECT eventgrid.drop_topic('churn')")
+        def pause():
+            db = random.choice(DATABASES)
+            self.sql(db, "SELECT eventgrid.pause_delivery('orders')")
+            time.sleep(20)
+            self.sql(db, "SELECT eventgrid.resume_delivery('orders')")
+        return [('restart (fast)', restart_fast), ('restart (immediate)', restart_immediate),
+                ('kill -9 a delivery worker', kill_worker), ('VACUUM FULL', vacuum_full),
+                ('DDL', ddl), ('pause a topic 20 s', pause)]
+
+    def hold_snapshot(self):
+        try:
+            c = self.connect(DATABASES[0])
+            c.autocommit = False
+            c.set_session(isolation_level='REPEATABLE READ')
+            c.cursor().execute('SELECT count(*) FROM pg_class')
+            self.note('a REPEATABLE READ snapshot held open for 5 minutes')
+            self.stop.wait(300)
+            c.rollback()
+            c.close()
+            self.note('the snapshot let go')
+        except psycopg2.Error as e:
+            self.note('the held snapshot ended early: %s' % str(e).strip())
+
+    def trouble(self):
+        actions = self.actions()
+        k = 0
+        snapshot_at = self.t0 + self.args.minutes * 60 / 3
+        held = False
+        while not self.stop.wait(self.args.every):
+            if not held and time.time() >= snapshot_at:
+                held = True
+                threading.Thread(target=self.hold_snapshot, daemon=True).start()
+            name, act = actions[k % len(actions)]
+            k += 1
+            try:
+                act()
+                self.note(name)
+            except Exception as e:  # a step failing is part of the soak's record, not its end
+                self.note('%s failed: %s' % (name, str(e).strip()))
+
+    def away(self, port):
+        server = serve(port)
+        while not self.stop.is_set():
+            if self.stop.wait(240):
+                break
+            server.shutdown()
+            server.server_close()
+            self.note('the away receiver is gone for 60 s')
+            if self.stop.wait(60):
+                server = serve(port)
+                break
+            server = serve(port)
+            self.note('the away receiver is back')
+        self.away_server = server
+
+    def run(self):
+        a = self.args
+        port, away_port = free_port(), free_port()
+        serve(port)
+        self.ok_url = 'http://127.0.0.1:%d' % port
+        away_url = 'http://127.0.0.1:%d' % away_port
+        self.t0 = time.time()
+        STATE['started'] = self.t0
+        self.set_up(self.ok_url, away_url)
+        threads = [threading.Thread(target=self.publisher, args=(db,), daemon=True) for db in DATABASES]
+        threads.append(threading.Thread(target=self.away, args=(away_port,), daemon=True))
+        for t in threads:
+            t.start()
+        time.sleep(60)
+        mem_start, queue_start = self.worker_memory_kb(), self.queue()
+        self.note('after a minute: delivery workers %d kB RssAnon (%d workers), %d pending' %
+                  (mem_start[0], mem_start[1], queue_start))
+        trouble = threading.Thread(target=self.trouble, daemon=True)
+        trouble.start()
+        self.stop.wait(a.minutes * 60 - 60)
+        self.stop.set()
+        for t in threads:
+            t.join(timeout=360)
+        trouble.join(timeout=360)
+        mem_end_busy, queue_end = self.worker_memory_kb(), self.queue()
+        self.note('trouble over: delivery workers %d kB RssAnon (%d workers), %d pending' %
+                  (mem_end_busy[0], mem_end_busy[1], queue_end))
+        STATE['calm'] = True
+        # the retries still waiting come due: the workers' clock moves ahead
+        offset = 0
+        drain_start = time.time()
+        while self.queue() > 0 and time.time() - drain_start < a.drain_seconds:
+            offset += 600
+            self.sql('postgres', "ALTER SYSTEM SET eventgrid.clock_offset = '%ds'" % offset)
+            self.sql('postgres', 'SELECT pg_reload_conf()')
+            time.sleep(10)
+        pending_left = self.queue()
+        mem_end = self.worker_memory_kb()
+        self.sql('postgres', 'ALTER SYSTEM RESET eventgrid.clock_offset')
+        self.sql('postgres', 'SELECT pg_reload_conf()')
+        time.sleep(3)
+        self.report(mem_start, queue_start, mem_end_busy, mem_end, queue_end, pending_left, offset)
+
+    def report(self, mem_start, queue_start, mem_end_busy, mem_end, queue_end, pending_left, offset):
+        published = sum(len(v) for v in self.committed.values())
+        expected = lost = 0
+        latencies = {}
+        lost_examples = []
+        for sub, db in self.subs.items():
+            for eid, at in self.committed[db].items():
+                expected += 1
+                got = ARRIVALS.first.get((sub, eid))
+                if got is None:
+                    lost += 1
+                    if len(lost_examples) < 10:
+                        lost_examples.append('%s %s' % (sub, eid))
+                else:
+                    latencies.setdefault(int((at - self.t0) // 300), []).append((got - at) * 1000)
+        delivered = expected - lost
+        duplicates = ARRIVALS.total - len(ARRIVALS.first)
+        print()
+        print('| figure | value |')
+        print('| --- | --- |')
+        rows = [
+            ('minutes of trouble', self.args.minutes),
+            ('events published (commits that returned)', published),
+            ('deliveries expected (events x subscriptions)', expected),
+            ('delivered at least once (at the receivers)', delivered),
+            ('lost', lost),
+            ('duplicates (arrivals beyond the first)', duplicates),
+            ('delivery workers RssAnon after 1 min, kB (workers)', '%d (%d)' % mem_start),
+            ('delivery workers RssAnon when the trouble stopped, kB (workers)', '%d (%d)' % mem_end_busy),
+            ('delivery workers RssAnon at the end, kB (workers)', '%d (%d)' % mem_end),
+            ('pending after 1 min', queue_start),
+            ('pending when the trouble stopped', queue_end),
+            ('pending at the end (clock moved %d s ahead to drain)' % offset, pending_left),
+        ]
+        for k in sorted(latencies):
+            v = sorted(latencies[k])
+            rows.append(('p99 commit to arrival, minutes %d-%d, ms (%d deliveries)' % (k * 5, k * 5 + 5, len(v)),
+                         '%.0f' % v[min(len(v) - 1, int(len(v) * 0.99))]))
+        for name, value in rows:
+            print('| %s | %s |' % (name, value))
+        if lost_examples:
+            print('lost, first ones: ' + ', '.join(lost_examples))
+        print('SOAK_RESULT ' + json.dumps({'published': published, 'expected': expected, 'delivered': delivered,
+                                           'lost': lost, 'duplicates': duplicates, 'pending_left': pending_left}))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument('--host', required=True)
+    p.add_argument('--port', type=int, required=True)
+    p.add_argument('--data-dir', required=True)
+    p.add_argument('--minutes', type=float, default=float(os.environ.get('SOAK_MINUTES', 30)))
+    p.add_argument('--rate', type=float, default=float(os.environ.get('SOAK_RATE', 10)))
+    p.add_argument('--every', type=float, default=float(os.environ.get('SOAK_EVERY', 40)))
+    p.add_argument('--drain-seconds', type=float, default=900)
+    Soak(p.parse_args()).run()
+
+
+if __name__ == '__main__':
+    main()
