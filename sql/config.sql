@@ -307,5 +307,17 @@ SELECT err($$ALTER PUBLICATION pub_ok SET TABLE eventgrid.events_2$$);
 SELECT err($$ALTER PUBLICATION pub_ok ADD TABLE eventgrid.events_0$$);
 SELECT pubname, count(*) AS tables FROM pg_publication_tables WHERE pubname = 'pub_ok' GROUP BY 1;
 DROP PUBLICATION pub_ok;
+-- the replication role's grants
+SELECT err($$SELECT eventgrid.grant_event_replication(NULL)$$);
+SELECT err($$SELECT eventgrid.grant_event_replication('no_such_role')$$);
+CREATE ROLE regress_replicator LOGIN REPLICATION;
+SELECT eventgrid.grant_event_replication('regress_replicator');
+SELECT has_table_privilege('regress_replicator', 'eventgrid.events', 'SELECT') AS can_copy,
+       has_database_privilege('regress_replicator', current_database(), 'CONNECT') AS can_connect;
+CREATE ROLE regress_no_replication LOGIN;
+SELECT eventgrid.grant_event_replication('regress_no_replication');
+REVOKE ALL ON eventgrid.events FROM regress_replicator, regress_no_replication;
+DO $$ BEGIN EXECUTE format('REVOKE ALL ON DATABASE %I FROM regress_replicator, regress_no_replication', current_database()); END $$;
+DROP ROLE regress_replicator, regress_no_replication;
 DROP PUBLICATION pub_orders;
 RESET client_min_messages;

@@ -209,3 +209,73 @@ GRANT SELECT, DELETE ON TABLE eventgrid.rejected_events TO eventgrid_admin;
 
 COMMENT ON FUNCTION eventgrid._apply_event() IS
     'Internal: BEFORE INSERT row trigger on eventgrid.events, enabled for replica sessions only (ENABLE REPLICA): a row a logical replication worker applies is checked as a publish would check it (one that would be refused is kept in eventgrid.rejected_events instead, and replication goes on), then gets this server''s transaction id and an id from this server''s sequence (the sent id is kept as source_event_id), source = the subscription''s name, the event stamped and its size made here, the publish time when not sent; a topic this database lacks is counted in eventgrid.unknown_topic_events; the delivery workers are woken when the applied transaction commits. Rows of other replica sessions (restores) are stored as they are.';
+
+-- ---------------------------------------------------------------------------
+-- No event lost while a delivery server synchronizes: a subscriber's initial
+-- copy of eventgrid.events in progress (its table synchronization slot,
+-- pg_<subscription oid>_sync_<table oid>_<system id>) keeps every event table
+-- from being emptied; until the copy succeeds the subscriber passes over the
+-- rows it is sent, counting on the copy to hold them.  The upkeep worker's
+-- own statement does the same (src/store_rotation.c).
+CREATE OR REPLACE FUNCTION eventgrid._event_table_holders(event_table smallint) RETURNS text[]
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT array_agg(DISTINCT h.holder ORDER BY h.holder)
+      FROM (SELECT format('event subscription %s of topic %s', s.name, s.topic) AS holder
+              FROM eventgrid.subscription_positions p JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
+             WHERE EXISTS (SELECT 1 FROM eventgrid.events e
+                            WHERE e.event_table = _event_table_holders.event_table AND e.topic = s.topic
+                              AND e.txid >= pg_snapshot_xmin(p.done) AND NOT pg_visible_in_snapshot(e.txid, p.done))
+            UNION ALL
+            SELECT format('first attempts in flight for topic %s', c.topic)
+              FROM eventgrid.chunks_in_flight c
+             WHERE EXISTS (SELECT 1 FROM eventgrid.events e
+                            WHERE e.event_table = _event_table_holders.event_table AND e.topic = c.topic
+                              AND e.txid >= pg_snapshot_xmin(c.done) AND NOT pg_visible_in_snapshot(e.txid, c.done))
+            UNION ALL
+            SELECT format('unmatched count of topic %s', tp.topic)
+              FROM eventgrid.topic_positions tp
+             WHERE EXISTS (SELECT 1 FROM eventgrid.events e
+                            WHERE e.event_table = _event_table_holders.event_table AND e.topic = tp.topic
+                              AND e.txid >= pg_snapshot_xmin(tp.done) AND NOT pg_visible_in_snapshot(e.txid, tp.done))
+            UNION ALL
+            SELECT format('the initial copy of logical replication slot %s', r.slot_name)
+              FROM pg_catalog.pg_replication_slots r
+             WHERE r.database = current_database() AND r.slot_type = 'logical'
+               AND r.slot_name ~ '^pg_[0-9]+_sync_[0-9]+_[0-9]+$'
+               AND EXISTS (SELECT 1 FROM eventgrid.events e WHERE e.event_table = _event_table_holders.event_table)) h;
+END;
+COMMENT ON FUNCTION eventgrid._event_table_holders(smallint) IS
+    'Internal: what still needs events of event table eventgrid.events_<event_table> (event subscriptions, first attempts in flight, unmatched counts, a logical replication subscriber''s initial copy in progress); NULL when it may be emptied.';
+
+-- What the role a delivery server subscribes with needs on this side, in
+-- one call: LOGIN and REPLICATION are the role's own attributes (ALTER
+-- ROLE, a superuser's); CONNECT on the database and SELECT on
+-- eventgrid.events, for the initial copy, are granted here.
+CREATE FUNCTION eventgrid.grant_event_replication(role_name name) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    r pg_roles%ROWTYPE;
+BEGIN
+    IF role_name IS NULL THEN
+        RAISE EXCEPTION 'role_name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO r FROM pg_roles WHERE rolname = role_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'role "%" does not exist', role_name USING ERRCODE = 'undefined_object',
+            HINT = 'CREATE ROLE ... LOGIN REPLICATION PASSWORD ... first (a superuser''s).';
+    END IF;
+    EXECUTE format('GRANT CONNECT ON DATABASE %I TO %I', current_database(), role_name);
+    EXECUTE format('GRANT SELECT ON TABLE eventgrid.events TO %I', role_name);
+    IF NOT (r.rolreplication OR r.rolsuper) OR NOT r.rolcanlogin THEN
+        RAISE WARNING 'role "%" cannot open a replication connection yet', role_name
+            USING DETAIL = format('It has%s%s.', CASE WHEN r.rolcanlogin THEN '' ELSE ' no LOGIN' END,
+                                  CASE WHEN r.rolreplication OR r.rolsuper THEN '' ELSE ' no REPLICATION' END),
+                  HINT = format('ALTER ROLE %I LOGIN REPLICATION (a superuser''s), and allow it in pg_hba.conf.', role_name);
+    END IF;
+END $$;
+COMMENT ON FUNCTION eventgrid.grant_event_replication(name) IS
+    'Grants the role a delivery server subscribes with (CREATE SUBSCRIPTION ... CONNECTION ''... user=<role>'') what it needs in this database: CONNECT on it and SELECT on eventgrid.events, which the initial copy reads; warns when the role lacks LOGIN or REPLICATION (role attributes a superuser gives with ALTER ROLE). README "Scaling out". Errors: 22004 NULL, 42704 no such role. Needs the right to grant on eventgrid.events (its owner: a superuser).';
+REVOKE ALL ON FUNCTION eventgrid.grant_event_replication(name) FROM PUBLIC;

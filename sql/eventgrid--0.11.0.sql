@@ -998,10 +998,16 @@ CREATE FUNCTION eventgrid._event_table_holders(event_table smallint) RETURNS tex
             FROM eventgrid.topic_positions tp
            WHERE (EXISTS ( SELECT 1
                     FROM eventgrid.events e
-                   WHERE ((e.event_table = _event_table_holders.event_table) AND (e.topic = tp.topic) AND (e.txid >= pg_snapshot_xmin(tp.done)) AND (NOT pg_visible_in_snapshot(e.txid, tp.done)))))) h;
+                   WHERE ((e.event_table = _event_table_holders.event_table) AND (e.topic = tp.topic) AND (e.txid >= pg_snapshot_xmin(tp.done)) AND (NOT pg_visible_in_snapshot(e.txid, tp.done)))))
+         UNION ALL
+          SELECT format('the initial copy of logical replication slot %s'::text, r.slot_name) AS format
+            FROM pg_replication_slots r
+           WHERE ((r.database = current_database()) AND (r.slot_type = 'logical'::text) AND (r.slot_name ~ '^pg_[0-9]+_sync_[0-9]+_[0-9]+$'::text) AND (EXISTS ( SELECT 1
+                    FROM eventgrid.events e
+                   WHERE (e.event_table = _event_table_holders.event_table))))) h;
 END;
 
-COMMENT ON FUNCTION eventgrid._event_table_holders(event_table smallint) IS 'Internal: what still needs events of event table eventgrid.events_<event_table> (event subscriptions, first attempts in flight, unmatched counts); NULL when it may be emptied.';
+COMMENT ON FUNCTION eventgrid._event_table_holders(event_table smallint) IS 'Internal: what still needs events of event table eventgrid.events_<event_table> (event subscriptions, first attempts in flight, unmatched counts, a logical replication subscriber''s initial copy in progress); NULL when it may be emptied.';
 
 CREATE FUNCTION eventgrid._fail_validation(sid bigint, why text) RETURNS void
     LANGUAGE plpgsql
@@ -1977,6 +1983,33 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid.drop_topic(name text) IS 'Drops a topic with its event subscriptions and their pending deliveries and retries, and stops the publications of table changes to it. Dead letters are kept. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such topic.';
+
+CREATE FUNCTION eventgrid.grant_event_replication(role_name name) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    r pg_roles%ROWTYPE;
+BEGIN
+    IF role_name IS NULL THEN
+        RAISE EXCEPTION 'role_name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO r FROM pg_roles WHERE rolname = role_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'role "%" does not exist', role_name USING ERRCODE = 'undefined_object',
+            HINT = 'CREATE ROLE ... LOGIN REPLICATION PASSWORD ... first (a superuser''s).';
+    END IF;
+    EXECUTE format('GRANT CONNECT ON DATABASE %I TO %I', current_database(), role_name);
+    EXECUTE format('GRANT SELECT ON TABLE eventgrid.events TO %I', role_name);
+    IF NOT (r.rolreplication OR r.rolsuper) OR NOT r.rolcanlogin THEN
+        RAISE WARNING 'role "%" cannot open a replication connection yet', role_name
+            USING DETAIL = format('It has%s%s.', CASE WHEN r.rolcanlogin THEN '' ELSE ' no LOGIN' END,
+                                  CASE WHEN r.rolreplication OR r.rolsuper THEN '' ELSE ' no REPLICATION' END),
+                  HINT = format('ALTER ROLE %I LOGIN REPLICATION (a superuser''s), and allow it in pg_hba.conf.', role_name);
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.grant_event_replication(role_name name) IS 'Grants the role a delivery server subscribes with (CREATE SUBSCRIPTION ... CONNECTION ''... user=<role>'') what it needs in this database: CONNECT on it and SELECT on eventgrid.events, which the initial copy reads; warns when the role lacks LOGIN or REPLICATION (role attributes a superuser gives with ALTER ROLE). README "Scaling out". Errors: 22004 NULL, 42704 no such role. Needs the right to grant on eventgrid.events (its owner: a superuser).';
 
 CREATE FUNCTION eventgrid.pause_delivery(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3525,6 +3558,8 @@ GRANT ALL ON FUNCTION eventgrid.drop_event_subscription(topic text, name text) T
 
 REVOKE ALL ON FUNCTION eventgrid.drop_topic(name text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.drop_topic(name text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.grant_event_replication(role_name name) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid.pause_delivery(topic text, subscription text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.pause_delivery(topic text, subscription text) TO eventgrid_admin;

@@ -31,23 +31,45 @@ payload_col(SPITupleTable *tt, int row, int col, EgEventPart *part)
 	}
 }
 
+/*
+ * Text column col of row, palloc'd, or same itself when it holds the same
+ * text (NULL: no text to share).
+ */
+static char *
+shared_text_col(SPITupleTable *tt, int row, int col, const char *same)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tt->vals[row], tt->tupdesc, col, &isnull);
+	text	   *t;
+
+	if (isnull)
+		return NULL;
+	t = DatumGetTextPP(d);
+	if (same != NULL && strlen(same) == VARSIZE_ANY_EXHDR(t) &&
+		memcmp(same, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)) == 0)
+		return (char *) same;
+	return text_to_cstring(t);
+}
+
 /* See store_claim.h. */
 void
-eg_claim_request_cols(SPITupleTable *tt, int row, int first, EgClaimedRow *r)
+eg_claim_request_cols(SPITupleTable *tt, int row, int first, EgClaimedRow *r, const EgClaimedRow *prev)
 {
+#define SHARED(field, col) shared_text_col(tt, row, first + (col), prev ? prev->field : NULL)
 	r->max_attempts = eg_int32_col(tt, row, first + RC_MAX_ATTEMPTS, 1);
-	r->endpoint = eg_text_col(tt, row, first + RC_ENDPOINT);
-	r->subscription_name = eg_text_col(tt, row, first + RC_NAME);
-	r->schema = eg_text_col(tt, row, first + RC_SCHEMA);
+	r->endpoint = SHARED(endpoint, RC_ENDPOINT);
+	r->subscription_name = SHARED(subscription_name, RC_NAME);
+	r->schema = SHARED(schema, RC_SCHEMA);
 	r->max_events_per_batch = eg_int32_col(tt, row, first + RC_MAX_EVENTS, 0);
 	r->preferred_batch_kb = eg_int32_col(tt, row, first + RC_PREFERRED_KB, 0);
 	payload_col(tt, row, first + RC_PAYLOAD, &r->payload);
 	r->output_event_id = eg_text_col(tt, row, first + RC_OUTPUT_EVENT_ID);
-	r->data_version = eg_text_col(tt, row, first + RC_DATA_VERSION);
-	r->metadata_version = eg_text_col(tt, row, first + RC_METADATA_VERSION);
-	r->custom_headers = eg_text_col(tt, row, first + RC_CUSTOM_HEADERS);
-	r->signing_keys = eg_text_col(tt, row, first + RC_SIGNING_KEYS);
-	r->source = eg_text_col(tt, row, first + RC_SOURCE);
+	r->data_version = SHARED(data_version, RC_DATA_VERSION);
+	r->metadata_version = SHARED(metadata_version, RC_METADATA_VERSION);
+	r->custom_headers = SHARED(custom_headers, RC_CUSTOM_HEADERS);
+	r->signing_keys = SHARED(signing_keys, RC_SIGNING_KEYS);
+	r->source = SHARED(source, RC_SOURCE);
+#undef SHARED
 }
 
 /*
@@ -596,8 +618,13 @@ load_chunks(Datum *written, int nchunks, TimestampTz now, int lease_owner, int *
 		r->bytes = eg_int32_col(tt, i, CL_BYTES, 0) + EG_DELIVERY_OVERHEAD_BYTES;
 		r->profile = eg_bool_col(tt, i, CL_NAMESPACE) ? EG_PROFILE_NAMESPACE : EG_PROFILE_CUSTOM;
 		r->topic = eg_text_col(tt, i, CL_TOPIC);
+		if (i > 0 && r->topic && out[i - 1].topic && strcmp(r->topic, out[i - 1].topic) == 0)
+		{
+			pfree((char *) r->topic);
+			r->topic = out[i - 1].topic;
+		}
 		r->publish_time = eg_timestamp_col(tt, i, CL_PUBLISH_TIME);
-		eg_claim_request_cols(tt, i, CL_REQUEST, r);
+		eg_claim_request_cols(tt, i, CL_REQUEST, r, i > 0 ? &out[i - 1] : NULL);
 	}
 	json_texts(tt, load, out, *n);
 

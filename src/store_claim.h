@@ -83,7 +83,11 @@ enum RequestCol
 /*
  * The REQUEST_COLS columns of result row row, starting at column first,
  * into r (texts borrowed from the result, valid until eg_store_commit()).
+ * prev, the row before (or NULL): the texts it holds the same (a
+ * subscription's endpoint, names and headers) are shared with it, not
+ * copied again for each row.
  */
-extern void eg_claim_request_cols(SPITupleTable *tt, int row, int first, EgClaimedRow *r);
+extern void eg_claim_request_cols(SPITupleTable *tt, int row, int first, EgClaimedRow *r,
+								  const EgClaimedRow *prev);
 
 #endif							/* EVENTGRID_STORE_CLAIM_H */

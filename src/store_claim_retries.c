@@ -171,7 +171,7 @@ eg_store_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_
 		r->publish_time = eg_timestamp_col(tt, i, CR_PUBLISH_TIME);
 		if (rates[i] > 0)
 			limited = true;
-		eg_claim_request_cols(tt, i, CR_REQUEST, r);
+		eg_claim_request_cols(tt, i, CR_REQUEST, r, i > 0 ? &out[i - 1] : NULL);
 	}
 	if (limited)
 		n = rate_limit_retries(out, rates, n, now);

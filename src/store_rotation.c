@@ -1,8 +1,8 @@
 /*
  * store_rotation.c - keeping the queue's size bounded without VACUUM (PgQ's
  * rotation): an event table other than the current one is emptied with
- * TRUNCATE once no position, chunk in flight or unmatched count needs its
- * events (the events of a held event subscription, paused or not
+ * TRUNCATE once no position, chunk in flight, unmatched count or logical
+ * replication subscriber's initial copy needs its events (the events of a held event subscription, paused or not
  * validated, become its own retries first, so that one held subscription
  * cannot keep every topic's events), and the attempt history's oldest
  * table is emptied when the
@@ -21,7 +21,9 @@
 
 /*
  * What still needs the events of event table $1: '' for nothing, NULL when
- * the table is empty.  The query of eventgrid._event_table_holders() (which
+ * the table is empty.  Positions, chunks in flight and unmatched counts
+ * whose snapshots have not passed its events, and a subscriber's initial
+ * copy in progress (EG_SQL_SYNC_SLOTS).  The query of eventgrid._event_table_holders() (which
  * the event_tables view shows), here as a statement of its own so that its
  * plan is made once per rotation (each TRUNCATE invalidates it), not at
  * every call as a SQL function's is: its second run holds the table's
@@ -33,6 +35,23 @@
  * at 1,000 events/s.  The SQL function took 3.7 ms on average there (20 ms
  * at worst), the statement 0.2 ms.
  */
+/*
+ * A logical replication subscriber's initial copy (table synchronization)
+ * in progress: PostgreSQL names the slot of each copy pg_<subscription
+ * oid>_sync_<table oid>_<system id>, made when the copy starts, kept while
+ * it fails and is tried again, dropped once the table is synchronized.
+ * Until then the subscriber's apply worker passes over the rows it is sent
+ * for that table, counting on the copy to hold them: an event table the
+ * rotation emptied meanwhile would lose them (README "Scaling out").  On
+ * this side the slot cannot be tied to a table, so any copy in progress
+ * keeps every event table.
+ */
+#define EG_SQL_SYNC_SLOTS \
+	"SELECT format('the initial copy of logical replication slot %s', r.slot_name)" \
+	"  FROM pg_catalog.pg_replication_slots r" \
+	" WHERE r.database = pg_catalog.current_database() AND r.slot_type = 'logical'" \
+	"   AND r.slot_name ~ '^pg_[0-9]+_sync_[0-9]+_[0-9]+$'"
+
 static EgStatement holders = {
 	.name = "event table holders",
 	.sql =
@@ -55,6 +74,8 @@ static EgStatement holders = {
 	"     WHERE EXISTS (SELECT 1 FROM eventgrid.events e"
 	"                    WHERE e.event_table = $1::smallint AND e.topic = tp.topic"
 	"                      AND e.txid >= pg_snapshot_xmin(tp.done) AND NOT pg_visible_in_snapshot(e.txid, tp.done) OFFSET 0)"
+	"    UNION ALL"
+	"    " EG_SQL_SYNC_SLOTS
 	"  ) h), '') END",
 	.nargs = 1,
 	.types = {INT4OID},
