@@ -23,7 +23,6 @@
 
 #include "access/xact.h"
 #include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #if PG_VERSION_NUM >= 150000
 #include "common/pg_prng.h"
@@ -261,41 +260,21 @@ release_claim_row(EgDelivery *d)
 static bool
 in_subtransaction(void (*work) (void *arg), void *arg, const char *what, char **last)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile bool ok = true;
+	ErrorData  *edata = eg_try(work, arg);
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
+	if (edata == NULL)
+		return true;
+	if (*last == NULL || strcmp(*last, edata->message) != 0)
 	{
-		work(arg);
-		ReleaseCurrentSubTransaction();
+		ereport(LOG,
+				(errmsg("eventgrid: recording %s failed: %s", what, edata->message),
+				 errdetail("The other event subscriptions and endpoints are recorded; this is tried again with the next record, and its event subscription claims nothing new meanwhile.")));
+		if (*last)
+			pfree(*last);
+		*last = MemoryContextStrdup(TopMemoryContext, edata->message);
 	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		if (*last == NULL || strcmp(*last, edata->message) != 0)
-		{
-			ereport(LOG,
-					(errmsg("eventgrid: recording %s failed: %s", what, edata->message),
-					 errdetail("The other event subscriptions and endpoints are recorded; this is tried again with the next record, and its event subscription claims nothing new meanwhile.")));
-			if (*last)
-				pfree(*last);
-			*last = MemoryContextStrdup(TopMemoryContext, edata->message);
-		}
-		FreeErrorData(edata);
-		ok = false;
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-	return ok;
+	FreeErrorData(edata);
+	return false;
 }
 
 /* One event subscription's share of an isolated record. */

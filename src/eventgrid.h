@@ -267,6 +267,14 @@ extern void eg_check_event_size(int64 size);
  * not, palloc'd (the error a publish would have raised).  Never raises for
  * an invalid event.
  */
+/*
+ * Runs work(arg) in a subtransaction of the current transaction (store.c):
+ * NULL when it returned, else the ERROR it raised, copied into the
+ * caller's memory context, the subtransaction rolled back and the error
+ * dropped; the caller's memory context and resource owner are kept.
+ */
+extern ErrorData *eg_try(void (*work) (void *arg), void *arg);
+
 extern char *eg_check_replicated_event(const char *topic, bool topic_known, Jsonb *jb, Jsonb **stored,
 									   int64 *size);
 /* replication.c: eventgrid.events_id_seq's OID (event ids), kept for the backend's life */

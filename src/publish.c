@@ -18,7 +18,6 @@
  */
 #include "http.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
@@ -27,7 +26,6 @@
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
-#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 typedef enum EgSchema
@@ -490,43 +488,41 @@ validate_event(Jsonb *jb, const char *topic, EgSchema schema, int64 *size)
 	return jb;
 }
 
+typedef struct EgReplicatedCheck
+{
+	const char *topic;
+	bool		topic_known;
+	Jsonb	   *event;
+	Jsonb	   *stored;
+	int64		size;
+} EgReplicatedCheck;
+
+static void
+check_replicated(void *arg)
+{
+	EgReplicatedCheck *c = arg;
+
+	/* a topic this database lacks: what holds for every schema */
+	c->stored = validate_event(c->event, c->topic,
+							   c->topic_known ? lookup_topic_schema(c->topic) : EG_SCHEMA_CUSTOM, &c->size);
+}
+
 /*
  * See eventgrid.h.  The checks raise errors: they run in a subtransaction
- * of their own, whose error is taken as the reason and dropped, so that an
- * invalid row never stops the apply worker.
+ * of their own (eg_try), whose error is taken as the reason and dropped, so
+ * that an invalid row never stops the apply worker.
  */
 char *
 eg_check_replicated_event(const char *topic, bool topic_known, Jsonb *jb, Jsonb **stored, int64 *size)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	char	   *volatile reason = NULL;
+	EgReplicatedCheck c = {.topic = topic,.topic_known = topic_known,.event = jb};
+	ErrorData  *edata = eg_try(check_replicated, &c);
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		/* a topic this database lacks: what holds for every schema */
-		*stored = validate_event(jb, topic,
-								 topic_known ? lookup_topic_schema(topic) : EG_SCHEMA_CUSTOM, size);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		reason = edata->message;
-	}
-	PG_END_TRY();
-	return reason;
+	if (edata != NULL)
+		return edata->message;
+	*stored = c.stored;
+	*size = c.size;
+	return NULL;
 }
 
 PG_FUNCTION_INFO_V1(eventgrid_validate_event);
