@@ -43,6 +43,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import psycopg2
+import psycopg2.errors
 
 DATABASES = ['soak_a', 'soak_b', 'soak_c']
 SUBSCRIPTIONS = 50
@@ -146,6 +147,8 @@ class Soak:
                     return cur.fetchall() if cur.description else None
                 finally:
                     c.close()
+            except psycopg2.errors.QueryCanceled:
+                raise  # cancelled by hand (an OperationalError too): not a restart to wait out
             except psycopg2.OperationalError:
                 if not retry:
                     raise
