@@ -260,14 +260,6 @@ extern LocalTransactionId eg_current_lxid(void);
 extern void eg_check_event_size(int64 size);
 
 /*
- * An event that logical replication brought for topic (topic_known: this
- * database has it), checked as a publish into it would check it (publish.c):
- * NULL when valid, with *stored the event as it is kept (stamped) and
- * *size its JSON text's size (recomputed, whatever was sent); else why
- * not, palloc'd (the error a publish would have raised).  Never raises for
- * an invalid event.
- */
-/*
  * Runs work(arg) in a subtransaction of the current transaction (store.c):
  * NULL when it returned, else the ERROR it raised, copied into the
  * caller's memory context, the subtransaction rolled back and the error
@@ -275,6 +267,14 @@ extern void eg_check_event_size(int64 size);
  */
 extern ErrorData *eg_try(void (*work) (void *arg), void *arg);
 
+/*
+ * An event that logical replication brought for topic (topic_known: this
+ * database has it), checked as a publish into it would check it (publish.c):
+ * NULL when valid, with *stored the event as it is kept (stamped) and
+ * *size its JSON text's size (recomputed, whatever was sent); else why
+ * not, palloc'd (the error a publish would have raised).  Never raises for
+ * an invalid event.
+ */
 extern char *eg_check_replicated_event(const char *topic, bool topic_known, Jsonb *jb, Jsonb **stored,
 									   int64 *size);
 /* replication.c: eventgrid.events_id_seq's OID (event ids), kept for the backend's life */
