@@ -201,7 +201,8 @@ eg_targets_sweep(TimestampTz now)
 	HASH_SEQ_STATUS seq;
 	EgTarget   *t;
 
-	if (now - last_sweep < (TimestampTz) 60 * 1000 * 1000)
+	/* no endpoint looked up yet: a worker whose first deliveries all ended unsent */
+	if (eg_targets_table == NULL || now - last_sweep < (TimestampTz) 60 * 1000 * 1000)
 		return;
 	last_sweep = now;
 	hash_seq_init(&seq, eg_targets_table);
