@@ -27,5 +27,11 @@ if [ $status -ne 0 ]; then
     for f in "$work"/regression.diffs "$work"/tmp_check/log/regress_log_*; do
         [ -f "$f" ] && { echo "== $f"; tail -n 80 "$f"; }
     done
+    # the server logs of the TAP files that failed (their clusters' own logs)
+    for t in $(grep -Eo '^test/t/[0-9]+_[a-z_]+\.pl +\(Wstat' "$work/test-output.log" | sed 's|test/t/||; s|\.pl.*||'); do
+        for f in "$work"/tmp_check/log/"$t"_*.log; do
+            [ -f "$f" ] && { echo "== $f (server log, last lines)"; tail -n 150 "$f" | cut -c1-400; }
+        done
+    done
 fi
 exit $status
