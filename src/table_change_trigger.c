@@ -445,6 +445,7 @@ push_row(JsonbParseState **st, EgChange *c, TupleTableSlot *slot, bool watched)
 		bool		isnull;
 		Datum		d;
 		int64		size;
+		char	   *json_text;
 
 		if (watched ? !col->watched : !col->published)
 			continue;
@@ -455,13 +456,13 @@ push_row(JsonbParseState **st, EgChange *c, TupleTableSlot *slot, bool watched)
 			size = strlen("null");
 		}
 		else if (col->kind == VALUE_TO_JSONB && col->base == JSONOID &&
-				 json_has_nul_escape(TextDatumGetCString(d)))
+				 json_has_nul_escape(json_text = TextDatumGetCString(d)))
 		{
 			/* a json value jsonb cannot hold: carried as its JSON text, a string */
 			JsonbValue	v;
 
 			v.type = jbvString;
-			v.val.string.val = TextDatumGetCString(d);
+			v.val.string.val = json_text;
 			v.val.string.len = strlen(v.val.string.val);
 			size = watched ? 0 : string_text_size(c, v.val.string.val);
 			push_key(st, col->name);
@@ -985,6 +986,7 @@ eventgrid_table_change_trigger(PG_FUNCTION_ARGS)
 				watched,
 				keys;
 	char	   *prefix;
+	const char *type_prefix;
 	char	   *input_schema;
 	char	   *expected_name;
 	bool		valid;
@@ -1111,7 +1113,8 @@ found:
 	/* events name the published table, also for a write that named one of its partitions */
 	c.head = psprintf("/%s/%s", eg_uri_escape(c.schema_name, strlen(c.schema_name)),
 					  eg_uri_escape(c.table_name, strlen(c.table_name)));
-	c.event_type = psprintf("%s.%s", prefix ? prefix : psprintf("%s.%s", c.schema_name, c.table_name),
+	type_prefix = prefix ? prefix : psprintf("%s.%s", c.schema_name, c.table_name);
+	c.event_type = psprintf("%s.%s", type_prefix,
 							strcmp(c.operation, "INSERT") == 0 ? "Inserted"
 							: strcmp(c.operation, "UPDATE") == 0 ? "Updated" : "Deleted");
 	c.event_time = rfc3339(GetCurrentStatementStartTimestamp());
@@ -1173,7 +1176,7 @@ found:
 			/* a row the UPDATE took out of the table is reported as the table shows it: deleted */
 			flush(&c);
 			c.operation = "DELETE";
-			c.event_type = psprintf("%s.Deleted", prefix ? prefix : psprintf("%s.%s", c.schema_name, c.table_name));
+			c.event_type = psprintf("%s.Deleted", type_prefix);
 			c.skeleton_size = -1;
 			tuplestore_rescan(td->tg_oldtable);
 			for (i = 0; i < nold && tuplestore_gettupleslot(td->tg_oldtable, true, false, oldslot); i++)
