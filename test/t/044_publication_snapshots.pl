@@ -14,7 +14,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = new_node('publication_snapshots');
+# (the events are read back from the event tables: no rotation empties them meanwhile)
+my $node = new_node('publication_snapshots', 'eventgrid.event_table_rotation' => "'1h'");
 sub sql { return $node->safe_psql('postgres', shift) }
 
 sql("SELECT eventgrid.create_topic('snap')");
