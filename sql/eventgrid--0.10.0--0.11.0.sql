@@ -211,12 +211,25 @@ COMMENT ON FUNCTION eventgrid._apply_event() IS
     'Internal: BEFORE INSERT row trigger on eventgrid.events, enabled for replica sessions only (ENABLE REPLICA): a row a logical replication worker applies is checked as a publish would check it (one that would be refused is kept in eventgrid.rejected_events instead, and replication goes on), then gets this server''s transaction id and an id from this server''s sequence (the sent id is kept as source_event_id), source = the subscription''s name, the event stamped and its size made here, the publish time when not sent; a topic this database lacks is counted in eventgrid.unknown_topic_events; the delivery workers are woken when the applied transaction commits. Rows of other replica sessions (restores) are stored as they are.';
 
 -- ---------------------------------------------------------------------------
--- No event lost while a delivery server synchronizes: a subscriber's initial
--- copy of eventgrid.events in progress (its table synchronization slot,
--- pg_<subscription oid>_sync_<table oid>_<system id>) keeps every event table
--- from being emptied; until the copy succeeds the subscriber passes over the
--- rows it is sent, counting on the copy to hold them.  The upkeep worker's
--- own statement does the same (src/store_rotation.c).
+-- No event lost while a delivery server synchronizes: until a subscriber's
+-- initial copy of eventgrid.events has succeeded, its apply worker passes
+-- over the rows it is sent, counting on the copy to hold them, so no event
+-- table is emptied (1) while a copy is in progress (its table
+-- synchronization slot, pg_<subscription oid>_sync_<table oid>_<system id>,
+-- exists), and (2) while a subscription's own slot has not streamed for
+-- eventgrid.replication_sync_wait: it exists from CREATE SUBSCRIPTION, its
+-- copy starts only once it streams.  The upkeep worker notes the slots it
+-- sees, and its own statement does the same (src/store_rotation.c).
+CREATE TABLE eventgrid.replication_slot_sightings (
+    slot_name name PRIMARY KEY,
+    first_seen_at timestamp with time zone NOT NULL,
+    streaming_since timestamp with time zone
+);
+COMMENT ON TABLE eventgrid.replication_slot_sightings IS
+    'Internal: the logical replication slots (plugin pgoutput, other than table synchronization slots) of this database the upkeep worker has seen, when it first saw each, and since when it has seen each stream without a break (streaming_since; NULL: not streaming). No event table is emptied while a slot has streamed for less than eventgrid.replication_sync_wait: its subscriber''s initial copy may be to come. Read through eventgrid.event_tables.';
+REVOKE ALL ON TABLE eventgrid.replication_slot_sightings FROM PUBLIC;
+GRANT SELECT ON TABLE eventgrid.replication_slot_sightings TO eventgrid_admin;
+
 CREATE OR REPLACE FUNCTION eventgrid._event_table_holders(event_table smallint) RETURNS text[]
     LANGUAGE sql STABLE PARALLEL SAFE
 BEGIN ATOMIC
@@ -243,10 +256,19 @@ BEGIN ATOMIC
               FROM pg_catalog.pg_replication_slots r
              WHERE r.database = current_database() AND r.slot_type = 'logical'
                AND r.slot_name ~ '^pg_[0-9]+_sync_[0-9]+_[0-9]+$'
+               AND EXISTS (SELECT 1 FROM eventgrid.events e WHERE e.event_table = _event_table_holders.event_table)
+            UNION ALL
+            SELECT format('logical replication slot %s, whose subscriber has not streamed for eventgrid.replication_sync_wait yet (its initial copy may be to come)', r.slot_name)
+              FROM pg_catalog.pg_replication_slots r
+              LEFT JOIN eventgrid.replication_slot_sightings g ON g.slot_name = r.slot_name
+             WHERE r.database = current_database() AND r.slot_type = 'logical' AND r.plugin = 'pgoutput'
+               AND r.slot_name !~ '^pg_[0-9]+_sync_[0-9]+_[0-9]+$'
+               AND (g.streaming_since IS NULL
+                    OR g.streaming_since > now() - coalesce(current_setting('eventgrid.replication_sync_wait', true), '300s')::interval)
                AND EXISTS (SELECT 1 FROM eventgrid.events e WHERE e.event_table = _event_table_holders.event_table)) h;
 END;
 COMMENT ON FUNCTION eventgrid._event_table_holders(smallint) IS
-    'Internal: what still needs events of event table eventgrid.events_<event_table> (event subscriptions, first attempts in flight, unmatched counts, a logical replication subscriber''s initial copy in progress); NULL when it may be emptied.';
+    'Internal: what still needs events of event table eventgrid.events_<event_table> (event subscriptions, first attempts in flight, unmatched counts, a logical replication subscriber''s initial copy in progress or possibly to come); NULL when it may be emptied.';
 
 -- What the role a delivery server subscribes with needs on this side, in
 -- one call: LOGIN and REPLICATION are the role's own attributes (ALTER

@@ -969,6 +969,14 @@ END;
 
 COMMENT ON FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) IS 'Internal: the rows of the view eventgrid.event_subscription_metrics, for pg_monitor and eventgrid_admin.';
 
+CREATE TABLE eventgrid.replication_slot_sightings (
+    slot_name name NOT NULL,
+    first_seen_at timestamp with time zone NOT NULL,
+    streaming_since timestamp with time zone
+);
+
+COMMENT ON TABLE eventgrid.replication_slot_sightings IS 'Internal: the logical replication slots (plugin pgoutput, other than table synchronization slots) of this database the upkeep worker has seen, when it first saw each, and since when it has seen each stream without a break (streaming_since; NULL: not streaming). No event table is emptied while a slot has streamed for less than eventgrid.replication_sync_wait: its subscriber''s initial copy may be to come. Read through eventgrid.event_tables.';
+
 CREATE TABLE eventgrid.topic_positions (
     topic text NOT NULL,
     done pg_snapshot NOT NULL,
@@ -1004,10 +1012,17 @@ CREATE FUNCTION eventgrid._event_table_holders(event_table smallint) RETURNS tex
             FROM pg_replication_slots r
            WHERE ((r.database = current_database()) AND (r.slot_type = 'logical'::text) AND (r.slot_name ~ '^pg_[0-9]+_sync_[0-9]+_[0-9]+$'::text) AND (EXISTS ( SELECT 1
                     FROM eventgrid.events e
+                   WHERE (e.event_table = _event_table_holders.event_table))))
+         UNION ALL
+          SELECT format('logical replication slot %s, whose subscriber has not streamed for eventgrid.replication_sync_wait yet (its initial copy may be to come)'::text, r.slot_name) AS format
+            FROM (pg_replication_slots r
+              LEFT JOIN eventgrid.replication_slot_sightings g ON ((g.slot_name = r.slot_name)))
+           WHERE ((r.database = current_database()) AND (r.slot_type = 'logical'::text) AND (r.plugin = 'pgoutput'::name) AND (r.slot_name !~ '^pg_[0-9]+_sync_[0-9]+_[0-9]+$'::text) AND ((g.streaming_since IS NULL) OR (g.streaming_since > (now() - (COALESCE(current_setting('eventgrid.replication_sync_wait'::text, true), '300s'::text))::interval))) AND (EXISTS ( SELECT 1
+                    FROM eventgrid.events e
                    WHERE (e.event_table = _event_table_holders.event_table))))) h;
 END;
 
-COMMENT ON FUNCTION eventgrid._event_table_holders(event_table smallint) IS 'Internal: what still needs events of event table eventgrid.events_<event_table> (event subscriptions, first attempts in flight, unmatched counts, a logical replication subscriber''s initial copy in progress); NULL when it may be emptied.';
+COMMENT ON FUNCTION eventgrid._event_table_holders(event_table smallint) IS 'Internal: what still needs events of event table eventgrid.events_<event_table> (event subscriptions, first attempts in flight, unmatched counts, a logical replication subscriber''s initial copy in progress or possibly to come); NULL when it may be emptied.';
 
 CREATE FUNCTION eventgrid._fail_validation(sid bigint, why text) RETURNS void
     LANGUAGE plpgsql
@@ -3189,6 +3204,9 @@ ALTER TABLE ONLY eventgrid.rejected_events
 ALTER TABLE ONLY eventgrid.replication_progress
     ADD CONSTRAINT replication_progress_pkey PRIMARY KEY (source);
 
+ALTER TABLE ONLY eventgrid.replication_slot_sightings
+    ADD CONSTRAINT replication_slot_sightings_pkey PRIMARY KEY (slot_name);
+
 ALTER TABLE ONLY eventgrid.requests_in_flight
     ADD CONSTRAINT requests_in_flight_pkey PRIMARY KEY (lease_owner, wave);
 
@@ -3429,6 +3447,8 @@ GRANT SELECT ON TABLE eventgrid.subscription_counters TO eventgrid_admin;
 REVOKE ALL ON FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) TO pg_monitor;
 GRANT ALL ON FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.replication_slot_sightings TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.topic_positions TO eventgrid_admin;
 

@@ -59,6 +59,7 @@ extern bool eg_delivery_paused;
 extern int	eg_max_bytes_in_flight_kb;
 extern int	eg_event_table_rotation_s;
 extern int	eg_event_retention_s;	/* eventgrid.event_retention, seconds */
+extern int	eg_replication_sync_wait_s;	/* eventgrid.replication_sync_wait, seconds */
 extern int	eg_max_requests_per_endpoint;
 extern int	eg_probation_failures;
 extern int	eg_attempt_history;

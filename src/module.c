@@ -59,6 +59,7 @@ bool		eg_delivery_paused = false;
 int			eg_max_bytes_in_flight_kb = 64 * 1024;
 int			eg_event_table_rotation_s = 10;
 int			eg_event_retention_s = 0;
+int			eg_replication_sync_wait_s = 300;
 int			eg_max_requests_per_endpoint = 32;
 int			eg_probation_failures = 10;
 int			eg_attempt_history = EG_HISTORY_ALL;
@@ -250,6 +251,11 @@ eg_define_gucs(void)
 							gettext_noop("How long an event table is kept after its turn ended, even when nothing needs its events any more."),
 							gettext_noop("For a server whose events delivery servers receive by logical replication: after a failover, what they had not received is fed again from the event tables (README \"Scaling out\"). At most 5/3 of eventgrid.event_table_rotation counts (so the oldest table is still emptied before its next turn); 0 keeps nothing."),
 							&eg_event_retention_s, 0, 0, 7200,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.replication_sync_wait",
+							gettext_noop("How long a new logical replication slot of this database must have streamed before the event tables stop being kept for its subscriber's initial copy."),
+							gettext_noop("A subscriber passes over the rows it is sent until its initial copy of eventgrid.events is done, and the copy starts only once the subscription streams: no event table is emptied while a slot has not streamed this long (README \"Scaling out\")."),
+							&eg_replication_sync_wait_s, 300, 1, 86400,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomEnumVariable("eventgrid.attempt_history",
 							 gettext_noop("Which delivery attempts the history (view eventgrid.delivery_attempts) keeps: all, failures or off."),

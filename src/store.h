@@ -199,6 +199,7 @@ extern uint64 eg_store_rebase(TimestampTz now);
 /* store_rotation.c */
 extern char *eg_store_truncate(int event_table, TimestampTz now);
 extern bool eg_store_table_used(int event_table);
+extern void eg_store_note_replication_slots(TimestampTz now);
 
 /* Moves the positions of subscriptions whose endpoint validation failed past what was published since. */
 extern void eg_store_pass_failed(TimestampTz now);

@@ -46,11 +46,32 @@
  * this side the slot cannot be tied to a table, so any copy in progress
  * keeps every event table.
  */
+#define EG_SYNC_SLOT_PATTERN "'^pg_[0-9]+_sync_[0-9]+_[0-9]+$'"
 #define EG_SQL_SYNC_SLOTS \
 	"SELECT format('the initial copy of logical replication slot %s', r.slot_name)" \
 	"  FROM pg_catalog.pg_replication_slots r" \
 	" WHERE r.database = pg_catalog.current_database() AND r.slot_type = 'logical'" \
-	"   AND r.slot_name ~ '^pg_[0-9]+_sync_[0-9]+_[0-9]+$'"
+	"   AND r.slot_name ~ " EG_SYNC_SLOT_PATTERN
+
+/*
+ * The subscription's own slot exists from CREATE SUBSCRIPTION, but its
+ * copies (and their slots) start only once its apply worker streams: a
+ * subscription made disabled, or a worker slow to start, leaves a gap in
+ * which the events committed are the copy's to bring, and none of them may
+ * be emptied away.  The publisher cannot see a subscriber's table states,
+ * so every other pgoutput slot of this database keeps the event tables
+ * until the upkeep worker has seen it stream, without a break it saw, for
+ * eventgrid.replication_sync_wait ($2: now, $3: the wait in seconds);
+ * eventgrid.replication_slot_sightings keeps what it saw.
+ */
+#define EG_SQL_NEW_SLOTS \
+	"SELECT format('logical replication slot %s, whose subscriber has not streamed for eventgrid.replication_sync_wait yet (its initial copy may be to come)', r.slot_name)" \
+	"  FROM pg_catalog.pg_replication_slots r" \
+	"  LEFT JOIN eventgrid.replication_slot_sightings g ON g.slot_name = r.slot_name" \
+	" WHERE r.database = pg_catalog.current_database() AND r.slot_type = 'logical' AND r.plugin = 'pgoutput'" \
+	"   AND r.slot_name !~ " EG_SYNC_SLOT_PATTERN \
+	"   AND (g.streaming_since IS NULL" \
+	"        OR g.streaming_since > $2 - pg_catalog.make_interval(secs => $3))"
 
 static EgStatement holders = {
 	.name = "event table holders",
@@ -76,10 +97,39 @@ static EgStatement holders = {
 	"                      AND e.txid >= pg_snapshot_xmin(tp.done) AND NOT pg_visible_in_snapshot(e.txid, tp.done) OFFSET 0)"
 	"    UNION ALL"
 	"    " EG_SQL_SYNC_SLOTS
+	"    UNION ALL"
+	"    " EG_SQL_NEW_SLOTS
 	"  ) h), '') END",
-	.nargs = 1,
-	.types = {INT4OID},
+	.nargs = 3,
+	.types = {INT4OID, TIMESTAMPTZOID, INT4OID},
 	.generic = true,
+};
+
+/*
+ * What the upkeep worker sees of this database's pgoutput slots (other
+ * than synchronization slots; $1: now, $2: eventgrid.replication_sync_wait
+ * in seconds): a new slot is noted, with the time it was first seen
+ * streaming; a slot that stops streaming before the wait is over starts
+ * again; one that streamed the whole wait is done for good; the rows of
+ * dropped slots go.  A row is written only when it changes.
+ */
+static EgStatement note_slots = {
+	.name = "replication slot sightings",
+	.sql =
+	"WITH slots AS ("
+	"  SELECT r.slot_name, r.active FROM pg_catalog.pg_replication_slots r"
+	"   WHERE r.database = pg_catalog.current_database() AND r.slot_type = 'logical' AND r.plugin = 'pgoutput'"
+	"     AND r.slot_name !~ " EG_SYNC_SLOT_PATTERN "),"
+	" gone AS ("
+	"  DELETE FROM eventgrid.replication_slot_sightings g"
+	"   WHERE NOT EXISTS (SELECT 1 FROM slots s WHERE s.slot_name = g.slot_name))"
+	"INSERT INTO eventgrid.replication_slot_sightings AS g (slot_name, first_seen_at, streaming_since)"
+	" SELECT s.slot_name, $1, CASE WHEN s.active THEN $1 END FROM slots s"
+	" ON CONFLICT (slot_name) DO UPDATE SET streaming_since = excluded.streaming_since"
+	" WHERE (g.streaming_since IS NULL AND excluded.streaming_since IS NOT NULL)"
+	"    OR (excluded.streaming_since IS NULL AND g.streaming_since > $1 - pg_catalog.make_interval(secs => $2))",
+	.nargs = 2,
+	.types = {TIMESTAMPTZOID, INT4OID},
 };
 
 static EgStatement table_used_st = {
@@ -201,6 +251,21 @@ truncate_table(const char *name)
 		elog(ERROR, "eventgrid: TRUNCATE eventgrid.%s failed", name);
 }
 
+/*
+ * Notes what the upkeep worker sees of this database's logical replication
+ * slots in eventgrid.replication_slot_sightings (now: the real clock), for
+ * the event tables' holders.
+ */
+void
+eg_store_note_replication_slots(TimestampTz now)
+{
+	Datum		args[2];
+
+	args[0] = TimestampTzGetDatum(now);
+	args[1] = Int32GetDatum(eg_replication_sync_wait_s);
+	eg_store_run(&note_slots, args, false, SPI_OK_INSERT);
+}
+
 /* Has table relid been written since it was last emptied? */
 static bool
 table_used(Oid relid)
@@ -264,6 +329,9 @@ eg_store_truncate(int event_table, TimestampTz now)
 	args[0] = Int32GetDatum(event_table);
 	args[1] = TimestampTzGetDatum(now);
 	eg_store_run(&release_held, args, false, SPI_OK_SELECT);
+	/* the slots' times are the real clock's, as the event_tables view reads them */
+	args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	args[2] = Int32GetDatum(eg_replication_sync_wait_s);
 	eg_store_run(&holders, args, true, SPI_OK_SELECT);
 	why = eg_text_col(SPI_tuptable, 0, 1);
 	if (why == NULL)

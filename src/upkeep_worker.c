@@ -93,6 +93,12 @@ upkeep(void)
 	if (rebased > 0 || taken > 0)
 		eg_wake_worker();
 
+	/* the slots a subscriber's initial copy may need the event tables for (store_rotation.c) */
+	if (!eg_begin_work("eventgrid: noting replication slots"))
+		return used;
+	eg_store_note_replication_slots(GetCurrentTimestamp());
+	eg_end_work();
+
 	for (int k = 0; k < EG_EVENT_TABLES; k++)
 	{
 		if (!eg_begin_work("eventgrid: emptying an event table"))

@@ -29,6 +29,7 @@ use Time::HiRes qw(usleep);
 
 my %conf = (
 	'eventgrid.event_table_rotation' => "'3s'",
+	'eventgrid.replication_sync_wait' => "'5s'",    # the subscriptions' slots keep the event tables this long
 	max_worker_processes => 16,
 	max_logical_replication_workers => 8,
 	restart_after_crash => 'on');

@@ -4,8 +4,12 @@
 # needs, so the copy of eventgrid.events fails ("permission denied") again
 # and again while the application server publishes and its event tables
 # rotate every 2 s; the apply worker passes over the rows it is sent for the
-# table not yet synchronized.  The application server keeps its event tables
-# meanwhile (event_table_rotations says why); once
+# table not yet synchronized.  Before that, the subscription is made
+# disabled and left so for three rotations: its slot exists from CREATE
+# SUBSCRIPTION, its copy (and its synchronization slot) only once it
+# streams, and the events committed between are the copy's to bring.  The
+# application server keeps its event tables meanwhile (event_table_rotations
+# says why); once
 # eventgrid.grant_event_replication() grants what is missing, the copy
 # succeeds and every event published since the subscription, and before it,
 # reaches the receiver.
@@ -24,7 +28,8 @@ my $app = PostgreSQL::Test::Cluster->new('app');
 $app->init(allows_streaming => 'logical');
 $app->append_conf('postgresql.conf', join('', map { "$_\n" }
 	"shared_preload_libraries = 'eventgrid'",
-	"eventgrid.event_table_rotation = '2s'"));
+	"eventgrid.event_table_rotation = '2s'",
+	"eventgrid.replication_sync_wait = '10s'"));
 $app->start;
 $app->safe_psql('postgres', 'CREATE EXTENSION eventgrid');
 my $d = new_node('delivery', wal_retrieve_retry_interval => "'500ms'");
@@ -47,10 +52,24 @@ sub publish
 
 publish(3);    # before the subscription: in the event tables when the copy runs
 my $conn = sprintf('host=%s port=%d dbname=postgres user=replicator', $app->host, $app->port);
-$d->safe_psql('postgres', "CREATE SUBSCRIPTION sub_app CONNECTION '$conn' PUBLICATION pub");
+$d->safe_psql('postgres', "CREATE SUBSCRIPTION sub_app CONNECTION '$conn' PUBLICATION pub WITH (enabled = false)");
+
+# the slot exists, its subscriber streams nothing yet: three rotations go by
+my $until = time() + 6;
+while (time() < $until)
+{
+	publish(2);
+	usleep(250_000);
+}
+like($app->safe_psql('postgres', "SELECT string_agg(DISTINCT last_failure, '; ') FROM eventgrid.event_table_rotations"),
+	qr/waiting for .*logical replication slot sub_app/,
+	'the application server keeps its event tables for a slot whose subscriber has not streamed yet, and says so');
+like($app->safe_psql('postgres', "SELECT string_agg(array_to_string(waiting_for, '; '), '; ') FROM eventgrid.event_tables WHERE NOT current"),
+	qr/logical replication slot sub_app/, 'eventgrid.event_tables says so too');
+$d->safe_psql('postgres', "ALTER SUBSCRIPTION sub_app ENABLE");
 
 # the copy fails for 20 s while events are published and the tables turn ten times
-my $until = time() + 20;
+$until = time() + 20;
 while (time() < $until)
 {
 	publish(2);
