@@ -75,7 +75,8 @@ get_plan(EgStatement *st)
 	if (st->plan == NULL)
 	{
 		SPIPlanPtr	plan = SPI_prepare_cursor(st->sql, st->nargs, st->types,
-											  st->generic ? CURSOR_OPT_GENERIC_PLAN : 0);
+											  st->generic ? CURSOR_OPT_GENERIC_PLAN :
+											  st->custom ? CURSOR_OPT_CUSTOM_PLAN : 0);
 
 		if (plan == NULL)
 			elog(ERROR, "eventgrid: preparing the %s statement failed: %s", st->name,

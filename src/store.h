@@ -60,6 +60,13 @@ typedef struct EgStatement
 	 * deliveries.
 	 */
 	bool		generic;
+
+	/*
+	 * Always a custom plan: one whose array parameter must be planned as
+	 * the constant it is (its length estimated, its ANY a hash), whatever
+	 * the plan cache would choose after five calls.
+	 */
+	bool		custom;
 	SPIPlanPtr	plan;
 	struct EgStatement *next_prepared;
 } EgStatement;

@@ -70,44 +70,68 @@ static EgStatement recover_chunks = {
 };
 
 /*
- * After a crash: retries leased by stale owners are released, due at $2
- * at the latest; those an in-flight record of a stale owner names went
- * to HTTP and are charged an attempt (Aborted), the others not.  With
- * $4 every such lease is released (a scan of the retries, at a delivery
- * worker's start); without, only those named in flight.  The owner is
- * tested on r itself, so that a concurrent recovery's release is seen
- * (EvalPlanQual) and nothing is charged twice.  A charged attempt counts
- * up to $5 (EG_MAX_DELIVERY_ATTEMPTS), the most the retries table holds.
+ * After a crash, in three statements that each read the retries at most
+ * once, whatever the planner thinks of them: a single statement joining
+ * the named retries with all leased ones was planned, with statistics from
+ * a quiet moment (no lease), as a nested loop that read the whole retries
+ * table again for each leased retry: minutes for 60,000 leases (the soak,
+ * bench/RESULTS.md), with the database's deliveries stopped meanwhile.
+ *
+ * 1. The in-flight records of stale owners are removed, and the retries
+ *    they name (which went to HTTP) returned as one array.
  */
-static EgStatement release = {
-	.name = "lease release",
+static EgStatement forget_in_flight = {
+	.name = "in-flight record removal",
 	.sql =
-	"WITH sent AS ("
-	"  SELECT DISTINCT unnest(f.retry_ids) AS id FROM eventgrid.requests_in_flight f"
-	"   WHERE " EG_SQL_STALE_OWNER("f.lease_owner")
-	"), forgot AS ("
+	"WITH forgot AS ("
 	"  DELETE FROM eventgrid.requests_in_flight f WHERE " EG_SQL_STALE_OWNER("f.lease_owner")
-	"), taken AS ("
-	"  SELECT sent.id, true AS sent FROM sent"
-	"  UNION ALL"
-	"  SELECT r0.id, false FROM eventgrid.retries r0"
-	"   WHERE $4 AND r0.lease_owner IS NOT NULL AND r0.id NOT IN (SELECT id FROM sent)"
-	"), released AS ("
+	"  RETURNING f.retry_ids"
+	")"
+	"SELECT coalesce(array_agg(DISTINCT x.id), '{}') FROM forgot CROSS JOIN LATERAL unnest(forgot.retry_ids) x(id)",
+	.nargs = 1,
+	.types = {INT4OID},
+};
+
+/*
+ * 2. Those retries ($5, planned as the constant array it is: a probe of
+ *    the primary key per id, or one scan with a hashed ANY), when still
+ *    leased by a stale owner, are released due at $2 at the latest and
+ *    charged an attempt (Aborted, up to $4: EG_MAX_DELIVERY_ATTEMPTS,
+ *    the most the retries table holds; history as $3 says).  The owner
+ *    is tested on r itself, so that a concurrent recovery's release is
+ *    seen (EvalPlanQual) and nothing is charged twice.
+ */
+static EgStatement release_sent = {
+	.name = "lease release of sent retries",
+	.sql =
+	"WITH released AS ("
 	"  UPDATE eventgrid.retries r"
 	"     SET next_attempt_at = least(r.next_attempt_at, $2), lease_owner = NULL,"
-	"         attempts = CASE WHEN t.sent THEN least(r.attempts + 1, $5) ELSE r.attempts END,"
-	"         last_outcome = CASE WHEN t.sent THEN 'Aborted' ELSE r.last_outcome END,"
-	"         last_http_status = CASE WHEN t.sent THEN NULL ELSE r.last_http_status END,"
-	"         last_attempt_at = CASE WHEN t.sent THEN $2 ELSE r.last_attempt_at END"
-	"    FROM taken t"
-	"   WHERE r.id = t.id AND r.lease_owner IS NOT NULL AND " EG_SQL_STALE_OWNER("r.lease_owner")
-	"  RETURNING r.subscription_id, r.event_id, r.attempts, t.sent, r.source"
+	"         attempts = least(r.attempts + 1, $4), last_outcome = 'Aborted',"
+	"         last_http_status = NULL, last_attempt_at = $2"
+	"   WHERE r.id = ANY ($5) AND r.lease_owner IS NOT NULL AND " EG_SQL_STALE_OWNER("r.lease_owner")
+	"  RETURNING r.subscription_id, r.event_id, r.attempts, r.source"
 	"), history AS ("
-	ABORTED_HISTORY("(SELECT * FROM released WHERE sent)", "$2", "$3")
+	ABORTED_HISTORY("released", "$2", "$3")
 	")"
-	"SELECT count(*), count(*) FILTER (WHERE sent) FROM released",
+	"SELECT count(*) FROM released",
 	.nargs = 5,
-	.types = {INT4OID, TIMESTAMPTZOID, BOOLOID, BOOLOID, INT4OID},
+	.types = {INT4OID, TIMESTAMPTZOID, BOOLOID, INT4OID, INT8ARRAYOID},
+	.custom = true,
+};
+
+/*
+ * 3. At a delivery worker's start, every other retry a stale owner leased
+ *    (it never reached HTTP) is released, due at $2 at the latest, not
+ *    charged: one scan of the retries.
+ */
+static EgStatement release_unsent = {
+	.name = "lease release",
+	.sql =
+	"UPDATE eventgrid.retries r SET next_attempt_at = least(r.next_attempt_at, $2), lease_owner = NULL"
+	" WHERE r.lease_owner IS NOT NULL AND " EG_SQL_STALE_OWNER("r.lease_owner"),
+	.nargs = 2,
+	.types = {INT4OID, TIMESTAMPTZOID},
 };
 
 /* whether any chunk or in-flight record belongs to a stale owner */
@@ -143,13 +167,14 @@ static EgStatement recovery_lock = {
 void
 eg_store_recover(int starting_pid, TimestampTz now, bool history, uint64 *charged, uint64 *released)
 {
-	Datum		args[5];
+	Datum		args[3];
+	Datum		sent_args[5];
+	bool		isnull;
+	uint64		sent;
 
 	args[0] = Int32GetDatum(starting_pid);
 	args[1] = TimestampTzGetDatum(now);
 	args[2] = BoolGetDatum(history);
-	args[3] = BoolGetDatum(starting_pid != 0);
-	args[4] = Int32GetDatum(EG_MAX_DELIVERY_ATTEMPTS);
 	*charged = 0;
 	*released = 0;
 	if (starting_pid == 0)
@@ -171,9 +196,22 @@ eg_store_recover(int starting_pid, TimestampTz now, bool history, uint64 *charge
 		if (eg_int32_col(SPI_tuptable, (int) i, 1, 0) > 0)
 			(*charged)++;
 	pgstat_clear_snapshot();
-	eg_store_run(&release, args, false, SPI_OK_SELECT);
-	*released += (uint64) eg_int64_col(SPI_tuptable, 0, 1, 0);
-	*charged += (uint64) eg_int64_col(SPI_tuptable, 0, 2, 0);
+	eg_store_run(&forget_in_flight, args, false, SPI_OK_SELECT);
+	sent_args[0] = args[0];
+	sent_args[1] = args[1];
+	sent_args[2] = args[2];
+	sent_args[3] = Int32GetDatum(EG_MAX_DELIVERY_ATTEMPTS);
+	sent_args[4] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	Assert(!isnull);
+	eg_store_run(&release_sent, sent_args, false, SPI_OK_SELECT);
+	sent = (uint64) eg_int64_col(SPI_tuptable, 0, 1, 0);
+	*released += sent;
+	*charged += sent;
+	if (starting_pid != 0)
+	{
+		eg_store_run(&release_unsent, args, false, SPI_OK_UPDATE);
+		*released += SPI_processed;
+	}
 	if (*released > 0)
 		ereport(LOG,
 				(errmsg("eventgrid: %llu deliveries left in flight by %s will be retried",
