@@ -13,7 +13,7 @@
  * and leaves when idle.  So a database created, or cloned with CREATE
  * DATABASE ... TEMPLATE from one that has the extension, is served within
  * a few seconds, and CREATE, ALTER or DROP EXTENSION (followed by the
- * utility hook in module.c) has it looked at again at once.
+ * utility hook in hooks.c) has it looked at again at once.
  *
  * Workers on demand: a database's workers are started when its slot says
  * they are wanted (a commit that published woke it, a worker that left
@@ -37,7 +37,7 @@
  * slot says.  A crash of any process makes the postmaster restart
  * everything, as for any backend.
  */
-#include "eventgrid.h"
+#include "core/eventgrid.h"
 
 #include "access/heapam.h"
 #include "access/htup_details.h"
@@ -611,6 +611,9 @@ tend_databases(TimestampTz now)
 	pfree(views);
 	return wake_at;
 }
+
+/* the entry point of the launcher (registered by _PG_init, by name) */
+extern PGDLLEXPORT void eventgrid_launcher_main(Datum arg);
 
 /* Launcher entry point, registered in _PG_init(). */
 void

@@ -13,9 +13,9 @@
  * and logs a summary of dead-lettered and dropped events (every minute).
  * Each step is its own unit of work (worker.c).
  */
-#include "store.h"
-#include "worker.h"
-#include "validation.h"
+#include "store/store.h"
+#include "store/worker.h"
+#include "delivery/validation.h"
 
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -237,6 +237,9 @@ leave(void)
 	}
 	eg_worker_leave(due);
 }
+
+/* the entry point of an upkeep worker (the launcher starts it by name) */
+extern PGDLLEXPORT void eventgrid_upkeep_main(Datum arg);
 
 /*
  * Background worker entry point of the upkeep worker, started by the

@@ -1,0 +1,227 @@
+/*
+ * commit.c - what a transaction leaves for when it commits: the wake-up
+ * that publishing transactions use so delivery starts at once without
+ * polling (SPEC section 2), the delivery workers told that subscriptions or
+ * publications changed, the launcher told that the extension changed, and
+ * the holds of a database's workers for DDL let go (eg_xact_callback, one
+ * per backend, registered on first use).  No-ops where the library is not
+ * preloaded.
+ */
+#include "core/eventgrid.h"
+
+#include "access/xact.h"
+#include "commands/trigger.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+
+static bool wake_at_commit = false;
+static bool subscriptions_changed_at_commit = false;
+static bool events_at_commit = false;	/* the transaction published events */
+static bool publications_changed_at_commit = false;
+static uint64 local_publications_changes = 0;	/* this backend's own, seen at once */
+static bool extension_changed_at_commit = false;
+static bool dropped_at_commit = false;
+static bool xact_callback_registered = false;
+
+/*
+ * See eventgrid.h.  The upkeep worker is told too: what woke the delivery
+ * workers (events published, a validation to send, a subscription
+ * changed) is upkeep's business as well.
+ */
+void
+eg_wake_worker(void)
+{
+	eg_db_wake(MyDatabaseId, true, true);
+}
+
+/* See eventgrid.h. */
+void
+eg_want_upkeep(void)
+{
+	eg_db_wake(MyDatabaseId, false, true);
+}
+
+static void
+eg_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+			if (subscriptions_changed_at_commit)
+			{
+				EgDbSlot   *db = eg_db_find(MyDatabaseId, true);
+
+				if (db != NULL)
+				{
+					SpinLockAcquire(&eg_shared->mutex);
+					if (db->dboid == MyDatabaseId)
+					{
+						db->change_generation++;
+						db->no_subscriptions = false;
+					}
+					SpinLockRelease(&eg_shared->mutex);
+				}
+			}
+			if (publications_changed_at_commit && eg_shared != NULL)
+				pg_atomic_fetch_add_u64(&eg_shared->publications_generation, 1);
+			if (wake_at_commit)
+				eg_wake_worker();
+			else if (events_at_commit)
+				eg_db_wake_for_events(MyDatabaseId);
+			if (extension_changed_at_commit)
+				eg_db_extension_changed(MyDatabaseId);
+			eg_db_release_holds(dropped_at_commit);
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			eg_db_release_holds(false);
+			break;
+		default:
+			return;
+	}
+	wake_at_commit = false;
+	events_at_commit = false;
+	publications_changed_at_commit = false;
+	subscriptions_changed_at_commit = false;
+	extension_changed_at_commit = false;
+	dropped_at_commit = false;
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_wake_worker_at_commit);
+
+/* The commit callback, registered once per backend.  See eventgrid.h. */
+void
+eg_register_xact_callback(void)
+{
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(eg_xact_callback, NULL);
+		xact_callback_registered = true;
+	}
+}
+
+/*
+ * Sets the delivery workers' latches once when the current transaction
+ * commits (or asks the launcher for them); no-op when not preloaded.  See
+ * eventgrid.h.
+ */
+void
+eg_wake_worker_at_commit(void)
+{
+	eg_register_xact_callback();
+	wake_at_commit = true;
+}
+
+/*
+ * SQL: eventgrid._wake_worker_at_commit().  Called by the fan-out trigger:
+ * sets the delivery workers' latches once when the current transaction
+ * commits, so new deliveries start at once.  No-op when not preloaded.
+ */
+Datum
+eventgrid_wake_worker_at_commit(PG_FUNCTION_ARGS)
+{
+	eg_wake_worker_at_commit();
+	PG_RETURN_VOID();
+}
+
+/* See eventgrid.h. */
+void
+eg_wake_for_events_at_commit(void)
+{
+	eg_register_xact_callback();
+	events_at_commit = true;
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_wake_at_commit);
+
+/*
+ * Trigger function eventgrid._wake_at_commit(): AFTER INSERT FOR EACH
+ * STATEMENT on eventgrid.events: when the publishing transaction commits,
+ * the delivery workers are woken (or started), unless the database has no
+ * event subscription, and the upkeep worker is told (SPEC 2).
+ */
+Datum
+eventgrid_wake_at_commit(PG_FUNCTION_ARGS)
+{
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("eventgrid._wake_at_commit() must be called as a trigger")));
+	eg_wake_for_events_at_commit();
+	return PointerGetDatum(NULL);
+}
+
+/* See eventgrid.h. */
+uint64
+eg_publications_generation(void)
+{
+	uint64		shared = eg_shared ? pg_atomic_read_u64(&eg_shared->publications_generation) : 0;
+
+	return shared + local_publications_changes;
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_table_publications_changed);
+
+/*
+ * Trigger function eventgrid._table_publications_changed(): AFTER INSERT,
+ * UPDATE, DELETE or TRUNCATE FOR EACH STATEMENT on
+ * eventgrid.table_publications: what table change triggers keep of the
+ * publications is stale, in this backend at once and everywhere when the
+ * transaction commits (eg_publications_generation()).
+ */
+Datum
+eventgrid_table_publications_changed(PG_FUNCTION_ARGS)
+{
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("eventgrid._table_publications_changed() must be called as a trigger")));
+	eg_register_xact_callback();
+	publications_changed_at_commit = true;
+	local_publications_changes++;
+	return PointerGetDatum(NULL);
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_subscriptions_changed_at_commit);
+PG_FUNCTION_INFO_V1(eventgrid_pauses_changed_at_commit);
+
+/*
+ * SQL: eventgrid._subscriptions_changed_at_commit(), called by
+ * pause_delivery(), resume_delivery(), update_event_subscription(),
+ * drop_event_subscription() and drop_topic(): when the transaction
+ * commits, the delivery workers are told (eg_shared->change_generation)
+ * and woken; they put back unsent what they claimed for a subscription now
+ * paused, dropped or sent elsewhere, and their status lines read the
+ * pauses again.  eventgrid_pauses_changed_at_commit is its name in 0.8.0's
+ * scripts.  No-op when not preloaded.
+ */
+Datum
+eventgrid_subscriptions_changed_at_commit(PG_FUNCTION_ARGS)
+{
+	if (eg_shared == NULL)
+		PG_RETURN_VOID();
+	eg_wake_worker_at_commit();
+	subscriptions_changed_at_commit = true;
+	PG_RETURN_VOID();
+}
+
+Datum
+eventgrid_pauses_changed_at_commit(PG_FUNCTION_ARGS)
+{
+	return eventgrid_subscriptions_changed_at_commit(fcinfo);
+}
+
+/* See eventgrid.h. */
+void
+eg_extension_changed_at_commit(void)
+{
+	eg_register_xact_callback();
+	extension_changed_at_commit = true;
+}
+
+/* See eventgrid.h. */
+void
+eg_database_dropped_at_commit(void)
+{
+	dropped_at_commit = true;
+}

@@ -1,0 +1,215 @@
+/*
+ * settings.c - eventgrid's GUCs (eventgrid.*): their variables, their
+ * definitions with units, ranges and defaults, and the checks of the two
+ * that become a request header or a file path.  The README's "Settings"
+ * section documents each.
+ */
+#include "core/eventgrid.h"
+
+#include <unistd.h>
+
+#include "miscadmin.h"
+#include "utils/guc.h"
+
+char	   *eg_database_name = NULL;
+int			eg_max_databases = 1000;
+int			eg_worker_idle_timeout_s = 120;
+int			eg_delivery_workers = 1;
+int			eg_max_concurrent_requests = 64;
+int			eg_response_timeout_ms = 30000;
+int			eg_retry_jitter_percent = 10;
+int			eg_max_retry_after_s = 3600;
+int			eg_clock_offset_s = 0;
+int			eg_default_max_events_per_batch = 10;
+int			eg_default_preferred_batch_kb = 64;
+bool		eg_delivery_paused = false;
+int			eg_max_bytes_in_flight_kb = 64 * 1024;
+int			eg_event_table_rotation_s = 10;
+int			eg_event_retention_s = 0;
+int			eg_replication_sync_wait_s = 300;
+int			eg_max_requests_per_endpoint = 32;
+int			eg_probation_failures = 10;
+int			eg_attempt_history = EG_HISTORY_ALL;
+int			eg_attempt_history_retention_s = 24 * 3600;
+int			eg_attempt_history_max_rows = 1000000;
+char	   *eg_ssl_ca_file = NULL;
+char	   *eg_webhook_request_origin = NULL;
+
+static const struct config_enum_entry history_modes[] = {
+	{"all", EG_HISTORY_ALL, false},
+	{"failures", EG_HISTORY_FAILURES, false},
+	{"off", EG_HISTORY_OFF, false},
+	{NULL, 0, false}
+};
+
+/* eventgrid.webhook_request_origin: printable ASCII, at most 255 bytes (it becomes a header). */
+static bool
+check_request_origin(char **newval, void **extra, GucSource source)
+{
+	const char *v = *newval;
+
+	if (v == NULL)
+		return true;
+	if (strlen(v) > 255)
+	{
+		GUC_check_errdetail("eventgrid.webhook_request_origin may be at most 255 bytes.");
+		return false;
+	}
+	for (; *v; v++)
+		if ((unsigned char) *v < 0x20 || (unsigned char) *v >= 0x7f)
+		{
+			GUC_check_errdetail("eventgrid.webhook_request_origin may hold printable ASCII only.");
+			return false;
+		}
+	return true;
+}
+
+/* eventgrid.ssl_ca_file: empty, or a file the server can read. */
+static bool
+check_ssl_ca_file(char **newval, void **extra, GucSource source)
+{
+	if (*newval == NULL || (*newval)[0] == '\0')
+		return true;
+	if (!is_absolute_path(*newval))
+	{
+		GUC_check_errdetail("eventgrid.ssl_ca_file must be an absolute path.");
+		return false;
+	}
+	if (access(*newval, R_OK) != 0)
+	{
+		GUC_check_errdetail("File \"%s\" cannot be read: %m.", *newval);
+		return false;
+	}
+	return true;
+}
+
+/* Defines eventgrid's GUCs (_PG_init, in every process that loads the library). */
+void
+eg_define_gucs(void)
+{
+	/*
+	 * A PGC_POSTMASTER variable can only be defined while the postmaster
+	 * loads the library; loaded on demand, defining it would be FATAL.  It
+	 * only matters to the worker, which exists only when preloaded.
+	 */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomStringVariable("eventgrid.database_name",
+								   gettext_noop("No longer used: every database where the extension is created is served."),
+								   gettext_noop("Kept so that a configuration from before 0.9.0 still loads; the launcher logs once that it is ignored."),
+								   &eg_database_name, "postgres",
+								   PGC_POSTMASTER, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("eventgrid.max_databases",
+								gettext_noop("Most databases the launcher keeps track of (and so serves) at once."),
+								gettext_noop("Each takes a slot of shared memory whether or not it has the extension; databases that do not allow connections and templates are not counted."),
+								&eg_max_databases, 1000, 1, 10000,
+								PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("eventgrid.delivery_workers",
+								gettext_noop("Number of delivery workers per database; they share its queue, each event subscription's position moved by one at a time."),
+								gettext_noop("Each worker has its own eventgrid.max_concurrent_requests and eventgrid.max_bytes_in_flight; eventgrid.max_requests_per_endpoint bounds them all together."),
+								&eg_delivery_workers, 1, 1, EG_MAX_DELIVERY_WORKERS,
+								PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.worker_idle_timeout",
+							gettext_noop("How long a database's workers stay with nothing to do before they exit; work brings them back."),
+							gettext_noop("While another database waits for a free worker slot, idle workers exit at once."),
+							&eg_worker_idle_timeout_s, 120, 1, 24 * 3600,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.max_concurrent_requests",
+							gettext_noop("Maximum number of HTTP delivery requests in flight at once."),
+							NULL, &eg_max_concurrent_requests, 64, 1, EG_MAX_CONCURRENT_REQUESTS_LIMIT,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.response_timeout",
+							gettext_noop("Time an endpoint has to answer a delivery request before the attempt counts as TimedOut."),
+							gettext_noop("Event Grid waits 30 seconds."),
+							&eg_response_timeout_ms, 30000, 100, 300000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.retry_jitter_percent",
+							gettext_noop("Random extra delay added to each retry step, as a percentage of the step (0 to this value)."),
+							NULL, &eg_retry_jitter_percent, 10, 0, 50,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.max_retry_after",
+							gettext_noop("Longest Retry-After of an endpoint's answer that delays a retry; longer ones count as this long."),
+							gettext_noop("A retry waits for the later of its schedule step and the answer's Retry-After (delta-seconds or HTTP-date), this at most. 0 ignores Retry-After."),
+							&eg_max_retry_after_s, 3600, 0, 7 * 24 * 3600,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.clock_offset",
+							gettext_noop("Shifts the delivery workers' clock forward, for tests and drills of the retry schedule."),
+							gettext_noop("Leave at 0 in production."),
+							&eg_clock_offset_s, 0, 0, 400 * 24 * 3600,
+							PGC_SIGHUP, GUC_UNIT_S | GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.default_max_events_per_batch",
+							gettext_noop("max_events_per_batch used when a subscription sets only preferred_batch_size_in_kilobytes."),
+							NULL, &eg_default_max_events_per_batch, 10, 1, 5000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.default_preferred_batch_size_in_kilobytes",
+							gettext_noop("preferred_batch_size_in_kilobytes used when a subscription sets only max_events_per_batch."),
+							NULL, &eg_default_preferred_batch_kb, 64, 1, 1024,
+							PGC_SIGHUP, GUC_UNIT_KB, NULL, NULL, NULL);
+	DefineCustomBoolVariable("eventgrid.delivery_paused",
+							 gettext_noop("Pauses delivery: the worker finishes requests in flight and claims nothing new."),
+							 gettext_noop("Publishing goes on; deliveries wait and their time-to-live keeps running."),
+							 &eg_delivery_paused, false,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.max_bytes_in_flight",
+							gettext_noop("Event bytes each delivery worker may hold at once: claimed, in flight, or awaiting their outcome."),
+							gettext_noop("Bounds the worker's memory; an event larger than this still goes, alone."),
+							&eg_max_bytes_in_flight_kb, 64 * 1024, 1024, 1024 * 1024,
+							PGC_SIGHUP, GUC_UNIT_KB, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.max_requests_per_endpoint",
+							gettext_noop("Maximum number of HTTP delivery requests in flight at once to one endpoint host (scheme, host and port)."),
+							gettext_noop("Hosts take turns for the free connections; a host that hangs holds at most this many."),
+							&eg_max_requests_per_endpoint, 32, 1, 1000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.probation_failures",
+							gettext_noop("Consecutive failed delivery attempts to an endpoint that put it on probation (delayed delivery)."),
+							gettext_noop("Event Grid's example: the first 10 events to an endpoint all fail."),
+							&eg_probation_failures, 10, 1, 1000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.event_table_rotation",
+							gettext_noop("How long each of the three event tables takes new events before the next one does."),
+							gettext_noop("A table is emptied once everything has passed its events, so the queue holds about two of these periods of events."),
+							&eg_event_table_rotation_s, 10, 1, 3600,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.event_retention",
+							gettext_noop("How long an event table is kept after its turn ended, even when nothing needs its events any more."),
+							gettext_noop("For a server whose events delivery servers receive by logical replication: after a failover, what they had not received is fed again from the event tables (README \"Scaling out\"). At most 5/3 of eventgrid.event_table_rotation counts (so the oldest table is still emptied before its next turn); 0 keeps nothing."),
+							&eg_event_retention_s, 0, 0, 7200,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.replication_sync_wait",
+							gettext_noop("How long a new logical replication slot of this database must have streamed before the event tables stop being kept for its subscriber's initial copy."),
+							gettext_noop("A subscriber passes over the rows it is sent until its initial copy of eventgrid.events is done, and the copy starts only once the subscription streams: no event table is emptied while a slot has not streamed this long (README \"Scaling out\")."),
+							&eg_replication_sync_wait_s, 300, 1, 86400,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomEnumVariable("eventgrid.attempt_history",
+							 gettext_noop("Which delivery attempts the history (view eventgrid.delivery_attempts) keeps: all, failures or off."),
+							 gettext_noop("failures keeps every attempt that did not deliver; off keeps none."),
+							 &eg_attempt_history, EG_HISTORY_ALL, history_modes,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.attempt_history_retention",
+							gettext_noop("How long the delivery attempt history keeps an attempt at least."),
+							gettext_noop("Three tables take turns, each for half of this; an attempt is removed between one and one and a half times this after it was made."),
+							&eg_attempt_history_retention_s, 24 * 3600, 120, 90 * 24 * 3600,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.attempt_history_max_rows",
+							gettext_noop("How many delivery attempts the history keeps at least before the oldest are removed."),
+							gettext_noop("A history table takes half of this many rows before the next one does; the history holds at most one and a half times this."),
+							&eg_attempt_history_max_rows, 1000000, 1000, INT_MAX,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("eventgrid.webhook_request_origin",
+							   gettext_noop("WebHook-Request-Origin of the CloudEvents endpoint validation handshake: who sends the events."),
+							   gettext_noop("A DNS name or other printable text of at most 255 bytes; empty sends \"eventgrid\"."),
+							   &eg_webhook_request_origin, "",
+							   PGC_SIGHUP, 0, check_request_origin, NULL, NULL);
+	DefineCustomStringVariable("eventgrid.ssl_ca_file",
+							   gettext_noop("PEM file of the certificate authorities HTTPS endpoints are verified against; empty: the system's store."),
+							   gettext_noop("Set it for receivers whose certificates a private CA signed. Certificates are always verified."),
+							   &eg_ssl_ca_file, "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY, check_ssl_ca_file, NULL, NULL);
+#if PG_VERSION_NUM >= 150000
+	MarkGUCPrefixReserved("eventgrid");
+#else
+	EmitWarningsOnPlaceholders("eventgrid");
+#endif
+}
+

@@ -1,0 +1,113 @@
+/*
+ * delivery.h - the state of one delivery worker, shared by its three
+ * files: delivery_worker.c (the claim -> deliver -> record loop, requests
+ * in flight, status), delivery_claim.c (claimed rows become requests) and
+ * delivery_record.c (deciding each delivery's outcome and writing outcomes
+ * back).
+ */
+#ifndef EVENTGRID_DELIVERY_H
+#define EVENTGRID_DELIVERY_H
+
+#include "core/eventgrid.h"
+#include "http/http.h"
+#include "core/outcome.h"
+#include "store/store.h"
+
+struct EgClaim;
+
+/* Retries handed to HTTP together, recorded as one in-flight record. */
+typedef struct EgWave
+{
+	int64		no;
+	int			remaining;		/* its retries not yet recorded */
+} EgWave;
+
+/* First attempts claimed together from one position; recorded as a whole. */
+typedef struct EgChunk
+{
+	int64		no;
+	int			undecided;		/* deliveries without an outcome yet */
+	int			count;
+} EgChunk;
+
+/* One claimed delivery and, once decided, its outcome. */
+typedef struct EgDelivery
+{
+	struct EgClaim *claim;
+	EgChunk    *chunk;			/* a first attempt's chunk; NULL for a retry */
+	EgOutcome	out;			/* out.retry_id or (subscription_id, txid, event_id) name it */
+	int32		attempts;		/* attempts made before this claim */
+	int32		max_attempts;
+	EgProfile	profile;		/* delivery profile of its subscription */
+	int64		bytes;			/* event size, counted against max_bytes_in_flight */
+	EgWave	   *wave;			/* set once handed to HTTP */
+	EgOutcomeCode prev_outcome; /* outcome of the previous attempt */
+	int32		prev_http_status;
+	TimestampTz prev_attempted_at;	/* 0: none */
+	const char *source;			/* events.source: the subscription it came through by logical replication, or NULL */
+} EgDelivery;
+
+/* The deliveries of one claim, freed when the last of them is recorded. */
+typedef struct EgClaim
+{
+	MemoryContext cxt;
+	EgDelivery *rows;
+	int			unrecorded;
+} EgClaim;
+
+/* What one delivery worker keeps between loop rounds. */
+typedef struct EgDeliveryWorker
+{
+	int			lease_owner;	/* this delivery worker's pid */
+	int			number;			/* 1 to eventgrid.delivery_workers */
+	int64		bytes_held;		/* event bytes claimed and not yet recorded */
+	int64		next_chunk_no;
+	int64		next_wave_no;
+
+	/* decided, not recorded (delivery_record.c) */
+	EgDelivery **to_record;
+	int			to_record_n;
+	int			to_record_cap;
+	int			recordable_n;	/* of those, how many may be recorded now */
+	TimestampTz first_unrecorded_at;
+	bool		recording;		/* a record unit is open */
+	bool		isolate;		/* a record failed: record each subscription on its own */
+	int64	   *poisoned;		/* subscriptions whose outcomes could not be recorded */
+	int			poisoned_n;
+	int			poisoned_cap;
+	int			held_n;			/* of recordable_n, how many an isolated record could not write */
+	TimestampTz held_until;		/* and they are not tried again on their own before this */
+
+	/* recorded waves whose in-flight records can go */
+	int64	   *waves_done;
+	int			waves_done_n;
+	int			waves_done_cap;
+
+	/* a claim being turned into requests (in order); freed if its transaction fails */
+	EgClaim    *claim_in_progress;
+	EgRequest  *built_head;
+	EgRequest  *built_tail;
+	TimestampTz last_analyze;
+} EgDeliveryWorker;
+
+extern EgDeliveryWorker eg_dw;
+
+/* delivery_claim.c */
+extern int	eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next_due_at);
+extern void eg_delivery_drop_claim(void);
+
+/* delivery_record.c */
+extern void eg_delivery_push(EgDelivery *d);
+extern void eg_delivery_decide(EgDelivery *d, EgTransport transport, int http_status, int64 retry_after_s,
+							   TimestampTz started, TimestampTz now);
+extern void eg_delivery_finish_unattempted(EgDelivery *d, EgAction action, EgFinalReason reason,
+										   EgOutcomeCode outcome);
+extern void eg_delivery_remember_attempt(EgRequest *req, TimestampTz started);
+extern void eg_delivery_hold(EgRequest *req, TimestampTz now);
+extern TimestampTz eg_delivery_record(void);
+extern int	eg_delivery_recordable(void);
+
+/* delivery_worker.c: a delivery worker's main (the launcher starts it by name) */
+extern PGDLLEXPORT void eventgrid_worker_main(Datum arg);
+
+#endif							/* EVENTGRID_DELIVERY_H */

@@ -1,0 +1,346 @@
+/*
+ * delivery_claim.c - a delivery worker's claim (SPEC sections 2, 4, 5 and
+ * 8): due retries and, from each event subscription's position, the next
+ * chunk of first attempts, as many as eventgrid.max_bytes_in_flight leaves
+ * (store_claim.c), turned into requests in the same unit of work: one
+ * event each, or batches when the subscription batches, built from the
+ * claim's texts.  Deliveries that may not be attempted (time-to-live run
+ * out, attempts used up, subscription gone, an unsendable header) end
+ * without a request.  The requests are queued on their endpoint hosts only
+ * once the claim has committed, before any network I/O.
+ */
+#include "delivery/delivery.h"
+#include "http/signing.h"
+#include "delivery/endpoint.h"
+#include "store/worker.h"
+
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#define EG_CLAIM_MAX_ROWS 1000	/* retries per claim */
+#define EG_CHUNK_MAX_ROWS 1000	/* first attempts per subscription per claim */
+#define EG_LEASE_MARGIN_MS 60000
+#define EG_ANALYZE_INTERVAL_MS 60000
+
+/* Frees requests that were built but will never be started. */
+static void
+free_built_requests(void)
+{
+	while (eg_dw.built_head)
+	{
+		EgRequest  *next = eg_dw.built_head->next;
+
+		eg_http_free_headers(eg_dw.built_head);
+		free(eg_dw.built_head->body);
+		eg_dw.built_head->body = NULL;
+		eg_dw.built_head = next;
+	}
+	eg_dw.built_tail = NULL;
+}
+
+/*
+ * The claimed rows [from, to) of one subscription become requests: rows
+ * that cannot be attempted are finished at once; the others go in batches
+ * (or one by one) built from the claim's texts, which are not copied again.
+ */
+static void
+build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo scratch)
+{
+	EgDelivery **send = palloc(sizeof(EgDelivery *) * (to - from));
+	EgEventPart *parts = palloc(sizeof(EgEventPart) * (to - from));
+	int		   *rowno = palloc(sizeof(int) * (to - from));
+	int			nsend = 0;
+	int			max_events = 1;
+	int64		max_bytes = 0;
+	EgTarget   *target = NULL;
+
+	for (int k = from; k < to; k++)
+	{
+		EgDelivery *d = &claim->rows[k];
+
+		EgFinalReason reason;
+		EgAction	action = eg_before_attempt(d->out.subscription_id == 0, rows[k].expired,
+											   d->attempts, d->max_attempts, &reason);
+
+		if (action != EG_ACTION_UNDECIDED)
+			eg_delivery_finish_unattempted(d, action, reason, EG_OUTCOME_NONE);
+		else
+		{
+			parts[nsend] = rows[k].payload;
+			rowno[nsend] = k;
+			send[nsend++] = d;
+		}
+	}
+	if (rows[from].max_events_per_batch > 0 || rows[from].preferred_batch_kb > 0)
+	{
+		max_events = rows[from].max_events_per_batch > 0
+			? rows[from].max_events_per_batch : eg_default_max_events_per_batch;
+		max_bytes = (int64) 1024 * (rows[from].preferred_batch_kb > 0
+									? rows[from].preferred_batch_kb : eg_default_preferred_batch_kb);
+	}
+	for (int k = 0; k < nsend;)
+	{
+		int			take = eg_batch_take(&parts[k], nsend - k, max_events, max_bytes);
+		EgClaimedRow *first = &rows[rowno[k]];
+		EgRequest  *req = MemoryContextAllocZero(claim->cxt, sizeof(EgRequest));
+		EgRequestSpec spec;
+		EgOutcomeCode unsendable;
+
+		spec.schema = first->schema;
+		spec.subscription_name = first->subscription_name;
+		spec.delivery_count = first->attempts;
+		spec.output_event_id = first->output_event_id;
+		spec.data_version = first->data_version;
+		spec.metadata_version = first->metadata_version;
+		spec.custom_headers = first->custom_headers;
+		spec.signing_keys = first->signing_keys;
+		spec.webhook_id = NULL;
+		if (spec.signing_keys)
+		{
+			int64	   *ids = palloc(sizeof(int64) * take);
+
+			for (int j = 0; j < take; j++)
+				ids[j] = send[k + j]->out.event_id;
+			spec.webhook_id = eg_webhook_id(first->subscription_id, ids, take);
+			pfree(ids);
+		}
+		unsendable = eg_request_build(req, &spec, &parts[k], take, scratch);
+		if (unsendable == EG_OUTCOME_NONE)
+		{
+			if (target == NULL)
+				target = eg_target(first->endpoint);	/* one subscription: one endpoint */
+			req->target = target;
+			req->url = eg_target_url(target);
+			req->subscription_id = first->subscription_id;
+			req->subscription_name = MemoryContextStrdup(claim->cxt, first->subscription_name);
+			req->topic = MemoryContextStrdup(claim->cxt, first->topic);
+			req->items = MemoryContextAlloc(claim->cxt, sizeof(void *) * take);
+			memcpy(req->items, &send[k], sizeof(void *) * take);
+			req->count = take;
+			req->bytes = 0;
+			for (int j = k; j < k + take; j++)
+				req->bytes += send[j]->bytes;
+			req->next = NULL;
+			if (eg_dw.built_tail)
+				eg_dw.built_tail->next = req;
+			else
+				eg_dw.built_head = req;
+			eg_dw.built_tail = req;
+		}
+		else
+		{
+			/*
+			 * second line of defence: a header line an event would corrupt,
+			 * or text with no UTF-8 form (a SQL_ASCII database's bytes)
+			 */
+			for (int j = k; j < k + take; j++)
+				eg_delivery_finish_unattempted(send[j], EG_ACTION_FINAL, EG_REASON_NON_RETRIABLE, unsendable);
+			ereport(LOG,
+					(errmsg("eventgrid: a delivery request of event subscription \"%s\" was not sent: %s",
+							first->subscription_name,
+							unsendable == EG_OUTCOME_INVALID_ENCODING
+							? "its body or a header value has no UTF-8 form"
+							: "a header value holds a control character"),
+					 errdetail("%d events were dead-lettered or dropped with outcome %s.", take,
+							   eg_outcome_name(unsendable))));
+		}
+		k += take;
+	}
+	pfree(send);
+	pfree(parts);
+	pfree(rowno);
+}
+
+/*
+ * The bookkeeping of a claim of n rows: a delivery per row, and a chunk
+ * per run of first attempts with the same chunk number (rows come ordered
+ * by chunk).
+ */
+static EgClaim *
+new_claim(const EgClaimedRow *rows, int n)
+{
+	EgClaim    *claim;
+
+	claim = MemoryContextAllocZero(TopMemoryContext, sizeof(EgClaim));
+	claim->cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid claim", ALLOCSET_DEFAULT_SIZES);
+	claim->rows = MemoryContextAllocZero(claim->cxt, n * sizeof(EgDelivery));
+	claim->unrecorded = n;
+	for (int i = 0; i < n; i++)
+	{
+		EgDelivery *d = &claim->rows[i];
+
+		d->claim = claim;
+		if (rows[i].chunk != 0)
+		{
+			if (i == 0 || rows[i - 1].chunk != rows[i].chunk)
+			{
+				d->chunk = MemoryContextAllocZero(claim->cxt, sizeof(EgChunk));
+				d->chunk->no = rows[i].chunk;
+			}
+			else
+				d->chunk = claim->rows[i - 1].chunk;
+			d->chunk->undecided++;
+			d->chunk->count++;
+		}
+		d->out.retry_id = rows[i].retry_id;
+		d->out.subscription_id = rows[i].subscription_id;
+		d->out.txid = rows[i].txid;
+		d->out.event_id = rows[i].event_id;
+		d->out.publish_time = rows[i].publish_time;
+		d->out.duration_ms = -1;
+		d->attempts = rows[i].attempts;
+		d->max_attempts = rows[i].max_attempts;
+		d->profile = rows[i].profile;
+		d->bytes = rows[i].bytes;
+		d->prev_outcome = rows[i].prev_outcome;
+		d->prev_http_status = rows[i].prev_http_status;
+		d->prev_attempted_at = rows[i].prev_attempted_at;
+		d->source = rows[i].source ? MemoryContextStrdup(claim->cxt, rows[i].source) : NULL;
+	}
+	return claim;
+}
+
+/*
+ * Claims due retries and first attempts, within byte_budget event bytes,
+ * and turns them into queued requests.  Returns the number claimed, or -1
+ * when the extension is not ready; *more says that more is ready at once,
+ * *locked that another session holds what would be claimed, *next_due_at
+ * when the next retry is due if no retry was due (then the retry claim,
+ * whose executor start-up alone was a sixth of a worker's time at a low
+ * rate, is not run), otherwise 0 (unknown: ask eg_store_next_due()).
+ */
+int
+eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next_due_at)
+{
+	EgClaim    *claim;
+	EgClaimedRow *rrows;
+	EgClaimedRow *frows;
+	EgClaimedRow *rows;
+	int			nr;
+	int			nf;
+	int			n;
+	int64		retry_bytes = 0;
+	TimestampTz due;
+	StringInfoData scratch;
+	int64	   *skip;
+	int			nskip = eg_targets_skip_list(&skip);
+
+	/* subscriptions whose outcomes cannot be recorded claim nothing new meanwhile */
+	if (eg_dw.poisoned_n > 0)
+	{
+		skip = nskip == 0 ? palloc(eg_dw.poisoned_n * sizeof(int64))
+			: repalloc(skip, (nskip + eg_dw.poisoned_n) * sizeof(int64));
+		memcpy(skip + nskip, eg_dw.poisoned, eg_dw.poisoned_n * sizeof(int64));
+		nskip += eg_dw.poisoned_n;
+	}
+
+	*more = false;
+	*locked = false;
+	*next_due_at = 0;
+	if (!eg_begin_work("eventgrid: claiming deliveries"))
+		return -1;
+
+	/*
+	 * A claim lost in a crash only means claiming again (nothing of it was
+	 * sent before a later, durable in-flight record): no need to wait for
+	 * the flush.
+	 */
+	eg_store_no_flush_wait();
+	due = eg_store_next_due();
+	if (due > eg_now())
+	{
+		*next_due_at = due;
+		nr = 0;
+		rrows = NULL;
+	}
+	else
+		nr = eg_store_claim_retries(eg_now(), EG_CLAIM_MAX_ROWS, byte_budget, eg_dw.lease_owner,
+									(int64) eg_response_timeout_ms + EG_LEASE_MARGIN_MS, &rrows);
+	for (int i = 0; i < nr; i++)
+		retry_bytes += rrows[i].bytes;
+	/* chunk numbers of a claim that fails are not used again: no harm */
+	nf = eg_store_claim_first(eg_now(), EG_CHUNK_MAX_ROWS, Max(byte_budget - retry_bytes, 1),
+							  eg_dw.lease_owner, skip, nskip, &eg_dw.next_chunk_no, &frows, more, locked);
+	if (nr == EG_CLAIM_MAX_ROWS)
+		*more = true;
+
+	/*
+	 * In-flight records of recorded waves go in the same transaction: a
+	 * retry claimed again must not be named by an old one once this
+	 * commits.
+	 */
+	eg_store_forget_waves(eg_dw.lease_owner, eg_dw.waves_done, eg_dw.waves_done_n);
+	n = nr + nf;
+	if (n == 0)
+	{
+		eg_end_work();
+		eg_dw.waves_done_n = 0;
+		return 0;
+	}
+	rows = palloc(n * sizeof(EgClaimedRow));
+	if (nr > 0)
+		memcpy(rows, rrows, nr * sizeof(EgClaimedRow));
+	memcpy(rows + nr, frows, nf * sizeof(EgClaimedRow));
+
+	claim = new_claim(rows, n);
+	eg_dw.claim_in_progress = claim;
+
+	/* rows of one subscription (retries) or one chunk (first attempts) become requests */
+	initStringInfo(&scratch);
+	for (int i = 0; i < n;)
+	{
+		int			j = i;
+
+		while (j < n && rows[j].subscription_id == rows[i].subscription_id &&
+			   rows[j].chunk == rows[i].chunk)
+			j++;
+		build_requests(claim, rows, i, j, &scratch);
+		i = j;
+	}
+	pfree(scratch.data);
+	eg_end_work();
+	eg_dw.waves_done_n = 0;
+	eg_want_upkeep();
+
+	/* committed: the requests may go, and rows finished without an attempt are recorded */
+	while (eg_dw.built_head)
+	{
+		EgRequest  *req = eg_dw.built_head;
+
+		eg_dw.built_head = req->next;
+		eg_target_queue(req);
+	}
+	eg_dw.built_tail = NULL;
+	for (int i = 0; i < n; i++)
+	{
+		eg_dw.bytes_held += claim->rows[i].bytes;
+		if (claim->rows[i].out.action != EG_ACTION_UNDECIDED)
+			eg_delivery_push(&claim->rows[i]);
+	}
+	eg_dw.claim_in_progress = NULL;
+
+	/* a full claim of retries means a backlog: fresh statistics, at most once a minute */
+	if (nr == EG_CLAIM_MAX_ROWS && GetCurrentTimestamp() - eg_dw.last_analyze >= EG_ANALYZE_INTERVAL_MS * 1000)
+	{
+		eg_dw.last_analyze = GetCurrentTimestamp();
+		if (eg_begin_work("eventgrid: analyzing eventgrid.retries"))
+		{
+			eg_store_analyze();
+			eg_end_work();
+		}
+	}
+	return n;
+}
+
+
+/* After an ERROR in a claim's unit of work: the claim is dropped (its leases rolled back with it). */
+void
+eg_delivery_drop_claim(void)
+{
+	if (eg_dw.claim_in_progress == NULL)
+		return;
+	free_built_requests();
+	MemoryContextDelete(eg_dw.claim_in_progress->cxt);
+	pfree(eg_dw.claim_in_progress);
+	eg_dw.claim_in_progress = NULL;
+}

@@ -1,0 +1,101 @@
+/*
+ * http.h - one HTTP delivery request (EgRequest), how it is built
+ * (request.c: body, content type, aeg-* and custom headers, batch
+ * boundaries; SPEC sections 5 and 8) and how it is sent (http.c: libcurl's
+ * multi interface on a thread of its own).
+ */
+#ifndef EVENTGRID_HTTP_H
+#define EVENTGRID_HTTP_H
+
+#include "core/eventgrid.h"
+#include "core/outcome.h"
+
+#include <curl/curl.h>
+
+/* Bytes of an answer's body kept for the attempt history (a failed answer's). */
+#define EG_RESPONSE_HEAD_BYTES 512
+
+struct EgTarget;
+
+typedef struct EgRequest
+{
+	const char *url;
+	long		timeout_ms;
+	void	   *easy;			/* CURL * */
+	struct curl_slist *headers;
+	char	   *body;			/* malloc'd, freed when the request ends */
+	size_t		body_len;
+	char		errbuf[256];
+	/* results */
+	EgTransport transport;
+	int			http_status;
+	int64		retry_after_s;	/* the answer's Retry-After, in seconds from now (0: none) */
+	char		response_head[EG_RESPONSE_HEAD_BYTES];	/* the first bytes of the answer's body */
+	int			response_head_len;
+	double		duration_ms;	/* libcurl's total time of the transfer */
+	int			http_version;	/* 2: the answer came over HTTP/2, 1: HTTP/1.x, 0: unknown */
+	/* caller's bookkeeping */
+	void	  **items;			/* the rows this request carries */
+	int			count;
+	int64		subscription_id;
+	const char *subscription_name;
+	const char *topic;			/* the subscription's topic */
+	int64		bytes;			/* event bytes carried */
+	struct EgTarget *target;	/* its endpoint (endpoint_queue.c) */
+	bool		probe;			/* sent to end its endpoint's probation */
+	TimestampTz started_at;
+	struct EgRequest *next;
+} EgRequest;
+
+/*
+ * http.c: the options every request eventgrid sends has (http and https
+ * only, no redirects, certificates verified against ca_file or the
+ * system's store, eventgrid's User-Agent); libcurl's code of the first it
+ * refused.
+ */
+extern CURLcode eg_http_safe_options(CURL *h, const char *ca_file);
+
+/*
+ * request.c: eg_header_problem() returns NULL when "name: value" may be
+ * sent, else why not (a name that is not an HTTP token, a control
+ * character, a name that changes HTTP framing or routing).
+ */
+extern const char *eg_header_problem(const char *name, const char *value, bool custom);
+extern int	eg_control_char_at(const char *s, int len);
+extern char *eg_printable_copy(const char *text, int len);
+extern const char *eg_content_type(const char *delivery_schema, int nevents);
+extern void eg_build_body(StringInfo buf, const char *delivery_schema,
+						  const EgEventPart *events, int nevents);
+extern int	eg_batch_take(const EgEventPart *events, int nevents,
+						  int max_events, int64 max_bytes);
+
+/* What the headers of one request say (the first event's values for a batch). */
+typedef struct EgRequestSpec
+{
+	const char *schema;			/* delivery schema */
+	const char *subscription_name;
+	int			delivery_count; /* attempts made before this one */
+	const char *metadata_version;
+	const char *data_version;
+	const char *output_event_id;
+	const char *custom_headers; /* "Name: value" lines separated by '\n', or NULL */
+	const char *signing_keys;	/* Standard Webhooks secrets, space-separated, or NULL: unsigned */
+	const char *webhook_id;		/* the message id when signed (eg_webhook_id) */
+} EgRequestSpec;
+
+extern EgOutcomeCode eg_request_build(EgRequest *req, const EgRequestSpec *spec,
+									  const EgEventPart *events, int nevents, StringInfo scratch);
+
+/* http.c */
+extern void eg_http_init(void);
+extern void eg_http_set_max_connections(long n);
+extern void eg_http_set_ca_file(const char *path);
+extern void eg_http_shutdown(void);
+extern void eg_http_start(EgRequest **reqs, int n, long timeout_ms);
+extern void eg_http_set_headers(EgRequest *req, const char *lines, size_t len, int n);
+extern void eg_http_free_headers(EgRequest *req);
+extern int	eg_http_in_flight(void);
+extern void eg_http_wait(int want, int timeout_ms);
+extern EgRequest *eg_http_take_finished(void);
+
+#endif							/* EVENTGRID_HTTP_H */

@@ -1,0 +1,168 @@
+/*
+ * url.c - endpoint URLs: the rule an event subscription's endpoint must
+ * follow (checked by the CHECK constraint on event_subscriptions.endpoint
+ * and by the configuration functions through eventgrid._endpoint_problem(),
+ * so both apply the rule the sender applies), and the host key that the
+ * delivery worker's per-host queues use (endpoint_queue.c).  libcurl's URL
+ * API does the parsing: what it accepts here, the requests can use.
+ */
+#include "http/url.h"
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+
+#include <curl/curl.h>
+
+/*
+ * Does "://" and then a host follow the scheme (of scheme_len bytes)?
+ * libcurl reads "http:///x" and "http:/x" as http://x/: a URL written so is
+ * refused rather than taken to mean a host it does not name.
+ */
+static bool
+authority_follows(const char *url, size_t scheme_len)
+{
+	const char *rest = url + scheme_len;
+
+	return strlen(url) > scheme_len + 3 && strncmp(rest, "://", 3) == 0 &&
+		rest[3] != '/' && rest[3] != '\\';
+}
+
+/*
+ * Why libcurl could not deliver to url, or NULL when it can: scheme http or
+ * https, "://" and a host, a port from 1 to 65535, no user name or password (they
+ * would be shown in the catalog and in logs; send credentials as a secret
+ * delivery property instead), and at most EG_MAX_ENDPOINT_BYTES bytes.
+ * Returns a static string.
+ */
+const char *
+eg_endpoint_problem(const char *url)
+{
+	CURLU	   *h;
+	CURLUcode	rc;
+	char	   *scheme = NULL,
+			   *host = NULL,
+			   *user = NULL,
+			   *password = NULL,
+			   *port = NULL;
+	const char *problem = NULL;
+
+	if (strlen(url) > EG_MAX_ENDPOINT_BYTES)
+		return "the endpoint is longer than 2048 bytes";
+	h = curl_url();
+	if (h == NULL)
+		return "out of memory";
+	rc = curl_url_set(h, CURLUPART_URL, url, 0);
+	if (rc != CURLUE_OK && strstr(url, "://") == NULL)
+		problem = "not an absolute URL: it must start with http:// or https:// and a host, "
+			"as https://receiver.example.com/events does";
+	else if (rc != CURLUE_OK)
+		problem = curl_url_strerror(rc);
+	else if (curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+			 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
+		problem = "the scheme must be http or https";
+	else if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0' ||
+			 !authority_follows(url, strlen(scheme)))
+		problem = "the URL has no host after its scheme's \"://\"";
+	else if (curl_url_get(h, CURLUPART_USER, &user, 0) == CURLUE_OK ||
+			 curl_url_get(h, CURLUPART_PASSWORD, &password, 0) == CURLUE_OK)
+		problem = "the URL holds a user name or password";
+	else if (curl_url_get(h, CURLUPART_PORT, &port, 0) == CURLUE_OK && strtol(port, NULL, 10) == 0)
+		problem = "Port number was not a decimal number between 1 and 65535";
+	curl_free(scheme);
+	curl_free(host);
+	curl_free(user);
+	curl_free(password);
+	curl_free(port);
+	curl_url_cleanup(h);
+	return problem;
+}
+
+/*
+ * "scheme://host:port" of a URL, by libcurl's parser (the URL itself if it
+ * does not parse), palloc'd: requests to one key share a queue and its
+ * limit of eventgrid.max_requests_per_endpoint.
+ */
+char *
+eg_url_host_key(const char *url)
+{
+	CURLU	   *h = curl_url();
+	char	   *scheme = NULL,
+			   *host = NULL,
+			   *port = NULL;
+	char	   *key;
+
+	if (h != NULL && curl_url_set(h, CURLUPART_URL, url, 0) == CURLUE_OK &&
+		curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+		curl_url_get(h, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+		curl_url_get(h, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK)
+		key = psprintf("%s://%s:%s", scheme, host, port);
+	else
+		key = pstrdup(url);
+	curl_free(scheme);
+	curl_free(host);
+	curl_free(port);
+	curl_url_cleanup(h);
+	return key;
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_endpoint_problem);
+
+/*
+ * SQL: eventgrid._endpoint_problem(endpoint text) -> text: NULL for an
+ * endpoint libcurl can deliver to, else the reason (see eg_endpoint_problem).
+ * Used by the CHECK constraint on event_subscriptions.endpoint and by the
+ * configuration functions, so both apply the same rule.
+ */
+Datum
+eventgrid_endpoint_problem(PG_FUNCTION_ARGS)
+{
+	char	   *url = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	const char *problem = eg_endpoint_problem(url);
+
+	if (problem == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(problem));
+}
+
+/*
+ * len bytes of s percent-encoded for one segment of a URI path (RFC 3986:
+ * every byte but the unreserved A-Z a-z 0-9 - . _ ~ becomes %XX), by
+ * libcurl's curl_easy_escape; palloc'd.  Table change events' subjects.
+ */
+char *
+eg_uri_escape(const char *s, int len)
+{
+	char	   *escaped;
+	char	   *result;
+	CURL	   *handle = NULL;	/* libcurl ignores it since 7.82.0 */
+
+#if LIBCURL_VERSION_NUM < 0x075200
+	static CURL *kept = NULL;
+
+	if (kept == NULL)
+		kept = curl_easy_init();
+	handle = kept;
+#endif
+	escaped = handle || LIBCURL_VERSION_NUM >= 0x075200 ? curl_easy_escape(handle, s, len) : NULL;
+	if (escaped == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory while escaping a URI path segment")));
+	result = pstrdup(escaped);
+	curl_free(escaped);
+	return result;
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_uri_escape);
+
+/*
+ * SQL: eventgrid._uri_escape(value text) -> text: value percent-encoded for
+ * one segment of a URI path (eg_uri_escape).  Strict.
+ */
+Datum
+eventgrid_uri_escape(PG_FUNCTION_ARGS)
+{
+	text	   *value = PG_GETARG_TEXT_PP(0);
+
+	PG_RETURN_TEXT_P(cstring_to_text(eg_uri_escape(VARDATA_ANY(value), (int) VARSIZE_ANY_EXHDR(value))));
+}

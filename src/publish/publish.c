@@ -1,0 +1,586 @@
+/*
+ * publish.c - the BEFORE INSERT row trigger on eventgrid.events: validates
+ * each published event against its topic's input schema and stamps it
+ * (SPEC section 8).  Event Grid schema: id, subject, eventType and eventTime
+ * (RFC 3339) required, dataVersion stamped "" when absent, metadataVersion
+ * must be "1" (stamped when absent), topic stamped with the topic name.
+ * CloudEvents 1.0: id, source, type and specversion "1.0" required.  Custom
+ * schema: any JSON object.  In every schema, id and dataVersion become HTTP
+ * headers, so they may hold no control characters.  Every event is at most
+ * 1 MB of JSON text; its publish_time is the publishing transaction's start
+ * time on eventgrid's clock (eg_transaction_now(): with
+ * eventgrid.clock_offset) and event_bytes its size.
+ *
+ * A row that arrives with publish_time already set comes from someone
+ * allowed to write that column (the extension's owner: pg_restore of a dump,
+ * publishers cannot) and is stored as it is: it was validated when first
+ * published, and its topic may not be restored yet.
+ */
+#include "publish/publish.h"
+#include "http/http.h"
+#include "store/store.h"
+
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+typedef enum EgSchema
+{
+	EG_SCHEMA_EVENTGRID,
+	EG_SCHEMA_CLOUDEVENTS,
+	EG_SCHEMA_CUSTOM
+} EgSchema;
+
+/* One-entry cache of the topic looked up by the current statement. */
+static char cached_topic[256];
+static EgSchema cached_schema;
+static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
+static CommandId cached_cid = InvalidCommandId;
+static SPIPlanPtr topic_plan = NULL;
+
+/*
+ * At most the first 64 bytes of s (cut at a character boundary), with "..."
+ * when s is longer: error messages quote the topic, which may be a megabyte.
+ */
+static char *
+quote_prefix(const char *s)
+{
+	int			len = strlen(s);
+
+	if (len <= 64)
+		return pstrdup(s);
+	return psprintf("%.*s...", pg_mbcliplen(s, len, 64), s);
+}
+
+/* See eventgrid.h. */
+LocalTransactionId
+eg_current_lxid(void)
+{
+#if PG_VERSION_NUM >= 170000
+	return MyProc->vxid.lxid;
+#else
+	return MyProc->lxid;
+#endif
+}
+
+/*
+ * The input schema of topic, read from eventgrid.topics (one prepared
+ * query, its own SPI connection); *found says whether the topic exists.
+ */
+static EgSchema
+query_topic_schema(const char *topic, bool *found)
+{
+	Datum		arg;
+	char	   *schema;
+	EgSchema	result = EG_SCHEMA_EVENTGRID;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "eventgrid: SPI_connect failed");
+	if (topic_plan == NULL)
+	{
+		Oid			argtypes[1] = {TEXTOID};
+		SPIPlanPtr	plan = SPI_prepare("SELECT input_schema FROM eventgrid.topics"
+									   " WHERE name OPERATOR(pg_catalog.=) $1",
+									   1, argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "eventgrid: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(plan);
+		topic_plan = plan;
+	}
+	arg = CStringGetTextDatum(topic);
+	if (SPI_execute_plan(topic_plan, &arg, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "eventgrid: topic lookup failed");
+	*found = SPI_processed > 0;
+	if (*found)
+	{
+		schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		if (strcmp(schema, "CloudEventSchemaV1_0") == 0)
+			result = EG_SCHEMA_CLOUDEVENTS;
+		else if (strcmp(schema, "CustomEventSchema") == 0)
+			result = EG_SCHEMA_CUSTOM;
+	}
+	SPI_finish();
+	return result;
+}
+
+/* See eventgrid.h. */
+bool
+eg_topic_exists(const char *topic)
+{
+	bool		found;
+
+	(void) query_topic_schema(topic, &found);
+	return found;
+}
+
+/* The input schema of topic, which must exist (42704), kept for the rest of the statement. */
+static EgSchema
+lookup_topic_schema(const char *topic)
+{
+	EgSchema	result;
+	bool		found;
+
+	if (cached_lxid == eg_current_lxid() && cached_cid == GetCurrentCommandId(false) &&
+		strcmp(cached_topic, topic) == 0)
+		return cached_schema;
+
+	result = query_topic_schema(topic, &found);
+	if (!found)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("topic \"%s\" does not exist", quote_prefix(topic)),
+				 errhint("Create it with eventgrid.create_topic() before publishing to it.")));
+	if (strlen(topic) < sizeof(cached_topic))
+	{
+		strcpy(cached_topic, topic);
+		cached_schema = result;
+		cached_lxid = eg_current_lxid();
+		cached_cid = GetCurrentCommandId(false);
+	}
+	return result;
+}
+
+/* Strict RFC 3339 date-time: YYYY-MM-DDTHH:MM:SS[.frac](Z|+HH:MM|-HH:MM). */
+static bool
+is_rfc3339(const char *s, int len)
+{
+	static const int mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+	int			i = 0;
+	int			v[6];
+	const char *seps = "--T::";
+
+	for (int f = 0; f < 6; f++)
+	{
+		int			width = (f == 0) ? 4 : 2;
+
+		v[f] = 0;
+		for (int k = 0; k < width; k++, i++)
+		{
+			if (i >= len || s[i] < '0' || s[i] > '9')
+				return false;
+			v[f] = v[f] * 10 + (s[i] - '0');
+		}
+		if (f < 5)
+		{
+			if (i >= len || !(s[i] == seps[f] || (f == 2 && (s[i] == 't' || s[i] == ' '))))
+				return false;
+			i++;
+		}
+	}
+	if (v[1] < 1 || v[1] > 12 || v[2] < 1 || v[2] > mdays[v[1] - 1] ||
+		v[3] > 23 || v[4] > 59 || v[5] > 60)
+		return false;
+	if (v[1] == 2 && v[2] == 29 && !((v[0] % 4 == 0 && v[0] % 100 != 0) || v[0] % 400 == 0))
+		return false;
+	if (i < len && s[i] == '.')
+	{
+		int			digits = 0;
+
+		for (i++; i < len && s[i] >= '0' && s[i] <= '9'; i++)
+			digits++;
+		if (digits == 0)
+			return false;
+	}
+	if (i < len && (s[i] == 'Z' || s[i] == 'z'))
+		return i + 1 == len;
+	if (i < len && (s[i] == '+' || s[i] == '-'))
+	{
+		if (len - i != 6 || s[i + 3] != ':' ||
+			!isdigit((unsigned char) s[i + 1]) || !isdigit((unsigned char) s[i + 2]) ||
+			!isdigit((unsigned char) s[i + 4]) || !isdigit((unsigned char) s[i + 5]))
+			return false;
+		return (s[i + 1] - '0') * 10 + (s[i + 2] - '0') <= 23 &&
+			(s[i + 4] - '0') * 10 + (s[i + 5] - '0') <= 59;
+	}
+	return false;
+}
+
+static const char *
+schema_requirements(EgSchema schema)
+{
+	return schema == EG_SCHEMA_CLOUDEVENTS
+		? "CloudEvents 1.0 events require the string attributes id, source, specversion (\"1.0\") and type."
+		: "Event Grid schema events require the string fields id, subject, eventType and eventTime (RFC 3339).";
+}
+
+/*
+ * Fetches a top-level field that must be a string when present.  Returns
+ * false when absent; errors when required and absent, not a string, or
+ * empty while nonempty is asked for.
+ */
+static bool
+get_string_field(Jsonb *jb, const char *key, bool required, bool nonempty,
+				 EgSchema schema, const char *topic, JsonbValue *out)
+{
+	if (getKeyJsonValueFromContainer(&jb->root, key, strlen(key), out) == NULL)
+	{
+		if (required)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("event is missing required field \"%s\"", key),
+					 errdetail("Topic \"%s\" takes %s", topic,
+							   schema == EG_SCHEMA_CLOUDEVENTS ? "CloudEvents 1.0 events." : "Event Grid schema events."),
+					 errhint("%s", schema_requirements(schema))));
+		return false;
+	}
+	if (out->type != jbvString)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("event field \"%s\" must be a JSON string", key),
+				 errhint("%s", schema_requirements(schema))));
+	if (nonempty && out->val.string.len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("event field \"%s\" must not be empty", key),
+				 errhint("%s", schema_requirements(schema))));
+	return true;
+}
+
+static void
+check_time_field(JsonbValue *v, const char *key)
+{
+	if (!is_rfc3339(v->val.string.val, v->val.string.len))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_DATETIME_FORMAT),
+				 errmsg("event field \"%s\" must be an RFC 3339 date-time, got \"%.*s\"",
+						key, Min(v->val.string.len, 64), v->val.string.val),
+				 errhint("Use the form 2024-05-01T12:34:56.789Z or 2024-05-01T14:34:56+02:00.")));
+}
+
+static void
+push_string_pair(JsonbParseState **st, const char *key, const char *val)
+{
+	JsonbValue	k,
+				v;
+
+	k.type = jbvString;
+	k.val.string.val = (char *) key;
+	k.val.string.len = strlen(key);
+	v.type = jbvString;
+	v.val.string.val = (char *) val;
+	v.val.string.len = strlen(val);
+	pushJsonbValue(st, WJB_KEY, &k);
+	pushJsonbValue(st, WJB_VALUE, &v);
+}
+
+/*
+ * id and dataVersion, when strings, become the aeg-output-event-id and
+ * aeg-data-version headers: a control character there could end the header
+ * line and inject others (request smuggling), so it is refused.
+ */
+static void
+check_header_fields(Jsonb *jb)
+{
+	static const char *const keys[] = {"id", "dataVersion"};
+
+	for (int k = 0; k < (int) lengthof(keys); k++)
+	{
+		JsonbValue	v;
+		int			at;
+
+		if (getKeyJsonValueFromContainer(&jb->root, keys[k], strlen(keys[k]), &v) == NULL ||
+			v.type != jbvString)
+			continue;
+		at = eg_control_char_at(v.val.string.val, v.val.string.len);
+		if (at >= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("event field \"%s\" must not contain control characters", keys[k]),
+					 errdetail("It holds character U+%04X at byte %d.",
+							   (unsigned char) v.val.string.val[at], at + 1),
+					 errhint("The field is sent as an HTTP header; remove line breaks, tabs and other control characters.")));
+	}
+}
+
+/* jsonb's order of object keys: shorter first, then bytewise. */
+static int
+jsonb_key_cmp(const char *a, int alen, const char *b, int blen)
+{
+	if (alen != blen)
+		return alen < blen ? -1 : 1;
+	return memcmp(a, b, alen);
+}
+
+/*
+ * The event with topic set to the topic's name and, when absent,
+ * dataVersion "" and metadataVersion "1", built in one pass over the event's
+ * top-level pairs (nested values are copied by pushJsonbValue).  Each stamp
+ * is pushed where jsonb's key order puts it, and a topic the publisher sent
+ * is left out: the pairs arrive already sorted and unique, so the sort that
+ * ends every object finds them in order and returns after one pass (a sort
+ * of out-of-order keys was a fifth of this trigger's time).  The result is
+ * the one jsonb_concat of the event and the stamps would give.
+ */
+static Jsonb *
+stamp_eventgrid(Jsonb *jb, const char *topic, bool add_data_version, bool add_metadata_version)
+{
+	/* in jsonb key order: "topic" < "dataVersion" < "metadataVersion" */
+	const char *keys[3];
+	const char *vals[3];
+	int			nstamps = 0;
+	int			next = 0;
+	JsonbParseState *st = NULL;
+	JsonbIterator *it = JsonbIteratorInit(&jb->root);
+	JsonbIteratorToken tok;
+	JsonbValue	v;
+	JsonbValue *res = NULL;
+
+	keys[nstamps] = "topic";
+	vals[nstamps++] = topic;
+	if (add_data_version)
+	{
+		keys[nstamps] = "dataVersion";
+		vals[nstamps++] = "";
+	}
+	if (add_metadata_version)
+	{
+		keys[nstamps] = "metadataVersion";
+		vals[nstamps++] = "1";
+	}
+
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok == WJB_KEY)
+		{
+			bool		replaced = false;
+
+			while (next < nstamps)
+			{
+				int			c = jsonb_key_cmp(keys[next], strlen(keys[next]),
+											  v.val.string.val, v.val.string.len);
+
+				if (c > 0)
+					break;
+				push_string_pair(&st, keys[next], vals[next]);
+				next++;
+				if (c == 0)
+					replaced = true;
+			}
+			if (replaced)
+			{
+				/* the publisher's pair under a stamped key: skip its value */
+				tok = JsonbIteratorNext(&it, &v, true);
+				Assert(tok == WJB_VALUE);
+				continue;
+			}
+		}
+		else if (tok == WJB_END_OBJECT)
+		{
+			while (next < nstamps)
+			{
+				push_string_pair(&st, keys[next], vals[next]);
+				next++;
+			}
+		}
+		res = pushJsonbValue(&st, tok, tok < WJB_BEGIN_ARRAY ? &v : NULL);
+	}
+	return JsonbValueToJsonb(res);
+}
+
+/* Validates one Event Grid schema event and returns it stamped. */
+static Jsonb *
+validate_eventgrid(Jsonb *jb, const char *topic)
+{
+	JsonbValue	v;
+	bool		has_data_version;
+	bool		has_metadata_version;
+
+	get_string_field(jb, "id", true, true, EG_SCHEMA_EVENTGRID, topic, &v);
+	get_string_field(jb, "subject", true, false, EG_SCHEMA_EVENTGRID, topic, &v);
+	get_string_field(jb, "eventType", true, true, EG_SCHEMA_EVENTGRID, topic, &v);
+	get_string_field(jb, "eventTime", true, true, EG_SCHEMA_EVENTGRID, topic, &v);
+	check_time_field(&v, "eventTime");
+	has_data_version = get_string_field(jb, "dataVersion", false, false, EG_SCHEMA_EVENTGRID, topic, &v);
+	has_metadata_version = get_string_field(jb, "metadataVersion", false, false, EG_SCHEMA_EVENTGRID, topic, &v);
+	if (has_metadata_version && !(v.val.string.len == 1 && v.val.string.val[0] == '1'))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("event field \"metadataVersion\" must be \"1\", got \"%.*s\"",
+						Min(v.val.string.len, 64), v.val.string.val),
+				 errhint("Leave metadataVersion out; eventgrid stamps it.")));
+
+	return stamp_eventgrid(jb, topic, !has_data_version, !has_metadata_version);
+}
+
+static void
+validate_cloudevent(Jsonb *jb, const char *topic)
+{
+	JsonbValue	v;
+
+	get_string_field(jb, "id", true, true, EG_SCHEMA_CLOUDEVENTS, topic, &v);
+	get_string_field(jb, "source", true, true, EG_SCHEMA_CLOUDEVENTS, topic, &v);
+	get_string_field(jb, "specversion", true, true, EG_SCHEMA_CLOUDEVENTS, topic, &v);
+	if (!(v.val.string.len == 3 && memcmp(v.val.string.val, "1.0", 3) == 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("event attribute \"specversion\" must be \"1.0\", got \"%.*s\"",
+						Min(v.val.string.len, 64), v.val.string.val),
+				 errhint("Topic \"%s\" takes CloudEvents 1.0 events.", topic)));
+	get_string_field(jb, "type", true, true, EG_SCHEMA_CLOUDEVENTS, topic, &v);
+	get_string_field(jb, "subject", false, false, EG_SCHEMA_CLOUDEVENTS, topic, &v);
+	get_string_field(jb, "datacontenttype", false, false, EG_SCHEMA_CLOUDEVENTS, topic, &v);
+	if (get_string_field(jb, "time", false, true, EG_SCHEMA_CLOUDEVENTS, topic, &v))
+		check_time_field(&v, "time");
+}
+
+/*
+ * Size of the event's JSON text, as the delivery worker sends it (jsonb's
+ * own output function makes both).  Made in full for every event: no
+ * shortcut from the binary size holds, since a number such as 1e1000 is a
+ * few bytes in jsonb and 1,001 characters as text.  It is the size the
+ * 1 MB limit applies to and event_bytes records, which bounds the worker's
+ * memory through eventgrid.max_bytes_in_flight.
+ */
+int64
+eg_event_text_size(Jsonb *jb)
+{
+	StringInfoData text;
+	int64		len;
+
+	initStringInfo(&text);
+	(void) JsonbToCString(&text, &jb->root, VARSIZE(jb));
+	len = text.len;
+	pfree(text.data);
+	return len;
+}
+
+/* Refuses (54000) an event of size bytes of JSON text over the 1 MB limit. */
+void
+eg_check_event_size(int64 size)
+{
+	if (size > EG_MAX_EVENT_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("event is %lld bytes; an event may be at most 1 MB (%d bytes)",
+						(long long) size, EG_MAX_EVENT_BYTES),
+				 errhint("Store large payloads elsewhere and publish a reference to them.")));
+}
+
+/*
+ * Validates event jb of topic (of input schema schema) as a publish does:
+ * a JSON object, the schema's required fields, no control characters in
+ * the fields sent as headers, at most 1 MB of JSON text (its size in
+ * *size).  Returns it stamped (Event Grid schema: dataVersion and
+ * metadataVersion); raises 22023 or 54000 otherwise.
+ */
+static Jsonb *
+validate_event(Jsonb *jb, const char *topic, EgSchema schema, int64 *size)
+{
+	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("an event must be a JSON object"),
+				 errhint("To publish several events, insert one row per event or call eventgrid.publish() with an array.")));
+
+	if (schema == EG_SCHEMA_EVENTGRID)
+		jb = validate_eventgrid(jb, topic);
+	else if (schema == EG_SCHEMA_CLOUDEVENTS)
+		validate_cloudevent(jb, topic);
+	check_header_fields(jb);
+
+	*size = eg_event_text_size(jb);
+	eg_check_event_size(*size);
+	return jb;
+}
+
+typedef struct EgReplicatedCheck
+{
+	const char *topic;
+	bool		topic_known;
+	Jsonb	   *event;
+	Jsonb	   *stored;
+	int64		size;
+} EgReplicatedCheck;
+
+static void
+check_replicated(void *arg)
+{
+	EgReplicatedCheck *c = arg;
+
+	/* a topic this database lacks: what holds for every schema */
+	c->stored = validate_event(c->event, c->topic,
+							   c->topic_known ? lookup_topic_schema(c->topic) : EG_SCHEMA_CUSTOM, &c->size);
+}
+
+/*
+ * See eventgrid.h.  The checks raise errors: they run in a subtransaction
+ * of their own (eg_try), whose error is taken as the reason and dropped, so
+ * that an invalid row never stops the apply worker.
+ */
+char *
+eg_check_replicated_event(const char *topic, bool topic_known, Jsonb *jb, Jsonb **stored, int64 *size)
+{
+	EgReplicatedCheck c = {.topic = topic,.topic_known = topic_known,.event = jb};
+	ErrorData  *edata = eg_try(check_replicated, &c);
+
+	if (edata != NULL)
+		return edata->message;
+	*stored = c.stored;
+	*size = c.size;
+	return NULL;
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_validate_event);
+
+/* Trigger function eventgrid._validate_event(): BEFORE INSERT FOR EACH ROW. */
+Datum
+eventgrid_validate_event(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	TupleDesc	tupdesc;
+	HeapTuple	tuple;
+	int			cols[3];
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+	bool		isnull;
+	Datum		d;
+	char	   *topic;
+	Jsonb	   *jb;
+	EgSchema	schema;
+	int64		size;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) || !TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("eventgrid._validate_event() must be called as a BEFORE INSERT FOR EACH ROW trigger")));
+
+	tupdesc = trigdata->tg_relation->rd_att;
+	tuple = trigdata->tg_trigtuple;
+
+	/* restored rows (publish_time given) are stored as they are */
+	(void) SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "publish_time"), &isnull);
+	if (!isnull)
+		return PointerGetDatum(tuple);
+
+	d = SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "topic"), &isnull);
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NOT_NULL_VIOLATION),
+				 errmsg("topic of a published event must not be NULL")));
+	topic = TextDatumGetCString(d);
+	schema = lookup_topic_schema(topic);
+
+	cols[0] = SPI_fnumber(tupdesc, "event");
+	d = SPI_getbinval(tuple, tupdesc, cols[0], &isnull);
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NOT_NULL_VIOLATION),
+				 errmsg("event published to topic \"%s\" must not be NULL", quote_prefix(topic))));
+	jb = validate_event(DatumGetJsonbP(d), topic, schema, &size);
+
+	values[0] = JsonbPGetDatum(jb);
+	cols[1] = SPI_fnumber(tupdesc, "publish_time");
+	values[1] = TimestampTzGetDatum(eg_transaction_now());
+	cols[2] = SPI_fnumber(tupdesc, "event_bytes");
+	values[2] = Int32GetDatum((int32) size);
+
+	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, tupdesc, 3, cols, values, nulls));
+}

@@ -1,0 +1,692 @@
+/*
+ * store_claim.c - claiming first attempts (SPEC sections 1, 2, 5 and 9)
+ * from each event subscription's position, in three steps (scan which
+ * events come next, move the positions past what is taken and write the
+ * chunks, then load what the chunks deliver); due retries are claimed in
+ * store_claim_retries.c, and both return the request columns of
+ * store_claim.h.  The claim's transaction commits before any network I/O;
+ * delivery_claim.c turns the rows into requests.
+ */
+#include "store/store_claim.h"
+#include "core/rate.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+#include "utils/jsonb.h"
+
+/* A text column borrowed from the result (valid until eg_store_commit()). */
+static void
+payload_col(SPITupleTable *tt, int row, int col, EgEventPart *part)
+{
+	bool		isnull;
+	Datum		v = SPI_getbinval(tt->vals[row], tt->tupdesc, col, &isnull);
+
+	if (!isnull)
+	{
+		text	   *t = DatumGetTextPP(v);
+
+		part->json = VARDATA_ANY(t);
+		part->len = VARSIZE_ANY_EXHDR(t);
+	}
+}
+
+/*
+ * Text column col of row, palloc'd, or same itself when it holds the same
+ * text (NULL: no text to share).
+ */
+static char *
+shared_text_col(SPITupleTable *tt, int row, int col, const char *same)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tt->vals[row], tt->tupdesc, col, &isnull);
+	text	   *t;
+
+	if (isnull)
+		return NULL;
+	t = DatumGetTextPP(d);
+	if (same != NULL && strlen(same) == VARSIZE_ANY_EXHDR(t) &&
+		memcmp(same, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)) == 0)
+		return (char *) same;
+	return text_to_cstring(t);
+}
+
+/* See store_claim.h. */
+void
+eg_claim_request_cols(SPITupleTable *tt, int row, int first, EgClaimedRow *r, const EgClaimedRow *prev)
+{
+#define SHARED(field, col) shared_text_col(tt, row, first + (col), prev ? prev->field : NULL)
+	r->max_attempts = eg_int32_col(tt, row, first + RC_MAX_ATTEMPTS, 1);
+	r->endpoint = SHARED(endpoint, RC_ENDPOINT);
+	r->subscription_name = SHARED(subscription_name, RC_NAME);
+	r->schema = SHARED(schema, RC_SCHEMA);
+	r->max_events_per_batch = eg_int32_col(tt, row, first + RC_MAX_EVENTS, 0);
+	r->preferred_batch_kb = eg_int32_col(tt, row, first + RC_PREFERRED_KB, 0);
+	payload_col(tt, row, first + RC_PAYLOAD, &r->payload);
+	r->output_event_id = eg_text_col(tt, row, first + RC_OUTPUT_EVENT_ID);
+	r->data_version = SHARED(data_version, RC_DATA_VERSION);
+	r->metadata_version = SHARED(metadata_version, RC_METADATA_VERSION);
+	r->custom_headers = SHARED(custom_headers, RC_CUSTOM_HEADERS);
+	r->signing_keys = SHARED(signing_keys, RC_SIGNING_KEYS);
+	r->source = SHARED(source, RC_SOURCE);
+#undef SHARED
+}
+
+/*
+ * First attempts, step one: what to take.  For each position (locked; one
+ * worker at a time) not in $2, the next events of its batch in (txid, id)
+ * order: those of transactions that were in progress at "done", and those
+ * that began after it, both visible in "upto" (a new snapshot when no batch
+ * is open).  At most $1 per subscription, each with whether the
+ * subscription's filters take it and its size; a position with nothing
+ * left in its batch gives one row with no event.  Rows are narrow and
+ * unordered: scan_positions() orders them, cut_positions() cuts them at the
+ * byte budget and moves the positions (advance), load_chunks() then reads
+ * what is to be sent.  done and upto come as text, once per position.  The
+ * row comparison after the position's last event is raised to the scalar
+ * bound beside it: the B-tree scan starts at the row comparison, and one of
+ * (0, 0) (no last event) read the topic's entries from the table's start.
+ */
+static EgStatement claim_scan = {
+	.name = "first-attempt claim",
+	.sql =
+	"WITH snap AS MATERIALIZED ("
+	"  SELECT pg_current_snapshot() AS s, eventgrid._system_identifier() AS sysid"
+	"), pos AS MATERIALIZED ("
+	"  SELECT p.subscription_id, p.done, coalesce(p.upto, snap.s) AS upto,"
+	"         p.done::text AS done_text, coalesce(p.upto, snap.s)::text AS upto_text,"
+	"         coalesce(p.after_txid, '0'::xid8) AS after_txid, coalesce(p.after_id, 0) AS after_id,"
+	"         ARRAY(SELECT pg_snapshot_xip(p.done)) AS done_xip, p.upto IS NULL AS fresh,"
+	"         coalesce(p.served_at, '-infinity') AS turn"
+	"    FROM eventgrid.subscription_positions p CROSS JOIN snap"
+	"   WHERE p.system_identifier = snap.sysid AND p.subscription_id <> ALL ($2)"
+	"     AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._held_subscriptions() ps)"
+	"   ORDER BY p.subscription_id"
+	"   FOR UPDATE OF p SKIP LOCKED"
+	")"
+	" SELECT pos.subscription_id, pos.turn, e.txid, e.id,"
+	"        e.id IS NOT NULL AND eventgrid._matches(e.event, s.included_event_types_lower,"
+	"            s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive,"
+	"            s.advanced_filters, s.enable_advanced_filtering_on_arrays) AS matched,"
+	"        coalesce(e.event_bytes, 0), pos.done_text, pos.upto_text, s.topic, pos.fresh,"
+	"        pos.after_txid, pos.after_id, s.max_events_per_second"
+	"   FROM pos JOIN eventgrid.event_subscriptions s ON s.id = pos.subscription_id"
+	"   LEFT JOIN LATERAL ("
+	"     SELECT u.* FROM ("
+	"       (SELECT e.txid, e.id, e.event, e.event_bytes FROM eventgrid.events e"
+	"         WHERE cardinality(pos.done_xip) > 0"
+	"           AND e.topic = s.topic AND e.txid = ANY (pos.done_xip)"
+	"           AND e.txid >= pg_snapshot_xmin(pos.done) AND e.txid < pg_snapshot_xmax(pos.done)"
+	"           AND (e.txid, e.id) > (pos.after_txid, pos.after_id)"
+	"           AND pg_visible_in_snapshot(e.txid, pos.upto)"
+	"         ORDER BY e.txid, e.id LIMIT $1)"
+	"       UNION ALL"
+	"       (SELECT e.txid, e.id, e.event, e.event_bytes FROM eventgrid.events e"
+	"         WHERE e.topic = s.topic"
+	"           AND (e.txid, e.id) > (greatest(pos.after_txid, pg_snapshot_xmax(pos.done)),"
+	"                                 CASE WHEN pos.after_txid >= pg_snapshot_xmax(pos.done)"
+	"                                      THEN pos.after_id ELSE 0 END)"
+	"           AND e.txid >= pg_snapshot_xmax(pos.done) AND e.txid < pg_snapshot_xmax(pos.upto)"
+	"           AND pg_visible_in_snapshot(e.txid, pos.upto)"
+	"         ORDER BY e.txid, e.id LIMIT $1)"
+	"     ) u ORDER BY u.txid, u.id LIMIT $1"
+	"   ) e ON true",
+	.nargs = 2,
+	.types = {INT4OID, INT8ARRAYOID},
+};
+enum
+{
+	CS_SUBSCRIPTION_ID = 1,
+	CS_TURN,
+	CS_TXID,
+	CS_EVENT_ID,
+	CS_MATCHED,
+	CS_BYTES,
+	CS_DONE,
+	CS_UPTO,
+	CS_TOPIC,
+	CS_FRESH,
+	CS_AFTER_TXID,
+	CS_AFTER_ID,
+	CS_RATE
+};
+
+/* positions of this cluster not held (paused, endpoint not validated), to tell whether the scan skipped any that another session holds */
+static EgStatement count_positions = {
+	.name = "position count",
+	.sql =
+	"SELECT count(*) FROM eventgrid.subscription_positions p"
+	" WHERE p.system_identifier = eventgrid._system_identifier()"
+	"   AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._held_subscriptions() ps)",
+};
+
+/*
+ * Moves positions past what a claim took, and writes its chunks.  Per
+ * subscription: complete (the batch is done: "done" becomes "upto"), or
+ * the batch "upto" with the last event taken; and a chunk when events were
+ * taken for delivery.
+ */
+static EgStatement advance = {
+	.name = "position advance",
+	.sql =
+	"WITH a AS ("
+	"  SELECT * FROM unnest($1::int8[], $2::bool[], $3::text[], $4::xid8[], $5::int8[], $6::int8[],"
+	"                       $7::text[], $8::text[], $11::xid8[], $12::int8[])"
+	"         AS a(subscription_id, complete, upto, last_txid, last_id, chunk, topic, done,"
+	"              old_after_txid, old_after_id)"
+	"), moved AS ("
+	"  UPDATE eventgrid.subscription_positions p"
+	"     SET done = CASE WHEN a.complete THEN a.upto::pg_snapshot ELSE p.done END,"
+	"         upto = CASE WHEN a.complete THEN NULL ELSE a.upto::pg_snapshot END,"
+	"         after_txid = CASE WHEN a.complete THEN NULL ELSE a.last_txid END,"
+	"         after_id = CASE WHEN a.complete THEN NULL ELSE a.last_id END,"
+	"         served_at = $9"
+	"    FROM a WHERE p.subscription_id = a.subscription_id"
+	"  RETURNING p.subscription_id"
+	")"
+	"INSERT INTO eventgrid.chunks_in_flight (lease_owner, chunk, subscription_id, topic, done, upto,"
+	"       after_txid, after_id, last_txid, last_id)"
+	"SELECT $10, a.chunk, a.subscription_id, a.topic, a.done::pg_snapshot, a.upto::pg_snapshot,"
+	"       nullif(a.old_after_txid, '0'::xid8), nullif(a.old_after_id, 0), a.last_txid, a.last_id"
+	"  FROM a WHERE a.chunk IS NOT NULL",
+	.nargs = 12,
+	.types = {INT8ARRAYOID, BOOLARRAYOID, TEXTARRAYOID, XID8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID,
+		TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZOID, INT4OID, XID8ARRAYOID, INT8ARRAYOID},
+	.generic = true,
+};
+
+/*
+ * First attempts, step three: the deliveries of the chunks $1 just written
+ * by lease owner $2, read the way recovery reads a chunk (the events of its
+ * range in its batch that its subscription's filters take), with what their
+ * requests need; expired by the clock $3.  Unordered: load_chunks() orders
+ * them by chunk and (txid, id), so that the wide rows with their events
+ * are not sorted here.  An event that goes in its topic's own schema comes
+ * as jsonb, and json_texts() makes its JSON text once for all the
+ * subscriptions that get it; otherwise the converted text comes.
+ */
+static EgStatement claim_load = {
+	.name = "chunk load",
+	.sql =
+	"WITH c AS MATERIALIZED ("
+	"  SELECT c.* FROM eventgrid.chunks_in_flight c WHERE c.lease_owner = $2 AND c.chunk = ANY ($1)"
+	"), " PROPS("ARRAY(SELECT c.subscription_id FROM c)")
+	", " KEYS("ARRAY(SELECT c.subscription_id FROM c)")
+	" SELECT c.chunk, s.id, e.txid, e.id,"
+	"       (e.publish_time + make_interval(mins => s.event_ttl) <= $3),"
+	"       coalesce(e.event_bytes, 0), s.topic_type = 'namespace', s.topic,"
+	"       CASE WHEN t.input_schema = s.event_delivery_schema THEN e.event END, e.publish_time,"
+	REQUEST_COLS("e.event", "e.id",
+				 "CASE WHEN t.input_schema = s.event_delivery_schema THEN NULL"
+				 " ELSE eventgrid.convert_event(e.event, t.input_schema, s.event_delivery_schema,"
+				 "                              e.publish_time)::text END", "e.source")
+	"  FROM c JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
+	"  JOIN eventgrid.topics t ON t.name = s.topic"
+	EG_SQL_CHUNK_EVENTS
+	"  LEFT JOIN props pr ON pr.subscription_id = s.id"
+	"  LEFT JOIN keys kk ON kk.subscription_id = s.id",
+	.nargs = 3,
+	.types = {INT8ARRAYOID, INT4OID, TIMESTAMPTZOID},
+};
+enum
+{
+	CL_CHUNK = 1,
+	CL_SUBSCRIPTION_ID,
+	CL_TXID,
+	CL_EVENT_ID,
+	CL_EXPIRED,
+	CL_BYTES,
+	CL_NAMESPACE,
+	CL_TOPIC,
+	CL_EVENT_JSONB,			/* the event when it goes in its topic's own schema */
+	CL_PUBLISH_TIME,
+	CL_REQUEST				/* REQUEST_COLS from here */
+};
+
+/*
+ * A chunk whose events the filters no longer take (the subscription was
+ * changed between the steps of a claim) has nothing to send.
+ */
+static EgStatement drop_chunks = {
+	.name = "empty chunk removal",
+	.sql = "DELETE FROM eventgrid.chunks_in_flight WHERE lease_owner = $2 AND chunk = ANY ($1)",
+	.nargs = 2,
+	.types = {INT8ARRAYOID, INT4OID},
+};
+
+/* Event order, (txid, id): the order of a batch and of a chunk's key range. */
+static inline int
+cmp_event_key(uint64 txid_a, int64 id_a, uint64 txid_b, int64 id_b)
+{
+	if (txid_a != txid_b)
+		return txid_a < txid_b ? -1 : 1;
+	return id_a < id_b ? -1 : id_a > id_b ? 1 : 0;
+}
+
+/* A scanned row of a first-attempt claim, with the keys it is ordered by. */
+typedef struct EgScanRow
+{
+	TimestampTz turn;
+	int64		subscription_id;
+	uint64		txid;			/* 0: no event (the position's batch is empty) */
+	int64		id;
+	int64		bytes;
+	bool		matched;
+	int			rate;			/* max_events_per_second, 0: none */
+	HeapTuple	tuple;
+} EgScanRow;
+
+static int
+cmp_scan_rows(const void *a, const void *b)
+{
+	const EgScanRow *x = a;
+	const EgScanRow *y = b;
+
+	if (x->turn != y->turn)
+		return x->turn < y->turn ? -1 : 1;
+	if (x->subscription_id != y->subscription_id)
+		return x->subscription_id < y->subscription_id ? -1 : 1;
+	return cmp_event_key(x->txid, x->id, y->txid, y->id);
+}
+
+/* A delivery read by claim_load, with the keys it is ordered by. */
+typedef struct EgLoadRow
+{
+	int64		chunk;
+	uint64		txid;
+	int64		id;
+	HeapTuple	tuple;
+	Datum		event;			/* the event as jsonb (json_texts()) */
+} EgLoadRow;
+
+static int
+cmp_load_rows(const void *a, const void *b)
+{
+	const EgLoadRow *x = a;
+	const EgLoadRow *y = b;
+
+	if (x->chunk != y->chunk)
+		return x->chunk < y->chunk ? -1 : 1;
+	return cmp_event_key(x->txid, x->id, y->txid, y->id);
+}
+
+static int
+cmp_load_events(const void *a, const void *b)
+{
+	const EgLoadRow *x = *(EgLoadRow *const *) a;
+	const EgLoadRow *y = *(EgLoadRow *const *) b;
+
+	return cmp_event_key(x->txid, x->id, y->txid, y->id);
+}
+
+/*
+ * The JSON text of the rows out[0..n) (claim_load's, in the order of load)
+ * that came as jsonb, made once per event: with fan-out, every
+ * subscription that gets an event in the topic's own schema gets the same
+ * text, which jsonb's own output function makes.
+ */
+static void
+json_texts(SPITupleTable *tt, EgLoadRow *load, EgClaimedRow *out, int n)
+{
+	EgLoadRow **by_event = palloc(Max(n, 1) * sizeof(EgLoadRow *));
+	int			m = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		load[i].event = SPI_getbinval(tt->vals[i], tt->tupdesc, CL_EVENT_JSONB, &isnull);
+		if (!isnull)
+			by_event[m++] = &load[i];
+	}
+	qsort(by_event, m, sizeof(EgLoadRow *), cmp_load_events);
+	for (int i = 0; i < m;)
+	{
+		int			j = i;
+		Jsonb	   *jb = DatumGetJsonbP(by_event[i]->event);
+		char	   *text = JsonbToCString(NULL, &jb->root, VARSIZE(jb));
+		int			len = strlen(text);
+
+		/*
+		 * Held until the claim commits: no more than the text itself (its
+		 * buffer may have room to spare), and not the unpacked copy of an
+		 * event that came compressed or out of line.
+		 */
+		text = repalloc(text, len + 1);
+		if ((Pointer) jb != DatumGetPointer(by_event[i]->event))
+			pfree(jb);
+
+		while (j < m && cmp_load_events(&by_event[j], &by_event[i]) == 0)
+		{
+			EgClaimedRow *r = &out[by_event[j] - load];	/* out and load share their order */
+
+			r->payload.json = text;
+			r->payload.len = len;
+			j++;
+		}
+		i = j;
+	}
+	pfree(by_event);
+}
+
+/*
+ * Step one: runs claim_scan and returns its rows (*n of them) grouped by
+ * subscription in turn order (never served first), events in (txid, id)
+ * order.
+ */
+static EgScanRow *
+scan_positions(int limit, const int64 *skip, int nskip, int *n)
+{
+	Datum		args[2];
+	SPITupleTable *tt;
+	EgScanRow  *scan;
+
+	args[0] = Int32GetDatum(limit);
+	args[1] = eg_int8_array(skip, nskip);
+	eg_store_run(&claim_scan, args, false, SPI_OK_SELECT);
+	*n = (int) SPI_processed;
+	tt = SPI_tuptable;
+	scan = palloc(Max(*n, 1) * sizeof(EgScanRow));
+	for (int i = 0; i < *n; i++)
+	{
+		bool		isnull;
+		Datum		v = SPI_getbinval(tt->vals[i], tt->tupdesc, CS_TXID, &isnull);
+
+		scan[i].tuple = tt->vals[i];
+		scan[i].subscription_id = eg_int64_col(tt, i, CS_SUBSCRIPTION_ID, 0);
+		scan[i].turn = eg_timestamp_col(tt, i, CS_TURN);
+		scan[i].txid = isnull ? 0 : DatumGetUInt64(v);
+		scan[i].id = eg_int64_col(tt, i, CS_EVENT_ID, 0);
+		scan[i].matched = eg_bool_col(tt, i, CS_MATCHED);
+		scan[i].bytes = eg_int32_col(tt, i, CS_BYTES, 0) + EG_DELIVERY_OVERHEAD_BYTES;
+		scan[i].rate = eg_int32_col(tt, i, CS_RATE, 0);
+	}
+	qsort(scan, *n, sizeof(EgScanRow), cmp_scan_rows);
+	return scan;
+}
+
+/* The arrays the advance statement takes, one entry per position moved. */
+typedef struct EgAdvance
+{
+	int			n;
+	Datum	   *sub_ids,
+			   *complete,
+			   *uptos,
+			   *chunks,
+			   *topics,
+			   *dones,
+			   *last_ids,
+			   *old_after_ids;
+	bool	   *chunk_nulls;
+	uint64	   *last_txids,
+			   *old_after_txids;
+} EgAdvance;
+
+static void
+advance_init(EgAdvance *a, int cap)
+{
+	cap = Max(cap, 1);
+	a->n = 0;
+	a->sub_ids = palloc(cap * sizeof(Datum));
+	a->complete = palloc(cap * sizeof(Datum));
+	a->uptos = palloc(cap * sizeof(Datum));
+	a->chunks = palloc(cap * sizeof(Datum));
+	a->topics = palloc(cap * sizeof(Datum));
+	a->dones = palloc(cap * sizeof(Datum));
+	a->last_ids = palloc(cap * sizeof(Datum));
+	a->old_after_ids = palloc(cap * sizeof(Datum));
+	a->chunk_nulls = palloc(cap * sizeof(bool));
+	a->last_txids = palloc(cap * sizeof(uint64));
+	a->old_after_txids = palloc(cap * sizeof(uint64));
+}
+
+/*
+ * Step two: takes, from the scanned rows of each position in turn, events
+ * while the bytes to deliver before them in this claim stay under budget
+ * (at least 1: the first event always) and, for a rate-limited
+ * subscription, while it has tokens (rate.c; the events after stay at the
+ * position), and fills *a with how the positions move and which chunks
+ * (numbered from *next_chunk) are written; written[] gets the chunk
+ * numbers.  Returns the number of chunks, *more whether a position has
+ * more to give at once (not one that waits for its rate), *nseen how many
+ * positions the scan gave.
+ */
+static int
+cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget, TimestampTz now,
+			  int64 *next_chunk, EgAdvance *a, Datum *written, bool *more, int *nseen)
+{
+	int64		before = 0;
+	int			nchunks = 0;
+
+	for (int i = 0; i < n;)
+	{
+		int64		sub = scan[i].subscription_id;
+		HeapTuple	first = scan[i].tuple;
+		int			j = i;
+		int			scanned = 0;
+		int			taken = 0;
+		bool		delivered = false;
+		bool		complete;
+		bool		isnull;
+		int			k = a->n;
+
+		int			granted = INT_MAX;
+		int			sent = 0;
+		bool		rate_cut = false;
+
+		while (j < n && scan[j].subscription_id == sub)
+			j++;
+		(*nseen)++;
+		if (scan[i].txid != 0)
+			scanned = j - i;
+		if (scan[i].rate > 0 && scanned > 0)
+		{
+			int			want = 0;
+
+			for (int m = i; m < i + scanned; m++)
+				want += scan[m].matched;
+			granted = eg_rate_take(sub, scan[i].rate, want, now);
+		}
+		while (taken < scanned && before < budget)
+		{
+			if (scan[i + taken].matched)
+			{
+				if (sent == granted)
+				{
+					rate_cut = true;
+					break;
+				}
+				sent++;
+				before += scan[i + taken].bytes;
+			}
+			taken++;
+		}
+		if (granted != INT_MAX)
+			eg_rate_give_back(sub, scan[i].rate, granted - sent);
+
+		/*
+		 * Nothing in the batch: it is complete (nothing to write for an idle
+		 * position with no batch open).  All it had was taken: the batch is
+		 * complete unless the limit stopped the scan.  Cut by the byte
+		 * budget: the position stops at the last event taken, or does not
+		 * move when the cut came before its first event.
+		 */
+		if ((scanned == 0 && DatumGetBool(SPI_getbinval(first, tt->tupdesc, CS_FRESH, &isnull))) ||
+			(scanned > 0 && taken == 0))
+		{
+			*more = *more || (scanned > 0 && !rate_cut);
+			i = j;
+			continue;
+		}
+		complete = taken == scanned && scanned < limit;
+
+		/*
+		 * More at once: a batch not complete (unless its rate holds it),
+		 * or one completed that an earlier claim opened: transactions that
+		 * committed since its snapshot, whose wake-ups may have been
+		 * taken by the claims between, are in the next batch.
+		 */
+		*more = *more || (!complete && !rate_cut) ||
+			(complete && !DatumGetBool(SPI_getbinval(first, tt->tupdesc, CS_FRESH, &isnull)));
+		a->sub_ids[k] = Int64GetDatum(sub);
+		a->complete[k] = BoolGetDatum(complete);
+		a->dones[k] = PointerGetDatum(DatumGetTextPP(SPI_getbinval(first, tt->tupdesc, CS_DONE, &isnull)));
+		a->uptos[k] = PointerGetDatum(DatumGetTextPP(SPI_getbinval(first, tt->tupdesc, CS_UPTO, &isnull)));
+		a->topics[k] = PointerGetDatum(DatumGetTextPP(SPI_getbinval(first, tt->tupdesc, CS_TOPIC, &isnull)));
+		a->old_after_txids[k] = DatumGetUInt64(SPI_getbinval(first, tt->tupdesc, CS_AFTER_TXID, &isnull));
+		a->old_after_ids[k] = SPI_getbinval(first, tt->tupdesc, CS_AFTER_ID, &isnull);
+		a->last_txids[k] = 0;
+		a->last_ids[k] = Int64GetDatum(0);
+		for (int m = i; m < i + taken; m++)
+		{
+			a->last_txids[k] = scan[m].txid;
+			a->last_ids[k] = Int64GetDatum(scan[m].id);
+			delivered = delivered || scan[m].matched;
+		}
+		a->chunk_nulls[k] = !delivered;
+		a->chunks[k] = Int64GetDatum(delivered ? (*next_chunk)++ : 0);
+		if (delivered)
+			written[nchunks++] = a->chunks[k];
+		a->n++;
+		i = j;
+	}
+	return nchunks;
+}
+
+/* Runs the advance statement with the arrays of a. */
+static void
+run_advance(const EgAdvance *a, TimestampTz now, int lease_owner)
+{
+	Datum		args[12];
+	int			n = a->n;
+
+	args[0] = eg_make_array(a->sub_ids, NULL, n, INT8OID);
+	args[1] = eg_make_array(a->complete, NULL, n, BOOLOID);
+	args[2] = eg_make_array(a->uptos, NULL, n, TEXTOID);
+	args[3] = eg_xid8_array(a->last_txids, n);
+	args[4] = eg_make_array(a->last_ids, NULL, n, INT8OID);
+	args[5] = eg_make_array(a->chunks, a->chunk_nulls, n, INT8OID);
+	args[6] = eg_make_array(a->topics, NULL, n, TEXTOID);
+	args[7] = eg_make_array(a->dones, NULL, n, TEXTOID);
+	args[8] = TimestampTzGetDatum(now);
+	args[9] = Int32GetDatum(lease_owner);
+	args[10] = eg_xid8_array(a->old_after_txids, n);
+	args[11] = eg_make_array(a->old_after_ids, NULL, n, INT8OID);
+	eg_store_run(&advance, args, false, SPI_OK_INSERT);
+}
+
+/*
+ * Step three: what the chunks written[0..nchunks) deliver, ordered by chunk
+ * and (txid, id); *n rows.  A chunk that gave nothing (its subscription's
+ * filters were changed between the steps) is not in flight.
+ */
+static EgClaimedRow *
+load_chunks(Datum *written, int nchunks, TimestampTz now, int lease_owner, int *n)
+{
+	Datum		args[3];
+	SPITupleTable *tt;
+	EgLoadRow  *load;
+	EgClaimedRow *out;
+	int			nempty = 0;
+
+	args[0] = eg_make_array(written, NULL, nchunks, INT8OID);
+	args[1] = Int32GetDatum(lease_owner);
+	args[2] = TimestampTzGetDatum(now);
+	eg_store_run(&claim_load, args, false, SPI_OK_SELECT);
+	*n = (int) SPI_processed;
+	tt = SPI_tuptable;
+	load = palloc(Max(*n, 1) * sizeof(EgLoadRow));
+	for (int i = 0; i < *n; i++)
+	{
+		load[i].tuple = tt->vals[i];
+		load[i].chunk = eg_int64_col(tt, i, CL_CHUNK, 0);
+		load[i].txid = (uint64) eg_int64_col(tt, i, CL_TXID, 0);
+		load[i].id = eg_int64_col(tt, i, CL_EVENT_ID, 0);
+	}
+	qsort(load, *n, sizeof(EgLoadRow), cmp_load_rows);
+	out = palloc0(Max(*n, 1) * sizeof(EgClaimedRow));
+	for (int i = 0; i < *n; i++)
+	{
+		EgClaimedRow *r = &out[i];
+
+		tt->vals[i] = load[i].tuple;
+		r->chunk = load[i].chunk;
+		r->txid = load[i].txid;
+		r->event_id = load[i].id;
+		r->subscription_id = eg_int64_col(tt, i, CL_SUBSCRIPTION_ID, 0);
+		r->expired = eg_bool_col(tt, i, CL_EXPIRED);
+		r->bytes = eg_int32_col(tt, i, CL_BYTES, 0) + EG_DELIVERY_OVERHEAD_BYTES;
+		r->profile = eg_bool_col(tt, i, CL_NAMESPACE) ? EG_PROFILE_NAMESPACE : EG_PROFILE_CUSTOM;
+		r->topic = eg_text_col(tt, i, CL_TOPIC);
+		if (i > 0 && r->topic && out[i - 1].topic && strcmp(r->topic, out[i - 1].topic) == 0)
+		{
+			pfree((char *) r->topic);
+			r->topic = out[i - 1].topic;
+		}
+		r->publish_time = eg_timestamp_col(tt, i, CL_PUBLISH_TIME);
+		eg_claim_request_cols(tt, i, CL_REQUEST, r, i > 0 ? &out[i - 1] : NULL);
+	}
+	json_texts(tt, load, out, *n);
+
+	for (int c = 0, i = 0; c < nchunks; c++)
+	{
+		int64		no = DatumGetInt64(written[c]);
+
+		while (i < *n && out[i].chunk < no)
+			i++;
+		if (i >= *n || out[i].chunk != no)
+			written[nempty++] = written[c];
+	}
+	if (nempty > 0)
+	{
+		args[0] = eg_make_array(written, NULL, nempty, INT8OID);
+		args[1] = Int32GetDatum(lease_owner);
+		eg_store_run(&drop_chunks, args, false, SPI_OK_DELETE);
+	}
+	return out;
+}
+
+/*
+ * Claims first attempts: for every event subscription whose position no
+ * other session holds, the next events of its snapshot batch, at most limit
+ * per subscription, cut where the events to deliver reach byte_budget bytes
+ * (at least one event).  Subscriptions take turns by when they were last
+ * served (never served first).  Events the subscription's filters leave out
+ * are passed over.  Positions move past what was taken, and what is to be
+ * delivered is written as chunks in flight numbered from *next_chunk (one
+ * per subscription), in this unit of work; the deliveries are then read
+ * from those chunks.  Returns the deliveries, ordered by chunk and then
+ * (txid, id); *more says whether a position has more to give at once,
+ * *locked that another session holds a position.  The nskip event
+ * subscriptions in skip are left out (their endpoint is backed up).
+ * *rows stay valid until eg_store_commit().
+ */
+int
+eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
+					 const int64 *skip, int nskip,
+					 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked)
+{
+	int			n;
+	int			nseen = 0;
+	int			nchunks;
+	EgScanRow  *scan;
+	SPITupleTable *tt;
+	EgAdvance	a;
+	Datum	   *written;
+
+	*more = false;
+	*rows = palloc0(sizeof(EgClaimedRow));	/* none yet: never a NULL for memcpy */
+	scan = scan_positions(limit, skip, nskip, &n);
+	tt = SPI_tuptable;
+	advance_init(&a, n);
+	written = palloc(Max(n, 1) * sizeof(Datum));
+	nchunks = cut_positions(scan, n, tt, limit, Max(byte_budget, 1), now, next_chunk, &a, written, more, &nseen);
+	if (a.n > 0)
+		run_advance(&a, now, lease_owner);
+	eg_store_run(&count_positions, NULL, true, SPI_OK_SELECT);
+	*locked = eg_int64_col(SPI_tuptable, 0, 1, 0) > nseen + nskip;
+	if (nchunks == 0)
+		return 0;
+	*rows = load_chunks(written, nchunks, now, lease_owner, &n);
+	return n;
+}

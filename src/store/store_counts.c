@@ -1,0 +1,312 @@
+/*
+ * store_counts.c - what the upkeep worker counts: events published and
+ * events no event subscription takes, per topic (SPEC section 9, moved on
+ * by each topic's own position); the backlog of deliveries ready and not
+ * yet claimed (shown in the delivery workers' status); and the dead
+ * letters and dropped events behind the per-minute summary in the log.
+ */
+#include "store/store.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+/*
+ * Published and unmatched events: per topic, the events visible in a new
+ * snapshot and not in its position's are counted, and of them those that
+ * no event subscription takes (a filter, or a subscription created after
+ * the event); the position moves on.
+ */
+static EgStatement unmatched = {
+	.name = "unmatched count",
+	.sql =
+	"WITH snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s),"
+	" tp AS MATERIALIZED ("
+	"  SELECT p.topic, p.done FROM eventgrid.topic_positions p"
+	"   WHERE p.system_identifier = eventgrid._system_identifier()"
+	"   ORDER BY p.topic FOR UPDATE SKIP LOCKED"
+	"), n AS ("
+	"  SELECT tp.topic,"
+	"         (SELECT count(*) FROM eventgrid.events e"
+	"           WHERE e.topic = tp.topic AND e.txid >= pg_snapshot_xmin(tp.done)"
+	"             AND e.txid < pg_snapshot_xmax(snap.s)"
+	"             AND eventgrid._in_batch(e.txid, tp.done, snap.s)) AS published,"
+	"         CASE WHEN EXISTS ("
+	"           SELECT 1 FROM eventgrid.event_subscriptions s"
+	"             JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
+	"            WHERE s.topic = tp.topic AND s.included_event_types IS NULL"
+	"              AND s.subject_begins_with IS NULL AND s.subject_ends_with IS NULL"
+	"              AND s.advanced_filters IS NULL"
+	"              AND pg_snapshot_xmax(p.since) <= pg_snapshot_xmin(tp.done))"
+	"         THEN 0 ELSE"
+	"         (SELECT count(*) FROM eventgrid.events e"
+	"           WHERE e.topic = tp.topic AND e.txid >= pg_snapshot_xmin(tp.done)"
+	"             AND e.txid < pg_snapshot_xmax(snap.s)"
+	"             AND eventgrid._in_batch(e.txid, tp.done, snap.s)"
+	"             AND NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s"
+	"                               JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
+	"                              WHERE s.topic = e.topic AND NOT pg_visible_in_snapshot(e.txid, p.since)"
+	"                                AND eventgrid._matches(e.event, s.included_event_types_lower,"
+	"                                      s.subject_begins_with, s.subject_ends_with,"
+	"                                      s.is_subject_case_sensitive, s.advanced_filters,"
+	"                                      s.enable_advanced_filtering_on_arrays))) END AS unmatched"
+	"    FROM tp CROSS JOIN snap"
+	"), counted AS ("
+	"  UPDATE eventgrid.topic_counters c"
+	"     SET unmatched = c.unmatched + n.unmatched, published = c.published + n.published"
+	"    FROM n WHERE c.topic = n.topic AND (n.unmatched > 0 OR n.published > 0)"
+	")"
+	"UPDATE eventgrid.topic_positions p SET done = snap.s FROM snap, n WHERE p.topic = n.topic",
+};
+
+static EgStatement any_subscription = {
+	.name = "event subscription check",
+	.sql = "SELECT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions)",
+};
+
+/* Does this database have an event subscription? */
+bool
+eg_store_has_subscriptions(void)
+{
+	eg_store_run(&any_subscription, NULL, true, SPI_OK_SELECT);
+	return eg_bool_col(SPI_tuptable, 0, 1);
+}
+
+/* Counts the events that no event subscription takes, per topic (SPEC 9). */
+void
+eg_store_count_unmatched(void)
+{
+	eg_store_run(&unmatched, NULL, false, SPI_OK_UPDATE);
+}
+
+/*
+ * The backlog (eg_store_backlog): retries due at $1 and not leased, up
+ * to $2 of them.
+ */
+static EgStatement backlog_retries = {
+	.name = "retry backlog count",
+	.sql =
+	"SELECT count(*) FROM (SELECT 1 FROM eventgrid.retries r"
+	"                       WHERE r.next_attempt_at <= $1 AND r.lease_owner IS NULL LIMIT $2) x",
+	.nargs = 2,
+	.types = {TIMESTAMPTZOID, INT8OID},
+};
+
+/* what pause_delivery() paused: how many event subscriptions, and whether everything */
+static EgStatement pauses = {
+	.name = "pause count",
+	.sql =
+	"SELECT (SELECT count(*) FROM eventgrid._paused_subscriptions()),"
+	"       EXISTS (SELECT 1 FROM eventgrid.delivery_pauses dp WHERE dp.topic IS NULL)",
+};
+
+/*
+ * How many event subscriptions pause_delivery() paused (itself, its topic or
+ * everything); *all: whether it paused everything.  For the delivery
+ * workers' status line.
+ */
+int64
+eg_store_pauses(bool *all)
+{
+	eg_store_run(&pauses, NULL, true, SPI_OK_SELECT);
+	*all = eg_bool_col(SPI_tuptable, 0, 2);
+	return eg_int64_col(SPI_tuptable, 0, 1, 0);
+}
+
+/* each position, with what backlog_events takes */
+static EgStatement backlog_positions = {
+	.name = "position list",
+	.sql =
+	"SELECT s.topic, p.done, p.upto, p.after_txid, p.after_id"
+	"  FROM eventgrid.subscription_positions p"
+	"  JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id",
+};
+
+/*
+ * Events of topic $1 a position ($2 done, $3 upto or NULL, $4 and $5 its
+ * last event) has not passed, up to $6: eventgrid._unpassed_events(), the
+ * rule eventgrid._pending() counts with too, which reads them in two index
+ * scans bounded where the position stands.
+ */
+static EgStatement backlog_events = {
+	.name = "event backlog count",
+	.sql =
+	"SELECT count(*) FROM (SELECT 1 FROM eventgrid._unpassed_events($1, $2, $3, $4, $5) LIMIT $6) x",
+	.nargs = 6,
+	.types = {TEXTOID, PG_SNAPSHOTOID, PG_SNAPSHOTOID, XID8OID, INT8OID, INT8OID},
+};
+
+/*
+ * Deliveries ready at now and not claimed yet: due retries, and events the
+ * positions have not passed, counted before filters (an upper bound), each
+ * kind up to EG_BACKLOG_COUNT_LIMIT ("that many or more").  Events are
+ * counted position by position, each from where it stands
+ * (backlog_events), so a count reads at most about the rows it counts.
+ */
+int64
+eg_store_backlog(TimestampTz now)
+{
+	Datum		args[6];
+	int64		retries;
+	int64		events = 0;
+	SPITupleTable *positions;
+
+	args[0] = TimestampTzGetDatum(now);
+	args[1] = Int64GetDatum(EG_BACKLOG_COUNT_LIMIT);
+	eg_store_run(&backlog_retries, args, true, SPI_OK_SELECT);
+	retries = eg_int64_col(SPI_tuptable, 0, 1, 0);
+
+	eg_store_run(&backlog_positions, NULL, true, SPI_OK_SELECT);
+	positions = SPI_tuptable;
+	for (uint64 i = 0; i < positions->numvals && events < EG_BACKLOG_COUNT_LIMIT; i++)
+	{
+		char		nulls[6] = "      ";
+
+		for (int k = 0; k < 5; k++)
+		{
+			bool		isnull;
+
+			args[k] = SPI_getbinval(positions->vals[i], positions->tupdesc, k + 1, &isnull);
+			nulls[k] = isnull ? 'n' : ' ';
+		}
+		args[5] = Int64GetDatum(EG_BACKLOG_COUNT_LIMIT - events);
+		eg_store_run_nulls(&backlog_events, args, nulls, true, SPI_OK_SELECT);
+		events += eg_int64_col(SPI_tuptable, 0, 1, 0);
+		SPI_freetuptable(SPI_tuptable);
+	}
+	SPI_freetuptable(positions);
+	return retries + events;
+}
+
+/* dead letters after id $1, by reason; the newest id; events dropped so far */
+static EgStatement finals = {
+	.name = "dead-letter summary",
+	.sql =
+	"SELECT (SELECT coalesce(max(d.id), 0) FROM eventgrid.dead_letters d),"
+	"       (SELECT coalesce(sum(c.dropped), 0)::int8 FROM eventgrid.subscription_counters c),"
+	"       string_agg(x.reason || ' ' || x.n, ', ' ORDER BY x.reason), coalesce(sum(x.n), 0)::int8"
+	"  FROM (SELECT d.dead_letter_reason AS reason, count(*) AS n FROM eventgrid.dead_letters d"
+	"         WHERE d.id > $1 GROUP BY 1) x",
+	.nargs = 1,
+	.types = {INT8OID},
+};
+
+/*
+ * Dead letters and dropped events so far: the newest dead letter id, the
+ * sum of the dropped counters, and the dead letters written after
+ * after_dead_letter_id, counted and by reason (text valid until
+ * eg_store_commit()).
+ */
+EgFinals
+eg_store_finals(int64 after_dead_letter_id)
+{
+	Datum		arg = Int64GetDatum(after_dead_letter_id);
+	EgFinals	f;
+
+	eg_store_run(&finals, &arg, true, SPI_OK_SELECT);
+	f.last_dead_letter_id = eg_int64_col(SPI_tuptable, 0, 1, 0);
+	f.dropped = eg_int64_col(SPI_tuptable, 0, 2, 0);
+	f.by_reason = eg_text_col(SPI_tuptable, 0, 3);
+	f.dead_lettered = eg_int64_col(SPI_tuptable, 0, 4, 0);
+	return f;
+}
+
+
+/* What has become of event subscriptions ($1): gone, held back by the claims, and their endpoint now. */
+static EgStatement subscription_states = {
+	.name = "event subscription state",
+	.sql =
+	"SELECT i.id, s.id IS NULL, s.id IN (SELECT h FROM eventgrid._held_subscriptions() h), s.endpoint"
+	"  FROM unnest($1::int8[]) WITH ORDINALITY AS i(id, n) LEFT JOIN eventgrid.event_subscriptions s ON s.id = i.id"
+	" ORDER BY i.n",
+	.nargs = 1,
+	.types = {INT8ARRAYOID},
+};
+
+/*
+ * For each event subscription ids[0..n), what the claims would do with it
+ * now (states[i], texts in the unit of work's memory): whether it is gone,
+ * held (paused, or its endpoint not validated) and its endpoint.
+ */
+void
+eg_store_subscription_states(const int64 *ids, int n, EgSubscriptionState *states)
+{
+	Datum		arg = eg_int8_array(ids, n);
+	enum
+	{
+		COL_ID = 1, COL_GONE, COL_HELD, COL_ENDPOINT
+	};
+
+	eg_store_run(&subscription_states, &arg, true, SPI_OK_SELECT);
+	for (uint64 i = 0; i < SPI_processed && i < (uint64) n; i++)
+	{
+		states[i].id = eg_int64_col(SPI_tuptable, i, COL_ID, 0);
+		states[i].gone = eg_bool_col(SPI_tuptable, i, COL_GONE);
+		states[i].held = !states[i].gone && eg_bool_col(SPI_tuptable, i, COL_HELD);
+		states[i].endpoint = states[i].gone ? NULL : eg_text_col(SPI_tuptable, i, COL_ENDPOINT);
+	}
+}
+
+/*
+ * When the delivery workers are wanted ($1: now): now when a position that
+ * is not held has events to pass, or chunks are in flight (a worker that
+ * stopped left them); else when the first retry of a subscription that is
+ * not held comes due; NULL (never) when there is none.
+ */
+static EgStatement delivery_wanted = {
+	.name = "delivery due time",
+	.sql =
+	"SELECT CASE WHEN EXISTS (SELECT 1 FROM eventgrid.chunks_in_flight)"
+	"              OR EXISTS (SELECT 1 FROM eventgrid.subscription_positions p"
+	"                           JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
+	"                          WHERE s.id NOT IN (SELECT h FROM eventgrid._held_subscriptions() h)"
+	"                            AND EXISTS (SELECT 1 FROM eventgrid._unpassed_events(s.topic, p.done, p.upto,"
+	"                                                                                p.after_txid, p.after_id) e))"
+	"            THEN $1"
+	"            ELSE (SELECT min(r.next_attempt_at) FROM eventgrid.retries r"
+	"                   WHERE r.subscription_id NOT IN (SELECT h FROM eventgrid._held_subscriptions() h)) END",
+	.nargs = 1,
+	.types = {TIMESTAMPTZOID},
+};
+
+/* See store.h. */
+TimestampTz
+eg_store_delivery_wanted(TimestampTz now)
+{
+	Datum		arg = TimestampTzGetDatum(now);
+	TimestampTz t;
+
+	eg_store_run(&delivery_wanted, &arg, true, SPI_OK_SELECT);
+	t = eg_timestamp_col(SPI_tuptable, 0, 1);
+	return t == 0 ? DT_NOEND : t;
+}
+
+/*
+ * When upkeep is next due ($1: now, $2: the attempt history's period in
+ * ms): the next endpoint validation try or manual validation expiry, the
+ * attempt history's next rotation by age; NULL (never) when none.
+ */
+static EgStatement upkeep_due = {
+	.name = "upkeep due time",
+	.sql =
+	"SELECT least((SELECT min(CASE WHEN v.state = 'Creating' THEN v.next_try_at"
+	"                              ELSE v.manual_since + interval '10 minutes' END)"
+	"                FROM eventgrid.endpoint_validations v WHERE v.state IN ('Creating', 'AwaitingManualAction')),"
+	"             (SELECT h.started_at + $2 * interval '1 millisecond' FROM eventgrid.attempt_log_rotation h))",
+	.nargs = 2,
+	.types = {TIMESTAMPTZOID, INT8OID},
+};
+
+/* See store.h. */
+TimestampTz
+eg_store_upkeep_due(TimestampTz now, int64 history_period_ms)
+{
+	Datum		args[2];
+	TimestampTz t;
+
+	args[0] = TimestampTzGetDatum(now);
+	args[1] = Int64GetDatum(history_period_ms);
+	eg_store_run(&upkeep_due, args, true, SPI_OK_SELECT);
+	t = eg_timestamp_col(SPI_tuptable, 0, 1);
+	return t == 0 ? DT_NOEND : t;
+}
