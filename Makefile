@@ -3,16 +3,19 @@
 #   make installcheck              pg_regress suite (own temporary instance)
 #                                  plus the TAP integration tests in test/t
 MODULE_big = eventgrid
-OBJS = src/module.o src/launcher.o src/worker.o src/delivery_worker.o src/delivery_claim.o \
-       src/delivery_record.o src/upkeep_worker.o src/outcome.o src/publish.o src/filter.o \
-       src/request.o src/http.o src/url.o src/endpoint_queue.o src/endpoint_health.o \
-       src/store.o src/store_claim.o src/store_claim_retries.o src/store_record.o src/store_recovery.o src/store_rotation.o \
-       src/store_counts.o src/store_health.o src/signing.o src/rate.o src/validation.o src/store_validation.o \
-       src/table_change.o src/databases.o src/store_metrics.o src/table_change_trigger.o src/replication.o
+# src/ is in folders by concern, each standing only on those below it
+# (docs/ARCHITECTURE.md): core < http < store < publish, delivery < src/
+OBJS = $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/core/*.c))) \
+       $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/http/*.c))) \
+       $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/store/*.c))) \
+       $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/publish/*.c))) \
+       $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/delivery/*.c))) \
+       $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/*.c)))
 
 EXTENSION = eventgrid
-# the full script of the current version (scripts/install-script.sh makes it), the
-# full scripts of 0.1.0 and 0.2.0 that installations were made from, and the upgrades
+# the full script of the current version (scripts/install-script.sh makes it),
+# the older full scripts that tests install (0.1.0, 0.7.0, 0.8.0: see
+# docs/ARCHITECTURE.md), and every upgrade
 DATA = $(wildcard $(srcdir)/sql/eventgrid--*.sql)
 PGFILEDESC = "eventgrid - Event Grid push delivery for PostgreSQL"
 
@@ -37,6 +40,6 @@ include $(PGXS)
 PROVE_FLAGS = -I $(srcdir)/test/lib -j3
 
 # every C file includes the shared headers: rebuild them all when one changes
-$(OBJS): $(wildcard $(srcdir)/src/*.h)
+$(OBJS): $(wildcard $(srcdir)/src/*.h $(srcdir)/src/*/*.h)
 # and those that compile in EG_VERSION when the version changes
-src/http.o src/store.o src/delivery_worker.o: eventgrid.control
+src/http/http.o src/store/store.o src/delivery/delivery_worker.o: eventgrid.control

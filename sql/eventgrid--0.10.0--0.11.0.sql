@@ -219,7 +219,7 @@ COMMENT ON FUNCTION eventgrid._apply_event() IS
 -- exists), and (2) while a subscription's own slot has not streamed for
 -- eventgrid.replication_sync_wait: it exists from CREATE SUBSCRIPTION, its
 -- copy starts only once it streams.  The upkeep worker notes the slots it
--- sees, and its own statement does the same (src/store_rotation.c).
+-- sees, and its own statement does the same (src/store/store_rotation.c).
 CREATE TABLE eventgrid.replication_slot_sightings (
     slot_name name PRIMARY KEY,
     first_seen_at timestamp with time zone NOT NULL,
@@ -301,3 +301,7 @@ END $$;
 COMMENT ON FUNCTION eventgrid.grant_event_replication(name) IS
     'Grants the role a delivery server subscribes with (CREATE SUBSCRIPTION ... CONNECTION ''... user=<role>'') what it needs in this database: CONNECT on it and SELECT on eventgrid.events, which the initial copy reads; warns when the role lacks LOGIN or REPLICATION (role attributes a superuser gives with ALTER ROLE). README "Scaling out". Errors: 22004 NULL, 42704 no such role. Needs the right to grant on eventgrid.events (its owner: a superuser).';
 REVOKE ALL ON FUNCTION eventgrid.grant_event_replication(name) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- src/ in folders: a comment that names a file follows it
+COMMENT ON FUNCTION eventgrid._histogram_buckets(histogram text) IS 'Internal: the upper bounds (seconds) of the buckets of a histogram, the same as the delivery workers count with (src/store/store_metrics.c), +Inf last.';

@@ -1124,7 +1124,7 @@ CREATE FUNCTION eventgrid._histogram_buckets(histogram text) RETURNS double prec
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     RETURN CASE histogram WHEN 'destination_processing_duration_seconds'::text THEN '{0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10,30,Infinity}'::double precision[] WHEN 'delivery_latency_seconds'::text THEN '{0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10,30,60,300,900,3600,21600,86400,Infinity}'::double precision[] ELSE NULL::double precision[] END;
 
-COMMENT ON FUNCTION eventgrid._histogram_buckets(histogram text) IS 'Internal: the upper bounds (seconds) of the buckets of a histogram, the same as the delivery workers count with (src/store_metrics.c), +Inf last.';
+COMMENT ON FUNCTION eventgrid._histogram_buckets(histogram text) IS 'Internal: the upper bounds (seconds) of the buckets of a histogram, the same as the delivery workers count with (src/store/store_metrics.c), +Inf last.';
 
 CREATE FUNCTION eventgrid._is_source_field(v text) RETURNS boolean
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE

@@ -107,6 +107,13 @@ extern void eg_delivery_hold(EgRequest *req, TimestampTz now);
 extern TimestampTz eg_delivery_record(void);
 extern int	eg_delivery_recordable(void);
 
+/*
+ * delivery_status.c: sets the worker's status line (next_claim_at: when
+ * the next retry is due, for an idle worker), at most every 250 ms unless
+ * its kind changed; logs pausing and resuming once each.
+ */
+extern void eg_delivery_report_status(TimestampTz next_claim_at);
+
 /* delivery_worker.c: a delivery worker's main (the launcher starts it by name) */
 extern PGDLLEXPORT void eventgrid_worker_main(Datum arg);
 

@@ -1,10 +1,10 @@
 /*
  * delivery_worker.c - a delivery worker's main loop: claim -> deliver ->
- * record (SPEC sections 2, 3, 4 and 7).  The queue's SQL is in store_*.c,
+ * record (SPEC sections 2, 3, 4 and 7).  The queue's SQL is in store/,
  * turning claims into requests in delivery_claim.c, deciding and recording
  * outcomes in delivery_record.c, the host queues and endpoint health in
- * endpoint_*.c; this file is the loop, the requests in flight and the
- * status shown in pg_stat_activity.
+ * endpoint_*.c, the status shown in pg_stat_activity in
+ * delivery_status.c; this file is the loop and the requests in flight.
  *
  * Claim: due retries and, from each event subscription's position, the
  * next chunk of first attempts; the transaction commits before any network
@@ -49,14 +49,6 @@
 
 EgDeliveryWorker eg_dw = {.next_chunk_no = 1, .next_wave_no = 1};
 
-/* delivery worker: what pg_stat_activity shows */
-#define EG_STATUS_INTERVAL_MS 250
-#define EG_PAUSE_READ_INTERVAL_MS 1000
-static char status_kind = 0;
-static TimestampTz status_at = 0;
-static uint64 status_units = 0;	/* eg_units_committed when the text was set */
-static bool was_paused = false;
-
 /* requests being recorded as in flight; put back in their queues if that fails */
 static EgRequest **starting = NULL;
 static int	starting_n = 0;
@@ -71,128 +63,6 @@ static TimestampTz idle_since = 0;	/* 0: busy (it was started for work: idle fro
 static TimestampTz leaving_since = 0;	/* asked to leave, or idle long enough: finishing */
 static bool leave_with_work = false;	/* it leaves with work left: wanted again at once */
 static TimestampTz active_reported = 0;
-
-/*
- * What pause_delivery() paused, for the status line: read again when a
- * pause or resume committed (eg_my_db->change_generation) and, while the
- * worker delivers, at most every EG_PAUSE_READ_INTERVAL_MS (a dropped
- * subscription takes its pause with it).
- */
-static void
-pause_suffix(char *buf, size_t len, TimestampTz now, bool idle)
-{
-	static TimestampTz read_at = 0;
-	static uint64 read_generation = PG_UINT64_MAX;
-	static int64 paused = 0;
-	static bool all = false;
-	uint64		generation;
-
-	SpinLockAcquire(&eg_shared->mutex);
-	generation = eg_my_db->change_generation;
-	SpinLockRelease(&eg_shared->mutex);
-	if ((generation != read_generation ||
-		 (!idle && now - read_at >= (TimestampTz) EG_PAUSE_READ_INTERVAL_MS * 1000)) &&
-		eg_store_readiness == EG_READY_OK)
-	{
-		read_at = now;
-		if (eg_begin_work("eventgrid: reading what pause_delivery() paused"))
-		{
-			paused = eg_store_pauses(&all);
-			eg_end_work();
-			read_generation = generation;
-		}
-	}
-	if (all)
-		snprintf(buf, len, "; every event subscription paused by pause_delivery()");
-	else if (paused > 0)
-		snprintf(buf, len, "; %lld event subscription%s paused by pause_delivery()",
-				 (long long) paused, paused == 1 ? "" : "s");
-	else
-		buf[0] = '\0';
-}
-
-/*
- * Shows in pg_stat_activity what the delivery worker does: waiting for the
- * extension, retrying failed database work, paused, delivering (requests in
- * flight and waiting, outcomes to record, the backlog the upkeep worker last
- * counted) or idle (and when the next retry is due).  The text is replaced
- * when its kind changes or a unit of work replaced it, else at most every
- * EG_STATUS_INTERVAL_MS.  Logs pausing and resuming once each.
- */
-static void
-report_status(TimestampTz next_claim_at)
-{
-	char		text[320];
-	char		paused[80];
-	char		kind;
-	int			in_flight = eg_http_in_flight();
-	int			waiting = eg_targets_queued();
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (eg_delivery_paused != was_paused)
-	{
-		was_paused = eg_delivery_paused;
-		if (was_paused)
-			ereport(LOG,
-					(errmsg("eventgrid: delivery paused (eventgrid.delivery_paused = on); %d requests in flight will finish, nothing new is claimed",
-							in_flight)));
-		else
-			ereport(LOG, (errmsg("eventgrid: delivery resumed (eventgrid.delivery_paused = off)")));
-	}
-
-	kind = eg_store_readiness == EG_READY_MISSING ? 'm'
-		: eg_store_readiness == EG_READY_VERSION ? 'v'
-		: eg_error_streak > 0 ? 'e'
-		: eg_delivery_paused ? 'p'
-		: (in_flight > 0 || waiting > 0 || eg_dw.to_record_n > 0) ? 'd'
-		: 'i';
-	if (kind == status_kind && status_units == eg_units_committed &&
-		now - status_at < (TimestampTz) EG_STATUS_INTERVAL_MS * 1000)
-		return;
-
-	if (kind == 'd' || kind == 'i')
-		pause_suffix(paused, sizeof(paused), now, kind == 'i');
-	switch (kind)
-	{
-		case 'm':
-			snprintf(text, sizeof(text), "eventgrid: waiting for CREATE EXTENSION eventgrid in this database");
-			break;
-		case 'v':
-			snprintf(text, sizeof(text), "eventgrid: waiting for ALTER EXTENSION eventgrid UPDATE TO '%s'", EG_VERSION);
-			break;
-		case 'e':
-			snprintf(text, sizeof(text), "eventgrid: database work failed %d times in a row (see the server log); trying again",
-					 eg_error_streak);
-			break;
-		case 'p':
-			snprintf(text, sizeof(text), "eventgrid: paused (eventgrid.delivery_paused); %d requests in flight", in_flight);
-			break;
-		case 'd':
-			{
-				int64		backlog;
-
-				SpinLockAcquire(&eg_shared->mutex);
-				backlog = eg_my_db->backlog;
-				SpinLockRelease(&eg_shared->mutex);
-				snprintf(text, sizeof(text),
-						 "eventgrid: delivering: %d requests in flight, %d waiting to be sent, %d outcomes to record; backlog of %s %lld deliveries%s",
-						 in_flight, waiting, eg_dw.to_record_n, backlog >= EG_BACKLOG_COUNT_LIMIT ? "at least" : "about",
-						 (long long) Min(backlog, EG_BACKLOG_COUNT_LIMIT), paused);
-				break;
-			}
-		default:
-			if (next_claim_at > 0 && next_claim_at < DT_NOEND)
-				snprintf(text, sizeof(text), "eventgrid: idle; next retry due at %s%s",
-						 timestamptz_to_str(next_claim_at), paused);
-			else
-				snprintf(text, sizeof(text), "eventgrid: idle%s", paused);
-			break;
-	}
-	status_kind = kind;
-	status_units = eg_units_committed;
-	status_at = now;
-	pgstat_report_activity(kind == 'd' ? STATE_RUNNING : STATE_IDLE, text);
-}
 
 /* The generation of event subscription changes this worker has followed. */
 static uint64 followed_generation = 0;
@@ -788,7 +658,7 @@ eventgrid_worker_main(Datum arg)
 			eg_http_wait(eg_http_in_flight() * 3 / 4, EG_BUSY_POLL_MS);
 		collect_finished();
 		record_round();
-		report_status(next_claim_at);
+		eg_delivery_report_status(next_claim_at);
 
 		/*
 		 * A host a claim left out (backed up) drained in this round, as
