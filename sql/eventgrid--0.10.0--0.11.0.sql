@@ -305,3 +305,106 @@ REVOKE ALL ON FUNCTION eventgrid.grant_event_replication(name) FROM PUBLIC;
 -- ---------------------------------------------------------------------------
 -- src/ in folders: a comment that names a file follows it
 COMMENT ON FUNCTION eventgrid._histogram_buckets(histogram text) IS 'Internal: the upper bounds (seconds) of the buckets of a histogram, the same as the delivery workers count with (src/store/store_metrics.c), +Inf last.';
+
+-- ---------------------------------------------------------------------------
+-- A dead-letter notification that cannot be made does not hold the dead
+-- letter back: the delivery workers publish a record's notifications in one
+-- subtransaction (eventgrid._publish_dead_letter_notifications), and when
+-- that fails, one at a time; each one that still fails is left out, kept in
+-- eventgrid.dead_letter_notification_failures and counted in one LOG line
+-- per record, and the outcome is recorded as always.
+CREATE TYPE eventgrid._dead_letter_notice AS (
+    subscription_id bigint,
+    event_id bigint,
+    dead_letter_topic text,
+    topic text,
+    subscription text,
+    event jsonb,
+    input_schema text,
+    dead_lettered boolean,
+    reason text,
+    attempts integer,
+    outcome text,
+    http_status integer,
+    publish_time timestamp with time zone,
+    attempted_at timestamp with time zone,
+    event_source text
+);
+COMMENT ON TYPE eventgrid._dead_letter_notice IS
+    'Internal: what the delivery workers know of a delivery that ended undelivered, for its dead-letter notification (eventgrid._publish_dead_letter_notifications).';
+
+CREATE TABLE eventgrid.dead_letter_notification_failures (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    subscription_id bigint NOT NULL,
+    topic text NOT NULL,
+    subscription_name text NOT NULL,
+    event_id bigint NOT NULL,
+    dead_letter_topic text NOT NULL,
+    failed_at timestamp with time zone NOT NULL DEFAULT now(),
+    sqlstate text NOT NULL,
+    error text NOT NULL
+);
+COMMENT ON TABLE eventgrid.dead_letter_notification_failures IS
+    'Dead-letter notifications that could not be published: the event subscription (id, topic, name), the id the event had in eventgrid.events (dead_letters.event_id), the notification topic, when, and the error (SQLSTATE and message). The dead letter itself is recorded as always; the delivery workers log each record that had such failures once. Readable by pg_monitor; eventgrid_admin reads and deletes.';
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letter_notification_failures', '');
+REVOKE ALL ON TABLE eventgrid.dead_letter_notification_failures FROM PUBLIC;
+GRANT SELECT ON TABLE eventgrid.dead_letter_notification_failures TO pg_monitor;
+GRANT SELECT, DELETE ON TABLE eventgrid.dead_letter_notification_failures TO eventgrid_admin;
+
+CREATE FUNCTION eventgrid._publish_dead_letter_notifications(notices eventgrid._dead_letter_notice[])
+    RETURNS TABLE (failed_subscription_id bigint, failed_topic text, failed_subscription text, failed_event_id bigint,
+                   failed_dead_letter_topic text, failed_sqlstate text, failed_error text)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    d eventgrid._dead_letter_notice;
+    state text;
+    msg text;
+    failed integer := 0;
+    first_state text;
+BEGIN
+    IF coalesce(cardinality(notices), 0) = 0 THEN
+        RETURN;
+    END IF;
+    BEGIN
+        INSERT INTO eventgrid.events (topic, event, source)
+        SELECT n.notification_topic, n.notification, '(dead-letter notification)'
+          FROM unnest(notices) x
+         CROSS JOIN LATERAL eventgrid._dead_letter_notification(x.dead_letter_topic, x.topic, x.subscription, x.event,
+                 x.input_schema, x.dead_lettered, x.reason, x.attempts, x.outcome, x.http_status, x.publish_time,
+                 x.attempted_at, x.event_source) n;
+        RETURN;
+    EXCEPTION WHEN OTHERS THEN
+        NULL;   -- one at a time below, so that only those that cannot be made are left out
+    END;
+    FOREACH d IN ARRAY notices LOOP
+        BEGIN
+            INSERT INTO eventgrid.events (topic, event, source)
+            SELECT n.notification_topic, n.notification, '(dead-letter notification)'
+              FROM eventgrid._dead_letter_notification(d.dead_letter_topic, d.topic, d.subscription, d.event,
+                     d.input_schema, d.dead_lettered, d.reason, d.attempts, d.outcome, d.http_status, d.publish_time,
+                     d.attempted_at, d.event_source) n;
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+            failed := failed + 1;
+            first_state := coalesce(first_state, state);
+            failed_subscription_id := d.subscription_id;
+            failed_topic := d.topic;
+            failed_subscription := d.subscription;
+            failed_event_id := d.event_id;
+            failed_dead_letter_topic := d.dead_letter_topic;
+            failed_sqlstate := state;
+            failed_error := left(msg, 1000);
+            RETURN NEXT;
+        END;
+    END LOOP;
+    IF failed > 0 THEN
+        -- counts and SQLSTATE only: the message may quote the event
+        PERFORM eventgrid._log(format('eventgrid: %s dead-letter notification(s) could not be published (SQLSTATE %s first); the dead letters are recorded; see eventgrid.dead_letter_notification_failures',
+                                      failed, first_state));
+    END IF;
+END $$;
+COMMENT ON FUNCTION eventgrid._publish_dead_letter_notifications(eventgrid._dead_letter_notice[]) IS
+    'Internal: publishes the dead-letter notifications of a record of outcomes (eventgrid._dead_letter_notification builds each) in one subtransaction, and when that fails one at a time; returns each that still fails (what eventgrid.dead_letter_notification_failures keeps of it), and one LOG line counts them (SQLSTATE, never the message). The delivery workers call it in the statement that records the dead letters and store what it returns, so a notification that cannot be made never holds a dead letter back.';
+REVOKE ALL ON FUNCTION eventgrid._publish_dead_letter_notifications(eventgrid._dead_letter_notice[]) FROM PUBLIC;

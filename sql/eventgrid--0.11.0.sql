@@ -38,6 +38,26 @@ COMMENT ON ROLE eventgrid_admin IS
 COMMENT ON ROLE eventgrid_publisher IS
     'eventgrid: may publish events (INSERT INTO eventgrid.events (topic, event), eventgrid.publish()). Grant it to applications.';
 
+CREATE TYPE eventgrid._dead_letter_notice AS (
+	subscription_id bigint,
+	event_id bigint,
+	dead_letter_topic text,
+	topic text,
+	subscription text,
+	event jsonb,
+	input_schema text,
+	dead_lettered boolean,
+	reason text,
+	attempts integer,
+	outcome text,
+	http_status integer,
+	publish_time timestamp with time zone,
+	attempted_at timestamp with time zone,
+	event_source text
+);
+
+COMMENT ON TYPE eventgrid._dead_letter_notice IS 'Internal: what the delivery workers know of a delivery that ended undelivered, for its dead-letter notification (eventgrid._publish_dead_letter_notifications).';
+
 CREATE FUNCTION eventgrid._advanced_filters_arg(filters jsonb) RETURNS jsonb
     LANGUAGE plpgsql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1203,6 +1223,61 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) IS 'Internal: moves an event subscription''s position to the current snapshot; with keep, the committed events it passes that match its filters become its retries (no attempt made, due at due) first, else they are passed over. Returns how many became retries. The upkeep worker calls it for held subscriptions whose events would keep an event table from being emptied.';
+
+CREATE FUNCTION eventgrid._publish_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) RETURNS TABLE(failed_subscription_id bigint, failed_topic text, failed_subscription text, failed_event_id bigint, failed_dead_letter_topic text, failed_sqlstate text, failed_error text)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    d eventgrid._dead_letter_notice;
+    state text;
+    msg text;
+    failed integer := 0;
+    first_state text;
+BEGIN
+    IF coalesce(cardinality(notices), 0) = 0 THEN
+        RETURN;
+    END IF;
+    BEGIN
+        INSERT INTO eventgrid.events (topic, event, source)
+        SELECT n.notification_topic, n.notification, '(dead-letter notification)'
+          FROM unnest(notices) x
+         CROSS JOIN LATERAL eventgrid._dead_letter_notification(x.dead_letter_topic, x.topic, x.subscription, x.event,
+                 x.input_schema, x.dead_lettered, x.reason, x.attempts, x.outcome, x.http_status, x.publish_time,
+                 x.attempted_at, x.event_source) n;
+        RETURN;
+    EXCEPTION WHEN OTHERS THEN
+        NULL;   -- one at a time below, so that only those that cannot be made are left out
+    END;
+    FOREACH d IN ARRAY notices LOOP
+        BEGIN
+            INSERT INTO eventgrid.events (topic, event, source)
+            SELECT n.notification_topic, n.notification, '(dead-letter notification)'
+              FROM eventgrid._dead_letter_notification(d.dead_letter_topic, d.topic, d.subscription, d.event,
+                     d.input_schema, d.dead_lettered, d.reason, d.attempts, d.outcome, d.http_status, d.publish_time,
+                     d.attempted_at, d.event_source) n;
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+            failed := failed + 1;
+            first_state := coalesce(first_state, state);
+            failed_subscription_id := d.subscription_id;
+            failed_topic := d.topic;
+            failed_subscription := d.subscription;
+            failed_event_id := d.event_id;
+            failed_dead_letter_topic := d.dead_letter_topic;
+            failed_sqlstate := state;
+            failed_error := left(msg, 1000);
+            RETURN NEXT;
+        END;
+    END LOOP;
+    IF failed > 0 THEN
+        -- counts and SQLSTATE only: the message may quote the event
+        PERFORM eventgrid._log(format('eventgrid: %s dead-letter notification(s) could not be published (SQLSTATE %s first); the dead letters are recorded; see eventgrid.dead_letter_notification_failures',
+                                      failed, first_state));
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._publish_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) IS 'Internal: publishes the dead-letter notifications of a record of outcomes (eventgrid._dead_letter_notification builds each) in one subtransaction, and when that fails one at a time; returns each that still fails (what eventgrid.dead_letter_notification_failures keeps of it), and one LOG line counts them (SQLSTATE, never the message). The delivery workers call it in the statement that records the dead letters and store what it returns, so a notification that cannot be made never holds a dead letter back.';
 
 CREATE FUNCTION eventgrid._publish_table_changes(caller regrole, source_table regclass, topic text, operations text[], columns text[], update_columns text[], event_type_prefix text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2659,6 +2734,29 @@ CREATE VIEW eventgrid.dead_letter_events AS
 
 COMMENT ON VIEW eventgrid.dead_letter_events IS 'Dead-lettered events, each as the JSON document Event Grid writes for its delivery schema (SPEC 7): Event Grid schema with camelCase deadLetterReason, deliveryAttempts, lastDeliveryOutcome, lastHttpStatusCode, publishTime, lastDeliveryAttemptTime; CloudEvents with lowercase attributes; custom schema wrapped in an Event Grid envelope with the event as data. Namespace topics: {"deadLetterProperties": {deadletterreason (a sentence), deliveryattempts, deliveryresult (last outcome and HTTP status, or NotAttempted), publishutc, deliveryattemptutc}, "event": the CloudEvent}. source and source_event_id: for an event brought by logical replication, the subscription it came through and its id on the server that published it (README "Scaling out").';
 
+CREATE TABLE eventgrid.dead_letter_notification_failures (
+    id bigint NOT NULL,
+    subscription_id bigint NOT NULL,
+    topic text NOT NULL,
+    subscription_name text NOT NULL,
+    event_id bigint NOT NULL,
+    dead_letter_topic text NOT NULL,
+    failed_at timestamp with time zone DEFAULT now() NOT NULL,
+    sqlstate text NOT NULL,
+    error text NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.dead_letter_notification_failures IS 'Dead-letter notifications that could not be published: the event subscription (id, topic, name), the id the event had in eventgrid.events (dead_letters.event_id), the notification topic, when, and the error (SQLSTATE and message). The dead letter itself is recorded as always; the delivery workers log each record that had such failures once. Readable by pg_monitor; eventgrid_admin reads and deletes.';
+
+ALTER TABLE eventgrid.dead_letter_notification_failures ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME eventgrid.dead_letter_notification_failures_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 ALTER TABLE eventgrid.dead_letters ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME eventgrid.dead_letters_id_seq
     START WITH 1
@@ -3177,6 +3275,9 @@ ALTER TABLE ONLY eventgrid.attempt_log_rotation
 ALTER TABLE ONLY eventgrid.chunks_in_flight
     ADD CONSTRAINT chunks_in_flight_pkey PRIMARY KEY (lease_owner, chunk);
 
+ALTER TABLE ONLY eventgrid.dead_letter_notification_failures
+    ADD CONSTRAINT dead_letter_notification_failures_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY eventgrid.dead_letters
     ADD CONSTRAINT dead_letters_pkey PRIMARY KEY (id);
 
@@ -3480,6 +3581,8 @@ GRANT ALL ON FUNCTION eventgrid._pending(subscription_id bigint) TO eventgrid_ad
 
 REVOKE ALL ON FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._publish_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._publish_table_changes(caller regrole, source_table regclass, topic text, operations text[], columns text[], update_columns text[], event_type_prefix text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._put_delivery_property(p_topic text, p_subscription text, p_header text, p_value text, p_source_field text, p_is_secret boolean) FROM PUBLIC;
@@ -3646,6 +3749,9 @@ GRANT SELECT,DELETE ON TABLE eventgrid.dead_letters TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.dead_letter_events TO eventgrid_admin;
 
+GRANT SELECT ON TABLE eventgrid.dead_letter_notification_failures TO pg_monitor;
+GRANT SELECT,DELETE ON TABLE eventgrid.dead_letter_notification_failures TO eventgrid_admin;
+
 GRANT SELECT ON TABLE eventgrid.delivery_attempts TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.delivery_statistics TO eventgrid_admin;
@@ -3732,6 +3838,7 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.attempt_log_1', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.attempt_log_2', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.attempt_log_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.chunks_in_flight', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letter_notification_failures', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letters', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letters_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_pauses', '');

@@ -443,7 +443,7 @@ eg_emit_log(ErrorData *edata)
 				edata->hint = psprintf("eventgrid.%s holds secrets and is readable only by the extension's owner; read eventgrid.%s, which shows them masked.",
 									   masked[i][0], masked[i][1]);
 		if (edata->hint == NULL)
-			edata->hint = pstrdup("Members of eventgrid_admin change eventgrid's tables through its functions (create_topic(), create_event_subscription(), ...), not directly; only dead_letters may be deleted from.");
+			edata->hint = pstrdup("Members of eventgrid_admin change eventgrid's tables through its functions (create_topic(), create_event_subscription(), ...), not directly; only dead_letters, rejected_events and dead_letter_notification_failures may be deleted from.");
 	}
 	else
 		edata->hint = psprintf("Configuring eventgrid and reading its tables, statistics and dead letters requires the role eventgrid_admin: GRANT eventgrid_admin TO %s;",

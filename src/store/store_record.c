@@ -128,15 +128,23 @@ eg_store_forget_waves(int lease_owner, const int64 *waves, int n)
  * event limit, or nothing for a notification that itself ended
  * undelivered).  Notifications are stored with source '(dead-letter
  * notification)', which no publisher can write: that, not their event
- * type, tells them apart.
+ * type, tells them apart.  eventgrid._publish_dead_letter_notifications
+ * publishes them in a subtransaction (one at a time when that fails) and
+ * returns those that cannot be made, which are kept in
+ * dead_letter_notification_failures: a notification never holds the
+ * record back.  Called only when the record has any (cardinality > 0);
+ * event_id names cte's column of the event's id.
  */
-#define EG_SQL_NOTIFY(cte) \
-	"  INSERT INTO eventgrid.events (topic, event, source)" \
-	"  SELECT n.notification_topic, n.notification, '(dead-letter notification)' FROM " cte " f" \
-	"   CROSS JOIN LATERAL eventgrid._dead_letter_notification(f.dead_letter_topic, f.topic, f.name, f.event," \
-	"         f.input_schema, f.deadletter, f.reason, f.attempts, f.outcome, f.status, f.publish_time," \
-	"         f.attempted_at, f.source) n" \
-	"   WHERE f.action = 'f' AND f.dead_letter_topic IS NOT NULL"
+#define EG_SQL_NOTIFY(cte, event_id) \
+	"  INSERT INTO eventgrid.dead_letter_notification_failures (subscription_id, topic, subscription_name," \
+	"         event_id, dead_letter_topic, sqlstate, error)" \
+	"  SELECT x.* FROM (SELECT ARRAY(" \
+	"    SELECT ROW(f.subscription_id, f." event_id ", f.dead_letter_topic, f.topic, f.name, f.event," \
+	"               f.input_schema, f.deadletter, f.reason, f.attempts, f.outcome, f.status, f.publish_time," \
+	"               f.attempted_at, f.source)::eventgrid._dead_letter_notice" \
+	"      FROM " cte " f WHERE f.action = 'f' AND f.dead_letter_topic IS NOT NULL) AS a) q" \
+	"   CROSS JOIN LATERAL eventgrid._publish_dead_letter_notifications(q.a) x" \
+	"   WHERE cardinality(q.a) > 0"
 
 /*
  * Outcomes of whole chunks of first attempts: failures ($1-$10, the
@@ -194,7 +202,7 @@ static EgStatement record_first = {
 	"         f.source, f.source_event_id"
 	"    FROM failed f WHERE f.action = 'f' AND f.deadletter"
 	"), notified AS ("
-	EG_SQL_NOTIFY("failed")
+	EG_SQL_NOTIFY("failed", "id")
 	"), counted AS ("
 	"  UPDATE eventgrid.subscription_counters c"
 	"     SET matched = c.matched + st.matched,"
@@ -258,7 +266,7 @@ static EgStatement record_retries = {
 	"         f.source, f.source_event_id"
 	"    FROM fin f WHERE f.action = 'f' AND f.deadletter"
 	"), notified AS ("
-	EG_SQL_NOTIFY("fin")
+	EG_SQL_NOTIFY("fin", "event_id")
 	"), stats AS ("
 	"  SELECT x.subscription_id, sum(x.delivered) AS delivered, sum(x.failed) AS failed,"
 	"         sum(x.dead) AS dead, sum(x.dropped) AS dropped"

@@ -10,7 +10,12 @@
 #    (Eventgrid.EventSubscription.EventDeadLettered) still gets them notified;
 #  - a notification that is itself dead-lettered notifies no one, whatever
 #    its type: eventgrid tells its own notifications apart by their origin
-#    (events.source), which publishers cannot write.
+#    (events.source), which publishers cannot write;
+#  - a notification that cannot be made (an operator's trigger refuses its
+#    topic) does not hold the dead letter back: it is kept in
+#    dead_letter_notification_failures and logged, once per record, without
+#    its message; the notifications of the same records that can be made
+#    are published.
 use strict;
 use warnings;
 use FindBin;
@@ -98,6 +103,41 @@ my ($ret, $out, $err) = $node->psql('postgres',
 	"INSERT INTO eventgrid.events (topic, event, source) VALUES ('shop', '" . eg_event('origin') . "', '(dead-letter notification)')",
 	extra_params => [ '-U', 'app' ]);
 like($err, qr/permission denied/, 'a publisher cannot write events.source');
+
+# notifications that cannot be made
+sql("SELECT eventgrid.create_topic('broken-alerts')");
+sql("CREATE FUNCTION refuse_broken() RETURNS trigger LANGUAGE plpgsql AS \$\$ BEGIN"
+	  . " IF NEW.topic = 'broken-alerts' THEN RAISE EXCEPTION 'refused by the operator''s trigger: %', NEW.event->>'id'"
+	  . " USING ERRCODE = 'check_violation'; END IF; RETURN NEW; END \$\$;"
+	  . " CREATE TRIGGER refuse_broken BEFORE INSERT ON eventgrid.events FOR EACH ROW EXECUTE FUNCTION refuse_broken()");
+sql("SELECT eventgrid.create_event_subscription('shop', 'refusing2', '$u/status/400/refusing2', deadletter => true,"
+	  . " dead_letter_topic => 'broken-alerts')");
+sql("SELECT eventgrid.create_event_subscription('shop', 'refusing3', '$u/status/400/refusing3', deadletter => true,"
+	  . " dead_letter_topic => 'alerts')");
+my $log_at = -s $node->logfile;
+publish_as_app(eg_event("broken-$_")) for 1 .. 3;
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.dead_letters WHERE subscription_name = 'refusing2'", '3', 60),
+	'the dead letters are recorded although their notifications cannot be made');
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.dead_letters WHERE subscription_name = 'refusing3'", '3', 60),
+	'and those of a subscription beside it');
+is(sql("SELECT sum(pending) FROM eventgrid.delivery_statistics WHERE topic = 'shop'"), '0', 'nothing is held back');
+is(sql("SELECT count(*) || ' ' || min(sqlstate) || ' ' || min(dead_letter_topic) || ' ' || min(topic)"
+	  . " || ' ' || bool_and(error LIKE 'refused by the operator''s trigger%')"
+	  . " FROM eventgrid.dead_letter_notification_failures WHERE subscription_name = 'refusing2'"),
+	'3 23514 broken-alerts shop true', 'each notification that could not be made is kept, with its SQLSTATE and error');
+is(sql("SELECT count(*) FROM eventgrid.dead_letter_notification_failures f JOIN eventgrid.dead_letters d"
+	  . " ON d.event_id = f.event_id AND d.subscription_id = f.subscription_id"),
+	'3', 'and names the dead letter it belongs to');
+is(sql("SELECT count(*) FROM eventgrid.dead_letter_notification_failures WHERE subscription_name <> 'refusing2'"), '0',
+	'no other notification failed');
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.dead_letters WHERE subscription_name = 'looping'"
+		  . " AND event->'data'->>'eventSubscription' = 'refusing3'", '3', 60),
+	'the notifications that could be made were published');
+# eventgrid's own lines (the test's statements are logged too)
+my $log = join('', grep { /LOG:  eventgrid:|WARNING|ERROR/ } split /^/, slurp_file($node->logfile, $log_at));
+like($log, qr/dead-letter notification\(s\) could not be published \(SQLSTATE 23514 first\)/, 'the failures are logged');
+unlike($log, qr/refused by the operator|broken-\d/, 'without their message or anything of the event');
+sql("DROP TRIGGER refuse_broken ON eventgrid.events");
 
 $node->stop;
 done_testing();
