@@ -334,7 +334,7 @@ COMMENT ON TYPE eventgrid._dead_letter_notice IS
     'Internal: what the delivery workers know of a delivery that ended undelivered, for its dead-letter notification (eventgrid._publish_dead_letter_notifications).';
 
 CREATE TABLE eventgrid.dead_letter_notification_failures (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id bigserial PRIMARY KEY,
     subscription_id bigint NOT NULL,
     topic text NOT NULL,
     subscription_name text NOT NULL,
@@ -347,6 +347,7 @@ CREATE TABLE eventgrid.dead_letter_notification_failures (
 COMMENT ON TABLE eventgrid.dead_letter_notification_failures IS
     'Dead-letter notifications that could not be published: the event subscription (id, topic, name), the id the event had in eventgrid.events (dead_letters.event_id), the notification topic, when, and the error (SQLSTATE and message). The dead letter itself is recorded as always; the delivery workers log each record that had such failures once. Readable by pg_monitor; eventgrid_admin reads and deletes.';
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letter_notification_failures', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letter_notification_failures_id_seq', '');
 REVOKE ALL ON TABLE eventgrid.dead_letter_notification_failures FROM PUBLIC;
 GRANT SELECT ON TABLE eventgrid.dead_letter_notification_failures TO pg_monitor;
 GRANT SELECT, DELETE ON TABLE eventgrid.dead_letter_notification_failures TO eventgrid_admin;

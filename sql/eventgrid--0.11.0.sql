@@ -2748,14 +2748,14 @@ CREATE TABLE eventgrid.dead_letter_notification_failures (
 
 COMMENT ON TABLE eventgrid.dead_letter_notification_failures IS 'Dead-letter notifications that could not be published: the event subscription (id, topic, name), the id the event had in eventgrid.events (dead_letters.event_id), the notification topic, when, and the error (SQLSTATE and message). The dead letter itself is recorded as always; the delivery workers log each record that had such failures once. Readable by pg_monitor; eventgrid_admin reads and deletes.';
 
-ALTER TABLE eventgrid.dead_letter_notification_failures ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
-    SEQUENCE NAME eventgrid.dead_letter_notification_failures_id_seq
+CREATE SEQUENCE eventgrid.dead_letter_notification_failures_id_seq
     START WITH 1
     INCREMENT BY 1
     NO MINVALUE
     NO MAXVALUE
-    CACHE 1
-);
+    CACHE 1;
+
+ALTER SEQUENCE eventgrid.dead_letter_notification_failures_id_seq OWNED BY eventgrid.dead_letter_notification_failures.id;
 
 ALTER TABLE eventgrid.dead_letters ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME eventgrid.dead_letters_id_seq
@@ -3266,6 +3266,8 @@ ALTER TABLE ONLY eventgrid.events ATTACH PARTITION eventgrid.events_1 FOR VALUES
 ALTER TABLE ONLY eventgrid.events ATTACH PARTITION eventgrid.events_2 FOR VALUES IN ('2');
 
 ALTER TABLE ONLY eventgrid.attempt_log ALTER COLUMN id SET DEFAULT nextval('eventgrid.attempt_log_id_seq'::regclass);
+
+ALTER TABLE ONLY eventgrid.dead_letter_notification_failures ALTER COLUMN id SET DEFAULT nextval('eventgrid.dead_letter_notification_failures_id_seq'::regclass);
 
 ALTER TABLE ONLY eventgrid.rejected_events ALTER COLUMN id SET DEFAULT nextval('eventgrid.rejected_events_id_seq'::regclass);
 
@@ -3839,6 +3841,7 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.attempt_log_2', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.attempt_log_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.chunks_in_flight', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letter_notification_failures', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letter_notification_failures_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letters', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letters_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_pauses', '');

@@ -72,10 +72,11 @@ static EgStatement recover_chunks = {
 /*
  * After a crash, in three statements that each read the retries at most
  * once, whatever the planner thinks of them: a single statement joining
- * the named retries with all leased ones was planned, with statistics from
- * a quiet moment (no lease), as a nested loop that read the whole retries
- * table again for each leased retry: minutes for 60,000 leases (the soak,
- * bench/RESULTS.md), with the database's deliveries stopped meanwhile.
+ * the named retries with all leased ones was planned, with statistics taken
+ * while every leased retry had one owner (so no stale lease expected), as
+ * a nested loop that read the whole retries table again for each leased
+ * retry: minutes for 60,000 leases (the soak, bench/RESULTS.md; test 050),
+ * with the database's deliveries stopped meanwhile.
  *
  * 1. The in-flight records of stale owners are removed, and the retries
  *    they name (which went to HTTP) returned as one array.
