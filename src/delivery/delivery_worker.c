@@ -37,10 +37,6 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
-
 #define EG_RECORD_MIN_ROWS 500
 #define EG_RECORD_MAX_DELAY_MS 20
 #define EG_IDLE_MAX_SLEEP_MS 60000
@@ -50,7 +46,6 @@
 #define EG_PEER_LOCKED_RETRY_MS 10	/* the same with several delivery workers: most likely a peer's claim */
 #define EG_LEAVE_GRACE_MS 3000	/* a worker asked to leave waits this long for the requests it sent */
 #define EG_IDLE_POLL_MS 1000		/* an idle worker looks this often whether it should leave */
-#define EG_TRIM_INTERVAL_MS 1000	/* freed memory given back to the system at most this often */
 
 EgDeliveryWorker eg_dw = {.next_chunk_no = 1, .next_wave_no = 1};
 
@@ -68,29 +63,6 @@ static TimestampTz idle_since = 0;	/* 0: busy (it was started for work: idle fro
 static TimestampTz leaving_since = 0;	/* asked to leave, or idle long enough: finishing */
 static bool leave_with_work = false;	/* it leaves with work left: wanted again at once */
 static TimestampTz active_reported = 0;
-
-/*
- * Gives the memory freed since the last time back to the system, at most
- * every EG_TRIM_INTERVAL_MS: a claim's context, its requests' bodies and
- * libcurl's buffers are freed in pieces as deliveries are recorded, and
- * glibc keeps what it freed in the heap for the process (with 64 busy
- * subscriptions, 73 MB of a worker's 178 MB; bench/RESULTS.md, "Memory per
- * subscription").  malloc_trim() returns the free pages inside the heap
- * too, not only at its top.
- */
-static void
-give_back_memory(void)
-{
-#ifdef __GLIBC__
-	static TimestampTz trimmed_at = 0;
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (now - trimmed_at < (TimestampTz) EG_TRIM_INTERVAL_MS * 1000)
-		return;
-	trimmed_at = now;
-	(void) malloc_trim(0);
-#endif
-}
 
 /* The generation of event subscription changes this worker has followed. */
 static uint64 followed_generation = 0;
@@ -686,7 +658,6 @@ eventgrid_worker_main(Datum arg)
 			eg_http_wait(eg_http_in_flight() * 3 / 4, EG_BUSY_POLL_MS);
 		collect_finished();
 		record_round();
-		give_back_memory();
 		eg_delivery_report_status(next_claim_at);
 
 		/*
