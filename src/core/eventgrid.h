@@ -7,7 +7,7 @@
  * the workers share rate buckets (rate.h) and per-host request counts.
  * Each folder above has headers of its own: http/http.h (requests and
  * libcurl), store/store.h (the queue's SQL), publish/publish.h,
- * delivery/delivery.h and delivery/endpoint.h; module.h for src/'s top.
+ * delivery/delivery.h and delivery/endpoint.h; hooks.h at src/'s top.
  * docs/ARCHITECTURE.md draws the folders.
  */
 #ifndef EVENTGRID_H
@@ -189,7 +189,7 @@ extern EgShared *eg_shared;
  */
 extern EgDbSlot *eg_my_db;
 
-/* In a worker, the name of its database, which every line it logs names (log_hook.c). */
+/* In a worker, the name of its database, which every line it logs names (the error hook, hooks.c). */
 extern const char *eg_log_database;
 
 /* settings.c: defines the GUCs (_PG_init) */
