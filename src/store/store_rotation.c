@@ -109,15 +109,19 @@ static EgStatement holders = {
  * What the upkeep worker sees of this database's pgoutput slots (other
  * than synchronization slots; $1: now, $2: eventgrid.replication_sync_wait
  * in seconds): a new slot is noted, with the time it was first seen
- * streaming; a slot that stops streaming before the wait is over starts
- * again; one that streamed the whole wait is done for good; the rows of
- * dropped slots go.  A row is written only when it changes.
+ * streaming while no initial copy was in progress; a slot that stops
+ * streaming, or sees a copy in progress, before the wait is over starts
+ * again (a copy that fails drops its synchronization slot and makes a new
+ * one at each try: the copy's own hold has gaps, this one does not); one
+ * that streamed the whole wait is done for good; the rows of dropped slots
+ * go.  A row is written only when it changes.
  */
 static EgStatement note_slots = {
 	.name = "replication slot sightings",
 	.sql =
 	"WITH slots AS ("
-	"  SELECT r.slot_name, r.active FROM pg_catalog.pg_replication_slots r"
+	"  SELECT r.slot_name, r.active AND NOT EXISTS (" EG_SQL_SYNC_SLOTS ") AS active"
+	"    FROM pg_catalog.pg_replication_slots r"
 	"   WHERE r.database = pg_catalog.current_database() AND r.slot_type = 'logical' AND r.plugin = 'pgoutput'"
 	"     AND r.slot_name !~ " EG_SYNC_SLOT_PATTERN "),"
 	" gone AS ("
