@@ -18,7 +18,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = new_node('table_change_rows');
+# (the events are read back from the event tables: no rotation empties them meanwhile)
+my $node = new_node('table_change_rows', 'eventgrid.event_table_rotation' => "'1h'");
 my $json = JSON::PP->new->canonical;
 sub sql { return $node->safe_psql('postgres', shift) }
 
