@@ -29,12 +29,13 @@
 #define EG_MAX_DELIVERY_COUNT 10	/* namespace topics */
 
 /*
- * What a delivery worker holds per delivery in flight besides the event's
- * text, counted with it against eventgrid.max_bytes_in_flight: its claimed
- * row, delivery and request records and their strings (endpoint, names,
- * headers) took 1.3 kB in a claim's memory context, 2.3 kB with the
- * context's free space (pg_log_backend_memory_contexts, 16 subscriptions
- * draining, bench/RESULTS.md "Memory per subscription").
+ * What the store estimates a delivery worker holds per delivery besides
+ * the event's text (which the request body repeats), to size a claim
+ * against eventgrid.max_bytes_in_flight: its delivery and request records,
+ * their strings and its header block.  Once a claim is built its rows are
+ * charged what it really holds (delivery_claim.c); for 1 KB events that
+ * came to 3.1-3.2 kB per delivery against this estimate's 3.0 kB
+ * (bench/RESULTS.md, "Memory with many subscriptions").
  */
 #define EG_DELIVERY_OVERHEAD_BYTES 2048
 

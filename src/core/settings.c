@@ -152,7 +152,7 @@ eg_define_gucs(void)
 							 &eg_delivery_paused, false,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("eventgrid.max_bytes_in_flight",
-							gettext_noop("Event bytes each delivery worker may hold at once: claimed, in flight, or awaiting their outcome."),
+							gettext_noop("Memory each delivery worker's deliveries may hold at once (their records, request bodies and headers): claimed, in flight, or awaiting their outcome."),
 							gettext_noop("Bounds the worker's memory; an event larger than this still goes, alone."),
 							&eg_max_bytes_in_flight_kb, 64 * 1024, 1024, 1024 * 1024,
 							PGC_SIGHUP, GUC_UNIT_KB, NULL, NULL, NULL);

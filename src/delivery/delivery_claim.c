@@ -117,9 +117,6 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 			req->items = MemoryContextAlloc(claim->cxt, sizeof(void *) * take);
 			memcpy(req->items, &send[k], sizeof(void *) * take);
 			req->count = take;
-			req->bytes = 0;
-			for (int j = k; j < k + take; j++)
-				req->bytes += send[j]->bytes;
 			req->next = NULL;
 			if (eg_dw.built_tail)
 				eg_dw.built_tail->next = req;
@@ -149,6 +146,36 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 	pfree(send);
 	pfree(parts);
 	pfree(rowno);
+}
+
+/*
+ * Charges each row of a claim its share of what the claim now holds, so
+ * that eventgrid.max_bytes_in_flight bounds the worker's memory rather
+ * than an estimate of it: the claim's memory context (rows, delivery and
+ * request records, their strings, the context's free space) and the
+ * malloc'd body and header block of each request built, shared evenly
+ * (the first row takes the remainder).  The claim's texts are gone by
+ * now (they lived in its unit of work); the store's estimate of each row
+ * (the event's bytes and EG_DELIVERY_OVERHEAD_BYTES) only sized the claim.
+ * Each request's bytes become the sum of its rows' (endpoint_queue.c
+ * counts what waits on a backed-up host with them).
+ */
+static void
+charge_claim(EgClaim *claim, int n)
+{
+	int64		total = (int64) MemoryContextMemAllocated(claim->cxt, true);
+
+	for (EgRequest *req = eg_dw.built_head; req != NULL; req = req->next)
+		total += (int64) req->body_len + (int64) req->headers_size;
+	for (int i = 0; i < n; i++)
+		claim->rows[i].bytes = total / n;
+	claim->rows[0].bytes += total - (total / n) * n;
+	for (EgRequest *req = eg_dw.built_head; req != NULL; req = req->next)
+	{
+		req->bytes = 0;
+		for (int k = 0; k < req->count; k++)
+			req->bytes += ((EgDelivery *) req->items[k])->bytes;
+	}
 }
 
 /*
@@ -299,6 +326,7 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 	}
 	pfree(scratch.data);
 	eg_end_work();
+	charge_claim(claim, n);
 	eg_dw.waves_done_n = 0;
 	eg_want_upkeep();
 

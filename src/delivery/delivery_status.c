@@ -64,7 +64,8 @@ pause_suffix(char *buf, size_t len, TimestampTz now, bool idle)
 /*
  * Shows in pg_stat_activity what the delivery worker does: waiting for the
  * extension, retrying failed database work, paused, delivering (requests in
- * flight and waiting, outcomes to record, the backlog the upkeep worker last
+ * flight and waiting, outcomes to record, the memory its deliveries hold
+ * against eventgrid.max_bytes_in_flight, the backlog the upkeep worker last
  * counted) or idle (and when the next retry is due).  The text is replaced
  * when its kind changes or a unit of work replaced it, else at most every
  * EG_STATUS_INTERVAL_MS.  Logs pausing and resuming once each.
@@ -125,8 +126,9 @@ eg_delivery_report_status(TimestampTz next_claim_at)
 				backlog = eg_my_db->backlog;
 				SpinLockRelease(&eg_shared->mutex);
 				snprintf(text, sizeof(text),
-						 "eventgrid: delivering: %d requests in flight, %d waiting to be sent, %d outcomes to record; backlog of %s %lld deliveries%s",
-						 in_flight, waiting, eg_dw.to_record_n, backlog >= EG_BACKLOG_COUNT_LIMIT ? "at least" : "about",
+						 "eventgrid: delivering: %d requests in flight, %d waiting to be sent, %d outcomes to record, %lld kB held; backlog of %s %lld deliveries%s",
+						 in_flight, waiting, eg_dw.to_record_n, (long long) ((eg_dw.bytes_held + 1023) / 1024),
+						 backlog >= EG_BACKLOG_COUNT_LIMIT ? "at least" : "about",
 						 (long long) Min(backlog, EG_BACKLOG_COUNT_LIMIT), paused);
 				break;
 			}

@@ -365,12 +365,16 @@ drop_partial(void)
  * claim's result and the requests built from it both exist for a moment,
  * so a claim takes at most half of what is left (and at least one event
  * when nothing is held).  Bytes waiting on a backed-up endpoint host do not
- * count here: its subscriptions claim nothing more until it drains
- * (endpoint_queue.c); but all that is held, backed up or not, stays under
- * the limit, so that many backed-up hosts cannot add up to more (they give
- * theirs back within eventgrid.response_timeout).  A
- * delivery's bytes are its event's and EG_DELIVERY_OVERHEAD_BYTES, the
- * worker's own records of it.  Returns whether a claim was wanted.
+ * count in that half: its subscriptions claim nothing more until it drains
+ * (endpoint_queue.c); but a claim never takes more than the limit leaves
+ * of all that is held, backed up or not, so that backed-up hosts cannot
+ * add up to more (they give theirs back within eventgrid.response_timeout;
+ * when every subscription's endpoint is one backed-up host, the old rule
+ * let each claim take half the limit again, and the worker held twice the
+ * limit).  A claim is sized by the store's estimate of each delivery (its
+ * event's bytes and EG_DELIVERY_OVERHEAD_BYTES); once built, its rows are
+ * charged what the claim really holds (delivery_claim.c).  Returns whether
+ * a claim was wanted.
  */
 static bool
 claim_round(TimestampTz now, bool db_ok)
@@ -390,12 +394,13 @@ claim_round(TimestampTz now, bool db_ok)
 	if (!(db_ok && leases_released && !eg_delivery_paused && leaving_since == 0 &&
 		  ready < eg_max_concurrent_requests && now >= next_claim_at &&
 		  (bytes_claimable == 0 || bytes_claimable < byte_limit / 2) &&
-		  (eg_dw.bytes_held == 0 || eg_dw.bytes_held < byte_limit)))
+		  eg_dw.bytes_held <= byte_limit - byte_limit / 4))
 		return false;
 
 	eg_rate_reset_next();
 	eg_worker_saw_wakes();		/* commits up to here are this claim's to find */
-	n = eg_delivery_claim((byte_limit - bytes_claimable) / 2, &more, &locked, &due);
+	n = eg_delivery_claim(Min((byte_limit - bytes_claimable) / 2, byte_limit - eg_dw.bytes_held),
+						  &more, &locked, &due);
 	last_claim_rows = Max(n, 0);
 	if (n < 0)
 		next_claim_at = 0;		/* eg_db_retry_at holds it back */

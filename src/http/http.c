@@ -555,6 +555,7 @@ eg_http_set_headers(EgRequest *req, const char *lines, size_t len, int n)
 		text += strlen(text) + 1;
 	}
 	req->headers = list;
+	req->headers_size = nodes + len + sizeof(expect);
 }
 
 /* Frees the header list of a request (the HTTP thread does so when one ends). */
@@ -563,6 +564,7 @@ eg_http_free_headers(EgRequest *req)
 {
 	free(req->headers);
 	req->headers = NULL;
+	req->headers_size = 0;
 }
 
 /*

@@ -23,6 +23,7 @@ typedef struct EgRequest
 	long		timeout_ms;
 	void	   *easy;			/* CURL * */
 	struct curl_slist *headers;
+	size_t		headers_size;	/* bytes of the header list's one malloc'd block */
 	char	   *body;			/* malloc'd, freed when the request ends */
 	size_t		body_len;
 	char		errbuf[256];

@@ -50,7 +50,7 @@ sql("SELECT eventgrid.create_event_subscription('busy', 'slow', '$u/slow?delay_m
 publish_n('busy', 'a', 20);
 wait_for_requests($r, '/slow', 1, 30);
 publish_n('busy', 'b', 20);
-my $shown = wait_activity(qr/^active \| eventgrid: delivering: 2 requests in flight, \d+ waiting to be sent, \d+ outcomes to record; backlog of about 20 deliveries$/);
+my $shown = wait_activity(qr/^active \| eventgrid: delivering: 2 requests in flight, \d+ waiting to be sent, \d+ outcomes to record, \d+ kB held; backlog of about 20 deliveries$/);
 ok($shown, 'delivering: requests in flight and waiting, and the backlog not yet claimed');
 note($shown // '');
 ok(wait_activity(qr/^idle \| eventgrid: idle/, 60), 'idle again once the backlog is delivered');
