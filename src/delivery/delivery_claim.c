@@ -21,6 +21,29 @@
 #define EG_CHUNK_MAX_ROWS 1000	/* first attempts per subscription per claim */
 #define EG_LEASE_MARGIN_MS 60000
 #define EG_ANALYZE_INTERVAL_MS 60000
+#define EG_CHUNK_MIN_ROWS 64		/* the least a claim reads of each subscription's events */
+
+/* positions that had events at the last claim (scan_limit) */
+static int	busy_positions = 1;
+
+/*
+ * How many events a claim reads of each subscription: what the byte budget
+ * could take, shared among the subscriptions that had events last time,
+ * between EG_CHUNK_MIN_ROWS and EG_CHUNK_MAX_ROWS.  The budget cuts the
+ * claim anyway; reading 1,000 rows of every one of 128 busy subscriptions
+ * for a budget of a few thousand deliveries only cost memory (the scan's
+ * rows exist at once) and time.  The estimate takes the smallest a
+ * delivery can be (EG_DELIVERY_OVERHEAD_BYTES), so it reads rather too
+ * many than too few; what it leaves is read at the next claim, at once
+ * (the batch is not complete).
+ */
+static int
+scan_limit(int64 budget)
+{
+	int64		rows = Max(budget, 0) / EG_DELIVERY_OVERHEAD_BYTES / Max(busy_positions, 1);
+
+	return (int) Max(EG_CHUNK_MIN_ROWS, Min(rows, EG_CHUNK_MAX_ROWS));
+}
 
 /* Frees requests that were built but will never be started. */
 static void
@@ -286,8 +309,9 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 	for (int i = 0; i < nr; i++)
 		retry_bytes += rrows[i].bytes;
 	/* chunk numbers of a claim that fails are not used again: no harm */
-	nf = eg_store_claim_first(eg_now(), EG_CHUNK_MAX_ROWS, Max(byte_budget - retry_bytes, 1),
-							  eg_dw.lease_owner, skip, nskip, &eg_dw.next_chunk_no, &frows, more, locked);
+	nf = eg_store_claim_first(eg_now(), scan_limit(byte_budget - retry_bytes), Max(byte_budget - retry_bytes, 1),
+							  eg_dw.lease_owner, skip, nskip, &eg_dw.next_chunk_no, &frows, more, locked,
+							  &busy_positions);
 	if (nr == EG_CLAIM_MAX_ROWS)
 		*more = true;
 

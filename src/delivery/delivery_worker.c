@@ -41,6 +41,7 @@
 #define EG_RECORD_MAX_DELAY_MS 20
 #define EG_IDLE_MAX_SLEEP_MS 60000
 #define EG_BUSY_POLL_MS 5
+#define EG_MIN_CLAIM_BYTES (4 * 1024 * 1024)	/* a claim waits until this much of the bound is free */
 #define EG_BLOCKED_POLL_MS 1	/* requests queued behind hosts other processes fill: looked at again after this */
 #define EG_LOCKED_DUE_RETRY_MS 250	/* due rows exist, but another session locks them */
 #define EG_PEER_LOCKED_RETRY_MS 10	/* the same with several delivery workers: most likely a peer's claim */
@@ -371,7 +372,9 @@ drop_partial(void)
  * add up to more (they give theirs back within eventgrid.response_timeout;
  * when every subscription's endpoint is one backed-up host, the old rule
  * let each claim take half the limit again, and the worker held twice the
- * limit).  A claim is sized by the store's estimate of each delivery (its
+ * limit).  A claim waits until a quarter of the bound, or
+ * EG_MIN_CLAIM_BYTES, is free, so that claims stay large.  A claim is sized
+ * by the store's estimate of each delivery (its
  * event's bytes and EG_DELIVERY_OVERHEAD_BYTES); once built, its rows are
  * charged what the claim really holds (delivery_claim.c).  Returns whether
  * a claim was wanted.
@@ -394,7 +397,7 @@ claim_round(TimestampTz now, bool db_ok)
 	if (!(db_ok && leases_released && !eg_delivery_paused && leaving_since == 0 &&
 		  ready < eg_max_concurrent_requests && now >= next_claim_at &&
 		  (bytes_claimable == 0 || bytes_claimable < byte_limit / 2) &&
-		  eg_dw.bytes_held <= byte_limit - byte_limit / 4))
+		  byte_limit - eg_dw.bytes_held >= Min(byte_limit / 4, EG_MIN_CLAIM_BYTES)))
 		return false;
 
 	eg_rate_reset_next();

@@ -131,7 +131,7 @@ extern int	eg_store_claim_retries(TimestampTz now, int limit, int64 byte_budget,
 								   int64 lease_ms, EgClaimedRow **rows);
 extern int	eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
 								 const int64 *skip, int nskip,
-								 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked);
+								 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked, int *busy);
 extern TimestampTz eg_store_next_due(void);
 extern void eg_store_analyze(void);
 

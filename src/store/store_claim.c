@@ -449,11 +449,11 @@ advance_init(EgAdvance *a, int cap)
  * (numbered from *next_chunk) are written; written[] gets the chunk
  * numbers.  Returns the number of chunks, *more whether a position has
  * more to give at once (not one that waits for its rate), *nseen how many
- * positions the scan gave.
+ * positions the scan gave, *nbusy how many of them had events.
  */
 static int
 cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget, TimestampTz now,
-			  int64 *next_chunk, EgAdvance *a, Datum *written, bool *more, int *nseen)
+			  int64 *next_chunk, EgAdvance *a, Datum *written, bool *more, int *nseen, int *nbusy)
 {
 	int64		before = 0;
 	int			nchunks = 0;
@@ -478,7 +478,10 @@ cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget
 			j++;
 		(*nseen)++;
 		if (scan[i].txid != 0)
+		{
 			scanned = j - i;
+			(*nbusy)++;
+		}
 		if (scan[i].rate > 0 && scanned > 0)
 		{
 			int			want = 0;
@@ -659,12 +662,13 @@ load_chunks(Datum *written, int nchunks, TimestampTz now, int lease_owner, int *
  * (txid, id); *more says whether a position has more to give at once,
  * *locked that another session holds a position.  The nskip event
  * subscriptions in skip are left out (their endpoint is backed up).
- * *rows stay valid until eg_store_commit().
+ * *busy: how many positions had events.  *rows stay valid until
+ * eg_store_commit().
  */
 int
 eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
 					 const int64 *skip, int nskip,
-					 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked)
+					 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked, int *busy)
 {
 	int			n;
 	int			nseen = 0;
@@ -680,7 +684,8 @@ eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 	tt = SPI_tuptable;
 	advance_init(&a, n);
 	written = palloc(Max(n, 1) * sizeof(Datum));
-	nchunks = cut_positions(scan, n, tt, limit, Max(byte_budget, 1), now, next_chunk, &a, written, more, &nseen);
+	*busy = 0;
+	nchunks = cut_positions(scan, n, tt, limit, Max(byte_budget, 1), now, next_chunk, &a, written, more, &nseen, busy);
 	if (a.n > 0)
 		run_advance(&a, now, lease_owner);
 	eg_store_run(&count_positions, NULL, true, SPI_OK_SELECT);

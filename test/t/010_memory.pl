@@ -106,5 +106,71 @@ cmp_ok($max_held, '>', $small_kb / 2, 'the backlog filled the bound');
 cmp_ok($max_held, '<=', $small_kb * 1.25, 'held bytes stay under max_bytes_in_flight (and a claim\'s estimate error) with the host backed up');
 is(sql("SELECT sum(delivered) FROM eventgrid.delivery_statistics WHERE topic = 'fan'"), '24000', 'all 24,000 deliveries made');
 
+# --- the worker's peak does not grow with subscriptions -----------------------
+# An nginx sink answers 204 at once. 8 and then 96 subscriptions drain 2,000
+# events of 1 KB each with an 8 MB bound: the peak private memory of the
+# second drain stays within twice the bound of the first's (it is measured
+# as the process's resident memory, which glibc's keeping moves by a few MB). It grew by about 0.4 MB per
+# busy subscription when the claim read 1,000 rows of every subscription
+# before cutting at the byte budget and glibc kept the freed request bodies.
+my $dir = $PostgreSQL::Test::Utils::tmp_check . '/memory_nginx';
+mkdir $dir;
+my $sink = PostgreSQL::Test::Cluster::get_free_port();
+open(my $fh, '>', "$dir/nginx.conf") or die;
+print $fh <<"CONF";
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/nginx-error.log;
+events { worker_connections 1024; }
+http {
+    client_body_temp_path $dir/client_body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+    access_log off;
+    client_body_buffer_size 64k;
+    server { listen 127.0.0.1:$sink; location / { return 204; } }
+}
+CONF
+close($fh);
+my $nginx = -x '/usr/sbin/nginx' ? '/usr/sbin/nginx' : 'nginx';	# Debian's, not on a user's PATH
+my $nginx_err = '';
+IPC::Run::run([ $nginx, '-c', "$dir/nginx.conf", '-p', $dir, '-e', "$dir/nginx-error.log" ], '2>', \$nginx_err)
+  or BAIL_OUT("nginx did not start: $nginx_err");
+END { kill 'TERM', slurp_file("$dir/nginx.pid") if -f "$dir/nginx.pid" }
+
+sql("ALTER SYSTEM SET eventgrid.max_bytes_in_flight = '8MB'; SELECT pg_reload_conf()");
+
+# peak RssAnon of the delivery workers (kB) while topic $t drains
+sub drain_peak
+{
+	my ($t, $nsubs) = @_;
+	sql("SELECT eventgrid.create_topic('$t')");
+	sql("SELECT eventgrid.pause_delivery('$t')");
+	sql("SELECT eventgrid.create_event_subscription('$t', 'sub-' || i, 'http://127.0.0.1:$sink/' || i) FROM generate_series(1, $nsubs) i");
+	sql("INSERT INTO eventgrid.events (topic, event) SELECT '$t', jsonb_build_object('id', i::text, 'subject', '/s', 'eventType', 'T', "
+		  . "'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('pad', repeat('x', 900))) FROM generate_series(1, 2000) i");
+	sql("SELECT eventgrid.resume_delivery('$t')");
+	my $peak = 0;
+	for (1 .. 6000)
+	{
+		for my $p (split /\n/, sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'"))
+		{
+			my $kb = rss_anon_kb($p);
+			$peak = $kb if $kb > $peak;
+		}
+		last if sql("SELECT coalesce(sum(pending), 0) FROM eventgrid.delivery_statistics WHERE topic = '$t'") eq '0';
+		usleep(20_000);
+	}
+	is(sql("SELECT sum(delivered) FROM eventgrid.delivery_statistics WHERE topic = '$t'"), 2000 * $nsubs,
+		"$nsubs subscriptions: every delivery made");
+	return $peak;
+}
+my $few = drain_peak('few', 8);
+my $many = drain_peak('many', 96);
+note(sprintf('peak private memory with an 8 MB bound: %.1f MB with 8 subscriptions, %.1f MB with 96', $few / 1024, $many / 1024));
+cmp_ok(($many - $few) / 1024, '<', 16, 'twelve times the subscriptions: the peak grows by less than twice the bound');
+
 $node->stop;
 done_testing();
