@@ -108,9 +108,11 @@ is(sql("SELECT sum(delivered) FROM eventgrid.delivery_statistics WHERE topic = '
 
 # --- the worker's peak does not grow with subscriptions -----------------------
 # An nginx sink answers 204 at once. 8 and then 96 subscriptions drain 2,000
-# events of 1 KB each with an 8 MB bound: the peak private memory of the
-# second drain stays within twice the bound of the first's (it is measured
-# as the process's resident memory, which glibc's keeping moves by a few MB). It grew by about 0.4 MB per
+# events of 1 KB each with a 4 MB bound: the peak private memory of the
+# second drain stays within 16 MB of the first's (it is measured as the
+# process's resident memory, which glibc's keeping moves by some MB: 19 MB
+# apart under an 8 MB bound beside the rest of the suite, 45 MB with the
+# old claim). It grew by about 0.4 MB per
 # busy subscription when the claim read 1,000 rows of every subscription
 # before cutting at the byte budget and glibc kept the freed request bodies.
 my $dir = $PostgreSQL::Test::Utils::tmp_check . '/memory_nginx';
@@ -140,7 +142,7 @@ IPC::Run::run([ $nginx, '-c', "$dir/nginx.conf", '-p', $dir, '-e', "$dir/nginx-e
   or BAIL_OUT("nginx did not start: $nginx_err");
 END { kill 'TERM', slurp_file("$dir/nginx.pid") if -f "$dir/nginx.pid" }
 
-sql("ALTER SYSTEM SET eventgrid.max_bytes_in_flight = '8MB'; SELECT pg_reload_conf()");
+sql("ALTER SYSTEM SET eventgrid.max_bytes_in_flight = '4MB'; SELECT pg_reload_conf()");
 
 # peak RssAnon of the delivery workers (kB) while topic $t drains
 sub drain_peak
@@ -169,8 +171,8 @@ sub drain_peak
 }
 my $few = drain_peak('few', 8);
 my $many = drain_peak('many', 96);
-note(sprintf('peak private memory with an 8 MB bound: %.1f MB with 8 subscriptions, %.1f MB with 96', $few / 1024, $many / 1024));
-cmp_ok(($many - $few) / 1024, '<', 16, 'twelve times the subscriptions: the peak grows by less than twice the bound');
+note(sprintf('peak private memory with a 4 MB bound: %.1f MB with 8 subscriptions, %.1f MB with 96', $few / 1024, $many / 1024));
+cmp_ok(($many - $few) / 1024, '<', 16, 'twelve times the subscriptions: the peak grows by less than 16 MB');
 
 $node->stop;
 done_testing();
