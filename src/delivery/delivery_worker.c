@@ -373,11 +373,11 @@ drop_partial(void)
  * when every subscription's endpoint is one backed-up host, the old rule
  * let each claim take half the limit again, and the worker held twice the
  * limit).  A claim waits until a quarter of the bound, or
- * EG_MIN_CLAIM_BYTES, is free, so that claims stay large.  A claim is sized
- * by the store's estimate of each delivery (its
- * event's bytes and EG_DELIVERY_OVERHEAD_BYTES); once built, its rows are
- * charged what the claim really holds (delivery_claim.c).  Returns whether
- * a claim was wanted.
+ * EG_MIN_CLAIM_BYTES, is free, so that claims stay large.  A claim is
+ * sized by the store's estimate of each delivery (its event's bytes and
+ * EG_DELIVERY_OVERHEAD_BYTES); once built, its rows are charged what the
+ * claim really holds (delivery_claim.c).  Returns whether a claim was
+ * wanted.
  */
 static bool
 claim_round(TimestampTz now, bool db_ok)
