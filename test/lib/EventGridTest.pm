@@ -20,7 +20,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-our @EXPORT = qw(new_node start_receiver requests wait_for_requests advance_clock
+our @EXPORT = qw(new_node start_receiver start_nginx requests wait_for_requests advance_clock
   eg_event wait_for_sql planned_wait wait_recorded sql_error start_workers restart_workers worker_count);
 
 my $json = JSON::PP->new->canonical;
@@ -78,6 +78,38 @@ sub start_receiver
 	}
 	return { port => $port, url => "http://127.0.0.1:$port", log => $log, handle => $h };
 }
+
+# Starts Debian's nginx with its files in $dir: one worker process, the
+# lines $http inside its http block (server blocks, logs); stopped when the
+# test script ends.
+my @nginx_pids;
+sub start_nginx
+{
+	my ($dir, $http) = @_;
+	open(my $fh, '>', "$dir/nginx.conf") or die "$dir/nginx.conf: $!";
+	print $fh <<"CONF";
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/nginx-error.log;
+events { worker_connections 1024; }
+http {
+    client_body_temp_path $dir/client_body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+$http
+}
+CONF
+	close($fh);
+	my $nginx = -x '/usr/sbin/nginx' ? '/usr/sbin/nginx' : 'nginx';	# Debian's, not on a user's PATH
+	my $err = '';
+	IPC::Run::run([ $nginx, '-c', "$dir/nginx.conf", '-p', $dir, '-e', "$dir/nginx-error.log" ], '2>', \$err)
+	  or BAIL_OUT("nginx did not start: $err");
+	push @nginx_pids, "$dir/nginx.pid";
+	return;
+}
+END { for my $f (@nginx_pids) { kill 'TERM', slurp_file($f) if -f $f } }
 
 # Requests the receiver got so far, optionally only those to a path.
 sub requests

@@ -118,29 +118,11 @@ is(sql("SELECT sum(delivered) FROM eventgrid.delivery_statistics WHERE topic = '
 my $dir = $PostgreSQL::Test::Utils::tmp_check . '/memory_nginx';
 mkdir $dir;
 my $sink = PostgreSQL::Test::Cluster::get_free_port();
-open(my $fh, '>', "$dir/nginx.conf") or die;
-print $fh <<"CONF";
-worker_processes 1;
-pid $dir/nginx.pid;
-error_log $dir/nginx-error.log;
-events { worker_connections 1024; }
-http {
-    client_body_temp_path $dir/client_body;
-    proxy_temp_path $dir/proxy;
-    fastcgi_temp_path $dir/fastcgi;
-    uwsgi_temp_path $dir/uwsgi;
-    scgi_temp_path $dir/scgi;
+start_nginx($dir, <<"HTTP");
     access_log off;
     client_body_buffer_size 64k;
     server { listen 127.0.0.1:$sink; location / { return 204; } }
-}
-CONF
-close($fh);
-my $nginx = -x '/usr/sbin/nginx' ? '/usr/sbin/nginx' : 'nginx';	# Debian's, not on a user's PATH
-my $nginx_err = '';
-IPC::Run::run([ $nginx, '-c', "$dir/nginx.conf", '-p', $dir, '-e', "$dir/nginx-error.log" ], '2>', \$nginx_err)
-  or BAIL_OUT("nginx did not start: $nginx_err");
-END { kill 'TERM', slurp_file("$dir/nginx.pid") if -f "$dir/nginx.pid" }
+HTTP
 
 sql("ALTER SYSTEM SET eventgrid.max_bytes_in_flight = '4MB'; SELECT pg_reload_conf()");
 

@@ -78,18 +78,7 @@ certificate('expired', 'IP:127.0.0.1', '-startdate', '20200101000000Z', '-enddat
 # --- nginx: TLS 1.3 with HTTP/2, TLS with HTTP/1.1 only, the wrong host, expired, and plain HTTP
 my @ports = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 6;
 my ($h2, $early, $h1, $wrong, $expired, $plain) = @ports;
-open($fh, '>', "$dir/nginx.conf") or die;
-print $fh <<"CONF";
-worker_processes 1;
-pid $dir/nginx.pid;
-error_log $dir/nginx-error.log;
-events { worker_connections 256; }
-http {
-    client_body_temp_path $dir/client_body;
-    proxy_temp_path $dir/proxy;
-    fastcgi_temp_path $dir/fastcgi;
-    uwsgi_temp_path $dir/uwsgi;
-    scgi_temp_path $dir/scgi;
+start_nginx($dir, <<"HTTP");
     log_format tls '\$server_port \$server_protocol \$ssl_protocol \$ssl_session_reused \$connection \$connection_requests';
     access_log $dir/access.log tls;
     ssl_protocols TLSv1.2 TLSv1.3;
@@ -106,14 +95,7 @@ http {
     server { listen 127.0.0.1:$expired ssl; ssl_certificate $dir/expired.pem; ssl_certificate_key $dir/expired.key;
              location / { return 204; } }
     server { listen 127.0.0.1:$plain; location / { return 204; } }
-}
-CONF
-close($fh);
-my $nginx = -x '/usr/sbin/nginx' ? '/usr/sbin/nginx' : 'nginx';	# Debian's, not on a user's PATH
-my $nginx_err = '';
-IPC::Run::run([ $nginx, '-c', "$dir/nginx.conf", '-p', $dir, '-e', "$dir/nginx-error.log" ], '2>', \$nginx_err)
-  or BAIL_OUT("nginx did not start: $nginx_err");
-END { kill 'TERM', slurp_file("$dir/nginx.pid") if -f "$dir/nginx.pid" }
+HTTP
 
 # the requests nginx logged on port $port: [protocol, tls, reused, connection]
 sub logged
