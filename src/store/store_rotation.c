@@ -7,10 +7,10 @@
  * subscription, paused or not validated, become its own retries first, so
  * that one held subscription cannot keep every topic's events), and the
  * attempt history's oldest table is emptied when the current one is due
- * (eventgrid.attempt_history_retention and _max_rows).  Each TRUNCATE takes its lock only if it is free at once, so
- * no publisher or reader ever waits for it; why a table is not emptied yet
- * is written to eventgrid.event_table_rotations or
- * eventgrid.attempt_log_rotation.
+ * (eventgrid.attempt_history_retention and _max_rows).  Each TRUNCATE
+ * takes its lock only if it is free at once, so no publisher or reader
+ * ever waits for it; why a table is not emptied yet is written to
+ * eventgrid.event_table_rotations or eventgrid.attempt_log_rotation.
  */
 #include "store/store.h"
 
@@ -23,7 +23,8 @@
  * What still needs the events of event table $1: '' for nothing, NULL when
  * the table is empty.  Positions, chunks in flight and unmatched counts
  * whose snapshots have not passed its events, and a subscriber's initial
- * copy in progress (EG_SQL_SYNC_SLOTS) or still to come (EG_SQL_NEW_SLOTS).  The query of eventgrid._event_table_holders() (which
+ * copy in progress (EG_SQL_SYNC_SLOTS) or still to come
+ * (EG_SQL_NEW_SLOTS).  The query of eventgrid._event_table_holders() (which
  * the event_tables view shows), here as a statement of its own so that its
  * plan is made once per rotation (each TRUNCATE invalidates it), not at
  * every call as a SQL function's is: its second run holds the table's
