@@ -23,7 +23,7 @@ int			eg_clock_offset_s = 0;
 int			eg_default_max_events_per_batch = 10;
 int			eg_default_preferred_batch_kb = 64;
 bool		eg_delivery_paused = false;
-int			eg_max_bytes_in_flight_kb = 64 * 1024;
+int			eg_max_bytes_in_flight_kb = 16 * 1024;
 int			eg_event_table_rotation_s = 10;
 int			eg_event_retention_s = 0;
 int			eg_replication_sync_wait_s = 300;
@@ -154,7 +154,7 @@ eg_define_gucs(void)
 	DefineCustomIntVariable("eventgrid.max_bytes_in_flight",
 							gettext_noop("Memory each delivery worker's deliveries may hold at once (their records, request bodies and headers): claimed, in flight, or awaiting their outcome."),
 							gettext_noop("Bounds the worker's memory; an event larger than this still goes, alone."),
-							&eg_max_bytes_in_flight_kb, 64 * 1024, 1024, 1024 * 1024,
+							&eg_max_bytes_in_flight_kb, 16 * 1024, 1024, 1024 * 1024,
 							PGC_SIGHUP, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomIntVariable("eventgrid.max_requests_per_endpoint",
 							gettext_noop("Maximum number of HTTP delivery requests in flight at once to one endpoint host (scheme, host and port)."),
