@@ -27,7 +27,7 @@ PROVE_TESTS = test/t/*.pl
 
 EG_VERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/eventgrid.control)
 
-SHLIB_LINK += $(shell curl-config --libs) -pthread
+SHLIB_LINK += $(shell curl-config --libs) -lcrypto -pthread
 PG_CPPFLAGS += $(shell curl-config --cflags) -I$(srcdir)/src -DEG_VERSION='"$(EG_VERSION)"'
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
 

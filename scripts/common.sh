@@ -9,7 +9,7 @@ PG_CONFIG=$PG_BINDIR/pg_config
 EG_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # what building and running eventgrid needs; the tests add libipc-run-perl
 # (EG_EXTRA_PACKAGES), the benchmark nginx and wrk
-EG_PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libcurl4-openssl-dev python3 make gcc"
+EG_PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libcurl4-openssl-dev libssl-dev python3 make gcc"
 
 # Re-runs the calling script through sudo when not root.
 eg_need_root() {

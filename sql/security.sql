@@ -282,6 +282,7 @@ RESET ROLE;
 SET ROLE eg_alice;
 SELECT * FROM eventgrid.delivery_properties;
 SELECT * FROM eventgrid.signing_secrets;
+SELECT * FROM eventgrid.client_certificates;
 SELECT * FROM eventgrid.endpoint_validations;
 DELETE FROM eventgrid.topics;
 RESET ROLE;

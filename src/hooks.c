@@ -436,6 +436,7 @@ eg_emit_log(ErrorData *edata)
 			{"delivery_properties", "event_subscription_delivery_properties"},
 			{"signing_secrets", "event_subscription_signing"},
 			{"endpoint_validations", "event_subscription_validation"},
+			{"client_certificates", "event_subscription_certificates"},
 		};
 
 		for (int i = 0; i < (int) lengthof(masked) && edata->hint == NULL; i++)

@@ -26,10 +26,14 @@
 #define EG_UPKEEP_IDLE_INTERVAL_MS 60000	/* upkeep while idle (the summary of dead letters among it) */
 #define EG_BACKLOG_INTERVAL_MS 5000
 #define EG_SUMMARY_INTERVAL_MS 60000
+#define EG_CERTIFICATE_CHECK_INTERVAL_MS (60 * 60 * 1000)
+#define EG_CERTIFICATE_WARN_DAYS 7
 
 static TimestampTz backlog_at = 0;
+static TimestampTz certificates_checked_at = 0;
 
 static void log_summary(void);
+static void warn_expiring_certificates(void);
 
 /*
  * Notes in shared memory whether the database has no event subscription:
@@ -137,6 +141,15 @@ upkeep(void)
 		eg_my_db->backlog = backlog;
 		SpinLockRelease(&eg_shared->mutex);
 	}
+	if (certificates_checked_at == 0 ||
+		GetCurrentTimestamp() - certificates_checked_at >= (TimestampTz) EG_CERTIFICATE_CHECK_INTERVAL_MS * 1000)
+	{
+		if (!eg_begin_work("eventgrid: looking for client certificates about to expire"))
+			return used;
+		warn_expiring_certificates();
+		eg_end_work();
+		certificates_checked_at = GetCurrentTimestamp();
+	}
 	if (GetCurrentTimestamp() - eg_my_db->summary_at >= (TimestampTz) EG_SUMMARY_INTERVAL_MS * 1000)
 	{
 		if (!eg_begin_work("eventgrid: summing up dead-lettered and dropped events"))
@@ -146,6 +159,29 @@ upkeep(void)
 		eg_my_db->summary_at = GetCurrentTimestamp();
 	}
 	return used;
+}
+
+/*
+ * Warns, once an hour (and when the upkeep worker starts), of each client
+ * certificate (SPEC 12, mutual TLS) that expires within 7 days or has
+ * expired: a receiver that checks it will refuse the subscription's
+ * requests from then on.  In a unit of work.
+ */
+static void
+warn_expiring_certificates(void)
+{
+	char	  **topics;
+	char	  **names;
+	TimestampTz *not_after;
+	int			n = eg_store_expiring_certificates(eg_now() + (TimestampTz) EG_CERTIFICATE_WARN_DAYS * USECS_PER_DAY,
+												   &topics, &names, &not_after);
+
+	for (int i = 0; i < n; i++)
+		ereport(WARNING,
+				(errmsg("eventgrid: the client certificate of event subscription \"%s\" of topic \"%s\" %s at %s",
+						names[i], topics[i], not_after[i] <= eg_now() ? "expired" : "expires",
+						timestamptz_to_str(not_after[i])),
+				 errhint("Give it a new certificate with eventgrid.set_client_certificate().")));
 }
 
 /*

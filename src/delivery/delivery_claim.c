@@ -27,6 +27,98 @@
 static int	busy_positions = 1;
 
 /*
+ * Client certificates (mutual TLS), loaded once per change: subscription
+ * id -> the certificate set at set_at.  A replaced one is freed only when
+ * no request of this worker exists (requests point at it until libcurl
+ * copies it as they start).
+ */
+typedef struct ClientCertEntry
+{
+	int64		subscription_id;	/* hash key */
+	TimestampTz set_at;
+	EgClientCert *cert;
+} ClientCertEntry;
+
+static HTAB *client_certs = NULL;
+static List *retired_certs = NIL;	/* of EgClientCert *, in TopMemoryContext */
+
+static void
+free_client_cert(EgClientCert *c)
+{
+	explicit_bzero(c->key, c->key_len);
+	pfree(c->key);
+	pfree(c->cert);
+	pfree(c);
+}
+
+/*
+ * The client certificate of subscription sub_id as set at set_at (0: it has
+ * none: NULL), loaded in this claim's unit of work when it is new or was
+ * replaced.
+ */
+static const EgClientCert *
+client_cert_for(int64 sub_id, TimestampTz set_at)
+{
+	ClientCertEntry *e;
+	bool		found;
+	char	   *cert;
+	char	   *key;
+	TimestampTz loaded_at;
+	MemoryContext old;
+
+	if (retired_certs != NIL && eg_http_in_flight() == 0 && eg_targets_queued() == 0 &&
+		eg_dw.built_head == NULL)
+	{
+		ListCell   *lc;
+
+		foreach(lc, retired_certs)
+			free_client_cert(lfirst(lc));
+		list_free(retired_certs);
+		retired_certs = NIL;
+	}
+	if (set_at == 0 && client_certs == NULL)
+		return NULL;
+	if (client_certs == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(int64);
+		ctl.entrysize = sizeof(ClientCertEntry);
+		client_certs = hash_create("eventgrid client certificates", 16, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	e = hash_search(client_certs, &sub_id, set_at == 0 ? HASH_FIND : HASH_ENTER, &found);
+	if (e == NULL)
+		return NULL;
+	if (found && e->set_at == set_at)
+		return e->cert;
+
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	if (found && e->cert != NULL)
+		retired_certs = lappend(retired_certs, e->cert);
+	MemoryContextSwitchTo(old);
+	e->cert = NULL;
+	e->set_at = set_at;
+	if (set_at == 0)
+	{
+		hash_search(client_certs, &sub_id, HASH_REMOVE, NULL);
+		return NULL;
+	}
+	/* removed or replaced since the claim read it: the next claim sees which */
+	if (!eg_store_client_certificate(sub_id, &cert, &key, &loaded_at) || loaded_at != set_at)
+	{
+		hash_search(client_certs, &sub_id, HASH_REMOVE, NULL);
+		return NULL;
+	}
+	e->cert = MemoryContextAlloc(TopMemoryContext, sizeof(EgClientCert));
+	e->cert->cert_len = strlen(cert);
+	e->cert->cert = MemoryContextStrdup(TopMemoryContext, cert);
+	e->cert->key_len = strlen(key);
+	e->cert->key = MemoryContextStrdup(TopMemoryContext, key);
+	explicit_bzero(key, e->cert->key_len);
+	return e->cert;
+}
+
+/*
  * How many events a claim reads of each subscription: what the byte budget
  * could take, shared among the subscriptions that had events last time,
  * between EG_CHUNK_MIN_ROWS and EG_CHUNK_MAX_ROWS.  The budget cuts the
@@ -76,6 +168,8 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 	int			max_events = 1;
 	int64		max_bytes = 0;
 	EgTarget   *target = NULL;
+	const EgClientCert *client_cert = client_cert_for(rows[from].subscription_id,
+													  rows[from].client_cert_set_at);
 
 	for (int k = from; k < to; k++)
 	{
@@ -134,6 +228,7 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 				target = eg_target(first->endpoint);	/* one subscription: one endpoint */
 			req->target = target;
 			req->url = eg_target_url(target);
+			req->client_cert = client_cert;
 			req->subscription_id = first->subscription_id;
 			req->subscription_name = MemoryContextStrdup(claim->cxt, first->subscription_name);
 			req->topic = MemoryContextStrdup(claim->cxt, first->topic);

@@ -206,6 +206,11 @@ finish(EgRequest *req, EgTransport transport, int http_status)
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, NULL);
 		curl_easy_setopt(h, CURLOPT_PRIVATE, NULL);
 		curl_easy_setopt(h, CURLOPT_WRITEDATA, NULL);
+		if (req->client_cert != NULL)
+		{
+			curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, NULL);
+			curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, NULL);
+		}
 		if (idle_n < idle_cap)
 			idle_handles[idle_n++] = h;
 		else
@@ -305,6 +310,17 @@ start(EgRequest *req)
 	SET(CURLOPT_ERRORBUFFER, req->errbuf);
 	SET(CURLOPT_PRIVATE, (void *) req);
 	SET(CURLOPT_WRITEDATA, (void *) req);
+	if (req->client_cert != NULL)
+	{
+		/* copied by libcurl; a TLS session or connection made with another certificate is not reused */
+		struct curl_blob cert = {req->client_cert->cert, req->client_cert->cert_len, CURL_BLOB_COPY};
+		struct curl_blob key = {req->client_cert->key, req->client_cert->key_len, CURL_BLOB_COPY};
+
+		SET(CURLOPT_SSLCERT_BLOB, &cert);
+		SET(CURLOPT_SSLCERTTYPE, "PEM");
+		SET(CURLOPT_SSLKEY_BLOB, &key);
+		SET(CURLOPT_SSLKEYTYPE, "PEM");
+	}
 #undef SET
 	if (rc != CURLE_OK || curl_multi_add_handle(multi, h) != CURLM_OK)
 	{

@@ -17,6 +17,19 @@
 
 struct EgTarget;
 
+/*
+ * A client certificate for mutual TLS (client_certificate.c checks it when
+ * it is set): PEM texts as stored, the certificate with any chain and its
+ * private key.  libcurl copies both when a transfer starts.
+ */
+typedef struct EgClientCert
+{
+	char	   *cert;
+	size_t		cert_len;
+	char	   *key;
+	size_t		key_len;
+} EgClientCert;
+
 typedef struct EgRequest
 {
 	const char *url;
@@ -26,6 +39,7 @@ typedef struct EgRequest
 	size_t		headers_size;	/* bytes of the header list's one malloc'd block */
 	char	   *body;			/* malloc'd, freed when the request ends */
 	size_t		body_len;
+	const EgClientCert *client_cert;	/* presented to an HTTPS endpoint, or NULL */
 	char		errbuf[256];
 	/* results */
 	EgTransport transport;

@@ -124,6 +124,7 @@ typedef struct EgClaimedRow
 	int64		bytes;			/* event size, counted against max_bytes_in_flight */
 	TimestampTz publish_time;	/* when the event was published */
 	const char *source;			/* the logical replication subscription it came through, or NULL */
+	TimestampTz client_cert_set_at; /* when its client certificate was set; 0: none */
 } EgClaimedRow;
 
 /* store_claim.c */
@@ -133,6 +134,7 @@ extern int	eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, i
 								 const int64 *skip, int nskip,
 								 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked, int *busy);
 extern TimestampTz eg_store_next_due(void);
+extern bool eg_store_client_certificate(int64 sub_id, char **cert, char **key, TimestampTz *set_at);
 extern void eg_store_analyze(void);
 
 /* The outcome of one delivery, as recorded. */
@@ -245,6 +247,8 @@ typedef struct EgFinals
 	int64		dead_lettered;	/* how many dead letters after the given id */
 } EgFinals;
 extern EgFinals eg_store_finals(int64 after_dead_letter_id);
+extern int	eg_store_expiring_certificates(TimestampTz before, char ***topics, char ***names,
+										   TimestampTz **not_after);
 
 /* Health of one endpoint URL, as kept in eventgrid.endpoint_states. */
 typedef struct EgHealth
@@ -276,6 +280,8 @@ typedef struct EgValidation
 	char	   *body;			/* the SubscriptionValidationEvent (JSON array text) */
 	char	   *headers;		/* static custom headers, "Name: value" lines, or NULL */
 	int			rate;			/* max_events_per_second, 0: none */
+	char	   *client_cert;	/* PEM certificate (and chain) presented over HTTPS, or NULL */
+	char	   *client_key;		/* its PEM private key, or NULL */
 	/* the answer */
 	int			http_status;	/* 0: none */
 	char	   *answer_body;	/* its first bytes, printable ASCII */

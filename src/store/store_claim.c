@@ -69,6 +69,12 @@ eg_claim_request_cols(SPITupleTable *tt, int row, int first, EgClaimedRow *r, co
 	r->custom_headers = SHARED(custom_headers, RC_CUSTOM_HEADERS);
 	r->signing_keys = SHARED(signing_keys, RC_SIGNING_KEYS);
 	r->source = SHARED(source, RC_SOURCE);
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(tt->vals[row], tt->tupdesc, first + RC_CLIENT_CERT_SET_AT, &isnull);
+
+		r->client_cert_set_at = isnull ? 0 : DatumGetTimestampTz(d);
+	}
 #undef SHARED
 }
 
@@ -212,6 +218,7 @@ static EgStatement claim_load = {
 	"  SELECT c.* FROM eventgrid.chunks_in_flight c WHERE c.lease_owner = $2 AND c.chunk = ANY ($1)"
 	"), " PROPS("ARRAY(SELECT c.subscription_id FROM c)")
 	", " KEYS("ARRAY(SELECT c.subscription_id FROM c)")
+	", " CERTS("ARRAY(SELECT c.subscription_id FROM c)")
 	" SELECT c.chunk, s.id, e.txid, e.id,"
 	"       (e.publish_time + make_interval(mins => s.event_ttl) <= $3),"
 	"       coalesce(e.event_bytes, 0), s.topic_type = 'namespace', s.topic,"
@@ -224,7 +231,8 @@ static EgStatement claim_load = {
 	"  JOIN eventgrid.topics t ON t.name = s.topic"
 	EG_SQL_CHUNK_EVENTS
 	"  LEFT JOIN props pr ON pr.subscription_id = s.id"
-	"  LEFT JOIN keys kk ON kk.subscription_id = s.id",
+	"  LEFT JOIN keys kk ON kk.subscription_id = s.id"
+	"  LEFT JOIN certs cc ON cc.subscription_id = s.id",
 	.nargs = 3,
 	.types = {INT8ARRAYOID, INT4OID, TIMESTAMPTZOID},
 };

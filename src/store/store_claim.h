@@ -37,6 +37,18 @@
 	"   WHERE k.subscription_id = ANY (" sub_ids ")" \
 	")"
 
+/*
+ * When the client certificate of each subscription among sub_ids was set
+ * (the worker loads the certificate itself once per change:
+ * eg_store_client_certificate()).
+ */
+#define CERTS(sub_ids) \
+	"certs AS MATERIALIZED (" \
+	"  SELECT c.subscription_id, c.set_at" \
+	"    FROM eventgrid.client_certificates c" \
+	"   WHERE c.subscription_id = ANY (" sub_ids ")" \
+	")"
+
 /* Custom headers of subscription s for event ev: static ones from props pr, dynamic ones per event. */
 #define CUSTOM_HEADERS(ev) \
 	"nullif(concat_ws(E'\\n', pr.static_headers, CASE WHEN pr.has_dynamic THEN" \
@@ -61,7 +73,7 @@
 	" coalesce(" ev "->>'dataVersion', '')," \
 	" CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END," \
 	" " CUSTOM_HEADERS(ev) "," \
-	" kk.keys, " source
+	" kk.keys, " source ", cc.set_at"
 enum RequestCol
 {
 	RC_MAX_ATTEMPTS,
@@ -77,6 +89,7 @@ enum RequestCol
 	RC_CUSTOM_HEADERS,
 	RC_SIGNING_KEYS,
 	RC_SOURCE,
+	RC_CLIENT_CERT_SET_AT,
 	RC_COUNT
 };
 

@@ -310,3 +310,40 @@ eg_store_upkeep_due(TimestampTz now, int64 history_period_ms)
 	t = eg_timestamp_col(SPI_tuptable, 0, 1);
 	return t == 0 ? DT_NOEND : t;
 }
+
+static EgStatement expiring_certificates = {
+	.name = "expiring client certificates",
+	.sql =
+	"SELECT s.topic, s.name, c.not_after FROM eventgrid.client_certificates c"
+	"  JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
+	" WHERE c.not_after < $1 ORDER BY c.not_after LIMIT 100",
+	.nargs = 1,
+	.types = {TIMESTAMPTZOID},
+};
+
+/*
+ * The client certificates that expire before "before" (at most 100, the
+ * soonest first): their subscriptions' topics and names and the expiry,
+ * in arrays palloc'd in the current memory context.  Returns how many.  In
+ * a unit of work.
+ */
+int
+eg_store_expiring_certificates(TimestampTz before, char ***topics, char ***names, TimestampTz **not_after)
+{
+	Datum		args[1] = {TimestampTzGetDatum(before)};
+	int			n;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	eg_store_run(&expiring_certificates, args, true, SPI_OK_SELECT);
+	n = (int) SPI_processed;
+	*topics = MemoryContextAlloc(cxt, Max(n, 1) * sizeof(char *));
+	*names = MemoryContextAlloc(cxt, Max(n, 1) * sizeof(char *));
+	*not_after = MemoryContextAlloc(cxt, Max(n, 1) * sizeof(TimestampTz));
+	for (int i = 0; i < n; i++)
+	{
+		(*topics)[i] = MemoryContextStrdup(cxt, eg_text_col(SPI_tuptable, i, 1));
+		(*names)[i] = MemoryContextStrdup(cxt, eg_text_col(SPI_tuptable, i, 2));
+		(*not_after)[i] = eg_timestamp_col(SPI_tuptable, i, 3);
+	}
+	return n;
+}

@@ -27,7 +27,8 @@ static EgStatement expire_manual = {
  * the endpoint, which handshake, the SubscriptionValidationEvent (made
  * here as JSON, with Event Grid's fields; no validationUrl: there is no
  * HTTP server in the database, validate_event_subscription() takes its
- * place), the static custom headers and the rate.
+ * place), the static custom headers, the rate and the client certificate
+ * with its key (PEM, or NULL).
  */
 static EgStatement due = {
 	.name = "due validations",
@@ -41,8 +42,9 @@ static EgStatement due = {
 	"       (SELECT string_agg(p.header || ': ' || p.value, E'\\n' ORDER BY p.header)"
 	"          FROM eventgrid.delivery_properties p"
 	"         WHERE p.subscription_id = s.id AND p.source_field IS NULL),"
-	"       s.max_events_per_second"
+	"       s.max_events_per_second, c.certificate, c.private_key"
 	"  FROM eventgrid.endpoint_validations v JOIN eventgrid.event_subscriptions s ON s.id = v.subscription_id"
+	"  LEFT JOIN eventgrid.client_certificates c ON c.subscription_id = s.id"
 	" WHERE v.state = 'Creating' AND v.next_try_at <= $1"
 	" ORDER BY v.next_try_at LIMIT $2",
 	.nargs = 2,
@@ -91,6 +93,8 @@ eg_store_due_validations(TimestampTz now, int limit, MemoryContext cxt, EgValida
 		out[i].body = eg_text_col(tt, i, 7);
 		out[i].headers = eg_text_col(tt, i, 8);
 		out[i].rate = eg_int32_col(tt, i, 9, 0);
+		out[i].client_cert = eg_text_col(tt, i, 10);
+		out[i].client_key = eg_text_col(tt, i, 11);
 	}
 	MemoryContextSwitchTo(old);
 	*rows = out;

@@ -1,4 +1,4 @@
--- eventgrid 0.11.0: the full install script of this version.
+-- eventgrid 0.12.0: the full install script of this version.
 --
 -- Made by scripts/install-script.sh from what the upgrade scripts build
 -- (sql/eventgrid--A--B.sql, from the oldest full script on): edit those,
@@ -630,6 +630,12 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid._check_table_publication(caller regrole, source_table regclass, columns text[], update_columns text[]) IS 'Internal: raises 42809 unless source_table is a table, 42501 for a table of schema eventgrid or unless role caller has TRIGGER on it and SELECT on the columns an event carries or compares, 42703 for a column it does not have.';
+
+CREATE FUNCTION eventgrid._client_certificate_info(certificate text, private_key text, OUT subject text, OUT not_before timestamp with time zone, OUT not_after timestamp with time zone) RETURNS record
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_client_certificate_info';
+
+COMMENT ON FUNCTION eventgrid._client_certificate_info(certificate text, private_key text, OUT subject text, OUT not_before timestamp with time zone, OUT not_after timestamp with time zone) IS 'Internal: the subject (RFC 2253) and validity of a PEM client certificate whose PEM private key (unencrypted) matches it; 22023 when either does not parse, the key is not the certificate''s, or the certificate is not valid now (never quoting either text); 22004 NULL.';
 
 CREATE FUNCTION eventgrid._cover_partitions(rel regclass) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2247,6 +2253,20 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) IS 'Queues dead letters for delivery again and returns how many: each becomes a delivery with no attempts made and its time-to-live counted from now, due at once, and leaves eventgrid.dead_letters (if it fails again it is dead-lettered again). Filters (NULL: any): topic, subscription name, reason (MaxDeliveryAttemptsExceeded, TimeToLiveExceeded, NonRetriableError), dead_lettered_at >= dead_lettered_after and < dead_lettered_before. Dead letters of dropped subscriptions stay. Running it twice queues nothing the second time. Counted in subscription_counters.redelivered. Requires eventgrid_admin. Errors: 22023 unknown reason or empty time range, 42704 no such topic or subscription. SPEC 7.';
 
+CREATE FUNCTION eventgrid.remove_client_certificate(topic text, subscription text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    DELETE FROM eventgrid.client_certificates c WHERE c.subscription_id = eventgrid._subscription_id(topic, subscription, true);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'event subscription % of topic % has no client certificate', eventgrid._quote(subscription), eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'eventgrid.event_subscription_certificates lists the subscriptions that have one.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.remove_client_certificate(topic text, subscription text) IS 'Removes the client certificate of an event subscription: its requests present none from the next claim on. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription or no certificate.';
+
 CREATE FUNCTION eventgrid.remove_delivery_property(topic text, subscription text, header text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2338,6 +2358,24 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid.set_batching(topic text, name text, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer) IS 'Sets output batching of an event subscription. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024; setting either turns batching on (the other comes from GUC eventgrid.default_max_events_per_batch or eventgrid.default_preferred_batch_size_in_kilobytes); both NULL turns batching off. Requires eventgrid_admin. Errors: 42704, 22003, 22004. SPEC 5.';
+
+CREATE FUNCTION eventgrid.set_client_certificate(topic text, subscription text, certificate text, private_key text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, subscription, true);
+    info record;
+BEGIN
+    SELECT i.subject, i.not_after INTO info FROM eventgrid._client_certificate_info(certificate, private_key) i;
+    INSERT INTO eventgrid.client_certificates AS c (subscription_id, certificate, private_key, subject, not_after)
+    VALUES (sid, certificate, private_key, info.subject, info.not_after)
+    ON CONFLICT (subscription_id) DO UPDATE
+       SET certificate = excluded.certificate, private_key = excluded.private_key, subject = excluded.subject,
+           not_after = excluded.not_after, set_at = clock_timestamp();
+END $$;
+
+COMMENT ON FUNCTION eventgrid.set_client_certificate(topic text, subscription text, certificate text, private_key text) IS 'Sets the client certificate an event subscription presents to its HTTPS endpoint (mutual TLS; SPEC 12), for deliveries, retries, batches and validation handshakes alike. certificate: PEM, the client certificate first, then any chain; private_key: its PEM private key, unencrypted. The key is never shown (event_subscription_certificates shows subject and expiry); a certificate within 7 days of expiry is warned about in the server log. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription, 22023 a certificate or key that does not parse, a key that is not the certificate''s, a certificate not valid now.';
 
 CREATE FUNCTION eventgrid.set_deadletter(topic text, name text, enabled boolean) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2659,6 +2697,17 @@ CREATE TABLE eventgrid.attempt_log_rotation (
 
 COMMENT ON TABLE eventgrid.attempt_log_rotation IS 'Which attempt history table takes rows now (history_table), since when (started_at) and from which id (first_id); when the upkeep worker last tried to rotate and, if that failed, why (e.g. a session reading the history held a lock).';
 
+CREATE TABLE eventgrid.client_certificates (
+    subscription_id bigint NOT NULL,
+    certificate text NOT NULL,
+    private_key text NOT NULL,
+    subject text NOT NULL,
+    not_after timestamp with time zone NOT NULL,
+    set_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.client_certificates IS 'Internal: the client certificates (PEM, with any chain) and private keys event subscriptions present to HTTPS endpoints; readable by the extension''s owner only (eventgrid.event_subscription_certificates shows subject and expiry).';
+
 CREATE TABLE eventgrid.dead_letters (
     id bigint NOT NULL,
     envelope_id uuid DEFAULT gen_random_uuid() NOT NULL,
@@ -2862,6 +2911,18 @@ CREATE VIEW eventgrid.event_subscription_batching AS
    FROM eventgrid.event_subscriptions s;
 
 COMMENT ON VIEW eventgrid.event_subscription_batching IS 'Per event subscription, the output batching the delivery worker applies (SPEC 5): off (one event per request), or the event count and size ceiling it uses, each from the subscription or, where the subscription set only the other one, from GUC eventgrid.default_max_events_per_batch / eventgrid.default_preferred_batch_size_in_kilobytes (the server''s values; 10 and 64 when the library is not loaded), and the rate limit, max_events_per_second (NULL: none).';
+
+CREATE VIEW eventgrid.event_subscription_certificates AS
+ SELECT s.topic,
+    s.name AS subscription,
+    c.subject,
+    c.not_after,
+    (c.not_after < (now() + '7 days'::interval)) AS expires_within_7_days,
+    c.set_at
+   FROM (eventgrid.client_certificates c
+     JOIN eventgrid.event_subscriptions s ON ((s.id = c.subscription_id)));
+
+COMMENT ON VIEW eventgrid.event_subscription_certificates IS 'The event subscriptions that present a client certificate (mutual TLS): topic, subscription, the certificate''s subject (RFC 2253) and not_after, expires_within_7_days, set_at; never the key. Readable by eventgrid_admin.';
 
 CREATE VIEW eventgrid.event_subscription_delivery_properties AS
  SELECT s.topic,
@@ -3277,6 +3338,9 @@ ALTER TABLE ONLY eventgrid.attempt_log_rotation
 ALTER TABLE ONLY eventgrid.chunks_in_flight
     ADD CONSTRAINT chunks_in_flight_pkey PRIMARY KEY (lease_owner, chunk);
 
+ALTER TABLE ONLY eventgrid.client_certificates
+    ADD CONSTRAINT client_certificates_pkey PRIMARY KEY (subscription_id);
+
 ALTER TABLE ONLY eventgrid.dead_letter_notification_failures
     ADD CONSTRAINT dead_letter_notification_failures_pkey PRIMARY KEY (id);
 
@@ -3376,6 +3440,9 @@ CREATE TRIGGER events_validate BEFORE INSERT ON eventgrid.events FOR EACH ROW EX
 CREATE TRIGGER events_wake AFTER INSERT ON eventgrid.events FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._wake_at_commit();
 
 CREATE TRIGGER table_publications_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON eventgrid.table_publications FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._table_publications_changed();
+
+ALTER TABLE ONLY eventgrid.client_certificates
+    ADD CONSTRAINT client_certificates_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY eventgrid.delivery_pauses
     ADD CONSTRAINT delivery_pauses_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
@@ -3501,6 +3568,8 @@ REVOKE ALL ON FUNCTION eventgrid._check_schema(field text, val text) FROM PUBLIC
 REVOKE ALL ON FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_type text, endpoint text, event_delivery_schema text, included_event_types text[], is_subject_case_sensitive boolean, deadletter boolean, enable_advanced_filtering_on_arrays boolean, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, max_events_per_second integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_table_publication(caller regrole, source_table regclass, columns text[], update_columns text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._client_certificate_info(certificate text, private_key text, OUT subject text, OUT not_before timestamp with time zone, OUT not_after timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._cover_partitions(rel regclass) FROM PUBLIC;
 
@@ -3702,6 +3771,9 @@ GRANT ALL ON FUNCTION eventgrid.purge_dead_letters(topic text, subscription text
 REVOKE ALL ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) TO eventgrid_admin;
 
+REVOKE ALL ON FUNCTION eventgrid.remove_client_certificate(topic text, subscription text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.remove_client_certificate(topic text, subscription text) TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid.remove_delivery_property(topic text, subscription text, header text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.remove_delivery_property(topic text, subscription text, header text) TO eventgrid_admin;
 
@@ -3720,6 +3792,9 @@ GRANT ALL ON FUNCTION eventgrid.set_advanced_filters(topic text, subscription te
 
 REVOKE ALL ON FUNCTION eventgrid.set_batching(topic text, name text, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.set_batching(topic text, name text, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.set_client_certificate(topic text, subscription text, certificate text, private_key text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.set_client_certificate(topic text, subscription text, certificate text, private_key text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.set_deadletter(topic text, name text, enabled boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.set_deadletter(topic text, name text, enabled boolean) TO eventgrid_admin;
@@ -3761,6 +3836,8 @@ GRANT SELECT ON TABLE eventgrid.delivery_statistics TO eventgrid_admin;
 GRANT SELECT ON TABLE eventgrid.endpoint_health TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.event_subscription_batching TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscription_certificates TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.event_subscription_delivery_properties TO eventgrid_admin;
 
@@ -3840,6 +3917,7 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.attempt_log_1', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.attempt_log_2', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.attempt_log_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.chunks_in_flight', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.client_certificates', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letter_notification_failures', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letter_notification_failures_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letters', '');
