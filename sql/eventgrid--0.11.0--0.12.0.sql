@@ -1,5 +1,6 @@
 -- eventgrid 0.11.0 -> 0.12.0: protected receivers, first part: client
--- certificates (mutual TLS).
+-- certificates (mutual TLS); the dead-letter notifications' INSERT written
+-- once.
 \echo Use "ALTER EXTENSION eventgrid UPDATE" to load this file. \quit
 
 -- ---------------------------------------------------------------------------
@@ -71,3 +72,66 @@ CREATE VIEW eventgrid.event_subscription_certificates AS
      JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id;
 GRANT SELECT ON eventgrid.event_subscription_certificates TO eventgrid_admin;
 COMMENT ON VIEW eventgrid.event_subscription_certificates IS 'The event subscriptions that present a client certificate (mutual TLS): topic, subscription, the certificate''s subject (RFC 2253) and not_after, expires_within_7_days, set_at; never the key. Readable by eventgrid_admin.';
+
+-- ---------------------------------------------------------------------------
+-- Dead-letter notifications: the INSERT written once, for the whole set and
+-- for each notice alone (0.11.0 wrote it twice)
+CREATE FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) RETURNS void
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ INSERT INTO eventgrid.events (topic, event, source)
+ SELECT n.notification_topic, n.notification, '(dead-letter notification)'
+   FROM unnest(notices) x
+  CROSS JOIN LATERAL eventgrid._dead_letter_notification(x.dead_letter_topic, x.topic, x.subscription, x.event,
+        x.input_schema, x.dead_lettered, x.reason, x.attempts, x.outcome, x.http_status, x.publish_time,
+        x.attempted_at, x.event_source) n;
+END;
+REVOKE ALL ON FUNCTION eventgrid._insert_dead_letter_notifications(eventgrid._dead_letter_notice[]) FROM PUBLIC;
+COMMENT ON FUNCTION eventgrid._insert_dead_letter_notifications(eventgrid._dead_letter_notice[]) IS 'Internal: publishes the dead-letter notifications of the notices (eventgrid._dead_letter_notification builds each) into eventgrid.events, source ''(dead-letter notification)''; eventgrid._publish_dead_letter_notifications calls it for the whole set, then for each notice alone.';
+
+CREATE OR REPLACE FUNCTION eventgrid._publish_dead_letter_notifications(notices eventgrid._dead_letter_notice[])
+    RETURNS TABLE(failed_subscription_id bigint, failed_topic text, failed_subscription text, failed_event_id bigint,
+                  failed_dead_letter_topic text, failed_sqlstate text, failed_error text)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    d eventgrid._dead_letter_notice;
+    state text;
+    msg text;
+    failed integer := 0;
+    first_state text;
+BEGIN
+    IF coalesce(cardinality(notices), 0) = 0 THEN
+        RETURN;
+    END IF;
+    BEGIN
+        PERFORM eventgrid._insert_dead_letter_notifications(notices);
+        RETURN;
+    EXCEPTION WHEN OTHERS THEN
+        NULL;   -- one at a time below, so that only those that cannot be made are left out
+    END;
+    FOREACH d IN ARRAY notices LOOP
+        BEGIN
+            PERFORM eventgrid._insert_dead_letter_notifications(ARRAY[d]);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+            failed := failed + 1;
+            first_state := coalesce(first_state, state);
+            failed_subscription_id := d.subscription_id;
+            failed_topic := d.topic;
+            failed_subscription := d.subscription;
+            failed_event_id := d.event_id;
+            failed_dead_letter_topic := d.dead_letter_topic;
+            failed_sqlstate := state;
+            failed_error := left(msg, 1000);
+            RETURN NEXT;
+        END;
+    END LOOP;
+    IF failed > 0 THEN
+        -- counts and SQLSTATE only: the message may quote the event
+        PERFORM eventgrid._log(format('eventgrid: %s dead-letter notification(s) could not be published (SQLSTATE %s first); the dead letters are recorded; see eventgrid.dead_letter_notification_failures',
+                                      failed, first_state));
+    END IF;
+END $$;

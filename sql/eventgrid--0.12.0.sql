@@ -1152,6 +1152,19 @@ CREATE FUNCTION eventgrid._histogram_buckets(histogram text) RETURNS double prec
 
 COMMENT ON FUNCTION eventgrid._histogram_buckets(histogram text) IS 'Internal: the upper bounds (seconds) of the buckets of a histogram, the same as the delivery workers count with (src/store/store_metrics.c), +Inf last.';
 
+CREATE FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) RETURNS void
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ INSERT INTO eventgrid.events (topic, event, source)  SELECT n.notification_topic,
+             n.notification,
+             '(dead-letter notification)'
+            FROM (unnest(_insert_dead_letter_notifications.notices) x(subscription_id, event_id, dead_letter_topic, topic, subscription, event, input_schema, dead_lettered, reason, attempts, outcome, http_status, publish_time, attempted_at, event_source)
+              CROSS JOIN LATERAL eventgrid._dead_letter_notification(x.dead_letter_topic, x.topic, x.subscription, x.event, x.input_schema, x.dead_lettered, x.reason, x.attempts, x.outcome, x.http_status, x.publish_time, x.attempted_at, x.event_source) n(notification_topic, notification));
+END;
+
+COMMENT ON FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) IS 'Internal: publishes the dead-letter notifications of the notices (eventgrid._dead_letter_notification builds each) into eventgrid.events, source ''(dead-letter notification)''; eventgrid._publish_dead_letter_notifications calls it for the whole set, then for each notice alone.';
+
 CREATE FUNCTION eventgrid._is_source_field(v text) RETURNS boolean
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     RETURN ((v ~ '^[^.]+(\.[^.]+)*$'::text) AND (length(v) <= 512));
@@ -1245,23 +1258,14 @@ BEGIN
         RETURN;
     END IF;
     BEGIN
-        INSERT INTO eventgrid.events (topic, event, source)
-        SELECT n.notification_topic, n.notification, '(dead-letter notification)'
-          FROM unnest(notices) x
-         CROSS JOIN LATERAL eventgrid._dead_letter_notification(x.dead_letter_topic, x.topic, x.subscription, x.event,
-                 x.input_schema, x.dead_lettered, x.reason, x.attempts, x.outcome, x.http_status, x.publish_time,
-                 x.attempted_at, x.event_source) n;
+        PERFORM eventgrid._insert_dead_letter_notifications(notices);
         RETURN;
     EXCEPTION WHEN OTHERS THEN
         NULL;   -- one at a time below, so that only those that cannot be made are left out
     END;
     FOREACH d IN ARRAY notices LOOP
         BEGIN
-            INSERT INTO eventgrid.events (topic, event, source)
-            SELECT n.notification_topic, n.notification, '(dead-letter notification)'
-              FROM eventgrid._dead_letter_notification(d.dead_letter_topic, d.topic, d.subscription, d.event,
-                     d.input_schema, d.dead_lettered, d.reason, d.attempts, d.outcome, d.http_status, d.publish_time,
-                     d.attempted_at, d.event_source) n;
+            PERFORM eventgrid._insert_dead_letter_notifications(ARRAY[d]);
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
             failed := failed + 1;
@@ -3640,6 +3644,8 @@ REVOKE ALL ON FUNCTION eventgrid._held_subscriptions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) TO pg_monitor;
 GRANT ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._is_source_field(v text) FROM PUBLIC;
 
