@@ -21,7 +21,8 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(new_node start_receiver start_nginx requests wait_for_requests advance_clock
-  eg_event wait_for_sql planned_wait wait_recorded sql_error start_workers restart_workers worker_count);
+  eg_event wait_for_sql planned_wait wait_recorded sql_error start_workers restart_workers worker_count
+  openssl make_ca issue_certificate);
 
 my $json = JSON::PP->new->canonical;
 my $clock_offset = 0;
@@ -110,6 +111,61 @@ CONF
 	return;
 }
 END { for my $f (@nginx_pids) { kill 'TERM', slurp_file($f) if -f $f } }
+
+# Runs Debian's openssl with @args; its standard output.  Bails out if it fails.
+sub openssl
+{
+	my @args = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'openssl', @args ], '>', \$out, '2>', \$err)
+	  or BAIL_OUT("openssl @args failed: $err");
+	return $out;
+}
+
+# A throwaway certificate authority in $dir: "$dir/$ca.pem" (self-signed,
+# CN "eventgrid test $ca", valid $days days) and "$dir/$ca.key", with what
+# `openssl ca` needs to sign with it (issue_certificate).
+sub make_ca
+{
+	my ($dir, $ca, $days) = @_;
+	open(my $fh, '>', "$dir/$ca.cnf") or die "$dir/$ca.cnf: $!";
+	print $fh <<"CNF";
+[ ca ]
+default_ca = test_ca
+[ test_ca ]
+dir = $dir
+database = $dir/$ca-index.txt
+new_certs_dir = $dir
+serial = $dir/$ca-serial
+default_md = sha256
+policy = anything
+copy_extensions = copy
+[ anything ]
+commonName = supplied
+CNF
+	close($fh);
+	open($fh, '>', "$dir/$ca-index.txt") or die;
+	close($fh);
+	open($fh, '>', "$dir/$ca-serial") or die;
+	print $fh "1000\n";
+	close($fh);
+	openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$dir/$ca.key", '-out', "$dir/$ca.pem",
+		'-days', $days, '-subj', "/CN=eventgrid test $ca");
+	return;
+}
+
+# A certificate "$dir/$name.pem" (subject CN=$name, subjectAltName $san
+# when given) and its key "$dir/$name.key", signed by make_ca()'s $ca;
+# @dates: '-days', N or '-startdate', ..., '-enddate', ...
+sub issue_certificate
+{
+	my ($dir, $ca, $name, $san, @dates) = @_;
+	openssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$dir/$name.key", '-out', "$dir/$name.csr",
+		'-subj', "/CN=$name", $san ? ('-addext', "subjectAltName=$san") : ());
+	openssl('ca', '-batch', '-config', "$dir/$ca.cnf", '-cert', "$dir/$ca.pem", '-keyfile', "$dir/$ca.key",
+		'-in', "$dir/$name.csr", '-out', "$dir/$name.pem", '-notext', @dates);
+	return;
+}
 
 # Requests the receiver got so far, optionally only those to a path.
 sub requests

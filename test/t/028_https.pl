@@ -25,55 +25,14 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
-use IPC::Run;
 
 my $dir = PostgreSQL::Test::Utils::tempdir;
 
-sub openssl
-{
-	my @args = @_;
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ 'openssl', @args ], '>', \$out, '2>', \$err)
-	  or BAIL_OUT("openssl @args failed: $err");
-	return $out;
-}
-
 # --- a CA, and certificates it signs: for 127.0.0.1, for another host, and one expired
-open(my $fh, '>', "$dir/ca.cnf") or die;
-print $fh <<"CNF";
-[ ca ]
-default_ca = test_ca
-[ test_ca ]
-dir = $dir
-database = $dir/index.txt
-new_certs_dir = $dir
-serial = $dir/serial
-default_md = sha256
-policy = anything
-copy_extensions = copy
-[ anything ]
-commonName = supplied
-CNF
-close($fh);
-open($fh, '>', "$dir/index.txt") or die;
-close($fh);
-open($fh, '>', "$dir/serial") or die;
-print $fh "1000\n";
-close($fh);
-openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$dir/ca.key", '-out', "$dir/ca.pem",
-	'-days', '2', '-subj', '/CN=eventgrid test CA');
-
-sub certificate
-{
-	my ($name, $san, @dates) = @_;
-	openssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$dir/$name.key", '-out', "$dir/$name.csr",
-		'-subj', "/CN=$name", '-addext', "subjectAltName=$san");
-	openssl('ca', '-batch', '-config', "$dir/ca.cnf", '-cert', "$dir/ca.pem", '-keyfile', "$dir/ca.key",
-		'-in', "$dir/$name.csr", '-out', "$dir/$name.pem", '-notext', @dates);
-}
-certificate('good', 'IP:127.0.0.1,DNS:localhost', '-days', '2');
-certificate('wrong', 'DNS:wrong.example', '-days', '2');
-certificate('expired', 'IP:127.0.0.1', '-startdate', '20200101000000Z', '-enddate', '20200102000000Z');
+make_ca($dir, 'ca', 2);
+issue_certificate($dir, 'ca', 'good', 'IP:127.0.0.1,DNS:localhost', '-days', '2');
+issue_certificate($dir, 'ca', 'wrong', 'DNS:wrong.example', '-days', '2');
+issue_certificate($dir, 'ca', 'expired', 'IP:127.0.0.1', '-startdate', '20200101000000Z', '-enddate', '20200102000000Z');
 
 # --- nginx: TLS 1.3 with HTTP/2, TLS with HTTP/1.1 only, the wrong host, expired, and plain HTTP
 my @ports = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 6;

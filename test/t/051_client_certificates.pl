@@ -24,65 +24,16 @@ use EventGridTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use IPC::Run;
 
 my $dir = PostgreSQL::Test::Utils::tempdir;
 
-sub openssl
-{
-	my @args = @_;
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ 'openssl', @args ], '>', \$out, '2>', \$err)
-	  or BAIL_OUT("openssl @args failed: $err");
-	return $out;
-}
-
 # --- three CAs: the server's, the clients' (which nginx trusts) and a stranger's
-sub make_ca
-{
-	my ($ca) = @_;
-	open(my $fh, '>', "$dir/$ca.cnf") or die;
-	print $fh <<"CNF";
-[ ca ]
-default_ca = test_ca
-[ test_ca ]
-dir = $dir
-database = $dir/$ca-index.txt
-new_certs_dir = $dir
-serial = $dir/$ca-serial
-default_md = sha256
-policy = anything
-copy_extensions = copy
-[ anything ]
-commonName = supplied
-CNF
-	close($fh);
-	open($fh, '>', "$dir/$ca-index.txt") or die;
-	close($fh);
-	open($fh, '>', "$dir/$ca-serial") or die;
-	print $fh "1000\n";
-	close($fh);
-	openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$dir/$ca.key", '-out', "$dir/$ca.pem",
-		'-days', '30', '-subj', "/CN=eventgrid test $ca");
-}
-make_ca($_) for qw(server-ca client-ca stranger-ca);
-
-sub certificate
-{
-	my ($ca, $name, @args) = @_;
-	openssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$dir/$name.key", '-out', "$dir/$name.csr",
-		'-subj', "/CN=$name");
-	openssl('ca', '-batch', '-config', "$dir/$ca.cnf", '-cert', "$dir/$ca.pem", '-keyfile', "$dir/$ca.key",
-		'-in', "$dir/$name.csr", '-out', "$dir/$name.pem", '-notext', @args);
-}
-openssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$dir/server.key", '-out', "$dir/server.csr",
-	'-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1');
-openssl('ca', '-batch', '-config', "$dir/server-ca.cnf", '-cert', "$dir/server-ca.pem", '-keyfile', "$dir/server-ca.key",
-	'-in', "$dir/server.csr", '-out', "$dir/server.pem", '-notext', '-days', '30');
-certificate('client-ca', 'alice', '-days', '3');     # expires within 7 days: warned about
-certificate('client-ca', 'carol', '-days', '30');
-certificate('stranger-ca', 'mallory', '-days', '30');
-certificate('client-ca', 'expired', '-startdate', '20200101000000Z', '-enddate', '20200102000000Z');
+make_ca($dir, $_, 30) for qw(server-ca client-ca stranger-ca);
+issue_certificate($dir, 'server-ca', 'server', 'IP:127.0.0.1', '-days', '30');
+issue_certificate($dir, 'client-ca', 'alice', undef, '-days', '3');    # expires within 7 days: warned about
+issue_certificate($dir, 'client-ca', 'carol', undef, '-days', '30');
+issue_certificate($dir, 'stranger-ca', 'mallory', undef, '-days', '30');
+issue_certificate($dir, 'client-ca', 'expired', undef, '-startdate', '20200101000000Z', '-enddate', '20200102000000Z');
 
 # --- nginx: one port that demands a trusted client certificate (400
 # otherwise), one that asks for one and answers 503 without it
