@@ -218,31 +218,3 @@ eg_store_analyze(void)
 	if (SPI_execute("ANALYZE eventgrid.retries", false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "eventgrid: ANALYZE of eventgrid.retries failed");
 }
-
-static EgStatement client_certificate = {
-	.name = "client certificate",
-	.sql = "SELECT c.certificate, c.private_key, c.set_at FROM eventgrid.client_certificates c"
-	" WHERE c.subscription_id = $1",
-	.nargs = 1,
-	.types = {INT8OID},
-};
-
-/*
- * The client certificate (with any chain) and private key of event
- * subscription sub_id, PEM texts valid until the unit of work ends (the
- * caller copies them and clears these), and when they were set; false when
- * it has none.  In a unit of work.
- */
-bool
-eg_store_client_certificate(int64 sub_id, char **cert, char **key, TimestampTz *set_at)
-{
-	Datum		args[1] = {Int64GetDatum(sub_id)};
-
-	eg_store_run(&client_certificate, args, true, SPI_OK_SELECT);
-	if (SPI_processed == 0)
-		return false;
-	*cert = eg_text_col(SPI_tuptable, 0, 1);
-	*key = eg_text_col(SPI_tuptable, 0, 2);
-	*set_at = eg_timestamp_col(SPI_tuptable, 0, 3);
-	return true;
-}
