@@ -135,3 +135,16 @@ BEGIN
                                       failed, first_state));
     END IF;
 END $$;
+
+-- ---------------------------------------------------------------------------
+-- The client certificates' expiry for Prometheus (monitoring/): what an
+-- alert on a certificate about to expire needs, and nothing of the key or
+-- subject
+CREATE VIEW eventgrid.client_certificate_metrics AS
+ SELECT s.topic,
+    s.name AS event_subscription,
+    extract(epoch FROM c.not_after)::double precision AS expiry_timestamp_seconds
+   FROM eventgrid.client_certificates c
+     JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id;
+GRANT SELECT ON eventgrid.client_certificate_metrics TO pg_monitor, eventgrid_admin;
+COMMENT ON VIEW eventgrid.client_certificate_metrics IS 'Prometheus gauge per event subscription with a client certificate (mutual TLS): expiry_timestamp_seconds, the certificate''s not_after as Unix time. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';

@@ -2712,6 +2712,15 @@ CREATE TABLE eventgrid.client_certificates (
 
 COMMENT ON TABLE eventgrid.client_certificates IS 'Internal: the client certificates (PEM, with any chain) and private keys event subscriptions present to HTTPS endpoints; readable by the extension''s owner only (eventgrid.event_subscription_certificates shows subject and expiry).';
 
+CREATE VIEW eventgrid.client_certificate_metrics AS
+ SELECT s.topic,
+    s.name AS event_subscription,
+    (EXTRACT(epoch FROM c.not_after))::double precision AS expiry_timestamp_seconds
+   FROM (eventgrid.client_certificates c
+     JOIN eventgrid.event_subscriptions s ON ((s.id = c.subscription_id)));
+
+COMMENT ON VIEW eventgrid.client_certificate_metrics IS 'Prometheus gauge per event subscription with a client certificate (mutual TLS): expiry_timestamp_seconds, the certificate''s not_after as Unix time. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
 CREATE TABLE eventgrid.dead_letters (
     id bigint NOT NULL,
     envelope_id uuid DEFAULT gen_random_uuid() NOT NULL,
@@ -3827,6 +3836,9 @@ REVOKE ALL ON FUNCTION eventgrid.validate_event_subscription(topic text, subscri
 GRANT ALL ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.attempt_log_rotation TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.client_certificate_metrics TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.client_certificate_metrics TO eventgrid_admin;
 
 GRANT SELECT,DELETE ON TABLE eventgrid.dead_letters TO eventgrid_admin;
 

@@ -38,7 +38,7 @@ sub sql { return $node->safe_psql('postgres', shift) }
 sql("CREATE ROLE exporter LOGIN IN ROLE pg_monitor");
 sql("CREATE ROLE nobody LOGIN");
 for my $view (qw(topic_metrics event_subscription_metrics event_subscription_metric_labels
-	event_subscription_histograms worker_metrics))
+	event_subscription_histograms worker_metrics client_certificate_metrics))
 {
 	my ($ok) = $node->psql('postgres', "SELECT count(*) FROM eventgrid.$view", extra_params => [ '-U', 'exporter' ]);
 	is($ok, 0, "pg_monitor reads eventgrid.$view");
@@ -48,6 +48,9 @@ for my $view (qw(topic_metrics event_subscription_metrics event_subscription_met
 my (undef, undef, $secret_err) = $node->psql('postgres', "SELECT * FROM eventgrid.signing_secrets",
 	extra_params => [ '-U', 'exporter' ]);
 like($secret_err, qr/permission denied/, 'the exporter role does not read signing secrets');
+(undef, undef, $secret_err) = $node->psql('postgres', "SELECT * FROM eventgrid.client_certificates",
+	extra_params => [ '-U', 'exporter' ]);
+like($secret_err, qr/permission denied/, 'nor client certificates and their keys');
 
 sql("SELECT eventgrid.create_topic('shop')");
 sql("SELECT eventgrid.create_topic('alerts')");
@@ -71,6 +74,12 @@ sql("SELECT eventgrid.create_event_subscription('alerts', 'looping', '$u/status/
 # the exporter and Prometheus, with the commands monitoring/README.md gives
 my $dir = $PostgreSQL::Test::Utils::tmp_check . '/monitoring';
 mkdir $dir;
+
+# a client certificate (the receiver is plain HTTP: only its expiry is looked at)
+make_ca($dir, 'ca', 30);
+issue_certificate($dir, 'ca', 'fulfilment', undef, '-days', '20');
+sql("SELECT eventgrid.set_client_certificate('shop', 'fulfilment', \$pem\$" . slurp_file("$dir/fulfilment.pem")
+	  . "\$pem\$, \$pem\$" . slurp_file("$dir/fulfilment.key") . "\$pem\$)");
 my ($exporter_port, $prom_port) = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 2;
 my $dsn = sprintf('host=%s port=%d user=exporter dbname=postgres sslmode=disable', $node->host, $node->port);
 my ($eout, $eerr, $pout, $perr) = ('', '', '', '');
@@ -185,6 +194,9 @@ my %same = (
 		"SELECT s.name || '=' || count(a.*) FROM eventgrid.event_subscriptions s
 		   LEFT JOIN eventgrid.delivery_attempts a ON a.subscription = s.name AND a.http_status IS NOT NULL
 		  GROUP BY s.name" ],
+	'eventgrid_client_certificate_expiry_timestamp_seconds' => [ [qw(topic event_subscription)],
+		"SELECT topic || ',' || subscription || '=' || extract(epoch FROM not_after)::float8
+		   FROM eventgrid.event_subscription_certificates" ],
 	'sum by (kind) (eventgrid_workers_running)' => [ [qw(kind)],
 		"SELECT 'delivery=' || count(pid) FILTER (WHERE worker LIKE 'delivery%') || E'\\n' ||
 		        'upkeep=' || count(pid) FILTER (WHERE worker = 'upkeep worker') FROM eventgrid.worker_status" ],
