@@ -17,8 +17,9 @@ Measures, in one run against one cluster and one nginx sink on 127.0.0.1:
     are the same and the difference is the cost of the filters)
  12. HTTPS: wrk over TLS (HTTP/1.1) to the same nginx, then single-event
     and batched(100) delivery over TLS 1.3 to an HTTP/1.1 and an HTTP/2
-    server, with the full and resumed TLS handshakes per 10,000 deliveries
-    (BENCH_TLS_EVENTS, default 100000)
+    server, and to an HTTP/1.1 server that demands a client certificate
+    (mutual TLS: set_client_certificate), with the full and resumed TLS
+    handshakes per 10,000 deliveries (BENCH_TLS_EVENTS, default 100000)
  13. table changes: INSERT ... SELECT of 100,000 rows (BENCH_TABLE_ROWS) into
     a table that publishes its changes, into the same table without a
     publication and with PgQ's pgq.logutriga trigger; COPY of 1,000,000
@@ -315,7 +316,7 @@ class Bench:
         self.report("http_limit_rps", f"1 HTTP limit (wrk, {conns} connections, ~1 KB POST)", rps, "requests/s")
 
     # -- 2, 3, 4 -------------------------------------------------------------------
-    def drain(self, topic, nsubs, n_events, batch=None, filters=None, sink=None, signed=False):
+    def drain(self, topic, nsubs, n_events, batch=None, filters=None, sink=None, signed=False, client_cert=False):
         sink = sink or self.args.sink
         self.reset_queue()
         self.q("SELECT eventgrid.create_topic(%s)", (topic,))
@@ -326,6 +327,10 @@ class Bench:
                     json.dumps(filters) if filters else None))
             if signed:
                 self.q("SELECT eventgrid.set_signing_secret(%s, %s)", (topic, f"sub-{i}"))
+            if client_cert:
+                with open(self.args.client_cert) as c, open(self.args.client_key) as k:
+                    self.q("SELECT eventgrid.set_client_certificate(%s, %s, %s, %s)",
+                           (topic, f"sub-{i}", c.read(), k.read()))
         self.set_guc("eventgrid.delivery_paused", "on")
         self.publish_backlog(topic, n_events)
         self.q("CHECKPOINT")
@@ -397,11 +402,12 @@ class Bench:
         limit = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
         self.report("tls_http_limit_rps", f"12 HTTPS limit (wrk over TLS 1.3, HTTP/1.1, {conns} connections)",
                     limit, "requests/s")
-        for label, sink in (("tls", self.args.tls_sink), ("h2", self.args.h2_sink)):
+        for label, sink in (("tls", self.args.tls_sink), ("h2", self.args.h2_sink), ("mtls", self.args.mtls_sink)):
             port = int(sink.rsplit(":", 1)[1])
-            proto = "HTTP/2" if label == "h2" else "HTTP/1.1"
+            proto = {"h2": "HTTP/2", "tls": "HTTP/1.1", "mtls": "HTTP/1.1, client certificate"}[label]
+            mtls = label == "mtls"
             full0, resumed0 = self.tls_handshakes(port)
-            rate, costs = self.drain(f"{label}-single", 1, n, sink=sink)
+            rate, costs = self.drain(f"{label}-single", 1, n, sink=sink, client_cert=mtls)
             full1, resumed1 = self.tls_handshakes(port)
             self.report(f"{label}_single_events_per_s", f"  single-event over TLS, {proto} ({n:,} events)", rate,
                         "events/s")
@@ -412,7 +418,7 @@ class Bench:
                         (full1 - full0) * 10000 / n, "", "<= connections")
             self.report(f"{label}_resumed_handshakes_per_10k", "    resumed TLS handshakes per 10,000 deliveries",
                         (resumed1 - resumed0) * 10000 / n, "")
-            rate, costs = self.drain(f"{label}-batched", 1, n, batch=100, sink=sink)
+            rate, costs = self.drain(f"{label}-batched", 1, n, batch=100, sink=sink, client_cert=mtls)
             self.report(f"{label}_batched_events_per_s", f"  batched(100) over TLS, {proto}", rate, "events/s")
             self.report(f"{label}_batched_vs_tls_limit", "    ratio to the HTTPS limit", rate / limit, "", ">= 1.5")
 
@@ -862,6 +868,9 @@ def main():
     ap.add_argument("--sink", required=True)
     ap.add_argument("--tls-sink", required=True)
     ap.add_argument("--h2-sink", required=True)
+    ap.add_argument("--mtls-sink", required=True)
+    ap.add_argument("--client-cert", required=True)
+    ap.add_argument("--client-key", required=True)
     ap.add_argument("--tls-log", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)

@@ -8,7 +8,8 @@
 # "BENCH_RESULT {json}".  For figure 12 (HTTPS) the sink also listens with
 # TLS 1.3, HTTP/1.1 and HTTP/2, on a certificate from a throwaway CA that
 # openssl makes here, which eventgrid.ssl_ca_file names; the HTTP/2 server
-# reads each body and passes the request to the plain sink.  Sizes and
+# reads each body and passes the request to the plain sink; a fourth server
+# (TLS, HTTP/1.1) demands a client certificate from the same CA (mutual TLS).  Sizes and
 # durations come from the environment:
 #   BENCH_EVENTS (200000)  BENCH_BACKLOG (1000000)  BENCH_LATENCY_SECONDS (20)
 #   BENCH_STEADY_SECONDS (300)  BENCH_STEADY_RATE (2000)  BENCH_STEADY_CASES (plain,rr)
@@ -26,6 +27,7 @@ port=55433
 sink_port=18181
 tls_port=18443        # TLS, HTTP/1.1 only
 h2_port=18444         # TLS, HTTP/2 offered by ALPN
+mtls_port=18445       # TLS, HTTP/1.1, a client certificate demanded
 cleanup() {
     eg_as_postgres pg_ctl -D "$work/data" -m immediate stop >/dev/null 2>&1 || true
     [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
@@ -40,7 +42,11 @@ openssl req -newkey rsa:2048 -nodes -keyout "$work/sink.key" -out "$work/sink.cs
 printf 'subjectAltName=IP:127.0.0.1\n' > "$work/sink.ext"
 openssl x509 -req -in "$work/sink.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial \
     -days 2 -extfile "$work/sink.ext" -out "$work/sink.pem" 2>/dev/null
-chown postgres "$work"/ca.pem
+# and a client certificate for the subscriptions that present one (figure 12, mutual TLS)
+openssl req -newkey rsa:2048 -nodes -keyout "$work/client.key" -out "$work/client.csr" -subj "/CN=eventgrid bench" 2>/dev/null
+openssl x509 -req -in "$work/client.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial \
+    -days 2 -out "$work/client.pem" 2>/dev/null
+chown postgres "$work"/ca.pem "$work"/client.pem "$work"/client.key
 
 eg_start_cluster "$work" $port <<CONF
 shared_buffers = 1GB
@@ -75,6 +81,9 @@ http {
     # HTTP/2: the body is read before the answer (proxied to the plain sink), as an application
     # reads it; "return 204" would answer first and reset the stream, which libcurl 7.88 can
     # report as a failed transfer (README, HTTPS)
+    server { listen 127.0.0.1:$mtls_port ssl; access_log $work/tls.log handshakes if=\$first_request;
+             ssl_verify_client on; ssl_client_certificate $work/ca.pem;
+             location / { return 204; } }
     upstream plain_sink { server 127.0.0.1:$sink_port; keepalive 64; }
     server { listen 127.0.0.1:$h2_port ssl http2; access_log $work/tls.log handshakes if=\$first_request;
              location / { proxy_pass http://plain_sink; proxy_http_version 1.1; proxy_set_header Connection ""; } }
@@ -84,4 +93,5 @@ nginx -c "$work/nginx.conf" -p "$work"
 
 eg_as_postgres /usr/bin/python3 "$work/bench/bench.py" --host "$work" --port $port "$@" \
     --sink "http://127.0.0.1:$sink_port" --tls-sink "https://127.0.0.1:$tls_port" \
-    --h2-sink "https://127.0.0.1:$h2_port" --tls-log "$work/tls.log" --data-dir "$work/data" --work "$work"
+    --h2-sink "https://127.0.0.1:$h2_port" --mtls-sink "https://127.0.0.1:$mtls_port" \
+    --client-cert "$work/client.pem" --client-key "$work/client.key" --tls-log "$work/tls.log" --data-dir "$work/data" --work "$work"
