@@ -40,7 +40,9 @@ static void warn_expiring_certificates(void);
  * an application server whose events delivery servers receive by logical
  * replication then wakes no delivery worker at each commit (eg_db_wake()).
  * A subscription created, changed or dropped since the generation was read
- * (its commit clears the note) keeps it from being set.
+ * (its commit clears the note) keeps it from being set; the subscriptions
+ * are read in a snapshot taken after the generation (not the unit's, which
+ * is older), so that one created before is seen.
  */
 static void
 note_subscriptions(void)
