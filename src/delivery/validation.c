@@ -152,17 +152,13 @@ setup(Transfer *t, const char *origin)
 		h = end ? end + 1 : NULL;
 	}
 	SET(CURLOPT_HTTPHEADER, t->headers);
-	if (v->client_cert != NULL && v->client_key != NULL)
-	{
-		struct curl_blob cert = {v->client_cert, strlen(v->client_cert), CURL_BLOB_COPY};
-		struct curl_blob key = {v->client_key, strlen(v->client_key), CURL_BLOB_COPY};
-
-		SET(CURLOPT_SSLCERT_BLOB, &cert);
-		SET(CURLOPT_SSLCERTTYPE, "PEM");
-		SET(CURLOPT_SSLKEY_BLOB, &key);
-		SET(CURLOPT_SSLKEYTYPE, "PEM");
-	}
 #undef SET
+	if (rc == CURLE_OK && v->client_cert != NULL && v->client_key != NULL)
+	{
+		EgClientCert c = {v->client_cert, strlen(v->client_cert), v->client_key, strlen(v->client_key)};
+
+		rc = eg_http_client_cert_options(t->easy, &c);
+	}
 	return rc == CURLE_OK && ok;
 }
 

@@ -287,6 +287,29 @@ eg_http_safe_options(CURL *h, const char *ca_file)
 	return rc;
 }
 
+/*
+ * Makes handle h present client certificate c (mutual TLS): PEM blobs,
+ * copied by libcurl, which then reuses a TLS session or connection only for
+ * the same certificate.  Returns libcurl's code of the first option it
+ * refused.  Deliveries (start()) and validation handshakes
+ * (validation.c) alike.
+ */
+CURLcode
+eg_http_client_cert_options(CURL *h, const EgClientCert *c)
+{
+	struct curl_blob cert = {c->cert, c->cert_len, CURL_BLOB_COPY};
+	struct curl_blob key = {c->key, c->key_len, CURL_BLOB_COPY};
+	CURLcode	rc = CURLE_OK;
+
+#define SET(opt, val) do { if (rc == CURLE_OK) rc = curl_easy_setopt(h, (opt), (val)); } while (0)
+	SET(CURLOPT_SSLCERT_BLOB, &cert);
+	SET(CURLOPT_SSLCERTTYPE, "PEM");
+	SET(CURLOPT_SSLKEY_BLOB, &key);
+	SET(CURLOPT_SSLKEYTYPE, "PEM");
+#undef SET
+	return rc;
+}
+
 /* Thread side: sets up and adds one transfer; a setup failure finishes it as a SocketError. */
 static void
 start(EgRequest *req)
@@ -310,18 +333,9 @@ start(EgRequest *req)
 	SET(CURLOPT_ERRORBUFFER, req->errbuf);
 	SET(CURLOPT_PRIVATE, (void *) req);
 	SET(CURLOPT_WRITEDATA, (void *) req);
-	if (req->client_cert != NULL)
-	{
-		/* copied by libcurl; a TLS session or connection made with another certificate is not reused */
-		struct curl_blob cert = {req->client_cert->cert, req->client_cert->cert_len, CURL_BLOB_COPY};
-		struct curl_blob key = {req->client_cert->key, req->client_cert->key_len, CURL_BLOB_COPY};
-
-		SET(CURLOPT_SSLCERT_BLOB, &cert);
-		SET(CURLOPT_SSLCERTTYPE, "PEM");
-		SET(CURLOPT_SSLKEY_BLOB, &key);
-		SET(CURLOPT_SSLKEYTYPE, "PEM");
-	}
 #undef SET
+	if (rc == CURLE_OK && req->client_cert != NULL)
+		rc = eg_http_client_cert_options(h, req->client_cert);
 	if (rc != CURLE_OK || curl_multi_add_handle(multi, h) != CURLM_OK)
 	{
 		snprintf(req->errbuf, sizeof(req->errbuf), "could not set up the transfer: %s",

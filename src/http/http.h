@@ -69,6 +69,7 @@ typedef struct EgRequest
  * refused.
  */
 extern CURLcode eg_http_safe_options(CURL *h, const char *ca_file);
+extern CURLcode eg_http_client_cert_options(CURL *h, const EgClientCert *c);
 
 /*
  * request.c: eg_header_problem() returns NULL when "name: value" may be

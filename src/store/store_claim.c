@@ -69,12 +69,7 @@ eg_claim_request_cols(SPITupleTable *tt, int row, int first, EgClaimedRow *r, co
 	r->custom_headers = SHARED(custom_headers, RC_CUSTOM_HEADERS);
 	r->signing_keys = SHARED(signing_keys, RC_SIGNING_KEYS);
 	r->source = SHARED(source, RC_SOURCE);
-	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(tt->vals[row], tt->tupdesc, first + RC_CLIENT_CERT_SET_AT, &isnull);
-
-		r->client_cert_set_at = isnull ? 0 : DatumGetTimestampTz(d);
-	}
+	r->client_cert_set_at = eg_timestamp_col(tt, row, first + RC_CLIENT_CERT_SET_AT);
 #undef SHARED
 }
 

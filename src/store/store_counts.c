@@ -331,25 +331,24 @@ static EgStatement expiring_certificates = {
 /*
  * The client certificates that expire before "before" (at most 100, the
  * soonest first): their subscriptions' topics and names and the expiry,
- * in arrays palloc'd in the current memory context.  Returns how many.  In
- * a unit of work.
+ * in arrays valid until the unit of work ends.  Returns how many.  In a
+ * unit of work.
  */
 int
 eg_store_expiring_certificates(TimestampTz before, char ***topics, char ***names, TimestampTz **not_after)
 {
 	Datum		args[1] = {TimestampTzGetDatum(before)};
 	int			n;
-	MemoryContext cxt = CurrentMemoryContext;
 
 	eg_store_run(&expiring_certificates, args, true, SPI_OK_SELECT);
 	n = (int) SPI_processed;
-	*topics = MemoryContextAlloc(cxt, Max(n, 1) * sizeof(char *));
-	*names = MemoryContextAlloc(cxt, Max(n, 1) * sizeof(char *));
-	*not_after = MemoryContextAlloc(cxt, Max(n, 1) * sizeof(TimestampTz));
+	*topics = palloc(Max(n, 1) * sizeof(char *));
+	*names = palloc(Max(n, 1) * sizeof(char *));
+	*not_after = palloc(Max(n, 1) * sizeof(TimestampTz));
 	for (int i = 0; i < n; i++)
 	{
-		(*topics)[i] = MemoryContextStrdup(cxt, eg_text_col(SPI_tuptable, i, 1));
-		(*names)[i] = MemoryContextStrdup(cxt, eg_text_col(SPI_tuptable, i, 2));
+		(*topics)[i] = eg_text_col(SPI_tuptable, i, 1);
+		(*names)[i] = eg_text_col(SPI_tuptable, i, 2);
 		(*not_after)[i] = eg_timestamp_col(SPI_tuptable, i, 3);
 	}
 	return n;
