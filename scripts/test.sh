@@ -8,7 +8,7 @@
 # them up.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
-EG_EXTRA_PACKAGES="libipc-run-perl nginx-light openssl nodejs prometheus prometheus-postgres-exporter python3-azure"   # the TAP tests: IPC::Run, a TLS receiver, its certificates, the Standard Webhooks verifier, and for monitoring Prometheus (with promtool), the exporter and the Azure SDK
+EG_EXTRA_PACKAGES="libipc-run-perl nginx-light openssl nodejs node-express node-cors node-basic-auth prometheus prometheus-postgres-exporter python3-azure"   # the TAP tests: IPC::Run, a TLS receiver, its certificates, the Standard Webhooks verifier, the OAuth 2.0 token server (express, cors, basic-auth: what test/oauth/node_modules does not hold), and for monitoring Prometheus (with promtool), the exporter and the Azure SDK
 eg_setup "$@"
 work=$EG_WORK
 trap 'rm -rf "$work"' EXIT

@@ -283,6 +283,7 @@ SET ROLE eg_alice;
 SELECT * FROM eventgrid.delivery_properties;
 SELECT * FROM eventgrid.signing_secrets;
 SELECT * FROM eventgrid.client_certificates;
+SELECT * FROM eventgrid.delivery_authentications;
 SELECT * FROM eventgrid.endpoint_validations;
 DELETE FROM eventgrid.topics;
 RESET ROLE;

@@ -437,6 +437,7 @@ eg_emit_log(ErrorData *edata)
 			{"signing_secrets", "event_subscription_signing"},
 			{"endpoint_validations", "event_subscription_validation"},
 			{"client_certificates", "event_subscription_certificates"},
+			{"delivery_authentications", "event_subscription_authentication"},
 		};
 
 		for (int i = 0; i < (int) lengthof(masked) && edata->hint == NULL; i++)

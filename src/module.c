@@ -11,6 +11,7 @@
  * but nothing is delivered, and the wake-up at commit is a no-op.
  */
 #include "hooks.h"
+#include "http/token.h"
 
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
@@ -35,6 +36,8 @@ eg_shmem_request(void)
 		prev_shmem_request_hook();
 #endif
 	RequestAddinShmemSpace(MAXALIGN(eg_shared_size()));
+	RequestAddinShmemSpace(MAXALIGN(eg_token_shmem_size()));
+	eg_token_shmem_request();
 }
 
 static void
@@ -45,6 +48,7 @@ eg_shmem_startup(void)
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	eg_shared_init();
+	eg_token_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 }
 

@@ -69,6 +69,7 @@ extern int	eg_attempt_history_retention_s;
 extern int	eg_attempt_history_max_rows;
 extern char *eg_ssl_ca_file;
 extern char *eg_webhook_request_origin;
+extern char *eg_entra_authority;	/* eventgrid.entra_authority */
 
 /* eventgrid.attempt_history: which delivery attempts the history keeps. */
 typedef enum EgHistoryMode

@@ -117,6 +117,8 @@ eg_outcome_of(EgTransport transport, int http_status)
 			return EG_OUTCOME_SOCKET_ERROR;
 		case EG_TRANSPORT_HELD:
 			return EG_OUTCOME_PROBATION;
+		case EG_TRANSPORT_TOKEN:
+			return EG_OUTCOME_GENERIC_ERROR;
 		case EG_TRANSPORT_OK:
 			break;
 	}
@@ -151,14 +153,15 @@ eg_outcome_of(EgTransport transport, int http_status)
  * timeout (TimeoutException: no answer within the response timeout,
  * TimedOut), a socket error (SocketException: SocketError, and
  * ResolutionError, which .NET also reports as a SocketException).  A held
- * attempt (Probation) sent nothing, so it is retried in both profiles.
+ * attempt (Probation) and one that got no bearer token (GenericError)
+ * sent nothing, so they are retried in both profiles.
  */
 EgVerdict
 eg_verdict(EgProfile profile, EgTransport transport, int http_status)
 {
 	if (transport != EG_TRANSPORT_OK)
 	{
-		if (profile == EG_PROFILE_NAMESPACE && transport != EG_TRANSPORT_HELD)
+		if (profile == EG_PROFILE_NAMESPACE && transport != EG_TRANSPORT_HELD && transport != EG_TRANSPORT_TOKEN)
 			return EG_VERDICT_NO_RETRY;
 		return EG_VERDICT_RETRY;
 	}

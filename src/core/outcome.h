@@ -18,7 +18,8 @@ typedef enum EgTransport
 	EG_TRANSPORT_TIMEOUT,		/* no answer within eventgrid.response_timeout */
 	EG_TRANSPORT_RESOLVE,		/* DNS resolution failed */
 	EG_TRANSPORT_SOCKET,		/* refused, reset, TLS or other network error */
-	EG_TRANSPORT_HELD			/* not sent: the endpoint is on probation (SPEC 6) */
+	EG_TRANSPORT_HELD,			/* not sent: the endpoint is on probation (SPEC 6) */
+	EG_TRANSPORT_TOKEN			/* not sent: no bearer token could be had (SPEC 12) */
 } EgTransport;
 
 /*

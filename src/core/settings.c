@@ -34,6 +34,7 @@ int			eg_attempt_history_retention_s = 24 * 3600;
 int			eg_attempt_history_max_rows = 1000000;
 char	   *eg_ssl_ca_file = NULL;
 char	   *eg_webhook_request_origin = NULL;
+char	   *eg_entra_authority = NULL;
 
 static const struct config_enum_entry history_modes[] = {
 	{"all", EG_HISTORY_ALL, false},
@@ -59,6 +60,37 @@ check_request_origin(char **newval, void **extra, GucSource source)
 		if ((unsigned char) *v < 0x20 || (unsigned char) *v >= 0x7f)
 		{
 			GUC_check_errdetail("eventgrid.webhook_request_origin may hold printable ASCII only.");
+			return false;
+		}
+	return true;
+}
+
+/*
+ * eventgrid.entra_authority: an http or https URL of printable ASCII
+ * without spaces, at most 400 bytes (the token endpoint of a tenant is
+ * made from it: {authority}/{tenant}/oauth2/v2.0/token).
+ */
+static bool
+check_entra_authority(char **newval, void **extra, GucSource source)
+{
+	const char *v = *newval;
+
+	if (v == NULL)
+		return true;
+	if (strncmp(v, "https://", 8) != 0 && strncmp(v, "http://", 7) != 0)
+	{
+		GUC_check_errdetail("eventgrid.entra_authority must be an http or https URL, such as https://login.microsoftonline.com.");
+		return false;
+	}
+	if (strlen(v) > 400)
+	{
+		GUC_check_errdetail("eventgrid.entra_authority may be at most 400 bytes.");
+		return false;
+	}
+	for (; *v; v++)
+		if ((unsigned char) *v <= 0x20 || (unsigned char) *v >= 0x7f || *v == '?' || *v == '#')
+		{
+			GUC_check_errdetail("eventgrid.entra_authority may hold printable ASCII only, without spaces, a query or a fragment.");
 			return false;
 		}
 	return true;
@@ -206,6 +238,11 @@ eg_define_gucs(void)
 							   gettext_noop("Set it for receivers whose certificates a private CA signed. Certificates are always verified."),
 							   &eg_ssl_ca_file, "",
 							   PGC_SIGHUP, GUC_SUPERUSER_ONLY, check_ssl_ca_file, NULL, NULL);
+	DefineCustomStringVariable("eventgrid.entra_authority",
+							   gettext_noop("Microsoft Entra ID authority whose token endpoints set_entra_authentication() uses."),
+							   gettext_noop("Tokens come from {authority}/{tenant_id}/oauth2/v2.0/token; another cloud's authority (e.g. https://login.microsoftonline.us) or a test server may be set."),
+							   &eg_entra_authority, "https://login.microsoftonline.com",
+							   PGC_SIGHUP, 0, check_entra_authority, NULL, NULL);
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("eventgrid");
 #else

@@ -104,6 +104,8 @@ extern void eg_delivery_finish_unattempted(EgDelivery *d, EgAction action, EgFin
 										   EgOutcomeCode outcome);
 extern void eg_delivery_remember_attempt(EgRequest *req, TimestampTz started);
 extern void eg_delivery_hold(EgRequest *req, TimestampTz now);
+extern void eg_delivery_token_failed(EgRequest *req, const char *error, TimestampTz now);
+extern void eg_delivery_leave_wave(EgDelivery *d);
 extern TimestampTz eg_delivery_record(void);
 extern int	eg_delivery_recordable(void);
 

@@ -10,6 +10,7 @@
  * once the claim has committed, before any network I/O.
  */
 #include "delivery/delivery.h"
+#include "delivery/auth.h"
 #include "http/signing.h"
 #include "delivery/endpoint.h"
 #include "store/worker.h"
@@ -170,6 +171,7 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 	EgTarget   *target = NULL;
 	const EgClientCert *client_cert = client_cert_for(rows[from].subscription_id,
 													  rows[from].client_cert_set_at);
+	struct EgTokenUse *token_use = eg_auth_for(rows[from].subscription_id, rows[from].auth_set_at);
 
 	for (int k = from; k < to; k++)
 	{
@@ -229,6 +231,8 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 			req->target = target;
 			req->url = eg_target_url(target);
 			req->client_cert = client_cert;
+			req->token_use = token_use;
+			req->keep_body = token_use != NULL;	/* a 401 may send it again */
 			req->subscription_id = first->subscription_id;
 			req->subscription_name = MemoryContextStrdup(claim->cxt, first->subscription_name);
 			req->topic = MemoryContextStrdup(claim->cxt, first->topic);

@@ -226,12 +226,15 @@ forget_attempts(void)
 		MemoryContextReset(history_cxt);
 }
 
-static void
-release_claim_row(EgDelivery *d)
+/*
+ * The retry d no longer belongs to the wave it was sent in (it was
+ * recorded, or is to be sent again in another): a wave none of whose
+ * retries is left has its in-flight record forgotten with the next one
+ * written.
+ */
+void
+eg_delivery_leave_wave(EgDelivery *d)
 {
-	EgClaim    *claim = d->claim;
-
-	eg_dw.bytes_held -= d->bytes;
 	if (d->wave && --d->wave->remaining == 0)
 	{
 		if (eg_dw.waves_done_n == eg_dw.waves_done_cap)
@@ -245,6 +248,15 @@ release_claim_row(EgDelivery *d)
 		pfree(d->wave);
 	}
 	d->wave = NULL;
+}
+
+static void
+release_claim_row(EgDelivery *d)
+{
+	EgClaim    *claim = d->claim;
+
+	eg_dw.bytes_held -= d->bytes;
+	eg_delivery_leave_wave(d);
 	if (--claim->unrecorded == 0)
 	{
 		MemoryContextDelete(claim->cxt);
@@ -529,6 +541,29 @@ eg_delivery_recordable(void)
 	if (eg_dw.held_n > 0 && GetCurrentTimestamp() < eg_dw.held_until)
 		return eg_dw.recordable_n - eg_dw.held_n;
 	return eg_dw.recordable_n;
+}
+
+/*
+ * Records the deliveries of a request that could not get its bearer token
+ * (the token endpoint failed: SPEC 12): an attempt with outcome
+ * GenericError whose error text says what the token endpoint answered,
+ * retried on the schedule; it counts against its endpoint's health as any
+ * failure does.  Frees the request.
+ */
+void
+eg_delivery_token_failed(EgRequest *req, const char *error, TimestampTz now)
+{
+	req->transport = EG_TRANSPORT_TOKEN;
+	req->http_status = 0;
+	req->duration_ms = 0;
+	strlcpy(req->errbuf, error, sizeof(req->errbuf));
+	eg_delivery_remember_attempt(req, now);
+	(void) eg_health_after_attempt(req->target, req, now);
+	for (int k = 0; k < req->count; k++)
+		eg_delivery_decide(req->items[k], EG_TRANSPORT_TOKEN, 0, 0, now, now);
+	eg_http_free_headers(req);
+	free(req->body);
+	req->body = NULL;
 }
 
 /*

@@ -27,6 +27,8 @@
  */
 #include "delivery/delivery.h"
 #include "core/rate.h"
+#include "delivery/auth.h"
+#include "http/token.h"
 #include "delivery/endpoint.h"
 #include "store/worker.h"
 
@@ -232,16 +234,19 @@ start_pending(void)
 	EgWave	   *wave = NULL;
 	EgRequest  *req;
 	TimestampTz now = eg_now();
-	bool		hold;
+	EgNext		what;
 	int			nstart;
 
 	finished_at_start = finished_total;
 	starting = palloc(Max(room, 1) * sizeof(EgRequest *));
 	starting_n = 0;
-	while ((req = eg_target_next(now, starting_n < room, &hold)) != NULL)
+	eg_auth_new_round();
+	while ((req = eg_target_next(now, starting_n < room, &what)) != NULL)
 	{
-		if (hold)
+		if (what == EG_NEXT_HOLD)
 			eg_delivery_hold(req, now);
+		else if (what == EG_NEXT_NO_TOKEN)
+			eg_delivery_token_failed(req, eg_auth_error(req), now);
 		else
 		{
 			starting[starting_n++] = req;
@@ -298,6 +303,7 @@ start_pending(void)
 		for (int k = 0; k < req->count; k++)
 			if (((EgDelivery *) req->items[k])->chunk == NULL)
 				((EgDelivery *) req->items[k])->wave = wave;
+		eg_auth_attach(req);
 		req->started_at = eg_now();
 	}
 	eg_http_start(starting, nstart, eg_response_timeout_ms);
@@ -312,6 +318,19 @@ collect_finished(void)
 	while ((req = eg_http_take_finished()) != NULL)
 	{
 		finished_total++;
+		if (req->token_request)
+		{
+			eg_auth_token_finished(req);
+			continue;
+		}
+		if (req->transport == EG_TRANSPORT_OK && req->http_status == 401 && eg_auth_refused(req))
+		{
+			/* its token was refused, not new: sent again at once with a new one, in a new wave */
+			for (int k = 0; k < req->count; k++)
+				eg_delivery_leave_wave(req->items[k]);
+			eg_target_unsend(req);
+			continue;
+		}
 		if (req->transport != EG_TRANSPORT_OK)
 			ereport(DEBUG1,
 					(errmsg("eventgrid: delivery request to \"%s\" failed: %s", req->url,
@@ -326,6 +345,12 @@ collect_finished(void)
 			d->out.request_head = k == 0;
 			eg_delivery_decide(d, req->transport, req->http_status, req->retry_after_s, req->started_at, now);
 		}
+		if (req->keep_body)
+		{
+			eg_http_free_headers(req);
+			free(req->body);
+			req->body = NULL;
+		}
 	}
 }
 
@@ -339,6 +364,7 @@ stop_http(int code, Datum arg)
 {
 	eg_http_shutdown();
 	eg_targets_release_hosts();
+	eg_token_release_fetches();
 }
 
 /*

@@ -53,12 +53,20 @@ typedef struct EgTarget
 	bool		dirty;			/* not yet written to eventgrid.endpoint_states */
 } EgTarget;
 
+/* What eg_target_next() gives. */
+typedef enum EgNext
+{
+	EG_NEXT_SEND,				/* a request to send */
+	EG_NEXT_HOLD,				/* one its endpoint's probation holds back */
+	EG_NEXT_NO_TOKEN			/* one whose bearer token could not be had */
+} EgNext;
+
 /* endpoint_queue.c */
 extern HTAB *eg_targets_table;	/* url -> EgTarget; NULL until the first eg_target() */
 extern EgTarget *eg_target(const char *url);
 extern const char *eg_target_url(const EgTarget *t);
 extern void eg_target_queue(EgRequest *req);
-extern EgRequest *eg_target_next(TimestampTz now, bool may_send, bool *hold);
+extern EgRequest *eg_target_next(TimestampTz now, bool may_send, EgNext *what);
 extern void eg_target_unsend(EgRequest *req);
 extern bool eg_target_finished(EgRequest *req, TimestampTz now);
 extern int	eg_targets_queued(void);

@@ -18,6 +18,7 @@
  * (endpoint_health.c).
  */
 #include "delivery/endpoint.h"
+#include "delivery/auth.h"
 #include "http/url.h"
 
 #include "common/hashfn.h"
@@ -299,15 +300,43 @@ eg_target_queue(EgRequest *req)
 }
 
 /*
- * The next request to take from the queues, hosts in turn: one its
- * endpoint holds back (*hold set: the caller records its deliveries as held
- * and frees it), or, while may_send, one that may be sent now (its host
+ * The first request of host h that need not wait for its bearer token
+ * (delivery_auth.c), or NULL; *prev is the request before it.  One whose
+ * endpoint is on probation does not wait: it is held without being sent.
+ * The requests of a subscription share their credentials, so they wait or
+ * go together and keep their order.
+ */
+static EgRequest *
+first_ready(EgHost *h, TimestampTz now, EgRequest **prev, EgAuthState *auth)
+{
+	*prev = NULL;
+	for (EgRequest *req = h->head; req != NULL; *prev = req, req = req->next)
+	{
+		if (req->token_use == NULL || eg_health_holds(req->target, now))
+		{
+			*auth = EG_AUTH_READY;
+			return req;
+		}
+		*auth = eg_auth_state(req);
+		if (*auth != EG_AUTH_WAIT)
+			return req;
+	}
+	return NULL;
+}
+
+/*
+ * The next request to take from the queues, hosts in turn (*what says
+ * which): one its endpoint holds back (EG_NEXT_HOLD: the caller records
+ * its deliveries as held and frees it), one whose bearer token could not
+ * be had (EG_NEXT_NO_TOKEN: the caller records its deliveries as failed),
+ * or, while may_send, one that may be sent now (EG_NEXT_SEND: its host
  * below eventgrid.max_requests_per_endpoint; counted in flight from here,
- * and the probe of an endpoint whose probation time is over).  NULL when
- * there is none.
+ * and the probe of an endpoint whose probation time is over).  Requests
+ * waiting for their bearer token are passed over.  NULL when there is
+ * none.
  */
 EgRequest *
-eg_target_next(TimestampTz now, bool may_send, bool *hold)
+eg_target_next(TimestampTz now, bool may_send, EgNext *what)
 {
 	EgHost	   *start = ring;
 	EgHost	   *h = ring;
@@ -315,9 +344,11 @@ eg_target_next(TimestampTz now, bool may_send, bool *hold)
 	while (h != NULL)
 	{
 		EgHost	   *next = h->ring_next;
-		EgRequest  *req = h->head;
+		EgRequest  *prev;
+		EgRequest  *req;
+		EgAuthState auth;
 
-		if (req == NULL)
+		if (h->head == NULL)
 		{
 			ring_remove(h);
 			if (ring == NULL)
@@ -327,12 +358,18 @@ eg_target_next(TimestampTz now, bool may_send, bool *hold)
 			h = next;
 			continue;
 		}
-		*hold = eg_health_holds(req->target, now);
-		if (*hold || (may_send && !learning_protocol(h, now) && host_acquire(h)))
+		req = first_ready(h, now, &prev, &auth);
+		*what = req == NULL ? EG_NEXT_SEND : eg_health_holds(req->target, now) ? EG_NEXT_HOLD
+			: auth == EG_AUTH_FAILED ? EG_NEXT_NO_TOKEN : EG_NEXT_SEND;
+		if (req != NULL &&
+			(*what != EG_NEXT_SEND || (may_send && !learning_protocol(h, now) && host_acquire(h))))
 		{
-			h->head = req->next;
-			if (h->head == NULL)
-				h->tail = NULL;
+			if (prev != NULL)
+				prev->next = req->next;
+			else
+				h->head = req->next;
+			if (h->tail == req)
+				h->tail = prev;
 			req->next = NULL;
 			h->queued--;
 			h->queued_bytes -= req->bytes;
@@ -342,7 +379,7 @@ eg_target_next(TimestampTz now, bool may_send, bool *hold)
 				h->skipped = false;
 				unblocked = true;
 			}
-			if (*hold)
+			if (*what != EG_NEXT_SEND)
 				req->target->waiting--;
 			else
 			{

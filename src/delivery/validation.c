@@ -22,6 +22,7 @@
  */
 #include "delivery/validation.h"
 #include "http/http.h"
+#include "http/token.h"
 #include "store/worker.h"
 
 #include <curl/curl.h>
@@ -150,6 +151,30 @@ setup(Transfer *t, const char *origin)
 		ok = add_header(t, one);
 		pfree(one);
 		h = end ? end + 1 : NULL;
+	}
+	if (ok && v->auth != NULL)
+	{
+		/* the bearer token, as on every request of the subscription (SPEC 12) */
+		EgCredentials c = {v->auth->method, v->auth->token_endpoint, v->auth->client_id,
+		v->auth->client_secret, v->auth->scope, v->auth->audience};
+		EgToken    *token = palloc(sizeof(EgToken));
+
+		if (strcmp(c.method, "entra") == 0)
+			c.token_endpoint = eg_entra_token_endpoint(v->auth->tenant_id);
+		if (eg_token_get_now(&c, eg_ssl_ca_file, token))
+		{
+			char	   *auth = psprintf("Authorization: Bearer %s", token->text);
+
+			ok = add_header(t, auth);
+			explicit_bzero(auth, strlen(auth));
+			explicit_bzero(token->text, token->len);
+		}
+		else
+		{
+			snprintf(t->errbuf, sizeof(t->errbuf), "no bearer token: %s", token->error);
+			ok = false;
+		}
+		pfree(token);
 	}
 	SET(CURLOPT_HTTPHEADER, t->headers);
 #undef SET

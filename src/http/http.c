@@ -76,22 +76,62 @@ static int	idle_cap = 0;
 /*
  * Only the status decides (SPEC 3): of the answer's body, the first
  * EG_RESPONSE_HEAD_BYTES are kept (for the attempt history, which shows a
- * failed answer's) and the rest is discarded as it arrives.
+ * failed answer's) and the rest is discarded as it arrives; but a token
+ * request (answer_max > 0) keeps all of it, up to answer_max bytes (more
+ * sets answer_len to answer_max, which token.c refuses).  The write
+ * callback of every request eventgrid sends.
  */
-static size_t
-keep_body_head(char *ptr, size_t size, size_t nmemb, void *userdata)
+size_t
+eg_http_keep_answer(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
 	EgRequest  *req = userdata;
 	size_t		n = size * nmemb;
 
-	if (req != NULL && req->response_head_len < EG_RESPONSE_HEAD_BYTES)
+	if (req == NULL)
+		return n;
+	if (req->response_head_len < EG_RESPONSE_HEAD_BYTES)
 	{
 		size_t		take = Min(n, (size_t) (EG_RESPONSE_HEAD_BYTES - req->response_head_len));
 
 		memcpy(req->response_head + req->response_head_len, ptr, take);
 		req->response_head_len += (int) take;
 	}
+	if (req->answer_max > 0 && req->answer_len < req->answer_max)
+	{
+		size_t		take = Min(n, req->answer_max - 1 - req->answer_len);
+		char	   *grown;
+
+		if (req->answer == NULL)
+		{
+			req->answer = malloc(req->answer_max);
+			if (req->answer == NULL)
+				return 0;		/* libcurl ends the transfer with an error */
+		}
+		grown = req->answer;
+		memcpy(grown + req->answer_len, ptr, take);
+		req->answer_len += take;
+		grown[req->answer_len] = '\0';
+		if (take < n)
+			req->answer_len = req->answer_max;	/* too long */
+	}
 	return n;
+}
+
+/*
+ * Frees the body and header block of a token request, which hold the
+ * client's secret, clearing them first (the HTTP thread when it ends; or
+ * the caller of a blocking one, token.c).
+ */
+void
+eg_http_end_token_request(EgRequest *req)
+{
+	if (req->body != NULL)
+		explicit_bzero(req->body, req->body_len);
+	if (req->headers != NULL)
+		explicit_bzero(req->headers, req->headers_size);
+	eg_http_free_headers(req);
+	free(req->body);
+	req->body = NULL;
 }
 
 static void
@@ -217,9 +257,20 @@ finish(EgRequest *req, EgTransport transport, int http_status)
 			curl_easy_cleanup(h);
 		req->easy = NULL;
 	}
-	eg_http_free_headers(req);
-	free(req->body);
-	req->body = NULL;
+	if (req->token_request)
+		eg_http_end_token_request(req);
+	else if (!req->keep_body)
+	{
+		eg_http_free_headers(req);
+		free(req->body);
+		req->body = NULL;
+	}
+	if (req->auth_line != NULL)
+	{
+		explicit_bzero(req->auth_line, strlen(req->auth_line));
+		free(req->auth_line);
+		req->auth_line = NULL;
+	}
 	req->transport = transport;
 	req->http_status = http_status;
 
@@ -248,7 +299,7 @@ new_handle(void)
 	SET(CURLOPT_POST, 1L);
 	SET(CURLOPT_SHARE, share);
 	SET(CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_2TLS);
-	SET(CURLOPT_WRITEFUNCTION, keep_body_head);
+	SET(CURLOPT_WRITEFUNCTION, eg_http_keep_answer);
 	SET(CURLOPT_TCP_NODELAY, 1L);
 #undef SET
 	if (rc != CURLE_OK)
@@ -328,7 +379,15 @@ start(EgRequest *req)
 	SET(CURLOPT_URL, req->url);
 	SET(CURLOPT_POSTFIELDS, req->body);
 	SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
-	SET(CURLOPT_HTTPHEADER, req->headers);
+	if (req->auth_line != NULL)
+	{
+		/* the bearer token, first, in a node of the request's own: the list stays one block */
+		req->auth_node.data = req->auth_line;
+		req->auth_node.next = req->headers;
+		SET(CURLOPT_HTTPHEADER, &req->auth_node);
+	}
+	else
+		SET(CURLOPT_HTTPHEADER, req->headers);
 	SET(CURLOPT_TIMEOUT_MS, req->timeout_ms);
 	SET(CURLOPT_ERRORBUFFER, req->errbuf);
 	SET(CURLOPT_PRIVATE, (void *) req);
@@ -616,6 +675,7 @@ eg_http_start(EgRequest **reqs, int n, long timeout_ms)
 		req->timeout_ms = timeout_ms;
 		req->errbuf[0] = '\0';
 		req->duration_ms = 0;
+		req->response_head_len = 0;	/* a request sent again (after a 401) starts afresh */
 		if (req->headers == NULL)
 			eg_http_set_headers(req, "", 0, 0);
 	}

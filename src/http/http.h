@@ -40,6 +40,11 @@ typedef struct EgRequest
 	char	   *body;			/* malloc'd, freed when the request ends */
 	size_t		body_len;
 	const EgClientCert *client_cert;	/* presented to an HTTPS endpoint, or NULL */
+	char	   *auth_line;		/* malloc'd "Authorization: Bearer ..." sent first, or NULL; freed when it ends */
+	struct curl_slist auth_node;	/* the list node of auth_line (the thread's) */
+	bool		keep_body;		/* body and headers stay when it ends (it may be sent again) */
+	bool		token_request;	/* a token request (token.c): its body and headers hold a secret */
+	size_t		answer_max;		/* > 0: the answer's body is kept whole, up to this many bytes */
 	char		errbuf[256];
 	/* results */
 	EgTransport transport;
@@ -47,6 +52,8 @@ typedef struct EgRequest
 	int64		retry_after_s;	/* the answer's Retry-After, in seconds from now (0: none) */
 	char		response_head[EG_RESPONSE_HEAD_BYTES];	/* the first bytes of the answer's body */
 	int			response_head_len;
+	char	   *answer;			/* malloc'd, answer_max > 0: the answer's body (answer_len bytes, NUL-terminated) */
+	size_t		answer_len;
 	double		duration_ms;	/* libcurl's total time of the transfer */
 	int			http_version;	/* 2: the answer came over HTTP/2, 1: HTTP/1.x, 0: unknown */
 	/* caller's bookkeeping */
@@ -57,6 +64,10 @@ typedef struct EgRequest
 	const char *topic;			/* the subscription's topic */
 	int64		bytes;			/* event bytes carried */
 	struct EgTarget *target;	/* its endpoint (endpoint_queue.c) */
+	struct EgTokenUse *token_use;	/* its bearer token's credentials (delivery_auth.c), or NULL */
+	uint64		token_generation;	/* of the token it carries */
+	bool		token_waited;	/* it waited for a token: the one it carries is new */
+	bool		token_resent;	/* sent again after a 401 to an older token */
 	bool		probe;			/* sent to end its endpoint's probation */
 	TimestampTz started_at;
 	struct EgRequest *next;
@@ -70,6 +81,8 @@ typedef struct EgRequest
  */
 extern CURLcode eg_http_safe_options(CURL *h, const char *ca_file);
 extern CURLcode eg_http_client_cert_options(CURL *h, const EgClientCert *c);
+extern size_t eg_http_keep_answer(char *ptr, size_t size, size_t nmemb, void *userdata);
+extern void eg_http_end_token_request(EgRequest *req);
 
 /*
  * request.c: eg_header_problem() returns NULL when "name: value" may be

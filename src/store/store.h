@@ -125,7 +125,22 @@ typedef struct EgClaimedRow
 	TimestampTz publish_time;	/* when the event was published */
 	const char *source;			/* the logical replication subscription it came through, or NULL */
 	TimestampTz client_cert_set_at; /* when its client certificate was set; 0: none */
+	TimestampTz auth_set_at;	/* when its delivery authentication was set; 0: none */
 } EgClaimedRow;
+
+/* The delivery authentication of an event subscription (eventgrid.delivery_authentications). */
+struct EgAuthRow
+{
+	char	   *method;			/* oauth2 or entra */
+	char	   *token_endpoint; /* oauth2's; NULL for entra */
+	char	   *tenant_id;		/* entra's; NULL for oauth2 */
+	char	   *client_id;
+	char	   *client_secret;
+	char	   *scope;			/* or NULL */
+	char	   *audience;		/* or NULL */
+	TimestampTz set_at;
+};
+typedef struct EgAuthRow EgAuthRow;
 
 /* store_claim.c */
 extern int	eg_store_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
@@ -135,6 +150,7 @@ extern int	eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, i
 								 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked, int *busy);
 extern TimestampTz eg_store_next_due(void);
 extern bool eg_store_client_certificate(int64 sub_id, char **cert, char **key, TimestampTz *set_at);
+extern bool eg_store_delivery_authentication(int64 sub_id, EgAuthRow *row);
 extern void eg_store_analyze(void);
 
 /* The outcome of one delivery, as recorded. */
@@ -282,6 +298,7 @@ typedef struct EgValidation
 	int			rate;			/* max_events_per_second, 0: none */
 	char	   *client_cert;	/* PEM certificate (and chain) presented over HTTPS, or NULL */
 	char	   *client_key;		/* its PEM private key, or NULL */
+	struct EgAuthRow *auth;		/* its delivery authentication (bearer tokens), or NULL */
 	/* the answer */
 	int			http_status;	/* 0: none */
 	char	   *answer_body;	/* its first bytes, printable ASCII */

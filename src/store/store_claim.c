@@ -70,6 +70,7 @@ eg_claim_request_cols(SPITupleTable *tt, int row, int first, EgClaimedRow *r, co
 	r->signing_keys = SHARED(signing_keys, RC_SIGNING_KEYS);
 	r->source = SHARED(source, RC_SOURCE);
 	r->client_cert_set_at = eg_timestamp_col(tt, row, first + RC_CLIENT_CERT_SET_AT);
+	r->auth_set_at = eg_timestamp_col(tt, row, first + RC_AUTH_SET_AT);
 #undef SHARED
 }
 
@@ -214,6 +215,7 @@ static EgStatement claim_load = {
 	"), " PROPS("ARRAY(SELECT c.subscription_id FROM c)")
 	", " KEYS("ARRAY(SELECT c.subscription_id FROM c)")
 	", " CERTS("ARRAY(SELECT c.subscription_id FROM c)")
+	", " AUTHS("ARRAY(SELECT c.subscription_id FROM c)")
 	" SELECT c.chunk, s.id, e.txid, e.id,"
 	"       (e.publish_time + make_interval(mins => s.event_ttl) <= $3),"
 	"       coalesce(e.event_bytes, 0), s.topic_type = 'namespace', s.topic,"
@@ -227,7 +229,8 @@ static EgStatement claim_load = {
 	EG_SQL_CHUNK_EVENTS
 	"  LEFT JOIN props pr ON pr.subscription_id = s.id"
 	"  LEFT JOIN keys kk ON kk.subscription_id = s.id"
-	"  LEFT JOIN certs cc ON cc.subscription_id = s.id",
+	"  LEFT JOIN certs cc ON cc.subscription_id = s.id"
+	"  LEFT JOIN auths au ON au.subscription_id = s.id",
 	.nargs = 3,
 	.types = {INT8ARRAYOID, INT4OID, TIMESTAMPTZOID},
 };
@@ -724,5 +727,38 @@ eg_store_client_certificate(int64 sub_id, char **cert, char **key, TimestampTz *
 	*cert = eg_text_col(SPI_tuptable, 0, 1);
 	*key = eg_text_col(SPI_tuptable, 0, 2);
 	*set_at = eg_timestamp_col(SPI_tuptable, 0, 3);
+	return true;
+}
+
+static EgStatement delivery_authentication = {
+	.name = "delivery authentication",
+	.sql = "SELECT a.method, a.token_endpoint, a.tenant_id, a.client_id, a.client_secret, a.scope, a.audience,"
+	"       a.set_at"
+	"  FROM eventgrid.delivery_authentications a WHERE a.subscription_id = $1",
+	.nargs = 1,
+	.types = {INT8OID},
+};
+
+/*
+ * The delivery authentication of event subscription sub_id (texts valid
+ * until the unit of work ends: the caller copies them and clears the
+ * secret); false when it has none.  In a unit of work.
+ */
+bool
+eg_store_delivery_authentication(int64 sub_id, EgAuthRow *row)
+{
+	Datum		args[1] = {Int64GetDatum(sub_id)};
+
+	eg_store_run(&delivery_authentication, args, true, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return false;
+	row->method = eg_text_col(SPI_tuptable, 0, 1);
+	row->token_endpoint = eg_text_col(SPI_tuptable, 0, 2);
+	row->tenant_id = eg_text_col(SPI_tuptable, 0, 3);
+	row->client_id = eg_text_col(SPI_tuptable, 0, 4);
+	row->client_secret = eg_text_col(SPI_tuptable, 0, 5);
+	row->scope = eg_text_col(SPI_tuptable, 0, 6);
+	row->audience = eg_text_col(SPI_tuptable, 0, 7);
+	row->set_at = eg_timestamp_col(SPI_tuptable, 0, 8);
 	return true;
 }

@@ -49,6 +49,18 @@
 	"   WHERE c.subscription_id = ANY (" sub_ids ")" \
 	")"
 
+/*
+ * When the delivery authentication (bearer tokens) of each subscription
+ * among sub_ids was set (the worker loads the credentials itself once per
+ * change: eg_store_delivery_authentication()).
+ */
+#define AUTHS(sub_ids) \
+	"auths AS MATERIALIZED (" \
+	"  SELECT a.subscription_id, a.set_at" \
+	"    FROM eventgrid.delivery_authentications a" \
+	"   WHERE a.subscription_id = ANY (" sub_ids ")" \
+	")"
+
 /* Custom headers of subscription s for event ev: static ones from props pr, dynamic ones per event. */
 #define CUSTOM_HEADERS(ev) \
 	"nullif(concat_ws(E'\\n', pr.static_headers, CASE WHEN pr.has_dynamic THEN" \
@@ -73,7 +85,7 @@
 	" coalesce(" ev "->>'dataVersion', '')," \
 	" CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END," \
 	" " CUSTOM_HEADERS(ev) "," \
-	" kk.keys, " source ", cc.set_at"
+	" kk.keys, " source ", cc.set_at, au.set_at"
 enum RequestCol
 {
 	RC_MAX_ATTEMPTS,
@@ -90,6 +102,7 @@ enum RequestCol
 	RC_SIGNING_KEYS,
 	RC_SOURCE,
 	RC_CLIENT_CERT_SET_AT,
+	RC_AUTH_SET_AT,
 	RC_COUNT
 };
 

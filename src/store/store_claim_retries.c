@@ -40,6 +40,7 @@ static EgStatement claim_retries = {
 	"), " PROPS("ARRAY(SELECT DISTINCT c.subscription_id FROM claimed c)")
 	", " KEYS("ARRAY(SELECT DISTINCT c.subscription_id FROM claimed c)")
 	", " CERTS("ARRAY(SELECT DISTINCT c.subscription_id FROM claimed c)")
+	", " AUTHS("ARRAY(SELECT DISTINCT c.subscription_id FROM claimed c)")
 	" SELECT c.id, s.id, c.attempts,"
 	"       (s.id IS NOT NULL AND c.publish_time + make_interval(mins => s.event_ttl) <= $1),"
 	"       c.last_outcome, c.last_http_status, c.last_attempt_at, c.event_bytes,"
@@ -50,6 +51,7 @@ static EgStatement claim_retries = {
 	"  LEFT JOIN props pr ON pr.subscription_id = s.id"
 	"  LEFT JOIN keys kk ON kk.subscription_id = s.id"
 	"  LEFT JOIN certs cc ON cc.subscription_id = s.id"
+	"  LEFT JOIN auths au ON au.subscription_id = s.id"
 	" ORDER BY s.id NULLS FIRST, c.next_attempt_at, c.id",
 	.nargs = 5,
 	.types = {TIMESTAMPTZOID, INT4OID, INT4OID, INT8OID, INT8OID},

@@ -27,8 +27,8 @@ static EgStatement expire_manual = {
  * the endpoint, which handshake, the SubscriptionValidationEvent (made
  * here as JSON, with Event Grid's fields; no validationUrl: there is no
  * HTTP server in the database, validate_event_subscription() takes its
- * place), the static custom headers, the rate and the client certificate
- * with its key (PEM, or NULL).
+ * place), the static custom headers, the rate, the client certificate
+ * with its key (PEM, or NULL) and the delivery authentication (or NULL).
  */
 static EgStatement due = {
 	.name = "due validations",
@@ -42,9 +42,11 @@ static EgStatement due = {
 	"       (SELECT string_agg(p.header || ': ' || p.value, E'\\n' ORDER BY p.header)"
 	"          FROM eventgrid.delivery_properties p"
 	"         WHERE p.subscription_id = s.id AND p.source_field IS NULL),"
-	"       s.max_events_per_second, c.certificate, c.private_key"
+	"       s.max_events_per_second, c.certificate, c.private_key,"
+	"       a.method, a.token_endpoint, a.tenant_id, a.client_id, a.client_secret, a.scope, a.audience"
 	"  FROM eventgrid.endpoint_validations v JOIN eventgrid.event_subscriptions s ON s.id = v.subscription_id"
 	"  LEFT JOIN eventgrid.client_certificates c ON c.subscription_id = s.id"
+	"  LEFT JOIN eventgrid.delivery_authentications a ON a.subscription_id = s.id"
 	" WHERE v.state = 'Creating' AND v.next_try_at <= $1"
 	" ORDER BY v.next_try_at LIMIT $2",
 	.nargs = 2,
@@ -95,6 +97,19 @@ eg_store_due_validations(TimestampTz now, int limit, MemoryContext cxt, EgValida
 		out[i].rate = eg_int32_col(tt, i, 9, 0);
 		out[i].client_cert = eg_text_col(tt, i, 10);
 		out[i].client_key = eg_text_col(tt, i, 11);
+		if (eg_text_col(tt, i, 12) != NULL)
+		{
+			EgAuthRow  *a = palloc0(sizeof(EgAuthRow));
+
+			a->method = eg_text_col(tt, i, 12);
+			a->token_endpoint = eg_text_col(tt, i, 13);
+			a->tenant_id = eg_text_col(tt, i, 14);
+			a->client_id = eg_text_col(tt, i, 15);
+			a->client_secret = eg_text_col(tt, i, 16);
+			a->scope = eg_text_col(tt, i, 17);
+			a->audience = eg_text_col(tt, i, 18);
+			out[i].auth = a;
+		}
 	}
 	MemoryContextSwitchTo(old);
 	*rows = out;

@@ -38,7 +38,7 @@ sub sql { return $node->safe_psql('postgres', shift) }
 sql("CREATE ROLE exporter LOGIN IN ROLE pg_monitor");
 sql("CREATE ROLE nobody LOGIN");
 for my $view (qw(topic_metrics event_subscription_metrics event_subscription_metric_labels
-	event_subscription_histograms worker_metrics client_certificate_metrics))
+	event_subscription_histograms worker_metrics client_certificate_metrics delivery_token_metrics))
 {
 	my ($ok) = $node->psql('postgres', "SELECT count(*) FROM eventgrid.$view", extra_params => [ '-U', 'exporter' ]);
 	is($ok, 0, "pg_monitor reads eventgrid.$view");
@@ -144,6 +144,7 @@ sub eventually
 ok(eventually(60, sub { my $res = promql('eventgrid_dead_lettered_total'); $res && @$res == 3 * 9 }),
 	'Prometheus scrapes the exporter: every reason of every subscription, at 0')
 	or diag("exporter: $eerr\nprometheus: $perr");
+is(prom_rows('pg_exporter_last_scrape_error'), '=0', 'every query of the exporter\'s configuration runs (no scrape error)');
 
 # the workload
 sql("INSERT INTO eventgrid.events (topic, event) SELECT 'shop', jsonb_build_object('id', 'o-' || g,

@@ -1,4 +1,4 @@
--- eventgrid 0.12.0: the full install script of this version.
+-- eventgrid 0.13.0: the full install script of this version.
 --
 -- Made by scripts/install-script.sh from what the upgrade scripts build
 -- (sql/eventgrid--A--B.sql, from the oldest full script on): edit those,
@@ -412,6 +412,30 @@ CREATE FUNCTION eventgrid._caller() RETURNS name
     RETURN CASE WHEN (current_setting('role'::text) <> 'none'::text) THEN (current_setting('role'::text))::name ELSE SESSION_USER END;
 
 COMMENT ON FUNCTION eventgrid._caller() IS 'Internal: the role that called a SECURITY DEFINER function (the role SET ROLE chose, else the session user), named in log lines only; privilege checks use the role current at the call.';
+
+CREATE FUNCTION eventgrid._check_credential_text(field text, val text, max_bytes integer, required boolean) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF val IS NULL THEN
+        IF required THEN
+            RAISE EXCEPTION '% must not be NULL', field USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        RETURN;
+    END IF;
+    IF val = '' OR octet_length(val) > max_bytes THEN
+        RAISE EXCEPTION '% must be 1 to % bytes long, got %', field, max_bytes, octet_length(val)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF val ~ '[\x01-\x1f\x7f]' THEN
+        RAISE EXCEPTION '% must not hold control characters', field
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Line breaks and tabs are not part of client ids, secrets, scopes or audiences; check what was pasted.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_credential_text(field text, val text, max_bytes integer, required boolean) IS 'Internal: raises 22004 when a required credential field is NULL, 22023 when it is empty, longer than max_bytes or holds a control character (never quoting it).';
 
 CREATE FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) RETURNS void
     LANGUAGE plpgsql STABLE
@@ -861,6 +885,12 @@ CREATE FUNCTION eventgrid._dead_letter_notification(target_topic text, topic tex
 END;
 
 COMMENT ON FUNCTION eventgrid._dead_letter_notification(target_topic text, topic text, subscription text, event jsonb, input_schema text, dead_lettered boolean, reason text, attempts integer, outcome text, http_status integer, publish_time timestamp with time zone, attempted_at timestamp with time zone, event_source text) IS 'Internal: the notification event of an event dead-lettered (or, dead_lettered false, dropped) by an event subscription whose dead_letter_topic is target_topic, in that topic''s input schema, with what the dead letter records (the event''s id, subject and type cut to 1,024 characters each) and the event itself (up to 900 kB), so that it always fits the 1 MB event limit; no row for a notification that itself ended undelivered (event_source ''(dead-letter notification)'', which the delivery workers give the notifications they publish and publishers cannot write), or when the topic is gone. The delivery workers publish it in the transaction that records the dead letter.';
+
+CREATE FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) RETURNS SETOF record
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_delivery_tokens';
+
+COMMENT ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) IS 'Internal: the bearer tokens this database''s workers keep in shared memory, per token endpoint, client, scope and audience: when obtained, when they expire, token requests and failures counted since the slot was made, the last failure; never a token or secret.';
 
 CREATE FUNCTION eventgrid._drop_topic_triggers(rel regclass, topic text) RETURNS void
     LANGUAGE plpgsql
@@ -1356,6 +1386,13 @@ BEGIN
         RAISE EXCEPTION 'delivery property header name % must not start with "aeg-"', eventgrid._quote(p_header)
             USING ERRCODE = 'reserved_name', HINT = 'Headers starting with aeg- are set by eventgrid itself.';
     END IF;
+    IF lower(p_header) = 'authorization'
+       AND EXISTS (SELECT 1 FROM eventgrid.delivery_authentications a WHERE a.subscription_id = sid) THEN
+        RAISE EXCEPTION 'event subscription % of topic % sends bearer tokens: it cannot have an Authorization delivery property',
+                        eventgrid._quote(p_subscription), eventgrid._quote(p_topic)
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Its Authorization header carries the token of its delivery authentication; remove that first with eventgrid.remove_delivery_authentication().';
+    END IF;
     IF octet_length(p_value) > 4096 THEN
         RAISE EXCEPTION 'delivery property value of header % is % bytes; at most 4096 bytes are allowed',
                         eventgrid._quote(p_header), octet_length(p_value)
@@ -1614,6 +1651,35 @@ CREATE FUNCTION eventgrid._served_databases(OUT database text, OUT state text, O
     AS 'MODULE_PATHNAME', 'eventgrid_served_databases';
 
 COMMENT ON FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) IS 'Internal: the launcher''s view of every database it knows; read eventgrid.served_databases.';
+
+CREATE FUNCTION eventgrid._set_delivery_authentication(topic text, subscription text, method text, token_endpoint text, tenant_id text, client_id text, client_secret text, scope text, audience text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, subscription, true);
+BEGIN
+    PERFORM eventgrid._check_credential_text('client_id', client_id, 500, true);
+    PERFORM eventgrid._check_credential_text('client_secret', client_secret, 1000, true);
+    PERFORM eventgrid._check_credential_text('scope', scope, 500, false);
+    PERFORM eventgrid._check_credential_text('audience', audience, 500, false);
+    IF EXISTS (SELECT 1 FROM eventgrid.delivery_properties p
+                WHERE p.subscription_id = sid AND lower(p.header) = 'authorization') THEN
+        RAISE EXCEPTION 'event subscription % of topic % has an Authorization delivery property',
+                        eventgrid._quote(subscription), eventgrid._quote(topic)
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'The bearer token goes in the Authorization header; remove the property first with eventgrid.remove_delivery_property().';
+    END IF;
+    INSERT INTO eventgrid.delivery_authentications AS a
+           (subscription_id, method, token_endpoint, tenant_id, client_id, client_secret, scope, audience)
+    VALUES (sid, method, token_endpoint, tenant_id, client_id, client_secret, scope, audience)
+    ON CONFLICT (subscription_id) DO UPDATE
+       SET method = excluded.method, token_endpoint = excluded.token_endpoint, tenant_id = excluded.tenant_id,
+           client_id = excluded.client_id, client_secret = excluded.client_secret, scope = excluded.scope,
+           audience = excluded.audience, set_at = clock_timestamp();
+END $$;
+
+COMMENT ON FUNCTION eventgrid._set_delivery_authentication(topic text, subscription text, method text, token_endpoint text, tenant_id text, client_id text, client_secret text, scope text, audience text) IS 'Internal: checks and stores the delivery authentication of an event subscription for set_oauth2_authentication() and set_entra_authentication(); refuses (55000) one whose subscription has an Authorization delivery property.';
 
 CREATE FUNCTION eventgrid._signing_secret_problem(secret text) RETURNS text
     LANGUAGE plpgsql IMMUTABLE
@@ -2271,6 +2337,21 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid.remove_client_certificate(topic text, subscription text) IS 'Removes the client certificate of an event subscription: its requests present none from the next claim on. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription or no certificate.';
 
+CREATE FUNCTION eventgrid.remove_delivery_authentication(topic text, subscription text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    DELETE FROM eventgrid.delivery_authentications a
+     WHERE a.subscription_id = eventgrid._subscription_id(topic, subscription, true);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'event subscription % of topic % has no delivery authentication', eventgrid._quote(subscription), eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'eventgrid.event_subscription_authentication lists the subscriptions that have one.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.remove_delivery_authentication(topic text, subscription text) IS 'Removes the delivery authentication (OAuth 2.0 or Entra ID) of an event subscription: its requests carry no bearer token from the next claim on. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription or none set.';
+
 CREATE FUNCTION eventgrid.remove_delivery_property(topic text, subscription text, header text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2414,6 +2495,46 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid.set_dynamic_delivery_property(topic text, subscription text, header text, source_field text) IS 'Adds or replaces a dynamic custom delivery property whose value is taken from a field of each event (dotted path such as data.orderId; strings, numbers and booleans only; a value that is of another type, longer than 4096 bytes or holding a control character leaves the header out). Same name rules as set_delivery_property. Requires eventgrid_admin. SPEC 8.';
+
+CREATE FUNCTION eventgrid.set_entra_authentication(topic text, subscription text, tenant_id text, application_id_or_uri text, client_id text, client_secret text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+BEGIN
+    PERFORM eventgrid._check_not_null('tenant_id', tenant_id);
+    PERFORM eventgrid._check_not_null('application_id_or_uri', application_id_or_uri);
+    IF tenant_id !~ '^[A-Za-z0-9][A-Za-z0-9.-]{0,99}$' THEN
+        RAISE EXCEPTION 'invalid tenant_id %', eventgrid._quote(tenant_id)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Give the directory (tenant) ID, a GUID, or a domain name of the tenant such as contoso.onmicrosoft.com.';
+    END IF;
+    IF octet_length(application_id_or_uri) > 480 OR application_id_or_uri !~ '^[!-~]+$' THEN
+        RAISE EXCEPTION 'invalid application_id_or_uri %', eventgrid._quote(application_id_or_uri)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Give the application (client) ID or the application ID URI of the receiver''s app registration, such as api://orders-webhook: 1 to 480 printable characters without spaces.';
+    END IF;
+    PERFORM eventgrid._set_delivery_authentication(topic, subscription, 'entra', NULL, tenant_id, client_id,
+                                                   client_secret, rtrim(application_id_or_uri, '/') || '/.default', NULL);
+END $_$;
+
+COMMENT ON FUNCTION eventgrid.set_entra_authentication(topic text, subscription text, tenant_id text, application_id_or_uri text, client_id text, client_secret text) IS 'Makes every request of an event subscription carry a Microsoft Entra ID bearer token, as Event Grid does for Entra-protected endpoints: the client-credentials grant at {eventgrid.entra_authority}/{tenant_id}/oauth2/v2.0/token for scope {application_id_or_uri}/.default, client_id and client_secret sent in the form. tenant_id: a GUID or domain (1-100 characters); application_id_or_uri: the receiver app''s ID or ID URI (1-480 printable characters). Otherwise as set_oauth2_authentication(). SPEC 12. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription, 22023 a bad field, 55000 the subscription has an Authorization delivery property.';
+
+CREATE FUNCTION eventgrid.set_oauth2_authentication(topic text, subscription text, token_endpoint text, client_id text, client_secret text, scope text DEFAULT NULL::text, audience text DEFAULT NULL::text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._check_not_null('token_endpoint', token_endpoint);
+    PERFORM eventgrid._check_endpoint(token_endpoint);
+    IF octet_length(token_endpoint) > 1000 THEN
+        RAISE EXCEPTION 'token_endpoint must be at most 1000 bytes long, got %', octet_length(token_endpoint)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM eventgrid._set_delivery_authentication(topic, subscription, 'oauth2', token_endpoint, NULL,
+                                                   client_id, client_secret, scope, audience);
+END $$;
+
+COMMENT ON FUNCTION eventgrid.set_oauth2_authentication(topic text, subscription text, token_endpoint text, client_id text, client_secret text, scope text, audience text) IS 'Makes every request of an event subscription (deliveries, retries, batches, validation handshakes) carry Authorization: Bearer <access token>, the token got from token_endpoint (an http or https URL of at most 1000 bytes) with the OAuth 2.0 client-credentials grant (RFC 6749 4.4): client_id and client_secret (1-500 and 1-1000 bytes) sent with HTTP Basic, scope and audience (each at most 500 bytes, NULL: not sent) in the form. A token serves until expires_in less min(10 %, 60 s), shared by the subscriptions with the same endpoint, client, scope and audience; a 401 to a token that was not new drops it and sends the event again at once. SPEC 12. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription, 22023 a bad URL or field, 55000 the subscription has an Authorization delivery property.';
 
 CREATE FUNCTION eventgrid.set_retry_policy(topic text, name text, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2845,6 +2966,23 @@ CREATE VIEW eventgrid.delivery_attempts AS
 
 COMMENT ON VIEW eventgrid.delivery_attempts IS 'Delivery attempt history: one row per attempt (one HTTP request; a batch names all its events): id, when it started (attempted_at, on the worker''s clock), topic, event subscription, event_ids (the ids publish() returned), attempt (1 for the first; for a batch, its first event''s, the aeg-delivery-count header plus 1), http_status (NULL: no HTTP answer), outcome (the outcome names of SPEC 3: Delivered, GenericError, Busy, NotFound, TimedOut, SocketError, ResolutionError, ...; Probation for an attempt that delayed delivery held back; Aborted for a request in flight when the worker stopped), duration_ms (libcurl''s total time of the request), error (libcurl''s message when there was no HTTP answer; for a failed answer with Retry-After, what it asked for), response_body (the first 512 bytes of a failed answer''s body, bytes outside printable ASCII as ?; NULL for a success or no body), event_sources (parallel to event_ids, for events brought by logical replication: the subscription each came through, NULL for one published here; NULL when none was: README "Scaling out"). Kept per GUC eventgrid.attempt_history (all, failures, off) for eventgrid.attempt_history_retention and eventgrid.attempt_history_max_rows. An attempt whose outcome was not yet written when the worker stopped shows as Aborted.';
 
+CREATE TABLE eventgrid.delivery_authentications (
+    subscription_id bigint NOT NULL,
+    method text NOT NULL,
+    token_endpoint text,
+    tenant_id text,
+    client_id text NOT NULL,
+    client_secret text NOT NULL,
+    scope text,
+    audience text,
+    set_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT delivery_authentications_check CHECK (((method = 'oauth2'::text) = (token_endpoint IS NOT NULL))),
+    CONSTRAINT delivery_authentications_check1 CHECK (((method = 'entra'::text) = (tenant_id IS NOT NULL))),
+    CONSTRAINT delivery_authentications_method_check CHECK ((method = ANY (ARRAY['oauth2'::text, 'entra'::text])))
+);
+
+COMMENT ON TABLE eventgrid.delivery_authentications IS 'Internal: the OAuth 2.0 and Microsoft Entra ID client credentials whose bearer tokens event subscriptions send; readable by the extension''s owner only (eventgrid.event_subscription_authentication shows them without the secret).';
+
 CREATE TABLE eventgrid.delivery_properties (
     subscription_id bigint NOT NULL,
     header text NOT NULL,
@@ -2877,6 +3015,16 @@ CREATE VIEW eventgrid.delivery_statistics AS
 
 COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, and whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here).';
 
+CREATE VIEW eventgrid.delivery_token_metrics AS
+ SELECT d.token_endpoint,
+    d.client_id,
+    d.token_requests AS token_requests_total,
+    d.token_failures AS token_failures_total,
+    COALESCE((EXTRACT(epoch FROM d.token_expires_at))::double precision, (0)::double precision) AS token_expiry_timestamp_seconds
+   FROM eventgrid._delivery_tokens() d(token_endpoint, client_id, scope, audience, token_obtained_at, token_expires_at, token_requests, token_failures, last_failure_at, last_error);
+
+COMMENT ON VIEW eventgrid.delivery_token_metrics IS 'Prometheus counters per token endpoint and client of delivery authentication: token_requests_total and token_failures_total (since the server started), and token_expiry_timestamp_seconds, when the token now kept expires (0: none). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
 CREATE VIEW eventgrid.endpoint_health AS
  SELECT s.topic,
     s.name AS subscription,
@@ -2893,6 +3041,43 @@ CREATE VIEW eventgrid.endpoint_health AS
      LEFT JOIN eventgrid.endpoint_states h ON ((h.endpoint = s.endpoint)));
 
 COMMENT ON VIEW eventgrid.endpoint_health IS 'Per event subscription, the health of its endpoint (subscriptions with the same endpoint URL share it): state healthy, probation (nothing is sent until probation_until) or probing (probation is over and one request is testing the endpoint); consecutive failed delivery attempts; the outcome that started the probation and when; probations in a row since the last success (each lasts twice the one before, at most 4 hours). Times are the delivery worker''s clock (eventgrid.clock_offset included). SPEC 6.';
+
+CREATE VIEW eventgrid.event_subscription_authentication AS
+ SELECT s.topic,
+    s.name AS subscription,
+    a.method,
+    e.token_endpoint,
+    a.client_id,
+    a.scope,
+    a.audience,
+    a.set_at,
+    t.token_obtained_at,
+    t.token_expires_at,
+    COALESCE(t.token_requests, (0)::bigint) AS token_requests,
+    COALESCE(t.token_failures, (0)::bigint) AS token_failures,
+    t.last_failure_at,
+    t.last_error
+   FROM (((eventgrid.delivery_authentications a
+     JOIN eventgrid.event_subscriptions s ON ((s.id = a.subscription_id)))
+     CROSS JOIN LATERAL ( SELECT
+                CASE a.method
+                    WHEN 'entra'::text THEN (((rtrim(current_setting('eventgrid.entra_authority'::text, true), '/'::text) || '/'::text) || a.tenant_id) || '/oauth2/v2.0/token'::text)
+                    ELSE a.token_endpoint
+                END AS token_endpoint) e)
+     LEFT JOIN LATERAL ( SELECT d.token_endpoint,
+            d.client_id,
+            d.scope,
+            d.audience,
+            d.token_obtained_at,
+            d.token_expires_at,
+            d.token_requests,
+            d.token_failures,
+            d.last_failure_at,
+            d.last_error
+           FROM eventgrid._delivery_tokens() d(token_endpoint, client_id, scope, audience, token_obtained_at, token_expires_at, token_requests, token_failures, last_failure_at, last_error)
+          WHERE ((d.token_endpoint = e.token_endpoint) AND (d.client_id = a.client_id) AND (NOT (d.scope IS DISTINCT FROM a.scope)) AND (NOT (d.audience IS DISTINCT FROM a.audience)))) t ON (true));
+
+COMMENT ON VIEW eventgrid.event_subscription_authentication IS 'The event subscriptions that send bearer tokens (SPEC 12): topic, subscription, method (oauth2 or entra), token_endpoint, client_id, scope, audience, set_at, and from the workers'' shared memory token_obtained_at and token_expires_at (NULL: no token now), token_requests and token_failures (since the server started or the token was last asked for after a while unused), last_failure_at and last_error (what the token endpoint answered; NULL once a token came); never the secret or a token. Readable by eventgrid_admin.';
 
 CREATE VIEW eventgrid.event_subscription_batching AS
  SELECT s.topic,
@@ -3360,6 +3545,9 @@ ALTER TABLE ONLY eventgrid.dead_letter_notification_failures
 ALTER TABLE ONLY eventgrid.dead_letters
     ADD CONSTRAINT dead_letters_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY eventgrid.delivery_authentications
+    ADD CONSTRAINT delivery_authentications_pkey PRIMARY KEY (subscription_id);
+
 ALTER TABLE ONLY eventgrid.delivery_pauses
     ADD CONSTRAINT delivery_pauses_topic_subscription_id_key UNIQUE NULLS NOT DISTINCT (topic, subscription_id);
 
@@ -3456,6 +3644,9 @@ CREATE TRIGGER table_publications_changed AFTER INSERT OR DELETE OR UPDATE OR TR
 
 ALTER TABLE ONLY eventgrid.client_certificates
     ADD CONSTRAINT client_certificates_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.delivery_authentications
+    ADD CONSTRAINT delivery_authentications_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY eventgrid.delivery_pauses
     ADD CONSTRAINT delivery_pauses_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
@@ -3562,6 +3753,8 @@ GRANT ALL ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending big
 
 REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._check_credential_text(field text, val text, max_bytes integer, required boolean) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_endpoint(endpoint text) FROM PUBLIC;
@@ -3613,6 +3806,10 @@ GRANT SELECT(name) ON TABLE eventgrid.topics TO eventgrid_publisher;
 GRANT SELECT(input_schema) ON TABLE eventgrid.topics TO eventgrid_publisher;
 
 REVOKE ALL ON FUNCTION eventgrid._dead_letter_notification(target_topic text, topic text, subscription text, event jsonb, input_schema text, dead_lettered boolean, reason text, attempts integer, outcome text, http_status integer, publish_time timestamp with time zone, attempted_at timestamp with time zone, event_source text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) TO eventgrid_admin;
+GRANT ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) TO pg_monitor;
 
 REVOKE ALL ON FUNCTION eventgrid._drop_topic_triggers(rel regclass, topic text) FROM PUBLIC;
 
@@ -3698,6 +3895,8 @@ REVOKE ALL ON FUNCTION eventgrid._retry_policy_args(topic_type text, max_deliver
 
 REVOKE ALL ON FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) TO pg_monitor;
+
+REVOKE ALL ON FUNCTION eventgrid._set_delivery_authentication(topic text, subscription text, method text, token_endpoint text, tenant_id text, client_id text, client_secret text, scope text, audience text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._signing_secret_problem(secret text) FROM PUBLIC;
 
@@ -3789,6 +3988,9 @@ GRANT ALL ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription 
 REVOKE ALL ON FUNCTION eventgrid.remove_client_certificate(topic text, subscription text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.remove_client_certificate(topic text, subscription text) TO eventgrid_admin;
 
+REVOKE ALL ON FUNCTION eventgrid.remove_delivery_authentication(topic text, subscription text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.remove_delivery_authentication(topic text, subscription text) TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid.remove_delivery_property(topic text, subscription text, header text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.remove_delivery_property(topic text, subscription text, header text) TO eventgrid_admin;
 
@@ -3819,6 +4021,12 @@ GRANT ALL ON FUNCTION eventgrid.set_delivery_property(topic text, subscription t
 
 REVOKE ALL ON FUNCTION eventgrid.set_dynamic_delivery_property(topic text, subscription text, header text, source_field text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.set_dynamic_delivery_property(topic text, subscription text, header text, source_field text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.set_entra_authentication(topic text, subscription text, tenant_id text, application_id_or_uri text, client_id text, client_secret text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.set_entra_authentication(topic text, subscription text, tenant_id text, application_id_or_uri text, client_id text, client_secret text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.set_oauth2_authentication(topic text, subscription text, token_endpoint text, client_id text, client_secret text, scope text, audience text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.set_oauth2_authentication(topic text, subscription text, token_endpoint text, client_id text, client_secret text, scope text, audience text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.set_retry_policy(topic text, name text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.set_retry_policy(topic text, name text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text) TO eventgrid_admin;
@@ -3851,7 +4059,12 @@ GRANT SELECT ON TABLE eventgrid.delivery_attempts TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.delivery_statistics TO eventgrid_admin;
 
+GRANT SELECT ON TABLE eventgrid.delivery_token_metrics TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.delivery_token_metrics TO eventgrid_admin;
+
 GRANT SELECT ON TABLE eventgrid.endpoint_health TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscription_authentication TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.event_subscription_batching TO eventgrid_admin;
 
@@ -3940,6 +4153,7 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letter_notification_f
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letter_notification_failures_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letters', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letters_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_authentications', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_pauses', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_properties', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.endpoint_validations', '');

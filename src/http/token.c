@@ -1,0 +1,699 @@
+/*
+ * token.c - bearer tokens from an OAuth 2.0 token endpoint (SPEC section
+ * 12; RFC 6749 section 4.4, the client-credentials grant; Microsoft Entra
+ * ID's v2.0 token endpoint is one).
+ *
+ * The request: a POST of grant_type=client_credentials (and scope,
+ * audience) as application/x-www-form-urlencoded, the client authenticated
+ * with HTTP Basic (RFC 6749 section 2.3.1, which every server must accept)
+ * or, for Entra ID, with client_id and client_secret in the body, as
+ * Microsoft's page shows.  The delivery workers send it through their HTTP
+ * thread like any request (it never holds a delivery up); the upkeep
+ * worker's handshakes wait for it (eg_token_get_now).  The answer is read
+ * with PostgreSQL's jsonb: access_token (printable b64token characters, RFC
+ * 6750 section 2.1, at most EG_TOKEN_MAX_BYTES), token_type Bearer when
+ * given, expires_in (EG_TOKEN_DEFAULT_LIFETIME_S when absent).  A token
+ * serves until expires_in less min(10 %, 60 s) has passed.
+ *
+ * The tokens of a database are kept in shared memory, a slot per set of
+ * credentials (database, token endpoint, client id, scope, audience; not
+ * the secret), under one LWLock: the first process to find no token marks
+ * the slot as asking for one and asks; the others wait for its answer
+ * instead of asking too (one request per lifetime, not one per worker).  A
+ * process that dies while asking is forgotten after the response timeout.
+ * A failed request is kept for EG_TOKEN_FAILURE_HOLD_MS: attempts in that
+ * time fail with its error rather than ask again.  With all EG_TOKEN_SLOTS
+ * taken, the least recently used slot is reused.  No secret is in shared
+ * memory, and no access token leaves it but to the process using it.
+ */
+#include "http/token.h"
+
+#include "common/base64.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include <curl/curl.h>
+
+typedef struct EgTokenSlot
+{
+	Oid			dboid;			/* InvalidOid: free */
+	char		token_endpoint[EG_TOKEN_ENDPOINT_MAX + 1];
+	char		client_id[EG_TOKEN_FIELD_MAX + 1];
+	char		scope[EG_TOKEN_FIELD_MAX + 1];
+	char		audience[EG_TOKEN_FIELD_MAX + 1];
+	uint64		generation;
+	pid_t		fetching_pid;	/* asking for a token now (0: nobody) */
+	TimestampTz fetch_started;
+	TimestampTz obtained_at;
+	TimestampTz expires_at;
+	TimestampTz refresh_at;
+	TimestampTz last_used;
+	TimestampTz failed_at;		/* the last failed request's end (0: none since the last token) */
+	int64		requests;
+	int64		failures;
+	char		error[EG_TOKEN_ERROR_MAX];
+	int			len;			/* 0: no token */
+	char		token[EG_TOKEN_MAX_BYTES + 1];
+} EgTokenSlot;
+
+typedef struct EgTokenShared
+{
+	LWLock	   *lock;
+	uint64		next_generation;
+	EgTokenSlot slot[EG_TOKEN_SLOTS];
+} EgTokenShared;
+
+static EgTokenShared *tokens = NULL;
+
+Size
+eg_token_shmem_size(void)
+{
+	return sizeof(EgTokenShared);
+}
+
+/* In the shmem request hook: the slots' LWLock. */
+void
+eg_token_shmem_request(void)
+{
+	RequestNamedLWLockTranche("eventgrid tokens", 1);
+}
+
+/* In the shmem startup hook, under AddinShmemInitLock. */
+void
+eg_token_shmem_init(void)
+{
+	bool		found;
+
+	tokens = ShmemInitStruct("eventgrid tokens", eg_token_shmem_size(), &found);
+	if (!found)
+	{
+		memset(tokens, 0, eg_token_shmem_size());
+		tokens->lock = &(GetNamedLWLockTranche("eventgrid tokens"))->lock;
+		tokens->next_generation = 1;
+	}
+}
+
+/*
+ * The token endpoint of Microsoft Entra tenant tenant_id under
+ * eventgrid.entra_authority (palloc'd): {authority}/{tenant}/oauth2/v2.0/token.
+ */
+char *
+eg_entra_token_endpoint(const char *tenant_id)
+{
+	const char *authority = eg_entra_authority != NULL ? eg_entra_authority : "";
+	int			len = (int) strlen(authority);
+
+	while (len > 0 && authority[len - 1] == '/')
+		len--;
+	return psprintf("%.*s/%s/oauth2/v2.0/token", len, authority, tenant_id);
+}
+
+static bool
+same_text(const char *slot_text, const char *s)
+{
+	return strcmp(slot_text, s != NULL ? s : "") == 0;
+}
+
+/* Do a and b name the same client of the same token endpoint for the same scope and audience? */
+bool
+eg_token_same_client(const EgCredentials *a, const EgCredentials *b)
+{
+#define SAME(f) (strcmp(a->f != NULL ? a->f : "", b->f != NULL ? b->f : "") == 0)
+	return SAME(token_endpoint) && SAME(client_id) && SAME(scope) && SAME(audience);
+#undef SAME
+}
+
+static bool
+fits(const EgCredentials *c)
+{
+	return strlen(c->token_endpoint) <= EG_TOKEN_ENDPOINT_MAX &&
+		strlen(c->client_id) <= EG_TOKEN_FIELD_MAX &&
+		(c->scope == NULL || strlen(c->scope) <= EG_TOKEN_FIELD_MAX) &&
+		(c->audience == NULL || strlen(c->audience) <= EG_TOKEN_FIELD_MAX);
+}
+
+/* The slot of c in this database, under the lock (held exclusively); a new one when create. */
+static EgTokenSlot *
+find_slot(const EgCredentials *c, bool create)
+{
+	EgTokenSlot *victim = NULL;
+
+	for (int i = 0; i < EG_TOKEN_SLOTS; i++)
+	{
+		EgTokenSlot *s = &tokens->slot[i];
+
+		if (s->dboid == MyDatabaseId && same_text(s->token_endpoint, c->token_endpoint) &&
+			same_text(s->client_id, c->client_id) && same_text(s->scope, c->scope) &&
+			same_text(s->audience, c->audience))
+			return s;
+		if (s->dboid == InvalidOid)
+		{
+			if (victim == NULL || victim->dboid != InvalidOid)
+				victim = s;
+		}
+		else if (s->fetching_pid == 0 &&
+				 (victim == NULL || (victim->dboid != InvalidOid && s->last_used < victim->last_used)))
+			victim = s;
+	}
+	if (!create || victim == NULL)
+		return NULL;
+	memset(victim, 0, sizeof(EgTokenSlot));
+	victim->dboid = MyDatabaseId;
+	strlcpy(victim->token_endpoint, c->token_endpoint, sizeof(victim->token_endpoint));
+	strlcpy(victim->client_id, c->client_id, sizeof(victim->client_id));
+	strlcpy(victim->scope, c->scope ? c->scope : "", sizeof(victim->scope));
+	strlcpy(victim->audience, c->audience ? c->audience : "", sizeof(victim->audience));
+	victim->generation = tokens->next_generation++;
+	return victim;
+}
+
+/*
+ * What the shared slot of credentials c says now: a token that serves
+ * (READY, copied into out), a failure moments ago (FAILED, its error in
+ * out->error), another process asking (FETCHING), or nobody asking: then
+ * the caller is marked as asking and must ask, and report the answer with
+ * eg_token_store() or eg_token_failed() (FETCH).
+ */
+EgTokenState
+eg_token_lookup(const EgCredentials *c, EgToken *out)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	EgTokenSlot *s;
+	EgTokenState state;
+
+	out->len = 0;
+	out->error[0] = '\0';
+	if (!fits(c))
+	{
+		snprintf(out->error, sizeof(out->error),
+				 "the token endpoint URL is longer than %d bytes (eventgrid.entra_authority too long?)",
+				 EG_TOKEN_ENDPOINT_MAX);
+		return EG_TOKEN_FAILED;
+	}
+	LWLockAcquire(tokens->lock, LW_EXCLUSIVE);
+	s = find_slot(c, true);
+	if (s == NULL)
+	{
+		/* every slot is asking for a token at this very moment */
+		LWLockRelease(tokens->lock);
+		return EG_TOKEN_FETCHING;
+	}
+	s->last_used = now;
+	out->generation = s->generation;
+	if (s->len > 0 && now < s->refresh_at)
+	{
+		memcpy(out->text, s->token, s->len);
+		out->text[s->len] = '\0';
+		out->len = s->len;
+		out->refresh_at = s->refresh_at;
+		state = EG_TOKEN_READY;
+	}
+	else if (s->fetching_pid != 0 &&
+			 now - s->fetch_started < (TimestampTz) (eg_response_timeout_ms + 5000) * 1000)
+		state = EG_TOKEN_FETCHING;
+	else if (s->failed_at != 0 && now - s->failed_at < (TimestampTz) EG_TOKEN_FAILURE_HOLD_MS * 1000)
+	{
+		strlcpy(out->error, s->error, sizeof(out->error));
+		state = EG_TOKEN_FAILED;
+	}
+	else
+	{
+		s->fetching_pid = MyProcPid;
+		s->fetch_started = now;
+		s->requests++;
+		state = EG_TOKEN_FETCH;
+	}
+	LWLockRelease(tokens->lock);
+	return state;
+}
+
+/* The token endpoint gave a token for c, good for expires_in_s seconds. */
+void
+eg_token_store(const EgCredentials *c, const char *token, int len, int64 expires_in_s)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz lifetime = expires_in_s * USECS_PER_SEC;
+	TimestampTz margin = Min(lifetime / 10, 60 * USECS_PER_SEC);
+	EgTokenSlot *s;
+
+	if (!fits(c) || len <= 0 || len > EG_TOKEN_MAX_BYTES)
+		return;
+	LWLockAcquire(tokens->lock, LW_EXCLUSIVE);
+	s = find_slot(c, true);
+	if (s != NULL)
+	{
+		memcpy(s->token, token, len);
+		s->token[len] = '\0';
+		s->len = len;
+		s->generation = tokens->next_generation++;
+		s->obtained_at = now;
+		s->expires_at = now + lifetime;
+		s->refresh_at = now + lifetime - margin;
+		s->last_used = now;
+		s->failed_at = 0;
+		s->error[0] = '\0';
+		if (s->fetching_pid == MyProcPid)
+			s->fetching_pid = 0;
+	}
+	LWLockRelease(tokens->lock);
+}
+
+/* A token request for c failed with error (printable, no secret). */
+void
+eg_token_failed(const EgCredentials *c, const char *error)
+{
+	EgTokenSlot *s;
+
+	if (!fits(c))
+		return;
+	LWLockAcquire(tokens->lock, LW_EXCLUSIVE);
+	s = find_slot(c, true);
+	if (s != NULL)
+	{
+		s->failures++;
+		s->failed_at = GetCurrentTimestamp();
+		strlcpy(s->error, error, sizeof(s->error));
+		if (s->fetching_pid == MyProcPid)
+			s->fetching_pid = 0;
+	}
+	LWLockRelease(tokens->lock);
+}
+
+/*
+ * A receiver refused the token of generation generation (HTTP 401): it is
+ * dropped, unless another process replaced it meanwhile.
+ */
+void
+eg_token_drop(const EgCredentials *c, uint64 generation)
+{
+	EgTokenSlot *s;
+
+	if (!fits(c))
+		return;
+	LWLockAcquire(tokens->lock, LW_EXCLUSIVE);
+	s = find_slot(c, false);
+	if (s != NULL && s->generation == generation && s->len > 0)
+	{
+		explicit_bzero(s->token, s->len);
+		s->len = 0;
+		s->refresh_at = 0;
+		s->generation = tokens->next_generation++;
+	}
+	LWLockRelease(tokens->lock);
+}
+
+/* This process asks for no token any more (it exits): others may ask at once. */
+void
+eg_token_release_fetches(void)
+{
+	if (tokens == NULL)
+		return;
+	LWLockAcquire(tokens->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < EG_TOKEN_SLOTS; i++)
+		if (tokens->slot[i].fetching_pid == MyProcPid)
+			tokens->slot[i].fetching_pid = 0;
+	LWLockRelease(tokens->lock);
+}
+
+/* s, form-urlencoded (libcurl's escaping), appended to buf. */
+static void
+append_escaped(StringInfo buf, const char *s)
+{
+	char	   *e = curl_easy_escape(NULL, s, (int) strlen(s));
+
+	if (e == NULL)
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("eventgrid: out of memory")));
+	appendStringInfoString(buf, e);
+	curl_free(e);
+}
+
+/*
+ * Makes req the token request of credentials c (on the main thread): its
+ * url (c's, which must outlive the request), a malloc'd body and header
+ * block, both holding the secret (http.c clears them when the request
+ * ends), and room for the whole answer.
+ */
+void
+eg_token_request_prepare(EgRequest *req, const EgCredentials *c)
+{
+	StringInfoData body;
+	StringInfoData lines;
+	int			n = 2;
+	bool		basic = strcmp(c->method, "entra") != 0;
+
+	initStringInfo(&body);
+	appendStringInfoString(&body, "grant_type=client_credentials");
+	if (c->scope != NULL && c->scope[0] != '\0')
+	{
+		appendStringInfoString(&body, "&scope=");
+		append_escaped(&body, c->scope);
+	}
+	if (c->audience != NULL && c->audience[0] != '\0')
+	{
+		appendStringInfoString(&body, "&audience=");
+		append_escaped(&body, c->audience);
+	}
+	if (!basic)
+	{
+		appendStringInfoString(&body, "&client_id=");
+		append_escaped(&body, c->client_id);
+		appendStringInfoString(&body, "&client_secret=");
+		append_escaped(&body, c->client_secret);
+	}
+
+	initStringInfo(&lines);
+	appendStringInfoString(&lines, "Content-Type: application/x-www-form-urlencoded");
+	appendStringInfoChar(&lines, '\0');
+	appendStringInfoString(&lines, "Accept: application/json");
+	appendStringInfoChar(&lines, '\0');
+	if (basic)
+	{
+		/* RFC 6749 2.3.1: both form-urlencoded, then user:password in Basic */
+		StringInfoData pair;
+		int			enc_len;
+		char	   *enc;
+
+		initStringInfo(&pair);
+		append_escaped(&pair, c->client_id);
+		appendStringInfoChar(&pair, ':');
+		append_escaped(&pair, c->client_secret);
+		enc_len = pg_b64_enc_len(pair.len);
+		enc = palloc(enc_len + 1);
+		enc_len = pg_b64_encode(pair.data, pair.len, enc, enc_len);
+		if (enc_len < 0)
+			elog(ERROR, "eventgrid: could not encode the client credentials");
+		appendStringInfoString(&lines, "Authorization: Basic ");
+		appendBinaryStringInfo(&lines, enc, enc_len);
+		appendStringInfoChar(&lines, '\0');
+		n++;
+		explicit_bzero(pair.data, pair.len);
+		explicit_bzero(enc, enc_len);
+		pfree(pair.data);
+		pfree(enc);
+	}
+
+	memset(req, 0, sizeof(EgRequest));
+	req->url = c->token_endpoint;
+	req->token_request = true;
+	req->answer_max = EG_TOKEN_ANSWER_MAX;
+	req->body = malloc(body.len + 1);
+	if (req->body == NULL)
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("eventgrid: out of memory")));
+	memcpy(req->body, body.data, body.len + 1);
+	req->body_len = body.len;
+	eg_http_set_headers(req, lines.data, lines.len, n);
+	explicit_bzero(body.data, body.len);
+	explicit_bzero(lines.data, lines.len);
+	pfree(body.data);
+	pfree(lines.data);
+}
+
+/* A string member of a JSON object (NULL: absent or not a string), NUL-terminated, palloc'd. */
+static char *
+json_string(Jsonb *jb, const char *key)
+{
+	JsonbValue	v;
+
+	if (getKeyJsonValueFromContainer(&jb->root, key, strlen(key), &v) == NULL || v.type != jbvString)
+		return NULL;
+	return pnstrdup(v.val.string.val, v.val.string.len);
+}
+
+/* The answer's body as a jsonb object, or NULL when it is not JSON or not an object. */
+static Jsonb *
+parse_object(const char *text, size_t len)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	char	   *copy = pnstrdup(text, len);
+	Jsonb	   *jb = NULL;
+
+	PG_TRY();
+	{
+		jb = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(copy)));
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+		jb = NULL;
+	}
+	PG_END_TRY();
+	if (jb != NULL && !JB_ROOT_IS_OBJECT(jb))
+		jb = NULL;
+	return jb;
+}
+
+/* RFC 6750 2.1 b64token: 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=" */
+static bool
+is_b64token(const char *s, int len)
+{
+	int			i = 0;
+
+	while (i < len && (isalnum((unsigned char) s[i]) || strchr("-._~+/", s[i]) != NULL) && s[i] != '\0')
+		i++;
+	if (i == 0)
+		return false;
+	while (i < len && s[i] == '=')
+		i++;
+	return i == len;
+}
+
+/* The secret must never be quoted: a description that holds it is left out. */
+static void
+describe_error(char *error, size_t errlen, const EgCredentials *c, int status, Jsonb *jb)
+{
+	char	   *code = jb ? json_string(jb, "error") : NULL;
+	char	   *desc = jb ? json_string(jb, "error_description") : NULL;
+	char	   *text;
+
+	if (code == NULL)
+		text = psprintf("token endpoint %s answered HTTP %d", c->token_endpoint, status);
+	else if (desc == NULL)
+		text = psprintf("token endpoint %s answered HTTP %d: %s", c->token_endpoint, status, code);
+	else
+		text = psprintf("token endpoint %s answered HTTP %d: %s (%s)", c->token_endpoint, status, code, desc);
+	if (c->client_secret[0] != '\0' && strstr(text, c->client_secret) != NULL)
+		text = psprintf("token endpoint %s answered HTTP %d (its error text quoted the client secret: left out)",
+						c->token_endpoint, status);
+	text = eg_printable_copy(text, (int) strlen(text));
+	strlcpy(error, text, errlen);
+}
+
+/*
+ * Reads the answer of token request req for credentials c: true with the
+ * access token (palloc'd, *len bytes) and its lifetime in seconds; false
+ * with why not in error (printable, never the secret or a token).
+ */
+bool
+eg_token_answer(const EgCredentials *c, const EgRequest *req, char **token, int *len,
+				int64 *expires_in_s, char *error, size_t errlen)
+{
+	Jsonb	   *jb;
+	char	   *access;
+	char	   *type;
+	JsonbValue	v;
+
+	*token = NULL;
+	*len = 0;
+	*expires_in_s = EG_TOKEN_DEFAULT_LIFETIME_S;
+	if (req->transport != EG_TRANSPORT_OK)
+	{
+		snprintf(error, errlen, "token request to %s failed: %s", c->token_endpoint,
+				 req->errbuf[0] ? req->errbuf : eg_outcome_name(eg_outcome_of(req->transport, 0)));
+		return false;
+	}
+	jb = parse_object(req->answer ? req->answer : "", req->answer_len);
+	if (req->http_status != 200)
+	{
+		describe_error(error, errlen, c, req->http_status, jb);
+		return false;
+	}
+	if (req->answer_len >= req->answer_max)
+	{
+		snprintf(error, errlen, "token endpoint %s answered more than %d bytes", c->token_endpoint,
+				 EG_TOKEN_ANSWER_MAX);
+		return false;
+	}
+	if (jb == NULL)
+	{
+		snprintf(error, errlen, "token endpoint %s answered HTTP 200 without a JSON object", c->token_endpoint);
+		return false;
+	}
+	access = json_string(jb, "access_token");
+	if (access == NULL || !is_b64token(access, (int) strlen(access)) || strlen(access) > EG_TOKEN_MAX_BYTES)
+	{
+		snprintf(error, errlen, "token endpoint %s answered without a usable access_token (%s)",
+				 c->token_endpoint, access == NULL ? "absent or not a string"
+				 : strlen(access) > EG_TOKEN_MAX_BYTES ? "longer than 16384 bytes"
+				 : "not a bearer token's characters");
+		return false;
+	}
+	type = json_string(jb, "token_type");
+	if (type != NULL && pg_strcasecmp(type, "Bearer") != 0)
+	{
+		snprintf(error, errlen, "token endpoint %s answered token_type \"%s\", not Bearer", c->token_endpoint,
+				 eg_printable_copy(type, (int) Min(strlen(type), 40)));
+		return false;
+	}
+	if (getKeyJsonValueFromContainer(&jb->root, "expires_in", 10, &v) != NULL)
+	{
+		int64		s = -1;
+		char	   *text = v.type == jbvNumeric
+			? DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v.val.numeric)))
+			: v.type == jbvString ? pnstrdup(v.val.string.val, v.val.string.len) : NULL;
+		char	   *end = NULL;
+
+		if (text != NULL)
+		{
+			errno = 0;
+			s = strtoll(text, &end, 10);
+			if (errno != 0 || end == text || *end != '\0')
+				s = -1;
+		}
+		if (s <= 0)
+		{
+			snprintf(error, errlen, "token endpoint %s answered an expires_in that is not a positive whole number",
+					 c->token_endpoint);
+			return false;
+		}
+		*expires_in_s = Min(s, (int64) 366 * 86400);
+	}
+	*token = access;
+	*len = (int) strlen(access);
+	return true;
+}
+
+/*
+ * A token for credentials c now, for a process that may wait (the upkeep
+ * worker's handshakes): the shared one, or one asked for here with a
+ * blocking request (at most eventgrid.response_timeout), or, when another
+ * process is asking, its answer.  False with out->error when none can be
+ * had.
+ */
+bool
+eg_token_get_now(const EgCredentials *c, const char *ca_file, EgToken *out)
+{
+	TimestampTz give_up = GetCurrentTimestamp() + (TimestampTz) (eg_response_timeout_ms + 5000) * 1000;
+
+	for (;;)
+	{
+		EgTokenState state = eg_token_lookup(c, out);
+		EgRequest	req;
+		CURL	   *h;
+		CURLcode	rc;
+		long		status = 0;
+		char	   *token;
+		int			len;
+		int64		expires_in;
+
+		if (state == EG_TOKEN_READY)
+			return true;
+		if (state == EG_TOKEN_FAILED)
+			return false;
+		if (state == EG_TOKEN_FETCHING)
+		{
+			if (GetCurrentTimestamp() >= give_up)
+			{
+				snprintf(out->error, sizeof(out->error), "no token: the token request of another worker took too long");
+				return false;
+			}
+			pg_usleep(10 * 1000L);
+			CHECK_FOR_INTERRUPTS();
+			continue;
+		}
+		eg_token_request_prepare(&req, c);
+		h = curl_easy_init();
+		rc = h == NULL ? CURLE_OUT_OF_MEMORY : eg_http_safe_options(h, ca_file);
+#define SET(opt, val) do { if (rc == CURLE_OK) rc = curl_easy_setopt(h, (opt), (val)); } while (0)
+		SET(CURLOPT_URL, req.url);
+		SET(CURLOPT_POSTFIELDS, req.body);
+		SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req.body_len);
+		SET(CURLOPT_HTTPHEADER, req.headers);
+		SET(CURLOPT_TIMEOUT_MS, (long) eg_response_timeout_ms);
+		SET(CURLOPT_ERRORBUFFER, req.errbuf);
+		SET(CURLOPT_WRITEFUNCTION, eg_http_keep_answer);
+		SET(CURLOPT_WRITEDATA, (void *) &req);
+#undef SET
+		req.errbuf[0] = '\0';
+		if (rc == CURLE_OK)
+			rc = curl_easy_perform(h);
+		req.transport = rc == CURLE_OK ? EG_TRANSPORT_OK : EG_TRANSPORT_SOCKET;
+		if (rc == CURLE_OPERATION_TIMEDOUT)
+			req.transport = EG_TRANSPORT_TIMEOUT;
+		if (rc != CURLE_OK && req.errbuf[0] == '\0')
+			snprintf(req.errbuf, sizeof(req.errbuf), "%s", curl_easy_strerror(rc));
+		if (rc == CURLE_OK)
+			curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+		req.http_status = (int) status;
+		if (h != NULL)
+			curl_easy_cleanup(h);
+		eg_http_end_token_request(&req);
+		if (eg_token_answer(c, &req, &token, &len, &expires_in, out->error, sizeof(out->error)))
+		{
+			eg_token_store(c, token, len, expires_in);
+			explicit_bzero(token, len);
+		}
+		else
+		{
+			eg_token_failed(c, out->error);
+			free(req.answer);
+			return false;
+		}
+		free(req.answer);
+	}
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_delivery_tokens);
+
+/*
+ * SQL: eventgrid._delivery_tokens() -> SETOF (token_endpoint, client_id,
+ * scope, audience, token_obtained_at, token_expires_at, token_requests,
+ * token_failures, last_failure_at, last_error): the tokens this database's
+ * workers keep in shared memory, never the token itself.  Empty when the
+ * library is not preloaded.
+ */
+Datum
+eventgrid_delivery_tokens(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (tokens == NULL)
+		return (Datum) 0;
+	LWLockAcquire(tokens->lock, LW_SHARED);
+	for (int i = 0; i < EG_TOKEN_SLOTS; i++)
+	{
+		EgTokenSlot *s = &tokens->slot[i];
+		Datum		values[10];
+		bool		nulls[10] = {0};
+
+		if (s->dboid != MyDatabaseId)
+			continue;
+		values[0] = CStringGetTextDatum(s->token_endpoint);
+		values[1] = CStringGetTextDatum(s->client_id);
+		values[2] = CStringGetTextDatum(s->scope);
+		nulls[2] = s->scope[0] == '\0';
+		values[3] = CStringGetTextDatum(s->audience);
+		nulls[3] = s->audience[0] == '\0';
+		values[4] = TimestampTzGetDatum(s->obtained_at);
+		nulls[4] = s->len == 0;
+		values[5] = TimestampTzGetDatum(s->expires_at);
+		nulls[5] = s->len == 0;
+		values[6] = Int64GetDatum(s->requests);
+		values[7] = Int64GetDatum(s->failures);
+		values[8] = TimestampTzGetDatum(s->failed_at);
+		nulls[8] = s->failed_at == 0;
+		values[9] = CStringGetTextDatum(s->error);
+		nulls[9] = s->error[0] == '\0';
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(tokens->lock);
+	return (Datum) 0;
+}

@@ -1,0 +1,306 @@
+# Bearer tokens (SPEC 12): a real OAuth 2.0 token server (the npm package
+# oauth2-mock-server, over HTTPS with a CA openssl makes here) and a
+# receiver that verifies every token with jose against the server's JWKS
+# (test/oauth/server.js).
+#
+#  - set_oauth2_authentication() / set_entra_authentication() refuse bad
+#    fields (22004, 22023), an Authorization delivery property excludes
+#    delivery authentication and the other way round (55000), and only
+#    eventgrid_admin may call them; the secret is readable by nobody else;
+#  - 3,000 events over several token lifetimes, through two delivery
+#    workers and two subscriptions (one batching) with the same
+#    credentials: every request carries a valid token of the right client
+#    and audience, and one token request is made per lifetime, not one per
+#    worker or subscription (HTTP Basic, scope and audience in the form);
+#  - a token the receiver revokes (401): dropped, the events sent again at
+#    once with a new token, no attempt charged; a 401 to a new token is the
+#    attempt's outcome (Unauthorized, not retried);
+#  - the token endpoint refusing the client (its answer in the attempt's
+#    error, never the secret), and down then back: attempts fail with
+#    GenericError and are retried on the schedule, then delivered;
+#  - Microsoft Entra ID through eventgrid.entra_authority (client secret in
+#    the form, scope {application ID URI}/.default, the token's audience);
+#  - a validation handshake carries the token;
+#  - no secret or token in the server log, the attempt history, the views or
+#    a dump; pg_dump/pg_restore keeps the credentials; the metrics view
+#    counts token requests and failures; remove_delivery_authentication().
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../lib";
+use EventGridTest;
+use HTTP::Tiny;
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $dir = PostgreSQL::Test::Utils::tempdir;
+my $json = JSON::PP->new;
+my $tenant = '11111111-2222-3333-4444-555555555555';
+my %secret = (orders => 'orders-secret-7f3a9c21', 'entra-app' => 'entra-secret-51d2e8b4');
+
+# --- the token server and the receiver
+make_ca($dir, 'server-ca', 30);
+issue_certificate($dir, 'server-ca', 'server', 'IP:127.0.0.1', '-days', '30');
+open(my $fh, '>', "$dir/clients.json") or die;
+print $fh $json->encode(\%secret);
+close($fh);
+my ($tport, $rport) = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 2;
+my ($out, $err) = ('', '');
+local $ENV{NODE_PATH} = '/usr/share/nodejs';    # Debian's express, cors, basic-auth
+local $ENV{NODE_EXTRA_CA_CERTS} = "$dir/server-ca.pem";    # the receiver fetches the JWKS over HTTPS
+my $oauth = IPC::Run::start([ 'node', "$FindBin::RealBin/../oauth/server.js", $dir, $tport, $rport ],
+	'>', \$out, '2>', \$err);
+for (1 .. 100) { last if -f "$dir/ready"; usleep(100_000); }
+ok(-f "$dir/ready", 'the token server and the receiver run') or BAIL_OUT("node: $err");
+my $token_endpoint = "https://127.0.0.1:$tport/$tenant/oauth2/v2.0/token";
+my $hook = "http://127.0.0.1:$rport/hook";
+my $http = HTTP::Tiny->new;
+sub control { my $r = $http->get("http://127.0.0.1:$rport/control/$_[0]"); die "control $_[0]" unless $r->{success}; }
+
+sub jsonl
+{
+	my ($file) = @_;
+	return () unless -f "$dir/$file";
+	return map { $json->decode($_) } grep { /\S/ } split /\n/, slurp_file("$dir/$file");
+}
+sub token_requests { my ($client, $scope) = @_; grep { ($_->{client_id} // '') eq $client && ($_->{scope} // '') eq $scope } jsonl('token_requests.jsonl') }
+sub received { my ($path) = @_; grep { $_->{path} eq $path } jsonl('receiver.jsonl') }
+
+my $node = new_node('tokens',
+	'eventgrid.ssl_ca_file' => "'$dir/server-ca.pem'",
+	'eventgrid.entra_authority' => "'https://127.0.0.1:$tport'",
+	'eventgrid.delivery_workers' => 2,
+	'eventgrid.response_timeout' => "'10s'",
+	log_statement => "'none'");    # the README: statements that set secrets must not be logged
+$node->safe_psql('postgres', q{
+	CREATE ROLE tok_admin LOGIN IN ROLE eventgrid_admin;
+	CREATE ROLE tok_nobody LOGIN;
+	SELECT eventgrid.create_topic('orders');
+	SELECT eventgrid.create_event_subscription('orders', 'refused', 'http://127.0.0.1:9/');
+});
+
+# --- refusals
+like(sql_error($node, "SELECT eventgrid.set_oauth2_authentication('orders', 'refused', NULL, 'c', 's')"),
+	qr/22004.*token_endpoint must not be NULL/s, 'NULL token endpoint: 22004');
+like(sql_error($node, "SELECT eventgrid.set_oauth2_authentication('orders', 'refused', 'ftp://x/token', 'c', 's')"),
+	qr/22023.*invalid endpoint/s, 'a token endpoint that is not http(s): 22023');
+like(sql_error($node, "SELECT eventgrid.set_oauth2_authentication('orders', 'refused', '$token_endpoint', 'c', E'pass\\nword')"),
+	qr/22023.*client_secret must not hold control characters/s, 'a secret with a line break: 22023');
+unlike(sql_error($node, "SELECT eventgrid.set_oauth2_authentication('orders', 'refused', '$token_endpoint', 'c', E'pass\\nword')"),
+	qr/pass/, 'the refused secret is not quoted');
+like(sql_error($node, "SELECT eventgrid.set_oauth2_authentication('orders', 'refused', '$token_endpoint', '', 's')"),
+	qr/22023.*client_id must be 1 to 500 bytes/s, 'an empty client id: 22023');
+like(sql_error($node, "SELECT eventgrid.set_entra_authentication('orders', 'refused', 'not a tenant', 'api://x', 'c', 's')"),
+	qr/22023.*invalid tenant_id/s, 'a tenant id with spaces: 22023');
+like(sql_error($node, "SELECT eventgrid.set_oauth2_authentication('orders', 'nosuch', '$token_endpoint', 'c', 's')"),
+	qr/42704/, 'no such subscription: 42704');
+like(sql_error($node, "SELECT eventgrid.remove_delivery_authentication('orders', 'refused')"),
+	qr/42704.*has no delivery authentication/s, 'removing what is not there: 42704');
+like(sql_error($node, "SELECT eventgrid.set_oauth2_authentication('orders', 'refused', '$token_endpoint', 'c', 's')", 'tok_nobody'),
+	qr/42501/, 'a role without eventgrid_admin may not set credentials');
+$node->safe_psql('postgres', "SELECT eventgrid.set_delivery_property('orders', 'refused', 'Authorization', 'Bearer static', true)");
+like(sql_error($node, "SELECT eventgrid.set_oauth2_authentication('orders', 'refused', '$token_endpoint', 'c', 's')"),
+	qr/55000.*has an Authorization delivery property/s, 'an Authorization delivery property excludes bearer tokens');
+$node->safe_psql('postgres', "SELECT eventgrid.remove_delivery_property('orders', 'refused', 'Authorization')");
+is(sql_error($node, "SELECT eventgrid.set_oauth2_authentication('orders', 'refused', '$token_endpoint', 'c', 's')", 'tok_admin'),
+	'no error', 'eventgrid_admin sets OAuth 2.0 credentials');
+like(sql_error($node, "SELECT eventgrid.set_delivery_property('orders', 'refused', 'authorization', 'x')"),
+	qr/55000.*sends bearer tokens/s, 'and then an Authorization delivery property is refused');
+like(sql_error($node, "SELECT * FROM eventgrid.delivery_authentications", 'tok_admin'),
+	qr/permission denied.*event_subscription_authentication/s, 'the secrets are not readable by eventgrid_admin');
+$node->safe_psql('postgres', "SELECT eventgrid.drop_event_subscription('orders', 'refused')");
+
+# --- several token lifetimes: one token request per lifetime, shared
+control('ttl/3');
+$node->safe_psql('postgres', qq{
+	SELECT eventgrid.create_event_subscription('orders', 'shipping', '$hook/orders/events-api');
+	SELECT eventgrid.create_event_subscription('orders', 'billing', '$hook/orders/events-api',
+	                                           max_events_per_batch => 10);
+	SELECT eventgrid.set_oauth2_authentication('orders', s, '$token_endpoint', 'orders', '$secret{orders}',
+	                                           scope => 'events.write', audience => 'events-api')
+	  FROM unnest(ARRAY['shipping', 'billing']) s;
+});
+my $started = time;
+for my $round (0 .. 7)
+{
+	$node->safe_psql('postgres', "INSERT INTO eventgrid.events (topic, event) SELECT 'orders', jsonb_build_object("
+		  . "'id', 'life-' || g, 'subject', '/orders/' || g, 'eventType', 'Shop.OrderCreated', 'eventTime', now(),"
+		  . " 'data', jsonb_build_object('n', g), 'dataVersion', '1') FROM generate_series($round * 375 + 1, $round * 375 + 375) g");
+	usleep(1_000_000);
+}
+ok(wait_for_sql($node, "SELECT sum(delivered) FROM eventgrid.delivery_statistics WHERE subscription IN ('shipping', 'billing')",
+	'6000', 120), 'the 3,000 events reached both subscriptions');
+my $elapsed = time - $started;
+my @reqs = received('/hook/orders/events-api');
+my %got;
+for my $r (grep { $_->{status} == 200 } @reqs) { $got{$_}++ for @{ $r->{ids} } }
+is(scalar(grep { /^life-/ } keys %got), 3000, 'the receiver verified a token on the requests of every event');
+is(scalar(grep { $_->{status} != 200 } @reqs), 0, 'no request carried a token the receiver refused (expired, wrong client or audience)')
+  or diag(explain([ grep { $_->{status} != 200 } @reqs ]));
+is($node->safe_psql('postgres', "SELECT count(*) FROM eventgrid.delivery_attempts WHERE subscription IN ('shipping', 'billing') AND (attempt > 1 OR outcome <> 'Delivered')"),
+	'0', 'every event was delivered at its first attempt');
+my @tok = token_requests('orders', 'events.write');
+my %jtis = map { $_->{jti} => 1 } grep { $_->{status} == 200 } @reqs;
+cmp_ok(scalar(@tok), '>=', 3, 'several token lifetimes passed (' . scalar(@tok) . " token requests in ${elapsed}s)");
+cmp_ok(scalar(@tok), '<=', int($elapsed / 2.7) + 2,
+	'one token request per lifetime (3 s, refreshed after 2.7 s), shared by both workers and subscriptions');
+is(scalar(keys %jtis), scalar(@tok), 'each token asked for was used');
+is(scalar(grep { $_->{how} eq 'basic' && $_->{ok} && ($_->{audience} // '') eq 'events-api' && $_->{grant_type} eq 'client_credentials' } @tok),
+	scalar(@tok), 'the client authenticated with HTTP Basic; grant_type, scope and audience in the form');
+
+# --- a token the receiver revokes: dropped, the events sent again with a new one
+control('ttl/3600');
+$node->safe_psql('postgres', "SELECT eventgrid.drop_event_subscription('orders', 'billing')");
+usleep(3_000_000);    # the last token of 3 s is gone
+$node->safe_psql('postgres', "INSERT INTO eventgrid.events (topic, event) VALUES ('orders', '{\"id\": \"warm-up\", \"subject\": \"s\", \"eventType\": \"t\", \"eventTime\": \"2024-05-01T12:00:00Z\", \"data\": {}, \"dataVersion\": \"1\"}')");
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'shipping'", '3001', 60),
+	'a token of an hour is taken');
+my $before = token_requests('orders', 'events.write');
+control('revoke-next');
+$node->safe_psql('postgres', "INSERT INTO eventgrid.events (topic, event) SELECT 'orders', jsonb_build_object("
+	  . "'id', 'revoked-' || g, 'subject', 's', 'eventType', 't', 'eventTime', now(), 'data', '{}'::jsonb, 'dataVersion', '1')"
+	  . " FROM generate_series(1, 50) g");
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'shipping'", '3051', 60),
+	'every event of the revoked token was delivered');
+my @revoked = grep { ($_->{reason} // '') eq 'revoked' } received('/hook/orders/events-api');
+cmp_ok(scalar(@revoked), '>=', 1, 'the receiver refused the revoked token (' . scalar(@revoked) . ' requests)');
+is(scalar(token_requests('orders', 'events.write')), $before + 1, 'one new token was asked for');
+is($node->safe_psql('postgres', "SELECT count(*) FROM eventgrid.delivery_attempts WHERE subscription = 'shipping' AND (attempt > 1 OR outcome <> 'Delivered')"),
+	'0', 'the 401 to a token that was not new cost no attempt');
+
+# --- a 401 to a new token is the outcome: Unauthorized, not retried
+$node->safe_psql('postgres', qq{
+	SELECT eventgrid.create_event_subscription('orders', 'elsewhere', '$hook/somebody-else');
+	SELECT eventgrid.set_oauth2_authentication('orders', 'elsewhere', '$token_endpoint', 'orders', '$secret{orders}',
+	                                           scope => 'other.scope');
+	INSERT INTO eventgrid.events (topic, event) VALUES ('orders', '{"id": "unauth-1", "subject": "s", "eventType": "t",
+	    "eventTime": "2024-05-01T12:00:00Z", "data": {}, "dataVersion": "1"}');
+});
+ok(wait_for_sql($node, "SELECT dropped FROM eventgrid.delivery_statistics WHERE subscription = 'elsewhere'", '1', 60),
+	'a receiver refusing a new token: the event is dropped (no dead-lettering configured)');
+is($node->safe_psql('postgres', "SELECT string_agg(attempt || ':' || outcome || ':' || http_status, ',') FROM eventgrid.delivery_attempts WHERE subscription = 'elsewhere'"),
+	'1:Unauthorized:401', 'after one attempt with outcome Unauthorized, as SPEC 3 says');
+
+# --- the token endpoint refuses the client; then it is down, and back
+$node->safe_psql('postgres', qq{
+	SELECT eventgrid.create_event_subscription('orders', 'bad-secret', '$hook/orders?case=bad-secret');
+	SELECT eventgrid.set_oauth2_authentication('orders', 'bad-secret', '$token_endpoint', 'orders', 'not-the-secret-93xq',
+	                                           scope => 'bad.scope');
+	INSERT INTO eventgrid.events (topic, event) VALUES ('orders', '{"id": "bad-1", "subject": "s", "eventType": "t",
+	    "eventTime": "2024-05-01T12:00:00Z", "data": {}, "dataVersion": "1"}');
+});
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.delivery_attempts WHERE subscription = 'bad-secret'", '1', 60),
+	'a client the token endpoint refuses: an attempt');
+my ($outcome, $error) = split /\|/, $node->safe_psql('postgres',
+	"SELECT outcome, error FROM eventgrid.delivery_attempts WHERE subscription = 'bad-secret'");
+is($outcome, 'GenericError', 'with outcome GenericError');
+like($error, qr{^token endpoint \Q$token_endpoint\E answered HTTP 401: invalid_client \(Client authentication failed for orders\)$},
+	'its error says what the token endpoint answered');
+is($node->safe_psql('postgres', "SELECT count(*) FROM eventgrid.retries r JOIN eventgrid.event_subscriptions s ON s.id = r.subscription_id WHERE s.name = 'bad-secret'"),
+	'1', 'and it is retried on the schedule');
+
+control('token-server/stop');
+$node->safe_psql('postgres', qq{
+	SELECT eventgrid.create_event_subscription('orders', 'down-and-back', '$hook/orders?case=down');
+	SELECT eventgrid.set_oauth2_authentication('orders', 'down-and-back', '$token_endpoint', 'orders', '$secret{orders}',
+	                                           scope => 'later');
+	INSERT INTO eventgrid.events (topic, event) SELECT 'orders', jsonb_build_object('id', 'down-' || g, 'subject', 's',
+	    'eventType', 't', 'eventTime', now(), 'data', '{}'::jsonb, 'dataVersion', '1') FROM generate_series(1, 3) g;
+});
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.delivery_attempts WHERE subscription = 'down-and-back' AND outcome = 'GenericError' AND error LIKE 'token request to \%: Failed to connect%'",
+	'3', 60), 'the token endpoint down: each event fails an attempt that says so');
+is($node->safe_psql('postgres', "SELECT count(*) FROM eventgrid.delivery_attempts WHERE subscription = 'shipping' AND outcome <> 'Delivered'"),
+	'0', 'other subscriptions, whose token serves, are not held up');
+control('token-server/start');
+advance_clock($node, 11);    # the first retry is due 10 s later
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'down-and-back'", '3', 60),
+	'back: the retries are delivered with a token');
+
+# --- Microsoft Entra ID through eventgrid.entra_authority
+$node->safe_psql('postgres', qq{
+	SELECT eventgrid.create_event_subscription('orders', 'entra', '$hook/entra-app/api%3A%2F%2Feventgrid-test');
+	SELECT eventgrid.set_entra_authentication('orders', 'entra', '$tenant', 'api://eventgrid-test', 'entra-app',
+	                                          '$secret{"entra-app"}');
+	INSERT INTO eventgrid.events (topic, event) SELECT 'orders', jsonb_build_object('id', 'entra-' || g, 'subject', 's',
+	    'eventType', 't', 'eventTime', now(), 'data', '{}'::jsonb, 'dataVersion', '1') FROM generate_series(1, 5) g;
+});
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'entra'", '5', 60),
+	'Entra ID: delivered');
+my @entra = token_requests('entra-app', 'api://eventgrid-test/.default');
+is(scalar(@entra), 1, 'one token request, for scope {application ID URI}/.default');
+is($entra[0]{how}, 'body', 'the client id and secret in the form, as Entra ID takes them');
+is(scalar(grep { $_->{status} == 200 && $_->{aud} eq 'api://eventgrid-test' } received('/hook/entra-app/api%3A%2F%2Feventgrid-test')),
+	5, 'each request carried a token for the application ID URI');
+is($node->safe_psql('postgres', "SELECT method || ' ' || token_endpoint || ' ' || scope || ' ' || (token_expires_at > now()) FROM eventgrid.event_subscription_authentication WHERE subscription = 'entra'"),
+	"entra https://127.0.0.1:$tport/$tenant/oauth2/v2.0/token api://eventgrid-test/.default true",
+	'event_subscription_authentication shows the method, the token endpoint the authority makes, the scope and the token expiry');
+
+# --- a validation handshake carries the token
+$node->safe_psql('postgres', qq{
+	BEGIN;
+	SELECT eventgrid.create_event_subscription('orders', 'validated', '$hook/orders?case=validated', endpoint_validation => 'handshake');
+	SELECT eventgrid.set_oauth2_authentication('orders', 'validated', '$token_endpoint', 'orders', '$secret{orders}',
+	                                           scope => 'events.write', audience => 'events-api');
+	COMMIT;
+});
+ok(wait_for_sql($node, "SELECT provisioning_state FROM eventgrid.event_subscription_validation WHERE subscription = 'validated'",
+	'Succeeded', 60), 'the handshake succeeded');
+is(scalar(grep { $_->{validation} && $_->{status} == 200 && $_->{client} eq 'orders' } received('/hook/orders?case=validated')), 1,
+	'with a token the receiver verified');
+
+# --- remove_delivery_authentication(): no token from the next claim on
+$node->safe_psql('postgres', qq{
+	SELECT eventgrid.remove_delivery_authentication('orders', 'entra');
+	INSERT INTO eventgrid.events (topic, event) VALUES ('orders', '{"id": "untokened", "subject": "s", "eventType": "t",
+	    "eventTime": "2024-05-01T12:00:00Z", "data": {}, "dataVersion": "1"}');
+});
+ok(wait_for_sql($node, "SELECT dropped FROM eventgrid.delivery_statistics WHERE subscription = 'entra'", '1', 60),
+	'removed: the next event goes without a token');
+is((grep { ($_->{reason} // '') eq 'no bearer token' } received('/hook/entra-app/api%3A%2F%2Feventgrid-test'))[0]{ids}[0],
+	'untokened', 'and the receiver saw none');
+
+# --- metrics
+my $metrics = $node->safe_psql('postgres', "SET ROLE pg_monitor; SELECT string_agg(client_id || ':' || (token_requests_total > 0) || ':' || (token_failures_total > 0), ',' ORDER BY client_id, token_failures_total) FROM eventgrid.delivery_token_metrics WHERE client_id = 'entra-app' OR token_failures_total > 0");
+like($metrics, qr/^entra-app:true:false,orders:true:true/, 'delivery_token_metrics counts token requests and failures for pg_monitor');
+
+# --- secrets and tokens: nowhere
+my @tokens = do { my %u = map { $_ => 1 } grep { /\S/ } split /\n/, slurp_file("$dir/tokens.txt"); keys %u };
+cmp_ok(scalar(@tokens), '>=', 5, 'the receiver saw ' . scalar(@tokens) . ' tokens');
+$node->command_ok([ 'pg_dump', '-f', "$dir/dump.sql", '-d', $node->connstr('postgres') ], 'pg_dump');
+my $dump = slurp_file("$dir/dump.sql");
+my $texts = join("\n",
+	slurp_file($node->logfile),
+	$node->safe_psql('postgres', "SELECT string_agg(coalesce(error, '') || coalesce(response_body, ''), ' ') FROM eventgrid.delivery_attempts"),
+	$node->safe_psql('postgres', "SELECT string_agg(a::text, ' ') FROM eventgrid.event_subscription_authentication a"),
+	$node->safe_psql('postgres', "SELECT string_agg(m::text, ' ') FROM eventgrid.delivery_token_metrics m"),
+	$node->safe_psql('postgres', "SELECT string_agg(w::text, ' ') FROM eventgrid.worker_status w"));
+is(scalar(grep { index($texts, $_) >= 0 } @tokens), 0, 'no token in the server log, attempt history or views');
+is(scalar(grep { index($dump, $_) >= 0 } @tokens), 0, 'nor in a dump');
+is(scalar(grep { index($texts, $_) >= 0 } values %secret, 'not-the-secret-93xq'), 0, 'no secret in the server log, attempt history or views');
+like($dump, qr/\Q$secret{orders}\E/, 'pg_dump keeps the secret, as it keeps signing secrets');
+
+# --- dump and restore: the restored database delivers with the credentials
+$node->command_ok([ 'pg_dump', '-Fc', '-f', "$dir/dump.custom", '-d', $node->connstr('postgres') ], 'pg_dump -Fc');
+$node->safe_psql('postgres', 'CREATE DATABASE restored');
+$node->command_ok([ 'pg_restore', '-d', $node->connstr('restored'), "$dir/dump.custom" ], 'pg_restore');
+is($node->safe_psql('restored', "SELECT string_agg(s.name || ':' || a.method || ':' || a.client_id || ':' || a.client_secret, ',' ORDER BY s.name) FROM eventgrid.delivery_authentications a JOIN eventgrid.event_subscriptions s ON s.id = a.subscription_id WHERE s.name IN ('shipping', 'validated')"),
+	"shipping:oauth2:orders:$secret{orders},validated:oauth2:orders:$secret{orders}", 'the restored database has the credentials');
+$node->safe_psql('restored', q{
+	SELECT eventgrid.drop_event_subscription('orders', s.name) FROM eventgrid.event_subscriptions s WHERE s.name <> 'shipping';
+	INSERT INTO eventgrid.events (topic, event) VALUES ('orders', '{"id": "restored-1", "subject": "s", "eventType": "t",
+	    "eventTime": "2024-05-01T12:00:00Z", "data": {}, "dataVersion": "1"}');
+});
+my $restored = 0;
+for (1 .. 600)
+{
+	$restored = grep { $_->{status} == 200 && $_->{ids}[0] eq 'restored-1' } received('/hook/orders/events-api');
+	last if $restored;
+	usleep(100_000);
+}
+is($restored, 1, 'the restored database delivers, with a token the receiver verified');
+
+$oauth->kill_kill;
+done_testing();
