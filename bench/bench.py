@@ -114,6 +114,37 @@ def arrival_receiver(arrivals):
     return server
 
 
+def token_endpoint(lifetime_s, counter):
+    """An OAuth 2.0 token endpoint on 127.0.0.1 (any free port, plain HTTP) that answers every
+    client-credentials request with a new opaque token good for lifetime_s, counting requests
+    in counter["requests"] (figure 19: the cost on eventgrid's side, not a token server's)."""
+    lock = threading.Lock()
+
+    class Endpoint(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            with lock:
+                counter["requests"] += 1
+                n = counter["requests"]
+            body = json.dumps({"access_token": f"bench-token-{n}-" + "x" * 900, "token_type": "Bearer",
+                               "expires_in": lifetime_s}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 class ArrivalProcess:
     """arrival_receiver in a process of its own, so that the publisher's threads in
     this one never delay its clock readings (the GIL); arrivals() collects them."""
@@ -316,7 +347,8 @@ class Bench:
         self.report("http_limit_rps", f"1 HTTP limit (wrk, {conns} connections, ~1 KB POST)", rps, "requests/s")
 
     # -- 2, 3, 4 -------------------------------------------------------------------
-    def drain(self, topic, nsubs, n_events, batch=None, filters=None, sink=None, signed=False, client_cert=False):
+    def drain(self, topic, nsubs, n_events, batch=None, filters=None, sink=None, signed=False, client_cert=False,
+              token_url=None):
         sink = sink or self.args.sink
         self.reset_queue()
         self.q("SELECT eventgrid.create_topic(%s)", (topic,))
@@ -331,6 +363,9 @@ class Bench:
                 with open(self.args.client_cert) as c, open(self.args.client_key) as k:
                     self.q("SELECT eventgrid.set_client_certificate(%s, %s, %s, %s)",
                            (topic, f"sub-{i}", c.read(), k.read()))
+            if token_url:
+                self.q("SELECT eventgrid.set_oauth2_authentication(%s, %s, %s, 'bench', 'bench-secret')",
+                       (topic, f"sub-{i}", token_url))
         self.set_guc("eventgrid.delivery_paused", "on")
         self.publish_backlog(topic, n_events)
         self.q("CHECKPOINT")
@@ -616,6 +651,39 @@ class Bench:
                         self.results[f"{label}_signed_worker_cpu_us_per_delivery"]
                         - self.results[f"{label}_unsigned_worker_cpu_us_per_delivery"], "µs")
 
+    # -- 19 ---------------------------------------------------------------------
+    def fig_tokens(self):
+        """Single-event delivery with bearer tokens (OAuth 2.0 client credentials, tokens of
+        lifetime BENCH_TOKEN_LIFETIME s, so that a drain spans several) and without,
+        alternately twice; the token requests a minute."""
+        n = env_int("BENCH_EVENTS", 200000)
+        lifetime = env_int("BENCH_TOKEN_LIFETIME", 5)
+        counter = {"requests": 0}
+        server = token_endpoint(lifetime, counter)
+        url = f"http://127.0.0.1:{server.server_address[1]}/oauth2/token"
+        runs = {}
+        for tokens in (False, True, False, True):
+            before = counter["requests"]
+            t0 = time.time()
+            rate, costs = self.drain("tokens", 1, n, token_url=url if tokens else None)
+            runs.setdefault(tokens, []).append((rate, costs["worker"], counter["requests"] - before,
+                                                time.time() - t0))
+        server.shutdown()
+        for tokens in (False, True):
+            rate = statistics.mean(r for r, _, _, _ in runs[tokens])
+            worker = statistics.mean(w for _, w, _, _ in runs[tokens])
+            head = (f"19 single-event delivery ({n:,} events, mean of 2), no token" if not tokens
+                    else f"  the same, a bearer token on each request (tokens of {lifetime} s)")
+            tag = "tokens" if tokens else "no_tokens"
+            self.report(f"{tag}_events_per_s", head, rate, "events/s")
+            self.report(f"{tag}_worker_cpu_us_per_delivery", "    delivery workers' CPU per delivery", worker, "µs")
+        self.report("tokens_vs_no_tokens", "  ratio", self.results["tokens_events_per_s"]
+                    / self.results["no_tokens_events_per_s"], "", ">= 0.95")
+        requests = sum(k for _, _, k, _ in runs[True])
+        seconds = sum(t for _, _, _, t in runs[True])
+        self.report("token_requests_per_min", f"  token requests a minute (tokens of {lifetime} s; "
+                    "one per lifetime whatever the rate)", requests * 60 / seconds, "", f"<= {60 / (lifetime * 0.9) + 1:.1f}")
+
     # -- 15 ---------------------------------------------------------------------
     def fig_rate_limit(self):
         """Rate limiter accuracy: a backlog drained by a subscription with
@@ -874,7 +942,7 @@ def main():
     ap.add_argument("--tls-log", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16,17,18", help="comma-separated figure numbers (2 runs 2-4)")
+    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19", help="comma-separated figure numbers (2 runs 2-4)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     b = Bench(args)
@@ -903,6 +971,8 @@ def main():
         b.fig_signing()
     if "15" in only:
         b.fig_rate_limit()
+    if "19" in only:
+        b.fig_tokens()
     if "16" in only:
         Databases(b, arrival_receiver).run()
     if "17" in only:

@@ -49,6 +49,7 @@ typedef struct AuthEntry
 	int64		subscription_id;	/* hash key */
 	TimestampTz set_at;
 	EgTokenUse *use;
+	char	   *entra_tenant;	/* Entra ID's tenant (TopMemoryContext), or NULL */
 } AuthEntry;
 
 static HTAB *auths = NULL;
@@ -128,7 +129,26 @@ eg_auth_for(int64 sub_id, TimestampTz set_at)
 	if (e == NULL)
 		return NULL;
 	if (found && e->set_at == set_at)
-		return e->use;
+	{
+		char	   *endpoint;
+		bool		same;
+
+		if (e->entra_tenant == NULL)
+			return e->use;
+		/* eventgrid.entra_authority may have changed since (a reload) */
+		endpoint = eg_entra_token_endpoint(e->entra_tenant);
+		same = strcmp(endpoint, e->use->cred.token_endpoint) == 0;
+		pfree(endpoint);
+		if (same)
+			return e->use;
+	}
+	if (found && e->entra_tenant != NULL)
+	{
+		pfree(e->entra_tenant);
+		e->entra_tenant = NULL;
+	}
+	else if (!found)
+		e->entra_tenant = NULL;
 	/* removed, or changed since the claim read it: the next claim sees which */
 	if (set_at == 0 || !eg_store_delivery_authentication(sub_id, &row) || row.set_at != set_at)
 	{
@@ -144,6 +164,7 @@ eg_auth_for(int64 sub_id, TimestampTz set_at)
 	c.audience = row.audience;
 	e->use = use_of(&c);
 	e->set_at = set_at;
+	e->entra_tenant = strcmp(row.method, "entra") == 0 ? top_strdup(row.tenant_id) : NULL;
 	explicit_bzero(row.client_secret, strlen(row.client_secret));
 	return e->use;
 }
