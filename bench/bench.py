@@ -114,7 +114,7 @@ def arrival_receiver(arrivals):
     return server
 
 
-def token_endpoint(lifetime_s, counter):
+def token_endpoint(lifetime_s, counter, token_bytes=1000):
     """An OAuth 2.0 token endpoint on 127.0.0.1 (any free port, plain HTTP) that answers every
     client-credentials request with a new opaque token good for lifetime_s, counting requests
     in counter["requests"] (figure 19: the cost on eventgrid's side, not a token server's)."""
@@ -131,7 +131,8 @@ def token_endpoint(lifetime_s, counter):
             with lock:
                 counter["requests"] += 1
                 n = counter["requests"]
-            body = json.dumps({"access_token": f"bench-token-{n}-" + "x" * 900, "token_type": "Bearer",
+            token = f"bench-token-{n}-"
+            body = json.dumps({"access_token": token + "x" * max(token_bytes - len(token), 0), "token_type": "Bearer",
                                "expires_in": lifetime_s}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -658,8 +659,9 @@ class Bench:
         alternately twice; the token requests a minute."""
         n = env_int("BENCH_EVENTS", 200000)
         lifetime = env_int("BENCH_TOKEN_LIFETIME", 5)
+        token_bytes = env_int("BENCH_TOKEN_BYTES", 1000)
         counter = {"requests": 0}
-        server = token_endpoint(lifetime, counter)
+        server = token_endpoint(lifetime, counter, token_bytes)
         url = f"http://127.0.0.1:{server.server_address[1]}/oauth2/token"
         runs = {}
         for tokens in (False, True, False, True):
@@ -673,7 +675,7 @@ class Bench:
             rate = statistics.mean(r for r, _, _, _ in runs[tokens])
             worker = statistics.mean(w for _, w, _, _ in runs[tokens])
             head = (f"19 single-event delivery ({n:,} events, mean of 2), no token" if not tokens
-                    else f"  the same, a bearer token on each request (tokens of {lifetime} s)")
+                    else f"  the same, a bearer token on each request ({token_bytes} bytes, good for {lifetime} s)")
             tag = "tokens" if tokens else "no_tokens"
             self.report(f"{tag}_events_per_s", head, rate, "events/s")
             self.report(f"{tag}_worker_cpu_us_per_delivery", "    delivery workers' CPU per delivery", worker, "µs")

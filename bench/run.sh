@@ -17,7 +17,7 @@
 #   BENCH_DB_EVENTS (320000)  BENCH_TRICKLE_EVENTS (100)  BENCH_IDLE_DATABASES (100)  BENCH_IDLE_SECONDS (60): figure 16
 #   BENCH_SCRAPES (20)  BENCH_SCRAPE_SUBSCRIPTIONS (10,100,1000): figure 17
 #   BENCH_REPL_RATE (2000)  BENCH_REPL_SECONDS (10)  BENCH_REPL_EVENTS (100000): figure 18 (two clusters of its own)
-#   BENCH_TOKEN_LIFETIME (5): figure 19 (bearer tokens; the token endpoint is a Python server in bench.py)
+#   BENCH_TOKEN_LIFETIME (5)  BENCH_TOKEN_BYTES (1000, about a JWT of Entra ID): figure 19 (bearer tokens; the token endpoint is a Python server in bench.py)
 # Arguments go to bench.py, e.g. --only 1,2 for figures 1-4.
 set -euo pipefail
 . "$(dirname "$0")/../scripts/common.sh"
