@@ -21,6 +21,8 @@
 #  - Microsoft Entra ID through eventgrid.entra_authority (client secret in
 #    the form, scope {application ID URI}/.default, the token's audience);
 #  - a validation handshake carries the token;
+#  - a client certificate and a bearer token together, through nginx
+#    demanding the certificate in front of the receiver;
 #  - no secret or token in the server log, the attempt history, the views or
 #    a dump; pg_dump/pg_restore keeps the credentials; the metrics view
 #    counts token requests and failures; remove_delivery_authentication().
@@ -44,6 +46,7 @@ my %secret = (orders => 'orders-secret-7f3a9c21', 'entra-app' => 'entra-secret-5
 # --- the token server and the receiver
 make_ca($dir, 'server-ca', 30);
 issue_certificate($dir, 'server-ca', 'server', 'IP:127.0.0.1', '-days', '30');
+issue_certificate($dir, 'server-ca', 'eventgrid-client', undef, '-days', '30');    # mutual TLS, below
 open(my $fh, '>', "$dir/clients.json") or die;
 print $fh $json->encode(\%secret);
 close($fh);
@@ -255,6 +258,37 @@ ok(wait_for_sql($node, "SELECT provisioning_state FROM eventgrid.event_subscript
 	'Succeeded', 60), 'the handshake succeeded');
 is(scalar(grep { $_->{validation} && $_->{status} == 200 && $_->{client} eq 'orders' } received('/hook/orders?case=validated')), 1,
 	'with a token the receiver verified');
+
+# --- a client certificate and a bearer token together: nginx demands the
+# certificate (400 without), then passes the request to the receiver, which
+# checks the token
+my $mtls = PostgreSQL::Test::Cluster::get_free_port();
+start_nginx($dir, <<"HTTP");
+    log_format mtls '\$uri \$status "\$ssl_client_verify" "\$ssl_client_s_dn"';
+    access_log $dir/access.log mtls;
+    server { listen 127.0.0.1:$mtls ssl http2; ssl_certificate $dir/server.pem; ssl_certificate_key $dir/server.key;
+             ssl_client_certificate $dir/server-ca.pem; ssl_verify_client on;
+             location / { proxy_pass http://127.0.0.1:$rport; } }
+HTTP
+my ($cert, $key) = map { my $t = slurp_file("$dir/eventgrid-client.$_"); $t =~ s/'/''/g; $t } qw(pem key);
+$node->safe_psql('postgres', qq{
+	SELECT eventgrid.create_event_subscription('orders', 'both', 'https://127.0.0.1:$mtls/hook/orders/events-api',
+	                                           max_events_per_batch => 5);
+	SELECT eventgrid.set_client_certificate('orders', 'both', '$cert', '$key');
+	SELECT eventgrid.set_oauth2_authentication('orders', 'both', '$token_endpoint', 'orders', '$secret{orders}',
+	                                           scope => 'events.write', audience => 'events-api');
+	INSERT INTO eventgrid.events (topic, event) SELECT 'orders', jsonb_build_object('id', 'both-' || g, 'subject', 's',
+	    'eventType', 't', 'eventTime', now(), 'data', '{}'::jsonb, 'dataVersion', '1') FROM generate_series(1, 20) g;
+});
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'both'", '20', 60),
+	'a subscription with a client certificate and a bearer token is delivered through nginx demanding the certificate');
+my @nginx = split /\n/, slurp_file("$dir/access.log");
+cmp_ok(scalar(@nginx), '>=', 4, 'in ' . scalar(@nginx) . ' requests (batches of at most 5)');
+is(scalar(grep { !/^\/hook\/orders\/events-api 200 "SUCCESS" "CN=eventgrid-client"$/ } @nginx), 0,
+	'nginx verified the certificate on each');
+my %both;
+$both{$_}++ for map { @{ $_->{ids} } } grep { $_->{status} == 200 && grep { /^both-/ } @{ $_->{ids} } } received('/hook/orders/events-api');
+is(scalar(keys %both), 20, 'and the receiver verified the token on each');
 
 # --- remove_delivery_authentication(): no token from the next claim on
 $node->safe_psql('postgres', qq{
