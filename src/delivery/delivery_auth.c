@@ -2,6 +2,10 @@
  * delivery_auth.c - bearer tokens on a delivery worker's requests (SPEC
  * section 12: OAuth 2.0 client credentials, Microsoft Entra ID).
  *
+ * A token is asked for again a little before it stops serving, while it
+ * still serves (http/token.c), so requests wait only for a database's
+ * first token and after a token was dropped.
+ *
  * A subscription with delivery authentication has its credentials loaded
  * once per change (eg_auth_for, in the claim's unit of work); subscriptions
  * with the same token endpoint, client, scope and audience share one
@@ -35,6 +39,7 @@ typedef struct EgTokenUse
 	char	   *auth_line;		/* "Authorization: Bearer <token>" (TopMemoryContext), or NULL */
 	uint64		generation;		/* of that token */
 	TimestampTz refresh_at;		/* it serves until then */
+	TimestampTz renew_at;		/* the next is asked for from then on (if no other process does) */
 	EgRequest  *fetch;			/* this worker's token request in flight, or NULL */
 	uint64		checked_round;	/* shared memory was looked at in this round */
 	EgAuthState checked;		/* and said this */
@@ -191,6 +196,7 @@ take_token(EgTokenUse *u)
 	u->auth_line = line;
 	u->generation = looked_up->generation;
 	u->refresh_at = looked_up->refresh_at;
+	u->renew_at = looked_up->renew_at;
 }
 
 /* Sends a token request for u through the HTTP thread. */
@@ -217,7 +223,8 @@ eg_auth_state(EgRequest *req)
 	EgTokenUse *u = req->token_use;
 	EgAuthState state;
 
-	if (u == NULL || (u->auth_line != NULL && round_now < u->refresh_at))
+	if (u == NULL || (u->auth_line != NULL && round_now < u->refresh_at &&
+					  (round_now < u->renew_at || u->fetch != NULL || u->checked_round == round_no)))
 		return EG_AUTH_READY;
 	if (u->checked_round == round_no)
 		state = u->checked;
@@ -227,11 +234,16 @@ eg_auth_state(EgRequest *req)
 	{
 		if (looked_up == NULL)
 			looked_up = MemoryContextAlloc(TopMemoryContext, sizeof(EgToken));
-		switch (eg_token_lookup(&u->cred, looked_up))
+		switch (eg_token_lookup(&u->cred, looked_up, true))
 		{
 			case EG_TOKEN_READY:
 				take_token(u);
 				state = EG_AUTH_READY;
+				break;
+			case EG_TOKEN_READY_RENEW:
+				take_token(u);
+				start_fetch(u);
+				state = EG_AUTH_READY;	/* this token serves while the next is asked for */
 				break;
 			case EG_TOKEN_FETCH:
 				start_fetch(u);
@@ -311,7 +323,7 @@ eg_auth_token_finished(EgRequest *req)
 			u->logged_at = GetCurrentTimestamp();
 			ereport(LOG,
 					(errmsg("eventgrid: no bearer token for client \"%s\": %s", u->cred.client_id, error),
-					 errdetail("The deliveries that need it fail as attempts with outcome GenericError and are retried on the schedule."),
+					 errdetail("Once no token serves, the deliveries that need one fail as attempts with outcome GenericError and are retried on the schedule."),
 					 errhint("See the token_* columns of eventgrid.event_subscription_authentication; this is logged at most once a minute.")));
 		}
 	}

@@ -21,8 +21,12 @@
  * the slot as asking for one and asks; the others wait for its answer
  * instead of asking too (one request per lifetime, not one per worker).  A
  * process that dies while asking is forgotten after the response timeout.
- * A failed request is kept for EG_TOKEN_FAILURE_HOLD_MS: attempts in that
- * time fail with its error rather than ask again.  With all EG_TOKEN_SLOTS
+ * So that no request waits once the first token came, the next token is
+ * asked for a little before a token stops serving (from renew_at: the last
+ * tenth of its time, at most 30 s), while it still serves.  A failed
+ * request is kept for EG_TOKEN_FAILURE_HOLD_MS: attempts in that time fail
+ * with its error rather than ask again (or, while a token serves, go with
+ * it).  With all EG_TOKEN_SLOTS
  * taken, the least recently used slot is reused.  No secret is in shared
  * memory, and no access token leaves it but to the process using it.
  */
@@ -54,6 +58,7 @@ typedef struct EgTokenSlot
 	TimestampTz obtained_at;
 	TimestampTz expires_at;
 	TimestampTz refresh_at;
+	TimestampTz renew_at;		/* the next token is asked for from then on, while this one serves */
 	TimestampTz last_used;
 	TimestampTz failed_at;		/* the last failed request's end (0: none since the last token) */
 	int64		requests;
@@ -174,15 +179,33 @@ find_slot(const EgCredentials *c, bool create)
 	return victim;
 }
 
+/* Is a process asking for the next token of slot s (and not for too long to be alive)? */
+static bool
+asking(const EgTokenSlot *s, TimestampTz now)
+{
+	return s->fetching_pid != 0 &&
+		now - s->fetch_started < (TimestampTz) (eg_response_timeout_ms + 5000) * 1000;
+}
+
+/* Did the last token request of slot s fail moments ago? */
+static bool
+failed_lately(const EgTokenSlot *s, TimestampTz now)
+{
+	return s->failed_at != 0 && now - s->failed_at < (TimestampTz) EG_TOKEN_FAILURE_HOLD_MS * 1000;
+}
+
 /*
  * What the shared slot of credentials c says now: a token that serves
- * (READY, copied into out), a failure moments ago (FAILED, its error in
- * out->error), another process asking (FETCHING), or nobody asking: then
- * the caller is marked as asking and must ask, and report the answer with
- * eg_token_store() or eg_token_failed() (FETCH).
+ * (READY, copied into out; READY_RENEW when may_renew, it is near its end
+ * and nobody asks for the next: the caller is marked as asking and must
+ * ask), a
+ * failure moments ago (FAILED, its error in out->error), another process
+ * asking (FETCHING), or nobody asking: then the caller is marked as asking
+ * and must ask (FETCH).  Who asks reports the answer with eg_token_store()
+ * or eg_token_failed().
  */
 EgTokenState
-eg_token_lookup(const EgCredentials *c, EgToken *out)
+eg_token_lookup(const EgCredentials *c, EgToken *out, bool may_renew)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	EgTokenSlot *s;
@@ -213,12 +236,19 @@ eg_token_lookup(const EgCredentials *c, EgToken *out)
 		out->text[s->len] = '\0';
 		out->len = s->len;
 		out->refresh_at = s->refresh_at;
+		out->renew_at = s->renew_at;
 		state = EG_TOKEN_READY;
+		if (may_renew && now >= s->renew_at && !asking(s, now) && !failed_lately(s, now))
+		{
+			s->fetching_pid = MyProcPid;
+			s->fetch_started = now;
+			s->requests++;
+			state = EG_TOKEN_READY_RENEW;
+		}
 	}
-	else if (s->fetching_pid != 0 &&
-			 now - s->fetch_started < (TimestampTz) (eg_response_timeout_ms + 5000) * 1000)
+	else if (asking(s, now))
 		state = EG_TOKEN_FETCHING;
-	else if (s->failed_at != 0 && now - s->failed_at < (TimestampTz) EG_TOKEN_FAILURE_HOLD_MS * 1000)
+	else if (failed_lately(s, now))
 	{
 		strlcpy(out->error, s->error, sizeof(out->error));
 		state = EG_TOKEN_FAILED;
@@ -256,6 +286,7 @@ eg_token_store(const EgCredentials *c, const char *token, int len, int64 expires
 		s->obtained_at = now;
 		s->expires_at = now + lifetime;
 		s->refresh_at = now + lifetime - margin;
+		s->renew_at = s->refresh_at - Min((lifetime - margin) / 10, 30 * USECS_PER_SEC);
 		s->last_used = now;
 		s->failed_at = 0;
 		s->error[0] = '\0';
@@ -584,7 +615,7 @@ eg_token_get_now(const EgCredentials *c, const char *ca_file, EgToken *out)
 
 	for (;;)
 	{
-		EgTokenState state = eg_token_lookup(c, out);
+		EgTokenState state = eg_token_lookup(c, out, false);	/* the workers renew */
 		EgRequest	req;
 		CURL	   *h;
 		CURLcode	rc;

@@ -38,6 +38,7 @@ typedef struct EgCredentials
 typedef enum EgTokenState
 {
 	EG_TOKEN_READY,				/* a token serves: copied out */
+	EG_TOKEN_READY_RENEW,		/* the same, near its end, and nobody asks for the next: the caller is to */
 	EG_TOKEN_FETCH,				/* none, and nobody asks for one: the caller is to (it is marked as asking) */
 	EG_TOKEN_FETCHING,			/* another process's token request is under way */
 	EG_TOKEN_FAILED				/* the last token request failed moments ago: its error copied out */
@@ -50,6 +51,7 @@ typedef struct EgToken
 	int			len;
 	uint64		generation;		/* changes whenever the slot's token is replaced or dropped */
 	TimestampTz refresh_at;		/* serves until then (real time) */
+	TimestampTz renew_at;		/* from then on a new one is asked for while it serves */
 	char		error[EG_TOKEN_ERROR_MAX];	/* EG_TOKEN_FAILED: why */
 } EgToken;
 
@@ -60,7 +62,7 @@ extern void eg_token_shmem_init(void);
 
 extern char *eg_entra_token_endpoint(const char *tenant_id);
 extern bool eg_token_same_client(const EgCredentials *a, const EgCredentials *b);
-extern EgTokenState eg_token_lookup(const EgCredentials *c, EgToken *out);
+extern EgTokenState eg_token_lookup(const EgCredentials *c, EgToken *out, bool may_renew);
 extern void eg_token_store(const EgCredentials *c, const char *token, int len, int64 expires_in_s);
 extern void eg_token_failed(const EgCredentials *c, const char *error);
 extern void eg_token_drop(const EgCredentials *c, uint64 generation);

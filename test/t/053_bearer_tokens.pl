@@ -12,6 +12,7 @@
 #    credentials: every request carries a valid token of the right client
 #    and audience, and one token request is made per lifetime, not one per
 #    worker or subscription (HTTP Basic, scope and audience in the form);
+#  - with a steady flow, the next token is asked for while the last serves;
 #  - a token the receiver revokes (401): dropped, the events sent again at
 #    once with a new token, no attempt charged; a 401 to a new token is the
 #    attempt's outcome (Unauthorized, not retried);
@@ -158,6 +159,33 @@ cmp_ok(scalar(@tok), '<=', int($elapsed / 2.7) + 2 + scalar(@expired),
 is(scalar(keys %jtis), scalar(@tok), 'each token asked for was used');
 is(scalar(grep { $_->{how} eq 'basic' && $_->{ok} && ($_->{audience} // '') eq 'events-api' && $_->{grant_type} eq 'client_credentials' } @tok),
 	scalar(@tok), 'the client authenticated with HTTP Basic; grant_type, scope and audience in the form');
+
+# --- the next token is asked for while the last still serves: with an event
+# every 50 ms, the second token request comes before the first token's
+# refresh time (6 s tokens serve 5.4 s; the next is asked for in the last
+# 0.54 s), so no request waits for it
+control('ttl/6');
+$node->safe_psql('postgres', qq{
+	SELECT eventgrid.create_topic('steady');
+	SELECT eventgrid.create_event_subscription('steady', 'steady', '$hook/orders/events-api');
+	SELECT eventgrid.set_oauth2_authentication('steady', 'steady', '$token_endpoint', 'orders', '$secret{orders}',
+	                                           scope => 'steady.scope', audience => 'events-api');
+});
+$node->safe_psql('postgres', q{
+	DO $$ BEGIN FOR i IN 1 .. 140 LOOP
+	    INSERT INTO eventgrid.events (topic, event) VALUES ('steady', jsonb_build_object('id', 'steady-' || i,
+	        'subject', 's', 'eventType', 't', 'eventTime', now(), 'data', '{}'::jsonb, 'dataVersion', '1'));
+	    COMMIT;
+	    PERFORM pg_sleep(0.05);
+	END LOOP; END $$;
+});
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'steady'", '140', 60),
+	'a steady flow delivered');
+my @steady = token_requests('orders', 'steady.scope');
+cmp_ok(scalar(@steady), '>=', 2, 'over more than one token lifetime');
+cmp_ok($steady[1]{t} - $steady[0]{t}, '<', 5.4, 'the second token was asked for before the first stopped serving ('
+	  . sprintf('%.2f', $steady[1]{t} - $steady[0]{t}) . ' s)');
+$node->safe_psql('postgres', "SELECT eventgrid.drop_topic('steady')");
 
 # --- a token the receiver revokes: dropped, the events sent again with a new one
 control('ttl/3600');
