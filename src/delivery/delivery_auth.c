@@ -223,12 +223,18 @@ eg_auth_state(EgRequest *req)
 	EgTokenUse *u = req->token_use;
 	EgAuthState state;
 
-	if (u == NULL || (u->auth_line != NULL && round_now < u->refresh_at &&
-					  (round_now < u->renew_at || u->fetch != NULL || u->checked_round == round_no)))
+	if (u == NULL)
 		return EG_AUTH_READY;
+	/* one answer per round for all requests of the credentials: they keep their order */
 	if (u->checked_round == round_no)
-		state = u->checked;
-	else if (u->fetch != NULL)
+	{
+		if (u->checked == EG_AUTH_WAIT)
+			req->token_waited = true;
+		return u->checked;
+	}
+	if (u->auth_line != NULL && round_now < u->refresh_at && (round_now < u->renew_at || u->fetch != NULL))
+		return EG_AUTH_READY;	/* (the same for the whole round: nothing here changes within one) */
+	if (u->fetch != NULL)
 		state = EG_AUTH_WAIT;
 	else
 	{

@@ -198,11 +198,10 @@ failed_lately(const EgTokenSlot *s, TimestampTz now)
  * What the shared slot of credentials c says now: a token that serves
  * (READY, copied into out; READY_RENEW when may_renew, it is near its end
  * and nobody asks for the next: the caller is marked as asking and must
- * ask), a
- * failure moments ago (FAILED, its error in out->error), another process
- * asking (FETCHING), or nobody asking: then the caller is marked as asking
- * and must ask (FETCH).  Who asks reports the answer with eg_token_store()
- * or eg_token_failed().
+ * ask), a failure moments ago (FAILED, its error in out->error), another
+ * process asking (FETCHING), or nobody asking: then the caller is marked
+ * as asking and must ask (FETCH).  Who asks reports the answer with
+ * eg_token_store() or eg_token_failed().
  */
 EgTokenState
 eg_token_lookup(const EgCredentials *c, EgToken *out, bool may_renew)

@@ -154,9 +154,11 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM eventgrid.delivery_attempt
 my @tok = token_requests('orders', 'events.write');
 my %jtis = map { $_->{jti} => 1 } grep { $_->{status} == 200 } @reqs;
 cmp_ok(scalar(@tok), '>=', 3, 'several token lifetimes passed (' . scalar(@tok) . " token requests in ${elapsed}s)");
-cmp_ok(scalar(@tok), '<=', int($elapsed / 2.7) + 2 + scalar(@expired),
-	'one token request per lifetime (3 s, refreshed after 2.7 s), shared by both workers and subscriptions');
-is(scalar(keys %jtis), scalar(@tok), 'each token asked for was used');
+cmp_ok(scalar(@tok), '<=', int($elapsed / 2.43) + 2 + scalar(@expired),
+	'one token request per lifetime (3 s tokens serve 2.7 s; the next is asked for from 2.43 s on), shared by both workers and subscriptions');
+# (the last may have been asked for ahead, near the end, and not used yet)
+ok(scalar(keys %jtis) == scalar(@tok) || scalar(keys %jtis) == scalar(@tok) - 1,
+	'each token asked for was used (' . scalar(keys %jtis) . ' of ' . scalar(@tok) . ')');
 is(scalar(grep { $_->{how} eq 'basic' && $_->{ok} && ($_->{audience} // '') eq 'events-api' && $_->{grant_type} eq 'client_credentials' } @tok),
 	scalar(@tok), 'the client authenticated with HTTP Basic; grant_type, scope and audience in the form');
 
