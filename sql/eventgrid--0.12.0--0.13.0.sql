@@ -93,12 +93,17 @@ BEGIN
         RAISE EXCEPTION 'token_endpoint must be at most 1000 bytes long, got %', octet_length(token_endpoint)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF token_endpoint !~* '^https://' AND token_endpoint !~* '^http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?(/|$)' THEN
+        RAISE EXCEPTION 'token_endpoint % must be an https URL', eventgrid._quote(token_endpoint)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The client secret goes to it: plain http is allowed only to this machine (127.0.0.1, localhost, [::1]), for tests.';
+    END IF;
     PERFORM eventgrid._set_delivery_authentication(topic, subscription, 'oauth2', token_endpoint, NULL,
                                                    client_id, client_secret, scope, audience);
 END $$;
 REVOKE ALL ON FUNCTION eventgrid.set_oauth2_authentication(text, text, text, text, text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION eventgrid.set_oauth2_authentication(text, text, text, text, text, text, text) TO eventgrid_admin;
-COMMENT ON FUNCTION eventgrid.set_oauth2_authentication(text, text, text, text, text, text, text) IS 'Makes every request of an event subscription (deliveries, retries, batches, validation handshakes) carry Authorization: Bearer <access token>, the token got from token_endpoint (an http or https URL of at most 1000 bytes) with the OAuth 2.0 client-credentials grant (RFC 6749 4.4): client_id and client_secret (1-500 and 1-1000 bytes) sent with HTTP Basic, scope and audience (each at most 500 bytes, NULL: not sent) in the form. A token serves until expires_in less min(10 %, 60 s), shared by the subscriptions with the same endpoint, client, scope and audience; a 401 to a token that was not new drops it and sends the event again at once. SPEC 12. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription, 22023 a bad URL or field, 55000 the subscription has an Authorization delivery property.';
+COMMENT ON FUNCTION eventgrid.set_oauth2_authentication(text, text, text, text, text, text, text) IS 'Makes every request of an event subscription (deliveries, retries, batches, validation handshakes) carry Authorization: Bearer <access token>, the token got from token_endpoint (an http or https URL of at most 1000 bytes) with the OAuth 2.0 client-credentials grant (RFC 6749 4.4); http only to 127.0.0.1, localhost or [::1]: client_id and client_secret (1-500 and 1-1000 bytes) sent with HTTP Basic, scope and audience (each at most 500 bytes, NULL: not sent) in the form. A token serves until expires_in less min(10 %, 60 s), shared by the subscriptions with the same endpoint, client, scope and audience; a 401 to a token that was not new drops it and sends the event again at once. SPEC 12. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription, 22023 a bad URL or field, 55000 the subscription has an Authorization delivery property.';
 
 CREATE FUNCTION eventgrid.set_entra_authentication(topic text, subscription text, tenant_id text,
         application_id_or_uri text, client_id text, client_secret text)

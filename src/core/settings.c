@@ -66,8 +66,8 @@ check_request_origin(char **newval, void **extra, GucSource source)
 }
 
 /*
- * eventgrid.entra_authority: an http or https URL of printable ASCII
- * without spaces, at most 400 bytes (the token endpoint of a tenant is
+ * eventgrid.entra_authority: an https URL (http to 127.0.0.1 or
+ * localhost, for tests) of printable ASCII without spaces, at most 400 bytes (the token endpoint of a tenant is
  * made from it: {authority}/{tenant}/oauth2/v2.0/token).
  */
 static bool
@@ -77,9 +77,10 @@ check_entra_authority(char **newval, void **extra, GucSource source)
 
 	if (v == NULL)
 		return true;
-	if (strncmp(v, "https://", 8) != 0 && strncmp(v, "http://", 7) != 0)
+	if (strncmp(v, "https://", 8) != 0 &&
+		strncmp(v, "http://127.0.0.1", 16) != 0 && strncmp(v, "http://localhost", 16) != 0)
 	{
-		GUC_check_errdetail("eventgrid.entra_authority must be an http or https URL, such as https://login.microsoftonline.com.");
+		GUC_check_errdetail("eventgrid.entra_authority must be an https URL, such as https://login.microsoftonline.com (http only to 127.0.0.1 or localhost, for tests).");
 		return false;
 	}
 	if (strlen(v) > 400)

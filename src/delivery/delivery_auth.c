@@ -154,8 +154,12 @@ eg_auth_for(int64 sub_id, TimestampTz set_at)
 	}
 	else if (!found)
 		e->entra_tenant = NULL;
-	/* removed, or changed since the claim read it: the next claim sees which */
-	if (set_at == 0 || !eg_store_delivery_authentication(sub_id, &row) || row.set_at != set_at)
+	/*
+	 * Read in a snapshot no older than the claim's: removed since the claim
+	 * read it, none; replaced, the new credentials (which the next claim
+	 * names).
+	 */
+	if (set_at == 0 || !eg_store_delivery_authentication(sub_id, &row))
 	{
 		hash_search(auths, &sub_id, HASH_REMOVE, NULL);
 		return NULL;
@@ -168,7 +172,7 @@ eg_auth_for(int64 sub_id, TimestampTz set_at)
 	c.scope = row.scope;
 	c.audience = row.audience;
 	e->use = use_of(&c);
-	e->set_at = set_at;
+	e->set_at = row.set_at;
 	e->entra_tenant = strcmp(row.method, "entra") == 0 ? top_strdup(row.tenant_id) : NULL;
 	explicit_bzero(row.client_secret, strlen(row.client_secret));
 	return e->use;

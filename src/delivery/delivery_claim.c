@@ -104,12 +104,16 @@ client_cert_for(int64 sub_id, TimestampTz set_at)
 		hash_search(client_certs, &sub_id, HASH_REMOVE, NULL);
 		return NULL;
 	}
-	/* removed or replaced since the claim read it: the next claim sees which */
-	if (!eg_store_client_certificate(sub_id, &cert, &key, &loaded_at) || loaded_at != set_at)
+	/*
+	 * Read in a snapshot no older than the claim's: removed since the claim
+	 * read it, none; replaced, the new one (which the next claim names).
+	 */
+	if (!eg_store_client_certificate(sub_id, &cert, &key, &loaded_at))
 	{
 		hash_search(client_certs, &sub_id, HASH_REMOVE, NULL);
 		return NULL;
 	}
+	e->set_at = loaded_at;
 	e->cert = MemoryContextAlloc(TopMemoryContext, sizeof(EgClientCert));
 	e->cert->cert_len = strlen(cert);
 	e->cert->cert = MemoryContextStrdup(TopMemoryContext, cert);

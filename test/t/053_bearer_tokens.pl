@@ -91,6 +91,8 @@ like(sql_error($node, "SELECT eventgrid.set_oauth2_authentication('orders', 'ref
 	qr/22004.*token_endpoint must not be NULL/s, 'NULL token endpoint: 22004');
 like(sql_error($node, "SELECT eventgrid.set_oauth2_authentication('orders', 'refused', 'ftp://x/token', 'c', 's')"),
 	qr/22023.*invalid endpoint/s, 'a token endpoint that is not http(s): 22023');
+like(sql_error($node, "SELECT eventgrid.set_oauth2_authentication('orders', 'refused', 'http://auth.example.com/token', 'c', 's')"),
+	qr/22023.*must be an https URL/s, 'a plain http token endpoint elsewhere than this machine: 22023 (the secret goes to it)');
 like(sql_error($node, "SELECT eventgrid.set_oauth2_authentication('orders', 'refused', '$token_endpoint', 'c', E'pass\\nword')"),
 	qr/22023.*client_secret must not hold control characters/s, 'a secret with a line break: 22023');
 unlike(sql_error($node, "SELECT eventgrid.set_oauth2_authentication('orders', 'refused', '$token_endpoint', 'c', E'pass\\nword')"),
