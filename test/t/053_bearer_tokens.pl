@@ -255,9 +255,12 @@ ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.delivery_attempts WHERE s
 is($node->safe_psql('postgres', "SELECT count(*) FROM eventgrid.delivery_attempts WHERE subscription = 'shipping' AND outcome <> 'Delivered'"),
 	'0', 'other subscriptions, whose token serves, are not held up');
 control('token-server/start');
+usleep(1_200_000);           # attempts within 1 s of a failed token request fail with its error
 advance_clock($node, 11);    # the first retry is due 10 s later
 ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'down-and-back'", '3', 60),
 	'back: the retries are delivered with a token');
+is($node->safe_psql('postgres', "SELECT string_agg(DISTINCT attempt || ':' || outcome, ',') FROM eventgrid.delivery_attempts WHERE subscription = 'down-and-back'"),
+	'1:GenericError,2:Delivered', 'at their first retry');
 
 # --- Microsoft Entra ID through eventgrid.entra_authority
 $node->safe_psql('postgres', qq{
