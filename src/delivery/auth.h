@@ -8,6 +8,8 @@
 
 #include "core/eventgrid.h"
 #include "http/http.h"
+#include "http/token.h"
+#include "store/store.h"
 
 struct EgTokenUse;
 
@@ -19,6 +21,7 @@ typedef enum EgAuthState
 	EG_AUTH_FAILED				/* no token could be had: it fails (eg_auth_error) */
 } EgAuthState;
 
+extern void eg_auth_credentials(const EgAuthRow *row, EgCredentials *c);
 extern struct EgTokenUse *eg_auth_for(int64 sub_id, TimestampTz set_at);
 extern void eg_auth_new_round(void);
 extern EgAuthState eg_auth_state(EgRequest *req);

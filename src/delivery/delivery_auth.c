@@ -23,8 +23,6 @@
  * request again at once, with a new one (eg_auth_refused).
  */
 #include "delivery/auth.h"
-#include "http/token.h"
-#include "store/store.h"
 
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
@@ -109,6 +107,23 @@ use_of(const EgCredentials *c)
 }
 
 /*
+ * The credentials a subscription's delivery authentication row names (its
+ * texts; Entra ID's token endpoint made under eventgrid.entra_authority,
+ * palloc'd).  For the delivery workers and the upkeep worker's handshakes.
+ */
+void
+eg_auth_credentials(const EgAuthRow *row, EgCredentials *c)
+{
+	c->method = row->method;
+	c->token_endpoint = strcmp(row->method, "entra") == 0 ? eg_entra_token_endpoint(row->tenant_id)
+		: row->token_endpoint;
+	c->client_id = row->client_id;
+	c->client_secret = row->client_secret;
+	c->scope = row->scope;
+	c->audience = row->audience;
+}
+
+/*
  * The credentials of subscription sub_id as set at set_at (0: it has
  * none: NULL), loaded in this claim's unit of work when new or changed.
  */
@@ -164,13 +179,7 @@ eg_auth_for(int64 sub_id, TimestampTz set_at)
 		hash_search(auths, &sub_id, HASH_REMOVE, NULL);
 		return NULL;
 	}
-	c.method = row.method;
-	c.token_endpoint = strcmp(row.method, "entra") == 0 ? eg_entra_token_endpoint(row.tenant_id)
-		: row.token_endpoint;
-	c.client_id = row.client_id;
-	c.client_secret = row.client_secret;
-	c.scope = row.scope;
-	c.audience = row.audience;
+	eg_auth_credentials(&row, &c);
 	e->use = use_of(&c);
 	e->set_at = row.set_at;
 	e->entra_tenant = strcmp(row.method, "entra") == 0 ? top_strdup(row.tenant_id) : NULL;

@@ -150,9 +150,7 @@ free_built_requests(void)
 	{
 		EgRequest  *next = eg_dw.built_head->next;
 
-		eg_http_free_headers(eg_dw.built_head);
-		free(eg_dw.built_head->body);
-		eg_dw.built_head->body = NULL;
+		eg_http_free_body(eg_dw.built_head);
 		eg_dw.built_head = next;
 	}
 	eg_dw.built_tail = NULL;

@@ -561,9 +561,7 @@ eg_delivery_token_failed(EgRequest *req, const char *error, TimestampTz now)
 	(void) eg_health_after_attempt(req->target, req, now);
 	for (int k = 0; k < req->count; k++)
 		eg_delivery_decide(req->items[k], EG_TRANSPORT_TOKEN, 0, 0, now, now);
-	eg_http_free_headers(req);
-	free(req->body);
-	req->body = NULL;
+	eg_http_free_body(req);
 }
 
 /*
@@ -588,8 +586,6 @@ eg_delivery_hold(EgRequest *req, TimestampTz now)
 		if (d->out.action == EG_ACTION_RETRY && d->out.next_at < until)
 			d->out.next_at = until;
 	}
-	eg_http_free_headers(req);
-	free(req->body);
-	req->body = NULL;
+	eg_http_free_body(req);
 }
 

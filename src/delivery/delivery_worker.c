@@ -156,9 +156,7 @@ follow_subscription_changes(void)
 				d->out.next_at = now;
 				eg_delivery_push(d);
 			}
-			eg_http_free_headers(req);
-			free(req->body);
-			req->body = NULL;
+			eg_http_free_body(req);
 			req = next;
 		}
 	}
@@ -346,11 +344,7 @@ collect_finished(void)
 			eg_delivery_decide(d, req->transport, req->http_status, req->retry_after_s, req->started_at, now);
 		}
 		if (req->keep_body)
-		{
-			eg_http_free_headers(req);
-			free(req->body);
-			req->body = NULL;
-		}
+			eg_http_free_body(req);
 	}
 }
 
@@ -567,9 +561,7 @@ put_back_unsent(void)
 			d->out.next_at = now;
 			eg_delivery_push(d);
 		}
-		eg_http_free_headers(req);
-		free(req->body);
-		req->body = NULL;
+		eg_http_free_body(req);
 		leave_with_work = true;
 		req = next;
 	}

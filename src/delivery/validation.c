@@ -22,7 +22,7 @@
  */
 #include "delivery/validation.h"
 #include "http/http.h"
-#include "http/token.h"
+#include "delivery/auth.h"
 #include "store/worker.h"
 
 #include <curl/curl.h>
@@ -155,12 +155,10 @@ setup(Transfer *t, const char *origin)
 	if (ok && v->auth != NULL)
 	{
 		/* the bearer token, as on every request of the subscription (SPEC 12) */
-		EgCredentials c = {v->auth->method, v->auth->token_endpoint, v->auth->client_id,
-		v->auth->client_secret, v->auth->scope, v->auth->audience};
+		EgCredentials c;
 		EgToken    *token = palloc(sizeof(EgToken));
 
-		if (strcmp(c.method, "entra") == 0)
-			c.token_endpoint = eg_entra_token_endpoint(v->auth->tenant_id);
+		eg_auth_credentials(v->auth, &c);
 		if (eg_token_get_now(&c, eg_ssl_ca_file, token))
 		{
 			char	   *auth = psprintf("Authorization: Bearer %s", token->text);

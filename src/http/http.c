@@ -79,10 +79,10 @@ static int	idle_cap = 0;
  * failed answer's) and the rest is discarded as it arrives; but a token
  * request (answer_max > 0) keeps all of it, up to answer_max bytes (more
  * sets answer_len to answer_max, which token.c refuses).  The write
- * callback of every request eventgrid sends.
+ * callback of every request the HTTP thread or eg_http_perform() sends.
  */
-size_t
-eg_http_keep_answer(char *ptr, size_t size, size_t nmemb, void *userdata)
+static size_t
+keep_answer(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
 	EgRequest  *req = userdata;
 	size_t		n = size * nmemb;
@@ -129,9 +129,7 @@ eg_http_end_token_request(EgRequest *req)
 		explicit_bzero(req->body, req->body_len);
 	if (req->headers != NULL)
 		explicit_bzero(req->headers, req->headers_size);
-	eg_http_free_headers(req);
-	free(req->body);
-	req->body = NULL;
+	eg_http_free_body(req);
 }
 
 static void
@@ -260,11 +258,7 @@ finish(EgRequest *req, EgTransport transport, int http_status)
 	if (req->token_request)
 		eg_http_end_token_request(req);
 	else if (!req->keep_body)
-	{
-		eg_http_free_headers(req);
-		free(req->body);
-		req->body = NULL;
-	}
+		eg_http_free_body(req);
 	if (req->auth_line != NULL)
 	{
 		explicit_bzero(req->auth_line, strlen(req->auth_line));
@@ -299,7 +293,7 @@ new_handle(void)
 	SET(CURLOPT_POST, 1L);
 	SET(CURLOPT_SHARE, share);
 	SET(CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_2TLS);
-	SET(CURLOPT_WRITEFUNCTION, eg_http_keep_answer);
+	SET(CURLOPT_WRITEFUNCTION, keep_answer);
 	SET(CURLOPT_TCP_NODELAY, 1L);
 #undef SET
 	if (rc != CURLE_OK)
@@ -361,6 +355,36 @@ eg_http_client_cert_options(CURL *h, const EgClientCert *c)
 	return rc;
 }
 
+/*
+ * What a transfer of request req needs of handle h: its URL, body, header
+ * list (the bearer token first, in a node of the request's own, so that
+ * the list stays one block), time limit, error buffer and answer; libcurl's
+ * code of the first option it refused.
+ */
+static CURLcode
+request_options(CURL *h, EgRequest *req)
+{
+	CURLcode	rc = CURLE_OK;
+
+#define SET(opt, val) do { if (rc == CURLE_OK) rc = curl_easy_setopt(h, (opt), (val)); } while (0)
+	SET(CURLOPT_URL, req->url);
+	SET(CURLOPT_POSTFIELDS, req->body);
+	SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
+	if (req->auth_line != NULL)
+	{
+		req->auth_node.data = req->auth_line;
+		req->auth_node.next = req->headers;
+		SET(CURLOPT_HTTPHEADER, &req->auth_node);
+	}
+	else
+		SET(CURLOPT_HTTPHEADER, req->headers);
+	SET(CURLOPT_TIMEOUT_MS, req->timeout_ms);
+	SET(CURLOPT_ERRORBUFFER, req->errbuf);
+	SET(CURLOPT_WRITEDATA, (void *) req);
+#undef SET
+	return rc;
+}
+
 /* Thread side: sets up and adds one transfer; a setup failure finishes it as a SocketError. */
 static void
 start(EgRequest *req)
@@ -375,24 +399,9 @@ start(EgRequest *req)
 		finish(req, EG_TRANSPORT_SOCKET, 0);
 		return;
 	}
-#define SET(opt, val) do { if (rc == CURLE_OK) rc = curl_easy_setopt(h, (opt), (val)); } while (0)
-	SET(CURLOPT_URL, req->url);
-	SET(CURLOPT_POSTFIELDS, req->body);
-	SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
-	if (req->auth_line != NULL)
-	{
-		/* the bearer token, first, in a node of the request's own: the list stays one block */
-		req->auth_node.data = req->auth_line;
-		req->auth_node.next = req->headers;
-		SET(CURLOPT_HTTPHEADER, &req->auth_node);
-	}
-	else
-		SET(CURLOPT_HTTPHEADER, req->headers);
-	SET(CURLOPT_TIMEOUT_MS, req->timeout_ms);
-	SET(CURLOPT_ERRORBUFFER, req->errbuf);
-	SET(CURLOPT_PRIVATE, (void *) req);
-	SET(CURLOPT_WRITEDATA, (void *) req);
-#undef SET
+	rc = request_options(h, req);
+	if (rc == CURLE_OK)
+		rc = curl_easy_setopt(h, CURLOPT_PRIVATE, (void *) req);
 	if (rc == CURLE_OK && req->client_cert != NULL)
 		rc = eg_http_client_cert_options(h, req->client_cert);
 	if (rc != CURLE_OK || curl_multi_add_handle(multi, h) != CURLM_OK)
@@ -401,6 +410,40 @@ start(EgRequest *req)
 				 rc != CURLE_OK ? curl_easy_strerror(rc) : "curl_multi_add_handle failed");
 		finish(req, EG_TRANSPORT_SOCKET, 0);
 	}
+}
+
+/*
+ * Sends request req at once and waits for its answer (at most timeout_ms),
+ * on the caller's thread, with a handle of its own verifying against
+ * ca_file: for a process that may wait (the upkeep worker's token
+ * requests, token.c).  Sets req's transport, http_status, errbuf and
+ * answer as a transfer of the HTTP thread would; its body and headers stay
+ * the caller's.
+ */
+void
+eg_http_perform(EgRequest *req, const char *ca_file, long timeout_ms)
+{
+	CURL	   *h = curl_easy_init();
+	CURLcode	rc;
+	long		status = 0;
+
+	req->timeout_ms = timeout_ms;
+	req->errbuf[0] = '\0';
+	rc = h == NULL ? CURLE_OUT_OF_MEMORY : eg_http_safe_options(h, ca_file);
+	if (rc == CURLE_OK)
+		rc = curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, keep_answer);
+	if (rc == CURLE_OK)
+		rc = request_options(h, req);
+	if (rc == CURLE_OK)
+		rc = curl_easy_perform(h);
+	req->transport = classify(rc);
+	if (rc != CURLE_OK && req->errbuf[0] == '\0')
+		snprintf(req->errbuf, sizeof(req->errbuf), "%s", curl_easy_strerror(rc));
+	if (rc == CURLE_OK)
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	req->http_status = (int) status;
+	if (h != NULL)
+		curl_easy_cleanup(h);
 }
 
 static void *
@@ -654,6 +697,18 @@ eg_http_free_headers(EgRequest *req)
 	free(req->headers);
 	req->headers = NULL;
 	req->headers_size = 0;
+}
+
+/*
+ * Frees the malloc'd body and header block of a request that will not be
+ * sent (again): one not started, or one whose body was kept (keep_body).
+ */
+void
+eg_http_free_body(EgRequest *req)
+{
+	eg_http_free_headers(req);
+	free(req->body);
+	req->body = NULL;
 }
 
 /*

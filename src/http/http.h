@@ -81,8 +81,8 @@ typedef struct EgRequest
  */
 extern CURLcode eg_http_safe_options(CURL *h, const char *ca_file);
 extern CURLcode eg_http_client_cert_options(CURL *h, const EgClientCert *c);
-extern size_t eg_http_keep_answer(char *ptr, size_t size, size_t nmemb, void *userdata);
 extern void eg_http_end_token_request(EgRequest *req);
+extern void eg_http_perform(EgRequest *req, const char *ca_file, long timeout_ms);
 
 /*
  * request.c: eg_header_problem() returns NULL when "name: value" may be
@@ -123,6 +123,7 @@ extern void eg_http_shutdown(void);
 extern void eg_http_start(EgRequest **reqs, int n, long timeout_ms);
 extern void eg_http_set_headers(EgRequest *req, const char *lines, size_t len, int n);
 extern void eg_http_free_headers(EgRequest *req);
+extern void eg_http_free_body(EgRequest *req);
 extern int	eg_http_in_flight(void);
 extern void eg_http_wait(int want, int timeout_ms);
 extern EgRequest *eg_http_take_finished(void);

@@ -616,9 +616,6 @@ eg_token_get_now(const EgCredentials *c, const char *ca_file, EgToken *out)
 	{
 		EgTokenState state = eg_token_lookup(c, out, false);	/* the workers renew */
 		EgRequest	req;
-		CURL	   *h;
-		CURLcode	rc;
-		long		status = 0;
 		char	   *token;
 		int			len;
 		int64		expires_in;
@@ -639,31 +636,7 @@ eg_token_get_now(const EgCredentials *c, const char *ca_file, EgToken *out)
 			continue;
 		}
 		eg_token_request_prepare(&req, c);
-		h = curl_easy_init();
-		rc = h == NULL ? CURLE_OUT_OF_MEMORY : eg_http_safe_options(h, ca_file);
-#define SET(opt, val) do { if (rc == CURLE_OK) rc = curl_easy_setopt(h, (opt), (val)); } while (0)
-		SET(CURLOPT_URL, req.url);
-		SET(CURLOPT_POSTFIELDS, req.body);
-		SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req.body_len);
-		SET(CURLOPT_HTTPHEADER, req.headers);
-		SET(CURLOPT_TIMEOUT_MS, (long) eg_response_timeout_ms);
-		SET(CURLOPT_ERRORBUFFER, req.errbuf);
-		SET(CURLOPT_WRITEFUNCTION, eg_http_keep_answer);
-		SET(CURLOPT_WRITEDATA, (void *) &req);
-#undef SET
-		req.errbuf[0] = '\0';
-		if (rc == CURLE_OK)
-			rc = curl_easy_perform(h);
-		req.transport = rc == CURLE_OK ? EG_TRANSPORT_OK : EG_TRANSPORT_SOCKET;
-		if (rc == CURLE_OPERATION_TIMEDOUT)
-			req.transport = EG_TRANSPORT_TIMEOUT;
-		if (rc != CURLE_OK && req.errbuf[0] == '\0')
-			snprintf(req.errbuf, sizeof(req.errbuf), "%s", curl_easy_strerror(rc));
-		if (rc == CURLE_OK)
-			curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-		req.http_status = (int) status;
-		if (h != NULL)
-			curl_easy_cleanup(h);
+		eg_http_perform(&req, ca_file, eg_response_timeout_ms);
 		eg_http_end_token_request(&req);
 		if (eg_token_answer(c, &req, &token, &len, &expires_in, out->error, sizeof(out->error)))
 		{

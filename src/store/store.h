@@ -151,6 +151,7 @@ extern int	eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, i
 extern TimestampTz eg_store_next_due(void);
 extern bool eg_store_client_certificate(int64 sub_id, char **cert, char **key, TimestampTz *set_at);
 extern bool eg_store_delivery_authentication(int64 sub_id, EgAuthRow *row);
+extern void eg_auth_row_cols(SPITupleTable *tt, int row, int first, EgAuthRow *a);
 extern void eg_store_analyze(void);
 
 /* The outcome of one delivery, as recorded. */

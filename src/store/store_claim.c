@@ -732,12 +732,27 @@ eg_store_client_certificate(int64 sub_id, char **cert, char **key, TimestampTz *
 
 static EgStatement delivery_authentication = {
 	.name = "delivery authentication",
-	.sql = "SELECT a.method, a.token_endpoint, a.tenant_id, a.client_id, a.client_secret, a.scope, a.audience,"
-	"       a.set_at"
+	.sql = "SELECT " EG_SQL_AUTH_COLS ", a.set_at"
 	"  FROM eventgrid.delivery_authentications a WHERE a.subscription_id = $1",
 	.nargs = 1,
 	.types = {INT8OID},
 };
+
+/*
+ * A delivery authentication's texts (valid until the unit of work ends):
+ * the EG_SQL_AUTH_COLS columns of row row from column first on.
+ */
+void
+eg_auth_row_cols(SPITupleTable *tt, int row, int first, EgAuthRow *a)
+{
+	a->method = eg_text_col(tt, row, first);
+	a->token_endpoint = eg_text_col(tt, row, first + 1);
+	a->tenant_id = eg_text_col(tt, row, first + 2);
+	a->client_id = eg_text_col(tt, row, first + 3);
+	a->client_secret = eg_text_col(tt, row, first + 4);
+	a->scope = eg_text_col(tt, row, first + 5);
+	a->audience = eg_text_col(tt, row, first + 6);
+}
 
 /*
  * The delivery authentication of event subscription sub_id (texts valid
@@ -752,13 +767,7 @@ eg_store_delivery_authentication(int64 sub_id, EgAuthRow *row)
 	eg_store_run(&delivery_authentication, args, false, SPI_OK_SELECT);	/* a snapshot no older than the claim's */
 	if (SPI_processed == 0)
 		return false;
-	row->method = eg_text_col(SPI_tuptable, 0, 1);
-	row->token_endpoint = eg_text_col(SPI_tuptable, 0, 2);
-	row->tenant_id = eg_text_col(SPI_tuptable, 0, 3);
-	row->client_id = eg_text_col(SPI_tuptable, 0, 4);
-	row->client_secret = eg_text_col(SPI_tuptable, 0, 5);
-	row->scope = eg_text_col(SPI_tuptable, 0, 6);
-	row->audience = eg_text_col(SPI_tuptable, 0, 7);
+	eg_auth_row_cols(SPI_tuptable, 0, 1, row);
 	row->set_at = eg_timestamp_col(SPI_tuptable, 0, 8);
 	return true;
 }

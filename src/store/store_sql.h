@@ -9,6 +9,13 @@
 #define EVENTGRID_STORE_SQL_H
 
 /*
+ * The columns of a delivery authentication a (eventgrid.delivery_authentications)
+ * that eg_auth_row_cols() reads, in its order.
+ */
+#define EG_SQL_AUTH_COLS \
+	"a.method, a.token_endpoint, a.tenant_id, a.client_id, a.client_secret, a.scope, a.audience"
+
+/*
  * The events of a chunk c (joined before with its subscription s), as the
  * claim took them: those of its key range in its batch that the filters
  * take.  The first-attempt claim's second step and recovery both read a

@@ -5,6 +5,7 @@
  * answers recorded by eventgrid._record_validation().
  */
 #include "store/store.h"
+#include "store/store_sql.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -42,8 +43,7 @@ static EgStatement due = {
 	"       (SELECT string_agg(p.header || ': ' || p.value, E'\\n' ORDER BY p.header)"
 	"          FROM eventgrid.delivery_properties p"
 	"         WHERE p.subscription_id = s.id AND p.source_field IS NULL),"
-	"       s.max_events_per_second, c.certificate, c.private_key,"
-	"       a.method, a.token_endpoint, a.tenant_id, a.client_id, a.client_secret, a.scope, a.audience"
+	"       s.max_events_per_second, c.certificate, c.private_key, " EG_SQL_AUTH_COLS
 	"  FROM eventgrid.endpoint_validations v JOIN eventgrid.event_subscriptions s ON s.id = v.subscription_id"
 	"  LEFT JOIN eventgrid.client_certificates c ON c.subscription_id = s.id"
 	"  LEFT JOIN eventgrid.delivery_authentications a ON a.subscription_id = s.id"
@@ -99,16 +99,8 @@ eg_store_due_validations(TimestampTz now, int limit, MemoryContext cxt, EgValida
 		out[i].client_key = eg_text_col(tt, i, 11);
 		if (eg_text_col(tt, i, 12) != NULL)
 		{
-			EgAuthRow  *a = palloc0(sizeof(EgAuthRow));
-
-			a->method = eg_text_col(tt, i, 12);
-			a->token_endpoint = eg_text_col(tt, i, 13);
-			a->tenant_id = eg_text_col(tt, i, 14);
-			a->client_id = eg_text_col(tt, i, 15);
-			a->client_secret = eg_text_col(tt, i, 16);
-			a->scope = eg_text_col(tt, i, 17);
-			a->audience = eg_text_col(tt, i, 18);
-			out[i].auth = a;
+			out[i].auth = palloc0(sizeof(EgAuthRow));
+			eg_auth_row_cols(tt, i, 12, out[i].auth);
 		}
 	}
 	MemoryContextSwitchTo(old);
