@@ -281,18 +281,21 @@ is($node->safe_psql('postgres', "SELECT method || ' ' || token_endpoint || ' ' |
 	"entra https://127.0.0.1:$tport/$tenant/oauth2/v2.0/token api://eventgrid-test/.default true",
 	'event_subscription_authentication shows the method, the token endpoint the authority makes, the scope and the token expiry');
 
-# --- a validation handshake carries the token
+# --- a validation handshake carries the token; credentials of their own, so
+# that the upkeep worker asks for the token itself (a blocking request)
 $node->safe_psql('postgres', qq{
 	BEGIN;
 	SELECT eventgrid.create_event_subscription('orders', 'validated', '$hook/orders?case=validated', endpoint_validation => 'handshake');
 	SELECT eventgrid.set_oauth2_authentication('orders', 'validated', '$token_endpoint', 'orders', '$secret{orders}',
-	                                           scope => 'events.write', audience => 'events-api');
+	                                           scope => 'handshake.scope', audience => 'events-api');
 	COMMIT;
 });
 ok(wait_for_sql($node, "SELECT provisioning_state FROM eventgrid.event_subscription_validation WHERE subscription = 'validated'",
 	'Succeeded', 60), 'the handshake succeeded');
 is(scalar(grep { $_->{validation} && $_->{status} == 200 && $_->{client} eq 'orders' } received('/hook/orders?case=validated')), 1,
 	'with a token the receiver verified');
+is(join(',', map { "$_->{how}:$_->{ok}" } token_requests('orders', 'handshake.scope')), 'basic:1',
+	'which the upkeep worker asked for, with HTTP Basic');
 
 # --- a client certificate and a bearer token together: nginx demands the
 # certificate (400 without), then passes the request to the receiver, which
