@@ -93,6 +93,8 @@ typedef struct EgDeliveryWorker
 extern EgDeliveryWorker eg_dw;
 
 /* delivery_claim.c */
+extern void *eg_subscription_cache_entry(HTAB **table, const char *name, Size entrysize, int64 sub_id,
+										 TimestampTz set_at, bool *found);
 extern int	eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next_due_at);
 extern void eg_delivery_drop_claim(void);
 

@@ -23,6 +23,7 @@
  * request again at once, with a new one (eg_auth_refused).
  */
 #include "delivery/auth.h"
+#include "delivery/delivery.h"
 
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
@@ -135,17 +136,8 @@ eg_auth_for(int64 sub_id, TimestampTz set_at)
 	EgAuthRow	row;
 	EgCredentials c;
 
-	if (set_at == 0 && auths == NULL)
-		return NULL;
-	if (auths == NULL)
-	{
-		HASHCTL		ctl;
-
-		ctl.keysize = sizeof(int64);
-		ctl.entrysize = sizeof(AuthEntry);
-		auths = hash_create("eventgrid delivery authentications", 16, &ctl, HASH_ELEM | HASH_BLOBS);
-	}
-	e = hash_search(auths, &sub_id, set_at == 0 ? HASH_FIND : HASH_ENTER, &found);
+	e = eg_subscription_cache_entry(&auths, "eventgrid delivery authentications", sizeof(AuthEntry), sub_id,
+									set_at, &found);
 	if (e == NULL)
 		return NULL;
 	if (found && e->set_at == set_at)

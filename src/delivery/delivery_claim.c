@@ -53,6 +53,33 @@ free_client_cert(EgClientCert *c)
 }
 
 /*
+ * The entry of subscription sub_id in *table, a per-subscription cache of
+ * what its claims name by when it was set (set_at; entries start with the
+ * subscription id, the hash key): made (and *table with it, named name,
+ * entries of entrysize bytes) when set_at is not 0 and there is none
+ * (*found false, the rest of the entry unset); NULL when set_at is 0 and
+ * there is none.  Client certificates (here) and delivery authentication
+ * (delivery_auth.c).
+ */
+void *
+eg_subscription_cache_entry(HTAB **table, const char *name, Size entrysize, int64 sub_id,
+							TimestampTz set_at, bool *found)
+{
+	*found = false;
+	if (*table == NULL)
+	{
+		HASHCTL		ctl;
+
+		if (set_at == 0)
+			return NULL;
+		ctl.keysize = sizeof(int64);
+		ctl.entrysize = entrysize;
+		*table = hash_create(name, 16, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	return hash_search(*table, &sub_id, set_at == 0 ? HASH_FIND : HASH_ENTER, found);
+}
+
+/*
  * The client certificate of subscription sub_id as set at set_at (0: it has
  * none: NULL), loaded in this claim's unit of work when it is new or was
  * replaced.
@@ -77,17 +104,8 @@ client_cert_for(int64 sub_id, TimestampTz set_at)
 		list_free(retired_certs);
 		retired_certs = NIL;
 	}
-	if (set_at == 0 && client_certs == NULL)
-		return NULL;
-	if (client_certs == NULL)
-	{
-		HASHCTL		ctl;
-
-		ctl.keysize = sizeof(int64);
-		ctl.entrysize = sizeof(ClientCertEntry);
-		client_certs = hash_create("eventgrid client certificates", 16, &ctl, HASH_ELEM | HASH_BLOBS);
-	}
-	e = hash_search(client_certs, &sub_id, set_at == 0 ? HASH_FIND : HASH_ENTER, &found);
+	e = eg_subscription_cache_entry(&client_certs, "eventgrid client certificates", sizeof(ClientCertEntry),
+									sub_id, set_at, &found);
 	if (e == NULL)
 		return NULL;
 	if (found && e->set_at == set_at)
