@@ -205,6 +205,7 @@ END $$;
 
 CREATE FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text,
         OUT audience text, OUT token_obtained_at timestamptz, OUT token_expires_at timestamptz,
+        OUT token_serves_until timestamptz,
         OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamptz,
         OUT last_error text)
     RETURNS SETOF record
@@ -212,7 +213,7 @@ CREATE FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_i
     AS 'MODULE_PATHNAME', 'eventgrid_delivery_tokens';
 REVOKE ALL ON FUNCTION eventgrid._delivery_tokens() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION eventgrid._delivery_tokens() TO eventgrid_admin, pg_monitor;
-COMMENT ON FUNCTION eventgrid._delivery_tokens() IS 'Internal: the bearer tokens this database''s workers keep in shared memory, per token endpoint, client, scope and audience: when obtained, when they expire, token requests and failures counted since the slot was made, the last failure; never a token or secret.';
+COMMENT ON FUNCTION eventgrid._delivery_tokens() IS 'Internal: the bearer tokens this database''s workers keep in shared memory, per token endpoint, client, scope and audience: when obtained, when they expire, until when they serve, token requests and failures counted since the slot was made, the last failure; never a token or secret.';
 
 CREATE VIEW eventgrid.event_subscription_authentication AS
  SELECT s.topic,
@@ -225,6 +226,7 @@ CREATE VIEW eventgrid.event_subscription_authentication AS
     a.set_at,
     t.token_obtained_at,
     t.token_expires_at,
+    t.token_serves_until,
     coalesce(t.token_requests, 0) AS token_requests,
     coalesce(t.token_failures, 0) AS token_failures,
     t.last_failure_at,
@@ -238,7 +240,7 @@ CREATE VIEW eventgrid.event_subscription_authentication AS
             WHERE d.token_endpoint = e.token_endpoint AND d.client_id = a.client_id
               AND d.scope IS NOT DISTINCT FROM a.scope AND d.audience IS NOT DISTINCT FROM a.audience) t ON true;
 GRANT SELECT ON eventgrid.event_subscription_authentication TO eventgrid_admin;
-COMMENT ON VIEW eventgrid.event_subscription_authentication IS 'The event subscriptions that send bearer tokens (SPEC 12): topic, subscription, method (oauth2 or entra), token_endpoint, client_id, scope, audience, set_at, and from the workers'' shared memory token_obtained_at and token_expires_at (NULL: no token now), token_requests and token_failures (since the server started or the token was last asked for after a while unused), last_failure_at and last_error (what the token endpoint answered; NULL once a token came); never the secret or a token. Readable by eventgrid_admin.';
+COMMENT ON VIEW eventgrid.event_subscription_authentication IS 'The event subscriptions that send bearer tokens (SPEC 12): topic, subscription, method (oauth2 or entra), token_endpoint, client_id, scope, audience, set_at, and from the workers'' shared memory token_obtained_at, token_expires_at and token_serves_until (expires_in less min(10 %, 60 s); NULL: no token now), token_requests and token_failures (since the server started or the token was last asked for after a while unused), last_failure_at and last_error (what the token endpoint answered; NULL once a token came); never the secret or a token. Readable by eventgrid_admin.';
 
 -- ---------------------------------------------------------------------------
 -- Token requests for Prometheus (monitoring/)

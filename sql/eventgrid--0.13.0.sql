@@ -886,11 +886,11 @@ END;
 
 COMMENT ON FUNCTION eventgrid._dead_letter_notification(target_topic text, topic text, subscription text, event jsonb, input_schema text, dead_lettered boolean, reason text, attempts integer, outcome text, http_status integer, publish_time timestamp with time zone, attempted_at timestamp with time zone, event_source text) IS 'Internal: the notification event of an event dead-lettered (or, dead_lettered false, dropped) by an event subscription whose dead_letter_topic is target_topic, in that topic''s input schema, with what the dead letter records (the event''s id, subject and type cut to 1,024 characters each) and the event itself (up to 900 kB), so that it always fits the 1 MB event limit; no row for a notification that itself ended undelivered (event_source ''(dead-letter notification)'', which the delivery workers give the notifications they publish and publishers cannot write), or when the topic is gone. The delivery workers publish it in the transaction that records the dead letter.';
 
-CREATE FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) RETURNS SETOF record
+CREATE FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_serves_until timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) RETURNS SETOF record
     LANGUAGE c
     AS 'MODULE_PATHNAME', 'eventgrid_delivery_tokens';
 
-COMMENT ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) IS 'Internal: the bearer tokens this database''s workers keep in shared memory, per token endpoint, client, scope and audience: when obtained, when they expire, token requests and failures counted since the slot was made, the last failure; never a token or secret.';
+COMMENT ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_serves_until timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) IS 'Internal: the bearer tokens this database''s workers keep in shared memory, per token endpoint, client, scope and audience: when obtained, when they expire, until when they serve, token requests and failures counted since the slot was made, the last failure; never a token or secret.';
 
 CREATE FUNCTION eventgrid._drop_topic_triggers(rel regclass, topic text) RETURNS void
     LANGUAGE plpgsql
@@ -3026,7 +3026,7 @@ CREATE VIEW eventgrid.delivery_token_metrics AS
     d.token_requests AS token_requests_total,
     d.token_failures AS token_failures_total,
     COALESCE((EXTRACT(epoch FROM d.token_expires_at))::double precision, (0)::double precision) AS token_expiry_timestamp_seconds
-   FROM eventgrid._delivery_tokens() d(token_endpoint, client_id, scope, audience, token_obtained_at, token_expires_at, token_requests, token_failures, last_failure_at, last_error);
+   FROM eventgrid._delivery_tokens() d(token_endpoint, client_id, scope, audience, token_obtained_at, token_expires_at, token_serves_until, token_requests, token_failures, last_failure_at, last_error);
 
 COMMENT ON VIEW eventgrid.delivery_token_metrics IS 'Prometheus counters per token endpoint and client of delivery authentication: token_requests_total and token_failures_total (since the server started), and token_expiry_timestamp_seconds, when the token now kept expires (0: none). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
 
@@ -3058,6 +3058,7 @@ CREATE VIEW eventgrid.event_subscription_authentication AS
     a.set_at,
     t.token_obtained_at,
     t.token_expires_at,
+    t.token_serves_until,
     COALESCE(t.token_requests, (0)::bigint) AS token_requests,
     COALESCE(t.token_failures, (0)::bigint) AS token_failures,
     t.last_failure_at,
@@ -3075,14 +3076,15 @@ CREATE VIEW eventgrid.event_subscription_authentication AS
             d.audience,
             d.token_obtained_at,
             d.token_expires_at,
+            d.token_serves_until,
             d.token_requests,
             d.token_failures,
             d.last_failure_at,
             d.last_error
-           FROM eventgrid._delivery_tokens() d(token_endpoint, client_id, scope, audience, token_obtained_at, token_expires_at, token_requests, token_failures, last_failure_at, last_error)
+           FROM eventgrid._delivery_tokens() d(token_endpoint, client_id, scope, audience, token_obtained_at, token_expires_at, token_serves_until, token_requests, token_failures, last_failure_at, last_error)
           WHERE ((d.token_endpoint = e.token_endpoint) AND (d.client_id = a.client_id) AND (NOT (d.scope IS DISTINCT FROM a.scope)) AND (NOT (d.audience IS DISTINCT FROM a.audience)))) t ON (true));
 
-COMMENT ON VIEW eventgrid.event_subscription_authentication IS 'The event subscriptions that send bearer tokens (SPEC 12): topic, subscription, method (oauth2 or entra), token_endpoint, client_id, scope, audience, set_at, and from the workers'' shared memory token_obtained_at and token_expires_at (NULL: no token now), token_requests and token_failures (since the server started or the token was last asked for after a while unused), last_failure_at and last_error (what the token endpoint answered; NULL once a token came); never the secret or a token. Readable by eventgrid_admin.';
+COMMENT ON VIEW eventgrid.event_subscription_authentication IS 'The event subscriptions that send bearer tokens (SPEC 12): topic, subscription, method (oauth2 or entra), token_endpoint, client_id, scope, audience, set_at, and from the workers'' shared memory token_obtained_at, token_expires_at and token_serves_until (expires_in less min(10 %, 60 s); NULL: no token now), token_requests and token_failures (since the server started or the token was last asked for after a while unused), last_failure_at and last_error (what the token endpoint answered; NULL once a token came); never the secret or a token. Readable by eventgrid_admin.';
 
 CREATE VIEW eventgrid.event_subscription_batching AS
  SELECT s.topic,
@@ -3812,9 +3814,9 @@ GRANT SELECT(input_schema) ON TABLE eventgrid.topics TO eventgrid_publisher;
 
 REVOKE ALL ON FUNCTION eventgrid._dead_letter_notification(target_topic text, topic text, subscription text, event jsonb, input_schema text, dead_lettered boolean, reason text, attempts integer, outcome text, http_status integer, publish_time timestamp with time zone, attempted_at timestamp with time zone, event_source text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) TO eventgrid_admin;
-GRANT ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) TO pg_monitor;
+REVOKE ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_serves_until timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_serves_until timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) TO eventgrid_admin;
+GRANT ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_serves_until timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) TO pg_monitor;
 
 REVOKE ALL ON FUNCTION eventgrid._drop_topic_triggers(rel regclass, topic text) FROM PUBLIC;
 

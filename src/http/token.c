@@ -657,8 +657,8 @@ PG_FUNCTION_INFO_V1(eventgrid_delivery_tokens);
 
 /*
  * SQL: eventgrid._delivery_tokens() -> SETOF (token_endpoint, client_id,
- * scope, audience, token_obtained_at, token_expires_at, token_requests,
- * token_failures, last_failure_at, last_error): the tokens this database's
+ * scope, audience, token_obtained_at, token_expires_at, token_serves_until,
+ * token_requests, token_failures, last_failure_at, last_error): the tokens this database's
  * workers keep in shared memory, never the token itself.  Empty when the
  * library is not preloaded.
  */
@@ -674,8 +674,8 @@ eventgrid_delivery_tokens(PG_FUNCTION_ARGS)
 	for (int i = 0; i < EG_TOKEN_SLOTS; i++)
 	{
 		EgTokenSlot *s = &tokens->slot[i];
-		Datum		values[10];
-		bool		nulls[10] = {0};
+		Datum		values[11];
+		bool		nulls[11] = {0};
 
 		if (s->dboid != MyDatabaseId)
 			continue;
@@ -689,12 +689,14 @@ eventgrid_delivery_tokens(PG_FUNCTION_ARGS)
 		nulls[4] = s->len == 0;
 		values[5] = TimestampTzGetDatum(s->expires_at);
 		nulls[5] = s->len == 0;
-		values[6] = Int64GetDatum(s->requests);
-		values[7] = Int64GetDatum(s->failures);
-		values[8] = TimestampTzGetDatum(s->failed_at);
-		nulls[8] = s->failed_at == 0;
-		values[9] = CStringGetTextDatum(s->error);
-		nulls[9] = s->error[0] == '\0';
+		values[6] = TimestampTzGetDatum(s->refresh_at);
+		nulls[6] = s->len == 0;
+		values[7] = Int64GetDatum(s->requests);
+		values[8] = Int64GetDatum(s->failures);
+		values[9] = TimestampTzGetDatum(s->failed_at);
+		nulls[9] = s->failed_at == 0;
+		values[10] = CStringGetTextDatum(s->error);
+		nulls[10] = s->error[0] == '\0';
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(tokens->lock);

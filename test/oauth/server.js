@@ -21,6 +21,7 @@
 // tokens.txt, so that the test can look for them where they must not be.
 //
 // Control (GET on the receiver's port): /control/ttl/<s>,
+// /control/expires-in/off (answers without expires_in) and /on,
 // /control/revoke-next (the next valid token seen is refused from then on),
 // /control/token-server/stop, /control/token-server/start.
 //
@@ -39,6 +40,7 @@ const clients = JSON.parse(fs.readFileSync(path.join(dir, 'clients.json'), 'utf8
 const log = (file, o) => fs.appendFileSync(path.join(dir, file), JSON.stringify({ t: Date.now() / 1000, ...o }) + '\n');
 let ttl = 3600;
 let revokeNext = false;
+let sendExpiresIn = true;
 const revoked = new Set();
 
 const server = new OAuth2Server(path.join(dir, 'server.key'), path.join(dir, 'server.pem'),
@@ -77,7 +79,10 @@ server.service.on('beforeResponse', (response, req) => {
 		response.body = { error: 'invalid_client', error_description: 'Client authentication failed for ' + (c.id || '(none)') };
 		return;
 	}
-	response.body.expires_in = ttl;
+	if (sendExpiresIn)
+		response.body.expires_in = ttl;
+	else
+		delete response.body.expires_in;
 });
 
 let issuer;
@@ -114,6 +119,7 @@ const receiver = http.createServer((req, res) => {
 		if (url.startsWith('/control/')) {
 			const parts = url.split('/');
 			if (parts[2] === 'ttl') ttl = Number(parts[3]);
+			else if (parts[2] === 'expires-in') sendExpiresIn = parts[3] === 'on';
 			else if (parts[2] === 'revoke-next') revokeNext = true;
 			else if (parts[2] === 'token-server' && parts[3] === 'stop') await server.stop();
 			else if (parts[2] === 'token-server' && parts[3] === 'start') {

@@ -189,6 +189,8 @@ my @steady = token_requests('orders', 'steady.scope');
 cmp_ok(scalar(@steady), '>=', 2, 'over more than one token lifetime');
 cmp_ok($steady[1]{t} - $steady[0]{t}, '<', 5.4, 'the second token was asked for before the first stopped serving ('
 	  . sprintf('%.2f', $steady[1]{t} - $steady[0]{t}) . ' s)');
+is($node->safe_psql('postgres', "SELECT extract(epoch FROM token_serves_until - token_obtained_at) FROM eventgrid.event_subscription_authentication WHERE subscription = 'steady'"),
+	'5.400000', 'a token of 6 s serves 5.4 s: expires_in less min(10 %, 60 s)');
 $node->safe_psql('postgres', "SELECT eventgrid.drop_topic('steady')");
 
 # --- a token the receiver revokes: dropped, the events sent again with a new one
@@ -198,6 +200,9 @@ usleep(3_000_000);    # the last token of 3 s is gone
 $node->safe_psql('postgres', "INSERT INTO eventgrid.events (topic, event) VALUES ('orders', '{\"id\": \"warm-up\", \"subject\": \"s\", \"eventType\": \"t\", \"eventTime\": \"2024-05-01T12:00:00Z\", \"data\": {}, \"dataVersion\": \"1\"}')");
 ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'shipping'", '3001', 60),
 	'a token of an hour is taken');
+# an hour's token serves until 60 s before its expiry (10 % would be 6 minutes)
+is($node->safe_psql('postgres', "SELECT extract(epoch FROM token_expires_at - token_obtained_at) || ' ' || extract(epoch FROM token_serves_until - token_obtained_at) FROM eventgrid.event_subscription_authentication WHERE subscription = 'shipping'"),
+	'3600.000000 3540.000000', 'a token of 3,600 s serves 3,540 s: expires_in less min(10 %, 60 s)');
 my $before = token_requests('orders', 'events.write');
 control('revoke-next');
 $node->safe_psql('postgres', "INSERT INTO eventgrid.events (topic, event) SELECT 'orders', jsonb_build_object("
@@ -210,6 +215,23 @@ cmp_ok(scalar(@revoked), '>=', 1, 'the receiver refused the revoked token (' . s
 is(scalar(token_requests('orders', 'events.write')), $before + 1, 'one new token was asked for');
 is($node->safe_psql('postgres', "SELECT count(*) FROM eventgrid.delivery_attempts WHERE subscription = 'shipping' AND (attempt > 1 OR outcome <> 'Delivered')"),
 	'0', 'the 401 to a token that was not new cost no attempt');
+
+# --- an answer without expires_in: a token of 3,600 s
+control('expires-in/off');
+$node->safe_psql('postgres', qq{
+	SELECT eventgrid.create_topic('no-expiry');
+	SELECT eventgrid.create_event_subscription('no-expiry', 'no-expiry', '$hook/orders/events-api');
+	SELECT eventgrid.set_oauth2_authentication('no-expiry', 'no-expiry', '$token_endpoint', 'orders', '$secret{orders}',
+	                                           scope => 'no-expiry.scope', audience => 'events-api');
+	INSERT INTO eventgrid.events (topic, event) VALUES ('no-expiry', '{"id": "no-expiry-1", "subject": "s", "eventType": "t",
+	    "eventTime": "2024-05-01T12:00:00Z", "data": {}, "dataVersion": "1"}');
+});
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'no-expiry'", '1', 60),
+	'a token without expires_in serves');
+is($node->safe_psql('postgres', "SELECT extract(epoch FROM token_expires_at - token_obtained_at) FROM eventgrid.event_subscription_authentication WHERE subscription = 'no-expiry'"),
+	'3600.000000', 'for 3,600 s');
+control('expires-in/on');
+$node->safe_psql('postgres', "SELECT eventgrid.drop_topic('no-expiry')");
 
 # --- a 401 to a new token is the outcome: Unauthorized, not retried
 $node->safe_psql('postgres', qq{
