@@ -12,7 +12,7 @@ use EventGridTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
+use Time::HiRes qw(usleep time);
 
 my $bound_mb = 16;
 my $slack_mb = 24;
@@ -144,14 +144,29 @@ sub drain_peak
 	restart_workers($node);
 	sql("SELECT eventgrid.resume_delivery('$t')");
 	my $peak = 0;
-	for (1 .. 6000)
+	my ($moved_at, $last, $told) = (time, -1, 0);
+	# at most 5 minutes (a drain takes 10 to 20 s); what the workers were
+	# doing is printed once nothing was delivered for 30 s
+	while (time < $moved_at + 300)
 	{
 		for my $p (split /\n/, sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'"))
 		{
 			my $kb = rss_anon_kb($p);
 			$peak = $kb if $kb > $peak;
 		}
-		last if sql("SELECT coalesce(sum(pending), 0) FROM eventgrid.delivery_statistics WHERE topic = '$t'") eq '0';
+		my ($pending, $delivered) = split /\|/, sql("SELECT coalesce(sum(pending), 0) || '|' || coalesce(sum(delivered), 0) "
+			  . "FROM eventgrid.delivery_statistics WHERE topic = '$t'");
+		last if $pending eq '0';
+		($moved_at, $last, $told) = (time, $delivered, 0) if $delivered ne $last;
+		if (!$told && time > $moved_at + 30)
+		{
+			$told = 1;
+			diag("$t: no delivery for 30 s, $delivered delivered, $pending pending; workers, endpoint health, outcomes:\n"
+				  . sql("SELECT worker, pid, state, activity, wait_event FROM eventgrid.worker_status") . "\n"
+				  . sql("SELECT state, probation_until, consecutive_failures, last_failure_outcome, count(*) FROM eventgrid.endpoint_health "
+					  . "WHERE topic = '$t' GROUP BY 1, 2, 3, 4") . "\n"
+				  . sql("SELECT outcome, count(*) FROM eventgrid.delivery_attempts WHERE topic = '$t' GROUP BY 1"));
+		}
 		usleep(20_000);
 	}
 	is(sql("SELECT sum(delivered) FROM eventgrid.delivery_statistics WHERE topic = '$t'"), $nevents * $nsubs,
