@@ -253,3 +253,418 @@ CREATE VIEW eventgrid.delivery_token_metrics AS
    FROM eventgrid._delivery_tokens() d;
 GRANT SELECT ON eventgrid.delivery_token_metrics TO pg_monitor, eventgrid_admin;
 COMMENT ON VIEW eventgrid.delivery_token_metrics IS 'Prometheus counters per token endpoint and client of delivery authentication: token_requests_total and token_failures_total (since the server started), and token_expiry_timestamp_seconds, when the token now kept expires (0: none). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
+-- ---------------------------------------------------------------------------
+-- Ordered delivery per key (SPEC 12, "Order per key").  An ordered event
+-- subscription's events leave the event stream for its retries table as
+-- soon as a claim sees them (_transfer_ordered), in publish order (the
+-- retries' id), each with its key; of each key only the oldest row is ever
+-- due (its head), the others wait with next_attempt_at 'infinity' until the
+-- head is delivered, dead-lettered or dropped (_promote_ordering_keys).
+-- Inserting and promoting happen under the subscription's position lock.
+ALTER TABLE eventgrid.event_subscriptions ADD COLUMN ordering_key text
+    CONSTRAINT event_subscriptions_ordering_key_check CHECK (eventgrid._is_source_field(ordering_key));
+COMMENT ON COLUMN eventgrid.event_subscriptions.ordering_key IS 'Ordered delivery per key (SPEC 12): the dotted field path of each event whose value (a string, number or boolean) is its key; events of one key are delivered one at a time in publish order. NULL: unordered.';
+
+ALTER TABLE eventgrid.retries ADD COLUMN ordering_key text,
+    ADD COLUMN ordering_key_hash bigint GENERATED ALWAYS AS (hashtextextended(ordering_key, 0)) STORED;
+COMMENT ON COLUMN eventgrid.retries.ordering_key IS 'For an ordered event subscription: the event''s key (NULL: it has none and goes unordered). Of the rows of one key only the one with the lowest id is ever due; the others wait with next_attempt_at ''infinity''.';
+COMMENT ON COLUMN eventgrid.retries.ordering_key_hash IS 'Internal: the hash the rows of one key are found by (keys of equal hash wait for each other).';
+CREATE INDEX retries_ordering_idx ON eventgrid.retries (subscription_id, ordering_key_hash, id)
+    WHERE ordering_key IS NOT NULL;
+
+CREATE FUNCTION eventgrid._ordering_key(event jsonb, path text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN jsonb_typeof(event #> string_to_array(path, '.')) IN ('string', 'number', 'boolean')
+                THEN event #>> string_to_array(path, '.') END;
+REVOKE ALL ON FUNCTION eventgrid._ordering_key(jsonb, text) FROM PUBLIC;
+COMMENT ON FUNCTION eventgrid._ordering_key(jsonb, text) IS 'Internal: the ordering key of an event: the value at the dotted field path when it is a string, number or boolean (as text), else NULL (unordered).';
+
+CREATE FUNCTION eventgrid._promote_ordering_keys(sids bigint[], key_hashes bigint[], due timestamptz)
+    RETURNS integer
+    LANGUAGE sql
+    BEGIN ATOMIC
+    WITH heads AS (
+        SELECT h.id
+          FROM (SELECT DISTINCT k.sid, k.h FROM unnest(sids, key_hashes) AS k(sid, h)) k
+         CROSS JOIN LATERAL (SELECT r.id, r.next_attempt_at FROM eventgrid.retries r
+                              WHERE r.subscription_id = k.sid AND r.ordering_key_hash = k.h
+                                AND r.ordering_key IS NOT NULL
+                              ORDER BY r.id LIMIT 1) h
+         WHERE h.next_attempt_at = 'infinity'
+    ), promoted AS (
+        UPDATE eventgrid.retries r SET next_attempt_at = due FROM heads WHERE r.id = heads.id RETURNING 1
+    )
+    SELECT count(*)::integer FROM promoted;
+END;
+REVOKE ALL ON FUNCTION eventgrid._promote_ordering_keys(bigint[], bigint[], timestamptz) FROM PUBLIC;
+COMMENT ON FUNCTION eventgrid._promote_ordering_keys(bigint[], bigint[], timestamptz) IS 'Internal: for each (subscription, key hash), makes the oldest waiting row of the key due at due when none of the key is due or in flight (its head was finished); returns how many. Called under the subscriptions'' position locks.';
+
+CREATE OR REPLACE FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    snap pg_snapshot := pg_current_snapshot();
+    n bigint := 0;
+    path text;
+    sids bigint[];
+    hashes bigint[];
+BEGIN
+    IF keep THEN
+        SELECT s.ordering_key INTO path FROM eventgrid.event_subscriptions s WHERE s.id = sid;
+        -- in publish order (the ids the rows get): by batch, and by id within one
+        WITH moved AS (
+            INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,
+                                           attempts, next_attempt_at, source, source_event_id, ordering_key)
+            SELECT x.* FROM (
+                SELECT s.id, e.id AS event_id, e.event,
+                       (CASE WHEN t.input_schema = s.event_delivery_schema THEN e.event
+                             ELSE eventgrid.convert_event(e.event, t.input_schema, s.event_delivery_schema, e.publish_time) END)::text,
+                       e.publish_time, coalesce(e.event_bytes, 0), 0,
+                       CASE WHEN k.okey IS NULL THEN due ELSE 'infinity' END, e.source, e.source_event_id, k.okey
+                  FROM eventgrid.subscription_positions p
+                  JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
+                  JOIN eventgrid.topics t ON t.name = s.topic
+                 CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e
+                 CROSS JOIN LATERAL (SELECT eventgrid._ordering_key(e.event, path) AS okey) k
+                 WHERE p.subscription_id = sid AND pg_visible_in_snapshot(e.txid, snap)
+                   AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with,
+                                          s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays)
+                 ORDER BY e.id) x
+            RETURNING ordering_key_hash, ordering_key IS NOT NULL AS keyed
+        )
+        SELECT count(*), array_agg(DISTINCT m.ordering_key_hash) FILTER (WHERE m.keyed) INTO n, hashes FROM moved m;
+        UPDATE eventgrid.subscription_counters c SET matched = c.matched + n WHERE c.subscription_id = sid AND n > 0;
+        IF hashes IS NOT NULL THEN
+            PERFORM eventgrid._promote_ordering_keys(array_fill(sid, ARRAY[cardinality(hashes)]), hashes, due);
+        END IF;
+    END IF;
+    UPDATE eventgrid.subscription_positions p SET done = snap, upto = NULL, after_txid = NULL, after_id = NULL
+     WHERE p.subscription_id = sid;
+    RETURN n;
+END $$;
+COMMENT ON FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) IS 'Internal: moves an event subscription''s position to the current snapshot; with keep, the committed events it passes that match its filters become its retries (no attempt made, due at due) first, in publish order, else they are passed over; of an ordered subscription each with its key, due only when it is the oldest of its key (_promote_ordering_keys). Returns how many became retries. The upkeep worker calls it for held subscriptions whose events would keep an event table from being emptied, _transfer_ordered for ordered ones; the caller holds the position''s lock.';
+
+CREATE FUNCTION eventgrid._transfer_ordered(due timestamptz, OUT transferred bigint, OUT skipped integer)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    snap pg_snapshot := pg_current_snapshot();
+    sid bigint;
+BEGIN
+    transferred := 0;
+    -- positions another session holds (a claim, a record promoting) are for the next time
+    SELECT count(*) INTO skipped
+      FROM eventgrid.subscription_positions p JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
+     WHERE s.ordering_key IS NOT NULL AND p.system_identifier = eventgrid._system_identifier();
+    FOR sid IN
+        SELECT p.subscription_id FROM eventgrid.subscription_positions p
+          JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
+         WHERE s.ordering_key IS NOT NULL AND p.system_identifier = eventgrid._system_identifier()
+         ORDER BY p.subscription_id
+           FOR UPDATE OF p SKIP LOCKED
+    LOOP
+        skipped := skipped - 1;
+        IF EXISTS (SELECT 1 FROM eventgrid.subscription_positions p
+                     JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
+                    CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e
+                    WHERE p.subscription_id = sid AND pg_visible_in_snapshot(e.txid, snap)) THEN
+            transferred := transferred + eventgrid._position_to_retries(sid, due, true);
+        END IF;
+    END LOOP;
+END $$;
+REVOKE ALL ON FUNCTION eventgrid._transfer_ordered(timestamptz) FROM PUBLIC;
+COMMENT ON FUNCTION eventgrid._transfer_ordered(timestamptz) IS 'Internal: a delivery worker''s claim moves the events newly visible to each ordered event subscription into its retries (_position_to_retries), each key''s oldest due at due; returns how many, and how many ordered positions another session held (tried again at the next claim).';
+
+CREATE FUNCTION eventgrid._check_ordering_key(ordering_key text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF ordering_key IS NOT NULL AND NOT eventgrid._is_source_field(ordering_key) THEN
+        RAISE EXCEPTION 'invalid ordering_key %', eventgrid._quote(left(ordering_key, 100))
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'ordering_key is a dotted field path of 1 to 512 characters, such as subject, data.orderId or partitionkey.';
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION eventgrid._check_ordering_key(text) FROM PUBLIC;
+COMMENT ON FUNCTION eventgrid._check_ordering_key(text) IS 'Internal: raises 22023 for an ordering_key that is not a dotted field path of at most 512 characters.';
+
+-- create_event_subscription() and update_event_subscription() take ordering_key
+DROP FUNCTION eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer, text, text);
+DROP FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer, text, text);
+CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT 'none'::text, dead_letter_topic text DEFAULT NULL::text, ordering_key text DEFAULT NULL::text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    in_schema text;
+    ttype text;
+    attempts integer;
+    ttl integer;
+    sid bigint;
+BEGIN
+    PERFORM eventgrid._check_not_null('topic', topic);
+    SELECT t.input_schema, t.topic_type INTO in_schema, ttype
+      FROM eventgrid.topics t WHERE t.name = topic FOR KEY SHARE;
+    IF in_schema IS NULL THEN
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'Create it first with eventgrid.create_topic().';
+    END IF;
+    IF name IS NULL OR endpoint IS NULL THEN
+        RAISE EXCEPTION 'event subscription name and endpoint must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT eventgrid._is_subscription_name(name) THEN
+        RAISE EXCEPTION 'invalid event subscription name %', eventgrid._quote(name)
+            USING ERRCODE = 'invalid_name',
+                  HINT = 'An event subscription name has 3 to 64 characters: letters, digits and hyphens.';
+    END IF;
+    event_delivery_schema := coalesce(event_delivery_schema, in_schema);
+    PERFORM eventgrid._check_subscription_settings(in_schema, ttype, endpoint, event_delivery_schema,
+        included_event_types, is_subject_case_sensitive, deadletter, enable_advanced_filtering_on_arrays,
+        max_events_per_batch, preferred_batch_size_in_kilobytes, max_events_per_second);
+    SELECT r.attempts, r.ttl INTO attempts, ttl
+      FROM eventgrid._retry_policy_args(ttype, max_delivery_attempts, event_ttl, max_delivery_count,
+                                        event_time_to_live) r;
+    advanced_filters := eventgrid._advanced_filters_arg(advanced_filters);
+    PERFORM eventgrid._check_endpoint_validation(endpoint_validation);
+    PERFORM eventgrid._check_dead_letter_topic(dead_letter_topic);
+    PERFORM eventgrid._check_ordering_key(ordering_key);
+    IF EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
+                WHERE s.topic = create_event_subscription.topic AND s.name = create_event_subscription.name) THEN
+        RAISE EXCEPTION 'event subscription "%" already exists for topic "%"', name, topic
+            USING ERRCODE = 'duplicate_object';
+    END IF;
+    INSERT INTO eventgrid.event_subscriptions AS s
+        (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
+         subject_ends_with, is_subject_case_sensitive, max_delivery_attempts, event_ttl,
+         max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, topic_type,
+         advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic, ordering_key)
+    VALUES (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
+            subject_ends_with, is_subject_case_sensitive, coalesce(attempts, CASE ttype WHEN 'namespace' THEN 10 ELSE 30 END),
+            coalesce(ttl, CASE ttype WHEN 'namespace' THEN 10080 ELSE 1440 END),
+            max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, ttype,
+            advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic, ordering_key)
+    RETURNING s.id INTO sid;
+    INSERT INTO eventgrid.subscription_counters (subscription_id) VALUES (sid);
+    -- events of transactions that commit after this one's snapshot are for it
+    INSERT INTO eventgrid.subscription_positions (subscription_id, since, done)
+    VALUES (sid, pg_current_snapshot(), pg_current_snapshot());
+    IF endpoint_validation = 'handshake' THEN
+        -- nothing is delivered until the endpoint answers the handshake
+        PERFORM eventgrid._start_validation(sid);
+        PERFORM eventgrid._wake_worker_at_commit();
+    END IF;
+    RETURN sid;
+END $$;
+CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text, ordering_key text DEFAULT NULL::text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, name, true);
+    cur eventgrid.event_subscriptions;
+    in_schema text;
+    attempts integer;
+    ttl integer;
+BEGIN
+    SELECT s.* INTO cur FROM eventgrid.event_subscriptions s WHERE s.id = sid;
+    SELECT t.input_schema INTO in_schema FROM eventgrid.topics t WHERE t.name = cur.topic;
+    -- NULL keeps a setting; an empty array, '' or 0 clears one that may be unset
+    endpoint := coalesce(endpoint, cur.endpoint);
+    event_delivery_schema := coalesce(event_delivery_schema, cur.event_delivery_schema);
+    included_event_types := CASE WHEN included_event_types IS NULL THEN cur.included_event_types
+                                 WHEN cardinality(included_event_types) = 0 THEN NULL
+                                 ELSE included_event_types END;
+    subject_begins_with := CASE WHEN subject_begins_with IS NULL THEN cur.subject_begins_with
+                                ELSE nullif(subject_begins_with, '') END;
+    subject_ends_with := CASE WHEN subject_ends_with IS NULL THEN cur.subject_ends_with
+                              ELSE nullif(subject_ends_with, '') END;
+    is_subject_case_sensitive := coalesce(is_subject_case_sensitive, cur.is_subject_case_sensitive);
+    deadletter := coalesce(deadletter, cur.deadletter);
+    enable_advanced_filtering_on_arrays := coalesce(enable_advanced_filtering_on_arrays,
+                                                    cur.enable_advanced_filtering_on_arrays);
+    max_events_per_batch := CASE WHEN max_events_per_batch IS NULL THEN cur.max_events_per_batch
+                                 ELSE nullif(max_events_per_batch, 0) END;
+    preferred_batch_size_in_kilobytes := CASE WHEN preferred_batch_size_in_kilobytes IS NULL
+                                              THEN cur.preferred_batch_size_in_kilobytes
+                                              ELSE nullif(preferred_batch_size_in_kilobytes, 0) END;
+    max_events_per_second := CASE WHEN max_events_per_second IS NULL THEN cur.max_events_per_second
+                                  ELSE nullif(max_events_per_second, 0) END;
+    PERFORM eventgrid._check_subscription_settings(in_schema, cur.topic_type, endpoint, event_delivery_schema,
+        included_event_types, is_subject_case_sensitive, deadletter, enable_advanced_filtering_on_arrays,
+        max_events_per_batch, preferred_batch_size_in_kilobytes, max_events_per_second);
+    SELECT r.attempts, r.ttl INTO attempts, ttl
+      FROM eventgrid._retry_policy_args(cur.topic_type, max_delivery_attempts, event_ttl, max_delivery_count,
+                                        event_time_to_live) r;
+    advanced_filters := CASE WHEN advanced_filters IS NULL THEN cur.advanced_filters
+                             ELSE eventgrid._advanced_filters_arg(advanced_filters) END;
+    IF endpoint_validation IS NOT NULL THEN
+        PERFORM eventgrid._check_endpoint_validation(endpoint_validation);
+    END IF;
+    dead_letter_topic := CASE WHEN dead_letter_topic IS NULL THEN cur.dead_letter_topic
+                              ELSE nullif(dead_letter_topic, '') END;
+    PERFORM eventgrid._check_dead_letter_topic(dead_letter_topic);
+    ordering_key := CASE WHEN ordering_key IS NULL THEN cur.ordering_key ELSE nullif(ordering_key, '') END;
+    PERFORM eventgrid._check_ordering_key(ordering_key);
+    IF ordering_key IS DISTINCT FROM cur.ordering_key THEN
+        -- after the claim or record that holds the position: events it moved are in the retries
+        PERFORM 1 FROM eventgrid.subscription_positions p WHERE p.subscription_id = sid FOR UPDATE;
+        IF ordering_key IS NULL THEN
+            -- unordered from now on: what waited for its key is due at once
+            UPDATE eventgrid.retries r
+               SET ordering_key = NULL,
+                   next_attempt_at = CASE WHEN r.next_attempt_at = 'infinity' THEN eventgrid._now()
+                                          ELSE r.next_attempt_at END
+             WHERE r.subscription_id = sid AND r.ordering_key IS NOT NULL;
+        END IF;
+    END IF;
+    UPDATE eventgrid.event_subscriptions s
+       SET endpoint = update_event_subscription.endpoint,
+           event_delivery_schema = update_event_subscription.event_delivery_schema,
+           included_event_types = update_event_subscription.included_event_types,
+           subject_begins_with = update_event_subscription.subject_begins_with,
+           subject_ends_with = update_event_subscription.subject_ends_with,
+           is_subject_case_sensitive = update_event_subscription.is_subject_case_sensitive,
+           max_delivery_attempts = coalesce(attempts, s.max_delivery_attempts),
+           event_ttl = coalesce(ttl, s.event_ttl),
+           max_events_per_batch = update_event_subscription.max_events_per_batch,
+           preferred_batch_size_in_kilobytes = update_event_subscription.preferred_batch_size_in_kilobytes,
+           deadletter = update_event_subscription.deadletter,
+           advanced_filters = update_event_subscription.advanced_filters,
+           enable_advanced_filtering_on_arrays = update_event_subscription.enable_advanced_filtering_on_arrays,
+           max_events_per_second = update_event_subscription.max_events_per_second,
+           dead_letter_topic = update_event_subscription.dead_letter_topic,
+           ordering_key = update_event_subscription.ordering_key
+     WHERE s.id = sid;
+    IF event_delivery_schema <> cur.event_delivery_schema THEN
+        -- a retry keeps the text it is sent as: made again in the new schema
+        UPDATE eventgrid.retries r
+           SET payload = eventgrid.convert_event(r.event, in_schema, update_event_subscription.event_delivery_schema,
+                                                 r.publish_time)::text
+         WHERE r.subscription_id = sid;
+    END IF;
+    IF endpoint <> cur.endpoint THEN
+        -- without the statement, which holds the URL
+        PERFORM eventgrid._log(format('eventgrid: endpoint of event subscription "%s" of topic "%s" changed by %s',
+                                      name, topic, eventgrid._caller()));
+    END IF;
+    -- a new endpoint, or a new handshake, is validated again; none ends validation
+    IF endpoint_validation = 'none' THEN
+        DELETE FROM eventgrid.endpoint_validations v WHERE v.subscription_id = sid;
+    ELSIF endpoint_validation = 'handshake'
+          OR (endpoint <> cur.endpoint
+              AND EXISTS (SELECT 1 FROM eventgrid.endpoint_validations v WHERE v.subscription_id = sid))
+          OR (event_delivery_schema <> cur.event_delivery_schema
+              AND EXISTS (SELECT 1 FROM eventgrid.endpoint_validations v WHERE v.subscription_id = sid)) THEN
+        PERFORM eventgrid._start_validation(sid);
+    END IF;
+    -- requests claimed with the old settings and not sent yet go back
+    PERFORM eventgrid._subscriptions_changed_at_commit();
+END $$;
+REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer, text, text, text) TO eventgrid_admin;
+COMMENT ON FUNCTION eventgrid.create_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer, text, text, text) IS 'Creates an event subscription and returns its id. endpoint: http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). ordering_key: a dotted field path (1-512 characters, as a dynamic delivery property''s source_field: subject, data.orderId, partitionkey) whose value (string, number or boolean) is each event''s key: events of one key are delivered in publish order, one request at a time across all delivery workers, the next only once the one before is delivered, dead-lettered or dropped; events without it go unordered (NULL: unordered; see README, Ordered delivery). Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9.';
+REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer, text, text, text) TO eventgrid_admin;
+COMMENT ON FUNCTION eventgrid.update_event_subscription(text, text, text, text, text[], text, text, boolean, integer, integer, integer, integer, boolean, jsonb, boolean, integer, text, integer, text, text, text) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with, dead_letter_topic), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. ordering_key: a new path keys the events claimed from now on (those waiting keep their keys); '''' makes the subscription unordered and what waited for its key due at once. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9.';
+
+CREATE OR REPLACE FUNCTION eventgrid.redeliver_dead_letters(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text, reason text DEFAULT NULL::text, dead_lettered_after timestamp with time zone DEFAULT NULL::timestamp with time zone, dead_lettered_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sids bigint[];
+    ids bigint[];
+    n bigint;
+    ksids bigint[];
+    khashes bigint[];
+BEGIN
+    -- the subscriptions first (the delivery worker's lock order), then the dead letters
+    SELECT array_agg(s.id ORDER BY s.id) INTO sids
+      FROM (SELECT s.id FROM eventgrid.event_subscriptions s
+             WHERE (redeliver_dead_letters.topic IS NULL OR s.topic = redeliver_dead_letters.topic)
+               AND (redeliver_dead_letters.subscription IS NULL OR s.name = redeliver_dead_letters.subscription)
+             ORDER BY s.id FOR KEY SHARE) s;
+    -- an ordered subscription's position too (as a claim takes it), before the counters
+    PERFORM 1 FROM eventgrid.subscription_positions p
+      JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
+     WHERE p.subscription_id = ANY (sids) AND s.ordering_key IS NOT NULL
+     ORDER BY p.subscription_id FOR UPDATE OF p;
+    ids := eventgrid._dead_letter_ids(topic, subscription, reason, dead_lettered_after, dead_lettered_before, true);
+    WITH gone AS (
+        DELETE FROM eventgrid.dead_letters d
+         WHERE d.id = ANY (ids) AND d.subscription_id = ANY (sids)
+        RETURNING d.*
+    ), queued AS (
+        -- a fresh start: no attempts made, the time-to-live counted from now
+        -- of an ordered subscription: after the events of its key already waiting
+        INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,
+                                       attempts, next_attempt_at, source, source_event_id, ordering_key)
+        SELECT x.* FROM (
+            SELECT g.subscription_id, coalesce(g.event_id, 0), g.event,
+                   eventgrid.convert_event(g.event, g.input_schema, s.event_delivery_schema, g.publish_time)::text,
+                   eventgrid._now(), octet_length(g.event::text), 0,
+                   CASE WHEN k.okey IS NULL THEN eventgrid._now() ELSE 'infinity' END, g.source, g.source_event_id,
+                   k.okey
+              FROM gone g JOIN eventgrid.event_subscriptions s ON s.id = g.subscription_id
+             CROSS JOIN LATERAL (SELECT eventgrid._ordering_key(g.event, s.ordering_key) AS okey) k
+             ORDER BY g.id) x
+        RETURNING subscription_id, ordering_key_hash, ordering_key IS NOT NULL AS keyed
+    ), keyed AS (
+        SELECT array_agg(q.subscription_id) AS sids, array_agg(q.ordering_key_hash) AS hashes
+          FROM queued q WHERE q.keyed
+    ), counted AS (
+        SELECT q.subscription_id, count(*) AS n FROM queued q GROUP BY q.subscription_id
+    ), bumped AS (
+        UPDATE eventgrid.subscription_counters c SET redelivered = c.redelivered + counted.n
+          FROM counted WHERE c.subscription_id = counted.subscription_id
+    )
+    SELECT coalesce(sum(counted.n), 0), (SELECT k.sids FROM keyed k), (SELECT k.hashes FROM keyed k)
+      INTO n, ksids, khashes FROM counted;
+    IF ksids IS NOT NULL THEN
+        PERFORM eventgrid._promote_ordering_keys(ksids, khashes, eventgrid._now());
+    END IF;
+    IF n > 0 THEN
+        PERFORM eventgrid._wake_worker_at_commit();
+    END IF;
+    RETURN n;
+END $$;
+COMMENT ON FUNCTION eventgrid.redeliver_dead_letters(text, text, text, timestamptz, timestamptz) IS 'Queues dead letters for delivery again and returns how many: each becomes a delivery with no attempts made and its time-to-live counted from now, due at once, and leaves eventgrid.dead_letters (if it fails again it is dead-lettered again). Filters (NULL: any): topic, subscription name, reason (MaxDeliveryAttemptsExceeded, TimeToLiveExceeded, NonRetriableError), dead_lettered_at >= dead_lettered_after and < dead_lettered_before. Of an ordered subscription (ordering_key) each goes after the events of its key that wait, in the order the dead letters were written: not back in its place. Dead letters of dropped subscriptions stay. Running it twice queues nothing the second time. Counted in subscription_counters.redelivered. Requires eventgrid_admin. Errors: 22023 unknown reason or empty time range, 42704 no such topic or subscription. SPEC 7.';
+
+-- What ordered delivery holds back: keys whose oldest event has failed and
+-- has events waiting behind it, and per subscription how many.
+CREATE VIEW eventgrid.blocked_ordering_keys AS
+SELECT s.topic, s.name AS subscription, h.ordering_key, h.event_id, h.publish_time, h.attempts,
+       h.last_outcome, h.last_http_status, h.last_attempt_at, h.next_attempt_at,
+       w.waiting, w.oldest_waiting_publish_time
+  FROM eventgrid.retries h
+  JOIN eventgrid.event_subscriptions s ON s.id = h.subscription_id
+ CROSS JOIN LATERAL (SELECT count(*) AS waiting, min(x.publish_time) AS oldest_waiting_publish_time
+                       FROM eventgrid.retries x
+                      WHERE x.subscription_id = h.subscription_id AND x.ordering_key_hash = h.ordering_key_hash
+                        AND x.ordering_key IS NOT NULL AND x.id > h.id) w
+ WHERE h.ordering_key IS NOT NULL AND h.next_attempt_at <> 'infinity' AND h.attempts > 0 AND w.waiting > 0;
+GRANT SELECT ON eventgrid.blocked_ordering_keys TO eventgrid_admin;
+COMMENT ON VIEW eventgrid.blocked_ordering_keys IS 'Ordered delivery (SPEC 12): one row per key of an ordered event subscription whose oldest event has failed at least once and holds later events of its key back: topic, subscription, ordering_key (the key''s value), the holding event (event_id, publish_time, attempts made, last_outcome, last_http_status, last_attempt_at, next_attempt_at) and how many events wait behind it (waiting, oldest_waiting_publish_time). The key goes on once that event is delivered, dead-lettered or dropped. Readable by eventgrid_admin.';
+
+CREATE VIEW eventgrid.ordering_metrics AS
+SELECT s.topic, s.name AS subscription, s.ordering_key,
+       coalesce(b.blocked_keys, 0) AS blocked_keys, coalesce(w.waiting_events, 0) AS waiting_events
+  FROM eventgrid.event_subscriptions s
+  LEFT JOIN (SELECT h.subscription_id, count(*) AS blocked_keys
+               FROM eventgrid.retries h
+              WHERE h.ordering_key IS NOT NULL AND h.next_attempt_at <> 'infinity' AND h.attempts > 0
+                AND EXISTS (SELECT 1 FROM eventgrid.retries x
+                             WHERE x.subscription_id = h.subscription_id AND x.ordering_key_hash = h.ordering_key_hash
+                               AND x.ordering_key IS NOT NULL AND x.id > h.id)
+              GROUP BY h.subscription_id) b ON b.subscription_id = s.id
+  LEFT JOIN (SELECT x.subscription_id, count(*) AS waiting_events
+               FROM eventgrid.retries x WHERE x.ordering_key IS NOT NULL AND x.next_attempt_at = 'infinity'
+              GROUP BY x.subscription_id) w ON w.subscription_id = s.id
+ WHERE s.ordering_key IS NOT NULL;
+GRANT SELECT ON eventgrid.ordering_metrics TO pg_monitor, eventgrid_admin;
+COMMENT ON VIEW eventgrid.ordering_metrics IS 'Prometheus gauges per ordered event subscription (SPEC 12): blocked_keys, the keys whose oldest event has failed and holds others back (eventgrid.blocked_ordering_keys lists them), and waiting_events, the events waiting for an earlier one of their key. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';

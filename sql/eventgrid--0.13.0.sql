@@ -177,6 +177,12 @@ CREATE FUNCTION eventgrid._is_schema(v text) RETURNS boolean
 
 COMMENT ON FUNCTION eventgrid._is_schema(v text) IS 'Internal: EventGridSchema, CloudEventSchemaV1_0 or CustomEventSchema.';
 
+CREATE FUNCTION eventgrid._is_source_field(v text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN ((v ~ '^[^.]+(\.[^.]+)*$'::text) AND (length(v) <= 512));
+
+COMMENT ON FUNCTION eventgrid._is_source_field(v text) IS 'Internal: a dynamic property source is a dotted field path of at most 512 characters.';
+
 CREATE FUNCTION eventgrid._is_subscription_name(v text) RETURNS boolean
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     RETURN (v ~ '^[A-Za-z0-9-]{3,64}$'::text);
@@ -299,6 +305,7 @@ CASE
 END) STORED,
     max_events_per_second integer,
     dead_letter_topic text,
+    ordering_key text,
     CONSTRAINT event_subscriptions_advanced_filters_check CHECK (((advanced_filters IS NULL) OR eventgrid._check_advanced_filters(advanced_filters))),
     CONSTRAINT event_subscriptions_endpoint_check CHECK ((eventgrid._endpoint_problem(endpoint) IS NULL)),
     CONSTRAINT event_subscriptions_event_ttl_check CHECK (((event_ttl >= 1) AND (event_ttl <=
@@ -316,6 +323,7 @@ END))),
     CONSTRAINT event_subscriptions_max_events_per_second_check CHECK (((max_events_per_second >= 1) AND (max_events_per_second <= 100000))),
     CONSTRAINT event_subscriptions_name_check CHECK (eventgrid._is_subscription_name(name)),
     CONSTRAINT event_subscriptions_namespace_schema_check CHECK (((topic_type <> 'namespace'::text) OR (event_delivery_schema = 'CloudEventSchemaV1_0'::text))),
+    CONSTRAINT event_subscriptions_ordering_key_check CHECK (eventgrid._is_source_field(ordering_key)),
     CONSTRAINT event_subscriptions_preferred_batch_size_check CHECK (((preferred_batch_size_in_kilobytes >= 1) AND (preferred_batch_size_in_kilobytes <= 1024))),
     CONSTRAINT event_subscriptions_schema_check CHECK (eventgrid._is_schema(event_delivery_schema)),
     CONSTRAINT event_subscriptions_topic_type_check CHECK ((topic_type = ANY (ARRAY['custom'::text, 'namespace'::text])))
@@ -341,6 +349,8 @@ COMMENT ON COLUMN eventgrid.event_subscriptions.max_events_per_second IS 'Rate l
 
 COMMENT ON COLUMN eventgrid.event_subscriptions.dead_letter_topic IS 'The topic each event this subscription dead-letters or drops is published to as a notification (NULL: none); set by create_event_subscription() and update_event_subscription(); dropping that topic sets it NULL.';
 
+COMMENT ON COLUMN eventgrid.event_subscriptions.ordering_key IS 'Ordered delivery per key (SPEC 12): the dotted field path of each event whose value (a string, number or boolean) is its key; events of one key are delivered one at a time in publish order. NULL: unordered.';
+
 CREATE TABLE eventgrid.retries (
     id bigint NOT NULL,
     subscription_id bigint NOT NULL,
@@ -357,6 +367,8 @@ CREATE TABLE eventgrid.retries (
     lease_owner integer,
     source text,
     source_event_id bigint,
+    ordering_key text,
+    ordering_key_hash bigint GENERATED ALWAYS AS (hashtextextended(ordering_key, (0)::bigint)) STORED,
     CONSTRAINT retries_attempts_check CHECK (((attempts >= 0) AND (attempts <= 30))),
     CONSTRAINT retries_last_http_status_check CHECK (((last_http_status >= 100) AND (last_http_status <= 599)))
 );
@@ -366,6 +378,10 @@ COMMENT ON TABLE eventgrid.retries IS 'Deliveries whose first attempt failed and
 COMMENT ON COLUMN eventgrid.retries.source IS 'The event''s events.source: NULL, ''(dead-letter notification)'', or the logical replication subscription it came through.';
 
 COMMENT ON COLUMN eventgrid.retries.source_event_id IS 'The event''s events.source_event_id: its id on the server that published it.';
+
+COMMENT ON COLUMN eventgrid.retries.ordering_key IS 'For an ordered event subscription: the event''s key (NULL: it has none and goes unordered). Of the rows of one key only the one with the lowest id is ever due; the others wait with next_attempt_at ''infinity''.';
+
+COMMENT ON COLUMN eventgrid.retries.ordering_key_hash IS 'Internal: the hash the rows of one key are found by (keys of equal hash wait for each other).';
 
 CREATE TABLE eventgrid.subscription_positions (
     subscription_id bigint NOT NULL,
@@ -537,6 +553,20 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid._check_not_null(field text, val anyelement) IS 'Internal: raises 22004 naming the field when val is NULL.';
+
+CREATE FUNCTION eventgrid._check_ordering_key(ordering_key text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF ordering_key IS NOT NULL AND NOT eventgrid._is_source_field(ordering_key) THEN
+        RAISE EXCEPTION 'invalid ordering_key %', eventgrid._quote(left(ordering_key, 100))
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'ordering_key is a dotted field path of 1 to 512 characters, such as subject, data.orderId or partitionkey.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_ordering_key(ordering_key text) IS 'Internal: raises 22023 for an ordering_key that is not a dotted field path of at most 512 characters.';
 
 CREATE FUNCTION eventgrid._check_range(field text, val integer, lo integer, hi integer, unit text DEFAULT ''::text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -1195,17 +1225,17 @@ END;
 
 COMMENT ON FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) IS 'Internal: publishes the dead-letter notifications of the notices (eventgrid._dead_letter_notification builds each) into eventgrid.events, source ''(dead-letter notification)''; eventgrid._publish_dead_letter_notifications calls it for the whole set, then for each notice alone.';
 
-CREATE FUNCTION eventgrid._is_source_field(v text) RETURNS boolean
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    RETURN ((v ~ '^[^.]+(\.[^.]+)*$'::text) AND (length(v) <= 512));
-
-COMMENT ON FUNCTION eventgrid._is_source_field(v text) IS 'Internal: a dynamic property source is a dotted field path of at most 512 characters.';
-
 CREATE FUNCTION eventgrid._log(message text) RETURNS void
     LANGUAGE c STRICT
     AS 'MODULE_PATHNAME', 'eventgrid_log';
 
 COMMENT ON FUNCTION eventgrid._log(message text) IS 'Internal: writes message to the server log (LOG), without the STATEMENT and CONTEXT lines.';
+
+CREATE FUNCTION eventgrid._ordering_key(event jsonb, path text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN (jsonb_typeof((event #> string_to_array(path, '.'::text))) = ANY (ARRAY['string'::text, 'number'::text, 'boolean'::text])) THEN (event #>> string_to_array(path, '.'::text)) ELSE NULL::text END;
+
+COMMENT ON FUNCTION eventgrid._ordering_key(event jsonb, path text) IS 'Internal: the ordering key of an event: the value at the dotted field path when it is a string, number or boolean (as text), else NULL (unordered).';
 
 CREATE FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) RETURNS record
     LANGUAGE plpgsql STABLE
@@ -1248,30 +1278,72 @@ CREATE FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with ti
 DECLARE
     snap pg_snapshot := pg_current_snapshot();
     n bigint := 0;
+    path text;
+    sids bigint[];
+    hashes bigint[];
 BEGIN
     IF keep THEN
-        INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,
-                                       attempts, next_attempt_at, source, source_event_id)
-        SELECT s.id, e.id, e.event,
-               (CASE WHEN t.input_schema = s.event_delivery_schema THEN e.event
-                     ELSE eventgrid.convert_event(e.event, t.input_schema, s.event_delivery_schema, e.publish_time) END)::text,
-               e.publish_time, coalesce(e.event_bytes, 0), 0, due, e.source, e.source_event_id
-          FROM eventgrid.subscription_positions p
-          JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
-          JOIN eventgrid.topics t ON t.name = s.topic
-         CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e
-         WHERE p.subscription_id = sid AND pg_visible_in_snapshot(e.txid, snap)
-           AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with,
-                                  s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays);
-        GET DIAGNOSTICS n = ROW_COUNT;
+        SELECT s.ordering_key INTO path FROM eventgrid.event_subscriptions s WHERE s.id = sid;
+        -- in publish order (the ids the rows get): by batch, and by id within one
+        WITH moved AS (
+            INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,
+                                           attempts, next_attempt_at, source, source_event_id, ordering_key)
+            SELECT x.* FROM (
+                SELECT s.id, e.id AS event_id, e.event,
+                       (CASE WHEN t.input_schema = s.event_delivery_schema THEN e.event
+                             ELSE eventgrid.convert_event(e.event, t.input_schema, s.event_delivery_schema, e.publish_time) END)::text,
+                       e.publish_time, coalesce(e.event_bytes, 0), 0,
+                       CASE WHEN k.okey IS NULL THEN due ELSE 'infinity' END, e.source, e.source_event_id, k.okey
+                  FROM eventgrid.subscription_positions p
+                  JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
+                  JOIN eventgrid.topics t ON t.name = s.topic
+                 CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e
+                 CROSS JOIN LATERAL (SELECT eventgrid._ordering_key(e.event, path) AS okey) k
+                 WHERE p.subscription_id = sid AND pg_visible_in_snapshot(e.txid, snap)
+                   AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with,
+                                          s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays)
+                 ORDER BY e.id) x
+            RETURNING ordering_key_hash, ordering_key IS NOT NULL AS keyed
+        )
+        SELECT count(*), array_agg(DISTINCT m.ordering_key_hash) FILTER (WHERE m.keyed) INTO n, hashes FROM moved m;
         UPDATE eventgrid.subscription_counters c SET matched = c.matched + n WHERE c.subscription_id = sid AND n > 0;
+        IF hashes IS NOT NULL THEN
+            PERFORM eventgrid._promote_ordering_keys(array_fill(sid, ARRAY[cardinality(hashes)]), hashes, due);
+        END IF;
     END IF;
     UPDATE eventgrid.subscription_positions p SET done = snap, upto = NULL, after_txid = NULL, after_id = NULL
      WHERE p.subscription_id = sid;
     RETURN n;
 END $$;
 
-COMMENT ON FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) IS 'Internal: moves an event subscription''s position to the current snapshot; with keep, the committed events it passes that match its filters become its retries (no attempt made, due at due) first, else they are passed over. Returns how many became retries. The upkeep worker calls it for held subscriptions whose events would keep an event table from being emptied.';
+COMMENT ON FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) IS 'Internal: moves an event subscription''s position to the current snapshot; with keep, the committed events it passes that match its filters become its retries (no attempt made, due at due) first, in publish order, else they are passed over; of an ordered subscription each with its key, due only when it is the oldest of its key (_promote_ordering_keys). Returns how many became retries. The upkeep worker calls it for held subscriptions whose events would keep an event table from being emptied, _transfer_ordered for ordered ones; the caller holds the position''s lock.';
+
+CREATE FUNCTION eventgrid._promote_ordering_keys(sids bigint[], key_hashes bigint[], due timestamp with time zone) RETURNS integer
+    LANGUAGE sql
+    BEGIN ATOMIC
+ WITH heads AS (
+          SELECT h.id
+            FROM (( SELECT DISTINCT k_1.sid,
+                     k_1.h
+                    FROM UNNEST(_promote_ordering_keys.sids, _promote_ordering_keys.key_hashes) k_1(sid, h)) k
+              CROSS JOIN LATERAL ( SELECT r.id,
+                     r.next_attempt_at
+                    FROM eventgrid.retries r
+                   WHERE ((r.subscription_id = k.sid) AND (r.ordering_key_hash = k.h) AND (r.ordering_key IS NOT NULL))
+                   ORDER BY r.id
+                  LIMIT 1) h)
+           WHERE (h.next_attempt_at = 'infinity'::timestamp with time zone)
+         ), promoted AS (
+          UPDATE eventgrid.retries AS r SET next_attempt_at = _promote_ordering_keys.due
+            FROM heads
+           WHERE (r.id = heads.id)
+           RETURNING 1 AS "?column?"
+         )
+  SELECT (count(*))::integer AS count
+    FROM promoted;
+END;
+
+COMMENT ON FUNCTION eventgrid._promote_ordering_keys(sids bigint[], key_hashes bigint[], due timestamp with time zone) IS 'Internal: for each (subscription, key hash), makes the oldest waiting row of the key due at due when none of the key is due or in flight (its head was finished); returns how many. Called under the subscriptions'' position locks.';
 
 CREATE FUNCTION eventgrid._publish_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) RETURNS TABLE(failed_subscription_id bigint, failed_topic text, failed_subscription text, failed_event_id bigint, failed_dead_letter_topic text, failed_sqlstate text, failed_error text)
     LANGUAGE plpgsql
@@ -1853,6 +1925,38 @@ END;
 
 COMMENT ON FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) IS 'Internal: the rows of the view eventgrid.topic_metrics, for pg_monitor and eventgrid_admin.';
 
+CREATE FUNCTION eventgrid._transfer_ordered(due timestamp with time zone, OUT transferred bigint, OUT skipped integer) RETURNS record
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    snap pg_snapshot := pg_current_snapshot();
+    sid bigint;
+BEGIN
+    transferred := 0;
+    -- positions another session holds (a claim, a record promoting) are for the next time
+    SELECT count(*) INTO skipped
+      FROM eventgrid.subscription_positions p JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
+     WHERE s.ordering_key IS NOT NULL AND p.system_identifier = eventgrid._system_identifier();
+    FOR sid IN
+        SELECT p.subscription_id FROM eventgrid.subscription_positions p
+          JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
+         WHERE s.ordering_key IS NOT NULL AND p.system_identifier = eventgrid._system_identifier()
+         ORDER BY p.subscription_id
+           FOR UPDATE OF p SKIP LOCKED
+    LOOP
+        skipped := skipped - 1;
+        IF EXISTS (SELECT 1 FROM eventgrid.subscription_positions p
+                     JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
+                    CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e
+                    WHERE p.subscription_id = sid AND pg_visible_in_snapshot(e.txid, snap)) THEN
+            transferred := transferred + eventgrid._position_to_retries(sid, due, true);
+        END IF;
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._transfer_ordered(due timestamp with time zone, OUT transferred bigint, OUT skipped integer) IS 'Internal: a delivery worker''s claim moves the events newly visible to each ordered event subscription into its retries (_position_to_retries), each key''s oldest due at due; returns how many, and how many ordered positions another session held (tried again at the next claim).';
+
 CREATE FUNCTION eventgrid._uncover_partitions(rel regclass) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1995,7 +2099,7 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid.create_event_publication(name text, topics text[]) IS 'Creates the publication a delivery server subscribes to (README "Scaling out"): CREATE PUBLICATION name FOR TABLE eventgrid.events (id, topic, event, publish_time, event_bytes) [WHERE (topic IN (topics))] WITH (publish = ''insert'', publish_via_partition_root = true). topics: NULL for every topic, else the topics whose events this publication carries (row filter; for splitting topics across delivery servers). Needs the privileges of CREATE PUBLICATION (the owner of eventgrid.events: a superuser). Errors: 22004 NULL name, 22023 empty name or topics list, 42704 unknown topic; 42710 a publication of that name exists.';
 
-CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT 'none'::text, dead_letter_topic text DEFAULT NULL::text) RETURNS bigint
+CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT 'none'::text, dead_letter_topic text DEFAULT NULL::text, ordering_key text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -2031,6 +2135,7 @@ BEGIN
     advanced_filters := eventgrid._advanced_filters_arg(advanced_filters);
     PERFORM eventgrid._check_endpoint_validation(endpoint_validation);
     PERFORM eventgrid._check_dead_letter_topic(dead_letter_topic);
+    PERFORM eventgrid._check_ordering_key(ordering_key);
     IF EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
                 WHERE s.topic = create_event_subscription.topic AND s.name = create_event_subscription.name) THEN
         RAISE EXCEPTION 'event subscription "%" already exists for topic "%"', name, topic
@@ -2040,12 +2145,12 @@ BEGIN
         (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
          subject_ends_with, is_subject_case_sensitive, max_delivery_attempts, event_ttl,
          max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, topic_type,
-         advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic)
+         advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic, ordering_key)
     VALUES (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
             subject_ends_with, is_subject_case_sensitive, coalesce(attempts, CASE ttype WHEN 'namespace' THEN 10 ELSE 30 END),
             coalesce(ttl, CASE ttype WHEN 'namespace' THEN 10080 ELSE 1440 END),
             max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, ttype,
-            advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic)
+            advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic, ordering_key)
     RETURNING s.id INTO sid;
     INSERT INTO eventgrid.subscription_counters (subscription_id) VALUES (sid);
     -- events of transactions that commit after this one's snapshot are for it
@@ -2059,7 +2164,7 @@ BEGIN
     RETURN sid;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) IS 'Creates an event subscription and returns its id. endpoint: http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9.';
+COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text) IS 'Creates an event subscription and returns its id. endpoint: http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). ordering_key: a dotted field path (1-512 characters, as a dynamic delivery property''s source_field: subject, data.orderId, partitionkey) whose value (string, number or boolean) is each event''s key: events of one key are delivered in publish order, one request at a time across all delivery workers, the next only once the one before is delivered, dead-lettered or dropped; events without it go unordered (NULL: unordered; see README, Ordered delivery). Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9.';
 
 CREATE FUNCTION eventgrid.create_topic(name text, input_schema text DEFAULT 'EventGridSchema'::text, topic_type text DEFAULT 'custom'::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2287,6 +2392,8 @@ DECLARE
     sids bigint[];
     ids bigint[];
     n bigint;
+    ksids bigint[];
+    khashes bigint[];
 BEGIN
     -- the subscriptions first (the delivery worker's lock order), then the dead letters
     SELECT array_agg(s.id ORDER BY s.id) INTO sids
@@ -2294,6 +2401,11 @@ BEGIN
              WHERE (redeliver_dead_letters.topic IS NULL OR s.topic = redeliver_dead_letters.topic)
                AND (redeliver_dead_letters.subscription IS NULL OR s.name = redeliver_dead_letters.subscription)
              ORDER BY s.id FOR KEY SHARE) s;
+    -- an ordered subscription's position too (as a claim takes it), before the counters
+    PERFORM 1 FROM eventgrid.subscription_positions p
+      JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
+     WHERE p.subscription_id = ANY (sids) AND s.ordering_key IS NOT NULL
+     ORDER BY p.subscription_id FOR UPDATE OF p;
     ids := eventgrid._dead_letter_ids(topic, subscription, reason, dead_lettered_after, dead_lettered_before, true);
     WITH gone AS (
         DELETE FROM eventgrid.dead_letters d
@@ -2301,27 +2413,40 @@ BEGIN
         RETURNING d.*
     ), queued AS (
         -- a fresh start: no attempts made, the time-to-live counted from now
+        -- of an ordered subscription: after the events of its key already waiting
         INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,
-                                       attempts, next_attempt_at, source, source_event_id)
-        SELECT g.subscription_id, coalesce(g.event_id, 0), g.event,
-               eventgrid.convert_event(g.event, g.input_schema, s.event_delivery_schema, g.publish_time)::text,
-               eventgrid._now(), octet_length(g.event::text), 0, eventgrid._now(), g.source, g.source_event_id
-          FROM gone g JOIN eventgrid.event_subscriptions s ON s.id = g.subscription_id
-        RETURNING subscription_id
+                                       attempts, next_attempt_at, source, source_event_id, ordering_key)
+        SELECT x.* FROM (
+            SELECT g.subscription_id, coalesce(g.event_id, 0), g.event,
+                   eventgrid.convert_event(g.event, g.input_schema, s.event_delivery_schema, g.publish_time)::text,
+                   eventgrid._now(), octet_length(g.event::text), 0,
+                   CASE WHEN k.okey IS NULL THEN eventgrid._now() ELSE 'infinity' END, g.source, g.source_event_id,
+                   k.okey
+              FROM gone g JOIN eventgrid.event_subscriptions s ON s.id = g.subscription_id
+             CROSS JOIN LATERAL (SELECT eventgrid._ordering_key(g.event, s.ordering_key) AS okey) k
+             ORDER BY g.id) x
+        RETURNING subscription_id, ordering_key_hash, ordering_key IS NOT NULL AS keyed
+    ), keyed AS (
+        SELECT array_agg(q.subscription_id) AS sids, array_agg(q.ordering_key_hash) AS hashes
+          FROM queued q WHERE q.keyed
     ), counted AS (
         SELECT q.subscription_id, count(*) AS n FROM queued q GROUP BY q.subscription_id
     ), bumped AS (
         UPDATE eventgrid.subscription_counters c SET redelivered = c.redelivered + counted.n
           FROM counted WHERE c.subscription_id = counted.subscription_id
     )
-    SELECT coalesce(sum(counted.n), 0) INTO n FROM counted;
+    SELECT coalesce(sum(counted.n), 0), (SELECT k.sids FROM keyed k), (SELECT k.hashes FROM keyed k)
+      INTO n, ksids, khashes FROM counted;
+    IF ksids IS NOT NULL THEN
+        PERFORM eventgrid._promote_ordering_keys(ksids, khashes, eventgrid._now());
+    END IF;
     IF n > 0 THEN
         PERFORM eventgrid._wake_worker_at_commit();
     END IF;
     RETURN n;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) IS 'Queues dead letters for delivery again and returns how many: each becomes a delivery with no attempts made and its time-to-live counted from now, due at once, and leaves eventgrid.dead_letters (if it fails again it is dead-lettered again). Filters (NULL: any): topic, subscription name, reason (MaxDeliveryAttemptsExceeded, TimeToLiveExceeded, NonRetriableError), dead_lettered_at >= dead_lettered_after and < dead_lettered_before. Dead letters of dropped subscriptions stay. Running it twice queues nothing the second time. Counted in subscription_counters.redelivered. Requires eventgrid_admin. Errors: 22023 unknown reason or empty time range, 42704 no such topic or subscription. SPEC 7.';
+COMMENT ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) IS 'Queues dead letters for delivery again and returns how many: each becomes a delivery with no attempts made and its time-to-live counted from now, due at once, and leaves eventgrid.dead_letters (if it fails again it is dead-lettered again). Filters (NULL: any): topic, subscription name, reason (MaxDeliveryAttemptsExceeded, TimeToLiveExceeded, NonRetriableError), dead_lettered_at >= dead_lettered_after and < dead_lettered_before. Of an ordered subscription (ordering_key) each goes after the events of its key that wait, in the order the dead letters were written: not back in its place. Dead letters of dropped subscriptions stay. Running it twice queues nothing the second time. Counted in subscription_counters.redelivered. Requires eventgrid_admin. Errors: 22023 unknown reason or empty time range, 42704 no such topic or subscription. SPEC 7.';
 
 CREATE FUNCTION eventgrid.remove_client_certificate(topic text, subscription text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2605,7 +2730,7 @@ CREATE FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, t
 
 COMMENT ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) IS 'Stops publishing the changes of a table to a topic (drops its triggers, from its partitions too); events already published stay queued. The role current at the call needs eventgrid_admin and TRIGGER on the table (or owning it). Errors: 22004 NULL, 42501, 42704 no such publication.';
 
-CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text) RETURNS void
+CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text, ordering_key text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -2653,6 +2778,20 @@ BEGIN
     dead_letter_topic := CASE WHEN dead_letter_topic IS NULL THEN cur.dead_letter_topic
                               ELSE nullif(dead_letter_topic, '') END;
     PERFORM eventgrid._check_dead_letter_topic(dead_letter_topic);
+    ordering_key := CASE WHEN ordering_key IS NULL THEN cur.ordering_key ELSE nullif(ordering_key, '') END;
+    PERFORM eventgrid._check_ordering_key(ordering_key);
+    IF ordering_key IS DISTINCT FROM cur.ordering_key THEN
+        -- after the claim or record that holds the position: events it moved are in the retries
+        PERFORM 1 FROM eventgrid.subscription_positions p WHERE p.subscription_id = sid FOR UPDATE;
+        IF ordering_key IS NULL THEN
+            -- unordered from now on: what waited for its key is due at once
+            UPDATE eventgrid.retries r
+               SET ordering_key = NULL,
+                   next_attempt_at = CASE WHEN r.next_attempt_at = 'infinity' THEN eventgrid._now()
+                                          ELSE r.next_attempt_at END
+             WHERE r.subscription_id = sid AND r.ordering_key IS NOT NULL;
+        END IF;
+    END IF;
     UPDATE eventgrid.event_subscriptions s
        SET endpoint = update_event_subscription.endpoint,
            event_delivery_schema = update_event_subscription.event_delivery_schema,
@@ -2668,7 +2807,8 @@ BEGIN
            advanced_filters = update_event_subscription.advanced_filters,
            enable_advanced_filtering_on_arrays = update_event_subscription.enable_advanced_filtering_on_arrays,
            max_events_per_second = update_event_subscription.max_events_per_second,
-           dead_letter_topic = update_event_subscription.dead_letter_topic
+           dead_letter_topic = update_event_subscription.dead_letter_topic,
+           ordering_key = update_event_subscription.ordering_key
      WHERE s.id = sid;
     IF event_delivery_schema <> cur.event_delivery_schema THEN
         -- a retry keeps the text it is sent as: made again in the new schema
@@ -2696,7 +2836,7 @@ BEGIN
     PERFORM eventgrid._subscriptions_changed_at_commit();
 END $$;
 
-COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with, dead_letter_topic), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9.';
+COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with, dead_letter_topic), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. ordering_key: a new path keys the events claimed from now on (those waiting keep their keys); '''' makes the subscription unordered and what waited for its key due at once. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9.';
 
 CREATE FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2826,6 +2966,29 @@ CREATE TABLE eventgrid.attempt_log_rotation (
 );
 
 COMMENT ON TABLE eventgrid.attempt_log_rotation IS 'Which attempt history table takes rows now (history_table), since when (started_at) and from which id (first_id); when the upkeep worker last tried to rotate and, if that failed, why (e.g. a session reading the history held a lock).';
+
+CREATE VIEW eventgrid.blocked_ordering_keys AS
+ SELECT s.topic,
+    s.name AS subscription,
+    h.ordering_key,
+    h.event_id,
+    h.publish_time,
+    h.attempts,
+    h.last_outcome,
+    h.last_http_status,
+    h.last_attempt_at,
+    h.next_attempt_at,
+    w.waiting,
+    w.oldest_waiting_publish_time
+   FROM ((eventgrid.retries h
+     JOIN eventgrid.event_subscriptions s ON ((s.id = h.subscription_id)))
+     CROSS JOIN LATERAL ( SELECT count(*) AS waiting,
+            min(x.publish_time) AS oldest_waiting_publish_time
+           FROM eventgrid.retries x
+          WHERE ((x.subscription_id = h.subscription_id) AND (x.ordering_key_hash = h.ordering_key_hash) AND (x.ordering_key IS NOT NULL) AND (x.id > h.id))) w)
+  WHERE ((h.ordering_key IS NOT NULL) AND (h.next_attempt_at <> 'infinity'::timestamp with time zone) AND (h.attempts > 0) AND (w.waiting > 0));
+
+COMMENT ON VIEW eventgrid.blocked_ordering_keys IS 'Ordered delivery (SPEC 12): one row per key of an ordered event subscription whose oldest event has failed at least once and holds later events of its key back: topic, subscription, ordering_key (the key''s value), the holding event (event_id, publish_time, attempts made, last_outcome, last_http_status, last_attempt_at, next_attempt_at) and how many events wait behind it (waiting, oldest_waiting_publish_time). The key goes on once that event is delivered, dead-lettered or dropped. Readable by eventgrid_admin.';
 
 CREATE TABLE eventgrid.client_certificates (
     subscription_id bigint NOT NULL,
@@ -3381,6 +3544,29 @@ UNION ALL
 
 COMMENT ON VIEW eventgrid.metrics IS 'Event Grid''s metrics, one row per metric and topic (event_subscription NULL: PublishSuccessCount, UnmatchedEventCount) or event subscription (MatchedEventCount, DeliverySuccessCount, DeliveryAttemptFailCount, DeadLetteredCount, DroppedEventCount, DestinationProcessingDurationInMs Average and P95). Counts are totals since the topic or subscription was created; published events are counted by the upkeep worker, about a second after commit. Durations: libcurl''s total time of the retained attempts that had an HTTP answer (NULL when there are none); they follow eventgrid.attempt_history.';
 
+CREATE VIEW eventgrid.ordering_metrics AS
+ SELECT s.topic,
+    s.name AS subscription,
+    s.ordering_key,
+    COALESCE(b.blocked_keys, (0)::bigint) AS blocked_keys,
+    COALESCE(w.waiting_events, (0)::bigint) AS waiting_events
+   FROM ((eventgrid.event_subscriptions s
+     LEFT JOIN ( SELECT h.subscription_id,
+            count(*) AS blocked_keys
+           FROM eventgrid.retries h
+          WHERE ((h.ordering_key IS NOT NULL) AND (h.next_attempt_at <> 'infinity'::timestamp with time zone) AND (h.attempts > 0) AND (EXISTS ( SELECT 1
+                   FROM eventgrid.retries x
+                  WHERE ((x.subscription_id = h.subscription_id) AND (x.ordering_key_hash = h.ordering_key_hash) AND (x.ordering_key IS NOT NULL) AND (x.id > h.id)))))
+          GROUP BY h.subscription_id) b ON ((b.subscription_id = s.id)))
+     LEFT JOIN ( SELECT x.subscription_id,
+            count(*) AS waiting_events
+           FROM eventgrid.retries x
+          WHERE ((x.ordering_key IS NOT NULL) AND (x.next_attempt_at = 'infinity'::timestamp with time zone))
+          GROUP BY x.subscription_id) w ON ((w.subscription_id = s.id)))
+  WHERE (s.ordering_key IS NOT NULL);
+
+COMMENT ON VIEW eventgrid.ordering_metrics IS 'Prometheus gauges per ordered event subscription (SPEC 12): blocked_keys, the keys whose oldest event has failed and holds others back (eventgrid.blocked_ordering_keys lists them), and waiting_events, the events waiting for an earlier one of their key. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
 CREATE TABLE eventgrid.rejected_events (
     id bigint NOT NULL,
     source text NOT NULL,
@@ -3627,6 +3813,8 @@ CREATE INDEX events_2_topic_txid_id_idx ON eventgrid.events_2 USING btree (topic
 
 CREATE INDEX retries_due_idx ON eventgrid.retries USING btree (next_attempt_at);
 
+CREATE INDEX retries_ordering_idx ON eventgrid.retries USING btree (subscription_id, ordering_key_hash, id) WHERE (ordering_key IS NOT NULL);
+
 CREATE INDEX retries_subscription_idx ON eventgrid.retries USING btree (subscription_id);
 
 ALTER INDEX eventgrid.events_batch_idx ATTACH PARTITION eventgrid.events_0_topic_txid_id_idx;
@@ -3730,6 +3918,8 @@ REVOKE ALL ON FUNCTION eventgrid._endpoint_problem(endpoint text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._is_schema(v text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._is_source_field(v text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._is_subscription_name(v text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._iso8601_minutes(minutes integer) FROM PUBLIC;
@@ -3773,6 +3963,8 @@ REVOKE ALL ON FUNCTION eventgrid._check_event_publications() FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._check_install_database() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_not_null(field text, val anyelement) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_ordering_key(ordering_key text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_range(field text, val integer, lo integer, hi integer, unit text) FROM PUBLIC;
 
@@ -3860,9 +4052,9 @@ GRANT ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) TO eventgrid_
 
 REVOKE ALL ON FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._is_source_field(v text) FROM PUBLIC;
-
 REVOKE ALL ON FUNCTION eventgrid._log(message text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._ordering_key(event jsonb, path text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) FROM PUBLIC;
 
@@ -3870,6 +4062,8 @@ REVOKE ALL ON FUNCTION eventgrid._pending(subscription_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._pending(subscription_id bigint) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._promote_ordering_keys(sids bigint[], key_hashes bigint[], due timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._publish_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) FROM PUBLIC;
 
@@ -3933,6 +4127,8 @@ REVOKE ALL ON FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_succ
 GRANT ALL ON FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) TO pg_monitor;
 GRANT ALL ON FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) TO eventgrid_admin;
 
+REVOKE ALL ON FUNCTION eventgrid._transfer_ordered(due timestamp with time zone, OUT transferred bigint, OUT skipped integer) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._uncover_partitions(rel regclass) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._uri_escape(value text) FROM PUBLIC;
@@ -3958,8 +4154,8 @@ GRANT ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_
 
 REVOKE ALL ON FUNCTION eventgrid.create_event_publication(name text, topics text[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) TO eventgrid_admin;
@@ -4044,13 +4240,15 @@ GRANT ALL ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text
 REVOKE ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) TO eventgrid_admin;
 
-REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.attempt_log_rotation TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.blocked_ordering_keys TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.client_certificate_metrics TO pg_monitor;
 GRANT SELECT ON TABLE eventgrid.client_certificate_metrics TO eventgrid_admin;
@@ -4101,6 +4299,9 @@ GRANT SELECT ON TABLE eventgrid.event_tables TO eventgrid_admin;
 GRANT USAGE ON SEQUENCE eventgrid.events_id_seq TO eventgrid_publisher;
 
 GRANT SELECT ON TABLE eventgrid.metrics TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.ordering_metrics TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.ordering_metrics TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.rejected_events TO pg_monitor;
 GRANT SELECT,DELETE ON TABLE eventgrid.rejected_events TO eventgrid_admin;

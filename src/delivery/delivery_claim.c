@@ -393,6 +393,7 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 	StringInfoData scratch;
 	int64	   *skip;
 	int			nskip = eg_targets_skip_list(&skip);
+	bool		transfer_locked;
 
 	/* subscriptions whose outcomes cannot be recorded claim nothing new meanwhile */
 	if (eg_dw.poisoned_n > 0)
@@ -415,6 +416,8 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 	 * the flush.
 	 */
 	eg_store_no_flush_wait();
+	/* ordered subscriptions' new events become their retries first, to be claimed there */
+	eg_store_transfer_ordered(eg_now(), &transfer_locked);
 	due = eg_store_next_due();
 	if (due > eg_now())
 	{
@@ -433,6 +436,8 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 							  &busy_positions);
 	if (nr == EG_CLAIM_MAX_ROWS)
 		*more = true;
+	if (transfer_locked)
+		*locked = true;
 
 	/*
 	 * In-flight records of recorded waves go in the same transaction: a

@@ -103,6 +103,7 @@ static EgStatement claim_scan = {
 	"    FROM eventgrid.subscription_positions p CROSS JOIN snap"
 	"   WHERE p.system_identifier = snap.sysid AND p.subscription_id <> ALL ($2)"
 	"     AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._held_subscriptions() ps)"
+	"     AND p.subscription_id NOT IN (" EG_SQL_ORDERED_SUBSCRIPTIONS ")"
 	"   ORDER BY p.subscription_id"
 	"   FOR UPDATE OF p SKIP LOCKED"
 	")"
@@ -153,14 +154,44 @@ enum
 	CS_RATE
 };
 
-/* positions of this cluster not held (paused, endpoint not validated), to tell whether the scan skipped any that another session holds */
+/* positions of this cluster not held (paused, endpoint not validated) nor ordered, to tell whether the scan skipped any that another session holds */
 static EgStatement count_positions = {
 	.name = "position count",
 	.sql =
 	"SELECT count(*) FROM eventgrid.subscription_positions p"
 	" WHERE p.system_identifier = eventgrid._system_identifier()"
-	"   AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._held_subscriptions() ps)",
+	"   AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._held_subscriptions() ps)"
+	"   AND p.subscription_id NOT IN (" EG_SQL_ORDERED_SUBSCRIPTIONS ")",
 };
+
+/*
+ * Ordered event subscriptions (SPEC 12) are not claimed from their
+ * positions: what becomes visible to them moves into their retries, each
+ * key's oldest due (eventgrid._transfer_ordered()), and is claimed there.
+ */
+static EgStatement transfer_ordered = {
+	.name = "ordered transfer",
+	.sql = "SELECT t.transferred, t.skipped FROM eventgrid._transfer_ordered($1) t",
+	.nargs = 1,
+	.types = {TIMESTAMPTZOID},
+};
+
+/*
+ * Moves the events newly visible to ordered event subscriptions into their
+ * retries, due at now (a key's later events wait for its oldest); returns
+ * how many, and sets *locked when another session held an ordered
+ * subscription's position (tried again at the next claim).  In the claim's
+ * unit of work, before the retries are claimed.
+ */
+int64
+eg_store_transfer_ordered(TimestampTz now, bool *locked)
+{
+	Datum		args[1] = {TimestampTzGetDatum(now)};
+
+	eg_store_run(&transfer_ordered, args, false, SPI_OK_SELECT);
+	*locked = eg_int32_col(SPI_tuptable, 0, 2, 0) > 0;
+	return eg_int64_col(SPI_tuptable, 0, 1, 0);
+}
 
 /*
  * Moves positions past what a claim took, and writes its chunks.  Per

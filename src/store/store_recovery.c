@@ -233,25 +233,44 @@ static EgStatement foreign = {
 	"                WHERE p.system_identifier <> eventgrid._system_identifier())",
 };
 
-/* what such positions had not passed becomes retries, due at $1 */
+/*
+ * what such positions had not passed becomes retries, due at $1; of an
+ * ordered subscription in publish order (id order: the batches of another
+ * cluster's snapshots cannot be told apart here) with their keys, waiting
+ * (promote_all then makes each key's oldest due)
+ */
 static EgStatement rebase_pending = {
 	.name = "rebase of pending deliveries",
 	.sql =
 	"INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,"
-	"       attempts, next_attempt_at, source, source_event_id)"
-	"SELECT s.id, e.id, e.event, " EG_SQL_PAYLOAD_TEXT ", e.publish_time, coalesce(e.event_bytes, 0), 0, $1,"
-	"       e.source, e.source_event_id"
+	"       attempts, next_attempt_at, source, source_event_id, ordering_key)"
+	"SELECT x.* FROM ("
+	"SELECT s.id, e.id AS event_id, e.event, " EG_SQL_PAYLOAD_TEXT ", e.publish_time, coalesce(e.event_bytes, 0), 0,"
+	"       CASE WHEN k.okey IS NULL THEN $1 ELSE 'infinity' END, e.source, e.source_event_id, k.okey"
 	"  FROM eventgrid.subscription_positions p"
 	"  JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
 	"  JOIN eventgrid.topics t ON t.name = s.topic"
 	"  JOIN eventgrid.events e ON e.topic = s.topic"
+	" CROSS JOIN LATERAL (SELECT eventgrid._ordering_key(e.event, s.ordering_key) AS okey) k"
 	" WHERE p.system_identifier <> eventgrid._system_identifier()"
 	"   AND NOT pg_visible_in_snapshot(e.txid, p.done)"
 	"   AND NOT (p.upto IS NOT NULL AND pg_visible_in_snapshot(e.txid, p.upto)"
 	"            AND (e.txid, e.id) <= (coalesce(p.after_txid, '0'::xid8), coalesce(p.after_id, 0)))"
 	"   AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with,"
 	"                          s.subject_ends_with, s.is_subject_case_sensitive,"
-	"                          s.advanced_filters, s.enable_advanced_filtering_on_arrays)",
+	"                          s.advanced_filters, s.enable_advanced_filtering_on_arrays)"
+	" ORDER BY s.id, e.id) x",
+	.nargs = 1,
+	.types = {TIMESTAMPTZOID},
+};
+
+/* each key's oldest retry of the ordered subscriptions is due at $1 */
+static EgStatement promote_all = {
+	.name = "rebase of ordering keys",
+	.sql =
+	"SELECT eventgrid._promote_ordering_keys(array_agg(k.subscription_id), array_agg(k.ordering_key_hash), $1)"
+	"  FROM (SELECT DISTINCT r.subscription_id, r.ordering_key_hash FROM eventgrid.retries r"
+	"         WHERE r.ordering_key IS NOT NULL) k",
 	.nargs = 1,
 	.types = {TIMESTAMPTZOID},
 };
@@ -288,6 +307,7 @@ eg_store_rebase(TimestampTz now)
 		return 0;
 	eg_store_run(&rebase_pending, &arg, false, SPI_OK_INSERT);
 	made = SPI_processed;
+	eg_store_run(&promote_all, &arg, false, SPI_OK_SELECT);
 	if (SPI_execute("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2", false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "eventgrid: emptying the event tables failed");
 	eg_store_run(&rebase_positions, NULL, false, SPI_OK_UPDATE);

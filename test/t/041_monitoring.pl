@@ -38,7 +38,7 @@ sub sql { return $node->safe_psql('postgres', shift) }
 sql("CREATE ROLE exporter LOGIN IN ROLE pg_monitor");
 sql("CREATE ROLE nobody LOGIN");
 for my $view (qw(topic_metrics event_subscription_metrics event_subscription_metric_labels
-	event_subscription_histograms worker_metrics client_certificate_metrics delivery_token_metrics))
+	event_subscription_histograms worker_metrics client_certificate_metrics delivery_token_metrics ordering_metrics))
 {
 	my ($ok) = $node->psql('postgres', "SELECT count(*) FROM eventgrid.$view", extra_params => [ '-U', 'exporter' ]);
 	is($ok, 0, "pg_monitor reads eventgrid.$view");

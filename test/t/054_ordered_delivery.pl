@@ -1,0 +1,221 @@
+# Ordered delivery per key (SPEC 12, "Order per key"; issue "Ordered
+# delivery per key"): a receiver (test/ordered_receiver.py) records, per
+# key, the order of the events it answered 200 and whether two requests of
+# one key were ever in flight at once.
+#   - 5,000 events over 100 keys from four sessions in interleaved
+#     transactions (each key's sequence numbers taken under its row lock, so
+#     commit order is their order), 10 % of first attempts failing, two
+#     delivery workers, single-event and batched subscriptions; events
+#     without the key go unordered;
+#   - an event that always fails holds only its key, which goes on in order
+#     once the event is dead-lettered; blocked_ordering_keys and
+#     ordering_metrics show it meanwhile;
+#   - a published table's 2,000 UPDATEs on 20 rows from four sessions, ordered
+#     by subject: each row's versions arrive one by one, in order;
+#   - a paused ordered subscription keeps a key's later events waiting, and
+#     update_event_subscription(ordering_key => '') releases them;
+#   - a bad ordering_key is refused (22023).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../lib";
+use EventGridTest;
+use File::Spec;
+use HTTP::Tiny;
+use IO::Socket::INET;
+use IPC::Run;
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep time);
+
+my $node = new_node('ordered', 'eventgrid.delivery_workers' => 2, 'eventgrid.event_table_rotation' => "'1h'");
+sub sql { return $node->safe_psql('postgres', shift) }
+
+# the receiver
+my $port = PostgreSQL::Test::Cluster::get_free_port();
+my $rh = IPC::Run::start([ '/usr/bin/python3', File::Spec->rel2abs("$FindBin::RealBin/../ordered_receiver.py"),
+	'--port', $port ], '>', \my $rout, '2>', \my $rerr);
+for (1 .. 100)
+{
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp');
+	if ($s) { close $s; last; }
+	usleep(100_000);
+}
+END { my $status = $?; $rh->kill_kill if $rh; $? = $status; }
+my $url = "http://127.0.0.1:$port";
+sub report
+{
+	my $res = HTTP::Tiny->new->get("$url/report");
+	return decode_json($res->{content});
+}
+
+# Polls until topic $t has nothing pending, moving the worker's clock 10 s
+# ahead every second so that retries (10 s, 30 s, ...) come due; at most
+# $secs seconds.  Returns whether it drained.
+sub drain
+{
+	my ($t, $secs) = @_;
+	my $until = time + $secs;
+	while (time < $until)
+	{
+		return 1 if sql("SELECT coalesce(sum(pending), 0) FROM eventgrid.delivery_statistics WHERE topic = '$t'") eq '0';
+		advance_clock($node, 10);
+		usleep(1_000_000);
+	}
+	diag(sql("SELECT subscription, pending, delivered, failed_attempts FROM eventgrid.delivery_statistics WHERE topic = '$t'"));
+	return 0;
+}
+
+# Runs the SQL texts in concurrent psql sessions; returns whether all succeeded.
+sub concurrently
+{
+	my @h;
+	for my $q (@_)
+	{
+		push @h, IPC::Run::start([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-c', $q ],
+			'>', \my $out, '2>', \my $err);
+	}
+	my $ok = 1;
+	for my $h (@h) { $h->finish; $ok = 0 if $h->result != 0 }
+	return $ok;
+}
+
+# whether, for each key of $keys (key => how many), the receiver got the
+# sequence numbers 1..n in order at path $path; the first difference is
+# printed
+sub in_order
+{
+	my ($path, $keys) = @_;
+	my $got = report()->{$path}{keys} // {};
+	for my $k (sort keys %$keys)
+	{
+		my $want = join(',', 1 .. $keys->{$k});
+		my $have = join(',', map { $_ // 'null' } @{ $got->{$k} // [] });
+		next if $have eq $want;
+		diag("$path key $k: got $have, want $want");
+		return 0;
+	}
+	return 1;
+}
+
+# --- 5,000 events over 100 keys, four sessions, 10 % failures -----------------
+sql("SELECT eventgrid.create_topic('orders')");
+sql("SELECT eventgrid.create_event_subscription('orders', 'single', "
+	  . "'$url/single?key=data.orderId&seq=data.seq&fail=10&delay_ms=5', ordering_key => 'data.orderId')");
+sql("SELECT eventgrid.create_event_subscription('orders', 'batched', "
+	  . "'$url/batched?key=data.orderId&seq=data.seq&fail=10', ordering_key => 'data.orderId', max_events_per_batch => 20)");
+is(sql("SELECT string_agg(name || ':' || ordering_key, ',' ORDER BY name) FROM eventgrid.event_subscriptions"),
+	'batched:data.orderId,single:data.orderId', 'create_event_subscription() sets ordering_key');
+sql("CREATE TABLE key_seq (k int PRIMARY KEY, n int NOT NULL DEFAULT 0)");
+sql("INSERT INTO key_seq (k) SELECT generate_series(0, 99)");
+# each transaction publishes 5 events of random keys (in key order, so that
+# sessions do not deadlock), each numbered under its key's row lock
+my $publisher = q{
+DO $$
+DECLARE
+	ks int[];
+	s int;
+BEGIN
+	FOR t IN 1 .. 250 LOOP
+		SELECT array_agg(k ORDER BY k) INTO ks FROM (SELECT (random() * 99)::int AS k FROM generate_series(1, 5)) x;
+		FOR j IN 1 .. 5 LOOP
+			UPDATE key_seq SET n = n + 1 WHERE k = ks[j] RETURNING n INTO s;
+			INSERT INTO eventgrid.events (topic, event)
+			VALUES ('orders', jsonb_build_object('id', 'SESSION-' || t || '-' || j, 'subject', '/orders', 'eventType', 'Shop.Order',
+			        'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('orderId', 'o' || ks[j], 'seq', s)));
+		END LOOP;
+		COMMIT;
+	END LOOP;
+END $$};
+ok(concurrently(map { (my $q = $publisher) =~ s/SESSION/s$_/; $q } 1 .. 4), 'four sessions published');
+# events without the key: delivered, unordered
+sql("INSERT INTO eventgrid.events (topic, event) SELECT 'orders', jsonb_build_object('id', 'n' || i, 'subject', '/orders', "
+	  . "'eventType', 'Shop.Note', 'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('note', i)) FROM generate_series(1, 100) i");
+is(sql("SELECT sum(n) FROM key_seq"), '5000', '5,000 keyed events');
+ok(drain('orders', 300), 'both subscriptions drained');
+my %keys = map { ("o$_->[0]" => $_->[1]) } map { [ split /\|/ ] } split /\n/, sql("SELECT k, n FROM key_seq WHERE n > 0");
+my $rep = report();
+for my $p ('/single', '/batched')
+{
+	is($rep->{$p}{overlaps}, 0, "$p: never two requests of one key in flight");
+	ok($rep->{$p}{failed} > 0, "$p: first attempts failed ($rep->{$p}{failed})");
+	ok(in_order($p, \%keys), "$p: every key's events arrived once each, in commit order");
+	is(scalar(@{ $rep->{$p}{keys}{'(none)'} // [] }), 100, "$p: the 100 events without the key arrived");
+}
+ok($rep->{'/batched'}{max_events} > 1, "batches carried several keys (up to $rep->{'/batched'}{max_events} events)");
+is(sql("SELECT string_agg(subscription || ':' || delivered, ',' ORDER BY subscription) FROM eventgrid.delivery_statistics WHERE topic = 'orders'"),
+	'batched:5100,single:5100', 'delivery_statistics counts every delivery');
+is(sql("SELECT count(*) FROM eventgrid.retries"), '0', 'nothing left waiting');
+
+# --- an event that always fails holds only its key ----------------------------
+sql("SELECT eventgrid.create_topic('stuck')");
+sql("SELECT eventgrid.create_event_subscription('stuck', 'stk', '$url/stuck?key=subject&seq=data.seq', "
+	  . "ordering_key => 'subject', max_delivery_attempts => 2, deadletter => true)");
+sql("INSERT INTO eventgrid.events (topic, event) SELECT 'stuck', jsonb_build_object('id', k || i, 'subject', k, 'eventType', 'T', "
+	  . "'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('seq', i, 'fail', k = '/a' AND i = 2)) "
+	  . "FROM unnest(ARRAY['/a', '/b']) k, generate_series(1, 5) i ORDER BY i, k");
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.blocked_ordering_keys WHERE subscription = 'stk'", '1'),
+	'the failing event blocks its key');
+ok(in_order('/stuck', { '/b' => 5 }), 'the other key arrived in order meanwhile');
+is(join(',', @{ report()->{'/stuck'}{keys}{'/a'} }), '1', 'key /a: only the event before the failing one arrived');
+is(sql("SELECT ordering_key || ' ' || attempts || ' ' || last_http_status || ' ' || waiting FROM eventgrid.blocked_ordering_keys"),
+	'/a 1 500 3', 'blocked_ordering_keys: the key, its failing event\'s attempts and status, 3 events waiting');
+is(sql("SELECT blocked_keys || ' ' || waiting_events FROM eventgrid.ordering_metrics WHERE subscription = 'stk'"),
+	'1 3', 'ordering_metrics: one blocked key, 3 events waiting');
+ok(drain('stuck', 60), 'the failing event is dead-lettered after its second attempt');
+ok(in_order('/stuck', { '/b' => 5 }), 'key /b unchanged');
+is(join(',', @{ report()->{'/stuck'}{keys}{'/a'} }), '1,3,4,5', 'key /a went on in order after the dead letter');
+is(sql("SELECT event->'data'->>'seq' || ' ' || dead_letter_reason FROM eventgrid.dead_letters"),
+	'2 MaxDeliveryAttemptsExceeded', 'the failing event was dead-lettered');
+is(report()->{'/stuck'}{overlaps}, 0, 'never two requests of one key in flight');
+
+# --- table changes ordered by subject ----------------------------------------
+sql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL DEFAULT 0)");
+sql("INSERT INTO items (id) SELECT generate_series(1, 20)");
+sql("SELECT eventgrid.create_topic('rows')");
+sql("SELECT eventgrid.publish_table_changes('items', 'rows', ARRAY['UPDATE'])");
+sql("SELECT eventgrid.create_event_subscription('rows', 'row-order', '$url/rows?key=subject&seq=data.new.v&fail=10&delay_ms=5', "
+	  . "ordering_key => 'subject')");
+my $updater = q{
+DO $$
+BEGIN
+	FOR t IN 1 .. 500 LOOP
+		UPDATE items SET v = v + 1 WHERE id = (SELECT 1 + (random() * 19)::int);
+		COMMIT;
+	END LOOP;
+END $$};
+ok(concurrently(($updater) x 4), 'four sessions made 2,000 UPDATEs');
+is(sql("SELECT sum(v) FROM items"), '2000', '2,000 row versions');
+ok(drain('rows', 300), 'the row changes drained');
+my %rows = map { ("/public/items/$_->[0]" => $_->[1]) } map { [ split /\|/ ] } split /\n/, sql("SELECT id, v FROM items WHERE v > 0");
+is(report()->{'/rows'}{overlaps}, 0, 'never two changes of one row in flight');
+ok(in_order('/rows', \%rows), "each row's versions arrived one by one, in commit order");
+
+# --- paused: later events wait for their key; unordered releases them --------
+sql("SELECT eventgrid.create_topic('held')");
+sql("SELECT eventgrid.create_event_subscription('held', 'hold', '$url/held?key=subject&seq=data.seq', ordering_key => 'subject')");
+sql("SELECT eventgrid.pause_delivery('held', 'hold')");
+sql("INSERT INTO eventgrid.events (topic, event) SELECT 'held', jsonb_build_object('id', 'h' || i, 'subject', '/k', 'eventType', 'T', "
+	  . "'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('seq', i)) FROM generate_series(1, 3) i");
+ok(wait_for_sql($node, "SELECT count(*) FILTER (WHERE r.next_attempt_at < 'infinity') || ' ' || count(*) FILTER (WHERE r.next_attempt_at = 'infinity') "
+	  . "FROM eventgrid.retries r JOIN eventgrid.event_subscriptions s ON s.id = r.subscription_id WHERE s.name = 'hold'", '1 2'),
+	'paused: the key\'s first event is due, the later two wait for it');
+sql("SELECT eventgrid.update_event_subscription('held', 'hold', ordering_key => '')");
+is(sql("SELECT coalesce(ordering_key, 'unordered') FROM eventgrid.event_subscriptions WHERE name = 'hold'"), 'unordered',
+	"ordering_key => '' makes the subscription unordered");
+is(sql("SELECT count(*) FROM eventgrid.retries WHERE next_attempt_at = 'infinity' OR ordering_key IS NOT NULL"), '0',
+	'what waited for its key is due');
+sql("SELECT eventgrid.resume_delivery('held', 'hold')");
+ok(drain('held', 60), 'resumed: delivered');
+is(join(',', sort @{ report()->{'/held'}{keys}{'/k'} // [] }), '1,2,3', 'all three arrived');
+
+# --- a bad ordering_key -------------------------------------------------------
+like(sql_error($node, "SELECT eventgrid.create_event_subscription('held', 'bad', '$url/x', ordering_key => 'data..x')"),
+	qr/22023.*invalid ordering_key "data\.\.x".*HINT:.*dotted field path/s, 'an ordering_key that is not a field path: 22023');
+like(sql_error($node, "SELECT eventgrid.update_event_subscription('orders', 'single', ordering_key => repeat('a', 600))"),
+	qr/22023/, 'a path over 512 characters: 22023');
+
+$node->stop;
+done_testing();
