@@ -302,12 +302,12 @@ class Bench:
             self.q("SELECT eventgrid.drop_topic(%s)", (t[0],))
         self.q("VACUUM ANALYZE eventgrid.retries, eventgrid.events")
 
-    def publish_backlog(self, topic, n):
-        """Publishes n ~1 KB events in transactions of at most 100,000."""
+    def publish_backlog(self, topic, n, src="bench_src"):
+        """Publishes n ~1 KB events (of table src) in transactions of at most 100,000."""
         done = 0
         while done < n:
             k = min(100000, n - done)
-            self.q("INSERT INTO eventgrid.events (topic, event) SELECT %s, event FROM bench_src "
+            self.q(f"INSERT INTO eventgrid.events (topic, event) SELECT %s, event FROM {src} "
                    "CROSS JOIN generate_series(1, %s) LIMIT %s", (topic, (k + self.src_n - 1) // self.src_n, k))
             done += k
 
@@ -349,15 +349,21 @@ class Bench:
 
     # -- 2, 3, 4 -------------------------------------------------------------------
     def drain(self, topic, nsubs, n_events, batch=None, filters=None, sink=None, signed=False, client_cert=False,
-              token_url=None):
+              token_url=None, ordering_key=None, src="bench_src", stuck=0):
+        """Drains n_events published while paused through nsubs subscriptions; returns deliveries
+        a second and costs per delivery.  With stuck, that many deliveries (those whose event has
+        "fail": true and what waits behind them) are not waited for, and failures are allowed."""
         sink = sink or self.args.sink
         self.reset_queue()
         self.q("SELECT eventgrid.create_topic(%s)", (topic,))
         for i in range(nsubs):
             self.q("SELECT eventgrid.create_event_subscription(%s, %s, %s, max_events_per_batch => %s, "
-                   "advanced_filters => %s)",
+                   "advanced_filters => %s, ordering_key => %s)",
                    (topic, f"sub-{i}", f"{sink}/{topic}/{i}", batch,
-                    json.dumps(filters) if filters else None))
+                    json.dumps(filters) if filters else None, ordering_key))
+            if stuck:
+                # the sink answers 500 to a request with X-Fail: true
+                self.q("SELECT eventgrid.set_dynamic_delivery_property(%s, %s, 'X-Fail', 'data.fail')", (topic, f"sub-{i}"))
             if signed:
                 self.q("SELECT eventgrid.set_signing_secret(%s, %s)", (topic, f"sub-{i}"))
             if client_cert:
@@ -368,22 +374,27 @@ class Bench:
                 self.q("SELECT eventgrid.set_oauth2_authentication(%s, %s, %s, 'bench', 'bench-secret')",
                        (topic, f"sub-{i}", token_url))
         self.set_guc("eventgrid.delivery_paused", "on")
-        self.publish_backlog(topic, n_events)
+        self.publish_backlog(topic, n_events, src)
         self.q("CHECKPOINT")
         workers = self.worker_pids()
         cpu0, lsn0 = self.cluster_cpu(), self.one("SELECT pg_current_wal_lsn()")
         self.set_guc("eventgrid.delivery_paused", "off")
         t0 = time.time() - 0.3  # set_guc waited 0.3 s after the reload
-        t1 = self.wait_drained()
+        deliveries = n_events * nsubs - stuck
+        count = ("SELECT coalesce(sum(c.delivered), 0), coalesce(sum(c.failed_attempts + c.dead_lettered + c.dropped), 0) "
+                 "FROM eventgrid.event_subscriptions s JOIN eventgrid.subscription_counters c ON c.subscription_id = s.id "
+                 "WHERE s.topic = %s")
+        if stuck:
+            while self.q(count, (topic,))[0][0] < deliveries:
+                time.sleep(0.02)
+            t1 = time.time()
+        else:
+            t1 = self.wait_drained()
         cpu1 = self.cluster_cpu()
         wal = self.one("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn0,))
-        deliveries = n_events * nsubs
         # a figure counts only deliveries the sink accepted at the first attempt
-        delivered, failed = self.q(
-            "SELECT coalesce(sum(c.delivered), 0), coalesce(sum(c.failed_attempts + c.dead_lettered + c.dropped), 0) "
-            "FROM eventgrid.event_subscriptions s JOIN eventgrid.subscription_counters c ON c.subscription_id = s.id "
-            "WHERE s.topic = %s", (topic,))[0]
-        if delivered != deliveries or failed != 0:
+        delivered, failed = self.q(count, (topic,))[0]
+        if delivered != deliveries or (failed != 0 and not stuck):
             raise RuntimeError(f"{topic}: {delivered} of {deliveries} deliveries accepted, {failed} failures")
         all_cpu = sum(v - cpu0.get(pid, 0) for pid, v in cpu1.items())
         worker_cpu = sum(cpu1.get(w, 0) - cpu0.get(w, 0) for w in workers)
@@ -687,6 +698,44 @@ class Bench:
                     "one per lifetime whatever the rate)", requests * 60 / seconds, "",
                     f"<= {60 / (lifetime * 0.9 * 0.9) + 1:.1f}")  # asked for again in the last tenth of 90 %
 
+    # -- 20 ---------------------------------------------------------------------
+    def fig_ordered(self):
+        """Single-event delivery ordered per key over BENCH_ORDERING_KEYS keys (data.key) and
+        unordered, alternately twice; then ordered with one key's first event failing at the
+        sink every time (its key stuck behind it), the other keys' deliveries timed."""
+        n = env_int("BENCH_EVENTS", 200000)
+        nkeys = env_int("BENCH_ORDERING_KEYS", 1000)
+        self.q("DROP TABLE IF EXISTS bench_src_keyed")
+        # the key of the i-th event; key 0's first event carries "fail": true (used by the stuck run only)
+        self.q("""CREATE TABLE bench_src_keyed AS
+                  SELECT jsonb_set(jsonb_set(event, '{data,key}', to_jsonb(i %% %s)), '{data,fail}', to_jsonb(i = 0)) AS event
+                    FROM (SELECT event, (row_number() OVER ()) - 1 AS i FROM bench_src) x""", (nkeys,))
+        runs = {}
+        for ordered in (False, True, False, True):
+            rate, costs = self.drain("ordered" if ordered else "unordered", 1, n,
+                                     ordering_key="data.key" if ordered else None, src="bench_src_keyed")
+            runs.setdefault(ordered, []).append((rate, costs["worker"], costs["cpu"]))
+        for ordered in (False, True):
+            rate = statistics.mean(r for r, _, _ in runs[ordered])
+            head = (f"20 single-event delivery ({n:,} events), unordered, mean of 2" if not ordered
+                    else f"  the same, ordered per key (ordering_key, {nkeys:,} keys)")
+            tag = "ordered" if ordered else "unordered"
+            self.report(f"{tag}_events_per_s", head, rate, "events/s")
+            self.report(f"{tag}_worker_cpu_us_per_delivery", "    delivery workers' CPU per delivery",
+                        statistics.mean(w for _, w, _ in runs[ordered]), "µs")
+            self.report(f"{tag}_cpu_us_per_delivery", "    CPU of all PostgreSQL processes per delivery",
+                        statistics.mean(c for _, _, c in runs[ordered]), "µs")
+        self.report("ordered_vs_unordered", "  ratio", self.results["ordered_events_per_s"]
+                    / self.results["unordered_events_per_s"], "", ">= 0.5")
+        # key 0's events: its first fails every time, the others wait behind it
+        stuck = self.one("SELECT count(*) FROM (SELECT event FROM bench_src_keyed CROSS JOIN generate_series(1, %s) "
+                         "LIMIT %s) x WHERE event->'data'->>'key' = '0'", ((n + self.src_n - 1) // self.src_n, n))
+        rate, _ = self.drain("stuck", 1, n, ordering_key="data.key", src="bench_src_keyed", stuck=stuck)
+        self.report("ordered_one_key_stuck_events_per_s", f"  ordered, one key stuck behind a failing event ({stuck} held)",
+                    rate, "events/s")
+        self.report("ordered_stuck_cost_pct", "  what the stuck key costs the others",
+                    100.0 * (1 - rate / self.results["ordered_events_per_s"]), "%", "< 10")
+
     # -- 15 ---------------------------------------------------------------------
     def fig_rate_limit(self):
         """Rate limiter accuracy: a backlog drained by a subscription with
@@ -945,7 +994,7 @@ def main():
     ap.add_argument("--tls-log", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19", help="comma-separated figure numbers (2 runs 2-4)")
+    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20", help="comma-separated figure numbers (2 runs 2-4)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     b = Bench(args)
@@ -976,6 +1025,8 @@ def main():
         b.fig_rate_limit()
     if "19" in only:
         b.fig_tokens()
+    if "20" in only:
+        b.fig_ordered()
     if "16" in only:
         Databases(b, arrival_receiver).run()
     if "17" in only:

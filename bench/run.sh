@@ -18,6 +18,7 @@
 #   BENCH_SCRAPES (20)  BENCH_SCRAPE_SUBSCRIPTIONS (10,100,1000): figure 17
 #   BENCH_REPL_RATE (2000)  BENCH_REPL_SECONDS (10)  BENCH_REPL_EVENTS (100000): figure 18 (two clusters of its own)
 #   BENCH_TOKEN_LIFETIME (5)  BENCH_TOKEN_BYTES (1000, about a JWT of Entra ID): figure 19 (bearer tokens; the token endpoint is a Python server in bench.py)
+#   BENCH_ORDERING_KEYS (1000): figure 20 (ordered delivery per key)
 # Arguments go to bench.py, e.g. --only 1,2 for figures 1-4.
 set -euo pipefail
 . "$(dirname "$0")/../scripts/common.sh"
@@ -69,7 +70,8 @@ http {
     keepalive_timeout 300s;
     client_body_buffer_size 2m;
     client_max_body_size 16m;
-    server { listen 127.0.0.1:$sink_port; location / { return 204; } }
+    # (figure 20: a request with X-Fail: true is answered 500)
+    server { listen 127.0.0.1:$sink_port; location / { if (\$http_x_fail = "true") { return 500; } return 204; } }
     # TLS: each connection logged once, at its first request, with whether it resumed a session
     ssl_protocols TLSv1.3;
     ssl_certificate $work/sink.pem;

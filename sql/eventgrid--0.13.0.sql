@@ -1279,8 +1279,8 @@ DECLARE
     snap pg_snapshot := pg_current_snapshot();
     n bigint := 0;
     path text;
-    sids bigint[];
     hashes bigint[];
+    ids bigint[];
 BEGIN
     IF keep THEN
         SELECT s.ordering_key INTO path FROM eventgrid.event_subscriptions s WHERE s.id = sid;
@@ -1303,12 +1303,14 @@ BEGIN
                    AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with,
                                           s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays)
                  ORDER BY e.id) x
-            RETURNING ordering_key_hash, ordering_key IS NOT NULL AS keyed
+            RETURNING id, ordering_key_hash, ordering_key IS NOT NULL AS keyed
         )
-        SELECT count(*), array_agg(DISTINCT m.ordering_key_hash) FILTER (WHERE m.keyed) INTO n, hashes FROM moved m;
+        SELECT count(*), array_agg(m.ordering_key_hash) FILTER (WHERE m.keyed),
+               array_agg(m.id) FILTER (WHERE m.keyed)
+          INTO n, hashes, ids FROM moved m;
         UPDATE eventgrid.subscription_counters c SET matched = c.matched + n WHERE c.subscription_id = sid AND n > 0;
         IF hashes IS NOT NULL THEN
-            PERFORM eventgrid._promote_ordering_keys(array_fill(sid, ARRAY[cardinality(hashes)]), hashes, due);
+            PERFORM eventgrid._start_ordering_keys(array_fill(sid, ARRAY[cardinality(hashes)]), hashes, ids, due);
         END IF;
     END IF;
     UPDATE eventgrid.subscription_positions p SET done = snap, upto = NULL, after_txid = NULL, after_id = NULL
@@ -1316,34 +1318,46 @@ BEGIN
     RETURN n;
 END $$;
 
-COMMENT ON FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) IS 'Internal: moves an event subscription''s position to the current snapshot; with keep, the committed events it passes that match its filters become its retries (no attempt made, due at due) first, in publish order, else they are passed over; of an ordered subscription each with its key, due only when it is the oldest of its key (_promote_ordering_keys). Returns how many became retries. The upkeep worker calls it for held subscriptions whose events would keep an event table from being emptied, _transfer_ordered for ordered ones; the caller holds the position''s lock.';
+COMMENT ON FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) IS 'Internal: moves an event subscription''s position to the current snapshot; with keep, the committed events it passes that match its filters become its retries (no attempt made, due at due) first, in publish order, else they are passed over; of an ordered subscription each with its key, due only when it is the oldest of its key (_start_ordering_keys). Returns how many became retries. The upkeep worker calls it for held subscriptions whose events would keep an event table from being emptied, a delivery worker''s claim for ordered ones; the caller holds the position''s lock.';
 
-CREATE FUNCTION eventgrid._promote_ordering_keys(sids bigint[], key_hashes bigint[], due timestamp with time zone) RETURNS integer
-    LANGUAGE sql
-    BEGIN ATOMIC
- WITH heads AS (
-          SELECT h.id
-            FROM (( SELECT DISTINCT k_1.sid,
-                     k_1.h
-                    FROM UNNEST(_promote_ordering_keys.sids, _promote_ordering_keys.key_hashes) k_1(sid, h)) k
-              CROSS JOIN LATERAL ( SELECT r.id,
-                     r.next_attempt_at
-                    FROM eventgrid.retries r
-                   WHERE ((r.subscription_id = k.sid) AND (r.ordering_key_hash = k.h) AND (r.ordering_key IS NOT NULL))
-                   ORDER BY r.id
-                  LIMIT 1) h)
-           WHERE (h.next_attempt_at = 'infinity'::timestamp with time zone)
-         ), promoted AS (
-          UPDATE eventgrid.retries AS r SET next_attempt_at = _promote_ordering_keys.due
-            FROM heads
-           WHERE (r.id = heads.id)
-           RETURNING 1 AS "?column?"
-         )
-  SELECT (count(*))::integer AS count
-    FROM promoted;
-END;
+CREATE FUNCTION eventgrid._promote_ordering_keys(sids bigint[], key_hashes bigint[], finished_ids bigint[], due timestamp with time zone) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    n integer;
+BEGIN
+    -- first the keys' rows, in order: a transfer adding to a key holds its row until it commits,
+    -- and what it added is seen by the next statement
+    PERFORM 1 FROM eventgrid.ordering_keys k
+      JOIN unnest(sids, key_hashes) AS f(sid, h) ON k.subscription_id = f.sid AND k.ordering_key_hash = f.h
+     ORDER BY k.subscription_id, k.ordering_key_hash FOR UPDATE OF k;
+    WITH f AS (
+        SELECT * FROM unnest(sids, key_hashes, finished_ids) AS f(sid, h, id)
+    ), nxt AS (
+        -- the key's next row: after the finished one, past the dead rows of those before
+        SELECT f.sid, f.h, n.id
+          FROM f LEFT JOIN LATERAL (SELECT r.id FROM eventgrid.retries r
+                                     WHERE r.subscription_id = f.sid AND r.ordering_key_hash = f.h
+                                       AND r.ordering_key IS NOT NULL AND r.id > f.id
+                                     ORDER BY r.id LIMIT 1) n ON true
+    ), gone AS (
+        DELETE FROM eventgrid.ordering_keys k USING nxt
+         WHERE k.subscription_id = nxt.sid AND k.ordering_key_hash = nxt.h AND nxt.id IS NULL
+    ), moved AS (
+        INSERT INTO eventgrid.ordering_keys AS k (subscription_id, ordering_key_hash, head_id)
+        SELECT nxt.sid, nxt.h, nxt.id FROM nxt WHERE nxt.id IS NOT NULL ORDER BY nxt.sid, nxt.h
+        ON CONFLICT (subscription_id, ordering_key_hash) DO UPDATE SET head_id = EXCLUDED.head_id
+        RETURNING k.head_id
+    ), due_now AS (
+        UPDATE eventgrid.retries r SET next_attempt_at = due FROM moved
+         WHERE r.id = moved.head_id AND r.next_attempt_at = 'infinity' RETURNING 1
+    )
+    SELECT count(*)::integer INTO n FROM due_now;
+    RETURN n;
+END $$;
 
-COMMENT ON FUNCTION eventgrid._promote_ordering_keys(sids bigint[], key_hashes bigint[], due timestamp with time zone) IS 'Internal: for each (subscription, key hash), makes the oldest waiting row of the key due at due when none of the key is due or in flight (its head was finished); returns how many. Called under the subscriptions'' position locks.';
+COMMENT ON FUNCTION eventgrid._promote_ordering_keys(sids bigint[], key_hashes bigint[], finished_ids bigint[], due timestamp with time zone) IS 'Internal: the heads finished_ids of keys key_hashes of subscriptions sids were delivered, dead-lettered or dropped (and deleted in this transaction): the next row of each key becomes its head, due at due, or the key is forgotten when none is left; returns how many became due. Locks the keys'' rows first, so that a transfer adding to a key (_start_ordering_keys) has committed and is seen.';
 
 CREATE FUNCTION eventgrid._publish_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) RETURNS TABLE(failed_subscription_id bigint, failed_topic text, failed_subscription text, failed_event_id bigint, failed_dead_letter_topic text, failed_sqlstate text, failed_error text)
     LANGUAGE plpgsql
@@ -1779,6 +1793,43 @@ END $_$;
 
 COMMENT ON FUNCTION eventgrid._signing_secret_problem(secret text) IS 'Internal: NULL for a Standard Webhooks secret ("whsec_" and the base64 of a 24-64 byte key), else why not (never quoting it).';
 
+CREATE TABLE eventgrid.ordering_keys (
+    subscription_id bigint NOT NULL,
+    ordering_key_hash bigint NOT NULL,
+    head_id bigint NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.ordering_keys IS 'Internal: per ordered event subscription, each key with events in its retries and the id of the one due or in flight (head_id); the others of the key wait with next_attempt_at ''infinity''. Read it through eventgrid.blocked_ordering_keys.';
+
+CREATE FUNCTION eventgrid._start_ordering_keys(sids bigint[], key_hashes bigint[], ids bigint[], due timestamp with time zone) RETURNS integer
+    LANGUAGE sql
+    BEGIN ATOMIC
+ WITH firsts AS (
+          SELECT k.sid,
+             k.h,
+             min(k.id) AS id
+            FROM UNNEST(_start_ordering_keys.sids, _start_ordering_keys.key_hashes, _start_ordering_keys.ids) k(sid, h, id)
+           GROUP BY k.sid, k.h
+         ), started AS (
+          INSERT INTO eventgrid.ordering_keys AS k (subscription_id, ordering_key_hash, head_id)  SELECT f.sid,
+                     f.h,
+                     f.id
+                    FROM firsts f
+                   ORDER BY f.sid, f.h ON CONFLICT(subscription_id, ordering_key_hash) DO UPDATE SET head_id = k.head_id
+           RETURNING k.head_id,
+             (k.xmax = 0) AS started
+         ), due_now AS (
+          UPDATE eventgrid.retries AS r SET next_attempt_at = _start_ordering_keys.due
+            FROM started
+           WHERE (started.started AND (r.id = started.head_id))
+           RETURNING 1 AS "?column?"
+         )
+  SELECT (count(*))::integer AS count
+    FROM due_now;
+END;
+
+COMMENT ON FUNCTION eventgrid._start_ordering_keys(sids bigint[], key_hashes bigint[], ids bigint[], due timestamp with time zone) IS 'Internal: retries ids (subscription sids, key key_hashes) were just written waiting (next_attempt_at ''infinity''): of each key that had no head, the oldest becomes its head, due at due; returns how many. Locks the keys'' rows of eventgrid.ordering_keys, in order, as _promote_ordering_keys does.';
+
 CREATE FUNCTION eventgrid._start_validation(sid bigint) RETURNS void
     LANGUAGE sql
     BEGIN ATOMIC
@@ -1924,38 +1975,6 @@ CREATE FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_tot
 END;
 
 COMMENT ON FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) IS 'Internal: the rows of the view eventgrid.topic_metrics, for pg_monitor and eventgrid_admin.';
-
-CREATE FUNCTION eventgrid._transfer_ordered(due timestamp with time zone, OUT transferred bigint, OUT skipped integer) RETURNS record
-    LANGUAGE plpgsql
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-DECLARE
-    snap pg_snapshot := pg_current_snapshot();
-    sid bigint;
-BEGIN
-    transferred := 0;
-    -- positions another session holds (a claim, a record promoting) are for the next time
-    SELECT count(*) INTO skipped
-      FROM eventgrid.subscription_positions p JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
-     WHERE s.ordering_key IS NOT NULL AND p.system_identifier = eventgrid._system_identifier();
-    FOR sid IN
-        SELECT p.subscription_id FROM eventgrid.subscription_positions p
-          JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
-         WHERE s.ordering_key IS NOT NULL AND p.system_identifier = eventgrid._system_identifier()
-         ORDER BY p.subscription_id
-           FOR UPDATE OF p SKIP LOCKED
-    LOOP
-        skipped := skipped - 1;
-        IF EXISTS (SELECT 1 FROM eventgrid.subscription_positions p
-                     JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
-                    CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e
-                    WHERE p.subscription_id = sid AND pg_visible_in_snapshot(e.txid, snap)) THEN
-            transferred := transferred + eventgrid._position_to_retries(sid, due, true);
-        END IF;
-    END LOOP;
-END $$;
-
-COMMENT ON FUNCTION eventgrid._transfer_ordered(due timestamp with time zone, OUT transferred bigint, OUT skipped integer) IS 'Internal: a delivery worker''s claim moves the events newly visible to each ordered event subscription into its retries (_position_to_retries), each key''s oldest due at due; returns how many, and how many ordered positions another session held (tried again at the next claim).';
 
 CREATE FUNCTION eventgrid._uncover_partitions(rel regclass) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2394,6 +2413,7 @@ DECLARE
     n bigint;
     ksids bigint[];
     khashes bigint[];
+    kids bigint[];
 BEGIN
     -- the subscriptions first (the delivery worker's lock order), then the dead letters
     SELECT array_agg(s.id ORDER BY s.id) INTO sids
@@ -2425,9 +2445,10 @@ BEGIN
               FROM gone g JOIN eventgrid.event_subscriptions s ON s.id = g.subscription_id
              CROSS JOIN LATERAL (SELECT eventgrid._ordering_key(g.event, s.ordering_key) AS okey) k
              ORDER BY g.id) x
-        RETURNING subscription_id, ordering_key_hash, ordering_key IS NOT NULL AS keyed
+        RETURNING id, subscription_id, ordering_key_hash, ordering_key IS NOT NULL AS keyed
     ), keyed AS (
-        SELECT array_agg(q.subscription_id) AS sids, array_agg(q.ordering_key_hash) AS hashes
+        SELECT array_agg(q.subscription_id) AS sids, array_agg(q.ordering_key_hash) AS hashes,
+               array_agg(q.id) AS ids
           FROM queued q WHERE q.keyed
     ), counted AS (
         SELECT q.subscription_id, count(*) AS n FROM queued q GROUP BY q.subscription_id
@@ -2435,10 +2456,11 @@ BEGIN
         UPDATE eventgrid.subscription_counters c SET redelivered = c.redelivered + counted.n
           FROM counted WHERE c.subscription_id = counted.subscription_id
     )
-    SELECT coalesce(sum(counted.n), 0), (SELECT k.sids FROM keyed k), (SELECT k.hashes FROM keyed k)
-      INTO n, ksids, khashes FROM counted;
+    SELECT coalesce(sum(counted.n), 0), (SELECT k.sids FROM keyed k), (SELECT k.hashes FROM keyed k),
+           (SELECT k.ids FROM keyed k)
+      INTO n, ksids, khashes, kids FROM counted;
     IF ksids IS NOT NULL THEN
-        PERFORM eventgrid._promote_ordering_keys(ksids, khashes, eventgrid._now());
+        PERFORM eventgrid._start_ordering_keys(ksids, khashes, kids, eventgrid._now());
     END IF;
     IF n > 0 THEN
         PERFORM eventgrid._wake_worker_at_commit();
@@ -2790,6 +2812,7 @@ BEGIN
                    next_attempt_at = CASE WHEN r.next_attempt_at = 'infinity' THEN eventgrid._now()
                                           ELSE r.next_attempt_at END
              WHERE r.subscription_id = sid AND r.ordering_key IS NOT NULL;
+            DELETE FROM eventgrid.ordering_keys k WHERE k.subscription_id = sid;
         END IF;
     END IF;
     UPDATE eventgrid.event_subscriptions s
@@ -2980,13 +3003,14 @@ CREATE VIEW eventgrid.blocked_ordering_keys AS
     h.next_attempt_at,
     w.waiting,
     w.oldest_waiting_publish_time
-   FROM ((eventgrid.retries h
-     JOIN eventgrid.event_subscriptions s ON ((s.id = h.subscription_id)))
+   FROM (((eventgrid.ordering_keys k
+     JOIN eventgrid.retries h ON ((h.id = k.head_id)))
+     JOIN eventgrid.event_subscriptions s ON ((s.id = k.subscription_id)))
      CROSS JOIN LATERAL ( SELECT count(*) AS waiting,
             min(x.publish_time) AS oldest_waiting_publish_time
            FROM eventgrid.retries x
-          WHERE ((x.subscription_id = h.subscription_id) AND (x.ordering_key_hash = h.ordering_key_hash) AND (x.ordering_key IS NOT NULL) AND (x.id > h.id))) w)
-  WHERE ((h.ordering_key IS NOT NULL) AND (h.next_attempt_at <> 'infinity'::timestamp with time zone) AND (h.attempts > 0) AND (w.waiting > 0));
+          WHERE ((x.subscription_id = k.subscription_id) AND (x.ordering_key_hash = k.ordering_key_hash) AND (x.ordering_key IS NOT NULL) AND (x.id > k.head_id))) w)
+  WHERE ((h.attempts > 0) AND (w.waiting > 0));
 
 COMMENT ON VIEW eventgrid.blocked_ordering_keys IS 'Ordered delivery (SPEC 12): one row per key of an ordered event subscription whose oldest event has failed at least once and holds later events of its key back: topic, subscription, ordering_key (the key''s value), the holding event (event_id, publish_time, attempts made, last_outcome, last_http_status, last_attempt_at, next_attempt_at) and how many events wait behind it (waiting, oldest_waiting_publish_time). The key goes on once that event is delivered, dead-lettered or dropped. Readable by eventgrid_admin.';
 
@@ -3551,13 +3575,14 @@ CREATE VIEW eventgrid.ordering_metrics AS
     COALESCE(b.blocked_keys, (0)::bigint) AS blocked_keys,
     COALESCE(w.waiting_events, (0)::bigint) AS waiting_events
    FROM ((eventgrid.event_subscriptions s
-     LEFT JOIN ( SELECT h.subscription_id,
+     LEFT JOIN ( SELECT k.subscription_id,
             count(*) AS blocked_keys
-           FROM eventgrid.retries h
-          WHERE ((h.ordering_key IS NOT NULL) AND (h.next_attempt_at <> 'infinity'::timestamp with time zone) AND (h.attempts > 0) AND (EXISTS ( SELECT 1
+           FROM (eventgrid.ordering_keys k
+             JOIN eventgrid.retries h ON ((h.id = k.head_id)))
+          WHERE ((h.attempts > 0) AND (EXISTS ( SELECT 1
                    FROM eventgrid.retries x
-                  WHERE ((x.subscription_id = h.subscription_id) AND (x.ordering_key_hash = h.ordering_key_hash) AND (x.ordering_key IS NOT NULL) AND (x.id > h.id)))))
-          GROUP BY h.subscription_id) b ON ((b.subscription_id = s.id)))
+                  WHERE ((x.subscription_id = k.subscription_id) AND (x.ordering_key_hash = k.ordering_key_hash) AND (x.ordering_key IS NOT NULL) AND (x.id > k.head_id)))))
+          GROUP BY k.subscription_id) b ON ((b.subscription_id = s.id)))
      LEFT JOIN ( SELECT x.subscription_id,
             count(*) AS waiting_events
            FROM eventgrid.retries x
@@ -3759,6 +3784,9 @@ ALTER TABLE ONLY eventgrid.event_subscriptions
 ALTER TABLE ONLY eventgrid.event_table_rotations
     ADD CONSTRAINT event_table_rotations_pkey PRIMARY KEY (event_table);
 
+ALTER TABLE ONLY eventgrid.ordering_keys
+    ADD CONSTRAINT ordering_keys_pkey PRIMARY KEY (subscription_id, ordering_key_hash);
+
 ALTER TABLE ONLY eventgrid.rejected_events
     ADD CONSTRAINT rejected_events_pkey PRIMARY KEY (id);
 
@@ -3860,6 +3888,9 @@ ALTER TABLE ONLY eventgrid.event_subscriptions
 
 ALTER TABLE ONLY eventgrid.event_subscriptions
     ADD CONSTRAINT event_subscriptions_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.ordering_keys
+    ADD CONSTRAINT ordering_keys_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY eventgrid.signing_secrets
     ADD CONSTRAINT signing_secrets_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
@@ -4063,7 +4094,7 @@ GRANT ALL ON FUNCTION eventgrid._pending(subscription_id bigint) TO eventgrid_ad
 
 REVOKE ALL ON FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._promote_ordering_keys(sids bigint[], key_hashes bigint[], due timestamp with time zone) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._promote_ordering_keys(sids bigint[], key_hashes bigint[], finished_ids bigint[], due timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._publish_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) FROM PUBLIC;
 
@@ -4101,6 +4132,8 @@ REVOKE ALL ON FUNCTION eventgrid._set_delivery_authentication(topic text, subscr
 
 REVOKE ALL ON FUNCTION eventgrid._signing_secret_problem(secret text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._start_ordering_keys(sids bigint[], key_hashes bigint[], ids bigint[], due timestamp with time zone) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._start_validation(sid bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._stop_publishing_table_changes(caller regrole, source_table regclass, topic text) FROM PUBLIC;
@@ -4126,8 +4159,6 @@ GRANT SELECT ON TABLE eventgrid.topic_counters TO eventgrid_admin;
 REVOKE ALL ON FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) TO pg_monitor;
 GRANT ALL ON FUNCTION eventgrid._topic_metrics(OUT topic text, OUT publish_success_total bigint, OUT unmatched_events_total bigint) TO eventgrid_admin;
-
-REVOKE ALL ON FUNCTION eventgrid._transfer_ordered(due timestamp with time zone, OUT transferred bigint, OUT skipped integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._uncover_partitions(rel regclass) FROM PUBLIC;
 
@@ -4371,6 +4402,7 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_0', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_1', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_2', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.ordering_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.rejected_events', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.rejected_events_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.replication_progress', '');

@@ -369,6 +369,9 @@ new_claim(const EgClaimedRow *rows, int n)
 	return claim;
 }
 
+/* the last claim took retries: more are likely due */
+static bool last_claim_had_retries = false;
+
 /*
  * Claims due retries and first attempts, within byte_budget event bytes,
  * and turns them into queued requests.  Returns the number claimed, or -1
@@ -416,9 +419,17 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 	 * the flush.
 	 */
 	eg_store_no_flush_wait();
-	/* ordered subscriptions' new events become their retries first, to be claimed there */
-	eg_store_transfer_ordered(eg_now(), &transfer_locked);
-	due = eg_store_next_due();
+	/*
+	 * Ordered subscriptions' new events become their retries first, to be
+	 * claimed there.  Retries are due when some were moved or the last claim
+	 * found some: then the look for the next due time (an index scan past
+	 * the retries finished since the last VACUUM, a fifth of an ordered
+	 * drain's claims: bench figure 20) is spared.
+	 */
+	if (eg_store_transfer_ordered(eg_now(), &transfer_locked) > 0 || last_claim_had_retries)
+		due = 0;
+	else
+		due = eg_store_next_due();
 	if (due > eg_now())
 	{
 		*next_due_at = due;
@@ -428,6 +439,7 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 	else
 		nr = eg_store_claim_retries(eg_now(), EG_CLAIM_MAX_ROWS, byte_budget, eg_dw.lease_owner,
 									(int64) eg_response_timeout_ms + EG_LEASE_MARGIN_MS, &rrows);
+	last_claim_had_retries = nr > 0;
 	for (int i = 0; i < nr; i++)
 		retry_bytes += rrows[i].bytes;
 	/* chunk numbers of a claim that fails are not used again: no harm */

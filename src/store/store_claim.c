@@ -167,30 +167,74 @@ static EgStatement count_positions = {
 /*
  * Ordered event subscriptions (SPEC 12) are not claimed from their
  * positions: what becomes visible to them moves into their retries, each
- * key's oldest due (eventgrid._transfer_ordered()), and is claimed there.
+ * key's oldest due (eventgrid._position_to_retries()), and is claimed
+ * there.  This finds the positions of this cluster's ordered subscriptions
+ * that are not held (paused, endpoint not validated) and have events to
+ * pass, and locks those no other session holds; a claim that finds nothing
+ * new holds nothing.  Always the generic plan: planning it (with
+ * _unpassed_events() inlined over the event tables) took longer than
+ * running it.
  */
+static EgStatement ordered_positions = {
+	.name = "ordered positions",
+	.sql =
+	"WITH cand AS MATERIALIZED ("
+	"  SELECT p.subscription_id FROM eventgrid.subscription_positions p"
+	"    JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
+	"   WHERE s.ordering_key IS NOT NULL AND p.system_identifier = eventgrid._system_identifier()"
+	"     AND p.subscription_id NOT IN (SELECT h FROM eventgrid._held_subscriptions() h)"
+	"     AND EXISTS (SELECT 1 FROM eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e"
+	"                  WHERE pg_visible_in_snapshot(e.txid, pg_current_snapshot()))"
+	"), locked AS MATERIALIZED ("
+	"  SELECT p.subscription_id FROM eventgrid.subscription_positions p"
+	"   WHERE p.subscription_id IN (SELECT c.subscription_id FROM cand c)"
+	"   ORDER BY p.subscription_id FOR UPDATE OF p SKIP LOCKED"
+	")"
+	/* one row at least: the ids locked (NULL: none), and how many others hold */
+	"SELECT l.subscription_id, x.skipped"
+	"  FROM (SELECT (SELECT count(*) FROM cand) - (SELECT count(*) FROM locked) AS skipped) x"
+	"  LEFT JOIN locked l ON true ORDER BY l.subscription_id",
+	.generic = true,
+};
+
 static EgStatement transfer_ordered = {
 	.name = "ordered transfer",
-	.sql = "SELECT t.transferred, t.skipped FROM eventgrid._transfer_ordered($1) t",
-	.nargs = 1,
-	.types = {TIMESTAMPTZOID},
+	.sql = "SELECT eventgrid._position_to_retries($1, $2, true)",
+	.nargs = 2,
+	.types = {INT8OID, TIMESTAMPTZOID},
 };
 
 /*
  * Moves the events newly visible to ordered event subscriptions into their
  * retries, due at now (a key's later events wait for its oldest); returns
  * how many, and sets *locked when another session held an ordered
- * subscription's position (tried again at the next claim).  In the claim's
- * unit of work, before the retries are claimed.
+ * subscription's position that had events to pass (tried again at the next
+ * claim).  In the claim's unit of work, before the retries are claimed.
  */
 int64
 eg_store_transfer_ordered(TimestampTz now, bool *locked)
 {
-	Datum		args[1] = {TimestampTzGetDatum(now)};
+	int			n;
+	int64	   *sids;
+	int64		moved = 0;
 
-	eg_store_run(&transfer_ordered, args, false, SPI_OK_SELECT);
-	*locked = eg_int32_col(SPI_tuptable, 0, 2, 0) > 0;
-	return eg_int64_col(SPI_tuptable, 0, 1, 0);
+	eg_store_run(&ordered_positions, NULL, false, SPI_OK_SELECT);
+	n = (int) SPI_processed;
+	*locked = eg_int64_col(SPI_tuptable, 0, 2, 0) > 0;
+	sids = palloc(n * sizeof(int64));
+	for (int i = 0; i < n; i++)
+		sids[i] = eg_int64_col(SPI_tuptable, i, 1, 0);
+	for (int i = 0; i < n; i++)
+	{
+		Datum		args[2] = {Int64GetDatum(sids[i]), TimestampTzGetDatum(now)};
+
+		if (sids[i] == 0)
+			continue;			/* none locked */
+		eg_store_run(&transfer_ordered, args, false, SPI_OK_SELECT);
+		moved += eg_int64_col(SPI_tuptable, 0, 1, 0);
+	}
+	pfree(sids);
+	return moved;
 }
 
 /*

@@ -33,28 +33,12 @@ static EgStatement lock_subscriptions = {
  * had left other statistics behind).  Locked here in one order first, the
  * updates that follow cannot deadlock.
  */
-/*
- * Then the positions of the ordered subscriptions among them (SPEC 12), as
- * a claim's transfer holds them: a key's next event is promoted only after
- * the transfer that may be adding to the key has committed, and seen.
- */
-static EgStatement lock_ordered = {
-	.name = "ordered position lock",
-	.sql =
-	"SELECT p.subscription_id FROM eventgrid.subscription_positions p"
-	" WHERE p.subscription_id = ANY ($1) AND p.subscription_id IN (" EG_SQL_ORDERED_SUBSCRIPTIONS ")"
-	" ORDER BY p.subscription_id FOR UPDATE OF p",
-	.nargs = 1,
-	.types = {INT8ARRAYOID},
-	.generic = true,
-};
-
-/* Ordered subscriptions' keys whose oldest event was finished: the next is due at $3. */
+/* Ordered subscriptions' keys whose head ($3) was finished: the next is due at $4. */
 static EgStatement promote_keys = {
 	.name = "ordering key promotion",
-	.sql = "SELECT eventgrid._promote_ordering_keys($1, $2, $3)",
-	.nargs = 3,
-	.types = {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID},
+	.sql = "SELECT eventgrid._promote_ordering_keys($1, $2, $3, $4)",
+	.nargs = 4,
+	.types = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID},
 };
 
 static EgStatement lock_counters = {
@@ -273,7 +257,7 @@ static EgStatement record_retries = {
 	"   WHERE r.ctid = x.tid AND x.action <> 'r'"
 	"  RETURNING r.subscription_id, r.event_id, r.event, r.publish_time, x.action, x.reason, x.attempts,"
 	"            x.outcome, x.status, x.attempted_at, x.attempted, r.source, r.source_event_id,"
-	"            r.ordering_key IS NOT NULL AS keyed, r.ordering_key_hash"
+	"            r.ordering_key IS NOT NULL AS keyed, r.ordering_key_hash, r.id AS retry_id"
 	"), fin AS ("
 	"  SELECT f.*, coalesce(s.deadletter, false) AS deadletter, s.topic, s.name, s.event_delivery_schema,"
 	"         t.input_schema, s.topic_type, s.dead_letter_topic"
@@ -308,7 +292,7 @@ static EgStatement record_retries = {
 	"    FROM stats WHERE c.subscription_id = stats.subscription_id"
 	")"
 	/* the keys whose oldest event was finished: the next of each is promoted (promote_keys) */
-	"SELECT DISTINCT f.subscription_id, f.ordering_key_hash FROM finished f WHERE f.keyed",
+	"SELECT f.subscription_id, f.ordering_key_hash, f.retry_id FROM finished f WHERE f.keyed",
 	.nargs = 9,
 	.types = {INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, INT4ARRAYOID, BOOLARRAYOID},
 };
@@ -640,8 +624,6 @@ eg_store_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 
 	}
 	args[0] = eg_make_array(subs, NULL, n, INT8OID);
 	eg_store_run(&lock_subscriptions, args, false, SPI_OK_SELECT);
-	if (retry.n > 0)
-		eg_store_run(&lock_ordered, args, false, SPI_OK_SELECT);
 	eg_store_run(&lock_counters, args, false, SPI_OK_SELECT);
 	eg_store_record_metrics(outcomes, n);
 
@@ -670,16 +652,19 @@ eg_store_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 
 			int			nk = (int) SPI_processed;
 			Datum	   *ksubs = palloc(nk * sizeof(Datum));
 			Datum	   *khashes = palloc(nk * sizeof(Datum));
+			Datum	   *kids = palloc(nk * sizeof(Datum));
 			TimestampTz now = eg_now();
 
 			for (int i = 0; i < nk; i++)
 			{
 				ksubs[i] = Int64GetDatum(eg_int64_col(SPI_tuptable, i, 1, 0));
 				khashes[i] = Int64GetDatum(eg_int64_col(SPI_tuptable, i, 2, 0));
+				kids[i] = Int64GetDatum(eg_int64_col(SPI_tuptable, i, 3, 0));
 			}
 			args[0] = eg_make_array(ksubs, NULL, nk, INT8OID);
 			args[1] = eg_make_array(khashes, NULL, nk, INT8OID);
-			args[2] = TimestampTzGetDatum(now);
+			args[2] = eg_make_array(kids, NULL, nk, INT8OID);
+			args[3] = TimestampTzGetDatum(now);
 			eg_store_run(&promote_keys, args, false, SPI_OK_SELECT);
 			if (eg_int32_col(SPI_tuptable, 0, 1, 0) > 0 && now < earliest)
 				earliest = now;

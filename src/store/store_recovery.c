@@ -237,7 +237,7 @@ static EgStatement foreign = {
  * what such positions had not passed becomes retries, due at $1; of an
  * ordered subscription in publish order (id order: the batches of another
  * cluster's snapshots cannot be told apart here) with their keys, waiting
- * (promote_all then makes each key's oldest due)
+ * (promote_all then makes each new key's oldest due)
  */
 static EgStatement rebase_pending = {
 	.name = "rebase of pending deliveries",
@@ -264,13 +264,13 @@ static EgStatement rebase_pending = {
 	.types = {TIMESTAMPTZOID},
 };
 
-/* each key's oldest retry of the ordered subscriptions is due at $1 */
+/* of each key of the ordered subscriptions that has no head, the oldest waiting retry is due at $1 */
 static EgStatement promote_all = {
 	.name = "rebase of ordering keys",
 	.sql =
-	"SELECT eventgrid._promote_ordering_keys(array_agg(k.subscription_id), array_agg(k.ordering_key_hash), $1)"
-	"  FROM (SELECT DISTINCT r.subscription_id, r.ordering_key_hash FROM eventgrid.retries r"
-	"         WHERE r.ordering_key IS NOT NULL) k",
+	"SELECT eventgrid._start_ordering_keys(array_agg(r.subscription_id), array_agg(r.ordering_key_hash),"
+	"                                      array_agg(r.id), $1)"
+	"  FROM eventgrid.retries r WHERE r.ordering_key IS NOT NULL AND r.next_attempt_at = 'infinity'",
 	.nargs = 1,
 	.types = {TIMESTAMPTZOID},
 };
