@@ -15,6 +15,7 @@
 #   - a paused ordered subscription keeps its events at its position;
 #     update_event_subscription(ordering_key => '') releases the events that
 #     wait behind a failing one;
+#   - pg_dump / pg_restore keeps a blocked key's head and waiting events;
 #   - a bad ordering_key is refused (22023).
 use strict;
 use warnings;
@@ -215,6 +216,26 @@ is(sql("SELECT coalesce(ordering_key, 'unordered') FROM eventgrid.event_subscrip
 ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.retries r JOIN eventgrid.event_subscriptions s ON s.id = r.subscription_id "
 	  . "WHERE s.name = 'hold'", '1'), 'the two that waited are delivered at once, the failing one is still retried');
 is(join(',', sort @{ report()->{'/held'}{keys}{'/k'} // [] }), '2,3', 'they arrived');
+
+# --- pg_dump / pg_restore keeps a blocked key as it was ---------------------
+sql("SELECT eventgrid.create_topic('kept')");
+sql("SELECT eventgrid.create_event_subscription('kept', 'kept-sub', '$url/kept?key=subject&seq=data.seq', ordering_key => 'subject')");
+sql("INSERT INTO eventgrid.events (topic, event) SELECT 'kept', jsonb_build_object('id', 'k' || i, 'subject', '/k', 'eventType', 'T', "
+	  . "'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('seq', i, 'fail', i = 1)) FROM generate_series(1, 3) i");
+ok(wait_for_sql($node, "SELECT waiting FROM eventgrid.blocked_ordering_keys WHERE subscription = 'kept-sub'", '2'),
+	'a key blocked by its failing first event, two events behind it');
+sql("SELECT eventgrid.pause_delivery('kept', 'kept-sub')");
+my $state = q{SELECT string_agg(r.event->'data'->>'seq' || ':' || r.ordering_key || ':' || (r.next_attempt_at = 'infinity')
+	|| ':' || (k.head_id IS NOT NULL), ' ' ORDER BY r.id)
+  FROM eventgrid.retries r JOIN eventgrid.event_subscriptions s ON s.id = r.subscription_id
+  LEFT JOIN eventgrid.ordering_keys k ON k.head_id = r.id WHERE s.name = 'kept-sub'};
+my $before = sql($state);
+is($before, '1:/k:false:true 2:/k:true:false 3:/k:true:false', 'the head is due and named in ordering_keys, the others wait');
+my $dump = "$PostgreSQL::Test::Utils::tmp_check/ordered.dump";
+$node->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $node->connstr('postgres') ], 'pg_dump -Fc');
+sql('CREATE DATABASE restored');
+$node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('restored'), $dump ], 'pg_restore into a new database');
+is($node->safe_psql('restored', $state), $before, 'the restored database has the same heads and waiting events');
 
 # --- a bad ordering_key -------------------------------------------------------
 like(sql_error($node, "SELECT eventgrid.create_event_subscription('held', 'bad', '$url/x', ordering_key => 'data..x')"),
