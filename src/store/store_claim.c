@@ -165,7 +165,7 @@ static EgStatement count_positions = {
 };
 
 /*
- * Ordered event subscriptions (SPEC 12) are not claimed from their
+ * Ordered event subscriptions (SPEC 13) are not claimed from their
  * positions: what becomes visible to them moves into their retries, each
  * key's oldest due (eventgrid._position_to_retries()), and is claimed
  * there.  This finds the positions of this cluster's ordered subscriptions

@@ -33,14 +33,6 @@ static EgStatement lock_subscriptions = {
  * had left other statistics behind).  Locked here in one order first, the
  * updates that follow cannot deadlock.
  */
-/* Ordered subscriptions' keys whose head ($3) was finished: the next is due at $4. */
-static EgStatement promote_keys = {
-	.name = "ordering key promotion",
-	.sql = "SELECT eventgrid._promote_ordering_keys($1, $2, $3, $4)",
-	.nargs = 4,
-	.types = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID},
-};
-
 static EgStatement lock_counters = {
 	.name = "counter lock",
 	.sql =
@@ -49,6 +41,14 @@ static EgStatement lock_counters = {
 	.nargs = 1,
 	.types = {INT8ARRAYOID},
 	.generic = true,
+};
+
+/* Ordered subscriptions' keys whose head ($3) was finished: the next is due at $4. */
+static EgStatement promote_keys = {
+	.name = "ordering key promotion",
+	.sql = "SELECT eventgrid._promote_ordering_keys($1, $2, $3, $4)",
+	.nargs = 4,
+	.types = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID},
 };
 
 static EgStatement in_flight = {

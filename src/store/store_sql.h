@@ -53,7 +53,7 @@
 	"                         WHERE d.datname = pg_catalog.current_database()))"
 #define EG_SQL_STALE_OWNER(col) "(" col " = $1 OR " col " <> ALL (" EG_SQL_LIVE_WORKERS "))"
 
-/* the ids of ordered event subscriptions (SPEC 12: ordering_key set) */
+/* the ids of ordered event subscriptions (SPEC 13: ordering_key set) */
 #define EG_SQL_ORDERED_SUBSCRIPTIONS \
 	"SELECT o.id FROM eventgrid.event_subscriptions o WHERE o.ordering_key IS NOT NULL"
 
