@@ -119,8 +119,15 @@ ok(wait_for_sql($node, "SELECT sum(delivered) FILTER (WHERE subscription IN ('al
 	  . " FROM eventgrid.delivery_statistics WHERE topic = 'mtls'", '100 100'),
 	'trusted certificates delivered every event; no certificate and an untrusted one: nothing');
 my @got = logged();
-is(scalar(grep { $_->[1] eq '/alice' && $_->[2] eq '204' && $_->[3] eq 'SUCCESS' && $_->[4] eq 'CN=alice' } @got),
-	50, 'alice: 50 requests, each verified with her certificate');
+# a request nginx answered whose answer libcurl did not read is a failed
+# attempt, sent again (at least once, README "HTTPS"): counted here
+my $alice_failed = sql("SELECT failed_attempts FROM eventgrid.delivery_statistics WHERE subscription = 'alice'");
+my $alice_ok = scalar(grep { $_->[1] eq '/alice' && $_->[2] eq '204' && $_->[3] eq 'SUCCESS' && $_->[4] eq 'CN=alice' } @got);
+ok($alice_ok >= 50 && $alice_ok <= 50 + $alice_failed,
+	"alice: 50 requests (at most $alice_failed more, sent again after a failed attempt), each verified with her certificate")
+  or diag("$alice_ok requests, $alice_failed failed attempts");
+is(scalar(grep { $_->[1] eq '/alice' && ($_->[2] ne '204' || $_->[4] ne 'CN=alice') } @got), 0,
+	'alice: no request without her certificate');
 my @batches = grep { $_->[1] eq '/batched' } @got;
 ok(@batches >= 5 && @batches < 50 && !grep({ $_->[2] ne '204' || $_->[4] ne 'CN=carol' } @batches),
 	'batched: batches of up to 10, each with carol\'s certificate') or diag(scalar(@batches) . ' batches');
