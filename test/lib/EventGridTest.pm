@@ -20,7 +20,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-our @EXPORT = qw(new_node start_receiver start_nginx requests wait_for_requests advance_clock
+our @EXPORT = qw(new_node start_receiver start_python_server start_nginx requests wait_for_requests advance_clock
   eg_event wait_for_sql planned_wait wait_recorded sql_error start_workers restart_workers worker_count
   openssl make_ca issue_certificate);
 
@@ -61,15 +61,16 @@ sub new_node
 	return $node;
 }
 
-# Starts test/receiver.py on a free port; returns {port, url, log, handle}.
-sub start_receiver
+# Starts the Python server test/$script with --port $port (a free port
+# when undef) and @args, waits until it accepts connections, and stops it
+# when the test script ends; returns {port, url, handle}.
+sub start_python_server
 {
-	my $port = PostgreSQL::Test::Cluster::get_free_port();
-	my $log = "$PostgreSQL::Test::Utils::tmp_check/receiver_$port.jsonl";
-	my $script = File::Spec->rel2abs(dirname(__FILE__) . '/../receiver.py');
+	my ($script, $port, @args) = @_;
+	$port //= PostgreSQL::Test::Cluster::get_free_port();
+	my $path = File::Spec->rel2abs(dirname(__FILE__) . "/../$script");
 	my ($out, $err) = ('', '');
-	my $h = IPC::Run::start([ '/usr/bin/python3', $script, '--port', $port, '--log', $log ],
-		'>', \$out, '2>', \$err);
+	my $h = IPC::Run::start([ '/usr/bin/python3', $path, '--port', $port, @args ], '>', \$out, '2>', \$err);
 	push @receivers, $h;
 	for (1 .. 100)
 	{
@@ -77,7 +78,15 @@ sub start_receiver
 		if ($s) { close $s; last; }
 		usleep(100_000);
 	}
-	return { port => $port, url => "http://127.0.0.1:$port", log => $log, handle => $h };
+	return { port => $port, url => "http://127.0.0.1:$port", handle => $h };
+}
+
+# Starts test/receiver.py on a free port; returns {port, url, log, handle}.
+sub start_receiver
+{
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $log = "$PostgreSQL::Test::Utils::tmp_check/receiver_$port.jsonl";
+	return { %{ start_python_server('receiver.py', $port, '--log', $log) }, log => $log };
 }
 
 # Starts Debian's nginx with its files in $dir: one worker process, the

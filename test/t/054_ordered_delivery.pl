@@ -22,9 +22,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/../lib";
 use EventGridTest;
-use File::Spec;
 use HTTP::Tiny;
-use IO::Socket::INET;
 use IPC::Run;
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
@@ -35,18 +33,7 @@ use Time::HiRes qw(usleep time);
 my $node = new_node('ordered', 'eventgrid.delivery_workers' => 2, 'eventgrid.event_table_rotation' => "'1h'");
 sub sql { return $node->safe_psql('postgres', shift) }
 
-# the receiver
-my $port = PostgreSQL::Test::Cluster::get_free_port();
-my $rh = IPC::Run::start([ '/usr/bin/python3', File::Spec->rel2abs("$FindBin::RealBin/../ordered_receiver.py"),
-	'--port', $port ], '>', \my $rout, '2>', \my $rerr);
-for (1 .. 100)
-{
-	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp');
-	if ($s) { close $s; last; }
-	usleep(100_000);
-}
-END { my $status = $?; $rh->kill_kill if $rh; $? = $status; }
-my $url = "http://127.0.0.1:$port";
+my $url = start_python_server('ordered_receiver.py', undef)->{url};
 sub report
 {
 	my $res = HTTP::Tiny->new->get("$url/report");
