@@ -1284,7 +1284,8 @@ DECLARE
 BEGIN
     IF keep THEN
         SELECT s.ordering_key INTO path FROM eventgrid.event_subscriptions s WHERE s.id = sid;
-        -- in publish order (the ids the rows get): by batch, and by id within one
+        -- in publish order (the ids the rows get): by id, all that became visible since the last move
+        -- having become visible together
         WITH moved AS (
             INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,
                                            attempts, next_attempt_at, source, source_event_id, ordering_key)

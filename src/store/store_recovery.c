@@ -237,7 +237,7 @@ static EgStatement foreign = {
  * what such positions had not passed becomes retries, due at $1; of an
  * ordered subscription in publish order (id order: the batches of another
  * cluster's snapshots cannot be told apart here) with their keys, waiting
- * (promote_all then makes each new key's oldest due)
+ * (start_keys then makes each new key's oldest due)
  */
 static EgStatement rebase_pending = {
 	.name = "rebase of pending deliveries",
@@ -265,7 +265,7 @@ static EgStatement rebase_pending = {
 };
 
 /* of each key of the ordered subscriptions that has no head, the oldest waiting retry is due at $1 */
-static EgStatement promote_all = {
+static EgStatement start_keys = {
 	.name = "rebase of ordering keys",
 	.sql =
 	"SELECT eventgrid._start_ordering_keys(array_agg(r.subscription_id), array_agg(r.ordering_key_hash),"
@@ -307,7 +307,7 @@ eg_store_rebase(TimestampTz now)
 		return 0;
 	eg_store_run(&rebase_pending, &arg, false, SPI_OK_INSERT);
 	made = SPI_processed;
-	eg_store_run(&promote_all, &arg, false, SPI_OK_SELECT);
+	eg_store_run(&start_keys, &arg, false, SPI_OK_SELECT);
 	if (SPI_execute("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2", false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "eventgrid: emptying the event tables failed");
 	eg_store_run(&rebase_positions, NULL, false, SPI_OK_UPDATE);
