@@ -4,12 +4,13 @@
 #                                  plus the TAP integration tests in test/t
 MODULE_big = eventgrid
 # src/ is in folders by concern, each standing only on those below it
-# (docs/ARCHITECTURE.md): core < http < store < publish, delivery < src/
+# (docs/ARCHITECTURE.md): core < http < store < publish, delivery, queue < src/
 OBJS = $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/core/*.c))) \
        $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/http/*.c))) \
        $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/store/*.c))) \
        $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/publish/*.c))) \
        $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/delivery/*.c))) \
+       $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/queue/*.c))) \
        $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/*.c)))
 
 EXTENSION = eventgrid

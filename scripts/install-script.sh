@@ -85,9 +85,9 @@ head = f'''-- eventgrid {version}: the full install script of this version.
 -- functions and operators when the extension is created; PL/pgSQL functions
 -- run with search_path = pg_catalog, pg_temp; PUBLIC may execute only
 -- publish(), which checks the caller's privileges, and the internal
--- functions that read with the caller's own privileges.  Two roles carry
--- the privileges: eventgrid_admin (configuration, statistics, dead letters)
--- and eventgrid_publisher (publishing).
+-- functions that read with the caller's own privileges.  Three roles carry
+-- the privileges: eventgrid_admin (configuration, statistics, dead letters),
+-- eventgrid_publisher (publishing) and eventgrid_receiver (pull delivery).
 
 \\echo Use "CREATE EXTENSION eventgrid" to load this file. \\quit
 
@@ -97,7 +97,7 @@ CREATE FUNCTION eventgrid._check_install_database() RETURNS void
     AS 'MODULE_PATHNAME', 'eventgrid_check_install_database';
 SELECT eventgrid._check_install_database();
 
--- The two roles administrators grant (cluster-wide; kept if the extension is dropped).
+-- The three roles administrators grant (cluster-wide; kept if the extension is dropped).
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'eventgrid_admin') THEN
@@ -106,11 +106,16 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'eventgrid_publisher') THEN
         CREATE ROLE eventgrid_publisher NOLOGIN;
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'eventgrid_receiver') THEN
+        CREATE ROLE eventgrid_receiver NOLOGIN;
+    END IF;
 END $$;
 COMMENT ON ROLE eventgrid_admin IS
     'eventgrid: may configure topics and event subscriptions, read statistics, and read and delete dead letters. Grant it to administrators.';
 COMMENT ON ROLE eventgrid_publisher IS
     'eventgrid: may publish events (INSERT INTO eventgrid.events (topic, event), eventgrid.publish()). Grant it to applications.';
+COMMENT ON ROLE eventgrid_receiver IS
+    'eventgrid: may receive the events of queue event subscriptions and acknowledge, release or reject them or renew their locks (eventgrid.receive() and the other subscriber operations). Grant it to consumers.';
 
 '''
 tail = f'''

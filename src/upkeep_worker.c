@@ -65,7 +65,8 @@ note_subscriptions(void)
  * afresh, the positions of subscriptions whose endpoint validation failed
  * pass what is published, chunks and in-flight retries of delivery workers that no longer
  * run become retries (eg_store_recover), published and unmatched events
- * are counted (and whether the database has an event subscription is
+ * are counted, queue subscriptions' events past their time to live or
+ * delivery count are dead-lettered (eg_store_expire_queue) (and whether the database has an event subscription is
  * noted), each event table other than the current one is emptied if
  * nothing needs it, and the attempt history is rotated when its current
  * table is due.  Each step is its own unit of work.  Runs in the upkeep worker.  Returns whether an event
@@ -93,6 +94,7 @@ upkeep(void)
 	eg_store_recover(0, now, eg_attempt_history != EG_HISTORY_OFF, &charged, &taken);
 	eg_store_count_unmatched();
 	eg_store_forget_health();
+	(void) eg_store_expire_queue(now);
 	note_subscriptions();
 	eg_end_work();
 	/* retries made here are due at once: the delivery workers may be asleep until their next due time */

@@ -41,6 +41,20 @@ eventgrid_now(PG_FUNCTION_ARGS)
 	PG_RETURN_TIMESTAMPTZ(eg_transaction_now());
 }
 
+PG_FUNCTION_INFO_V1(eventgrid_clock_now);
+
+/*
+ * SQL: eventgrid._clock_now(), eg_now(): clock_timestamp() moved ahead by
+ * eventgrid.clock_offset, for the lock times of pull delivery, which a
+ * long-polling receive() compares with the time it looks, not with its
+ * transaction's start.  VOLATILE, like clock_timestamp().
+ */
+Datum
+eventgrid_clock_now(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TIMESTAMPTZ(eg_now());
+}
+
 /*
  * Which event table (0, 1 or 2) a transaction that started at ts appends
  * to: they take turns every eventgrid.event_table_rotation seconds.

@@ -17,6 +17,7 @@
 static bool wake_at_commit = false;
 static bool subscriptions_changed_at_commit = false;
 static bool events_at_commit = false;	/* the transaction published events */
+static bool receivers_at_commit = false;	/* it made events of queue subscriptions receivable */
 static bool publications_changed_at_commit = false;
 static uint64 local_publications_changes = 0;	/* this backend's own, seen at once */
 static bool extension_changed_at_commit = false;
@@ -68,6 +69,8 @@ eg_xact_callback(XactEvent event, void *arg)
 				eg_wake_worker();
 			else if (events_at_commit)
 				eg_db_wake_for_events(MyDatabaseId);
+			if (receivers_at_commit && eg_queue_cv(MyDatabaseId) != NULL)
+				ConditionVariableBroadcast(eg_queue_cv(MyDatabaseId));
 			if (extension_changed_at_commit)
 				eg_db_extension_changed(MyDatabaseId);
 			eg_db_release_holds(dropped_at_commit);
@@ -81,6 +84,7 @@ eg_xact_callback(XactEvent event, void *arg)
 	}
 	wake_at_commit = false;
 	events_at_commit = false;
+	receivers_at_commit = false;
 	publications_changed_at_commit = false;
 	subscriptions_changed_at_commit = false;
 	extension_changed_at_commit = false;
@@ -125,6 +129,22 @@ eventgrid_wake_worker_at_commit(PG_FUNCTION_ARGS)
 }
 
 /* See eventgrid.h. */
+void
+eg_wake_receivers_at_commit(void)
+{
+	eg_register_xact_callback();
+	receivers_at_commit = true;
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_wake_receivers_at_commit);
+
+Datum
+eventgrid_wake_receivers_at_commit(PG_FUNCTION_ARGS)
+{
+	eg_wake_receivers_at_commit();
+	PG_RETURN_VOID();
+}
+
 void
 eg_wake_for_events_at_commit(void)
 {

@@ -59,7 +59,15 @@ eg_shared_init(void)
 	memset(eg_shared, 0, eg_shared_size());
 	SpinLockInit(&eg_shared->mutex);
 	pg_atomic_init_u64(&eg_shared->publications_generation, 0);
+	for (int i = 0; i < EG_QUEUE_CVS; i++)
+		ConditionVariableInit(&eg_shared->queue_cv[i]);
 	eg_shared->ndb = eg_max_databases;
+}
+
+ConditionVariable *
+eg_queue_cv(Oid dboid)
+{
+	return eg_shared == NULL ? NULL : &eg_shared->queue_cv[dboid % EG_QUEUE_CVS];
 }
 
 /*

@@ -19,6 +19,7 @@
 #include "postmaster/bgworker.h"
 #include "lib/stringinfo.h"
 #include "port/atomics.h"
+#include "storage/condition_variable.h"
 #include "storage/latch.h"
 #include "storage/spin.h"
 #include "utils/jsonb.h"
@@ -169,7 +170,15 @@ typedef struct EgDbSlot
 									 * commits that publish wake no delivery worker */
 } EgDbSlot;
 
-/* Shared state: the launcher, the rate buckets, the hosts, and a slot per database. */
+/*
+ * Consumers waiting in eventgrid.receive() (queue event subscriptions, SPEC
+ * 12) sleep on the condition variable of their database's oid modulo this;
+ * a commit that made events receivable broadcasts on it.  Not in the
+ * database slots: a slot is cleared when it is taken again.
+ */
+#define EG_QUEUE_CVS 64
+
+/* Shared state: the launcher, the rate buckets, the hosts, the receivers' condition variables, and a slot per database. */
 typedef struct EgShared
 {
 	slock_t		mutex;
@@ -179,6 +188,7 @@ typedef struct EgShared
 	pg_atomic_uint64 publications_generation;	/* commits that changed eventgrid.table_publications, anywhere */
 	EgRateBucket rate[EG_RATE_BUCKETS];
 	EgHostSlot	hosts[EG_HOST_SLOTS];
+	ConditionVariable queue_cv[EG_QUEUE_CVS];
 	int			ndb;			/* eventgrid.max_databases */
 	EgDbSlot	db[FLEXIBLE_ARRAY_MEMBER];
 } EgShared;
@@ -241,6 +251,10 @@ extern void eg_database_dropped_at_commit(void);
 extern void eg_wake_worker_at_commit(void);
 /* Likewise for a transaction that publishes events: no delivery worker while the database has no event subscription. */
 extern void eg_wake_for_events_at_commit(void);
+/* Wakes the consumers waiting in eventgrid.receive() in this database once the current transaction commits. */
+extern void eg_wake_receivers_at_commit(void);
+/* The condition variable consumers of database dboid wait on (NULL without shared_preload_libraries). */
+extern ConditionVariable *eg_queue_cv(Oid dboid);
 
 /*
  * Table change publications (commit.c): a counter that moves when a commit

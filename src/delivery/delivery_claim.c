@@ -421,12 +421,12 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 	eg_store_no_flush_wait();
 	/*
 	 * Ordered subscriptions' new events become their retries first, to be
-	 * claimed there.  Retries are due when some were moved or the last claim
+	 * claimed there (queue subscriptions' become receivable).  Retries are due when some were moved or the last claim
 	 * found some: then the look for the next due time (an index scan past
 	 * the retries finished since the last VACUUM, a fifth of an ordered
 	 * drain's claims: bench figure 20) is spared.
 	 */
-	if (eg_store_transfer_ordered(eg_now(), &transfer_locked) > 0 || last_claim_had_retries)
+	if (eg_store_transfer_positions(eg_now(), &transfer_locked) > 0 || last_claim_had_retries)
 		due = 0;
 	else
 		due = eg_store_next_due();

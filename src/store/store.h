@@ -149,7 +149,9 @@ extern int	eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, i
 								 const int64 *skip, int nskip,
 								 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked, int *busy);
 extern TimestampTz eg_store_next_due(void);
-extern int64 eg_store_transfer_ordered(TimestampTz now, bool *locked);
+extern int64 eg_store_transfer_positions(TimestampTz now, bool *locked);
+/* store_queue.c: queue subscriptions' expired events to dead letters (the upkeep worker) */
+extern int64 eg_store_expire_queue(TimestampTz now);
 extern bool eg_store_client_certificate(int64 sub_id, char **cert, char **key, TimestampTz *set_at);
 extern bool eg_store_delivery_authentication(int64 sub_id, EgAuthRow *row);
 extern void eg_auth_row_cols(SPITupleTable *tt, int row, int first, EgAuthRow *a);

@@ -103,7 +103,7 @@ static EgStatement claim_scan = {
 	"    FROM eventgrid.subscription_positions p CROSS JOIN snap"
 	"   WHERE p.system_identifier = snap.sysid AND p.subscription_id <> ALL ($2)"
 	"     AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._held_subscriptions() ps)"
-	"     AND p.subscription_id NOT IN (" EG_SQL_ORDERED_SUBSCRIPTIONS ")"
+	"     AND p.subscription_id NOT IN (" EG_SQL_TRANSFERRED_SUBSCRIPTIONS ")"
 	"   ORDER BY p.subscription_id"
 	"   FOR UPDATE OF p SKIP LOCKED"
 	")"
@@ -154,34 +154,37 @@ enum
 	CS_RATE
 };
 
-/* positions of this cluster not held (paused, endpoint not validated) nor ordered, to tell whether the scan skipped any that another session holds */
+/* positions of this cluster not held (paused, endpoint not validated) nor transferred (ordered, queue), to tell whether the scan skipped any that another session holds */
 static EgStatement count_positions = {
 	.name = "position count",
 	.sql =
 	"SELECT count(*) FROM eventgrid.subscription_positions p"
 	" WHERE p.system_identifier = eventgrid._system_identifier()"
 	"   AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._held_subscriptions() ps)"
-	"   AND p.subscription_id NOT IN (" EG_SQL_ORDERED_SUBSCRIPTIONS ")",
+	"   AND p.subscription_id NOT IN (" EG_SQL_TRANSFERRED_SUBSCRIPTIONS ")",
 };
 
 /*
  * Ordered event subscriptions (SPEC 13) are not claimed from their
  * positions: what becomes visible to them moves into their retries, each
  * key's oldest due (eventgrid._position_to_retries()), and is claimed
- * there.  This finds the positions of this cluster's ordered subscriptions
- * that are not held (paused, endpoint not validated) and have events to
+ * there.  Queue subscriptions (SPEC 12) are not claimed at all: what
+ * becomes visible to them moves into eventgrid.queue_events, where
+ * consumers receive it.  This finds the positions of this cluster's ordered
+ * and queue subscriptions that are not held (paused, endpoint not validated) and have events to
  * pass, and locks those no other session holds; a claim that finds nothing
  * new holds nothing.  Always the generic plan: planning it (with
  * _unpassed_events() inlined over the event tables) took longer than
  * running it.
  */
-static EgStatement ordered_positions = {
-	.name = "ordered positions",
+static EgStatement transferred_positions = {
+	.name = "transferred positions",
 	.sql =
 	"WITH cand AS MATERIALIZED ("
 	"  SELECT p.subscription_id FROM eventgrid.subscription_positions p"
 	"    JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
-	"   WHERE s.ordering_key IS NOT NULL AND p.system_identifier = eventgrid._system_identifier()"
+	"   WHERE (s.ordering_key IS NOT NULL OR s.delivery_mode = 'queue')"
+	"     AND p.system_identifier = eventgrid._system_identifier()"
 	"     AND p.subscription_id NOT IN (SELECT h FROM eventgrid._held_subscriptions() h)"
 	"     AND EXISTS (SELECT 1 FROM eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e"
 	"                  WHERE pg_visible_in_snapshot(e.txid, pg_current_snapshot()))"
@@ -197,8 +200,8 @@ static EgStatement ordered_positions = {
 	.generic = true,
 };
 
-static EgStatement transfer_ordered = {
-	.name = "ordered transfer",
+static EgStatement transfer = {
+	.name = "position transfer",
 	.sql = "SELECT eventgrid._position_to_retries($1, $2, true)",
 	.nargs = 2,
 	.types = {INT8OID, TIMESTAMPTZOID},
@@ -206,19 +209,21 @@ static EgStatement transfer_ordered = {
 
 /*
  * Moves the events newly visible to ordered event subscriptions into their
- * retries, due at now (a key's later events wait for its oldest); returns
- * how many, and sets *locked when another session held an ordered
- * subscription's position that had events to pass (tried again at the next
- * claim).  In the claim's unit of work, before the retries are claimed.
+ * retries, due at now (a key's later events wait for its oldest), and those
+ * of queue subscriptions into eventgrid.queue_events, receivable at now
+ * (consumers waiting in receive() are woken at commit); returns how many,
+ * and sets *locked when another session held such a subscription's
+ * position that had events to pass (tried again at the next claim).  In
+ * the claim's unit of work, before the retries are claimed.
  */
 int64
-eg_store_transfer_ordered(TimestampTz now, bool *locked)
+eg_store_transfer_positions(TimestampTz now, bool *locked)
 {
 	int			n;
 	int64	   *sids;
 	int64		moved = 0;
 
-	eg_store_run(&ordered_positions, NULL, false, SPI_OK_SELECT);
+	eg_store_run(&transferred_positions, NULL, false, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	*locked = eg_int64_col(SPI_tuptable, 0, 2, 0) > 0;
 	sids = palloc(n * sizeof(int64));
@@ -230,7 +235,7 @@ eg_store_transfer_ordered(TimestampTz now, bool *locked)
 
 		if (sids[i] == 0)
 			continue;			/* none locked */
-		eg_store_run(&transfer_ordered, args, false, SPI_OK_SELECT);
+		eg_store_run(&transfer, args, false, SPI_OK_SELECT);
 		moved += eg_int64_col(SPI_tuptable, 0, 1, 0);
 	}
 	pfree(sids);

@@ -252,7 +252,7 @@ static EgStatement rebase_pending = {
 	"  JOIN eventgrid.topics t ON t.name = s.topic"
 	"  JOIN eventgrid.events e ON e.topic = s.topic"
 	" CROSS JOIN LATERAL (SELECT eventgrid._ordering_key(e.event, s.ordering_key) AS okey) k"
-	" WHERE p.system_identifier <> eventgrid._system_identifier()"
+	" WHERE p.system_identifier <> eventgrid._system_identifier() AND s.delivery_mode = 'push'"
 	"   AND NOT pg_visible_in_snapshot(e.txid, p.done)"
 	"   AND NOT (p.upto IS NOT NULL AND pg_visible_in_snapshot(e.txid, p.upto)"
 	"            AND (e.txid, e.id) <= (coalesce(p.after_txid, '0'::xid8), coalesce(p.after_id, 0)))"
@@ -260,6 +260,34 @@ static EgStatement rebase_pending = {
 	"                          s.subject_ends_with, s.is_subject_case_sensitive,"
 	"                          s.advanced_filters, s.enable_advanced_filtering_on_arrays)"
 	" ORDER BY s.id, e.id) x",
+	.nargs = 1,
+	.types = {TIMESTAMPTZOID},
+};
+
+/* ... and of a queue subscription (SPEC 12) receivable events, at $1 */
+static EgStatement rebase_queue = {
+	.name = "rebase of queue events",
+	.sql =
+	"WITH moved AS ("
+	"  INSERT INTO eventgrid.queue_events (subscription_id, event_id, event, publish_time, event_bytes,"
+	"         receivable_at, source, source_event_id)"
+	"  SELECT x.* FROM ("
+	"  SELECT s.id, e.id AS event_id, e.event, e.publish_time, coalesce(e.event_bytes, 0), $1,"
+	"         e.source, e.source_event_id"
+	"    FROM eventgrid.subscription_positions p"
+	"    JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
+	"    JOIN eventgrid.events e ON e.topic = s.topic"
+	"   WHERE p.system_identifier <> eventgrid._system_identifier() AND s.delivery_mode = 'queue'"
+	"     AND NOT pg_visible_in_snapshot(e.txid, p.done)"
+	"     AND NOT (p.upto IS NOT NULL AND pg_visible_in_snapshot(e.txid, p.upto)"
+	"              AND (e.txid, e.id) <= (coalesce(p.after_txid, '0'::xid8), coalesce(p.after_id, 0)))"
+	"     AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with,"
+	"                            s.subject_ends_with, s.is_subject_case_sensitive,"
+	"                            s.advanced_filters, s.enable_advanced_filtering_on_arrays)"
+	"   ORDER BY s.id, e.id) x"
+	"  RETURNING 1"
+	")"
+	"SELECT count(*) FROM moved",
 	.nargs = 1,
 	.types = {TIMESTAMPTZOID},
 };
@@ -308,11 +336,17 @@ eg_store_rebase(TimestampTz now)
 	eg_store_run(&rebase_pending, &arg, false, SPI_OK_INSERT);
 	made = SPI_processed;
 	eg_store_run(&start_keys, &arg, false, SPI_OK_SELECT);
+	eg_store_run(&rebase_queue, &arg, false, SPI_OK_SELECT);
+	if (eg_int64_col(SPI_tuptable, 0, 1, 0) > 0)
+	{
+		made += eg_int64_col(SPI_tuptable, 0, 1, 0);
+		eg_wake_receivers_at_commit();
+	}
 	if (SPI_execute("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2", false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "eventgrid: emptying the event tables failed");
 	eg_store_run(&rebase_positions, NULL, false, SPI_OK_UPDATE);
 	ereport(LOG,
-			(errmsg("eventgrid: positions restored from another cluster start afresh; %llu pending deliveries became retries",
+			(errmsg("eventgrid: positions restored from another cluster start afresh; %llu pending deliveries became retries or receivable queue events",
 					(unsigned long long) made)));
 	return made;
 }

@@ -53,8 +53,15 @@
 	"                         WHERE d.datname = pg_catalog.current_database()))"
 #define EG_SQL_STALE_OWNER(col) "(" col " = $1 OR " col " <> ALL (" EG_SQL_LIVE_WORKERS "))"
 
-/* the ids of ordered event subscriptions (SPEC 13: ordering_key set) */
-#define EG_SQL_ORDERED_SUBSCRIPTIONS \
-	"SELECT o.id FROM eventgrid.event_subscriptions o WHERE o.ordering_key IS NOT NULL"
+/*
+ * the ids of the event subscriptions whose positions the claim does not
+ * take events from but moves into their own rows
+ * (eventgrid._position_to_retries()): ordered ones (SPEC 13: ordering_key
+ * set), whose events become retries, and queue ones (SPEC 12: pull
+ * delivery), whose events become receivable in eventgrid.queue_events
+ */
+#define EG_SQL_TRANSFERRED_SUBSCRIPTIONS \
+	"SELECT o.id FROM eventgrid.event_subscriptions o" \
+	" WHERE o.ordering_key IS NOT NULL OR o.delivery_mode = 'queue'"
 
 #endif							/* EVENTGRID_STORE_SQL_H */

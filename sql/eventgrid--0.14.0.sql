@@ -1,4 +1,4 @@
--- eventgrid 0.13.0: the full install script of this version.
+-- eventgrid 0.14.0: the full install script of this version.
 --
 -- Made by scripts/install-script.sh from what the upgrade scripts build
 -- (sql/eventgrid--A--B.sql, from the oldest full script on): edit those,
@@ -11,9 +11,9 @@
 -- functions and operators when the extension is created; PL/pgSQL functions
 -- run with search_path = pg_catalog, pg_temp; PUBLIC may execute only
 -- publish(), which checks the caller's privileges, and the internal
--- functions that read with the caller's own privileges.  Two roles carry
--- the privileges: eventgrid_admin (configuration, statistics, dead letters)
--- and eventgrid_publisher (publishing).
+-- functions that read with the caller's own privileges.  Three roles carry
+-- the privileges: eventgrid_admin (configuration, statistics, dead letters),
+-- eventgrid_publisher (publishing) and eventgrid_receiver (pull delivery).
 
 \echo Use "CREATE EXTENSION eventgrid" to load this file. \quit
 
@@ -23,7 +23,7 @@ CREATE FUNCTION eventgrid._check_install_database() RETURNS void
     AS 'MODULE_PATHNAME', 'eventgrid_check_install_database';
 SELECT eventgrid._check_install_database();
 
--- The two roles administrators grant (cluster-wide; kept if the extension is dropped).
+-- The three roles administrators grant (cluster-wide; kept if the extension is dropped).
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'eventgrid_admin') THEN
@@ -32,11 +32,16 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'eventgrid_publisher') THEN
         CREATE ROLE eventgrid_publisher NOLOGIN;
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'eventgrid_receiver') THEN
+        CREATE ROLE eventgrid_receiver NOLOGIN;
+    END IF;
 END $$;
 COMMENT ON ROLE eventgrid_admin IS
     'eventgrid: may configure topics and event subscriptions, read statistics, and read and delete dead letters. Grant it to administrators.';
 COMMENT ON ROLE eventgrid_publisher IS
     'eventgrid: may publish events (INSERT INTO eventgrid.events (topic, event), eventgrid.publish()). Grant it to applications.';
+COMMENT ON ROLE eventgrid_receiver IS
+    'eventgrid: may receive the events of queue event subscriptions and acknowledge, release or reject them or renew their locks (eventgrid.receive() and the other subscriber operations). Grant it to consumers.';
 
 CREATE TYPE eventgrid._dead_letter_notice AS (
 	subscription_id bigint,
@@ -277,7 +282,7 @@ CREATE TABLE eventgrid.event_subscriptions (
     id bigint NOT NULL,
     topic text NOT NULL,
     name text NOT NULL,
-    endpoint text NOT NULL,
+    endpoint text,
     event_delivery_schema text NOT NULL,
     included_event_types text[],
     included_event_types_lower text[] GENERATED ALWAYS AS (eventgrid._lower_array(included_event_types)) STORED,
@@ -306,7 +311,10 @@ END) STORED,
     max_events_per_second integer,
     dead_letter_topic text,
     ordering_key text,
+    delivery_mode text DEFAULT 'push'::text NOT NULL,
+    receive_lock_duration integer,
     CONSTRAINT event_subscriptions_advanced_filters_check CHECK (((advanced_filters IS NULL) OR eventgrid._check_advanced_filters(advanced_filters))),
+    CONSTRAINT event_subscriptions_delivery_mode_check CHECK ((((delivery_mode = 'push'::text) AND (endpoint IS NOT NULL) AND (receive_lock_duration IS NULL)) OR ((delivery_mode = 'queue'::text) AND (endpoint IS NULL) AND (topic_type = 'namespace'::text) AND ((receive_lock_duration >= 60) AND (receive_lock_duration <= 300)) AND (ordering_key IS NULL) AND (max_events_per_batch IS NULL) AND (preferred_batch_size_in_kilobytes IS NULL) AND (max_events_per_second IS NULL)))),
     CONSTRAINT event_subscriptions_endpoint_check CHECK ((eventgrid._endpoint_problem(endpoint) IS NULL)),
     CONSTRAINT event_subscriptions_event_ttl_check CHECK (((event_ttl >= 1) AND (event_ttl <=
 CASE
@@ -350,6 +358,28 @@ COMMENT ON COLUMN eventgrid.event_subscriptions.max_events_per_second IS 'Rate l
 COMMENT ON COLUMN eventgrid.event_subscriptions.dead_letter_topic IS 'The topic each event this subscription dead-letters or drops is published to as a notification (NULL: none); set by create_event_subscription() and update_event_subscription(); dropping that topic sets it NULL.';
 
 COMMENT ON COLUMN eventgrid.event_subscriptions.ordering_key IS 'Ordered delivery per key (SPEC 13): the dotted field path of each event whose value (a string, number or boolean) is its key; events of one key are delivered one at a time in publish order. NULL: unordered.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.delivery_mode IS 'push: delivered to endpoint over HTTP; queue: kept for consumers to receive (pull delivery, namespace topics only; endpoint NULL). Cannot change.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.receive_lock_duration IS 'Of a queue event subscription: seconds (60-300) a received event stays locked to its consumer before it can be received again.';
+
+CREATE TABLE eventgrid.queue_events (
+    id bigint NOT NULL,
+    subscription_id bigint NOT NULL,
+    event_id bigint NOT NULL,
+    event jsonb NOT NULL,
+    publish_time timestamp with time zone NOT NULL,
+    event_bytes integer NOT NULL,
+    source text,
+    source_event_id bigint,
+    delivery_count integer DEFAULT 0 NOT NULL,
+    receivable_at timestamp with time zone NOT NULL,
+    lock_token uuid,
+    received_at timestamp with time zone,
+    CONSTRAINT queue_events_delivery_count_check CHECK (((delivery_count >= 0) AND (delivery_count <= 10)))
+);
+
+COMMENT ON TABLE eventgrid.queue_events IS 'The events of queue event subscriptions (pull delivery, SPEC 12) that are neither acknowledged nor dead-lettered: a copy of each (the event tables rotate), how many times it was received (delivery_count), and when it can be received (receivable_at: now or earlier when available, the end of its lock or of its release delay otherwise). lock_token: the lock of its last receive (valid while receivable_at is later than now); received_at: when that receive took it. Read through eventgrid.queue_metrics; consumers use receive() and the other subscriber operations.';
 
 CREATE TABLE eventgrid.retries (
     id bigint NOT NULL,
@@ -399,9 +429,9 @@ COMMENT ON TABLE eventgrid.subscription_positions IS 'Internal: each event subsc
 CREATE FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) RETURNS record
     LANGUAGE sql STABLE PARALLEL SAFE
     BEGIN ATOMIC
- SELECT ((u.n + c.n) + r.n) AS pending,
-     LEAST(u.oldest, c.oldest, r.oldest) AS oldest,
-     LEAST(u.oldest, c.oldest, r.due_since) AS due_since
+ SELECT (((u.n + c.n) + r.n) + q.n) AS pending,
+     LEAST(u.oldest, c.oldest, r.oldest, q.oldest) AS oldest,
+     LEAST(u.oldest, c.oldest, r.due_since, q.due_since) AS due_since
     FROM ( SELECT count(*) AS n,
              min(e.publish_time) AS oldest
             FROM ((eventgrid.subscription_positions p
@@ -418,7 +448,12 @@ CREATE FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, O
              min(r_1.publish_time) AS oldest,
              min(r_1.next_attempt_at) FILTER (WHERE (r_1.next_attempt_at <= eventgrid._now())) AS due_since
             FROM eventgrid.retries r_1
-           WHERE (r_1.subscription_id = _backlog.subscription_id)) r;
+           WHERE (r_1.subscription_id = _backlog.subscription_id)) r,
+     ( SELECT count(*) AS n,
+             min(q_1.publish_time) AS oldest,
+             min(q_1.receivable_at) FILTER (WHERE (q_1.receivable_at <= eventgrid._now())) AS due_since
+            FROM eventgrid.queue_events q_1
+           WHERE (q_1.subscription_id = _backlog.subscription_id)) q;
 END;
 
 COMMENT ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) IS 'Internal: in one pass, the deliveries of an event subscription not finished yet (pending: events its position has not passed, first attempts in flight, and retries; eventgrid._pending() returns it), the publish time of the oldest of their events (oldest), and since when the delivery due longest has been due (due_since: an event not attempted yet since its publish, a retry since its next attempt time if that has come); NULL times when there is none.';
@@ -467,6 +502,49 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) IS 'Internal: refuses (42704) a dead_letter_topic that is not a topic of this database.';
+
+CREATE FUNCTION eventgrid._check_delivery_mode(delivery_mode text, topic_type text, endpoint text, receive_lock_duration integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, max_events_per_second integer, endpoint_validation text, ordering_key text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF delivery_mode IS NULL OR delivery_mode NOT IN ('push', 'queue') THEN
+        RAISE EXCEPTION 'delivery_mode must be push or queue, got %', coalesce(eventgrid._quote(delivery_mode), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'push delivers to the endpoint over HTTP; queue keeps the events for consumers to receive (namespace topics).';
+    END IF;
+    IF delivery_mode = 'push' THEN
+        IF endpoint IS NULL THEN
+            RAISE EXCEPTION 'endpoint must not be NULL for a push event subscription'
+                USING ERRCODE = 'null_value_not_allowed',
+                      HINT = 'Give the webhook URL, or delivery_mode => ''queue'' for pull delivery.';
+        END IF;
+        IF receive_lock_duration IS NOT NULL THEN
+            RAISE EXCEPTION 'receive_lock_duration is a setting of queue event subscriptions only'
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Omit it for a push event subscription.';
+        END IF;
+        RETURN;
+    END IF;
+    IF topic_type <> 'namespace' THEN
+        RAISE EXCEPTION 'queue event subscriptions are for namespace topics only'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Create the topic with topic_type => ''namespace'' (CloudEvents 1.0).';
+    END IF;
+    IF endpoint IS NOT NULL THEN
+        RAISE EXCEPTION 'a queue event subscription has no endpoint'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Consumers receive its events with eventgrid.receive(); omit endpoint.';
+    END IF;
+    PERFORM eventgrid._check_range('receive_lock_duration', receive_lock_duration, 60, 300, ' seconds');
+    IF coalesce(max_events_per_batch, preferred_batch_size_in_kilobytes, max_events_per_second) IS NOT NULL
+       OR coalesce(endpoint_validation, 'none') <> 'none' OR ordering_key IS NOT NULL THEN
+        RAISE EXCEPTION 'max_events_per_batch, preferred_batch_size_in_kilobytes, max_events_per_second, endpoint_validation and ordering_key are settings of push event subscriptions only'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A consumer chooses how many events to take with receive(max_events => ...).';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_delivery_mode(delivery_mode text, topic_type text, endpoint text, receive_lock_duration integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, max_events_per_second integer, endpoint_validation text, ordering_key text) IS 'Internal: checks delivery_mode (push or queue, 22023) and what goes with it: a push event subscription has an endpoint (22004) and no receive_lock_duration; a queue one belongs to a namespace topic, has no endpoint, batching, rate limit, endpoint validation or ordering_key (22023) and a receive_lock_duration of 60-300 seconds (22003).';
 
 CREATE FUNCTION eventgrid._check_endpoint(endpoint text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -601,7 +679,9 @@ CREATE FUNCTION eventgrid._check_subscription_settings(input_schema text, topic_
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-    PERFORM eventgrid._check_endpoint(endpoint);
+    IF endpoint IS NOT NULL THEN  -- a queue event subscription has none (_check_delivery_mode)
+        PERFORM eventgrid._check_endpoint(endpoint);
+    END IF;
     PERFORM eventgrid._check_schema('event_delivery_schema', event_delivery_schema);
     IF (input_schema = 'CustomEventSchema') <> (event_delivery_schema = 'CustomEventSchema') THEN
         RAISE EXCEPTION 'event_delivery_schema % is not available for a topic with input schema %',
@@ -690,6 +770,12 @@ CREATE FUNCTION eventgrid._client_certificate_info(certificate text, private_key
     AS 'MODULE_PATHNAME', 'eventgrid_client_certificate_info';
 
 COMMENT ON FUNCTION eventgrid._client_certificate_info(certificate text, private_key text, OUT subject text, OUT not_before timestamp with time zone, OUT not_after timestamp with time zone) IS 'Internal: the subject (RFC 2253) and validity of a PEM client certificate whose PEM private key (unencrypted) matches it; 22023 when either does not parse, the key is not the certificate''s, or the certificate is not valid now (never quoting either text); 22004 NULL.';
+
+CREATE FUNCTION eventgrid._clock_now() RETURNS timestamp with time zone
+    LANGUAGE c PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_clock_now';
+
+COMMENT ON FUNCTION eventgrid._clock_now() IS 'Internal: clock_timestamp() on the delivery workers'' clock (moved ahead by eventgrid.clock_offset): the time the locks of pull delivery are taken, compared and renewed at.';
 
 CREATE FUNCTION eventgrid._cover_partitions(rel regclass) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -804,8 +890,9 @@ CREATE FUNCTION eventgrid._dead_letter_ids(topic text, subscription text, reason
 DECLARE
     ids bigint[];
 BEGIN
-    IF reason IS NOT NULL AND reason NOT IN ('MaxDeliveryAttemptsExceeded', 'TimeToLiveExceeded', 'NonRetriableError') THEN
-        RAISE EXCEPTION 'reason must be MaxDeliveryAttemptsExceeded, TimeToLiveExceeded or NonRetriableError, got %',
+    IF reason IS NOT NULL AND reason NOT IN ('MaxDeliveryAttemptsExceeded', 'TimeToLiveExceeded', 'NonRetriableError',
+                                             'MaxDeliveryCountExceeded', 'Rejected') THEN
+        RAISE EXCEPTION 'reason must be MaxDeliveryAttemptsExceeded, TimeToLiveExceeded, NonRetriableError, MaxDeliveryCountExceeded or Rejected, got %',
                         eventgrid._quote(reason)
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for any reason.';
     END IF;
@@ -1225,6 +1312,56 @@ END;
 
 COMMENT ON FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) IS 'Internal: publishes the dead-letter notifications of the notices (eventgrid._dead_letter_notification builds each) into eventgrid.events, source ''(dead-letter notification)''; eventgrid._publish_dead_letter_notifications calls it for the whole set, then for each notice alone.';
 
+CREATE FUNCTION eventgrid._lock_token_results(sid bigint, lock_tokens text[], done uuid[], operation text) RETURNS TABLE(lock_token text, succeeded boolean, error text)
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT t.tok,
+     t.settled,
+         CASE
+             WHEN t.settled THEN NULL::text
+             WHEN (t.u = ANY (_lock_token_results.done)) THEN 'TokenLost: the same lock token came earlier in this call'::text
+             WHEN (t.u IS NULL) THEN 'InvalidLockToken: not a lock token of eventgrid.receive()'::text
+             WHEN (EXISTS ( SELECT 1
+                FROM eventgrid.queue_events q
+               WHERE ((q.lock_token = t.u) AND (q.subscription_id = _lock_token_results.sid) AND (q.receivable_at <= eventgrid._clock_now())))) THEN 'TokenLost: the lock expired; the event can be received again'::text
+             WHEN ((_lock_token_results.operation = 'renew'::text) AND (EXISTS ( SELECT 1
+                FROM eventgrid.queue_events q
+               WHERE ((q.lock_token = t.u) AND (q.subscription_id = _lock_token_results.sid))))) THEN 'LockRenewalLimitExceeded: a lock can be renewed within 1 hour of its receive only'::text
+             ELSE 'TokenLost: no such lock; the event was settled, received again after its lock expired, or belongs to another event subscription'::text
+         END AS "case"
+    FROM ( SELECT y.tok,
+             y.ord,
+             y.u,
+             (COALESCE((y.u = ANY (_lock_token_results.done)), false) AND (row_number() OVER (PARTITION BY y.u ORDER BY y.ord) = 1)) AS settled
+            FROM ( SELECT x.tok,
+                     x.ord,
+                         CASE
+                             WHEN (x.tok ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'::text) THEN (x.tok)::uuid
+                             ELSE NULL::uuid
+                         END AS u
+                    FROM unnest(_lock_token_results.lock_tokens) WITH ORDINALITY x(tok, ord)) y) t
+   ORDER BY t.ord;
+END;
+
+COMMENT ON FUNCTION eventgrid._lock_token_results(sid bigint, lock_tokens text[], done uuid[], operation text) IS 'Internal: the result row of each lock token an operation was given, in the order given: succeeded when the operation settled it (done), else why not (InvalidLockToken, TokenLost, LockRenewalLimitExceeded).';
+
+CREATE FUNCTION eventgrid._lock_tokens_arg(lock_tokens text[]) RETURNS uuid[]
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+BEGIN
+    PERFORM eventgrid._check_not_null('lock_tokens', lock_tokens);
+    IF cardinality(lock_tokens) > 1000 THEN
+        RAISE EXCEPTION 'lock_tokens must hold at most 1000 lock tokens, got %', cardinality(lock_tokens)
+            USING ERRCODE = 'program_limit_exceeded', HINT = 'Settle the events of up to ten receive() calls at a time.';
+    END IF;
+    RETURN ARRAY(SELECT x.tok::uuid FROM unnest(lock_tokens) x(tok)
+                  WHERE x.tok ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$');
+END $_$;
+
+COMMENT ON FUNCTION eventgrid._lock_tokens_arg(lock_tokens text[]) IS 'Internal: the lock tokens of an operation''s argument that have the form of one (as uuid); 22004 NULL, 54000 more than 1000.';
+
 CREATE FUNCTION eventgrid._log(message text) RETURNS void
     LANGUAGE c STRICT
     AS 'MODULE_PATHNAME', 'eventgrid_log';
@@ -1281,9 +1418,32 @@ DECLARE
     path text;
     hashes bigint[];
     ids bigint[];
+    mode text;
 BEGIN
-    IF keep THEN
-        SELECT s.ordering_key INTO path FROM eventgrid.event_subscriptions s WHERE s.id = sid;
+    SELECT s.ordering_key, s.delivery_mode INTO path, mode FROM eventgrid.event_subscriptions s WHERE s.id = sid;
+    IF keep AND mode = 'queue' THEN
+        -- pull delivery: receivable from due on, in publish order (the ids the rows get)
+        WITH moved AS (
+            INSERT INTO eventgrid.queue_events (subscription_id, event_id, event, publish_time, event_bytes,
+                                                receivable_at, source, source_event_id)
+            SELECT x.* FROM (
+                SELECT s.id, e.id AS event_id, e.event, e.publish_time, coalesce(e.event_bytes, 0), due,
+                       e.source, e.source_event_id
+                  FROM eventgrid.subscription_positions p
+                  JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
+                 CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e
+                 WHERE p.subscription_id = sid AND pg_visible_in_snapshot(e.txid, snap)
+                   AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with,
+                                          s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays)
+                 ORDER BY e.id) x
+            RETURNING 1
+        )
+        SELECT count(*) INTO n FROM moved;
+        UPDATE eventgrid.subscription_counters c SET matched = c.matched + n WHERE c.subscription_id = sid AND n > 0;
+        IF n > 0 THEN
+            PERFORM eventgrid._wake_receivers_at_commit();
+        END IF;
+    ELSIF keep THEN
         -- in publish order (the ids the rows get): by id, all that became visible since the last move
         -- having become visible together
         WITH moved AS (
@@ -1319,7 +1479,7 @@ BEGIN
     RETURN n;
 END $$;
 
-COMMENT ON FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) IS 'Internal: moves an event subscription''s position to the current snapshot; with keep, the committed events it passes that match its filters become its retries (no attempt made, due at due) first, in publish order, else they are passed over; of an ordered subscription each with its key, due only when it is the oldest of its key (_start_ordering_keys). Returns how many became retries. The upkeep worker calls it for held subscriptions whose events would keep an event table from being emptied, a delivery worker''s claim for ordered ones; the caller holds the position''s lock.';
+COMMENT ON FUNCTION eventgrid._position_to_retries(sid bigint, due timestamp with time zone, keep boolean) IS 'Internal: moves an event subscription''s position to the current snapshot; with keep, the committed events it passes that match its filters become its retries (no attempt made, due at due) first, in publish order, else they are passed over; of an ordered subscription each with its key, due only when it is the oldest of its key (_start_ordering_keys); of a queue subscription they become receivable in eventgrid.queue_events instead (from due on; waiting receive() calls are woken at commit). Returns how many were moved. The upkeep worker calls it for held subscriptions whose events would keep an event table from being emptied, a delivery worker''s claim for ordered and queue ones; the caller holds the position''s lock.';
 
 CREATE FUNCTION eventgrid._promote_ordering_keys(sids bigint[], key_hashes bigint[], finished_ids bigint[], due timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql
@@ -1510,6 +1670,215 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid._put_delivery_property(p_topic text, p_subscription text, p_header text, p_value text, p_source_field text, p_is_secret boolean) IS 'Internal: validates and upserts one custom delivery property, enforcing at most 10 per subscription.';
+
+CREATE TABLE eventgrid.queue_counters (
+    subscription_id bigint NOT NULL,
+    slot integer NOT NULL,
+    received bigint DEFAULT 0 NOT NULL,
+    acknowledged bigint DEFAULT 0 NOT NULL,
+    released bigint DEFAULT 0 NOT NULL,
+    rejected bigint DEFAULT 0 NOT NULL,
+    lock_expired bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT queue_counters_slot_check CHECK (((slot >= 0) AND (slot <= 15)))
+);
+
+COMMENT ON TABLE eventgrid.queue_counters IS 'Internal: running totals of the subscriber operations per queue event subscription, in 16 slots (by the consumer''s backend pid) so that concurrent consumers do not wait for each other''s counter rows; summed by eventgrid.queue_metrics and delivery_statistics.';
+
+CREATE FUNCTION eventgrid._queue_count(sid bigint, received bigint, acknowledged bigint, released bigint, rejected bigint, lock_expired bigint) RETURNS void
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ INSERT INTO eventgrid.queue_counters AS c (subscription_id, slot, received, acknowledged, released, rejected, lock_expired)  SELECT _queue_count.sid AS sid,
+             (pg_backend_pid() % 16),
+             _queue_count.received AS received,
+             _queue_count.acknowledged AS acknowledged,
+             _queue_count.released AS released,
+             _queue_count.rejected AS rejected,
+             _queue_count.lock_expired AS lock_expired
+           WHERE (((((_queue_count.received + _queue_count.acknowledged) + _queue_count.released) + _queue_count.rejected) + _queue_count.lock_expired) > 0) ON CONFLICT(subscription_id, slot) DO UPDATE SET received = (c.received + excluded.received), acknowledged = (c.acknowledged + excluded.acknowledged), released = (c.released + excluded.released), rejected = (c.rejected + excluded.rejected), lock_expired = (c.lock_expired + excluded.lock_expired);
+END;
+
+COMMENT ON FUNCTION eventgrid._queue_count(sid bigint, received bigint, acknowledged bigint, released bigint, rejected bigint, lock_expired bigint) IS 'Internal: adds to the subscriber operations'' totals of a queue event subscription, in the counter slot of this backend.';
+
+CREATE FUNCTION eventgrid._queue_expire(now timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    r record;
+    n bigint := 0;
+BEGIN
+    FOR r IN
+        SELECT s.id, x.reason, array_agg(x.id ORDER BY x.id) AS ids, count(*) FILTER (WHERE x.was_locked) AS lost
+          FROM eventgrid.event_subscriptions s
+         CROSS JOIN LATERAL (
+               SELECT q.id, q.lock_token IS NOT NULL AS was_locked,
+                      CASE WHEN q.publish_time + s.event_ttl * interval '1 minute' <= now THEN 'TimeToLiveExceeded'
+                           ELSE 'MaxDeliveryCountExceeded' END AS reason
+                 FROM eventgrid.queue_events q
+                WHERE q.subscription_id = s.id AND q.receivable_at <= now
+                  AND (q.publish_time + s.event_ttl * interval '1 minute' <= now
+                       OR q.delivery_count >= s.max_delivery_attempts)
+                FOR UPDATE OF q SKIP LOCKED) x
+         WHERE s.delivery_mode = 'queue'
+         GROUP BY s.id, x.reason
+    LOOP
+        n := n + eventgrid._queue_finish(r.id, r.ids, r.reason);
+        PERFORM eventgrid._queue_count(r.id, 0, 0, 0, 0, r.lost);
+    END LOOP;
+    RETURN n;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._queue_expire(now timestamp with time zone) IS 'Internal: dead-letters (or drops) the receivable events of every queue event subscription that are past their time to live or were received max_delivery_count times and not settled, as receive() would when it came to them; returns how many. The upkeep worker runs it at each round, so that they leave without a consumer.';
+
+CREATE FUNCTION eventgrid._queue_finish(sid bigint, ids bigint[], reason text) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sub eventgrid.event_subscriptions;
+    n integer;
+BEGIN
+    SELECT * INTO sub FROM eventgrid.event_subscriptions x WHERE x.id = sid;
+    WITH gone AS (
+        DELETE FROM eventgrid.queue_events q WHERE q.id = ANY (ids) AND q.subscription_id = sid
+        RETURNING q.*
+    ), dead AS (
+        INSERT INTO eventgrid.dead_letters (topic, subscription_name, subscription_id, input_schema,
+               event_delivery_schema, event, dead_letter_reason, delivery_attempts, publish_time,
+               last_delivery_attempt_time, topic_type, event_id, source, source_event_id)
+        SELECT sub.topic, sub.name, sid, 'CloudEventSchemaV1_0', sub.event_delivery_schema, g.event, reason,
+               g.delivery_count, g.publish_time, g.received_at, sub.topic_type, g.event_id, g.source, g.source_event_id
+          FROM gone g WHERE sub.deadletter
+         ORDER BY g.id
+    ), notified AS (
+        INSERT INTO eventgrid.dead_letter_notification_failures (subscription_id, topic, subscription_name,
+               event_id, dead_letter_topic, sqlstate, error)
+        SELECT x.* FROM (SELECT ARRAY(
+            SELECT ROW(sid, g.event_id, sub.dead_letter_topic, sub.topic, sub.name, g.event, 'CloudEventSchemaV1_0',
+                       sub.deadletter, reason, g.delivery_count, NULL, NULL, g.publish_time, g.received_at,
+                       g.source)::eventgrid._dead_letter_notice
+              FROM gone g ORDER BY g.id) AS a) q
+         CROSS JOIN LATERAL eventgrid._publish_dead_letter_notifications(q.a) x
+         WHERE sub.dead_letter_topic IS NOT NULL AND cardinality(q.a) > 0
+    )
+    SELECT count(*) INTO n FROM gone;
+    IF n > 0 THEN
+        UPDATE eventgrid.subscription_counters c
+           SET dead_lettered = c.dead_lettered + CASE WHEN sub.deadletter THEN n ELSE 0 END,
+               dropped = c.dropped + CASE WHEN sub.deadletter THEN 0 ELSE n END
+         WHERE c.subscription_id = sid;
+        INSERT INTO eventgrid.subscription_metric_counts AS m (subscription_id, metric, label, value)
+        VALUES (sid, CASE WHEN sub.deadletter THEN 'dead_lettered' ELSE 'dropped' END, reason, n)
+        ON CONFLICT (subscription_id, metric, label) DO UPDATE SET value = m.value + excluded.value;
+    END IF;
+    RETURN n;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._queue_finish(sid bigint, ids bigint[], reason text) IS 'Internal: removes events ids of queue event subscription sid from eventgrid.queue_events and dead-letters them with reason (MaxDeliveryCountExceeded, TimeToLiveExceeded, Rejected; delivery_attempts: how many times they were received), or drops them when dead-lettering is off; publishes their dead-letter notifications and counts them as the delivery workers do. Returns how many.';
+
+CREATE FUNCTION eventgrid._queue_locked(sid bigint, toks uuid[], OUT ids bigint[], OUT tokens uuid[]) RETURNS record
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT COALESCE(array_agg(l.id ORDER BY l.id), '{}'::bigint[]) AS "coalesce",
+     COALESCE(array_agg(l.lock_token), '{}'::uuid[]) AS "coalesce"
+    FROM ( SELECT q.id,
+             q.lock_token
+            FROM eventgrid.queue_events q
+           WHERE ((q.lock_token = ANY (_queue_locked.toks)) AND (q.subscription_id = _queue_locked.sid) AND (q.receivable_at > eventgrid._clock_now()))
+           ORDER BY q.id
+          FOR UPDATE OF q) l;
+END;
+
+COMMENT ON FUNCTION eventgrid._queue_locked(sid bigint, toks uuid[], OUT ids bigint[], OUT tokens uuid[]) IS 'Internal: locks (FOR UPDATE) the events of queue event subscription sid whose lock tokens are toks and whose locks have not expired; their ids and tokens.';
+
+CREATE FUNCTION eventgrid._queue_subscription_id(topic text, subscription text) RETURNS bigint
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint;
+    mode text;
+BEGIN
+    PERFORM eventgrid._check_not_null('topic', topic);
+    PERFORM eventgrid._check_not_null('subscription', subscription);
+    SELECT s.id, s.delivery_mode INTO sid, mode FROM eventgrid.event_subscriptions s
+     WHERE s.topic = _queue_subscription_id.topic AND s.name = _queue_subscription_id.subscription;
+    IF sid IS NULL THEN
+        RAISE EXCEPTION 'event subscription % of topic % does not exist', eventgrid._quote(subscription), eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'eventgrid.event_subscriptions lists them.';
+    END IF;
+    IF mode <> 'queue' THEN
+        RAISE EXCEPTION 'event subscription % of topic % delivers by push, not from a queue', eventgrid._quote(subscription),
+                        eventgrid._quote(topic)
+            USING ERRCODE = 'wrong_object_type',
+                  HINT = 'Pull delivery needs a queue event subscription: create_event_subscription(topic, name, delivery_mode => ''queue'').';
+    END IF;
+    RETURN sid;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._queue_subscription_id(topic text, subscription text) IS 'Internal: the id of a queue event subscription; 22004 NULL, 42704 none, 42809 a push event subscription.';
+
+CREATE FUNCTION eventgrid._queue_take(sid bigint, max_events integer) RETURNS TABLE(lock_token text, delivery_count integer, event jsonb)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sub eventgrid.event_subscriptions;
+    t_now timestamptz := eventgrid._clock_now();
+    live bigint[];
+    over_count bigint[];
+    over_ttl bigint[];
+    expired integer;
+    got integer := 0;
+    lost integer := 0;
+BEGIN
+    SELECT * INTO sub FROM eventgrid.event_subscriptions x WHERE x.id = sid;
+    LOOP
+        -- receivable now: never received, released, or locked by a receive whose lock expired;
+        -- those another session is taking are skipped
+        SELECT array_agg(c.id ORDER BY c.id) FILTER (WHERE c.state = 'live'),
+               array_agg(c.id) FILTER (WHERE c.state = 'count'),
+               array_agg(c.id) FILTER (WHERE c.state = 'ttl'),
+               count(*) FILTER (WHERE c.was_locked)
+          INTO live, over_count, over_ttl, expired
+          FROM (SELECT q.id, q.lock_token IS NOT NULL AS was_locked,
+                       CASE WHEN q.publish_time + sub.event_ttl * interval '1 minute' <= t_now THEN 'ttl'
+                            WHEN q.delivery_count >= sub.max_delivery_attempts THEN 'count'
+                            ELSE 'live' END AS state
+                  FROM eventgrid.queue_events q
+                 WHERE q.subscription_id = sid AND q.receivable_at <= t_now
+                 ORDER BY q.receivable_at, q.id
+                 LIMIT max_events - got
+                 FOR UPDATE SKIP LOCKED) c;
+        lost := lost + expired;
+        IF over_count IS NOT NULL THEN
+            PERFORM eventgrid._queue_finish(sid, over_count, 'MaxDeliveryCountExceeded');
+        END IF;
+        IF over_ttl IS NOT NULL THEN
+            PERFORM eventgrid._queue_finish(sid, over_ttl, 'TimeToLiveExceeded');
+        END IF;
+        IF live IS NOT NULL THEN
+            -- each lock a new random token (gen_random_uuid: 122 random bits), valid receive_lock_duration seconds
+            RETURN QUERY
+            WITH taken AS (
+                UPDATE eventgrid.queue_events q
+                   SET lock_token = gen_random_uuid(), delivery_count = q.delivery_count + 1,
+                       receivable_at = t_now + sub.receive_lock_duration * interval '1 second', received_at = t_now
+                 WHERE q.id = ANY (live)
+                RETURNING q.id, q.lock_token, q.delivery_count, q.event
+            )
+            SELECT t.lock_token::text, t.delivery_count, t.event FROM taken t ORDER BY t.id;
+            got := got + cardinality(live);
+        END IF;
+        -- what was dead-lettered made room: look again, until enough or nothing is left
+        EXIT WHEN got >= max_events OR (over_count IS NULL AND over_ttl IS NULL);
+    END LOOP;
+    PERFORM eventgrid._queue_count(sid, got, 0, 0, 0, lost);
+END $$;
+
+COMMENT ON FUNCTION eventgrid._queue_take(sid bigint, max_events integer) IS 'Internal: takes up to max_events receivable events of queue event subscription sid (FOR UPDATE SKIP LOCKED, in publish order among those receivable together), locks each with a new random lock token for the subscription''s receive_lock_duration and adds 1 to its delivery count; those past their time to live or already received max_delivery_count times are dead-lettered instead (_queue_finish). eventgrid.receive() calls it in the caller''s transaction.';
 
 CREATE FUNCTION eventgrid._quote(v text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -2015,6 +2384,12 @@ CREATE FUNCTION eventgrid._wake_at_commit() RETURNS trigger
 
 COMMENT ON FUNCTION eventgrid._wake_at_commit() IS 'Internal: AFTER INSERT statement trigger on eventgrid.events; when the publishing transaction commits, wakes (or starts) the delivery workers, unless the database has no event subscription, and tells the upkeep worker (SPEC 2).';
 
+CREATE FUNCTION eventgrid._wake_receivers_at_commit() RETURNS void
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_wake_receivers_at_commit';
+
+COMMENT ON FUNCTION eventgrid._wake_receivers_at_commit() IS 'Internal: wakes the consumers waiting in eventgrid.receive() in this database when the current transaction commits; no-op without shared_preload_libraries.';
+
 CREATE FUNCTION eventgrid._wake_worker_at_commit() RETURNS void
     LANGUAGE c
     AS 'MODULE_PATHNAME', 'eventgrid_wake_worker_at_commit';
@@ -2078,6 +2453,27 @@ END;
 
 COMMENT ON FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) IS 'Internal: each eventgrid worker with its pg_stat_activity state, status line and wait; read eventgrid.worker_status.';
 
+CREATE FUNCTION eventgrid.acknowledge(topic text, subscription text, lock_tokens text[]) RETURNS TABLE(lock_token text, succeeded boolean, error text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._queue_subscription_id(topic, subscription);
+    toks uuid[] := eventgrid._lock_tokens_arg(lock_tokens);
+    done uuid[];
+BEGIN
+    WITH gone AS (
+        DELETE FROM eventgrid.queue_events q
+         WHERE q.lock_token = ANY (toks) AND q.subscription_id = sid AND q.receivable_at > eventgrid._clock_now()
+        RETURNING q.lock_token
+    )
+    SELECT coalesce(array_agg(g.lock_token), '{}') INTO done FROM gone g;
+    PERFORM eventgrid._queue_count(sid, 0, cardinality(done), 0, 0, 0);
+    RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, done, 'acknowledge');
+END $$;
+
+COMMENT ON FUNCTION eventgrid.acknowledge(topic text, subscription text, lock_tokens text[]) IS 'Pull delivery (SPEC 12): the events whose locks lock_tokens (at most 1000, from receive()) name are delivered and leave the queue subscription. One row per token, in order: (lock_token, succeeded, error); a token that is malformed, unknown, expired or already settled fails only itself (error: InvalidLockToken or TokenLost, and why). Requires eventgrid_receiver (or eventgrid_admin). Errors: 22004 NULL, 54000 over 1000 tokens, 42704, 42809.';
+
 CREATE FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
     RETURN CASE WHEN (from_schema = to_schema) THEN event WHEN ((from_schema = 'EventGridSchema'::text) AND (to_schema = 'CloudEventSchemaV1_0'::text)) THEN ((jsonb_build_object('specversion', '1.0', 'id', (event -> 'id'::text), 'source', (event -> 'topic'::text), 'subject', (event -> 'subject'::text), 'type', (event -> 'eventType'::text), 'time', (event -> 'eventTime'::text), 'datacontenttype', 'application/json') || CASE WHEN (event ? 'data'::text) THEN jsonb_build_object('data', (event -> 'data'::text)) ELSE '{}'::jsonb END) || CASE WHEN (COALESCE((event ->> 'dataVersion'::text), ''::text) <> ''::text) THEN jsonb_build_object('dataversion', (event -> 'dataVersion'::text)) ELSE '{}'::jsonb END) WHEN ((from_schema = 'CloudEventSchemaV1_0'::text) AND (to_schema = 'EventGridSchema'::text)) THEN jsonb_build_object('id', (event -> 'id'::text), 'topic', (event -> 'source'::text), 'subject', COALESCE((event -> 'subject'::text), '""'::jsonb), 'eventType', (event -> 'type'::text), 'eventTime', COALESCE((event -> 'time'::text), to_jsonb(eventgrid.rfc3339(publish_time))), 'data', COALESCE((event -> 'data'::text), 'null'::jsonb), 'dataVersion', COALESCE((event -> 'dataversion'::text), '""'::jsonb), 'metadataVersion', '1') ELSE NULL::jsonb END;
@@ -2119,7 +2515,7 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid.create_event_publication(name text, topics text[]) IS 'Creates the publication a delivery server subscribes to (README "Scaling out"): CREATE PUBLICATION name FOR TABLE eventgrid.events (id, topic, event, publish_time, event_bytes) [WHERE (topic IN (topics))] WITH (publish = ''insert'', publish_via_partition_root = true). topics: NULL for every topic, else the topics whose events this publication carries (row filter; for splitting topics across delivery servers). Needs the privileges of CREATE PUBLICATION (the owner of eventgrid.events: a superuser). Errors: 22004 NULL name, 22023 empty name or topics list, 42704 unknown topic; 42710 a publication of that name exists.';
 
-CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT 'none'::text, dead_letter_topic text DEFAULT NULL::text, ordering_key text DEFAULT NULL::text) RETURNS bigint
+CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT 'none'::text, dead_letter_topic text DEFAULT NULL::text, ordering_key text DEFAULT NULL::text, delivery_mode text DEFAULT 'push'::text, receive_lock_duration integer DEFAULT NULL::integer) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -2137,8 +2533,14 @@ BEGIN
         RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic)
             USING ERRCODE = 'undefined_object', HINT = 'Create it first with eventgrid.create_topic().';
     END IF;
-    IF name IS NULL OR endpoint IS NULL THEN
-        RAISE EXCEPTION 'event subscription name and endpoint must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'event subscription name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM eventgrid._check_delivery_mode(delivery_mode, ttype, endpoint, receive_lock_duration,
+        max_events_per_batch, preferred_batch_size_in_kilobytes, max_events_per_second, endpoint_validation,
+        ordering_key);
+    IF delivery_mode = 'queue' THEN
+        receive_lock_duration := coalesce(receive_lock_duration, 60);
     END IF;
     IF NOT eventgrid._is_subscription_name(name) THEN
         RAISE EXCEPTION 'invalid event subscription name %', eventgrid._quote(name)
@@ -2165,12 +2567,14 @@ BEGIN
         (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
          subject_ends_with, is_subject_case_sensitive, max_delivery_attempts, event_ttl,
          max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, topic_type,
-         advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic, ordering_key)
+         advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic, ordering_key,
+         delivery_mode, receive_lock_duration)
     VALUES (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
             subject_ends_with, is_subject_case_sensitive, coalesce(attempts, CASE ttype WHEN 'namespace' THEN 10 ELSE 30 END),
             coalesce(ttl, CASE ttype WHEN 'namespace' THEN 10080 ELSE 1440 END),
             max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, ttype,
-            advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic, ordering_key)
+            advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic, ordering_key,
+            delivery_mode, receive_lock_duration)
     RETURNING s.id INTO sid;
     INSERT INTO eventgrid.subscription_counters (subscription_id) VALUES (sid);
     -- events of transactions that commit after this one's snapshot are for it
@@ -2184,7 +2588,7 @@ BEGIN
     RETURN sid;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text) IS 'Creates an event subscription and returns its id. endpoint: http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). ordering_key: a dotted field path (1-512 characters, as a dynamic delivery property''s source_field: subject, data.orderId, partitionkey) whose value (string, number or boolean) is each event''s key: events of one key are delivered in publish order, one request at a time across all delivery workers, the next only once the one before is delivered, dead-lettered or dropped; events without it go unordered (NULL: unordered; see README, Ordered delivery). Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9, 13.';
+COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer) IS 'Creates an event subscription and returns its id. endpoint (push): http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). ordering_key: a dotted field path (1-512 characters, as a dynamic delivery property''s source_field: subject, data.orderId, partitionkey) whose value (string, number or boolean) is each event''s key: events of one key are delivered in publish order, one request at a time across all delivery workers, the next only once the one before is delivered, dead-lettered or dropped; events without it go unordered (NULL: unordered; see README, Ordered delivery). delivery_mode: push (default: delivered to endpoint) or queue (pull delivery, namespace topics only: no endpoint, batching, rate limit, endpoint validation or ordering_key; consumers call receive(), see README, Pull delivery); receive_lock_duration: of a queue subscription, seconds 60-300 (60) a received event stays locked. Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9, 12, 13.';
 
 CREATE FUNCTION eventgrid.create_topic(name text, input_schema text DEFAULT 'EventGridSchema'::text, topic_type text DEFAULT 'custom'::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2404,6 +2808,13 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid.purge_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) IS 'Deletes the dead letters a filter selects and returns how many; the same filters as redeliver_dead_letters (NULL: any), where topic and subscription may also name ones dropped since that dead letters still name. Running it twice deletes nothing the second time. Requires eventgrid_admin. Errors: 22023, 42704 a topic or subscription that neither exists nor is named by a dead letter. SPEC 7.';
 
+CREATE FUNCTION eventgrid.receive(topic text, subscription text, max_events integer DEFAULT 1, max_wait_time integer DEFAULT 60) RETURNS TABLE(lock_token text, delivery_count integer, event jsonb)
+    LANGUAGE c SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS 'MODULE_PATHNAME', 'eventgrid_receive';
+
+COMMENT ON FUNCTION eventgrid.receive(topic text, subscription text, max_events integer, max_wait_time integer) IS 'Pull delivery (SPEC 12): receives up to max_events (1-100, default 1) events of a queue event subscription, each locked to the caller for the subscription''s receive_lock_duration: rows (lock_token, delivery_count: how many times it was received, this one included, event: the CloudEvent). Returns as soon as any event is receivable (a long poll woken by the commit that published it) or empty after max_wait_time seconds (10-120, default 60); while it waits it holds its transaction''s snapshot and connection, no lock on the event tables. Settle each event with acknowledge(), release() or reject(), or renew_locks(); an expired lock makes the event receivable again. Events past their time to live, or received max_delivery_count times, are dead-lettered (or dropped) instead of returned. READ COMMITTED only. Requires eventgrid_receiver (or eventgrid_admin). Errors: 22004 NULL, 22003 out of range, 42704 no such subscription, 42809 a push subscription, 0A000 REPEATABLE READ or SERIALIZABLE, 55000 not in shared_preload_libraries.';
+
 CREATE FUNCTION eventgrid.redeliver_dead_letters(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text, reason text DEFAULT NULL::text, dead_lettered_after timestamp with time zone DEFAULT NULL::timestamp with time zone, dead_lettered_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2415,6 +2826,7 @@ DECLARE
     ksids bigint[];
     khashes bigint[];
     kids bigint[];
+    nreceived bigint;
 BEGIN
     -- the subscriptions first (the delivery worker's lock order), then the dead letters
     SELECT array_agg(s.id ORDER BY s.id) INTO sids
@@ -2445,31 +2857,92 @@ BEGIN
                    k.okey
               FROM gone g JOIN eventgrid.event_subscriptions s ON s.id = g.subscription_id
              CROSS JOIN LATERAL (SELECT eventgrid._ordering_key(g.event, s.ordering_key) AS okey) k
+             WHERE s.delivery_mode = 'push'
              ORDER BY g.id) x
         RETURNING id, subscription_id, ordering_key_hash, ordering_key IS NOT NULL AS keyed
+    ), received AS (
+        -- of a queue subscription: receivable at once, its delivery count from 0
+        INSERT INTO eventgrid.queue_events (subscription_id, event_id, event, publish_time, event_bytes,
+                                            receivable_at, source, source_event_id)
+        SELECT x.* FROM (
+            SELECT g.subscription_id, coalesce(g.event_id, 0), g.event, eventgrid._now(), octet_length(g.event::text),
+                   eventgrid._now(), g.source, g.source_event_id
+              FROM gone g JOIN eventgrid.event_subscriptions s ON s.id = g.subscription_id
+             WHERE s.delivery_mode = 'queue'
+             ORDER BY g.id) x
+        RETURNING subscription_id
     ), keyed AS (
         SELECT array_agg(q.subscription_id) AS sids, array_agg(q.ordering_key_hash) AS hashes,
                array_agg(q.id) AS ids
           FROM queued q WHERE q.keyed
     ), counted AS (
-        SELECT q.subscription_id, count(*) AS n FROM queued q GROUP BY q.subscription_id
+        SELECT q.subscription_id, count(*) AS n
+          FROM (SELECT q.subscription_id FROM queued q UNION ALL SELECT r.subscription_id FROM received r) q
+         GROUP BY q.subscription_id
     ), bumped AS (
         UPDATE eventgrid.subscription_counters c SET redelivered = c.redelivered + counted.n
           FROM counted WHERE c.subscription_id = counted.subscription_id
     )
     SELECT coalesce(sum(counted.n), 0), (SELECT k.sids FROM keyed k), (SELECT k.hashes FROM keyed k),
-           (SELECT k.ids FROM keyed k)
-      INTO n, ksids, khashes, kids FROM counted;
+           (SELECT k.ids FROM keyed k), (SELECT count(*) FROM received)
+      INTO n, ksids, khashes, kids, nreceived FROM counted;
     IF ksids IS NOT NULL THEN
         PERFORM eventgrid._start_ordering_keys(ksids, khashes, kids, eventgrid._now());
     END IF;
-    IF n > 0 THEN
+    IF n > nreceived THEN
         PERFORM eventgrid._wake_worker_at_commit();
+    END IF;
+    IF nreceived > 0 THEN
+        PERFORM eventgrid._wake_receivers_at_commit();
     END IF;
     RETURN n;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) IS 'Queues dead letters for delivery again and returns how many: each becomes a delivery with no attempts made and its time-to-live counted from now, due at once, and leaves eventgrid.dead_letters (if it fails again it is dead-lettered again). Filters (NULL: any): topic, subscription name, reason (MaxDeliveryAttemptsExceeded, TimeToLiveExceeded, NonRetriableError), dead_lettered_at >= dead_lettered_after and < dead_lettered_before. Of an ordered subscription (ordering_key) each goes after the events of its key that wait, in the order the dead letters were written: not back in its place. Dead letters of dropped subscriptions stay. Running it twice queues nothing the second time. Counted in subscription_counters.redelivered. Requires eventgrid_admin. Errors: 22023 unknown reason or empty time range, 42704 no such topic or subscription. SPEC 7.';
+COMMENT ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) IS 'Queues dead letters for delivery again and returns how many: each becomes a delivery with no attempts made and its time-to-live counted from now, due at once, and leaves eventgrid.dead_letters (if it fails again it is dead-lettered again). Filters (NULL: any): topic, subscription name, reason (MaxDeliveryAttemptsExceeded, TimeToLiveExceeded, NonRetriableError, and for queue subscriptions MaxDeliveryCountExceeded, Rejected), dead_lettered_at >= dead_lettered_after and < dead_lettered_before. Of an ordered subscription (ordering_key) each goes after the events of its key that wait, in the order the dead letters were written: not back in its place. Of a queue subscription each becomes receivable at once with a delivery count of 0. Dead letters of dropped subscriptions stay. Running it twice queues nothing the second time. Counted in subscription_counters.redelivered. Requires eventgrid_admin. Errors: 22023 unknown reason or empty time range, 42704 no such topic or subscription. SPEC 7.';
+
+CREATE FUNCTION eventgrid.reject(topic text, subscription text, lock_tokens text[]) RETURNS TABLE(lock_token text, succeeded boolean, error text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._queue_subscription_id(topic, subscription);
+    toks uuid[] := eventgrid._lock_tokens_arg(lock_tokens);
+    l record;
+BEGIN
+    l := eventgrid._queue_locked(sid, toks);
+    PERFORM eventgrid._queue_finish(sid, l.ids, 'Rejected');
+    PERFORM eventgrid._queue_count(sid, 0, 0, 0, cardinality(l.ids), 0);
+    RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, l.tokens, 'reject');
+END $$;
+
+COMMENT ON FUNCTION eventgrid.reject(topic text, subscription text, lock_tokens text[]) IS 'Pull delivery (SPEC 12): the events whose locks lock_tokens (at most 1000) name are dead-lettered at once with reason Rejected (dropped when the subscription does not dead-letter; a dead_letter_topic gets its notification). One row per token, in order: (lock_token, succeeded, error); a malformed, unknown, expired or settled token fails only itself. Requires eventgrid_receiver (or eventgrid_admin). Errors: 22004, 54000, 42704, 42809.';
+
+CREATE FUNCTION eventgrid.release(topic text, subscription text, lock_tokens text[], release_delay integer DEFAULT 0) RETURNS TABLE(lock_token text, succeeded boolean, error text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._queue_subscription_id(topic, subscription);
+    toks uuid[] := eventgrid._lock_tokens_arg(lock_tokens);
+    l record;
+BEGIN
+    IF release_delay IS NULL OR release_delay NOT IN (0, 10, 60, 600, 3600) THEN
+        RAISE EXCEPTION 'release_delay must be 0, 10, 60, 600 or 3600 seconds, got %', coalesce(release_delay::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'These are Event Grid''s release delays.';
+    END IF;
+    l := eventgrid._queue_locked(sid, toks);
+    UPDATE eventgrid.queue_events q
+       SET lock_token = NULL, receivable_at = eventgrid._clock_now() + release_delay * interval '1 second'
+     WHERE q.id = ANY (l.ids);
+    IF cardinality(l.ids) > 0 THEN
+        -- receivable again now, or waiting consumers look when the delay ends
+        PERFORM eventgrid._wake_receivers_at_commit();
+    END IF;
+    PERFORM eventgrid._queue_count(sid, 0, 0, cardinality(l.ids), 0, 0);
+    RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, l.tokens, 'release');
+END $$;
+
+COMMENT ON FUNCTION eventgrid.release(topic text, subscription text, lock_tokens text[], release_delay integer) IS 'Pull delivery (SPEC 12): the events whose locks lock_tokens (at most 1000) name are unlocked and can be received again after release_delay seconds (0, 10, 60, 600 or 3600; default 0), with their delivery count raised by the next receive (past max_delivery_count they are dead-lettered). One row per token, in order: (lock_token, succeeded, error); a malformed, unknown, expired or settled token fails only itself. Requires eventgrid_receiver (or eventgrid_admin). Errors: 22004, 22023 another release_delay, 54000, 42704, 42809.';
 
 CREATE FUNCTION eventgrid.remove_client_certificate(topic text, subscription text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2531,6 +3004,30 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) IS 'Removes the signing secret of an event subscription (and a previous one still signing): its requests are no longer signed. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription or no secret.';
+
+CREATE FUNCTION eventgrid.renew_locks(topic text, subscription text, lock_tokens text[]) RETURNS TABLE(lock_token text, succeeded boolean, error text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._queue_subscription_id(topic, subscription);
+    toks uuid[] := eventgrid._lock_tokens_arg(lock_tokens);
+    t_now timestamptz := eventgrid._clock_now();
+    done uuid[];
+BEGIN
+    WITH renewed AS (
+        UPDATE eventgrid.queue_events q
+           SET receivable_at = t_now + s.receive_lock_duration * interval '1 second'
+          FROM eventgrid.event_subscriptions s
+         WHERE s.id = sid AND q.lock_token = ANY (toks) AND q.subscription_id = sid AND q.receivable_at > t_now
+           AND q.received_at > t_now - interval '1 hour'
+        RETURNING q.lock_token
+    )
+    SELECT coalesce(array_agg(r.lock_token), '{}') INTO done FROM renewed r;
+    RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, done, 'renew');
+END $$;
+
+COMMENT ON FUNCTION eventgrid.renew_locks(topic text, subscription text, lock_tokens text[]) IS 'Pull delivery (SPEC 12): the locks lock_tokens (at most 1000) name last the subscription''s receive_lock_duration again from now, within 1 hour of the receive that took them (after that: LockRenewalLimitExceeded). One row per token, in order: (lock_token, succeeded, error); a malformed, unknown, expired or settled token fails only itself. Requires eventgrid_receiver (or eventgrid_admin). Errors: 22004, 54000, 42704, 42809.';
 
 CREATE FUNCTION eventgrid.resume_delivery(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2753,7 +3250,7 @@ CREATE FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, t
 
 COMMENT ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) IS 'Stops publishing the changes of a table to a topic (drops its triggers, from its partitions too); events already published stay queued. The role current at the call needs eventgrid_admin and TRIGGER on the table (or owning it). Errors: 22004 NULL, 42501, 42704 no such publication.';
 
-CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text, ordering_key text DEFAULT NULL::text) RETURNS void
+CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text, ordering_key text DEFAULT NULL::text, receive_lock_duration integer DEFAULT NULL::integer) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -2766,8 +3263,14 @@ DECLARE
 BEGIN
     SELECT s.* INTO cur FROM eventgrid.event_subscriptions s WHERE s.id = sid;
     SELECT t.input_schema INTO in_schema FROM eventgrid.topics t WHERE t.name = cur.topic;
+    IF cur.delivery_mode = 'queue' AND update_event_subscription.endpoint IS NOT NULL THEN
+        RAISE EXCEPTION 'event subscription "%" of topic "%" is a queue event subscription: it has no endpoint', name, topic
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'delivery_mode cannot change: create a push event subscription beside it.';
+    END IF;
     -- NULL keeps a setting; an empty array, '' or 0 clears one that may be unset
     endpoint := coalesce(endpoint, cur.endpoint);
+    receive_lock_duration := coalesce(receive_lock_duration, cur.receive_lock_duration);
     event_delivery_schema := coalesce(event_delivery_schema, cur.event_delivery_schema);
     included_event_types := CASE WHEN included_event_types IS NULL THEN cur.included_event_types
                                  WHEN cardinality(included_event_types) = 0 THEN NULL
@@ -2790,6 +3293,9 @@ BEGIN
     PERFORM eventgrid._check_subscription_settings(in_schema, cur.topic_type, endpoint, event_delivery_schema,
         included_event_types, is_subject_case_sensitive, deadletter, enable_advanced_filtering_on_arrays,
         max_events_per_batch, preferred_batch_size_in_kilobytes, max_events_per_second);
+    PERFORM eventgrid._check_delivery_mode(cur.delivery_mode, cur.topic_type, endpoint, receive_lock_duration,
+        max_events_per_batch, preferred_batch_size_in_kilobytes, max_events_per_second, endpoint_validation,
+        nullif(coalesce(ordering_key, cur.ordering_key), ''));
     SELECT r.attempts, r.ttl INTO attempts, ttl
       FROM eventgrid._retry_policy_args(cur.topic_type, max_delivery_attempts, event_ttl, max_delivery_count,
                                         event_time_to_live) r;
@@ -2832,7 +3338,8 @@ BEGIN
            enable_advanced_filtering_on_arrays = update_event_subscription.enable_advanced_filtering_on_arrays,
            max_events_per_second = update_event_subscription.max_events_per_second,
            dead_letter_topic = update_event_subscription.dead_letter_topic,
-           ordering_key = update_event_subscription.ordering_key
+           ordering_key = update_event_subscription.ordering_key,
+           receive_lock_duration = update_event_subscription.receive_lock_duration
      WHERE s.id = sid;
     IF event_delivery_schema <> cur.event_delivery_schema THEN
         -- a retry keeps the text it is sent as: made again in the new schema
@@ -2860,7 +3367,7 @@ BEGIN
     PERFORM eventgrid._subscriptions_changed_at_commit();
 END $$;
 
-COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with, dead_letter_topic), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. ordering_key: a new path keys the events claimed from now on (those waiting keep their keys); '''' makes the subscription unordered and what waited for its key due at once. A changed endpoint is logged, without the URL. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9, 13.';
+COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with, dead_letter_topic), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. ordering_key: a new path keys the events claimed from now on (those waiting keep their keys); '''' makes the subscription unordered and what waited for its key due at once. A changed endpoint is logged, without the URL. delivery_mode cannot change (a queue subscription refuses an endpoint, 22023); receive_lock_duration (60-300 seconds, queue subscriptions only) applies to the locks taken from then on. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9, 12, 13.';
 
 CREATE FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3055,7 +3562,7 @@ CREATE TABLE eventgrid.dead_letters (
     event_id bigint,
     source text,
     source_event_id bigint,
-    CONSTRAINT dead_letters_dead_letter_reason_check CHECK ((dead_letter_reason = ANY (ARRAY['MaxDeliveryAttemptsExceeded'::text, 'TimeToLiveExceeded'::text, 'NonRetriableError'::text]))),
+    CONSTRAINT dead_letters_dead_letter_reason_check CHECK ((dead_letter_reason = ANY (ARRAY['MaxDeliveryAttemptsExceeded'::text, 'TimeToLiveExceeded'::text, 'NonRetriableError'::text, 'MaxDeliveryCountExceeded'::text, 'Rejected'::text]))),
     CONSTRAINT dead_letters_delivery_attempts_check CHECK (((delivery_attempts >= 0) AND (delivery_attempts <= 30)))
 );
 
@@ -3085,8 +3592,14 @@ CREATE VIEW eventgrid.dead_letter_events AS
             CASE d.dead_letter_reason
                 WHEN 'MaxDeliveryAttemptsExceeded'::text THEN 'Maximum delivery attempts was exceeded.'::text
                 WHEN 'TimeToLiveExceeded'::text THEN 'Time to live was exceeded.'::text
+                WHEN 'MaxDeliveryCountExceeded'::text THEN 'Maximum delivery count was exceeded.'::text
+                WHEN 'Rejected'::text THEN 'The event was rejected by a receiver.'::text
                 ELSE 'Delivery failed with an error that is not retried.'::text
-            END, 'deliveryattempts', d.delivery_attempts, 'deliveryresult', COALESCE((d.last_delivery_outcome || COALESCE(((' (HTTP '::text || d.last_http_status_code) || ')'::text), ''::text)), 'NotAttempted'::text), 'publishutc', eventgrid.rfc3339(d.publish_time), 'deliveryattemptutc', eventgrid.rfc3339(d.last_delivery_attempt_time)), 'event', d.event)
+            END, 'deliveryattempts', d.delivery_attempts, 'deliveryresult', COALESCE((d.last_delivery_outcome || COALESCE(((' (HTTP '::text || d.last_http_status_code) || ')'::text), ''::text)),
+            CASE
+                WHEN (d.delivery_attempts > 0) THEN 'Received'::text
+                ELSE 'NotAttempted'::text
+            END), 'publishutc', eventgrid.rfc3339(d.publish_time), 'deliveryattemptutc', eventgrid.rfc3339(d.last_delivery_attempt_time)), 'event', d.event)
             WHEN (d.event_delivery_schema = 'CloudEventSchemaV1_0'::text) THEN ((eventgrid.convert_event(d.event, d.input_schema, d.event_delivery_schema, d.publish_time) || jsonb_build_object('deadletterreason', d.dead_letter_reason, 'deliveryattempts', d.delivery_attempts, 'lastdeliveryoutcome', d.last_delivery_outcome, 'publishtime', eventgrid.rfc3339(d.publish_time))) ||
             CASE
                 WHEN (d.last_http_status_code IS NULL) THEN '{}'::jsonb
@@ -3202,11 +3715,39 @@ CREATE VIEW eventgrid.delivery_statistics AS
     COALESCE(c.dropped, (0)::bigint) AS dropped,
     COALESCE(c.redelivered, (0)::bigint) AS redelivered,
     (s.id IN ( SELECT p.p
-           FROM eventgrid._paused_subscriptions() p(p))) AS paused
-   FROM (eventgrid.event_subscriptions s
-     LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)));
+           FROM eventgrid._paused_subscriptions() p(p))) AS paused,
+    s.delivery_mode,
+        CASE
+            WHEN (s.delivery_mode = 'queue'::text) THEN COALESCE(k.received, (0)::bigint)
+            ELSE NULL::bigint
+        END AS received,
+        CASE
+            WHEN (s.delivery_mode = 'queue'::text) THEN COALESCE(k.acknowledged, (0)::bigint)
+            ELSE NULL::bigint
+        END AS acknowledged,
+        CASE
+            WHEN (s.delivery_mode = 'queue'::text) THEN COALESCE(k.released, (0)::bigint)
+            ELSE NULL::bigint
+        END AS released,
+        CASE
+            WHEN (s.delivery_mode = 'queue'::text) THEN COALESCE(k.rejected, (0)::bigint)
+            ELSE NULL::bigint
+        END AS rejected,
+        CASE
+            WHEN (s.delivery_mode = 'queue'::text) THEN COALESCE(k.lock_expired, (0)::bigint)
+            ELSE NULL::bigint
+        END AS lock_expired
+   FROM ((eventgrid.event_subscriptions s
+     LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)))
+     LEFT JOIN LATERAL ( SELECT (sum(x.received))::bigint AS received,
+            (sum(x.acknowledged))::bigint AS acknowledged,
+            (sum(x.released))::bigint AS released,
+            (sum(x.rejected))::bigint AS rejected,
+            (sum(x.lock_expired))::bigint AS lock_expired
+           FROM eventgrid.queue_counters x
+          WHERE ((x.subscription_id = s.id) AND (s.delivery_mode = 'queue'::text))) k ON (true));
 
-COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, and whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here).';
+COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here), and its delivery_mode (push or queue). Of a queue event subscription (pull delivery, SPEC 12) pending counts the events not yet acknowledged or dead-lettered, and received, acknowledged, released, rejected and lock_expired count the subscriber operations (NULL for push).';
 
 CREATE VIEW eventgrid.delivery_token_metrics AS
  SELECT d.token_endpoint,
@@ -3391,7 +3932,11 @@ UNION ALL
     COALESCE(m.value, (0)::double precision) AS value
    FROM (((eventgrid.event_subscriptions s
      CROSS JOIN ( VALUES ('dead_lettered'::text), ('dropped'::text)) k(metric))
-     CROSS JOIN ( VALUES ('MaxDeliveryAttemptsExceeded'::text), ('TimeToLiveExceeded'::text), ('NonRetriableError'::text)) r(reason))
+     CROSS JOIN LATERAL unnest(
+        CASE s.delivery_mode
+            WHEN 'queue'::text THEN ARRAY['MaxDeliveryCountExceeded'::text, 'TimeToLiveExceeded'::text, 'Rejected'::text]
+            ELSE ARRAY['MaxDeliveryAttemptsExceeded'::text, 'TimeToLiveExceeded'::text, 'NonRetriableError'::text]
+        END) r(reason))
      LEFT JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = k.metric) AND (m.label = r.reason))));
 
 COMMENT ON VIEW eventgrid.event_subscription_metric_labels IS 'Prometheus counters per event subscription and label: delivery_attempt_fail_total by outcome (label: the lastDeliveryOutcome of each failed attempt, one per event; DeliveryAttemptFailCount; a row once an attempt failed so), dead_lettered_total and dropped_total by reason (label: deadLetterReason; DeadLetteredCount, DroppedEventCount; every reason always, 0 until it happens). Counted from 0.9.0 on. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
@@ -3593,6 +4138,49 @@ CREATE VIEW eventgrid.ordering_metrics AS
 
 COMMENT ON VIEW eventgrid.ordering_metrics IS 'Prometheus gauges per ordered event subscription (SPEC 13): blocked_keys, the keys whose oldest event has failed and holds others back (eventgrid.blocked_ordering_keys lists them), and waiting_events, the events waiting for an earlier one of their key. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
 
+CREATE SEQUENCE eventgrid.queue_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE eventgrid.queue_events_id_seq OWNED BY eventgrid.queue_events.id;
+
+CREATE VIEW eventgrid.queue_metrics AS
+ SELECT s.topic,
+    s.name AS event_subscription,
+    COALESCE(k.received, (0)::bigint) AS received_total,
+    COALESCE(k.acknowledged, (0)::bigint) AS acknowledged_total,
+    COALESCE(k.released, (0)::bigint) AS released_total,
+    COALESCE(k.rejected, (0)::bigint) AS rejected_total,
+    COALESCE(k.lock_expired, (0)::bigint) AS lock_expired_total,
+    COALESCE(c.dead_lettered, (0)::bigint) AS dead_lettered_total,
+    COALESCE(c.dropped, (0)::bigint) AS dropped_total,
+    q.receivable AS receivable_events,
+    q.locked AS locked_events,
+    q.delayed AS delayed_events,
+    COALESCE((EXTRACT(epoch FROM (eventgrid._now() - q.oldest)))::double precision, (0)::double precision) AS oldest_receivable_event_age_seconds
+   FROM (((eventgrid.event_subscriptions s
+     LEFT JOIN ( SELECT x.subscription_id,
+            (sum(x.received))::bigint AS received,
+            (sum(x.acknowledged))::bigint AS acknowledged,
+            (sum(x.released))::bigint AS released,
+            (sum(x.rejected))::bigint AS rejected,
+            (sum(x.lock_expired))::bigint AS lock_expired
+           FROM eventgrid.queue_counters x
+          GROUP BY x.subscription_id) k ON ((k.subscription_id = s.id)))
+     LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)))
+     CROSS JOIN LATERAL ( SELECT count(*) FILTER (WHERE (e.receivable_at <= eventgrid._now())) AS receivable,
+            count(*) FILTER (WHERE ((e.lock_token IS NOT NULL) AND (e.receivable_at > eventgrid._now()))) AS locked,
+            count(*) FILTER (WHERE ((e.lock_token IS NULL) AND (e.receivable_at > eventgrid._now()))) AS delayed,
+            min(e.publish_time) FILTER (WHERE (e.receivable_at <= eventgrid._now())) AS oldest
+           FROM eventgrid.queue_events e
+          WHERE (e.subscription_id = s.id)) q)
+  WHERE (s.delivery_mode = 'queue'::text);
+
+COMMENT ON VIEW eventgrid.queue_metrics IS 'Pull delivery (SPEC 12), per queue event subscription: Event Grid''s pull metrics as Prometheus counters (received_total: events returned by receive(), each receive of an event counted; acknowledged_total, released_total, rejected_total; lock_expired_total: locks that ran out, counted when their event is next received or dead-lettered; dead_lettered_total and dropped_total, all reasons) and gauges: receivable_events (can be received now), locked_events (received, lock running), delayed_events (released with a delay), oldest_receivable_event_age_seconds (since the publish of the oldest receivable event; 0: none). Readable by pg_monitor and eventgrid_admin. README "Pull delivery".';
+
 CREATE TABLE eventgrid.rejected_events (
     id bigint NOT NULL,
     source text NOT NULL,
@@ -3747,6 +4335,8 @@ ALTER TABLE ONLY eventgrid.attempt_log ALTER COLUMN id SET DEFAULT nextval('even
 
 ALTER TABLE ONLY eventgrid.dead_letter_notification_failures ALTER COLUMN id SET DEFAULT nextval('eventgrid.dead_letter_notification_failures_id_seq'::regclass);
 
+ALTER TABLE ONLY eventgrid.queue_events ALTER COLUMN id SET DEFAULT nextval('eventgrid.queue_events_id_seq'::regclass);
+
 ALTER TABLE ONLY eventgrid.rejected_events ALTER COLUMN id SET DEFAULT nextval('eventgrid.rejected_events_id_seq'::regclass);
 
 ALTER TABLE ONLY eventgrid.attempt_log_rotation
@@ -3787,6 +4377,15 @@ ALTER TABLE ONLY eventgrid.event_table_rotations
 
 ALTER TABLE ONLY eventgrid.ordering_keys
     ADD CONSTRAINT ordering_keys_pkey PRIMARY KEY (subscription_id, ordering_key_hash);
+
+ALTER TABLE ONLY eventgrid.queue_counters
+    ADD CONSTRAINT queue_counters_pkey PRIMARY KEY (subscription_id, slot);
+
+ALTER TABLE ONLY eventgrid.queue_events
+    ADD CONSTRAINT queue_events_lock_token_key UNIQUE (lock_token);
+
+ALTER TABLE ONLY eventgrid.queue_events
+    ADD CONSTRAINT queue_events_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY eventgrid.rejected_events
     ADD CONSTRAINT rejected_events_pkey PRIMARY KEY (id);
@@ -3840,6 +4439,8 @@ CREATE INDEX events_1_topic_txid_id_idx ON eventgrid.events_1 USING btree (topic
 
 CREATE INDEX events_2_topic_txid_id_idx ON eventgrid.events_2 USING btree (topic, txid, id);
 
+CREATE INDEX queue_events_receivable_idx ON eventgrid.queue_events USING btree (subscription_id, receivable_at, id);
+
 CREATE INDEX retries_due_idx ON eventgrid.retries USING btree (next_attempt_at);
 
 CREATE INDEX retries_ordering_idx ON eventgrid.retries USING btree (subscription_id, ordering_key_hash, id) WHERE (ordering_key IS NOT NULL);
@@ -3892,6 +4493,12 @@ ALTER TABLE ONLY eventgrid.event_subscriptions
 
 ALTER TABLE ONLY eventgrid.ordering_keys
     ADD CONSTRAINT ordering_keys_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.queue_counters
+    ADD CONSTRAINT queue_counters_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.queue_events
+    ADD CONSTRAINT queue_events_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY eventgrid.signing_secrets
     ADD CONSTRAINT signing_secrets_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
@@ -3973,6 +4580,28 @@ GRANT SELECT ON TABLE eventgrid.chunks_in_flight TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.event_subscriptions TO eventgrid_admin;
 
+GRANT SELECT(id) ON TABLE eventgrid.queue_events TO eventgrid_admin;
+
+GRANT SELECT(subscription_id) ON TABLE eventgrid.queue_events TO eventgrid_admin;
+
+GRANT SELECT(event_id) ON TABLE eventgrid.queue_events TO eventgrid_admin;
+
+GRANT SELECT(event) ON TABLE eventgrid.queue_events TO eventgrid_admin;
+
+GRANT SELECT(publish_time) ON TABLE eventgrid.queue_events TO eventgrid_admin;
+
+GRANT SELECT(event_bytes) ON TABLE eventgrid.queue_events TO eventgrid_admin;
+
+GRANT SELECT(source) ON TABLE eventgrid.queue_events TO eventgrid_admin;
+
+GRANT SELECT(source_event_id) ON TABLE eventgrid.queue_events TO eventgrid_admin;
+
+GRANT SELECT(delivery_count) ON TABLE eventgrid.queue_events TO eventgrid_admin;
+
+GRANT SELECT(receivable_at) ON TABLE eventgrid.queue_events TO eventgrid_admin;
+
+GRANT SELECT(received_at) ON TABLE eventgrid.queue_events TO eventgrid_admin;
+
 GRANT SELECT ON TABLE eventgrid.retries TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.subscription_positions TO eventgrid_admin;
@@ -3985,6 +4614,8 @@ REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._check_credential_text(field text, val text, max_bytes integer, required boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_delivery_mode(delivery_mode text, topic_type text, endpoint text, receive_lock_duration integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, max_events_per_second integer, endpoint_validation text, ordering_key text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_endpoint(endpoint text) FROM PUBLIC;
 
@@ -4007,6 +4638,8 @@ REVOKE ALL ON FUNCTION eventgrid._check_subscription_settings(input_schema text,
 REVOKE ALL ON FUNCTION eventgrid._check_table_publication(caller regrole, source_table regclass, columns text[], update_columns text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._client_certificate_info(certificate text, private_key text, OUT subject text, OUT not_before timestamp with time zone, OUT not_after timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._clock_now() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._cover_partitions(rel regclass) FROM PUBLIC;
 
@@ -4084,6 +4717,10 @@ GRANT ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) TO eventgrid_
 
 REVOKE ALL ON FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._lock_token_results(sid bigint, lock_tokens text[], done uuid[], operation text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._lock_tokens_arg(lock_tokens text[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._log(message text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._ordering_key(event jsonb, path text) FROM PUBLIC;
@@ -4102,6 +4739,20 @@ REVOKE ALL ON FUNCTION eventgrid._publish_dead_letter_notifications(notices even
 REVOKE ALL ON FUNCTION eventgrid._publish_table_changes(caller regrole, source_table regclass, topic text, operations text[], columns text[], update_columns text[], event_type_prefix text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._put_delivery_property(p_topic text, p_subscription text, p_header text, p_value text, p_source_field text, p_is_secret boolean) FROM PUBLIC;
+
+GRANT SELECT ON TABLE eventgrid.queue_counters TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._queue_count(sid bigint, received bigint, acknowledged bigint, released bigint, rejected bigint, lock_expired bigint) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._queue_expire(now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._queue_finish(sid bigint, ids bigint[], reason text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._queue_locked(sid bigint, toks uuid[], OUT ids bigint[], OUT tokens uuid[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._queue_subscription_id(topic text, subscription text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._queue_take(sid bigint, max_events integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._quote(v text) FROM PUBLIC;
 
@@ -4169,6 +4820,8 @@ REVOKE ALL ON FUNCTION eventgrid._validate_event() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._wake_at_commit() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._wake_receivers_at_commit() FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._wake_worker_at_commit() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._worker_pids(OUT worker text, OUT pid integer) FROM PUBLIC;
@@ -4180,14 +4833,18 @@ GRANT ALL ON FUNCTION eventgrid._worker_metrics(OUT delivery_workers_running int
 REVOKE ALL ON FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) TO eventgrid_admin;
 
+REVOKE ALL ON FUNCTION eventgrid.acknowledge(topic text, subscription text, lock_tokens text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.acknowledge(topic text, subscription text, lock_tokens text[]) TO eventgrid_receiver;
+GRANT ALL ON FUNCTION eventgrid.acknowledge(topic text, subscription text, lock_tokens text[]) TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) TO eventgrid_admin;
 GRANT ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) TO eventgrid_publisher;
 
 REVOKE ALL ON FUNCTION eventgrid.create_event_publication(name text, topics text[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) TO eventgrid_admin;
@@ -4217,8 +4874,20 @@ GRANT ALL ON FUNCTION eventgrid.publish_table_changes(source_table regclass, top
 REVOKE ALL ON FUNCTION eventgrid.purge_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.purge_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) TO eventgrid_admin;
 
+REVOKE ALL ON FUNCTION eventgrid.receive(topic text, subscription text, max_events integer, max_wait_time integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.receive(topic text, subscription text, max_events integer, max_wait_time integer) TO eventgrid_receiver;
+GRANT ALL ON FUNCTION eventgrid.receive(topic text, subscription text, max_events integer, max_wait_time integer) TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.reject(topic text, subscription text, lock_tokens text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.reject(topic text, subscription text, lock_tokens text[]) TO eventgrid_receiver;
+GRANT ALL ON FUNCTION eventgrid.reject(topic text, subscription text, lock_tokens text[]) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.release(topic text, subscription text, lock_tokens text[], release_delay integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.release(topic text, subscription text, lock_tokens text[], release_delay integer) TO eventgrid_receiver;
+GRANT ALL ON FUNCTION eventgrid.release(topic text, subscription text, lock_tokens text[], release_delay integer) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.remove_client_certificate(topic text, subscription text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.remove_client_certificate(topic text, subscription text) TO eventgrid_admin;
@@ -4231,6 +4900,10 @@ GRANT ALL ON FUNCTION eventgrid.remove_delivery_property(topic text, subscriptio
 
 REVOKE ALL ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.renew_locks(topic text, subscription text, lock_tokens text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.renew_locks(topic text, subscription text, lock_tokens text[]) TO eventgrid_receiver;
+GRANT ALL ON FUNCTION eventgrid.renew_locks(topic text, subscription text, lock_tokens text[]) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.resume_delivery(topic text, subscription text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.resume_delivery(topic text, subscription text) TO eventgrid_admin;
@@ -4272,8 +4945,8 @@ GRANT ALL ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text
 REVOKE ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) TO eventgrid_admin;
 
-REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) TO eventgrid_admin;
@@ -4334,6 +5007,9 @@ GRANT SELECT ON TABLE eventgrid.metrics TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.ordering_metrics TO pg_monitor;
 GRANT SELECT ON TABLE eventgrid.ordering_metrics TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.queue_metrics TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.queue_metrics TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.rejected_events TO pg_monitor;
 GRANT SELECT,DELETE ON TABLE eventgrid.rejected_events TO eventgrid_admin;
@@ -4404,6 +5080,9 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_1', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_2', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.ordering_keys', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.queue_counters', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.queue_events', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.queue_events_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.rejected_events', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.rejected_events_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.replication_progress', '');
