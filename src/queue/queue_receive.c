@@ -1,6 +1,6 @@
 /*
  * queue_receive.c - eventgrid.receive(): the long poll of pull delivery
- * (queue event subscriptions, SPEC 12).
+ * (queue event subscriptions, SPEC 14).
  *
  * The delivery workers move what becomes visible to a queue subscription
  * from its position into eventgrid.queue_events (_position_to_retries())
@@ -25,7 +25,7 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
-/* SPEC 12: maxEvents 1-100, maxWaitTime 10-120 s */
+/* SPEC 14: maxEvents 1-100, maxWaitTime 10-120 s */
 #define EG_RECEIVE_MAX_EVENTS 100
 #define EG_RECEIVE_MIN_WAIT_S 10
 #define EG_RECEIVE_MAX_WAIT_S 120

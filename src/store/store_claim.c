@@ -168,7 +168,7 @@ static EgStatement count_positions = {
  * Ordered event subscriptions (SPEC 13) are not claimed from their
  * positions: what becomes visible to them moves into their retries, each
  * key's oldest due (eventgrid._position_to_retries()), and is claimed
- * there.  Queue subscriptions (SPEC 12) are not claimed at all: what
+ * there.  Queue subscriptions (SPEC 14) are not claimed at all: what
  * becomes visible to them moves into eventgrid.queue_events, where
  * consumers receive it.  This finds the positions of this cluster's ordered
  * and queue subscriptions that are not held (paused, endpoint not validated) and have events to

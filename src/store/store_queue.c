@@ -1,5 +1,5 @@
 /*
- * store_queue.c - the upkeep of queue event subscriptions (SPEC 12, pull
+ * store_queue.c - the upkeep of queue event subscriptions (SPEC 14, pull
  * delivery) that no consumer's call does: events whose time to live ran
  * out, or whose lock expired on their last allowed delivery, while nobody
  * received.

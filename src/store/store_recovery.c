@@ -264,7 +264,7 @@ static EgStatement rebase_pending = {
 	.types = {TIMESTAMPTZOID},
 };
 
-/* ... and of a queue subscription (SPEC 12) receivable events, at $1 */
+/* ... and of a queue subscription (SPEC 14) receivable events, at $1 */
 static EgStatement rebase_queue = {
 	.name = "rebase of queue events",
 	.sql =

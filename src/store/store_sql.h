@@ -57,7 +57,7 @@
  * the ids of the event subscriptions whose positions the claim does not
  * take events from but moves into their own rows
  * (eventgrid._position_to_retries()): ordered ones (SPEC 13: ordering_key
- * set), whose events become retries, and queue ones (SPEC 12: pull
+ * set), whose events become retries, and queue ones (SPEC 14: pull
  * delivery), whose events become receivable in eventgrid.queue_events
  */
 #define EG_SQL_TRANSFERRED_SUBSCRIPTIONS \

@@ -38,7 +38,8 @@ sub sql { return $node->safe_psql('postgres', shift) }
 sql("CREATE ROLE exporter LOGIN IN ROLE pg_monitor");
 sql("CREATE ROLE nobody LOGIN");
 for my $view (qw(topic_metrics event_subscription_metrics event_subscription_metric_labels
-	event_subscription_histograms worker_metrics client_certificate_metrics delivery_token_metrics ordering_metrics))
+	event_subscription_histograms worker_metrics client_certificate_metrics delivery_token_metrics ordering_metrics
+	queue_metrics))
 {
 	my ($ok) = $node->psql('postgres', "SELECT count(*) FROM eventgrid.$view", extra_params => [ '-U', 'exporter' ]);
 	is($ok, 0, "pg_monitor reads eventgrid.$view");
@@ -67,6 +68,9 @@ sql("SELECT eventgrid.create_event_subscription('shop', 'held', '$u/status/200/h
 sql("SELECT eventgrid.pause_delivery('shop', 'held')");
 sql("SELECT eventgrid.create_event_subscription('alerts', 'pager', '$u/status/200/pager')");
 sql("SELECT eventgrid.create_event_subscription('alerts-ce', 'pager-ce', '$u/status/200/pager-ce')");
+# a queue subscription (pull delivery)
+sql("SELECT eventgrid.create_topic('jobs', 'CloudEventSchemaV1_0', 'namespace')");
+sql("SELECT eventgrid.create_event_subscription('jobs', 'workers', delivery_mode => 'queue')");
 # a subscription of the notification topic that dead-letters into it: no loop
 sql("SELECT eventgrid.create_event_subscription('alerts', 'looping', '$u/status/400/looping', deadletter => true,
 	dead_letter_topic => 'alerts')");
@@ -141,7 +145,7 @@ sub eventually
 	return $check->();
 }
 
-ok(eventually(60, sub { my $res = promql('eventgrid_dead_lettered_total'); $res && @$res == 3 * 9 }),
+ok(eventually(60, sub { my $res = promql('eventgrid_dead_lettered_total'); $res && @$res == 3 * 10 }),
 	'Prometheus scrapes the exporter: every reason of every subscription, at 0')
 	or diag("exporter: $eerr\nprometheus: $perr");
 is(prom_rows('pg_exporter_last_scrape_error'), '=0', 'every query of the exporter\'s configuration runs (no scrape error)');
@@ -154,6 +158,13 @@ ok(wait_for_sql($node, "SELECT sum(pending) FILTER (WHERE NOT paused) || '/' || 
 	FROM eventgrid.delivery_statistics", '0/10', 60), 'everything not paused is finished; 10 wait for the paused one');
 ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.dead_letters WHERE topic = 'alerts'", '10', 30),
 	'the looping subscription dead-lettered the ten notifications it got');
+# pull: six jobs, four received, three acknowledged, one released
+sql("INSERT INTO eventgrid.events (topic, event) SELECT 'jobs', jsonb_build_object('specversion', '1.0', 'id', 'j-' || g,
+	'source', '/jobs', 'type', 'Job.Queued') FROM generate_series(1, 6) g");
+ok(wait_for_sql($node, "SELECT receivable_events FROM eventgrid.queue_metrics", '6'), 'six jobs receivable');
+sql("CREATE TABLE taken AS SELECT lock_token FROM eventgrid.receive('jobs', 'workers', 4, 10)");
+sql("SELECT eventgrid.acknowledge('jobs', 'workers', (SELECT array_agg(lock_token) FROM (SELECT lock_token FROM taken LIMIT 3) t))");
+sql("SELECT eventgrid.release('jobs', 'workers', (SELECT array_agg(lock_token) FROM taken), 600)");
 
 # every metric equals what SQL says
 my %same = (
@@ -198,6 +209,14 @@ my %same = (
 	'eventgrid_client_certificate_expiry_timestamp_seconds' => [ [qw(topic event_subscription)],
 		"SELECT topic || ',' || subscription || '=' || extract(epoch FROM not_after)::float8
 		   FROM eventgrid.event_subscription_certificates" ],
+	'eventgrid_queue_received_total' => [ [qw(topic event_subscription)],
+		"SELECT topic || ',' || event_subscription || '=' || received_total FROM eventgrid.queue_metrics" ],
+	'eventgrid_queue_acknowledged_total + eventgrid_queue_released_total' => [ [qw(topic event_subscription)],
+		"SELECT topic || ',' || event_subscription || '=' || (acknowledged_total + released_total) FROM eventgrid.queue_metrics" ],
+	'eventgrid_queue_receivable_events' => [ [qw(topic event_subscription)],
+		"SELECT topic || ',' || event_subscription || '=' || receivable_events FROM eventgrid.queue_metrics" ],
+	'eventgrid_queue_delayed_events' => [ [qw(topic event_subscription)],
+		"SELECT topic || ',' || event_subscription || '=' || delayed_events FROM eventgrid.queue_metrics" ],
 	'sum by (kind) (eventgrid_workers_running)' => [ [qw(kind)],
 		"SELECT 'delivery=' || count(pid) FILTER (WHERE worker LIKE 'delivery%') || E'\\n' ||
 		        'upkeep=' || count(pid) FILTER (WHERE worker = 'upkeep worker') FROM eventgrid.worker_status" ],

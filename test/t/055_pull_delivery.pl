@@ -1,4 +1,4 @@
-# Pull delivery (SPEC 12): queue event subscriptions of a namespace topic,
+# Pull delivery (SPEC 14): queue event subscriptions of a namespace topic,
 # whose events consumers receive, acknowledge, release, reject and renew
 # the locks of in SQL.
 #
