@@ -46,6 +46,9 @@ Measures, in one run against one cluster and one nginx sink on 127.0.0.1:
     event with local delivery and with delivery on a second cluster, the
     commit-to-arrival latency the replication hop adds, and the throughput
     of a delivery server fed by replication against local delivery
+ 21. pull delivery (bench/pull.py): receive + acknowledge of 100 events per
+    call by 8 consumers against a plain SKIP LOCKED queue table read as pgmq
+    reads, and commit-to-receive latency for a waiting consumer
  9. isolation: a healthy subscription's latency beside 500 subscriptions to a
     port where nothing listens and 200 to an endpoint that accepts and never
     answers (30 s response timeout), and the worker's peak descriptors and
@@ -77,6 +80,7 @@ import psycopg2.errors
 from databases import Databases
 from monitoring import Monitoring
 from replication import Replication
+from pull import Pull
 
 EVENT_BYTES = 1000  # approximate size of one published event
 
@@ -994,7 +998,7 @@ def main():
     ap.add_argument("--tls-log", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20", help="comma-separated figure numbers (2 runs 2-4)")
+    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21", help="comma-separated figure numbers (2 runs 2-4)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     b = Bench(args)
@@ -1027,6 +1031,8 @@ def main():
         b.fig_tokens()
     if "20" in only:
         b.fig_ordered()
+    if "21" in only:
+        Pull(b).run()
     if "16" in only:
         Databases(b, arrival_receiver).run()
     if "17" in only:

@@ -374,12 +374,14 @@ CREATE TABLE eventgrid.queue_events (
     source_event_id bigint,
     delivery_count integer DEFAULT 0 NOT NULL,
     receivable_at timestamp with time zone NOT NULL,
-    lock_token uuid,
+    lock_secret uuid,
     received_at timestamp with time zone,
     CONSTRAINT queue_events_delivery_count_check CHECK (((delivery_count >= 0) AND (delivery_count <= 10)))
-);
+)
+WITH (toast_tuple_target='128');
+ALTER TABLE ONLY eventgrid.queue_events ALTER COLUMN event SET STORAGE EXTERNAL;
 
-COMMENT ON TABLE eventgrid.queue_events IS 'The events of queue event subscriptions (pull delivery, SPEC 14) that are neither acknowledged nor dead-lettered: a copy of each (the event tables rotate), how many times it was received (delivery_count), and when it can be received (receivable_at: now or earlier when available, the end of its lock or of its release delay otherwise). lock_token: the lock of its last receive (valid while receivable_at is later than now); received_at: when that receive took it. Read through eventgrid.queue_metrics; consumers use receive() and the other subscriber operations.';
+COMMENT ON TABLE eventgrid.queue_events IS 'The events of queue event subscriptions (pull delivery, SPEC 14) that are neither acknowledged nor dead-lettered: a copy of each (the event tables rotate), how many times it was received (delivery_count), and when it can be received (receivable_at: now or earlier when available, the end of its lock or of its release delay otherwise). lock_secret: the random part of its last receive''s lock token (id:lock_secret; the lock is valid while receivable_at is later than now); received_at: when that receive took it. Read through eventgrid.queue_metrics; consumers use receive() and the other subscriber operations.';
 
 CREATE TABLE eventgrid.retries (
     id bigint NOT NULL,
@@ -619,6 +621,20 @@ END $$;
 COMMENT ON FUNCTION eventgrid._check_event_publications() IS 'Internal: ddl_command_end event trigger on CREATE and ALTER PUBLICATION: refuses (22023) a publication that names an event table (eventgrid.events_0, _1, _2) by itself, and one of eventgrid.events that publishes UPDATE, DELETE or TRUNCATE or publishes the event tables one by one (publish_via_partition_root = false); warns about publications of every table or of schema eventgrid that replicate TRUNCATE.';
 
 COMMENT ON FUNCTION eventgrid._check_install_database() IS 'Internal: run first by the install script; warns when the library is not preloaded (nothing is delivered until it is). Every database where the extension is created is served.';
+
+CREATE FUNCTION eventgrid._check_lock_tokens(lock_tokens text[]) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._check_not_null('lock_tokens', lock_tokens);
+    IF cardinality(lock_tokens) > 1000 THEN
+        RAISE EXCEPTION 'lock_tokens must hold at most 1000 lock tokens, got %', cardinality(lock_tokens)
+            USING ERRCODE = 'program_limit_exceeded', HINT = 'Settle the events of up to ten receive() calls at a time.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_lock_tokens(lock_tokens text[]) IS 'Internal: 22004 when an operation''s lock_tokens is NULL, 54000 when it holds more than 1000.';
 
 CREATE FUNCTION eventgrid._check_not_null(field text, val anyelement) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -1312,55 +1328,57 @@ END;
 
 COMMENT ON FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) IS 'Internal: publishes the dead-letter notifications of the notices (eventgrid._dead_letter_notification builds each) into eventgrid.events, source ''(dead-letter notification)''; eventgrid._publish_dead_letter_notifications calls it for the whole set, then for each notice alone.';
 
-CREATE FUNCTION eventgrid._lock_token_results(sid bigint, lock_tokens text[], done uuid[], operation text) RETURNS TABLE(lock_token text, succeeded boolean, error text)
+CREATE FUNCTION eventgrid._parse_lock_tokens(lock_tokens text[]) RETURNS TABLE(ord bigint, tok text, id bigint, secret uuid)
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT x.ord,
+     x.tok,
+         CASE
+             WHEN x.ok THEN (split_part(x.tok, ':'::text, 1))::bigint
+             ELSE NULL::bigint
+         END AS "case",
+         CASE
+             WHEN x.ok THEN (split_part(x.tok, ':'::text, 2))::uuid
+             ELSE NULL::uuid
+         END AS "case"
+    FROM ( SELECT u.tok,
+             u.ord,
+             COALESCE((u.tok ~ '^[0-9]{1,18}:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'::text), false) AS ok
+            FROM unnest(_parse_lock_tokens.lock_tokens) WITH ORDINALITY u(tok, ord)) x;
+END;
+
+COMMENT ON FUNCTION eventgrid._parse_lock_tokens(lock_tokens text[]) IS 'Internal: each lock token of an operation''s argument, in order, with the event id and lock secret it is made of (id:secret, as receive() makes them; NULL when it is not of that form).';
+
+CREATE FUNCTION eventgrid._lock_token_results(sid bigint, lock_tokens text[], done text[], operation text) RETURNS TABLE(lock_token text, succeeded boolean, error text)
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
     BEGIN ATOMIC
  SELECT t.tok,
      t.settled,
          CASE
              WHEN t.settled THEN NULL::text
-             WHEN (t.u = ANY (_lock_token_results.done)) THEN 'TokenLost: the same lock token came earlier in this call'::text
-             WHEN (t.u IS NULL) THEN 'InvalidLockToken: not a lock token of eventgrid.receive()'::text
+             WHEN (t.id IS NULL) THEN 'InvalidLockToken: not a lock token of eventgrid.receive()'::text
+             WHEN (((t.id || ':'::text) || t.secret) = ANY (_lock_token_results.done)) THEN 'TokenLost: the same lock token came earlier in this call'::text
              WHEN (EXISTS ( SELECT 1
                 FROM eventgrid.queue_events q
-               WHERE ((q.lock_token = t.u) AND (q.subscription_id = _lock_token_results.sid) AND (q.receivable_at <= eventgrid._clock_now())))) THEN 'TokenLost: the lock expired; the event can be received again'::text
+               WHERE ((q.id = t.id) AND (q.lock_secret = t.secret) AND (q.subscription_id = _lock_token_results.sid) AND (q.receivable_at <= eventgrid._clock_now())))) THEN 'TokenLost: the lock expired; the event can be received again'::text
              WHEN ((_lock_token_results.operation = 'renew'::text) AND (EXISTS ( SELECT 1
                 FROM eventgrid.queue_events q
-               WHERE ((q.lock_token = t.u) AND (q.subscription_id = _lock_token_results.sid))))) THEN 'LockRenewalLimitExceeded: a lock can be renewed within 1 hour of its receive only'::text
+               WHERE ((q.id = t.id) AND (q.lock_secret = t.secret) AND (q.subscription_id = _lock_token_results.sid))))) THEN 'LockRenewalLimitExceeded: a lock can be renewed within 1 hour of its receive only'::text
              ELSE 'TokenLost: no such lock; the event was settled, received again after its lock expired, or belongs to another event subscription'::text
          END AS "case"
-    FROM ( SELECT y.tok,
-             y.ord,
-             y.u,
-             (COALESCE((y.u = ANY (_lock_token_results.done)), false) AND (row_number() OVER (PARTITION BY y.u ORDER BY y.ord) = 1)) AS settled
-            FROM ( SELECT x.tok,
-                     x.ord,
-                         CASE
-                             WHEN (x.tok ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'::text) THEN (x.tok)::uuid
-                             ELSE NULL::uuid
-                         END AS u
-                    FROM unnest(_lock_token_results.lock_tokens) WITH ORDINALITY x(tok, ord)) y) t
+    FROM ( SELECT p.tok,
+             p.ord,
+             p.id,
+             p.secret,
+             (COALESCE((((p.id || ':'::text) || p.secret) = ANY (_lock_token_results.done)), false) AND (row_number() OVER (PARTITION BY p.id, p.secret ORDER BY p.ord) = 1)) AS settled
+            FROM eventgrid._parse_lock_tokens(_lock_token_results.lock_tokens) p(ord, tok, id, secret)) t
    ORDER BY t.ord;
 END;
 
-COMMENT ON FUNCTION eventgrid._lock_token_results(sid bigint, lock_tokens text[], done uuid[], operation text) IS 'Internal: the result row of each lock token an operation was given, in the order given: succeeded when the operation settled it (done), else why not (InvalidLockToken, TokenLost, LockRenewalLimitExceeded).';
-
-CREATE FUNCTION eventgrid._lock_tokens_arg(lock_tokens text[]) RETURNS uuid[]
-    LANGUAGE plpgsql IMMUTABLE
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$
-BEGIN
-    PERFORM eventgrid._check_not_null('lock_tokens', lock_tokens);
-    IF cardinality(lock_tokens) > 1000 THEN
-        RAISE EXCEPTION 'lock_tokens must hold at most 1000 lock tokens, got %', cardinality(lock_tokens)
-            USING ERRCODE = 'program_limit_exceeded', HINT = 'Settle the events of up to ten receive() calls at a time.';
-    END IF;
-    RETURN ARRAY(SELECT x.tok::uuid FROM unnest(lock_tokens) x(tok)
-                  WHERE x.tok ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$');
-END $_$;
-
-COMMENT ON FUNCTION eventgrid._lock_tokens_arg(lock_tokens text[]) IS 'Internal: the lock tokens of an operation''s argument that have the form of one (as uuid); 22004 NULL, 54000 more than 1000.';
+COMMENT ON FUNCTION eventgrid._lock_token_results(sid bigint, lock_tokens text[], done text[], operation text) IS 'Internal: the result row of each lock token an operation was given, in the order given: succeeded when the operation settled it (done: the tokens it settled, as id:secret), else why not (InvalidLockToken, TokenLost, LockRenewalLimitExceeded).';
 
 CREATE FUNCTION eventgrid._log(message text) RETURNS void
     LANGUAGE c STRICT
@@ -1712,7 +1730,7 @@ BEGIN
         SELECT s.id, x.reason, array_agg(x.id ORDER BY x.id) AS ids, count(*) FILTER (WHERE x.was_locked) AS lost
           FROM eventgrid.event_subscriptions s
          CROSS JOIN LATERAL (
-               SELECT q.id, q.lock_token IS NOT NULL AS was_locked,
+               SELECT q.id, q.lock_secret IS NOT NULL AS was_locked,
                       CASE WHEN q.publish_time + s.event_ttl * interval '1 minute' <= now THEN 'TimeToLiveExceeded'
                            ELSE 'MaxDeliveryCountExceeded' END AS reason
                  FROM eventgrid.queue_events q
@@ -1734,6 +1752,7 @@ COMMENT ON FUNCTION eventgrid._queue_expire(now timestamp with time zone) IS 'In
 CREATE FUNCTION eventgrid._queue_finish(sid bigint, ids bigint[], reason text) RETURNS integer
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     sub eventgrid.event_subscriptions;
@@ -1777,21 +1796,25 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid._queue_finish(sid bigint, ids bigint[], reason text) IS 'Internal: removes events ids of queue event subscription sid from eventgrid.queue_events and dead-letters them with reason (MaxDeliveryCountExceeded, TimeToLiveExceeded, Rejected; delivery_attempts: how many times they were received), or drops them when dead-lettering is off; publishes their dead-letter notifications and counts them as the delivery workers do. Returns how many.';
 
-CREATE FUNCTION eventgrid._queue_locked(sid bigint, toks uuid[], OUT ids bigint[], OUT tokens uuid[]) RETURNS record
+CREATE FUNCTION eventgrid._queue_locked(sid bigint, lock_tokens text[], OUT ids bigint[], OUT tokens text[]) RETURNS record
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
     BEGIN ATOMIC
  SELECT COALESCE(array_agg(l.id ORDER BY l.id), '{}'::bigint[]) AS "coalesce",
-     COALESCE(array_agg(l.lock_token), '{}'::uuid[]) AS "coalesce"
+     COALESCE(array_agg(((l.id || ':'::text) || l.lock_secret)), '{}'::text[]) AS "coalesce"
     FROM ( SELECT q.id,
-             q.lock_token
+             q.lock_secret
             FROM eventgrid.queue_events q
-           WHERE ((q.lock_token = ANY (_queue_locked.toks)) AND (q.subscription_id = _queue_locked.sid) AND (q.receivable_at > eventgrid._clock_now()))
+           WHERE ((q.id = ANY (ARRAY( SELECT t.id
+                    FROM eventgrid._parse_lock_tokens(_queue_locked.lock_tokens) t(ord, tok, id, secret)
+                   WHERE (t.id IS NOT NULL)))) AND (((q.id || ':'::text) || q.lock_secret) = ANY (ARRAY( SELECT ((t.id || ':'::text) || t.secret)
+                    FROM eventgrid._parse_lock_tokens(_queue_locked.lock_tokens) t(ord, tok, id, secret)))) AND (q.subscription_id = _queue_locked.sid) AND (q.receivable_at > eventgrid._clock_now()))
            ORDER BY q.id
           FOR UPDATE OF q) l;
 END;
 
-COMMENT ON FUNCTION eventgrid._queue_locked(sid bigint, toks uuid[], OUT ids bigint[], OUT tokens uuid[]) IS 'Internal: locks (FOR UPDATE) the events of queue event subscription sid whose lock tokens are toks and whose locks have not expired; their ids and tokens.';
+COMMENT ON FUNCTION eventgrid._queue_locked(sid bigint, lock_tokens text[], OUT ids bigint[], OUT tokens text[]) IS 'Internal: locks (FOR UPDATE) the events of queue event subscription sid whose locks lock_tokens name and have not expired; their ids and tokens (id:secret).';
 
 CREATE FUNCTION eventgrid._queue_subscription_id(topic text, subscription text) RETURNS bigint
     LANGUAGE plpgsql STABLE
@@ -1820,65 +1843,74 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid._queue_subscription_id(topic text, subscription text) IS 'Internal: the id of a queue event subscription; 22004 NULL, 42704 none, 42809 a push event subscription.';
 
-CREATE FUNCTION eventgrid._queue_take(sid bigint, max_events integer) RETURNS TABLE(lock_token text, delivery_count integer, event jsonb)
+CREATE FUNCTION eventgrid._queue_take(sid bigint, max_events integer, after timestamp with time zone DEFAULT '-infinity'::timestamp with time zone) RETURNS TABLE(lock_token text, delivery_count integer, event jsonb, was_receivable_at timestamp with time zone)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     sub eventgrid.event_subscriptions;
     t_now timestamptz := eventgrid._clock_now();
-    live bigint[];
+    live tid[];
+    low timestamptz;
     over_count bigint[];
     over_ttl bigint[];
     expired integer;
     got integer := 0;
     lost integer := 0;
+    finished integer := 0;
 BEGIN
     SELECT * INTO sub FROM eventgrid.event_subscriptions x WHERE x.id = sid;
     LOOP
         -- receivable now: never received, released, or locked by a receive whose lock expired;
         -- those another session is taking are skipped
-        SELECT array_agg(c.id ORDER BY c.id) FILTER (WHERE c.state = 'live'),
+        SELECT array_agg(c.tid) FILTER (WHERE c.state = 'live'), min(c.receivable_at) FILTER (WHERE c.state = 'live'),
                array_agg(c.id) FILTER (WHERE c.state = 'count'),
                array_agg(c.id) FILTER (WHERE c.state = 'ttl'),
                count(*) FILTER (WHERE c.was_locked)
-          INTO live, over_count, over_ttl, expired
-          FROM (SELECT q.id, q.lock_token IS NOT NULL AS was_locked,
+          INTO live, low, over_count, over_ttl, expired
+          FROM (SELECT q.ctid AS tid, q.id, q.receivable_at, q.lock_secret IS NOT NULL AS was_locked,
                        CASE WHEN q.publish_time + sub.event_ttl * interval '1 minute' <= t_now THEN 'ttl'
                             WHEN q.delivery_count >= sub.max_delivery_attempts THEN 'count'
                             ELSE 'live' END AS state
                   FROM eventgrid.queue_events q
-                 WHERE q.subscription_id = sid AND q.receivable_at <= t_now
+                 WHERE q.subscription_id = sid AND q.receivable_at <= t_now AND q.receivable_at >= after
                  ORDER BY q.receivable_at, q.id
                  LIMIT max_events - got
                  FOR UPDATE SKIP LOCKED) c;
         lost := lost + expired;
         IF over_count IS NOT NULL THEN
-            PERFORM eventgrid._queue_finish(sid, over_count, 'MaxDeliveryCountExceeded');
+            finished := finished + eventgrid._queue_finish(sid, over_count, 'MaxDeliveryCountExceeded');
         END IF;
         IF over_ttl IS NOT NULL THEN
-            PERFORM eventgrid._queue_finish(sid, over_ttl, 'TimeToLiveExceeded');
+            finished := finished + eventgrid._queue_finish(sid, over_ttl, 'TimeToLiveExceeded');
         END IF;
         IF live IS NOT NULL THEN
-            -- each lock a new random token (gen_random_uuid: 122 random bits), valid receive_lock_duration seconds
+            -- each lock a new token: the event's id and a new random secret (gen_random_uuid: 122 random bits),
+            -- valid receive_lock_duration seconds
             RETURN QUERY
+            -- by tid: the rows are locked by this transaction, so they stay where they are
             WITH taken AS (
                 UPDATE eventgrid.queue_events q
-                   SET lock_token = gen_random_uuid(), delivery_count = q.delivery_count + 1,
+                   SET lock_secret = gen_random_uuid(), delivery_count = q.delivery_count + 1,
                        receivable_at = t_now + sub.receive_lock_duration * interval '1 second', received_at = t_now
-                 WHERE q.id = ANY (live)
-                RETURNING q.id, q.lock_token, q.delivery_count, q.event
+                 WHERE q.ctid = ANY (live)
+                RETURNING q.id, q.lock_secret, q.delivery_count, q.event
             )
-            SELECT t.lock_token::text, t.delivery_count, t.event FROM taken t ORDER BY t.id;
+            SELECT t.id || ':' || t.lock_secret, t.delivery_count, t.event, low FROM taken t ORDER BY t.id;
             got := got + cardinality(live);
         END IF;
         -- what was dead-lettered made room: look again, until enough or nothing is left
         EXIT WHEN got >= max_events OR (over_count IS NULL AND over_ttl IS NULL);
     END LOOP;
     PERFORM eventgrid._queue_count(sid, got, 0, 0, 0, lost);
+    IF got = 0 AND finished > 0 THEN
+        -- one row of NULLs: something was done (receive() keeps its subtransaction) though nothing was taken
+        RETURN QUERY SELECT NULL::text, NULL::integer, NULL::jsonb, NULL::timestamptz;
+    END IF;
 END $$;
 
-COMMENT ON FUNCTION eventgrid._queue_take(sid bigint, max_events integer) IS 'Internal: takes up to max_events receivable events of queue event subscription sid (FOR UPDATE SKIP LOCKED, in publish order among those receivable together), locks each with a new random lock token for the subscription''s receive_lock_duration and adds 1 to its delivery count; those past their time to live or already received max_delivery_count times are dead-lettered instead (_queue_finish). eventgrid.receive() calls it in the caller''s transaction.';
+COMMENT ON FUNCTION eventgrid._queue_take(sid bigint, max_events integer, after timestamp with time zone) IS 'Internal: takes up to max_events receivable events of queue event subscription sid whose receivable_at is not before after (FOR UPDATE SKIP LOCKED, oldest receivable first, in publish order among those receivable together), locks each with a new random lock token for the subscription''s receive_lock_duration and adds 1 to its delivery count (was_receivable_at: the earliest receivable_at the taken rows had, which receive() starts its next look from); those past their time to live or already received max_delivery_count times are dead-lettered instead (_queue_finish), and when that was all it did it returns one row of NULLs. eventgrid.receive() calls it in a subtransaction of the caller''s transaction.';
 
 CREATE FUNCTION eventgrid._quote(v text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -2456,18 +2488,25 @@ COMMENT ON FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, O
 CREATE FUNCTION eventgrid.acknowledge(topic text, subscription text, lock_tokens text[]) RETURNS TABLE(lock_token text, succeeded boolean, error text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     sid bigint := eventgrid._queue_subscription_id(topic, subscription);
-    toks uuid[] := eventgrid._lock_tokens_arg(lock_tokens);
-    done uuid[];
+    ids bigint[];
+    toks text[];
+    done text[];
 BEGIN
+    PERFORM eventgrid._check_lock_tokens(lock_tokens);
+    SELECT array_agg(t.id), array_agg(t.id || ':' || t.secret) INTO ids, toks
+      FROM eventgrid._parse_lock_tokens(lock_tokens) t WHERE t.id IS NOT NULL;
+    -- by primary key (no join: a plan that cannot become a scan of the queue), then the secret
     WITH gone AS (
         DELETE FROM eventgrid.queue_events q
-         WHERE q.lock_token = ANY (toks) AND q.subscription_id = sid AND q.receivable_at > eventgrid._clock_now()
-        RETURNING q.lock_token
+         WHERE q.id = ANY (ids) AND (q.id || ':' || q.lock_secret) = ANY (toks) AND q.subscription_id = sid
+           AND q.receivable_at > eventgrid._clock_now()
+        RETURNING q.id || ':' || q.lock_secret AS tok
     )
-    SELECT coalesce(array_agg(g.lock_token), '{}') INTO done FROM gone g;
+    SELECT coalesce(array_agg(g.tok), '{}') INTO done FROM gone g;
     PERFORM eventgrid._queue_count(sid, 0, cardinality(done), 0, 0, 0);
     RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, done, 'acknowledge');
 END $$;
@@ -2903,13 +2942,14 @@ COMMENT ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription te
 CREATE FUNCTION eventgrid.reject(topic text, subscription text, lock_tokens text[]) RETURNS TABLE(lock_token text, succeeded boolean, error text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     sid bigint := eventgrid._queue_subscription_id(topic, subscription);
-    toks uuid[] := eventgrid._lock_tokens_arg(lock_tokens);
     l record;
 BEGIN
-    l := eventgrid._queue_locked(sid, toks);
+    PERFORM eventgrid._check_lock_tokens(lock_tokens);
+    l := eventgrid._queue_locked(sid, lock_tokens);
     PERFORM eventgrid._queue_finish(sid, l.ids, 'Rejected');
     PERFORM eventgrid._queue_count(sid, 0, 0, 0, cardinality(l.ids), 0);
     RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, l.tokens, 'reject');
@@ -2920,19 +2960,20 @@ COMMENT ON FUNCTION eventgrid.reject(topic text, subscription text, lock_tokens 
 CREATE FUNCTION eventgrid.release(topic text, subscription text, lock_tokens text[], release_delay integer DEFAULT 0) RETURNS TABLE(lock_token text, succeeded boolean, error text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     sid bigint := eventgrid._queue_subscription_id(topic, subscription);
-    toks uuid[] := eventgrid._lock_tokens_arg(lock_tokens);
     l record;
 BEGIN
+    PERFORM eventgrid._check_lock_tokens(lock_tokens);
     IF release_delay IS NULL OR release_delay NOT IN (0, 10, 60, 600, 3600) THEN
         RAISE EXCEPTION 'release_delay must be 0, 10, 60, 600 or 3600 seconds, got %', coalesce(release_delay::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value', HINT = 'These are Event Grid''s release delays.';
     END IF;
-    l := eventgrid._queue_locked(sid, toks);
+    l := eventgrid._queue_locked(sid, lock_tokens);
     UPDATE eventgrid.queue_events q
-       SET lock_token = NULL, receivable_at = eventgrid._clock_now() + release_delay * interval '1 second'
+       SET lock_secret = NULL, receivable_at = eventgrid._clock_now() + release_delay * interval '1 second'
      WHERE q.id = ANY (l.ids);
     IF cardinality(l.ids) > 0 THEN
         -- receivable again now, or waiting consumers look when the delay ends
@@ -3008,22 +3049,29 @@ COMMENT ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription tex
 CREATE FUNCTION eventgrid.renew_locks(topic text, subscription text, lock_tokens text[]) RETURNS TABLE(lock_token text, succeeded boolean, error text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     sid bigint := eventgrid._queue_subscription_id(topic, subscription);
-    toks uuid[] := eventgrid._lock_tokens_arg(lock_tokens);
     t_now timestamptz := eventgrid._clock_now();
-    done uuid[];
+    lock_seconds integer;
+    ids bigint[];
+    toks text[];
+    done text[];
 BEGIN
+    PERFORM eventgrid._check_lock_tokens(lock_tokens);
+    SELECT s.receive_lock_duration INTO lock_seconds FROM eventgrid.event_subscriptions s WHERE s.id = sid;
+    SELECT array_agg(t.id), array_agg(t.id || ':' || t.secret) INTO ids, toks
+      FROM eventgrid._parse_lock_tokens(lock_tokens) t WHERE t.id IS NOT NULL;
     WITH renewed AS (
         UPDATE eventgrid.queue_events q
-           SET receivable_at = t_now + s.receive_lock_duration * interval '1 second'
-          FROM eventgrid.event_subscriptions s
-         WHERE s.id = sid AND q.lock_token = ANY (toks) AND q.subscription_id = sid AND q.receivable_at > t_now
+           SET receivable_at = t_now + lock_seconds * interval '1 second'
+         WHERE q.id = ANY (ids) AND (q.id || ':' || q.lock_secret) = ANY (toks) AND q.subscription_id = sid
+           AND q.receivable_at > t_now
            AND q.received_at > t_now - interval '1 hour'
-        RETURNING q.lock_token
+        RETURNING q.id || ':' || q.lock_secret AS tok
     )
-    SELECT coalesce(array_agg(r.lock_token), '{}') INTO done FROM renewed r;
+    SELECT coalesce(array_agg(r.tok), '{}') INTO done FROM renewed r;
     RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, done, 'renew');
 END $$;
 
@@ -4172,8 +4220,8 @@ CREATE VIEW eventgrid.queue_metrics AS
           GROUP BY x.subscription_id) k ON ((k.subscription_id = s.id)))
      LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)))
      CROSS JOIN LATERAL ( SELECT count(*) FILTER (WHERE (e.receivable_at <= eventgrid._now())) AS receivable,
-            count(*) FILTER (WHERE ((e.lock_token IS NOT NULL) AND (e.receivable_at > eventgrid._now()))) AS locked,
-            count(*) FILTER (WHERE ((e.lock_token IS NULL) AND (e.receivable_at > eventgrid._now()))) AS delayed,
+            count(*) FILTER (WHERE ((e.lock_secret IS NOT NULL) AND (e.receivable_at > eventgrid._now()))) AS locked,
+            count(*) FILTER (WHERE ((e.lock_secret IS NULL) AND (e.receivable_at > eventgrid._now()))) AS delayed,
             min(e.publish_time) FILTER (WHERE (e.receivable_at <= eventgrid._now())) AS oldest
            FROM eventgrid.queue_events e
           WHERE (e.subscription_id = s.id)) q)
@@ -4380,9 +4428,6 @@ ALTER TABLE ONLY eventgrid.ordering_keys
 
 ALTER TABLE ONLY eventgrid.queue_counters
     ADD CONSTRAINT queue_counters_pkey PRIMARY KEY (subscription_id, slot);
-
-ALTER TABLE ONLY eventgrid.queue_events
-    ADD CONSTRAINT queue_events_lock_token_key UNIQUE (lock_token);
 
 ALTER TABLE ONLY eventgrid.queue_events
     ADD CONSTRAINT queue_events_pkey PRIMARY KEY (id);
@@ -4626,6 +4671,8 @@ REVOKE ALL ON FUNCTION eventgrid._check_event_publications() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_install_database() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._check_lock_tokens(lock_tokens text[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._check_not_null(field text, val anyelement) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_ordering_key(ordering_key text) FROM PUBLIC;
@@ -4718,9 +4765,9 @@ GRANT ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) TO eventgrid_
 
 REVOKE ALL ON FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._lock_token_results(sid bigint, lock_tokens text[], done uuid[], operation text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._parse_lock_tokens(lock_tokens text[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._lock_tokens_arg(lock_tokens text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._lock_token_results(sid bigint, lock_tokens text[], done text[], operation text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._log(message text) FROM PUBLIC;
 
@@ -4749,11 +4796,11 @@ REVOKE ALL ON FUNCTION eventgrid._queue_expire(now timestamp with time zone) FRO
 
 REVOKE ALL ON FUNCTION eventgrid._queue_finish(sid bigint, ids bigint[], reason text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._queue_locked(sid bigint, toks uuid[], OUT ids bigint[], OUT tokens uuid[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._queue_locked(sid bigint, lock_tokens text[], OUT ids bigint[], OUT tokens text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._queue_subscription_id(topic text, subscription text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._queue_take(sid bigint, max_events integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._queue_take(sid bigint, max_events integer, after timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._quote(v text) FROM PUBLIC;
 

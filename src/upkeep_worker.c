@@ -28,9 +28,11 @@
 #define EG_SUMMARY_INTERVAL_MS 60000
 #define EG_CERTIFICATE_CHECK_INTERVAL_MS (60 * 60 * 1000)
 #define EG_CERTIFICATE_WARN_DAYS 7
+#define EG_QUEUE_SWEEP_INTERVAL_MS 10000	/* queue subscriptions' expired events (a scan of their receivable ones) */
 
 static TimestampTz backlog_at = 0;
 static TimestampTz certificates_checked_at = 0;
+static TimestampTz queue_swept_at = 0;	/* 0: at the next upkeep (also after new settings: the clock may have moved) */
 
 static void log_summary(void);
 static void warn_expiring_certificates(void);
@@ -66,7 +68,8 @@ note_subscriptions(void)
  * pass what is published, chunks and in-flight retries of delivery workers that no longer
  * run become retries (eg_store_recover), published and unmatched events
  * are counted, queue subscriptions' events past their time to live or
- * delivery count are dead-lettered (eg_store_expire_queue) (and whether the database has an event subscription is
+ * delivery count are dead-lettered (eg_store_expire_queue; every 10 s, and
+ * after new settings) (and whether the database has an event subscription is
  * noted), each event table other than the current one is emptied if
  * nothing needs it, and the attempt history is rotated when its current
  * table is due.  Each step is its own unit of work.  Runs in the upkeep worker.  Returns whether an event
@@ -94,7 +97,11 @@ upkeep(void)
 	eg_store_recover(0, now, eg_attempt_history != EG_HISTORY_OFF, &charged, &taken);
 	eg_store_count_unmatched();
 	eg_store_forget_health();
-	(void) eg_store_expire_queue(now);
+	if (GetCurrentTimestamp() - queue_swept_at >= (TimestampTz) EG_QUEUE_SWEEP_INTERVAL_MS * 1000)
+	{
+		(void) eg_store_expire_queue(now);
+		queue_swept_at = GetCurrentTimestamp();
+	}
 	note_subscriptions();
 	eg_end_work();
 	/* retries made here are due at once: the delivery workers may be asleep until their next due time */
@@ -317,7 +324,10 @@ eventgrid_upkeep_main(Datum arg)
 		bool		short_of_slots;
 
 		if (eg_begin_round())
-			again = true;		/* new settings (e.g. the attempt history's) apply at once */
+		{
+			again = true;
+			queue_swept_at = 0;
+		}		/* new settings (e.g. the attempt history's) apply at once */
 		SpinLockAcquire(&eg_shared->mutex);
 		wanted = eg_my_db->upkeep_wanted;
 		SpinLockRelease(&eg_shared->mutex);

@@ -6,8 +6,9 @@
  * from its position into eventgrid.queue_events (_position_to_retries())
  * and, at commit, broadcast on the database's condition variable
  * (eg_queue_cv()).  receive() takes receivable events with
- * eventgrid._queue_take() (FOR UPDATE SKIP LOCKED, in the caller's
- * transaction) and, finding none, sleeps on that condition variable until
+ * eventgrid._queue_take() (FOR UPDATE SKIP LOCKED, in a subtransaction of
+ * the caller's transaction, kept when it took something) and, finding
+ * none, sleeps on that condition variable until
  * a broadcast, the next lock expiry or release delay, or the end of its
  * wait.  It reads no event table: a waiting call holds no lock a rotation
  * needs.  The other subscriber operations (acknowledge, release, reject,
@@ -22,6 +23,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "utils/builtins.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
@@ -31,6 +33,25 @@
 #define EG_RECEIVE_MAX_WAIT_S 120
 /* how long to sleep when receivable events are held by another consumer's open transaction */
 #define EG_RECEIVE_HELD_RETRY_MS 50
+/* how long a look may start from where this backend's last look found events (below) */
+#define EG_RECEIVE_HINT_MS 1000
+
+/*
+ * Where this backend's next look at a subscription's queue starts.  A
+ * drained queue's index on (subscription_id, receivable_at, id) begins with
+ * the entries of every event taken since the last VACUUM (a lock moves its
+ * event to the index's end, an acknowledge deletes it): a look from the
+ * start walks them all, more the longer a drain runs.  Events become
+ * receivable in receivable_at order (each move into the queue, release
+ * and lock is stamped with the time it is made), so the earliest
+ * receivable_at the last look took is a bound below which only events that
+ * another session skipped then can be; those (its transaction rolled back)
+ * are found by a look from the start, which is made once a second, and
+ * whenever a look from the bound finds nothing.
+ */
+static int64 hint_sid = 0;
+static TimestampTz hint_at;
+static TimestampTz hint_until;
 
 PG_FUNCTION_INFO_V1(eventgrid_receive);
 
@@ -63,8 +84,8 @@ eventgrid_receive(PG_FUNCTION_ARGS)
 	int64		sid;
 	ConditionVariable *cv;
 	TimestampTz deadline;
-	Datum		args[2];
-	Oid			types[2] = {INT8OID, INT4OID};
+	Datum		args[3];
+	Oid			types[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
 	bool		isnull;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2) || PG_ARGISNULL(3))
@@ -104,41 +125,94 @@ eventgrid_receive(PG_FUNCTION_ARGS)
 	{
 		long		remaining_ms;
 		long		sleep_ms;
-		Datum		next;
+		bool		hinted = hint_sid == sid && GetCurrentTimestamp() < hint_until;
+		int			got = 0;
+		uint64		rows;
+		MemoryContext oldcontext = CurrentMemoryContext;
+		ResourceOwner oldowner = CurrentResourceOwner;
 
-		/* on the wait list before looking: a broadcast after the look wakes the sleep */
-		ConditionVariablePrepareToSleep(cv);
-		if (SPI_execute_with_args("SELECT t.lock_token, t.delivery_count, t.event FROM eventgrid._queue_take($1, $2) t",
-								  2, types, args, NULL, false, 0) != SPI_OK_SELECT)
+		/*
+		 * Each look is a subtransaction.  FOR UPDATE SKIP LOCKED locks a row
+		 * that another consumer locked and committed after this look's
+		 * snapshot even when the row no longer qualifies; a look that finds
+		 * nothing is rolled back, so that such locks are not held while it
+		 * waits (another consumer's acknowledge of that row would wait
+		 * with it).
+		 */
+		BeginInternalSubTransaction(NULL);
+		MemoryContextSwitchTo(oldcontext);
+		args[2] = TimestampTzGetDatum(hinted ? hint_at : DT_NOBEGIN);
+		if (SPI_execute_with_args("SELECT t.lock_token, t.delivery_count, t.event, t.was_receivable_at"
+								  "  FROM eventgrid._queue_take($1, $2, $3) t",
+								  3, types, args, NULL, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "could not take events of the queue subscription");
-		if (SPI_processed > 0)
+		rows = SPI_processed;
+		for (uint64 i = 0; i < rows; i++)
 		{
-			for (uint64 i = 0; i < SPI_processed; i++)
-			{
-				Datum		values[3];
-				bool		nulls[3];
+			Datum		values[4];
+			bool		nulls[4];
 
-				for (int c = 0; c < 3; c++)
-					values[c] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, c + 1, &nulls[c]);
-				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			for (int c = 0; c < 4; c++)
+				values[c] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, c + 1, &nulls[c]);
+			if (nulls[0])
+				continue;		/* the row that says it dead-lettered events and took none */
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			if (got++ == 0 || DatumGetTimestampTz(values[3]) < hint_at)
+				hint_at = DatumGetTimestampTz(values[3]);
+		}
+		SPI_freetuptable(SPI_tuptable);
+		if (rows > 0)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		if (got > 0)
+		{
+			if (!hinted)
+			{
+				hint_sid = sid;
+				hint_until = GetCurrentTimestamp() + (TimestampTz) EG_RECEIVE_HINT_MS * 1000;
 			}
 			break;
 		}
-		SPI_freetuptable(SPI_tuptable);
+		if (rows > 0 || hinted)
+		{
+			/* events dead-lettered, or nothing from the bound: look again (from the start) */
+			hint_sid = 0;
+			continue;
+		}
 		remaining_ms = (long) ((deadline - GetCurrentTimestamp()) / 1000);
 		if (remaining_ms <= 0)
 			break;
-		/* the next lock expiry or end of a release delay, in milliseconds (NULL: none) */
-		if (SPI_execute_with_args("SELECT ceil(extract(epoch FROM min(q.receivable_at) - eventgrid._clock_now()) * 1000)::int8"
-								  "  FROM eventgrid.queue_events q WHERE q.subscription_id = $1",
+
+		/*
+		 * On the wait list before the last look at the queue: a commit that
+		 * makes events receivable after it wakes the sleep.  The look: how
+		 * long until the next lock or release delay ends, and whether
+		 * events are receivable now after all (other consumers' locks not
+		 * committed yet, or events that came since the take: a short sleep).
+		 */
+		ConditionVariablePrepareToSleep(cv);
+		if (SPI_execute_with_args("SELECT ceil(extract(epoch FROM (SELECT min(q.receivable_at) FROM eventgrid.queue_events q"
+								  "                                   WHERE q.subscription_id = $1"
+								  "                                     AND q.receivable_at > eventgrid._clock_now()) - eventgrid._clock_now()) * 1000)::int8,"
+								  "       EXISTS (SELECT 1 FROM eventgrid.queue_events q WHERE q.subscription_id = $1"
+								  "                  AND q.receivable_at <= eventgrid._clock_now())",
 								  1, types, args, NULL, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not look for the next receivable event");
-		next = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		sleep_ms = remaining_ms;
-		if (!isnull)
-			sleep_ms = Min(sleep_ms, Max(DatumGetInt64(next), EG_RECEIVE_HELD_RETRY_MS));
+		{
+			Datum		next = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+			if (!isnull)
+				sleep_ms = Min(sleep_ms, Max(DatumGetInt64(next), 1));
+			if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
+				sleep_ms = Min(sleep_ms, EG_RECEIVE_HELD_RETRY_MS);
+		}
 		SPI_freetuptable(SPI_tuptable);
 		(void) ConditionVariableTimedSleep(cv, sleep_ms, PG_WAIT_EXTENSION);
+		ConditionVariableCancelSleep();
 	}
 	ConditionVariableCancelSleep();
 	SPI_finish();

@@ -145,12 +145,14 @@ ok(wait_for_sql($node, "SELECT receivable_events FROM eventgrid.queue_metrics WH
 	'five events receivable');
 my @got = receive('q-main', 3);
 is(join(',', map { "$_->[2]:$_->[1]" } @got), 'a1:1,a2:1,a3:1', 'receive(max_events 3): the oldest three, delivery_count 1');
-like($got[0][0], qr/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/, 'a lock token is a random (version 4) UUID');
-is(op('acknowledge', 'q-main', [ $got[0][0], $got[0][0], 'not-a-token', '00000000-0000-4000-8000-000000000000' ]),
-	"true \nfalse TokenLost: the same lock token came earlier in this call\n"
-	  . "false InvalidLockToken: not a lock token of eventgrid.receive()\n"
-	  . "false TokenLost: no such lock; the event was settled, received again after its lock expired, or belongs to another event subscription",
-	'acknowledge: one row per token, in order; only the good one succeeds');
+like($got[0][0], qr/^[0-9]+:[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/,
+	'a lock token is the event\'s queue id and a random (version 4) UUID');
+(my $forged = $got[0][0]) =~ s/:.*/:00000000-0000-4000-8000-000000000000/;
+is(op('acknowledge', 'q-main', [ $forged, $got[0][0], $got[0][0], 'not-a-token' ]),
+	"false TokenLost: no such lock; the event was settled, received again after its lock expired, or belongs to another event subscription\n"
+	  . "true \nfalse TokenLost: the same lock token came earlier in this call\n"
+	  . "false InvalidLockToken: not a lock token of eventgrid.receive()",
+	'acknowledge: one row per token, in order; the right id with a forged secret fails, the good one succeeds');
 is(op('acknowledge', 'q-main', [ $got[0][0] ]), 'false TokenLost: no such lock; the event was settled, received again after its lock expired, or belongs to another event subscription',
 	'an acknowledged event cannot be settled again');
 
@@ -227,6 +229,27 @@ is(sql("SELECT eventgrid.redeliver_dead_letters('orders', 'q-main')"), '2', 'q-m
 is(join(',', sort map { "$_->[2]:$_->[1]" } @got), 'a2:1,a5:1', 'receivable again, delivery_count from 1');
 op('acknowledge', 'q-main', [ map { $_->[0] } @got ]);
 
+# --- pg_dump / pg_restore keeps the queue, locks included
+publish('dropping', 'x1', 'x2', 'x3');
+ok(wait_for_sql($node, "SELECT receivable_events FROM eventgrid.queue_metrics WHERE event_subscription = 'q-drop'", '3'),
+	'q-drop has x1, x2, x3');
+my @locked = receive('q-drop', 2);
+my $qstate = "SELECT string_agg(q.event->>'id' || ':' || q.delivery_count || ':' || (q.lock_secret IS NOT NULL)"
+  . " || ':' || q.receivable_at, ' ' ORDER BY q.id) FROM eventgrid.queue_events q";
+my $qbefore = sql($qstate);
+my $dump = "$PostgreSQL::Test::Utils::tmp_check/pull.dump";
+$node->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $node->connstr('postgres') ], 'pg_dump -Fc');
+sql('CREATE DATABASE restored');
+$node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('restored'), $dump ], 'pg_restore into a new database');
+is($node->safe_psql('restored', $qstate), $qbefore, 'the restored queue has the same events, delivery counts and lock ends');
+is($node->safe_psql('restored', "SELECT string_agg(event->>'id' || ':' || delivery_count, ' ')"
+		  . " FROM eventgrid.receive('dropping', 'q-drop', 10, 10)"), 'x3:1', 'the restored database receives the unlocked one');
+is($node->safe_psql('restored', "SELECT succeeded FROM eventgrid.acknowledge('dropping', 'q-drop', ARRAY['$locked[0][0]'])"),
+	't', 'and a lock taken before the dump settles there too');
+sql('DROP DATABASE restored');
+op('acknowledge', 'q-drop', [ map { $_->[0] } @locked ]);
+op('acknowledge', 'q-drop', [ map { $_->[0] } receive('q-drop', 10) ]);
+
 # --- what the views say
 is(metric('q-main', "received_total || ' ' || acknowledged_total || ' ' || released_total || ' ' || rejected_total"),
 	'14 7 3 1', 'queue_metrics: received, acknowledged, released, rejected');
@@ -251,7 +274,7 @@ like(fails("SELECT eventgrid.create_event_subscription('orders', 'q-mine', deliv
 	qr/42501/, 'and creates no subscription');
 like(fails("SELECT * FROM eventgrid.receive('orders', 'q-main', 1, 10)", 'app'), qr/42501/, 'a publisher cannot receive');
 like(fails("SELECT * FROM eventgrid.acknowledge('orders', 'q-main', ARRAY['x'])", 'app'), qr/42501/, 'nor acknowledge');
-like(fails("SELECT lock_token FROM eventgrid.queue_events", 'ops'), qr/42501/, 'an administrator never reads lock tokens');
+like(fails("SELECT lock_secret FROM eventgrid.queue_events", 'ops'), qr/42501/, 'an administrator never reads lock secrets');
 is($node->safe_psql('postgres', "SET ROLE ops; SELECT count(*) FROM eventgrid.queue_events"), '0',
 	'but reads the queue (delivery_statistics does)');
 
