@@ -172,7 +172,7 @@ typedef struct EgDbSlot
 
 /*
  * Consumers waiting in eventgrid.receive() (queue event subscriptions, SPEC
- * 12) sleep on the condition variable of their database's oid modulo this;
+ * 14) sleep on the condition variable of their database's oid modulo this;
  * a commit that made events receivable broadcasts on it.  Not in the
  * database slots: a slot is cleared when it is taken again.
  */

@@ -421,10 +421,11 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 	eg_store_no_flush_wait();
 	/*
 	 * Ordered subscriptions' new events become their retries first, to be
-	 * claimed there (queue subscriptions' become receivable).  Retries are due when some were moved or the last claim
-	 * found some: then the look for the next due time (an index scan past
-	 * the retries finished since the last VACUUM, a fifth of an ordered
-	 * drain's claims: bench figure 20) is spared.
+	 * claimed there (queue subscriptions' become receivable).  Retries are
+	 * due when some were moved or the last claim found some: then the look
+	 * for the next due time (an index scan past the retries finished since
+	 * the last VACUUM, a fifth of an ordered drain's claims: bench figure
+	 * 20) is spared.
 	 */
 	if (eg_store_transfer_positions(eg_now(), &transfer_locked) > 0 || last_claim_had_retries)
 		due = 0;

@@ -8,9 +8,8 @@
  * (eg_queue_cv()).  receive() takes receivable events with
  * eventgrid._queue_take() (FOR UPDATE SKIP LOCKED, in a subtransaction of
  * the caller's transaction, kept when it took something) and, finding
- * none, sleeps on that condition variable until
- * a broadcast, the next lock expiry or release delay, or the end of its
- * wait.  It reads no event table: a waiting call holds no lock a rotation
+ * none, sleeps on that condition variable until a broadcast, the next lock
+ * expiry or release delay, or the end of its wait.  It reads no event table: a waiting call holds no lock a rotation
  * needs.  The other subscriber operations (acknowledge, release, reject,
  * renew_locks) are SQL functions.
  */
@@ -61,7 +60,8 @@ check_range(const char *field, int32 v, int32 lo, int32 hi, const char *unit)
 	if (v < lo || v > hi)
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("%s must be between %d and %d%s, got %d", field, lo, hi, unit, v)));
+				 errmsg("%s must be between %d and %d%s, got %d", field, lo, hi, unit, v),
+				 errhint("Choose a whole number from %d to %d%s.", lo, hi, unit)));
 }
 
 /*

@@ -171,8 +171,8 @@ static EgStatement count_positions = {
  * there.  Queue subscriptions (SPEC 14) are not claimed at all: what
  * becomes visible to them moves into eventgrid.queue_events, where
  * consumers receive it.  This finds the positions of this cluster's ordered
- * and queue subscriptions that are not held (paused, endpoint not validated) and have events to
- * pass, and locks those no other session holds; a claim that finds nothing
+ * and queue subscriptions that are not held (paused, endpoint not validated)
+ * and have events to pass, and locks those no other session holds; a claim that finds nothing
  * new holds nothing.  Always the generic plan: planning it (with
  * _unpassed_events() inlined over the event tables) took longer than
  * running it.

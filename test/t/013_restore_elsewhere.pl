@@ -23,7 +23,13 @@ my $a = new_node('first', 'eventgrid.delivery_paused' => 'on');
 $a->safe_psql('postgres', "SELECT eventgrid.create_topic('shop')");
 $a->safe_psql('postgres', "SELECT eventgrid.create_event_subscription('shop', 'sink', '$u/status/200/sink')");
 $a->safe_psql('postgres', "SELECT eventgrid.publish('shop', '[" . join(',', map { eg_event("a-$_") } 1 .. 5) . "]')");
-is($a->safe_psql('postgres', "SELECT pending FROM eventgrid.delivery_statistics"), '5', 'cluster A: five deliveries pending');
+is($a->safe_psql('postgres', "SELECT pending FROM eventgrid.delivery_statistics WHERE subscription = 'sink'"), '5',
+	'cluster A: five deliveries pending');
+# and three events of a queue subscription (pull delivery) at its position
+$a->safe_psql('postgres', "SELECT eventgrid.create_topic('jobs', 'CloudEventSchemaV1_0', 'namespace');"
+	  . " SELECT eventgrid.create_event_subscription('jobs', 'workers', delivery_mode => 'queue');"
+	  . " INSERT INTO eventgrid.events (topic, event) SELECT 'jobs', jsonb_build_object('specversion', '1.0', 'id', 'j-' || g,"
+	  . " 'source', '/a', 'type', 'Job.Queued') FROM generate_series(1, 3) g");
 my $dump = "$PostgreSQL::Test::Utils::tmp_check/elsewhere.dump";
 $a->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $a->connstr('postgres') ], 'pg_dump of cluster A');
 $a->stop;
@@ -44,8 +50,13 @@ $b->safe_psql('restored', "ALTER SYSTEM SET eventgrid.delivery_paused = off; SEL
 my @got = wait_for_requests($r, '/status/200/sink', 5, 60);
 is_deeply([ sort map { $json->decode($_->{body})->[0]{id} } @got ], [ map { "a-$_" } 1 .. 5 ],
 	'cluster B delivers the five pending events');
-like(slurp_file($b->logfile), qr/positions restored from another cluster start afresh; 5 pending deliveries became retries/,
+like(slurp_file($b->logfile),
+	qr/positions restored from another cluster start afresh; 8 pending deliveries became retries or receivable queue events/,
 	'the log says the positions started afresh');
+is($b->safe_psql('restored', "SELECT string_agg(event->>'id' || ':' || delivery_count, ' ' ORDER BY event->>'id')"
+		  . " FROM eventgrid.receive('jobs', 'workers', 10, 10)"), 'j-1:1 j-2:1 j-3:1',
+	'the queue subscription\'s three events are receivable in cluster B');
+$b->safe_psql('restored', "SELECT eventgrid.acknowledge('jobs', 'workers', ARRAY(SELECT id || ':' || lock_secret FROM eventgrid.queue_events))");
 is($b->safe_psql('restored', "SELECT count(DISTINCT system_identifier) FROM eventgrid.subscription_positions"
 	  . " WHERE system_identifier = eventgrid._system_identifier()"), '1', 'the positions are cluster B\'s now');
 
