@@ -862,7 +862,7 @@ BEGIN
     RETURN n;
 END $$;
 REVOKE ALL ON FUNCTION eventgrid._queue_expire(timestamptz) FROM PUBLIC;
-COMMENT ON FUNCTION eventgrid._queue_expire(timestamptz) IS 'Internal: dead-letters (or drops) the receivable events of every queue event subscription that are past their time to live or were received max_delivery_count times and not settled, as receive() would when it came to them; returns how many. The upkeep worker runs it at each round, so that they leave without a consumer.';
+COMMENT ON FUNCTION eventgrid._queue_expire(timestamptz) IS 'Internal: dead-letters (or drops) the receivable events of every queue event subscription that are past their time to live or were received max_delivery_count times and not settled, as receive() would when it came to them; returns how many. The upkeep worker runs it every 10 s (and after new settings), so that they leave without a consumer.';
 
 CREATE FUNCTION eventgrid._parse_lock_tokens(lock_tokens text[])
     RETURNS TABLE (ord bigint, tok text, id bigint, secret uuid)

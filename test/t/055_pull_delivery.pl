@@ -331,6 +331,18 @@ IPC::Run::run([ 'python3', '-c', $py ], '<', \$events, '>', \$pyout, '2>', \$pye
 is($pyout, "20 w1 /shop Shop.OrderCreated True\n", 'azure.core.messaging.CloudEvent parses the twenty received events')
   or diag($pyerr);
 
+# --- each of Event Grid's release delays
+publish('dropping', 'r60', 'r600', 'r3600');
+ok(wait_for_sql($node, "SELECT receivable_events FROM eventgrid.queue_metrics WHERE event_subscription = 'q-drop'", '3'),
+	'q-drop has three more');
+my %rtok = map { $_->[2] => $_->[0] } receive('q-drop', 3);
+op('release', 'q-drop', [ $rtok{$_} ], ", " . substr($_, 1)) for qw(r60 r600 r3600);
+is(sql("SELECT string_agg(event->>'id' || '=' || round(extract(epoch FROM receivable_at - eventgrid._clock_now()) / 10) * 10,"
+		  . " ' ' ORDER BY receivable_at) FROM eventgrid.queue_events q JOIN eventgrid.event_subscriptions s"
+		  . " ON s.id = q.subscription_id WHERE s.name = 'q-drop'"),
+	'r60=60 r600=600 r3600=3600', 'released with 60, 600 and 3600 s: receivable after each delay');
+is(metric('q-drop', 'delayed_events'), '3', 'queue_metrics counts them as delayed');
+
 # --- eight consumers drain 100,000 events, each acknowledged exactly once
 sql("SELECT eventgrid.create_event_subscription('bulk', 'q-drain', delivery_mode => 'queue', receive_lock_duration => 300)");
 sql("CREATE TABLE acked (event_id text, consumer int)");
