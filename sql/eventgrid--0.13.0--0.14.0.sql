@@ -678,18 +678,9 @@ CREATE FUNCTION eventgrid._queue_subscription_id(topic text, subscription text) 
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-    sid bigint;
-    mode text;
+    sid bigint := eventgrid._subscription_id(topic, subscription);
 BEGIN
-    PERFORM eventgrid._check_not_null('topic', topic);
-    PERFORM eventgrid._check_not_null('subscription', subscription);
-    SELECT s.id, s.delivery_mode INTO sid, mode FROM eventgrid.event_subscriptions s
-     WHERE s.topic = _queue_subscription_id.topic AND s.name = _queue_subscription_id.subscription;
-    IF sid IS NULL THEN
-        RAISE EXCEPTION 'event subscription % of topic % does not exist', eventgrid._quote(subscription), eventgrid._quote(topic)
-            USING ERRCODE = 'undefined_object', HINT = 'eventgrid.event_subscriptions lists them.';
-    END IF;
-    IF mode <> 'queue' THEN
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s WHERE s.id = sid AND s.delivery_mode = 'queue') THEN
         RAISE EXCEPTION 'event subscription % of topic % delivers by push, not from a queue', eventgrid._quote(subscription),
                         eventgrid._quote(topic)
             USING ERRCODE = 'wrong_object_type',
@@ -908,7 +899,7 @@ END;
 REVOKE ALL ON FUNCTION eventgrid._lock_token_results(bigint, text[], text[], text) FROM PUBLIC;
 COMMENT ON FUNCTION eventgrid._lock_token_results(bigint, text[], text[], text) IS 'Internal: the result row of each lock token an operation was given, in the order given: succeeded when the operation settled it (done: the tokens it settled, as id:secret), else why not (InvalidLockToken, TokenLost, LockRenewalLimitExceeded).';
 
-CREATE FUNCTION eventgrid._check_lock_tokens(lock_tokens text[]) RETURNS void
+CREATE FUNCTION eventgrid._lock_token_keys(lock_tokens text[], OUT ids bigint[], OUT tokens text[])
     LANGUAGE plpgsql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -918,9 +909,11 @@ BEGIN
         RAISE EXCEPTION 'lock_tokens must hold at most 1000 lock tokens, got %', cardinality(lock_tokens)
             USING ERRCODE = 'program_limit_exceeded', HINT = 'Settle the events of up to ten receive() calls at a time.';
     END IF;
+    SELECT coalesce(array_agg(t.id), '{}'), coalesce(array_agg(t.id || ':' || t.secret), '{}') INTO ids, tokens
+      FROM eventgrid._parse_lock_tokens(lock_tokens) t WHERE t.id IS NOT NULL;
 END $$;
-REVOKE ALL ON FUNCTION eventgrid._check_lock_tokens(text[]) FROM PUBLIC;
-COMMENT ON FUNCTION eventgrid._check_lock_tokens(text[]) IS 'Internal: 22004 when an operation''s lock_tokens is NULL, 54000 when it holds more than 1000.';
+REVOKE ALL ON FUNCTION eventgrid._lock_token_keys(text[]) FROM PUBLIC;
+COMMENT ON FUNCTION eventgrid._lock_token_keys(text[]) IS 'Internal: the well-formed lock tokens of an operation''s argument as the event ids they name and the tokens normalized (id:secret), which the operations find their rows by (primary key, then the token); 22004 when lock_tokens is NULL, 54000 when it holds more than 1000.';
 
 CREATE FUNCTION eventgrid.receive(topic text, subscription text, max_events integer DEFAULT 1,
                                   max_wait_time integer DEFAULT 60)
@@ -940,17 +933,13 @@ CREATE FUNCTION eventgrid.acknowledge(topic text, subscription text, lock_tokens
     AS $$
 DECLARE
     sid bigint := eventgrid._queue_subscription_id(topic, subscription);
-    ids bigint[];
-    toks text[];
+    k record := eventgrid._lock_token_keys(lock_tokens);
     done text[];
 BEGIN
-    PERFORM eventgrid._check_lock_tokens(lock_tokens);
-    SELECT array_agg(t.id), array_agg(t.id || ':' || t.secret) INTO ids, toks
-      FROM eventgrid._parse_lock_tokens(lock_tokens) t WHERE t.id IS NOT NULL;
     -- by primary key (no join: a plan that cannot become a scan of the queue), then the secret
     WITH gone AS (
         DELETE FROM eventgrid.queue_events q
-         WHERE q.id = ANY (ids) AND (q.id || ':' || q.lock_secret) = ANY (toks) AND q.subscription_id = sid
+         WHERE q.id = ANY (k.ids) AND (q.id || ':' || q.lock_secret) = ANY (k.tokens) AND q.subscription_id = sid
            AND q.receivable_at > eventgrid._clock_now()
         RETURNING q.id || ':' || q.lock_secret AS tok
     )
@@ -962,21 +951,19 @@ REVOKE ALL ON FUNCTION eventgrid.acknowledge(text, text, text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION eventgrid.acknowledge(text, text, text[]) TO eventgrid_receiver, eventgrid_admin;
 COMMENT ON FUNCTION eventgrid.acknowledge(text, text, text[]) IS 'Pull delivery (SPEC 14): the events whose locks lock_tokens (at most 1000, from receive()) name are delivered and leave the queue subscription. One row per token, in order: (lock_token, succeeded, error); a token that is malformed, unknown, expired or already settled fails only itself (error: InvalidLockToken or TokenLost, and why). Requires eventgrid_receiver (or eventgrid_admin). Errors: 22004 NULL, 54000 over 1000 tokens, 42704, 42809.';
 
-CREATE FUNCTION eventgrid._queue_locked(sid bigint, lock_tokens text[], OUT ids bigint[], OUT tokens text[])
+CREATE FUNCTION eventgrid._queue_locked(sid bigint, key_ids bigint[], key_tokens text[], OUT ids bigint[], OUT tokens text[])
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
     BEGIN ATOMIC
     SELECT coalesce(array_agg(l.id ORDER BY l.id), '{}'), coalesce(array_agg(l.id || ':' || l.lock_secret), '{}')
       FROM (SELECT q.id, q.lock_secret FROM eventgrid.queue_events q
-             WHERE q.id = ANY (ARRAY(SELECT t.id FROM eventgrid._parse_lock_tokens(lock_tokens) t WHERE t.id IS NOT NULL))
-               AND (q.id || ':' || q.lock_secret)
-                   = ANY (ARRAY(SELECT t.id || ':' || t.secret FROM eventgrid._parse_lock_tokens(lock_tokens) t))
+             WHERE q.id = ANY (key_ids) AND (q.id || ':' || q.lock_secret) = ANY (key_tokens)
                AND q.subscription_id = sid AND q.receivable_at > eventgrid._clock_now()
              ORDER BY q.id FOR UPDATE) l;
 END;
-REVOKE ALL ON FUNCTION eventgrid._queue_locked(bigint, text[]) FROM PUBLIC;
-COMMENT ON FUNCTION eventgrid._queue_locked(bigint, text[]) IS 'Internal: locks (FOR UPDATE) the events of queue event subscription sid whose locks lock_tokens name and have not expired; their ids and tokens (id:secret).';
+REVOKE ALL ON FUNCTION eventgrid._queue_locked(bigint, bigint[], text[]) FROM PUBLIC;
+COMMENT ON FUNCTION eventgrid._queue_locked(bigint, bigint[], text[]) IS 'Internal: locks (FOR UPDATE) the events of queue event subscription sid whose locks the keys of _lock_token_keys() name and have not expired; their ids and tokens (id:secret).';
 
 CREATE FUNCTION eventgrid.release(topic text, subscription text, lock_tokens text[], release_delay integer DEFAULT 0)
     RETURNS TABLE (lock_token text, succeeded boolean, error text)
@@ -986,14 +973,14 @@ CREATE FUNCTION eventgrid.release(topic text, subscription text, lock_tokens tex
     AS $$
 DECLARE
     sid bigint := eventgrid._queue_subscription_id(topic, subscription);
+    k record := eventgrid._lock_token_keys(lock_tokens);
     l record;
 BEGIN
-    PERFORM eventgrid._check_lock_tokens(lock_tokens);
     IF release_delay IS NULL OR release_delay NOT IN (0, 10, 60, 600, 3600) THEN
         RAISE EXCEPTION 'release_delay must be 0, 10, 60, 600 or 3600 seconds, got %', coalesce(release_delay::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value', HINT = 'These are Event Grid''s release delays.';
     END IF;
-    l := eventgrid._queue_locked(sid, lock_tokens);
+    l := eventgrid._queue_locked(sid, k.ids, k.tokens);
     UPDATE eventgrid.queue_events q
        SET lock_secret = NULL, receivable_at = eventgrid._clock_now() + release_delay * interval '1 second'
      WHERE q.id = ANY (l.ids);
@@ -1016,10 +1003,10 @@ CREATE FUNCTION eventgrid.reject(topic text, subscription text, lock_tokens text
     AS $$
 DECLARE
     sid bigint := eventgrid._queue_subscription_id(topic, subscription);
+    k record := eventgrid._lock_token_keys(lock_tokens);
     l record;
 BEGIN
-    PERFORM eventgrid._check_lock_tokens(lock_tokens);
-    l := eventgrid._queue_locked(sid, lock_tokens);
+    l := eventgrid._queue_locked(sid, k.ids, k.tokens);
     PERFORM eventgrid._queue_finish(sid, l.ids, 'Rejected');
     PERFORM eventgrid._queue_count(sid, 0, 0, 0, cardinality(l.ids), 0);
     RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, l.tokens, 'reject');
@@ -1037,19 +1024,15 @@ CREATE FUNCTION eventgrid.renew_locks(topic text, subscription text, lock_tokens
 DECLARE
     sid bigint := eventgrid._queue_subscription_id(topic, subscription);
     t_now timestamptz := eventgrid._clock_now();
+    k record := eventgrid._lock_token_keys(lock_tokens);
     lock_seconds integer;
-    ids bigint[];
-    toks text[];
     done text[];
 BEGIN
-    PERFORM eventgrid._check_lock_tokens(lock_tokens);
     SELECT s.receive_lock_duration INTO lock_seconds FROM eventgrid.event_subscriptions s WHERE s.id = sid;
-    SELECT array_agg(t.id), array_agg(t.id || ':' || t.secret) INTO ids, toks
-      FROM eventgrid._parse_lock_tokens(lock_tokens) t WHERE t.id IS NOT NULL;
     WITH renewed AS (
         UPDATE eventgrid.queue_events q
            SET receivable_at = t_now + lock_seconds * interval '1 second'
-         WHERE q.id = ANY (ids) AND (q.id || ':' || q.lock_secret) = ANY (toks) AND q.subscription_id = sid
+         WHERE q.id = ANY (k.ids) AND (q.id || ':' || q.lock_secret) = ANY (k.tokens) AND q.subscription_id = sid
            AND q.receivable_at > t_now
            AND q.received_at > t_now - interval '1 hour'
         RETURNING q.id || ':' || q.lock_secret AS tok

@@ -622,20 +622,6 @@ COMMENT ON FUNCTION eventgrid._check_event_publications() IS 'Internal: ddl_comm
 
 COMMENT ON FUNCTION eventgrid._check_install_database() IS 'Internal: run first by the install script; warns when the library is not preloaded (nothing is delivered until it is). Every database where the extension is created is served.';
 
-CREATE FUNCTION eventgrid._check_lock_tokens(lock_tokens text[]) RETURNS void
-    LANGUAGE plpgsql IMMUTABLE
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-BEGIN
-    PERFORM eventgrid._check_not_null('lock_tokens', lock_tokens);
-    IF cardinality(lock_tokens) > 1000 THEN
-        RAISE EXCEPTION 'lock_tokens must hold at most 1000 lock tokens, got %', cardinality(lock_tokens)
-            USING ERRCODE = 'program_limit_exceeded', HINT = 'Settle the events of up to ten receive() calls at a time.';
-    END IF;
-END $$;
-
-COMMENT ON FUNCTION eventgrid._check_lock_tokens(lock_tokens text[]) IS 'Internal: 22004 when an operation''s lock_tokens is NULL, 54000 when it holds more than 1000.';
-
 CREATE FUNCTION eventgrid._check_not_null(field text, val anyelement) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1328,6 +1314,22 @@ END;
 
 COMMENT ON FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) IS 'Internal: publishes the dead-letter notifications of the notices (eventgrid._dead_letter_notification builds each) into eventgrid.events, source ''(dead-letter notification)''; eventgrid._publish_dead_letter_notifications calls it for the whole set, then for each notice alone.';
 
+CREATE FUNCTION eventgrid._lock_token_keys(lock_tokens text[], OUT ids bigint[], OUT tokens text[]) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._check_not_null('lock_tokens', lock_tokens);
+    IF cardinality(lock_tokens) > 1000 THEN
+        RAISE EXCEPTION 'lock_tokens must hold at most 1000 lock tokens, got %', cardinality(lock_tokens)
+            USING ERRCODE = 'program_limit_exceeded', HINT = 'Settle the events of up to ten receive() calls at a time.';
+    END IF;
+    SELECT coalesce(array_agg(t.id), '{}'), coalesce(array_agg(t.id || ':' || t.secret), '{}') INTO ids, tokens
+      FROM eventgrid._parse_lock_tokens(lock_tokens) t WHERE t.id IS NOT NULL;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._lock_token_keys(lock_tokens text[], OUT ids bigint[], OUT tokens text[]) IS 'Internal: the well-formed lock tokens of an operation''s argument as the event ids they name and the tokens normalized (id:secret), which the operations find their rows by (primary key, then the token); 22004 when lock_tokens is NULL, 54000 when it holds more than 1000.';
+
 CREATE FUNCTION eventgrid._parse_lock_tokens(lock_tokens text[]) RETURNS TABLE(ord bigint, tok text, id bigint, secret uuid)
     LANGUAGE sql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1796,7 +1798,7 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid._queue_finish(sid bigint, ids bigint[], reason text) IS 'Internal: removes events ids of queue event subscription sid from eventgrid.queue_events and dead-letters them with reason (MaxDeliveryCountExceeded, TimeToLiveExceeded, Rejected; delivery_attempts: how many times they were received), or drops them when dead-lettering is off; publishes their dead-letter notifications and counts them as the delivery workers do. Returns how many.';
 
-CREATE FUNCTION eventgrid._queue_locked(sid bigint, lock_tokens text[], OUT ids bigint[], OUT tokens text[]) RETURNS record
+CREATE FUNCTION eventgrid._queue_locked(sid bigint, key_ids bigint[], key_tokens text[], OUT ids bigint[], OUT tokens text[]) RETURNS record
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
@@ -1806,33 +1808,21 @@ CREATE FUNCTION eventgrid._queue_locked(sid bigint, lock_tokens text[], OUT ids 
     FROM ( SELECT q.id,
              q.lock_secret
             FROM eventgrid.queue_events q
-           WHERE ((q.id = ANY (ARRAY( SELECT t.id
-                    FROM eventgrid._parse_lock_tokens(_queue_locked.lock_tokens) t(ord, tok, id, secret)
-                   WHERE (t.id IS NOT NULL)))) AND (((q.id || ':'::text) || q.lock_secret) = ANY (ARRAY( SELECT ((t.id || ':'::text) || t.secret)
-                    FROM eventgrid._parse_lock_tokens(_queue_locked.lock_tokens) t(ord, tok, id, secret)))) AND (q.subscription_id = _queue_locked.sid) AND (q.receivable_at > eventgrid._clock_now()))
+           WHERE ((q.id = ANY (_queue_locked.key_ids)) AND (((q.id || ':'::text) || q.lock_secret) = ANY (_queue_locked.key_tokens)) AND (q.subscription_id = _queue_locked.sid) AND (q.receivable_at > eventgrid._clock_now()))
            ORDER BY q.id
           FOR UPDATE OF q) l;
 END;
 
-COMMENT ON FUNCTION eventgrid._queue_locked(sid bigint, lock_tokens text[], OUT ids bigint[], OUT tokens text[]) IS 'Internal: locks (FOR UPDATE) the events of queue event subscription sid whose locks lock_tokens name and have not expired; their ids and tokens (id:secret).';
+COMMENT ON FUNCTION eventgrid._queue_locked(sid bigint, key_ids bigint[], key_tokens text[], OUT ids bigint[], OUT tokens text[]) IS 'Internal: locks (FOR UPDATE) the events of queue event subscription sid whose locks the keys of _lock_token_keys() name and have not expired; their ids and tokens (id:secret).';
 
 CREATE FUNCTION eventgrid._queue_subscription_id(topic text, subscription text) RETURNS bigint
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-    sid bigint;
-    mode text;
+    sid bigint := eventgrid._subscription_id(topic, subscription);
 BEGIN
-    PERFORM eventgrid._check_not_null('topic', topic);
-    PERFORM eventgrid._check_not_null('subscription', subscription);
-    SELECT s.id, s.delivery_mode INTO sid, mode FROM eventgrid.event_subscriptions s
-     WHERE s.topic = _queue_subscription_id.topic AND s.name = _queue_subscription_id.subscription;
-    IF sid IS NULL THEN
-        RAISE EXCEPTION 'event subscription % of topic % does not exist', eventgrid._quote(subscription), eventgrid._quote(topic)
-            USING ERRCODE = 'undefined_object', HINT = 'eventgrid.event_subscriptions lists them.';
-    END IF;
-    IF mode <> 'queue' THEN
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s WHERE s.id = sid AND s.delivery_mode = 'queue') THEN
         RAISE EXCEPTION 'event subscription % of topic % delivers by push, not from a queue', eventgrid._quote(subscription),
                         eventgrid._quote(topic)
             USING ERRCODE = 'wrong_object_type',
@@ -2492,17 +2482,13 @@ CREATE FUNCTION eventgrid.acknowledge(topic text, subscription text, lock_tokens
     AS $$
 DECLARE
     sid bigint := eventgrid._queue_subscription_id(topic, subscription);
-    ids bigint[];
-    toks text[];
+    k record := eventgrid._lock_token_keys(lock_tokens);
     done text[];
 BEGIN
-    PERFORM eventgrid._check_lock_tokens(lock_tokens);
-    SELECT array_agg(t.id), array_agg(t.id || ':' || t.secret) INTO ids, toks
-      FROM eventgrid._parse_lock_tokens(lock_tokens) t WHERE t.id IS NOT NULL;
     -- by primary key (no join: a plan that cannot become a scan of the queue), then the secret
     WITH gone AS (
         DELETE FROM eventgrid.queue_events q
-         WHERE q.id = ANY (ids) AND (q.id || ':' || q.lock_secret) = ANY (toks) AND q.subscription_id = sid
+         WHERE q.id = ANY (k.ids) AND (q.id || ':' || q.lock_secret) = ANY (k.tokens) AND q.subscription_id = sid
            AND q.receivable_at > eventgrid._clock_now()
         RETURNING q.id || ':' || q.lock_secret AS tok
     )
@@ -2946,10 +2932,10 @@ CREATE FUNCTION eventgrid.reject(topic text, subscription text, lock_tokens text
     AS $$
 DECLARE
     sid bigint := eventgrid._queue_subscription_id(topic, subscription);
+    k record := eventgrid._lock_token_keys(lock_tokens);
     l record;
 BEGIN
-    PERFORM eventgrid._check_lock_tokens(lock_tokens);
-    l := eventgrid._queue_locked(sid, lock_tokens);
+    l := eventgrid._queue_locked(sid, k.ids, k.tokens);
     PERFORM eventgrid._queue_finish(sid, l.ids, 'Rejected');
     PERFORM eventgrid._queue_count(sid, 0, 0, 0, cardinality(l.ids), 0);
     RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, l.tokens, 'reject');
@@ -2964,14 +2950,14 @@ CREATE FUNCTION eventgrid.release(topic text, subscription text, lock_tokens tex
     AS $$
 DECLARE
     sid bigint := eventgrid._queue_subscription_id(topic, subscription);
+    k record := eventgrid._lock_token_keys(lock_tokens);
     l record;
 BEGIN
-    PERFORM eventgrid._check_lock_tokens(lock_tokens);
     IF release_delay IS NULL OR release_delay NOT IN (0, 10, 60, 600, 3600) THEN
         RAISE EXCEPTION 'release_delay must be 0, 10, 60, 600 or 3600 seconds, got %', coalesce(release_delay::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value', HINT = 'These are Event Grid''s release delays.';
     END IF;
-    l := eventgrid._queue_locked(sid, lock_tokens);
+    l := eventgrid._queue_locked(sid, k.ids, k.tokens);
     UPDATE eventgrid.queue_events q
        SET lock_secret = NULL, receivable_at = eventgrid._clock_now() + release_delay * interval '1 second'
      WHERE q.id = ANY (l.ids);
@@ -3054,19 +3040,15 @@ CREATE FUNCTION eventgrid.renew_locks(topic text, subscription text, lock_tokens
 DECLARE
     sid bigint := eventgrid._queue_subscription_id(topic, subscription);
     t_now timestamptz := eventgrid._clock_now();
+    k record := eventgrid._lock_token_keys(lock_tokens);
     lock_seconds integer;
-    ids bigint[];
-    toks text[];
     done text[];
 BEGIN
-    PERFORM eventgrid._check_lock_tokens(lock_tokens);
     SELECT s.receive_lock_duration INTO lock_seconds FROM eventgrid.event_subscriptions s WHERE s.id = sid;
-    SELECT array_agg(t.id), array_agg(t.id || ':' || t.secret) INTO ids, toks
-      FROM eventgrid._parse_lock_tokens(lock_tokens) t WHERE t.id IS NOT NULL;
     WITH renewed AS (
         UPDATE eventgrid.queue_events q
            SET receivable_at = t_now + lock_seconds * interval '1 second'
-         WHERE q.id = ANY (ids) AND (q.id || ':' || q.lock_secret) = ANY (toks) AND q.subscription_id = sid
+         WHERE q.id = ANY (k.ids) AND (q.id || ':' || q.lock_secret) = ANY (k.tokens) AND q.subscription_id = sid
            AND q.receivable_at > t_now
            AND q.received_at > t_now - interval '1 hour'
         RETURNING q.id || ':' || q.lock_secret AS tok
@@ -4671,8 +4653,6 @@ REVOKE ALL ON FUNCTION eventgrid._check_event_publications() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_install_database() FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._check_lock_tokens(lock_tokens text[]) FROM PUBLIC;
-
 REVOKE ALL ON FUNCTION eventgrid._check_not_null(field text, val anyelement) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_ordering_key(ordering_key text) FROM PUBLIC;
@@ -4765,6 +4745,8 @@ GRANT ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) TO eventgrid_
 
 REVOKE ALL ON FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._lock_token_keys(lock_tokens text[], OUT ids bigint[], OUT tokens text[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._parse_lock_tokens(lock_tokens text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._lock_token_results(sid bigint, lock_tokens text[], done text[], operation text) FROM PUBLIC;
@@ -4796,7 +4778,7 @@ REVOKE ALL ON FUNCTION eventgrid._queue_expire(now timestamp with time zone) FRO
 
 REVOKE ALL ON FUNCTION eventgrid._queue_finish(sid bigint, ids bigint[], reason text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._queue_locked(sid bigint, lock_tokens text[], OUT ids bigint[], OUT tokens text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._queue_locked(sid bigint, key_ids bigint[], key_tokens text[], OUT ids bigint[], OUT tokens text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._queue_subscription_id(topic text, subscription text) FROM PUBLIC;
 

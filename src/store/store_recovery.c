@@ -234,6 +234,19 @@ static EgStatement foreign = {
 };
 
 /*
+ * The events e (of subscription s's topic) that position p, restored from
+ * another cluster, had not passed and s's filters take.
+ */
+#define EG_SQL_FOREIGN_UNPASSED \
+	"   AND p.system_identifier <> eventgrid._system_identifier()" \
+	"   AND NOT pg_visible_in_snapshot(e.txid, p.done)" \
+	"   AND NOT (p.upto IS NOT NULL AND pg_visible_in_snapshot(e.txid, p.upto)" \
+	"            AND (e.txid, e.id) <= (coalesce(p.after_txid, '0'::xid8), coalesce(p.after_id, 0)))" \
+	"   AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with," \
+	"                          s.subject_ends_with, s.is_subject_case_sensitive," \
+	"                          s.advanced_filters, s.enable_advanced_filtering_on_arrays)"
+
+/*
  * what such positions had not passed becomes retries, due at $1; of an
  * ordered subscription in publish order (id order: the batches of another
  * cluster's snapshots cannot be told apart here) with their keys, waiting
@@ -252,13 +265,8 @@ static EgStatement rebase_pending = {
 	"  JOIN eventgrid.topics t ON t.name = s.topic"
 	"  JOIN eventgrid.events e ON e.topic = s.topic"
 	" CROSS JOIN LATERAL (SELECT eventgrid._ordering_key(e.event, s.ordering_key) AS okey) k"
-	" WHERE p.system_identifier <> eventgrid._system_identifier() AND s.delivery_mode = 'push'"
-	"   AND NOT pg_visible_in_snapshot(e.txid, p.done)"
-	"   AND NOT (p.upto IS NOT NULL AND pg_visible_in_snapshot(e.txid, p.upto)"
-	"            AND (e.txid, e.id) <= (coalesce(p.after_txid, '0'::xid8), coalesce(p.after_id, 0)))"
-	"   AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with,"
-	"                          s.subject_ends_with, s.is_subject_case_sensitive,"
-	"                          s.advanced_filters, s.enable_advanced_filtering_on_arrays)"
+	" WHERE s.delivery_mode = 'push'"
+	EG_SQL_FOREIGN_UNPASSED
 	" ORDER BY s.id, e.id) x",
 	.nargs = 1,
 	.types = {TIMESTAMPTZOID},
@@ -277,13 +285,8 @@ static EgStatement rebase_queue = {
 	"    FROM eventgrid.subscription_positions p"
 	"    JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
 	"    JOIN eventgrid.events e ON e.topic = s.topic"
-	"   WHERE p.system_identifier <> eventgrid._system_identifier() AND s.delivery_mode = 'queue'"
-	"     AND NOT pg_visible_in_snapshot(e.txid, p.done)"
-	"     AND NOT (p.upto IS NOT NULL AND pg_visible_in_snapshot(e.txid, p.upto)"
-	"              AND (e.txid, e.id) <= (coalesce(p.after_txid, '0'::xid8), coalesce(p.after_id, 0)))"
-	"     AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with,"
-	"                            s.subject_ends_with, s.is_subject_case_sensitive,"
-	"                            s.advanced_filters, s.enable_advanced_filtering_on_arrays)"
+	"   WHERE s.delivery_mode = 'queue'"
+	EG_SQL_FOREIGN_UNPASSED
 	"   ORDER BY s.id, e.id) x"
 	"  RETURNING 1"
 	")"
