@@ -383,4 +383,28 @@ is(metric('q-drain', "received_total || ' ' || acknowledged_total || ' ' || (rec
 	'100000 100000 0', 'nothing received twice, nothing left');
 diag(sprintf('eight consumers: 100,000 events received and acknowledged in %.1f s', $drain));
 
+# --- at most 1000 lock tokens a call; renewals within an hour of the receive
+is(sql("SELECT count(*) FROM eventgrid.acknowledge('orders', 'q-main', array_fill('x'::text, ARRAY[1000]))"), '1000',
+	'1000 lock tokens are taken (each malformed one fails alone)');
+like(fails("SELECT * FROM eventgrid.acknowledge('orders', 'q-main', array_fill('x'::text, ARRAY[1001]))"),
+	qr/54000.*lock_tokens must hold at most 1000 lock tokens, got 1001/, '1001 are refused');
+sql("SELECT eventgrid.create_event_subscription('bulk', 'q-long', delivery_mode => 'queue', receive_lock_duration => 300)");
+publish('bulk', 'long-1');
+$topic{'q-long'} = 'bulk';
+ok(wait_for_sql($node, "SELECT receivable_events FROM eventgrid.queue_metrics WHERE event_subscription = 'q-long'", '1'),
+	'q-long has its event');
+my ($long) = receive('q-long', 1);
+my $renewed = 0;
+for (1 .. 12)
+{
+	advance_clock($node, 290);
+	$renewed++ if op('renew_locks', 'q-long', [ $long->[0] ]) eq 'true ';
+}
+is($renewed, 12, 'a 300 s lock renewed every 290 s for 58 minutes');
+advance_clock($node, 150);
+is(op('renew_locks', 'q-long', [ $long->[0] ]),
+	'false LockRenewalLimitExceeded: a lock can be renewed within 1 hour of its receive only',
+	'60.5 minutes after its receive it is not renewed');
+is(op('acknowledge', 'q-long', [ $long->[0] ]), 'true ', 'though still held, and acknowledged');
+
 done_testing();
