@@ -3,10 +3,12 @@
 # prepares a copy of the tree that the unprivileged "postgres" user can use
 # (PostgreSQL refuses to run as root).  Sourced, not run.
 
-PG_MAJOR=${PG_MAJOR:-15}
+EG_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$EG_SRC/scripts/chroot.sh"
+# the major this system's Debian suite ships, unless PG_MAJOR names another
+PG_MAJOR=${PG_MAJOR:-$(eg_major_of_system)}
 PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
 PG_CONFIG=$PG_BINDIR/pg_config
-EG_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # what building and running eventgrid needs; the tests add libipc-run-perl
 # (EG_EXTRA_PACKAGES), the benchmark nginx and wrk
 EG_PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libcurl4-openssl-dev libssl-dev python3 make gcc"
@@ -43,10 +45,11 @@ eg_install_packages() {
     fi
 }
 
+# EG_MAKE_FLAGS: extra make variables (scripts/test.sh sets WERROR=1)
 eg_build_and_install() {
-    echo "== building and installing eventgrid"
+    echo "== building and installing eventgrid for PostgreSQL $PG_MAJOR"
     make -s -C "$EG_SRC" PG_CONFIG="$PG_CONFIG" clean >/dev/null
-    make -s -C "$EG_SRC" PG_CONFIG="$PG_CONFIG"
+    make -s -C "$EG_SRC" PG_CONFIG="$PG_CONFIG" ${EG_MAKE_FLAGS:-}
     make -s -C "$EG_SRC" PG_CONFIG="$PG_CONFIG" install >/dev/null
 }
 

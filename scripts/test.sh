@@ -1,13 +1,30 @@
 #!/usr/bin/env bash
-# Runs every eventgrid test on a fresh Debian 12 machine: installs the
-# packages it needs, builds and installs the extension, then runs, as user
-# postgres, the pg_regress suite (sql/, expected/) and the TAP integration
+# Runs every eventgrid test on a fresh Debian machine: installs the
+# packages it needs, builds (warnings are errors here: WERROR=1) and installs
+# the extension for the PostgreSQL major of the machine's Debian suite (or
+# PG_MAJOR), then runs, as user postgres, the pg_regress suite (sql/, expected/) and the TAP integration
 # tests (test/t/) against real throwaway PostgreSQL clusters with the library
 # preloaded and a real HTTP receiver on 127.0.0.1.  Exits non-zero on any
 # failure; pg_regress and prove report each suite, and a last line sums
 # them up.
+#
+#   ./scripts/test.sh           on this machine's PostgreSQL
+#   ./scripts/test.sh --pg 17   the same suite inside a chroot of the Debian
+#                               suite that ships 17 (15 bookworm, 17 trixie,
+#                               18 sid), made and cached by scripts/chroot.sh
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
+if [ "${1:-}" = "--pg" ]; then
+    [ $# -eq 2 ] || { echo "usage: $0 [--pg 15|17|18]" >&2; exit 2; }
+    eg_need_root "$@"
+    eg_suite_of_major "$2" >/dev/null || exit 2
+    PG_MAJOR=$2 eg_in_chroot "$2" scripts/test.sh
+    exit $?
+elif [ $# -gt 0 ]; then
+    echo "usage: $0 [--pg 15|17|18]" >&2
+    exit 2
+fi
+EG_MAKE_FLAGS="WERROR=1"
 EG_EXTRA_PACKAGES="libipc-run-perl nginx-light openssl nodejs node-express node-cors node-basic-auth prometheus prometheus-postgres-exporter python3-azure"   # the TAP tests: IPC::Run, a TLS receiver, its certificates, the Standard Webhooks verifier, the OAuth 2.0 token server (express, cors, basic-auth: what test/oauth/node_modules does not hold), and for monitoring Prometheus (with promtool), the exporter and the Azure SDK
 eg_setup "$@"
 work=$EG_WORK

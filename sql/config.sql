@@ -278,7 +278,10 @@ SELECT eventgrid.purge_dead_letters(topic => 'gone-topic', subscription => 'gone
 SELECT name, setting, unit, min_val, max_val, enumvals, context FROM pg_settings
  WHERE name LIKE 'eventgrid.attempt\_history%' ORDER BY name;
 ALTER SYSTEM SET eventgrid.attempt_history = 'sometimes';
+-- PostgreSQL's range message differs by major (17 adds units): SQLSTATE only
+\set VERBOSITY sqlstate
 ALTER SYSTEM SET eventgrid.attempt_history_retention = '1min';
+\set VERBOSITY default
 ALTER SYSTEM SET eventgrid.attempt_history_max_rows = 10;
 SELECT err($$SET eventgrid.attempt_history = 'off'$$);
 SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute

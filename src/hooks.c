@@ -17,6 +17,7 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_attribute.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_database.h"
 #include "catalog/pg_proc.h"
 #include "commands/dbcommands.h"
@@ -79,11 +80,28 @@ database_needed(Node *stmt)
 static bool
 owns_database(Oid dboid)
 {
-#if PG_VERSION_NUM >= 160000
-	return object_ownercheck(DatabaseRelationId, dboid, GetUserId());
-#else
-	return pg_database_ownercheck(dboid, GetUserId());
-#endif
+	return eg_database_ownercheck(dboid, GetUserId());
+}
+
+/*
+ * Has the current role the CREATEDB privilege (a superuser has)?  Read from
+ * pg_authid as PostgreSQL's own check does: its have_createdb_privilege()
+ * is declared in a header only since a later 15 minor release.
+ */
+static bool
+may_create_databases(void)
+{
+	HeapTuple	tup;
+	bool		result;
+
+	if (superuser())
+		return true;
+	tup = SearchSysCache1(AUTHOID, ObjectIdGetDatum(GetUserId()));
+	if (!HeapTupleIsValid(tup))
+		return false;
+	result = ((Form_pg_authid) GETSTRUCT(tup))->rolcreatedb;
+	ReleaseSysCache(tup);
+	return result;
 }
 
 /*
@@ -109,7 +127,7 @@ ddl_will_run(Node *stmt, Oid dboid, ProcessUtilityContext context)
 		return owns_database(dboid);
 	}
 	if (IsA(stmt, RenameStmt))
-		return owns_database(dboid) && have_createdb_privilege();
+		return owns_database(dboid) && may_create_databases();
 	if (IsA(stmt, AlterDatabaseStmt))
 	{
 		PreventInTransactionBlock(top, "ALTER DATABASE SET TABLESPACE");
@@ -121,7 +139,7 @@ ddl_will_run(Node *stmt, Oid dboid, ProcessUtilityContext context)
 		bool		istemplate;
 
 		PreventInTransactionBlock(top, "CREATE DATABASE");
-		if (!have_createdb_privilege())
+		if (!may_create_databases())
 			return false;
 		tup = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(dboid));
 		if (!HeapTupleIsValid(tup))

@@ -22,19 +22,15 @@
 PG_MODULE_MAGIC;
 
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-#if PG_VERSION_NUM >= 150000
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
+static void (*prev_shmem_request_hook) (void) = NULL;
 
 void		_PG_init(void);
 
 static void
 eg_shmem_request(void)
 {
-#if PG_VERSION_NUM >= 150000
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-#endif
 	RequestAddinShmemSpace(MAXALIGN(eg_shared_size()));
 	RequestAddinShmemSpace(MAXALIGN(eg_token_shmem_size()));
 	eg_token_shmem_request();
@@ -62,12 +58,7 @@ _PG_init(void)
 	if (!process_shared_preload_libraries_in_progress || IsBinaryUpgrade)
 		return;
 
-#if PG_VERSION_NUM >= 150000
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = eg_shmem_request;
-#else
-	eg_shmem_request();
-#endif
+	eg_shmem_request_hook_install(eg_shmem_request, &prev_shmem_request_hook);
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = eg_shmem_startup;
 

@@ -15,6 +15,7 @@
 
 #include "postgres.h"
 
+#include "core/compat.h"
 #include "datatype/timestamp.h"
 #include "postmaster/bgworker.h"
 #include "lib/stringinfo.h"

@@ -244,10 +244,6 @@ eg_define_gucs(void)
 							   gettext_noop("Tokens come from {authority}/{tenant_id}/oauth2/v2.0/token; another cloud's authority (e.g. https://login.microsoftonline.us) or a test server may be set."),
 							   &eg_entra_authority, "https://login.microsoftonline.com",
 							   PGC_SIGHUP, 0, check_entra_authority, NULL, NULL);
-#if PG_VERSION_NUM >= 150000
-	MarkGUCPrefixReserved("eventgrid");
-#else
-	EmitWarningsOnPlaceholders("eventgrid");
-#endif
+	MarkGUCPrefixReservedCompat("eventgrid");
 }
 

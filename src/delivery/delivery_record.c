@@ -24,9 +24,6 @@
 #include "access/xact.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
-#if PG_VERSION_NUM >= 150000
-#include "common/pg_prng.h"
-#endif
 
 /*
  * Delivery attempts made and not yet written to the attempt history, in
@@ -66,16 +63,6 @@ eg_delivery_push(EgDelivery *d)
 	eg_dw.to_record[eg_dw.to_record_n++] = d;
 }
 
-static double
-random_fraction(void)
-{
-#if PG_VERSION_NUM >= 150000
-	return pg_prng_double(&pg_global_prng_state);
-#else
-	return (double) random() / ((double) MAX_RANDOM_VALUE + 1);
-#endif
-}
-
 /*
  * Applies eg_decide() to a delivery after an attempt that started at
  * started, or (transport EG_TRANSPORT_HELD) one its endpoint's probation
@@ -88,7 +75,7 @@ eg_delivery_decide(EgDelivery *d, EgTransport transport, int http_status, int64 
 				   TimestampTz started, TimestampTz now)
 {
 	EgDecision	dec = eg_decide(d->profile, d->attempts, d->max_attempts, transport, http_status,
-								eg_retry_jitter_percent, random_fraction(),
+								eg_retry_jitter_percent, eg_random_fraction(),
 								Min(retry_after_s, (int64) eg_max_retry_after_s) * 1000);
 
 	d->out.action = dec.action;

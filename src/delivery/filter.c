@@ -133,7 +133,7 @@ static const char *const eg_aliases[][2] = {
 #define HINT_RANGES \
 	"NumberInRange and NumberNotInRange take values such as [[0, 10], [20, 30]]: inclusive [low, high] pairs."
 
-static void pg_attribute_noreturn()
+pg_noreturn static void
 filter_error(int sqlstate, int pos, const char *opname, const char *hint, const char *fmt,...)
 pg_attribute_printf(5, 6);
 

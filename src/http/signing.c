@@ -63,7 +63,7 @@ append_signature(StringInfo out, const char *secret, const char *prefix, const c
 	const char *b64 = secret + 6;	/* after "whsec_" (checked in SQL) */
 	int			b64_len = strlen(b64);
 	uint8	   *key = palloc(pg_b64_dec_len(b64_len));
-	int			key_len = pg_b64_decode(b64, b64_len, (char *) key, pg_b64_dec_len(b64_len));
+	int			key_len = eg_b64_decode(b64, b64_len, key, pg_b64_dec_len(b64_len));
 	uint8		mac[PG_SHA256_DIGEST_LENGTH];
 	char		mac_b64[64];
 	int			mac_b64_len;
@@ -84,7 +84,7 @@ append_signature(StringInfo out, const char *secret, const char *prefix, const c
 	pg_hmac_free(ctx);
 	explicit_bzero(key, key_len);
 	pfree(key);
-	mac_b64_len = pg_b64_encode((const char *) mac, sizeof(mac), mac_b64, sizeof(mac_b64));
+	mac_b64_len = eg_b64_encode(mac, sizeof(mac), mac_b64, sizeof(mac_b64));
 	appendStringInfoString(out, "v1,");
 	appendBinaryStringInfo(out, mac_b64, mac_b64_len);
 }

@@ -416,7 +416,7 @@ eg_token_request_prepare(EgRequest *req, const EgCredentials *c)
 		append_escaped(&pair, c->client_secret);
 		enc_len = pg_b64_enc_len(pair.len);
 		enc = palloc(enc_len + 1);
-		enc_len = pg_b64_encode(pair.data, pair.len, enc, enc_len);
+		enc_len = eg_b64_encode((const uint8 *) pair.data, pair.len, enc, enc_len);
 		if (enc_len < 0)
 			elog(ERROR, "eventgrid: could not encode the client credentials");
 		appendStringInfoString(&lines, "Authorization: Basic ");

@@ -28,6 +28,33 @@ authority_follows(const char *url, size_t scheme_len)
 }
 
 /*
+ * Why libcurl's parser refused url with rc, in words that do not change with
+ * the libcurl version (its own, curl_url_strerror(), and some of its codes
+ * do: 8.x refuses a space or a control character anywhere as malformed
+ * input, where 7.88 named the part that held it).
+ */
+static const char *
+url_parse_problem(const char *url, CURLUcode rc)
+{
+	for (const unsigned char *p = (const unsigned char *) url; *p; p++)
+		if (*p <= ' ' || *p == 0x7f)
+			return "the URL holds a space or a control character";
+	switch (rc)
+	{
+		case CURLUE_NO_HOST:
+			return "the URL has no host after its scheme's \"://\"";
+		case CURLUE_BAD_PORT_NUMBER:
+			return "Port number was not a decimal number between 1 and 65535";
+		case CURLUE_BAD_IPV6:
+			return "the URL's IPv6 address is malformed";
+		case CURLUE_BAD_HOSTNAME:
+			return "the URL's host name is malformed";
+		default:
+			return "libcurl cannot parse it as a URL";
+	}
+}
+
+/*
  * Why libcurl could not deliver to url, or NULL when it can: scheme http or
  * https, "://" and a host, a port from 1 to 65535, no user name or password (they
  * would be shown in the catalog and in logs; send credentials as a secret
@@ -56,7 +83,7 @@ eg_endpoint_problem(const char *url)
 		problem = "not an absolute URL: it must start with http:// or https:// and a host, "
 			"as https://receiver.example.com/events does";
 	else if (rc != CURLUE_OK)
-		problem = curl_url_strerror(rc);
+		problem = url_parse_problem(url, rc);
 	else if (curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
 			 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
 		problem = "the scheme must be http or https";

@@ -62,11 +62,7 @@ quote_prefix(const char *s)
 LocalTransactionId
 eg_current_lxid(void)
 {
-#if PG_VERSION_NUM >= 170000
-	return MyProc->vxid.lxid;
-#else
-	return MyProc->lxid;
-#endif
+	return eg_proc_lxid(MyProc);
 }
 
 /*

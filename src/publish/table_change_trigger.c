@@ -142,7 +142,7 @@ flush(EgChange *c)
 	for (int i = 0; i < c->n; i++)
 	{
 		ResetPerTupleExprContext(estate);
-		ExecInsertIndexTuples(rri, slots[i], estate, false, false, NULL, NIL);
+		ExecInsertIndexTuplesCompat(rri, slots[i], estate);
 		ExecClearTuple(slots[i]);
 	}
 	ExecCloseIndices(rri);

@@ -167,7 +167,7 @@ eg_store_backlog(TimestampTz now)
 	positions = SPI_tuptable;
 	for (uint64 i = 0; i < positions->numvals && events < EG_BACKLOG_COUNT_LIMIT; i++)
 	{
-		char		nulls[6] = "      ";
+		char		nulls[7] = "      ";	/* 6 arguments, as SPI_execute_plan reads them */
 
 		for (int k = 0; k < 5; k++)
 		{

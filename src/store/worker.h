@@ -20,7 +20,7 @@ extern void eg_worker_start(Datum dboid, const char *kind, int number);
 extern void eg_worker_saw_wakes(void);
 extern void eg_worker_busy(void);
 extern bool eg_worker_should_leave(TimestampTz idle_since);
-extern void eg_worker_leave(TimestampTz next_at) pg_attribute_noreturn();
+pg_noreturn extern void eg_worker_leave(TimestampTz next_at);
 extern bool eg_begin_round(void);
 extern bool eg_begin_work(const char *activity);
 extern void eg_end_work(void);

@@ -1,0 +1,138 @@
+/*
+ * compat.h - the one place where eventgrid's C differs by PostgreSQL major
+ * (README "Supported PostgreSQL versions"; docs/SPEC.md section 13).  Each
+ * wrapper is named for what it does and sits under a PG_VERSION_NUM guard
+ * naming the release that changed the server's interface; the rest of src/
+ * calls the wrapper and never tests the version itself.  Tested on 15, 17
+ * and 18; the 14 and 16 branches follow those releases' notes and headers
+ * and are untested.  Nothing here depends on a minor release.
+ */
+#ifndef EG_COMPAT_H
+#define EG_COMPAT_H
+
+#include "postgres.h"
+
+#include "catalog/pg_database.h"
+#include "common/base64.h"
+#if PG_VERSION_NUM >= 150000
+#include "common/pg_prng.h"
+#endif
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "utils/acl.h"
+#include "utils/guc.h"
+
+/*
+ * A function that does not return: 18 replaced pg_attribute_noreturn()
+ * (after the declarator) by pg_noreturn (before the declaration, C11's
+ * _Noreturn).  Before 18 the compiler's attribute, which GCC and Clang also
+ * take before the declaration.  Use: "pg_noreturn extern void f(void);".
+ */
+#ifndef pg_noreturn
+#define pg_noreturn pg_attribute_noreturn()
+#endif
+
+/*
+ * Base64 of len bytes at src into dst (at most dstlen): the length written,
+ * or -1.  18 takes the bytes as uint8; 14-17 as char.
+ */
+static inline int
+eg_b64_encode(const uint8 *src, int len, char *dst, int dstlen)
+{
+#if PG_VERSION_NUM >= 180000
+	return pg_b64_encode(src, len, dst, dstlen);
+#else
+	return pg_b64_encode((const char *) src, len, dst, dstlen);
+#endif
+}
+
+/*
+ * The bytes of the base64 text src[0..len) into dst (at most dstlen): how
+ * many, or -1 when src is not base64.  18 gives the bytes as uint8; 14-17
+ * as char.
+ */
+static inline int
+eg_b64_decode(const char *src, int len, uint8 *dst, int dstlen)
+{
+#if PG_VERSION_NUM >= 180000
+	return pg_b64_decode(src, len, dst, dstlen);
+#else
+	return pg_b64_decode(src, len, (char *) dst, dstlen);
+#endif
+}
+
+/*
+ * Inserts the index entries of a new row (slot) of rri's relation, as an
+ * INSERT without ON CONFLICT does.  16 added onlySummarizing (false: every
+ * index, the row being new); 14 and 15 take seven arguments.  The caller
+ * includes executor/executor.h.
+ */
+#if PG_VERSION_NUM >= 160000
+#define ExecInsertIndexTuplesCompat(rri, slot, estate) \
+	ExecInsertIndexTuples((rri), (slot), (estate), false, false, NULL, NIL, false)
+#else
+#define ExecInsertIndexTuplesCompat(rri, slot, estate) \
+	ExecInsertIndexTuples((rri), (slot), (estate), false, false, NULL, NIL)
+#endif
+
+/*
+ * Makes request() run when the library may ask for shared memory: 15 added
+ * shmem_request_hook (and refuses requests made elsewhere); 14 takes them in
+ * _PG_init, so request() runs at once.  *prev gets the hook replaced (NULL
+ * on 14), which request() calls first.  Called from _PG_init.
+ */
+static inline void
+eg_shmem_request_hook_install(void (*request) (void), void (**prev) (void))
+{
+#if PG_VERSION_NUM >= 150000
+	*prev = shmem_request_hook;
+	shmem_request_hook = request;
+#else
+	*prev = NULL;
+	request();
+#endif
+}
+
+/*
+ * Refuses placeholders of unknown GUCs under prefix (a typo such as
+ * "eventgrid.delivery_worker"): 15 reserves the prefix; 14 only warns.
+ */
+#if PG_VERSION_NUM >= 150000
+#define MarkGUCPrefixReservedCompat(prefix) MarkGUCPrefixReserved(prefix)
+#else
+#define MarkGUCPrefixReservedCompat(prefix) EmitWarningsOnPlaceholders(prefix)
+#endif
+
+/* Does role own database dboid?  16 replaced pg_database_ownercheck() by object_ownercheck(). */
+static inline bool
+eg_database_ownercheck(Oid dboid, Oid role)
+{
+#if PG_VERSION_NUM >= 160000
+	return object_ownercheck(DatabaseRelationId, dboid, role);
+#else
+	return pg_database_ownercheck(dboid, role);
+#endif
+}
+
+/* The local transaction id of proc: 17 moved it into proc->vxid. */
+#if PG_VERSION_NUM >= 170000
+#define eg_proc_lxid(proc) ((proc)->vxid.lxid)
+#else
+#define eg_proc_lxid(proc) ((proc)->lxid)
+#endif
+
+/*
+ * A random fraction in [0, 1) from the backend's own generator: 15 added
+ * pg_prng; 14 has random(), seeded per backend.
+ */
+static inline double
+eg_random_fraction(void)
+{
+#if PG_VERSION_NUM >= 150000
+	return pg_prng_double(&pg_global_prng_state);
+#else
+	return (double) random() / ((double) MAX_RANDOM_VALUE + 1);
+#endif
+}
+
+#endif							/* EG_COMPAT_H */
