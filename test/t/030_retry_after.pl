@@ -53,7 +53,8 @@ sub error_of
 		  . " WHERE subscription = '$sub' ORDER BY id DESC LIMIT 1");
 }
 is(error_of('delta'), 'Busy | 429 | Retry-After: 600 s', 'the attempt history says what the endpoint asked for');
-is(error_of('capped'), 'Busy | 429 | Retry-After: 99999 s, taken as 3600 s (eventgrid.max_retry_after)',
+# (libcurl 8 reads at most six hours: 21600 s; 7.88 the value sent)
+like(error_of('capped'), qr/^Busy \| 429 \| Retry-After: (99999|21600) s, taken as 3600 s \(eventgrid\.max_retry_after\)$/,
 	'and how much of it was taken');
 is(error_of('garbled'), 'Busy | 429 | ', 'nothing for an unreadable one');
 
