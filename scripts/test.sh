@@ -28,7 +28,8 @@ EG_MAKE_FLAGS="WERROR=1"
 EG_EXTRA_PACKAGES="libipc-run-perl nginx-light openssl nodejs node-express node-cors node-basic-auth prometheus prometheus-postgres-exporter python3-azure"   # the TAP tests: IPC::Run, a TLS receiver, its certificates, the Standard Webhooks verifier, the OAuth 2.0 token server (express, cors, basic-auth: what test/oauth/node_modules does not hold), and for monitoring Prometheus (with promtool), the exporter and the Azure SDK
 eg_setup "$@"
 work=$EG_WORK
-trap 'rm -rf "$work"' EXIT
+# a failed run's directory stays (its logs, the clusters' logs, the diffs)
+trap '[ "${status:-1}" -eq 0 ] && rm -rf "$work"' EXIT
 echo "== running tests in $work"
 # make -s: each suite's own report (pg_regress, prove), not make's command lines
 set +e
@@ -41,14 +42,17 @@ tap=$(grep -E '^Files=[0-9]+, Tests=[0-9]+' "$work/test-output.log" | sed 's/,  
 result=$(grep -E '^Result: ' "$work/test-output.log" | tail -n 1 || true)
 echo "== summary: pg_regress: ${regress:-not run}; TAP: ${tap:-not run} ${result:-}; exit status $status"
 if [ $status -ne 0 ]; then
-    for f in "$work"/regression.diffs "$work"/tmp_check/log/regress_log_*; do
-        [ -f "$f" ] && { echo "== $f"; tail -n 80 "$f"; }
-    done
-    # the server logs of the TAP files that failed (their clusters' own logs)
+    [ -f "$work/regression.diffs" ] && { echo "== $work/regression.diffs"; tail -n 80 "$work/regression.diffs"; }
+    # the TAP files that failed: their logs and their clusters' own logs
     for t in $(grep -Eo '^test/t/[0-9]+_[a-z_]+\.pl +\(Wstat' "$work/test-output.log" | sed 's|test/t/||; s|\.pl.*||'); do
+        f="$work/tmp_check/log/regress_log_$t"
+        [ -f "$f" ] && { echo "== $f"; grep -v 'LOG:  statement: ' "$f" | tail -n 80 | cut -c1-400; }
         for f in "$work"/tmp_check/log/"$t"_*.log; do
             [ -f "$f" ] && { echo "== $f (server log, last lines)"; tail -n 150 "$f" | cut -c1-400; }
         done
     done
+fi
+if [ $status -ne 0 ]; then
+    echo "== the run's directory is kept: $work${EG_IN_CHROOT:+ (inside the chroot)}; one file again: make -C $work installcheck PROVE_TESTS=test/t/NNN_name.pl, as postgres"
 fi
 exit $status

@@ -65,19 +65,28 @@ sub describe
 		       (SELECT string_agg(format('%s %s', history_table, first_id), ', ') FROM eventgrid.attempt_log_rotation)});
 
 	# released from the extension (and their initial privileges forgotten),
-	# the objects are dumped with every GRANT, REVOKE and COMMENT; array
-	# types last, and only those still members (17 releases a composite
-	# type's array type with it, 15 does not)
-	for my $arrays (0, 1)
-	{
-		my $release = sql($db, qq{
-			SELECT string_agg(format('ALTER EXTENSION eventgrid DROP %s %s;', o.type, o.identity), E'\n')
-			  FROM pg_depend d, LATERAL pg_identify_object(d.classid, d.objid, d.objsubid) o
-			 WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
-			   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'eventgrid')
-			   AND (o.type = 'type' AND o.identity LIKE '%[]') = ${arrays}::boolean});
-		sql($db, $release) if $release ne '';
-	}
+	# the objects are dumped with every GRANT, REVOKE and COMMENT; types
+	# last, each only if still a member (17 releases a table's row type and
+	# a composite type's array type with it, 15 does not)
+	sql($db, q{
+		DO $$
+		DECLARE
+			ext oid := (SELECT oid FROM pg_extension WHERE extname = 'eventgrid');
+			r record;
+		BEGIN
+			FOR r IN SELECT d.classid, d.objid, d.objsubid, o.type, o.identity
+			           FROM pg_depend d, LATERAL pg_identify_object(d.classid, d.objid, d.objsubid) o
+			          WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e' AND d.refobjid = ext
+			          ORDER BY o.type = 'type', o.identity LIKE '%[]', o.type, o.identity
+			LOOP
+				IF EXISTS (SELECT FROM pg_depend d
+				            WHERE d.classid = r.classid AND d.objid = r.objid AND d.objsubid = r.objsubid
+				              AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e' AND d.refobjid = ext)
+				THEN
+					EXECUTE format('ALTER EXTENSION eventgrid DROP %s %s', r.type, r.identity);
+				END IF;
+			END LOOP;
+		END $$});
 	sql($db, "DELETE FROM pg_init_privs WHERE privtype = 'e'");
 	my $dump = run_dump($db);
 	return ("== members\n$members\n== config\n$config\n== rows\n$rows\n", $dump);
