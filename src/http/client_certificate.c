@@ -36,6 +36,18 @@ asn1_time_to_timestamptz(const ASN1_TIME *t, TimestampTz *result)
 	return ok;
 }
 
+/*
+ * OpenSSL's passphrase callback while the key is read: a key that asks for
+ * one is encrypted (an empty passphrase included) and refused, so no key
+ * stored can make libcurl ask for a password.
+ */
+static int
+note_passphrase_asked(char *buf, int size, int rwflag, void *asked)
+{
+	*(bool *) asked = true;
+	return -1;
+}
+
 /* The certificate's subject as RFC 2253 text (palloc'd). */
 static char *
 subject_text(X509 *cert)
@@ -61,8 +73,9 @@ PG_FUNCTION_INFO_V1(eventgrid_client_certificate_info);
  * text, OUT subject text, OUT not_before timestamptz, OUT not_after
  * timestamptz).  certificate: PEM, the client certificate first, then any
  * chain; private_key: its PEM private key, not encrypted.  Errors (22023,
- * never quoting either text): a certificate or key that does not parse, a
- * key that is not the certificate's, a certificate not valid yet or
+ * never quoting either text): a certificate or key that does not parse, an
+ * encrypted key (even with an empty passphrase), a key that is not the
+ * certificate's, a certificate not valid yet or
  * expired.  22004 for NULL.
  */
 Datum
@@ -80,6 +93,7 @@ eventgrid_client_certificate_info(PG_FUNCTION_ARGS)
 	TimestampTz not_after;
 	const char *problem = NULL;
 	char	   *subject;
+	bool		passphrase_asked = false;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -102,11 +116,13 @@ eventgrid_client_certificate_info(PG_FUNCTION_ARGS)
 				 errhint("Pass the client certificate as PEM text (\"-----BEGIN CERTIFICATE-----\"), followed by its chain if the receiver needs it.")));
 	}
 
-	/* an empty passphrase callback: an encrypted key fails instead of prompting */
+	/* an encrypted key fails instead of prompting, and says so */
 	bio = BIO_new_mem_buf(VARDATA_ANY(key_text), VARSIZE_ANY_EXHDR(key_text));
-	key = bio ? PEM_read_bio_PrivateKey(bio, NULL, NULL, (void *) "") : NULL;
+	key = bio ? PEM_read_bio_PrivateKey(bio, NULL, note_passphrase_asked, &passphrase_asked) : NULL;
 	BIO_free(bio);
-	if (key == NULL)
+	if (passphrase_asked)
+		problem = "private_key is encrypted: it must have no passphrase, not even an empty one";
+	else if (key == NULL)
 		problem = "private_key is not an unencrypted PEM private key";
 	else if (X509_check_private_key(cert, key) != 1)
 		problem = "private_key does not belong to the certificate";
@@ -118,7 +134,7 @@ eventgrid_client_certificate_info(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s", problem),
-				 errhint("Pass the certificate's own private key as PEM text (\"-----BEGIN PRIVATE KEY-----\"), without a passphrase.")));
+				 errhint("Pass the certificate's own private key as PEM text (\"-----BEGIN PRIVATE KEY-----\"), without a passphrase (openssl pkey -in key.pem -out key-plain.pem removes one).")));
 	}
 
 	if (!asn1_time_to_timestamptz(X509_get0_notBefore(cert), &not_before) ||

@@ -351,6 +351,13 @@ eg_http_client_cert_options(CURL *h, const EgClientCert *c)
 	SET(CURLOPT_SSLCERTTYPE, "PEM");
 	SET(CURLOPT_SSLKEY_BLOB, &key);
 	SET(CURLOPT_SSLKEYTYPE, "PEM");
+	/*
+	 * never no password: libcurl's OpenSSL password callback reads it
+	 * unchecked, and a key that 0.14.0 accepted with an empty passphrase
+	 * would crash the worker (set_client_certificate() now refuses any
+	 * encrypted key)
+	 */
+	SET(CURLOPT_KEYPASSWD, "");
 #undef SET
 	return rc;
 }

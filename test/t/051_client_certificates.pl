@@ -2,8 +2,9 @@
 # a client certificate from a CA that openssl makes here.
 #
 #  - set_client_certificate() refuses, with 22023 and without quoting them,
-#    a certificate or key that does not parse, a key that is not the
-#    certificate's, an expired certificate; 22004 NULL, 42704 no such
+#    a certificate or key that does not parse, an encrypted key (an empty
+#    passphrase too), a key that is not the certificate's, an expired
+#    certificate; 22004 NULL, 42704 no such
 #    subscription; only eventgrid_admin may call it, and not even
 #    eventgrid_admin can read the stored key;
 #  - a subscription with a certificate the receiver trusts is delivered
@@ -11,6 +12,8 @@
 #    without a certificate, or with one from a CA the receiver does not
 #    trust, gets nginx's 400 on the same host at the same time (no TLS
 #    session or connection made with another certificate serves it);
+#  - a key stored with an empty passphrase (as 0.14.0 accepted) is used
+#    without a crash;
 #  - a certificate set after a failed attempt is presented by the retry, and
 #    one removed is no longer presented;
 #  - the key is in no log line, view or attempt history; pg_dump keeps it
@@ -88,6 +91,15 @@ like(sql_error($node, "SELECT eventgrid.set_client_certificate('mtls', 'alice', 
 	qr/22023.*certificate is not a PEM certificate/, 'a certificate that does not parse: 22023');
 like(sql_error($node, "SELECT eventgrid.set_client_certificate('mtls', 'alice', " . pem('alice.pem') . ", 'not a key')"),
 	qr/22023.*private_key is not an unencrypted PEM private key/, 'a key that does not parse: 22023');
+# an encrypted key, even with an empty passphrase: libcurl would ask for a password
+for my $pass ('', 'secret')
+{
+	system("openssl pkey -in $dir/alice.key -aes256 -passout pass:$pass -out $dir/alice-encrypted.key") == 0
+	  or die 'openssl pkey';
+	like(sql_error($node, "SELECT eventgrid.set_client_certificate('mtls', 'alice', " . pem('alice.pem') . ", " . pem('alice-encrypted.key') . ")"),
+		qr/22023.*private_key is encrypted: it must have no passphrase, not even an empty one/,
+		"a key encrypted with " . ($pass eq '' ? 'an empty passphrase' : 'a passphrase') . ': 22023');
+}
 like(sql_error($node, "SELECT eventgrid.set_client_certificate('mtls', 'alice', " . pem('expired.pem') . ", " . pem('expired.key') . ")"),
 	qr/22023.*certificate expired at 2020-01-02/, 'an expired certificate: 22023, with its expiry');
 like(sql_error($node, "SELECT eventgrid.set_client_certificate('mtls', 'alice', NULL, " . pem('alice.key') . ")"),
@@ -137,6 +149,25 @@ is(scalar(grep { $_->[1] eq '/mallory' && $_->[2] eq '400' && $_->[3] =~ /^FAILE
 	'a certificate from a CA nginx does not trust: 400, 50 times');
 like(sql("SELECT outcome || ' ' || http_status FROM eventgrid.delivery_attempts WHERE subscription = 'none' LIMIT 1"),
 	qr/^BadRequest 400$/, 'the attempt history says what the receiver answered');
+
+# --- a key stored with an empty passphrase (0.14.0 took one) crashes nothing ----
+# (an attack on 0.14.0 saw the delivery worker die with SIGSEGV here, libcurl's
+# password callback given no password; not reproduced with libcurl 7.88 or
+# 8.23, the worker now always gives libcurl an empty one)
+system("openssl pkey -in $dir/alice.key -aes256 -passout pass: -out $dir/alice-empty.key") == 0 or die 'openssl pkey';
+# (one transaction: no worker ever sees the key set_client_certificate() stored)
+sql("BEGIN; SELECT eventgrid.create_topic('mtls-legacy');"
+	  . " SELECT eventgrid.create_event_subscription('mtls-legacy', 'legacy', 'https://127.0.0.1:$strict/legacy');"
+	  . " SELECT eventgrid.set_client_certificate('mtls-legacy', 'legacy', " . pem('alice.pem') . ", " . pem('alice.key') . ");"
+	  . " UPDATE eventgrid.client_certificates SET private_key = " . pem('alice-empty.key')
+	  . " WHERE subscription_id = (SELECT id FROM eventgrid.event_subscriptions WHERE name = 'legacy'); COMMIT");
+my $started = sql("SELECT pg_postmaster_start_time()");
+sql("INSERT INTO eventgrid.events (topic, event) VALUES ('mtls-legacy', '" . eg_event('legacy-1') . "')");
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'legacy'", '1'),
+	'a stored key with an empty passphrase: delivered with it');
+is(sql("SELECT pg_postmaster_start_time()"), $started, 'and the cluster did not restart');
+unlike(slurp_file($node->logfile), qr/terminated by signal/, 'no process died');
+ok((grep { $_->[1] eq '/legacy' && $_->[2] eq '204' && $_->[4] eq 'CN=alice' } logged()), 'nginx saw alice\'s certificate');
 
 # --- set after a failed attempt, then removed -----------------------------------
 sql("INSERT INTO eventgrid.events (topic, event) VALUES ('mtls-late', '" . eg_event('late-1') . "')");
