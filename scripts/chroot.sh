@@ -4,8 +4,10 @@
 # The chroot is made once with debootstrap from the Debian mirror named in
 # this machine's own apt sources, with the suite's updates and security
 # sources where it has them, and kept in EG_CHROOT_DIR
-# (/var/cache/eventgrid-chroots) between runs: later runs only refresh the
-# copy of the source tree and the packages apt-get installs inside.  Each run
+# (/var/cache/eventgrid-chroots) between runs, twice: as a tarball of the
+# fresh system (a server without build tools, for scripts/package.sh
+# --check) and as the build-and-test chroot, where later runs only refresh
+# the copy of the source tree and the packages apt-get installs.  Each run
 # mounts /proc, /dev/pts and a /dev/shm of its own in a private mount
 # namespace, so nothing stays mounted when it ends.  Sourced, not run.
 
@@ -48,13 +50,15 @@ eg_apt_mirror() {
     done | tr ' ' '\n' | grep -E "/$want/?\$" | head -n 1 | sed 's|/$||'
 }
 
-# Makes the chroot of suite $1 unless it is there, and prints its path.
-eg_chroot_ensure() {
-    local suite=$1 arch root mirror security
+# Makes the base of suite $1 unless it is there (debootstrap, the suite's
+# apt sources, no services started by apt) and prints the path of its
+# tarball, from which eg_chroot_ensure and eg_chroot_fresh unpack chroots.
+eg_chroot_base() {
+    local suite=$1 arch base tmp mirror security log
     arch=$(dpkg --print-architecture)
-    root="$EG_CHROOT_DIR/$suite-$arch"
-    if [ -f "$root/.eventgrid-chroot" ]; then
-        echo "$root"
+    base="$EG_CHROOT_DIR/$suite-$arch.base.tar"
+    if [ -f "$base" ]; then
+        echo "$base"
         return 0
     fi
     mirror=$(eg_apt_mirror debian)
@@ -66,11 +70,12 @@ eg_chroot_ensure() {
     if ! command -v debootstrap >/dev/null 2>&1; then
         EG_PACKAGES=debootstrap EG_EXTRA_PACKAGES="" eg_install_packages >&2
     fi
-    echo "== making the $suite chroot in $root (debootstrap from $mirror)" >&2
+    echo "== making the $suite chroot (debootstrap from $mirror)" >&2
     mkdir -p "$EG_CHROOT_DIR"
-    rm -rf "$root.tmp"
-    local log="$EG_CHROOT_DIR/$suite-$arch.debootstrap.log"
-    if ! debootstrap --variant=minbase "$suite" "$root.tmp" "$mirror" >"$log" 2>&1; then
+    tmp="$EG_CHROOT_DIR/$suite-$arch.debootstrap"
+    log="$tmp.log"
+    rm -rf "$tmp"
+    if ! debootstrap --variant=minbase "$suite" "$tmp" "$mirror" >"$log" 2>&1; then
         tail -n 30 "$log" >&2
         echo "== debootstrap of $suite failed (log: $log)" >&2
         return 1
@@ -81,34 +86,50 @@ eg_chroot_ensure() {
             echo "deb $mirror $suite-updates main"
             [ -n "$security" ] && echo "deb $security $suite-security main"
         fi
-    } > "$root.tmp/etc/apt/sources.list"
+    } > "$tmp/etc/apt/sources.list"
     if [ "$suite" = sid ]; then
         # the mirror serves sid with a Release file past its Valid-Until date
-        echo 'Acquire::Check-Valid-Until "false";' > "$root.tmp/etc/apt/apt.conf.d/99eventgrid"
+        echo 'Acquire::Check-Valid-Until "false";' > "$tmp/etc/apt/apt.conf.d/99eventgrid"
     fi
     # no services start inside the chroot when apt installs them
-    printf '#!/bin/sh\nexit 101\n' > "$root.tmp/usr/sbin/policy-rc.d"
-    chmod 755 "$root.tmp/usr/sbin/policy-rc.d"
-    mv "$root.tmp" "$root"
-    touch "$root/.eventgrid-chroot"
+    printf '#!/bin/sh\nexit 101\n' > "$tmp/usr/sbin/policy-rc.d"
+    chmod 755 "$tmp/usr/sbin/policy-rc.d"
+    tar -C "$tmp" -cf "$base.tmp" . && mv "$base.tmp" "$base"
+    rm -rf "$tmp"
+    echo "$base"
+}
+
+# Unpacks a new chroot of suite $1 into directory $2 (emptied first).
+eg_chroot_fresh() {
+    local base
+    base=$(eg_chroot_base "$1") || return 1
+    rm -rf "$2"
+    mkdir -p "$2"
+    tar -C "$2" -xf "$base"
+}
+
+# The build-and-test chroot of suite $1, kept between runs (what apt
+# installs there stays): made from the base unless it is there; prints its
+# path.
+eg_chroot_ensure() {
+    local suite=$1 root
+    root="$EG_CHROOT_DIR/$suite-$(dpkg --print-architecture)"
+    if [ ! -f "$root/.eventgrid-chroot" ]; then
+        eg_chroot_fresh "$suite" "$root.tmp" || return 1
+        rm -rf "$root"
+        mv "$root.tmp" "$root"
+        touch "$root/.eventgrid-chroot"
+    fi
     echo "$root"
 }
 
-# Runs "$@" (a path relative to the source tree, then its arguments) inside
-# the chroot of PostgreSQL major $1, on a fresh copy of the source tree in
-# /root/eventgrid, with PG_MAJOR set; copies back what it left in dist/.
-eg_in_chroot() {
-    local major=$1 suite root status
-    shift
-    suite=$(eg_suite_of_major "$major")
-    root=$(eg_chroot_ensure "$suite")
+# Runs "$@" (a path relative to the source tree, then its arguments) in the
+# chroot $1 with PG_MAJOR=$2, with /proc, /dev/pts and a /dev/shm of its own
+# mounted in a private mount namespace; returns its exit status.
+eg_chroot_run() {
+    local root=$1 major=$2
+    shift 2
     cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
-    rm -rf "$root/root/eventgrid"
-    mkdir -p "$root/root/eventgrid"
-    (cd "$EG_SRC" && tar --exclude=.git --exclude=dist --exclude='*.o' --exclude='*.so' \
-        --exclude=tmp_check --exclude=results --exclude=log -cf - .) | tar -C "$root/root/eventgrid" -xf -
-    echo "== PostgreSQL $major: running $1 in the $suite chroot $root"
-    set +e
     PG_MAJOR=$major unshare --mount --propagation private -- bash -c '
         root=$1; shift
         mount -t proc proc "$root/proc" &&
@@ -116,8 +137,30 @@ eg_in_chroot() {
         mount -t tmpfs -o mode=1777 shm "$root/dev/shm" &&
         exec chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
             LANG=C.UTF-8 TERM="${TERM:-dumb}" CI="${CI:-}" PG_MAJOR="$PG_MAJOR" \
-            EG_IN_CHROOT=1 bash "/root/eventgrid/$@"' \
+            PG_MAJORS="${PG_MAJORS:-}" EG_IN_CHROOT=1 bash "/root/eventgrid/$@"' \
         eg-chroot "$root" "$@"
+}
+
+# Copies the source tree (without .git and build output) to $1/root/eventgrid.
+eg_chroot_copy_tree() {
+    rm -rf "$1/root/eventgrid"
+    mkdir -p "$1/root/eventgrid"
+    (cd "$EG_SRC" && tar --exclude=./.git --exclude=./dist --exclude='*.o' --exclude='*.so' \
+        --exclude=tmp_check --exclude=results --exclude=log -cf - .) | tar -C "$1/root/eventgrid" -xf -
+}
+
+# Runs "$@" (a path relative to the source tree, then its arguments) inside
+# the build-and-test chroot of PostgreSQL major $1, on a fresh copy of the
+# source tree in /root/eventgrid; copies back what it left in dist/.
+eg_in_chroot() {
+    local major=$1 suite root status
+    shift
+    suite=$(eg_suite_of_major "$major") || return 2
+    root=$(eg_chroot_ensure "$suite") || return 1
+    eg_chroot_copy_tree "$root"
+    echo "== PostgreSQL $major: running $1 in the $suite chroot $root"
+    set +e
+    eg_chroot_run "$root" "$major" "$@"
     status=$?
     set -e
     if [ -d "$root/root/eventgrid/dist" ]; then
