@@ -1,6 +1,6 @@
 /*
  * compat.h - the one place where eventgrid's C differs by PostgreSQL major
- * (README "Supported PostgreSQL versions"; docs/SPEC.md section 13).  Each
+ * (README "Supported PostgreSQL versions"; docs/SPEC.md section 15).  Each
  * wrapper is named for what it does and sits under a PG_VERSION_NUM guard
  * naming the release that changed the server's interface; the rest of src/
  * calls the wrapper and never tests the version itself.  Tested on 15, 17
