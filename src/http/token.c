@@ -495,7 +495,61 @@ is_b64token(const char *s, int len)
 	return i == len;
 }
 
-/* The secret must never be quoted: a description that holds it is left out. */
+/* Does text hold base64 of id:secret (RFC 7617's pair), palloc'd here? */
+static bool
+holds_basic_pair(const char *text, StringInfo pair)
+{
+	int			enc_len = pg_b64_enc_len(pair->len);
+	char	   *enc = palloc(enc_len + 1);
+	bool		found;
+
+	enc_len = eg_b64_encode((const uint8 *) pair->data, pair->len, enc, enc_len);
+	enc[Max(enc_len, 0)] = '\0';
+	/* without its padding: a quote may stop at the last full group */
+	while (enc_len > 0 && enc[enc_len - 1] == '=')
+		enc[--enc_len] = '\0';
+	found = enc_len > 0 && strstr(text, enc) != NULL;
+	explicit_bzero(enc, enc_len);
+	pfree(enc);
+	return found;
+}
+
+/*
+ * Does text quote credentials c's client secret in any form the token
+ * request sent it in: as it is, form-urlencoded (the body of an Entra
+ * request), or inside the base64 of the Basic credentials (id:secret,
+ * escaped as RFC 6749 2.3.1 says, and unescaped as other clients send it)?
+ */
+static bool
+quotes_secret(const char *text, const EgCredentials *c)
+{
+	StringInfoData f;
+	bool		found;
+
+	if (c->client_secret[0] == '\0')
+		return false;
+	if (strstr(text, c->client_secret) != NULL)
+		return true;
+	initStringInfo(&f);
+	append_escaped(&f, c->client_secret);
+	found = strstr(text, f.data) != NULL;
+	resetStringInfo(&f);
+	append_escaped(&f, c->client_id);
+	appendStringInfoChar(&f, ':');
+	append_escaped(&f, c->client_secret);
+	found = found || holds_basic_pair(text, &f);
+	resetStringInfo(&f);
+	appendStringInfo(&f, "%s:%s", c->client_id, c->client_secret);
+	found = found || holds_basic_pair(text, &f);
+	explicit_bzero(f.data, f.len);
+	pfree(f.data);
+	return found;
+}
+
+/*
+ * The secret must never be quoted, in any form the request sent it in
+ * (quotes_secret()): a description that holds one is left out.
+ */
 static void
 describe_error(char *error, size_t errlen, const EgCredentials *c, int status, Jsonb *jb)
 {
@@ -509,7 +563,7 @@ describe_error(char *error, size_t errlen, const EgCredentials *c, int status, J
 		text = psprintf("token endpoint %s answered HTTP %d: %s", c->token_endpoint, status, code);
 	else
 		text = psprintf("token endpoint %s answered HTTP %d: %s (%s)", c->token_endpoint, status, code, desc);
-	if (c->client_secret[0] != '\0' && strstr(text, c->client_secret) != NULL)
+	if (quotes_secret(text, c))
 		text = psprintf("token endpoint %s answered HTTP %d (its error text quoted the client secret: left out)",
 						c->token_endpoint, status);
 	text = eg_printable_copy(text, (int) strlen(text));

@@ -71,6 +71,15 @@ server.service.on('beforeTokenSigning', (token, req) => {
 
 server.service.on('beforeResponse', (response, req) => {
 	const c = client(req);
+	// clients echo-plain, echo-url and echo-basic: refused with an error text
+	// that quotes the secret as it came, form-urlencoded, or the Basic header's base64
+	if (c.id && c.id.startsWith('echo-')) {
+		const form = { 'echo-plain': c.secret, 'echo-url': encodeURIComponent(c.secret),
+			'echo-basic': (req.headers.authorization || '').slice(6) }[c.id];
+		response.statusCode = 401;
+		response.body = { error: 'invalid_client', error_description: 'you sent ' + form };
+		return;
+	}
 	const ok = c.id !== undefined && clients[c.id] !== undefined && clients[c.id] === c.secret;
 	log('token_requests.jsonl', { client_id: c.id || null, how: c.how, grant_type: req.body.grant_type,
 		scope: req.body.scope || null, audience: req.body.audience || null, ok });
