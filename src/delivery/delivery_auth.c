@@ -18,9 +18,9 @@
  * an attempt with the token endpoint's answer as its error
  * (eg_delivery_token_failed).  The token goes in the request's
  * Authorization header only when the request is handed to HTTP
- * (eg_auth_attach): a copy that the HTTP thread clears and frees.  A 401 to
- * a token that was not new for the request drops the token and sends the
- * request again at once, with a new one (eg_auth_refused).
+ * (eg_auth_attach): a copy that the HTTP thread clears and frees.  A 401
+ * drops the token; to a token that was not new for the request, it also
+ * sends the request again at once, with a new one (eg_auth_refused).
  */
 #include "delivery/auth.h"
 #include "delivery/delivery.h"
@@ -347,20 +347,23 @@ eg_auth_token_finished(EgRequest *req)
 }
 
 /*
- * Request req was answered 401.  A token that was new for it (it waited
- * for it, or was sent again after a 401 already) stays: the 401 is the
- * attempt's outcome (Unauthorized, SPEC 3).  Otherwise the token was
- * revoked or its keys rotated: it is dropped for every worker (unless one
- * replaced it meanwhile) and true is returned: the request is to be sent
- * again at once, with a new token.
+ * Request req was answered 401.  Its token is dropped for every worker
+ * (unless one replaced it meanwhile), whatever the token's age: no later
+ * request carries a token a receiver refused.  A token that was new for the
+ * request (it waited for it, or was sent again after a 401 already) makes
+ * the 401 the attempt's outcome (Unauthorized, SPEC 3): false.  Otherwise
+ * the token was revoked or its keys rotated: true, the request is to be
+ * sent again at once, with a new token.
  */
 bool
 eg_auth_refused(EgRequest *req)
 {
 	EgTokenUse *u = req->token_use;
+	bool		resend;
 
-	if (u == NULL || req->token_waited || req->token_resent)
+	if (u == NULL)
 		return false;
+	resend = !req->token_waited && !req->token_resent;
 	eg_token_drop(&u->cred, req->token_generation);
 	if (u->generation == req->token_generation)
 	{
@@ -369,6 +372,7 @@ eg_auth_refused(EgRequest *req)
 		u->refresh_at = 0;
 	}
 	u->checked_round = 0;
-	req->token_resent = true;
-	return true;
+	if (resend)
+		req->token_resent = true;
+	return resend;
 }
