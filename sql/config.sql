@@ -283,6 +283,15 @@ ALTER SYSTEM SET eventgrid.attempt_history = 'sometimes';
 ALTER SYSTEM SET eventgrid.attempt_history_retention = '1min';
 \set VERBOSITY default
 ALTER SYSTEM SET eventgrid.attempt_history_max_rows = 10;
+-- eventgrid.entra_authority: https, or plain http to this machine only, as
+-- the whole host (the client secret goes to it)
+ALTER SYSTEM SET eventgrid.entra_authority = 'http://localhost.evil.example';
+ALTER SYSTEM SET eventgrid.entra_authority = 'http://localhost@127.0.0.2:8443/';
+ALTER SYSTEM SET eventgrid.entra_authority = 'http://127.0.0.1:/';
+ALTER SYSTEM SET eventgrid.entra_authority = 'http://[::1]:8443';
+ALTER SYSTEM SET eventgrid.entra_authority = 'http://localhost/';
+ALTER SYSTEM SET eventgrid.entra_authority = 'https://login.microsoftonline.us';
+ALTER SYSTEM RESET eventgrid.entra_authority;
 SELECT err($$SET eventgrid.attempt_history = 'off'$$);
 SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
  WHERE attrelid = 'eventgrid.delivery_attempts'::regclass AND attnum > 0 ORDER BY attnum;

@@ -70,6 +70,40 @@ check_request_origin(char **newval, void **extra, GucSource source)
  * localhost, for tests) of printable ASCII without spaces, at most 400 bytes (the token endpoint of a tenant is
  * made from it: {authority}/{tenant}/oauth2/v2.0/token).
  */
+/*
+ * Is v "http://" and one of this machine's names (127.0.0.1, localhost,
+ * [::1]) as the whole host: then the end, a path, or a port and a path?
+ * "http://localhost.example.com" and "http://localhost@elsewhere" are not.
+ */
+static bool
+is_loopback_http(const char *v)
+{
+	static const char *const hosts[] = {"127.0.0.1", "localhost", "[::1]"};
+
+	if (pg_strncasecmp(v, "http://", 7) != 0)
+		return false;
+	v += 7;
+	for (size_t i = 0; i < lengthof(hosts); i++)
+	{
+		size_t		n = strlen(hosts[i]);
+		const char *rest = v + n;
+
+		if (pg_strncasecmp(v, hosts[i], n) != 0)
+			continue;
+		if (*rest == ':')
+		{
+			const char *digits = ++rest;
+
+			while (*rest >= '0' && *rest <= '9')
+				rest++;
+			if (rest == digits)
+				return false;
+		}
+		return *rest == '\0' || *rest == '/';
+	}
+	return false;
+}
+
 static bool
 check_entra_authority(char **newval, void **extra, GucSource source)
 {
@@ -77,10 +111,9 @@ check_entra_authority(char **newval, void **extra, GucSource source)
 
 	if (v == NULL)
 		return true;
-	if (strncmp(v, "https://", 8) != 0 &&
-		strncmp(v, "http://127.0.0.1", 16) != 0 && strncmp(v, "http://localhost", 16) != 0)
+	if (strncmp(v, "https://", 8) != 0 && !is_loopback_http(v))
 	{
-		GUC_check_errdetail("eventgrid.entra_authority must be an https URL, such as https://login.microsoftonline.com (http only to 127.0.0.1 or localhost, for tests).");
+		GUC_check_errdetail("eventgrid.entra_authority must be an https URL, such as https://login.microsoftonline.com (http only to 127.0.0.1, localhost or [::1], for tests).");
 		return false;
 	}
 	if (strlen(v) > 400)
