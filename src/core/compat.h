@@ -14,6 +14,7 @@
 
 #include "catalog/pg_database.h"
 #include "common/base64.h"
+#include "funcapi.h"
 #if PG_VERSION_NUM >= 150000
 #include "common/pg_prng.h"
 #endif
@@ -21,6 +22,7 @@
 #include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/guc.h"
+#include "utils/tuplestore.h"
 
 /*
  * A function that does not return: 18 replaced pg_attribute_noreturn()
@@ -131,8 +133,41 @@ eg_random_fraction(void)
 #if PG_VERSION_NUM >= 150000
 	return pg_prng_double(&pg_global_prng_state);
 #else
-	return (double) random() / ((double) MAX_RANDOM_VALUE + 1);
+	return (double) random() / ((double) PG_INT32_MAX + 1);	/* random(): 0 .. 2^31 - 1 */
 #endif
 }
+
+/*
+ * Sets a set-returning function up to return its rows in a tuplestore
+ * (rsinfo->setResult, with setDesc its result type).  15.0 named it
+ * SetSingleFuncCall(), 15.1 InitMaterializedSRF() (the old name was kept in
+ * 15 only); 14 has neither, and takes the materialize-mode steps its
+ * documentation gives (xfunc-c, "Returning Sets") here.
+ */
+#if PG_VERSION_NUM >= 150001
+#define eg_materialized_srf(fcinfo) InitMaterializedSRF((fcinfo), 0)
+#elif PG_VERSION_NUM >= 150000
+#define eg_materialized_srf(fcinfo) SetSingleFuncCall((fcinfo), 0)
+#else
+static inline void
+eg_materialized_srf(FunctionCallInfo fcinfo)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TupleDesc	tupdesc;
+	MemoryContext old;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) || (rsinfo->allowedModes & SFRM_Materialize) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = tuplestore_begin_heap(true, false, work_mem);
+	rsinfo->setDesc = CreateTupleDescCopy(tupdesc);
+	MemoryContextSwitchTo(old);
+}
+#endif
 
 #endif							/* EG_COMPAT_H */

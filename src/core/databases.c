@@ -399,7 +399,7 @@ eventgrid_served_databases(PG_FUNCTION_ARGS)
 	EgDbSlot   *copy;
 	int			n = 0;
 
-	InitMaterializedSRF(fcinfo, 0);
+	eg_materialized_srf(fcinfo);
 	if (eg_shared == NULL)
 		return (Datum) 0;
 	copy = palloc(eg_shared->ndb * sizeof(EgDbSlot));
@@ -474,7 +474,7 @@ eventgrid_worker_pids(PG_FUNCTION_ARGS)
 	pid_t		pids[EG_MAX_DELIVERY_WORKERS + 1] = {0};
 	EgDbSlot   *db = eg_shared ? eg_db_find(MyDatabaseId, false) : NULL;
 
-	InitMaterializedSRF(fcinfo, 0);
+	eg_materialized_srf(fcinfo);
 	if (db != NULL)
 	{
 		SpinLockAcquire(&eg_shared->mutex);

@@ -721,7 +721,7 @@ eventgrid_delivery_tokens(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
-	InitMaterializedSRF(fcinfo, 0);
+	eg_materialized_srf(fcinfo);
 	if (tokens == NULL)
 		return (Datum) 0;
 	LWLockAcquire(tokens->lock, LW_SHARED);

@@ -108,7 +108,7 @@ eventgrid_receive(PG_FUNCTION_ARGS)
 				 errmsg("eventgrid.receive() needs eventgrid in shared_preload_libraries"),
 				 errhint("The delivery workers bring events to queue subscriptions; add eventgrid to shared_preload_libraries and restart.")));
 
-	InitMaterializedSRF(fcinfo, 0);
+	eg_materialized_srf(fcinfo);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	args[0] = PG_GETARG_DATUM(0);
