@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# eventgrid benchmark on a fresh Debian 12 machine (as root or through sudo):
+# eventgrid benchmark on a fresh Debian machine (as root or through sudo),
+# on the PostgreSQL major of its Debian suite, or with --pg N (first
+# argument) inside the chroot of the suite that ships N (scripts/chroot.sh;
+# bench/majors.sh compares majors):
 # installs packages (nginx-light, wrk, python3-psycopg2 besides the build
 # dependencies), builds and installs the extension, starts a throwaway
-# PostgreSQL 15 cluster with eventgrid preloaded and nginx as the webhook
+# PostgreSQL cluster with eventgrid preloaded and nginx as the webhook
 # sink (return 204, access log off, keep-alive) on 127.0.0.1, then runs
 # bench/bench.py, which prints a table of figures and, last, one line
 # "BENCH_RESULT {json}".  For figure 12 (HTTPS) the sink also listens with
@@ -23,7 +26,15 @@
 # Arguments go to bench.py, e.g. --only 1,2 for figures 1-4.
 set -euo pipefail
 . "$(dirname "$0")/../scripts/common.sh"
-EG_EXTRA_PACKAGES="nginx-light wrk python3-psycopg2 postgresql-15-pgq3 prometheus-postgres-exporter"
+if [ "${1:-}" = "--pg" ]; then
+    [ $# -ge 2 ] || { echo "usage: $0 [--pg 15|17|18] [bench.py arguments]" >&2; exit 2; }
+    eg_need_root "$@"
+    major=$2
+    shift 2
+    eg_in_chroot "$major" bench/run.sh "$@"
+    exit $?
+fi
+EG_EXTRA_PACKAGES="nginx-light wrk python3-psycopg2 postgresql-$PG_MAJOR-pgq3 prometheus-postgres-exporter"
 eg_setup "$@"
 work=$EG_WORK
 port=55433

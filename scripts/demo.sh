@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# eventgrid end to end on a fresh Debian 12 machine: installs packages,
+# eventgrid end to end on a fresh Debian machine (its suite's PostgreSQL major): installs packages,
 # builds and installs the extension, starts a throwaway PostgreSQL cluster
 # with eventgrid preloaded and a real webhook receiver on 127.0.0.1, publishes
 # the sample events of demo/events.sql with INSERT, and shows in psql what
