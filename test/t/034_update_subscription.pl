@@ -156,5 +156,19 @@ ok(wait_for_sql($node, "SELECT dead_letter_reason || ' ' || delivery_attempts FR
 	'lowered to 1 after 2 attempts: dead-lettered MaxDeliveryAttemptsExceeded when the retry came due');
 is(scalar(requests($r, '/status/500/lowered')), 2, 'with no third request sent');
 
+# and lowered to exactly the attempts already made (2 after 2): the same
+sql("SELECT eventgrid.create_event_subscription('work', 'exact', '$u/status/500/exact', deadletter => true,"
+	  . " subject_begins_with => '/exact')");
+sql("SELECT eventgrid.publish('work', '" . eg_event('exact-1', subject => '/exact/1') . "')");
+ok(wait_recorded($node, 'exact', 1), 'exact: the first attempt failed');
+advance_clock($node, 15);
+ok(wait_recorded($node, 'exact', 2), 'exact: and the second');
+ops("SELECT eventgrid.update_event_subscription('work', 'exact', max_delivery_attempts => 2)");
+advance_clock($node, 40);
+ok(wait_for_sql($node, "SELECT dead_letter_reason || ' ' || delivery_attempts FROM eventgrid.dead_letters"
+	  . " WHERE subscription_name = 'exact'", 'MaxDeliveryAttemptsExceeded 2', 30),
+	'lowered to exactly 2 after 2 attempts: dead-lettered when the retry came due');
+is(scalar(requests($r, '/status/500/exact')), 2, 'with no third request sent');
+
 $node->stop;
 done_testing();

@@ -148,6 +148,13 @@ is(join(',', map { "$_->[2]:$_->[1]" } @got), 'a1:1,a2:1,a3:1', 'receive(max_eve
 like($got[0][0], qr/^[0-9]+:[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/,
 	'a lock token is the event\'s queue id and a random (version 4) UUID');
 (my $forged = $got[0][0]) =~ s/:.*/:00000000-0000-4000-8000-000000000000/;
+is(op('acknowledge', 'q-main', [ $forged ]),
+	'false TokenLost: no such lock; the event was settled, received again after its lock expired, or belongs to another event subscription',
+	'acknowledge: the right id with a forged secret, alone, fails');
+is(op('renew_locks', 'q-main', [ $forged ]),
+	'false TokenLost: no such lock; the event was settled, received again after its lock expired, or belongs to another event subscription',
+	'so does renew_locks');
+is(metric('q-main', 'locked_events'), '4', 'and the locks stay (a1-a3, and e1 from before)');
 is(op('acknowledge', 'q-main', [ $forged, $got[0][0], $got[0][0], 'not-a-token' ]),
 	"false TokenLost: no such lock; the event was settled, received again after its lock expired, or belongs to another event subscription\n"
 	  . "true \nfalse TokenLost: the same lock token came earlier in this call\n"
@@ -173,6 +180,8 @@ is(op('acknowledge', 'q-main', [ $got[0][0] ]), 'true ', 'a3 acknowledged');
 advance_clock($node, 40);
 is(op('renew_locks', 'q-main', [ $tok{a4} ]), 'true ', 'a4\'s lock renewed 51 s after its receive');
 advance_clock($node, 15);
+is(op('renew_locks', 'q-main', [ $tok{a5} ]), 'false TokenLost: the lock expired; the event can be received again',
+	'an expired lock is not renewed');
 is(op('acknowledge', 'q-main', [ $tok{a2}, $tok{a5} ]),
 	"false TokenLost: the lock expired; the event can be received again\nfalse TokenLost: the lock expired; the event can be received again",
 	'the locks not renewed expired (76 s after their receive)');
@@ -199,6 +208,25 @@ is(op('reject', 'q-main', [ $tok{a5}, $tok{a5} ]), "true \nfalse TokenLost: the 
 	'reject a5');
 is(sql("SELECT dead_letter_reason || ' ' || delivery_attempts FROM eventgrid.dead_letters WHERE event->>'id' = 'a5'"),
 	'Rejected 2', 'a rejected event is dead-lettered with reason Rejected');
+
+# --- receive(max_events 2) that dead-letters expired locks in the same call: at most 2
+$topic{'q-cap'} = 'capped';
+sql("SELECT eventgrid.create_topic('capped', 'CloudEventSchemaV1_0', 'namespace')");
+sql("SELECT eventgrid.create_event_subscription('capped', 'q-cap', delivery_mode => 'queue', deadletter => true,"
+	  . " max_delivery_count => 1)");
+publish('capped', map { "c$_" } 1 .. 6);
+ok(wait_for_sql($node, "SELECT receivable_events FROM eventgrid.queue_metrics WHERE event_subscription = 'q-cap'", '6'),
+	'q-cap has its six events');
+@got = receive('q-cap', 2);
+is(join(',', map { $_->[2] } @got), 'c1,c2', 'c1 and c2 received once (max_delivery_count 1)');
+advance_clock($node, 61);
+@got = receive('q-cap', 2);
+is(join(',', map { $_->[2] } @got), 'c3,c4', 'after their locks expired, receive(max_events 2): two events, c3 and c4');
+ok(wait_for_sql($node, "SELECT string_agg(event->>'id' || ' ' || dead_letter_reason, ', ' ORDER BY event->>'id')"
+		  . " FROM eventgrid.dead_letters WHERE subscription_name = 'q-cap'",
+		'c1 MaxDeliveryCountExceeded, c2 MaxDeliveryCountExceeded', 30),
+	'c1 and c2 dead-lettered: MaxDeliveryCountExceeded');
+sql("SELECT eventgrid.drop_topic('capped')");
 
 # --- max delivery count and time to live with no consumer: the upkeep worker
 sql("SELECT eventgrid.create_event_subscription('expiring', 'q-ttl', delivery_mode => 'queue', deadletter => true,"
