@@ -18,6 +18,7 @@ static bool wake_at_commit = false;
 static bool subscriptions_changed_at_commit = false;
 static bool events_at_commit = false;	/* the transaction published events */
 static bool receivers_at_commit = false;	/* it made events of queue subscriptions receivable */
+static bool receivers_at_end = false;	/* it locked events with receive() */
 static bool publications_changed_at_commit = false;
 static uint64 local_publications_changes = 0;	/* this backend's own, seen at once */
 static bool extension_changed_at_commit = false;
@@ -40,6 +41,21 @@ void
 eg_want_upkeep(void)
 {
 	eg_db_wake(MyDatabaseId, false, true);
+}
+
+/*
+ * The transaction that locked events with receive() ended (it is visible
+ * as ended by now): consumers that sleep because events they saw were held
+ * by a transaction look again.  Only when there are such consumers: every
+ * receive's end would otherwise wake every waiter of the database.
+ */
+static void
+wake_held_receivers(void)
+{
+	pg_atomic_uint32 *held = eg_queue_held_waiters(MyDatabaseId);
+
+	if (held != NULL && pg_atomic_read_u32(held) > 0)
+		ConditionVariableBroadcast(eg_queue_cv(MyDatabaseId));
 }
 
 static void
@@ -71,12 +87,16 @@ eg_xact_callback(XactEvent event, void *arg)
 				eg_db_wake_for_events(MyDatabaseId);
 			if (receivers_at_commit && eg_queue_cv(MyDatabaseId) != NULL)
 				ConditionVariableBroadcast(eg_queue_cv(MyDatabaseId));
+			else if (receivers_at_end)
+				wake_held_receivers();
 			if (extension_changed_at_commit)
 				eg_db_extension_changed(MyDatabaseId);
 			eg_db_release_holds(dropped_at_commit);
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+			if (receivers_at_end)
+				wake_held_receivers();
 			eg_db_release_holds(false);
 			break;
 		default:
@@ -85,6 +105,7 @@ eg_xact_callback(XactEvent event, void *arg)
 	wake_at_commit = false;
 	events_at_commit = false;
 	receivers_at_commit = false;
+	receivers_at_end = false;
 	publications_changed_at_commit = false;
 	subscriptions_changed_at_commit = false;
 	extension_changed_at_commit = false;
@@ -134,6 +155,14 @@ eg_wake_receivers_at_commit(void)
 {
 	eg_register_xact_callback();
 	receivers_at_commit = true;
+}
+
+/* See eventgrid.h. */
+void
+eg_wake_receivers_at_end(void)
+{
+	eg_register_xact_callback();
+	receivers_at_end = true;
 }
 
 PG_FUNCTION_INFO_V1(eventgrid_wake_receivers_at_commit);

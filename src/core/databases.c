@@ -60,7 +60,10 @@ eg_shared_init(void)
 	SpinLockInit(&eg_shared->mutex);
 	pg_atomic_init_u64(&eg_shared->publications_generation, 0);
 	for (int i = 0; i < EG_QUEUE_CVS; i++)
+	{
 		ConditionVariableInit(&eg_shared->queue_cv[i]);
+		pg_atomic_init_u32(&eg_shared->queue_held_waiters[i], 0);
+	}
 	eg_shared->ndb = eg_max_databases;
 }
 
@@ -68,6 +71,13 @@ ConditionVariable *
 eg_queue_cv(Oid dboid)
 {
 	return eg_shared == NULL ? NULL : &eg_shared->queue_cv[dboid % EG_QUEUE_CVS];
+}
+
+/* See eventgrid.h. */
+pg_atomic_uint32 *
+eg_queue_held_waiters(Oid dboid)
+{
+	return eg_shared == NULL ? NULL : &eg_shared->queue_held_waiters[dboid % EG_QUEUE_CVS];
 }
 
 /*

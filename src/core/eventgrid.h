@@ -174,8 +174,12 @@ typedef struct EgDbSlot
 /*
  * Consumers waiting in eventgrid.receive() (queue event subscriptions, SPEC
  * 14) sleep on the condition variable of their database's oid modulo this;
- * a commit that made events receivable broadcasts on it.  Not in the
- * database slots: a slot is cleared when it is taken again.
+ * a commit that made events receivable broadcasts on it, and so does the
+ * end (commit or rollback) of a transaction that locked events with
+ * receive() while consumers sleep because events they saw receivable were
+ * held by another transaction (queue_held_waiters, per condition
+ * variable).  Not in the database slots: a slot is cleared when it is
+ * taken again.
  */
 #define EG_QUEUE_CVS 64
 
@@ -190,6 +194,7 @@ typedef struct EgShared
 	EgRateBucket rate[EG_RATE_BUCKETS];
 	EgHostSlot	hosts[EG_HOST_SLOTS];
 	ConditionVariable queue_cv[EG_QUEUE_CVS];
+	pg_atomic_uint32 queue_held_waiters[EG_QUEUE_CVS];
 	int			ndb;			/* eventgrid.max_databases */
 	EgDbSlot	db[FLEXIBLE_ARRAY_MEMBER];
 } EgShared;
@@ -254,8 +259,16 @@ extern void eg_wake_worker_at_commit(void);
 extern void eg_wake_for_events_at_commit(void);
 /* Wakes the consumers waiting in eventgrid.receive() in this database once the current transaction commits. */
 extern void eg_wake_receivers_at_commit(void);
+/*
+ * receive() locked events in the current transaction: when it ends,
+ * committed or rolled back, the consumers of this database that sleep on
+ * events held by a transaction (eg_queue_held_waiters()) are woken.
+ */
+extern void eg_wake_receivers_at_end(void);
 /* The condition variable consumers of database dboid wait on (NULL without shared_preload_libraries). */
 extern ConditionVariable *eg_queue_cv(Oid dboid);
+/* How many consumers of eg_queue_cv(dboid) sleep on events another transaction holds (NULL when not preloaded). */
+extern pg_atomic_uint32 *eg_queue_held_waiters(Oid dboid);
 
 /*
  * Table change publications (commit.c): a counter that moves when a commit

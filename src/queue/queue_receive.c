@@ -9,7 +9,10 @@
  * eventgrid._queue_take() (FOR UPDATE SKIP LOCKED, in a subtransaction of
  * the caller's transaction, kept when it took something) and, finding
  * none, sleeps on that condition variable until a broadcast, the next lock
- * expiry or release delay, or the end of its wait.  It reads no event table: a waiting call holds no lock a rotation
+ * expiry or release delay, or the end of its wait.  Events it sees
+ * receivable but cannot lock are held by another consumer's open
+ * transaction: it counts itself among the held waiters of the condition
+ * variable, and the end of that transaction wakes it (no polling).  It reads no event table: a waiting call holds no lock a rotation
  * needs.  The other subscriber operations (acknowledge, release, reject,
  * renew_locks) are SQL functions.
  */
@@ -30,8 +33,13 @@
 #define EG_RECEIVE_MAX_EVENTS 100
 #define EG_RECEIVE_MIN_WAIT_S 10
 #define EG_RECEIVE_MAX_WAIT_S 120
-/* how long to sleep when receivable events are held by another consumer's open transaction */
-#define EG_RECEIVE_HELD_RETRY_MS 50
+/*
+ * The longest sleep on receivable events that another transaction holds:
+ * the end of the transaction that locked them wakes the sleep (commit.c),
+ * so this only bounds a holder that ends without saying so (a prepared
+ * transaction committed elsewhere, a crash).
+ */
+#define EG_RECEIVE_HELD_RECHECK_MS 5000
 /* how long a look may start from where this backend's last look found events (below) */
 #define EG_RECEIVE_HINT_MS 1000
 
@@ -87,6 +95,9 @@ eventgrid_receive(PG_FUNCTION_ARGS)
 	Datum		args[3];
 	Oid			types[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
 	bool		isnull;
+	pg_atomic_uint32 *held_waiters;
+	volatile bool counted = false;	/* among the held waiters */
+	bool		held = false;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2) || PG_ARGISNULL(3))
 		ereport(ERROR,
@@ -121,99 +132,128 @@ eventgrid_receive(PG_FUNCTION_ARGS)
 	deadline = GetCurrentTimestamp() + (TimestampTz) max_wait * USECS_PER_SEC;
 	args[0] = Int64GetDatum(sid);
 	args[1] = Int32GetDatum(max_events);
-	for (;;)
+	held_waiters = eg_queue_held_waiters(MyDatabaseId);
+	PG_TRY();
 	{
-		long		remaining_ms;
-		long		sleep_ms;
-		bool		hinted = hint_sid == sid && GetCurrentTimestamp() < hint_until;
-		int			got = 0;
-		uint64		rows;
-		MemoryContext oldcontext = CurrentMemoryContext;
-		ResourceOwner oldowner = CurrentResourceOwner;
-
-		/*
-		 * Each look is a subtransaction.  FOR UPDATE SKIP LOCKED locks a row
-		 * that another consumer locked and committed after this look's
-		 * snapshot even when the row no longer qualifies; a look that finds
-		 * nothing is rolled back, so that such locks are not held while it
-		 * waits (another consumer's acknowledge of that row would wait
-		 * with it).
-		 */
-		BeginInternalSubTransaction(NULL);
-		MemoryContextSwitchTo(oldcontext);
-		args[2] = TimestampTzGetDatum(hinted ? hint_at : DT_NOBEGIN);
-		if (SPI_execute_with_args("SELECT t.lock_token, t.delivery_count, t.event, t.was_receivable_at"
-								  "  FROM eventgrid._queue_take($1, $2, $3) t",
-								  3, types, args, NULL, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not take events of the queue subscription");
-		rows = SPI_processed;
-		for (uint64 i = 0; i < rows; i++)
+		for (;;)
 		{
-			Datum		values[4];
-			bool		nulls[4];
+			long		remaining_ms;
+			long		sleep_ms;
+			bool		hinted = hint_sid == sid && GetCurrentTimestamp() < hint_until;
+			int			got = 0;
+			uint64		rows;
+			MemoryContext oldcontext = CurrentMemoryContext;
+			ResourceOwner oldowner = CurrentResourceOwner;
 
-			for (int c = 0; c < 4; c++)
-				values[c] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, c + 1, &nulls[c]);
-			if (nulls[0])
-				continue;		/* the row that says it dead-lettered events and took none */
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-			if (got++ == 0 || DatumGetTimestampTz(values[3]) < hint_at)
-				hint_at = DatumGetTimestampTz(values[3]);
-		}
-		SPI_freetuptable(SPI_tuptable);
-		if (rows > 0)
-			ReleaseCurrentSubTransaction();
-		else
-			RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-		if (got > 0)
-		{
-			if (!hinted)
+			/*
+			 * Each look is a subtransaction.  FOR UPDATE SKIP LOCKED locks a row
+			 * that another consumer locked and committed after this look's
+			 * snapshot even when the row no longer qualifies; a look that finds
+			 * nothing is rolled back, so that such locks are not held while it
+			 * waits (another consumer's acknowledge of that row would wait
+			 * with it).
+			 */
+			BeginInternalSubTransaction(NULL);
+			MemoryContextSwitchTo(oldcontext);
+			args[2] = TimestampTzGetDatum(hinted ? hint_at : DT_NOBEGIN);
+			if (SPI_execute_with_args("SELECT t.lock_token, t.delivery_count, t.event, t.was_receivable_at"
+									  "  FROM eventgrid._queue_take($1, $2, $3) t",
+									  3, types, args, NULL, false, 0) != SPI_OK_SELECT)
+				elog(ERROR, "could not take events of the queue subscription");
+			rows = SPI_processed;
+			for (uint64 i = 0; i < rows; i++)
 			{
-				hint_sid = sid;
-				hint_until = GetCurrentTimestamp() + (TimestampTz) EG_RECEIVE_HINT_MS * 1000;
+				Datum		values[4];
+				bool		nulls[4];
+
+				for (int c = 0; c < 4; c++)
+					values[c] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, c + 1, &nulls[c]);
+				if (nulls[0])
+					continue;		/* the row that says it dead-lettered events and took none */
+				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+				if (got++ == 0 || DatumGetTimestampTz(values[3]) < hint_at)
+					hint_at = DatumGetTimestampTz(values[3]);
 			}
-			break;
-		}
-		if (rows > 0 || hinted)
-		{
-			/* events dead-lettered, or nothing from the bound: look again (from the start) */
-			hint_sid = 0;
-			continue;
-		}
-		remaining_ms = (long) ((deadline - GetCurrentTimestamp()) / 1000);
-		if (remaining_ms <= 0)
-			break;
+			SPI_freetuptable(SPI_tuptable);
+			if (rows > 0)
+				ReleaseCurrentSubTransaction();
+			else
+				RollbackAndReleaseCurrentSubTransaction();
+			MemoryContextSwitchTo(oldcontext);
+			CurrentResourceOwner = oldowner;
+			if (got > 0)
+			{
+				eg_wake_receivers_at_end();
+				if (!hinted)
+				{
+					hint_sid = sid;
+					hint_until = GetCurrentTimestamp() + (TimestampTz) EG_RECEIVE_HINT_MS * 1000;
+				}
+				break;
+			}
+			if (rows > 0 || hinted)
+			{
+				/* events dead-lettered, or nothing from the bound: look again (from the start) */
+				hint_sid = 0;
+				continue;
+			}
+			remaining_ms = (long) ((deadline - GetCurrentTimestamp()) / 1000);
+			if (remaining_ms <= 0)
+				break;
 
-		/*
-		 * On the wait list before the last look at the queue: a commit that
-		 * makes events receivable after it wakes the sleep.  The look: how
-		 * long until the next lock or release delay ends, and whether
-		 * events are receivable now after all (other consumers' locks not
-		 * committed yet, or events that came since the take: a short sleep).
-		 */
-		ConditionVariablePrepareToSleep(cv);
-		if (SPI_execute_with_args("SELECT ceil(extract(epoch FROM (SELECT min(q.receivable_at) FROM eventgrid.queue_events q"
-								  "                                   WHERE q.subscription_id = $1"
-								  "                                     AND q.receivable_at > eventgrid._clock_now()) - eventgrid._clock_now()) * 1000)::int8,"
-								  "       EXISTS (SELECT 1 FROM eventgrid.queue_events q WHERE q.subscription_id = $1"
-								  "                  AND q.receivable_at <= eventgrid._clock_now())",
-								  1, types, args, NULL, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not look for the next receivable event");
-		sleep_ms = remaining_ms;
-		{
-			Datum		next = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+			/*
+			 * On the wait list before the last look at the queue: a commit that
+			 * makes events receivable after it wakes the sleep.  The look: how
+			 * long until the next lock or release delay ends, and whether
+			 * events are receivable now after all (other consumers' locks not
+			 * committed yet, or events that came since the take: a short sleep).
+			 */
+			ConditionVariablePrepareToSleep(cv);
+			if (SPI_execute_with_args("SELECT ceil(extract(epoch FROM (SELECT min(q.receivable_at) FROM eventgrid.queue_events q"
+									  "                                   WHERE q.subscription_id = $1"
+									  "                                     AND q.receivable_at > eventgrid._clock_now()) - eventgrid._clock_now()) * 1000)::int8,"
+									  "       EXISTS (SELECT 1 FROM eventgrid.queue_events q WHERE q.subscription_id = $1"
+									  "                  AND q.receivable_at <= eventgrid._clock_now())",
+									  1, types, args, NULL, false, 1) != SPI_OK_SELECT)
+				elog(ERROR, "could not look for the next receivable event");
+			sleep_ms = remaining_ms;
+			{
+				Datum		next = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 
-			if (!isnull)
-				sleep_ms = Min(sleep_ms, Max(DatumGetInt64(next), 1));
-			if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
-				sleep_ms = Min(sleep_ms, EG_RECEIVE_HELD_RETRY_MS);
+				if (!isnull)
+					sleep_ms = Min(sleep_ms, Max(DatumGetInt64(next), 1));
+				held = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+			}
+			SPI_freetuptable(SPI_tuptable);
+			if (held && !counted)
+			{
+				/*
+				 * Counted first, then looked again: a holder that ended
+				 * before it saw the count has ended before that look.
+				 */
+				pg_atomic_fetch_add_u32(held_waiters, 1);
+				counted = true;
+				ConditionVariableCancelSleep();
+				continue;
+			}
+			if (!held && counted)
+			{
+				pg_atomic_fetch_sub_u32(held_waiters, 1);
+				counted = false;
+			}
+			if (held)
+				sleep_ms = Min(sleep_ms, EG_RECEIVE_HELD_RECHECK_MS);
+			(void) ConditionVariableTimedSleep(cv, sleep_ms, PG_WAIT_EXTENSION);
+			ConditionVariableCancelSleep();
 		}
-		SPI_freetuptable(SPI_tuptable);
-		(void) ConditionVariableTimedSleep(cv, sleep_ms, PG_WAIT_EXTENSION);
-		ConditionVariableCancelSleep();
 	}
+	PG_FINALLY();
+	{
+		if (counted)
+			pg_atomic_fetch_sub_u32(held_waiters, 1);
+		counted = false;
+	}
+	PG_END_TRY();
 	ConditionVariableCancelSleep();
 	SPI_finish();
 	return (Datum) 0;

@@ -345,6 +345,41 @@ for my $p (@polls) { $p->finish; $woken++ }
 is($woken, 20, 'twenty events published: every waiting call returned');
 is(metric('q-main', 'locked_events'), '20', 'each took one');
 
+# --- twenty waiting calls while another consumer's open transaction holds
+# the receivable event: they sleep until that transaction ends (no polling)
+publish('orders', 'h1');
+ok(wait_for_sql($node, "SELECT receivable_events FROM eventgrid.queue_metrics WHERE event_subscription = 'q-main'", '1'),
+	'h1 receivable');
+my $holder = IPC::Run::start([ 'psql', '-X', '-At', '-d', $node->connstr('postgres') ], '<', \my $hin, '>', \my $hout, '2>', \my $herr);
+$hin = "BEGIN;\nSELECT lock_token FROM eventgrid.receive('orders', 'q-main', 1, 10);\n";
+$holder->pump until $hout =~ /:/ || !$holder->pumpable;
+like($hout, qr/^\d+:[0-9a-f-]{36}$/m, 'a consumer received h1 in a transaction it keeps open');
+@polls = ();
+my @pout = ('') x 20;
+for my $i (0 .. 19)
+{
+	push @polls, IPC::Run::start([ 'psql', '-X', '-At', '-d', $node->connstr('postgres'), '-c',
+		"SELECT count(*) || ' ' || coalesce(min(lock_token), '-') FROM eventgrid.receive('orders', 'q-main', 1, 12)" ],
+		'>', \$pout[$i], '2>', \my $e);
+}
+ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%eventgrid.receive(''orders'', ''q-main'', 1, 12)%'"
+		  . " AND wait_event = 'Extension'", '20'), 'twenty receive() calls wait behind it');
+@pids = split /\n/, sql("SELECT pid FROM pg_stat_activity WHERE query LIKE '%eventgrid.receive(''orders'', ''q-main'', 1, 12)%'"
+	  . " AND pid <> pg_backend_pid()");
+$ticks = cpu_ticks();
+sleep 4;
+$used = cpu_ticks() - $ticks;
+ok($used <= 10, "twenty calls waiting on an event another transaction holds used $used clock ticks of CPU in 4 s (at most 10)");
+$hin .= "ROLLBACK;\n";
+$holder->finish;
+$_->finish for @polls;
+my @took = grep { /^1 / } @pout;
+is(scalar(@took) . ' ' . scalar(grep { /^0 -$/ } @pout), '1 19',
+	'the rollback made h1 receivable again: one of the waiting calls took it, the others returned empty');
+is(metric('q-main', 'locked_events'), '21', 'h1 locked by that call');
+my ($h1_token) = $took[0] =~ /^1 (\S+)/;
+is(op('acknowledge', 'q-main', [ $h1_token ]), 'true ', 'and acknowledged');
+
 # --- the Azure SDK's CloudEvent model parses what receive() returns
 advance_clock($node, 61);    # the twenty locks expire
 my $events = sql("SELECT json_agg(event) FROM eventgrid.receive('orders', 'q-main', 100, 10)");
