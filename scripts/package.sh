@@ -53,7 +53,7 @@ if [ -n "$pg" ]; then
 fi
 
 if [ -z "${PG_MAJORS:-}" ]; then
-    PG_MAJORS=$(ls -d /usr/lib/postgresql/*/lib/pgxs 2>/dev/null | cut -d/ -f5 | sort -n | tr '\n' ' ')
+    PG_MAJORS=$(ls -d /usr/include/postgresql/*/server 2>/dev/null | cut -d/ -f5 | sort -n | tr '\n' ' ')
     PG_MAJORS=${PG_MAJORS:-$PG_MAJOR}
 fi
 EG_PACKAGES="build-essential debhelper dpkg-dev postgresql-server-dev-all libcurl4-openssl-dev libssl-dev python3"
