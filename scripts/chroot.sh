@@ -145,8 +145,7 @@ eg_chroot_run() {
 eg_chroot_copy_tree() {
     rm -rf "$1/root/eventgrid"
     mkdir -p "$1/root/eventgrid"
-    (cd "$EG_SRC" && tar --exclude=./.git --exclude=./dist --exclude='*.o' --exclude='*.so' \
-        --exclude=tmp_check --exclude=results --exclude=log -cf - .) | tar -C "$1/root/eventgrid" -xf -
+    eg_copy_source_to "$1/root/eventgrid"
 }
 
 # Runs "$@" (a path relative to the source tree, then its arguments) inside

@@ -53,12 +53,18 @@ eg_build_and_install() {
     make -s -C "$EG_SRC" PG_CONFIG="$PG_CONFIG" install >/dev/null
 }
 
+# Copies the source tree into directory $1, without .git, dist/ and what
+# builds and test runs leave (the tests, the chroots and the packages copy it).
+eg_copy_source_to() {
+    (cd "$EG_SRC" && tar --exclude=./.git --exclude=./dist --exclude='*.o' --exclude='*.so' \
+        --exclude=tmp_check --exclude=results --exclude=log -cf - .) | tar -C "$1" -xf -
+}
+
 # Prints a fresh directory holding a copy of the source tree owned by postgres.
 eg_copy_tree() {
     local dest
     dest=$(mktemp -d /tmp/eventgrid-XXXXXX)
-    (cd "$EG_SRC" && tar --exclude=.git --exclude='*.o' --exclude='*.so' --exclude=tmp_check \
-        --exclude=results --exclude=log -cf - .) | tar -C "$dest" -xf -
+    eg_copy_source_to "$dest"
     chown -R postgres:postgres "$dest"
     chmod 755 "$dest"
     echo "$dest"

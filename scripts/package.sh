@@ -77,8 +77,7 @@ build=$(mktemp -d /tmp/eventgrid-package-XXXXXX)
 trap 'rm -rf "$build"' EXIT
 src="$build/eventgrid-$upstream"
 mkdir -p "$src"
-(cd "$EG_SRC" && tar --exclude=./.git --exclude=./dist --exclude='*.o' --exclude='*.so' \
-    --exclude=tmp_check --exclude=results --exclude=log -cf - .) | tar -C "$src" -xf -
+eg_copy_source_to "$src"
 echo "== building postgresql-{$(echo $PG_MAJORS | tr ' ' ',')}-eventgrid $version with pg_buildext"
 export PG_SUPPORTED_VERSIONS=$(printf '%s\n' $PG_MAJORS)
 log="$build/build.log"
