@@ -122,7 +122,11 @@ publish('beta', 'r', 1);
 is(scalar(wait_for_requests($r, '/seq/503,200/beta-later', 1, 10)), 1, 'a first attempt fails (503): a retry is due in 10 s');
 ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE datname = 'beta'"
 	  . " AND backend_type LIKE 'eventgrid % worker'", '0', 12),
-	'the workers leave idle before the retry is due');
+	'the workers leave idle before the retry is due')
+  or diag(sql('postgres', "SELECT string_agg(backend_type || ': ' || coalesce(query, ''), '; ') FROM pg_stat_activity"
+		  . " WHERE datname = 'beta' AND backend_type LIKE 'eventgrid % worker'"),
+	"\n", sql('beta', "SELECT string_agg(r::text, '; ') FROM eventgrid.retries r"),
+	"\n", sql('beta', "SELECT string_agg(e::text, '; ') FROM eventgrid.endpoint_health e"));
 like(sql('beta', "SELECT delivery_wanted_at IS NOT NULL FROM eventgrid.served_databases WHERE database = 'beta'"), qr/^t$/,
 	'served_databases says when they are wanted again');
 is(scalar(wait_for_requests($r, '/seq/503,200/beta-later', 2, 30)), 2, 'the retry is sent when due, with no commit to wake anyone');
