@@ -36,6 +36,11 @@ $node->append_conf('postgresql.conf', join('', map { "$_\n" }
 	"shared_preload_libraries = 'eventgrid'",
 	"eventgrid.retry_jitter_percent = 0",
 	"eventgrid.worker_idle_timeout = '4s'",
+	# the upkeep worker stays while an event table holds rows: with 2 s
+	# turns a published event's table is emptied within seconds, so that
+	# "idle" below depends on the workers, not on where in a 10 s turn the
+	# event fell
+	"eventgrid.event_table_rotation = '2s'",
 	"eventgrid.max_requests_per_endpoint = 3",
 	"restart_after_crash = on"));
 $node->start;
