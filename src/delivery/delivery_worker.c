@@ -41,14 +41,13 @@
 
 #define EG_RECORD_MIN_ROWS 500
 #define EG_RECORD_MAX_DELAY_MS 20
-#define EG_IDLE_MAX_SLEEP_MS 60000
 #define EG_BUSY_POLL_MS 5
 #define EG_MIN_CLAIM_BYTES (4 * 1024 * 1024)	/* a claim waits until this much of the bound is free */
 #define EG_BLOCKED_POLL_MS 1	/* requests queued behind hosts other processes fill: looked at again after this */
 #define EG_LOCKED_DUE_RETRY_MS 250	/* due rows exist, but another session locks them */
 #define EG_PEER_LOCKED_RETRY_MS 10	/* the same with several delivery workers: most likely a peer's claim */
 #define EG_LEAVE_GRACE_MS 3000	/* a worker asked to leave waits this long for the requests it sent */
-#define EG_IDLE_POLL_MS 1000		/* an idle worker looks this often whether it should leave */
+#define EG_IDLE_POLL_MS 1000		/* a worker with nothing in flight looks this often whether it should leave */
 
 EgDeliveryWorker eg_dw = {.next_chunk_no = 1, .next_wave_no = 1};
 
@@ -514,9 +513,16 @@ idle_wait(void)
 		wake_at = Min(wake_at, now + (eg_dw.held_until - GetCurrentTimestamp()));
 	if (GetCurrentTimestamp() < eg_db_retry_at)
 		wake_at = Max(wake_at, now + (eg_db_retry_at - GetCurrentTimestamp()));
+	/*
+	 * At most EG_IDLE_POLL_MS, also after a round that had work (which
+	 * started no idle time yet): the next round starts the idle time that
+	 * eventgrid.worker_idle_timeout, and another database's wait for a
+	 * worker slot, count.  (Sleeping 60 s then kept a worker whose last
+	 * claim was answered within its round a minute past its idle timeout,
+	 * and a database waiting for its turn as long.)
+	 */
 	timeout_ms = wake_at <= now ? 0
-		: (long) Min((wake_at - now + 999) / 1000,
-					 (TimestampTz) (idle_since != 0 ? EG_IDLE_POLL_MS : EG_IDLE_MAX_SLEEP_MS));
+		: (long) Min((wake_at - now + 999) / 1000, (TimestampTz) EG_IDLE_POLL_MS);
 	if (timeout_ms <= 0)
 		return;
 	rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout_ms, PG_WAIT_EXTENSION);
