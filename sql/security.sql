@@ -12,7 +12,8 @@ SELECT eventgrid.create_topic('shop');
 SELECT eventgrid.create_event_subscription('shop', 'billing', 'http://127.0.0.1:9/hook', deadletter => true) > 0 AS created;
 SELECT eventgrid.set_delivery_property('shop', 'billing', 'Authorization', 'Bearer s3cret', is_secret => true);
 
--- Nothing internal is executable by PUBLIC; only publish() is, and it checks.
+-- Nothing internal is executable by PUBLIC; only publish() and the five pull
+-- functions are, and each checks the caller's right itself (SECURITY INVOKER).
 SELECT p.proname FROM pg_proc p
  WHERE p.pronamespace = 'eventgrid'::regnamespace
    AND has_function_privilege('public', p.oid, 'EXECUTE')

@@ -438,11 +438,6 @@ eg_emit_log(ErrorData *edata)
 							   quote_identifier(user));
 	else if (object[0] == '_')
 		edata->hint = pstrdup("Functions whose names start with an underscore are eventgrid's internals; they are not meant to be called directly.");
-	else if (strstr(edata->message, "for function ") != NULL &&
-			 (strcmp(object, "receive") == 0 || strcmp(object, "acknowledge") == 0 || strcmp(object, "release") == 0 ||
-			  strcmp(object, "reject") == 0 || strcmp(object, "renew_locks") == 0))
-		edata->hint = psprintf("Pull delivery (receive, acknowledge, release, reject, renew_locks) requires the role eventgrid_receiver: GRANT eventgrid_receiver TO %s;",
-							   quote_identifier(user));
 	else if (inserting && cols != NULL)
 		edata->hint = psprintf("Role %s may set only these columns of eventgrid.events: %s; eventgrid sets the others. Write INSERT INTO eventgrid.events (%s) VALUES (...), without OVERRIDING SYSTEM VALUE.",
 							   quote_identifier(user), cols, cols);

@@ -1,8 +1,10 @@
 /*
  * commit.c - what a transaction leaves for when it commits: the wake-up
  * that publishing transactions use so delivery starts at once without
- * polling (SPEC section 2), the delivery workers told that subscriptions or
- * publications changed, the launcher told that the extension changed, and
+ * polling (SPEC section 2), the consumers waiting in receive() woken for
+ * their own queue subscriptions (SPEC 14), the delivery workers told that
+ * subscriptions or publications changed, the launcher told that the
+ * extension changed, and
  * the holds of a database's workers for DDL let go (eg_xact_callback, one
  * per backend, registered on first use).  No-ops where the library is not
  * preloaded.
@@ -10,15 +12,30 @@
 #include "core/eventgrid.h"
 
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "utils/array.h"
 
 static bool wake_at_commit = false;
 static bool subscriptions_changed_at_commit = false;
 static bool events_at_commit = false;	/* the transaction published events */
-static bool receivers_at_commit = false;	/* it made events of queue subscriptions receivable */
-static bool receivers_at_end = false;	/* it locked events with receive() */
+
+/*
+ * Queue subscriptions whose waiting consumers are woken: at commit, those
+ * the transaction made events of receivable; at its end, those it locked
+ * events of with receive().  Past EG_WAKE_SIDS (or for -1) every
+ * subscription of the database.
+ */
+#define EG_WAKE_SIDS 32
+typedef struct EgSidSet
+{
+	int			n;				/* -1: every subscription */
+	int64		sids[EG_WAKE_SIDS];
+} EgSidSet;
+static EgSidSet receivers_at_commit = {0};
+static EgSidSet receivers_at_end = {0};
 static bool publications_changed_at_commit = false;
 static uint64 local_publications_changes = 0;	/* this backend's own, seen at once */
 static bool extension_changed_at_commit = false;
@@ -43,19 +60,43 @@ eg_want_upkeep(void)
 	eg_db_wake(MyDatabaseId, false, true);
 }
 
+static void
+sid_set_add(EgSidSet *set, int64 sid)
+{
+	if (set->n < 0)
+		return;
+	if (sid < 0 || set->n == EG_WAKE_SIDS)
+	{
+		set->n = -1;
+		return;
+	}
+	for (int i = 0; i < set->n; i++)
+		if (set->sids[i] == sid)
+			return;
+	set->sids[set->n++] = sid;
+}
+
 /*
- * The transaction that locked events with receive() ended (it is visible
- * as ended by now): consumers that sleep because events they saw were held
- * by a transaction look again.  Only when there are such consumers: every
- * receive's end would otherwise wake every waiter of the database.
+ * Wakes the consumers waiting for the subscriptions of set (only those
+ * sleeping on events a transaction holds when held_only); every condition
+ * variable for "every subscription" (a commit that changed many, or the
+ * extension: waiters of other databases that share one look once more).
  */
 static void
-wake_held_receivers(void)
+wake_receivers(const EgSidSet *set, bool held_only)
 {
-	pg_atomic_uint32 *held = eg_queue_held_waiters(MyDatabaseId);
-
-	if (held != NULL && pg_atomic_read_u32(held) > 0)
-		ConditionVariableBroadcast(eg_queue_cv(MyDatabaseId));
+	if (set->n == 0 || eg_queue_cv(MyDatabaseId, 0) == NULL)
+		return;
+	if (set->n < 0)
+	{
+		for (int i = 0; i < EG_QUEUE_CVS; i++)
+			if (!held_only || pg_atomic_read_u32(&eg_shared->queue_held_waiters[i]) > 0)
+				eg_queue_broadcast(i);
+		return;
+	}
+	for (int i = 0; i < set->n; i++)
+		if (!held_only || pg_atomic_read_u32(eg_queue_held_waiters(MyDatabaseId, set->sids[i])) > 0)
+			eg_queue_broadcast(eg_queue_cv_index(MyDatabaseId, set->sids[i]));
 }
 
 static void
@@ -85,18 +126,18 @@ eg_xact_callback(XactEvent event, void *arg)
 				eg_wake_worker();
 			else if (events_at_commit)
 				eg_db_wake_for_events(MyDatabaseId);
-			if (receivers_at_commit && eg_queue_cv(MyDatabaseId) != NULL)
-				ConditionVariableBroadcast(eg_queue_cv(MyDatabaseId));
-			else if (receivers_at_end)
-				wake_held_receivers();
+			/* the extension's waiters see it gone, or of another version */
+			if (extension_changed_at_commit)
+				sid_set_add(&receivers_at_commit, -1);
+			wake_receivers(&receivers_at_commit, false);
+			wake_receivers(&receivers_at_end, true);
 			if (extension_changed_at_commit)
 				eg_db_extension_changed(MyDatabaseId);
 			eg_db_release_holds(dropped_at_commit);
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
-			if (receivers_at_end)
-				wake_held_receivers();
+			wake_receivers(&receivers_at_end, true);
 			eg_db_release_holds(false);
 			break;
 		default:
@@ -104,8 +145,8 @@ eg_xact_callback(XactEvent event, void *arg)
 	}
 	wake_at_commit = false;
 	events_at_commit = false;
-	receivers_at_commit = false;
-	receivers_at_end = false;
+	receivers_at_commit.n = 0;
+	receivers_at_end.n = 0;
 	publications_changed_at_commit = false;
 	subscriptions_changed_at_commit = false;
 	extension_changed_at_commit = false;
@@ -151,26 +192,45 @@ eventgrid_wake_worker_at_commit(PG_FUNCTION_ARGS)
 
 /* See eventgrid.h. */
 void
-eg_wake_receivers_at_commit(void)
+eg_wake_receivers_at_commit(int64 sid)
 {
 	eg_register_xact_callback();
-	receivers_at_commit = true;
+	sid_set_add(&receivers_at_commit, sid);
 }
 
 /* See eventgrid.h. */
 void
-eg_wake_receivers_at_end(void)
+eg_wake_receivers_at_end(int64 sid)
 {
 	eg_register_xact_callback();
-	receivers_at_end = true;
+	sid_set_add(&receivers_at_end, sid);
 }
 
 PG_FUNCTION_INFO_V1(eventgrid_wake_receivers_at_commit);
 
+/*
+ * SQL: eventgrid._wake_receivers_at_commit([subscription_ids bigint[]]):
+ * wakes the consumers waiting in receive() for those queue subscriptions
+ * (without the argument, or NULL: for every one of the database) when the
+ * current transaction commits.  No-op without shared_preload_libraries.
+ */
 Datum
 eventgrid_wake_receivers_at_commit(PG_FUNCTION_ARGS)
 {
-	eg_wake_receivers_at_commit();
+	if (PG_NARGS() == 0 || PG_ARGISNULL(0))
+		eg_wake_receivers_at_commit(-1);
+	else
+	{
+		ArrayType  *a = PG_GETARG_ARRAYTYPE_P(0);
+		Datum	   *ids;
+		bool	   *nulls;
+		int			n;
+
+		deconstruct_array(a, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &ids, &nulls, &n);
+		for (int i = 0; i < n; i++)
+			if (!nulls[i])
+				eg_wake_receivers_at_commit(DatumGetInt64(ids[i]));
+	}
 	PG_RETURN_VOID();
 }
 

@@ -21,6 +21,7 @@
 #include "core/eventgrid.h"
 
 #include "access/xact.h"
+#include "common/hashfn.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -63,21 +64,47 @@ eg_shared_init(void)
 	{
 		ConditionVariableInit(&eg_shared->queue_cv[i]);
 		pg_atomic_init_u32(&eg_shared->queue_held_waiters[i], 0);
+		pg_atomic_init_u64(&eg_shared->queue_wakes[i], 0);
 	}
 	eg_shared->ndb = eg_max_databases;
 }
 
-ConditionVariable *
-eg_queue_cv(Oid dboid)
+/* See eventgrid.h. */
+int
+eg_queue_cv_index(Oid dboid, int64 sid)
 {
-	return eg_shared == NULL ? NULL : &eg_shared->queue_cv[dboid % EG_QUEUE_CVS];
+	uint64		h = hash_bytes_uint32_extended(dboid, (uint64) sid);
+
+	return (int) (h % EG_QUEUE_CVS);
+}
+
+/* See eventgrid.h. */
+ConditionVariable *
+eg_queue_cv(Oid dboid, int64 sid)
+{
+	return eg_shared == NULL ? NULL : &eg_shared->queue_cv[eg_queue_cv_index(dboid, sid)];
+}
+
+/* See eventgrid.h. */
+pg_atomic_uint64 *
+eg_queue_wakes(Oid dboid, int64 sid)
+{
+	return eg_shared == NULL ? NULL : &eg_shared->queue_wakes[eg_queue_cv_index(dboid, sid)];
+}
+
+/* See eventgrid.h. */
+void
+eg_queue_broadcast(int i)
+{
+	pg_atomic_fetch_add_u64(&eg_shared->queue_wakes[i], 1);
+	ConditionVariableBroadcast(&eg_shared->queue_cv[i]);
 }
 
 /* See eventgrid.h. */
 pg_atomic_uint32 *
-eg_queue_held_waiters(Oid dboid)
+eg_queue_held_waiters(Oid dboid, int64 sid)
 {
-	return eg_shared == NULL ? NULL : &eg_shared->queue_held_waiters[dboid % EG_QUEUE_CVS];
+	return eg_shared == NULL ? NULL : &eg_shared->queue_held_waiters[eg_queue_cv_index(dboid, sid)];
 }
 
 /*

@@ -173,15 +173,17 @@ typedef struct EgDbSlot
 
 /*
  * Consumers waiting in eventgrid.receive() (queue event subscriptions, SPEC
- * 14) sleep on the condition variable of their database's oid modulo this;
- * a commit that made events receivable broadcasts on it, and so does the
- * end (commit or rollback) of a transaction that locked events with
+ * 14) sleep on the condition variable their database and subscription
+ * hash to (one of EG_QUEUE_CVS); a commit that made events of a
+ * subscription receivable broadcasts on its subscription's, and so does the
+ * end (commit or rollback) of a transaction that locked events of it with
  * receive() while consumers sleep because events they saw receivable were
  * held by another transaction (queue_held_waiters, per condition
- * variable).  Not in the database slots: a slot is cleared when it is
- * taken again.
+ * variable).  A waiter is woken by its own subscription, and by another
+ * only when both hash to one variable (1 in EG_QUEUE_CVS).  Not in the
+ * database slots: a slot is cleared when it is taken again.
  */
-#define EG_QUEUE_CVS 64
+#define EG_QUEUE_CVS 1024
 
 /* Shared state: the launcher, the rate buckets, the hosts, the receivers' condition variables, and a slot per database. */
 typedef struct EgShared
@@ -195,6 +197,7 @@ typedef struct EgShared
 	EgHostSlot	hosts[EG_HOST_SLOTS];
 	ConditionVariable queue_cv[EG_QUEUE_CVS];
 	pg_atomic_uint32 queue_held_waiters[EG_QUEUE_CVS];
+	pg_atomic_uint64 queue_wakes[EG_QUEUE_CVS];	/* broadcasts so far on each (eg_queue_wakes()) */
 	int			ndb;			/* eventgrid.max_databases */
 	EgDbSlot	db[FLEXIBLE_ARRAY_MEMBER];
 } EgShared;
@@ -257,18 +260,34 @@ extern void eg_database_dropped_at_commit(void);
 extern void eg_wake_worker_at_commit(void);
 /* Likewise for a transaction that publishes events: no delivery worker while the database has no event subscription. */
 extern void eg_wake_for_events_at_commit(void);
-/* Wakes the consumers waiting in eventgrid.receive() in this database once the current transaction commits. */
-extern void eg_wake_receivers_at_commit(void);
 /*
- * receive() locked events in the current transaction: when it ends,
- * committed or rolled back, the consumers of this database that sleep on
- * events held by a transaction (eg_queue_held_waiters()) are woken.
+ * Wakes the consumers waiting in eventgrid.receive() for event subscription
+ * sid of this database (-1: for every subscription of it) once the current
+ * transaction commits.
  */
-extern void eg_wake_receivers_at_end(void);
-/* The condition variable consumers of database dboid wait on (NULL without shared_preload_libraries). */
-extern ConditionVariable *eg_queue_cv(Oid dboid);
-/* How many consumers of eg_queue_cv(dboid) sleep on events another transaction holds (NULL when not preloaded). */
-extern pg_atomic_uint32 *eg_queue_held_waiters(Oid dboid);
+extern void eg_wake_receivers_at_commit(int64 sid);
+/*
+ * receive() locked events of subscription sid in the current transaction:
+ * when it ends, committed or rolled back, the consumers of that
+ * subscription that sleep on events held by a transaction
+ * (eg_queue_held_waiters()) are woken.
+ */
+extern void eg_wake_receivers_at_end(int64 sid);
+/* The condition variable consumers of subscription sid of database dboid wait on (NULL without shared_preload_libraries). */
+extern ConditionVariable *eg_queue_cv(Oid dboid, int64 sid);
+/* How many consumers of eg_queue_cv(dboid, sid) sleep on events another transaction holds (NULL when not preloaded). */
+extern pg_atomic_uint32 *eg_queue_held_waiters(Oid dboid, int64 sid);
+/*
+ * How many broadcasts eg_queue_cv(dboid, sid) has had (NULL when not
+ * preloaded): a waiter reads it before it looks at its queue, and sleeps
+ * only if it has not moved once it is on the wait list.  (Its looks are
+ * subtransactions, whose rollback takes it off the wait list.)
+ */
+extern pg_atomic_uint64 *eg_queue_wakes(Oid dboid, int64 sid);
+/* Broadcasts on condition variable i of the receivers', counting it in eg_queue_wakes(). */
+extern void eg_queue_broadcast(int i);
+/* The index of the condition variable of subscription sid of database dboid. */
+extern int	eg_queue_cv_index(Oid dboid, int64 sid);
 
 /*
  * Table change publications (commit.c): a counter that moves when a commit

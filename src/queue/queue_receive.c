@@ -4,21 +4,25 @@
  *
  * The delivery workers move what becomes visible to a queue subscription
  * from its position into eventgrid.queue_events (_position_to_retries())
- * and, at commit, broadcast on the database's condition variable
+ * and, at commit, broadcast on that subscription's condition variable
  * (eg_queue_cv()).  receive() takes receivable events with
  * eventgrid._queue_take() (FOR UPDATE SKIP LOCKED, in a subtransaction of
  * the caller's transaction, kept when it took something) and, finding
  * none, sleeps on that condition variable until a broadcast, the next lock
- * expiry or release delay, or the end of its wait.  Events it sees
- * receivable but cannot lock are held by another consumer's open
- * transaction: it counts itself among the held waiters of the condition
- * variable, and the end of that transaction wakes it (no polling).  It reads no event table: a waiting call holds no lock a rotation
- * needs.  The other subscriber operations (acknowledge, release, reject,
- * renew_locks) are SQL functions.
+ * expiry or release delay, or the end of its wait: commits for other
+ * subscriptions do not wake it.  Events it sees receivable but cannot lock
+ * are held by another consumer's open transaction: it counts itself among
+ * the held waiters of the condition variable, and the end of that
+ * transaction wakes it (no polling).  It reads no event table, and holds
+ * no lock while it sleeps (each look is a subtransaction, rolled back when
+ * it took nothing).  The other subscriber operations (acknowledge,
+ * release, reject, renew_locks) are in queue_access.c.
  */
 #include "core/eventgrid.h"
+#include "queue/queue.h"
 
 #include "access/xact.h"
+#include "commands/extension.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -72,16 +76,139 @@ check_range(const char *field, int32 v, int32 lo, int32 hi, const char *unit)
 				 errhint("Choose a whole number from %d to %d%s.", lo, hi, unit)));
 }
 
+/* One look at the queue: take what is receivable (kept), or learn how long to sleep (rolled back). */
+typedef struct Look
+{
+	ReturnSetInfo *rsinfo;
+	int64		sid;
+	int32		max_events;
+	bool		hinted;			/* from the bound of this backend's last look */
+	uint64		rows;			/* rows _queue_take() returned */
+	int			got;			/* events among them */
+	long		next_ms;		/* -1: no lock or release delay ends */
+	bool		held;			/* receivable events that another transaction locks */
+	bool		exists;			/* the subscription is still there */
+} Look;
+
+static bool
+take(void *arg)
+{
+	Look	   *l = arg;
+	Datum		args[3] = {Int64GetDatum(l->sid), Int32GetDatum(l->max_events),
+	TimestampTzGetDatum(l->hinted ? hint_at : DT_NOBEGIN)};
+
+	/*
+	 * FOR UPDATE SKIP LOCKED locks a row that another consumer locked and
+	 * committed after this look's snapshot even when the row no longer
+	 * qualifies; a look that finds nothing is rolled back, so that such
+	 * locks are not held while it waits (another consumer's acknowledge of
+	 * that row would wait with it).
+	 */
+	if (SPI_execute_with_args("SELECT t.lock_token, t.delivery_count, t.event, t.was_receivable_at"
+							  "  FROM eventgrid._queue_take($1, $2, $3) t",
+							  3, (Oid[]) {INT8OID, INT4OID, TIMESTAMPTZOID}, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not take events of the queue subscription");
+	l->rows = SPI_processed;
+	l->got = 0;
+	for (uint64 i = 0; i < l->rows; i++)
+	{
+		Datum		values[4];
+		bool		nulls[4];
+
+		for (int c = 0; c < 4; c++)
+			values[c] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, c + 1, &nulls[c]);
+		if (nulls[0])
+			continue;			/* the row that says it dead-lettered events and took none */
+		tuplestore_putvalues(l->rsinfo->setResult, l->rsinfo->setDesc, values, nulls);
+		if (l->got++ == 0 || DatumGetTimestampTz(values[3]) < hint_at)
+			hint_at = DatumGetTimestampTz(values[3]);
+	}
+	SPI_freetuptable(SPI_tuptable);
+	return l->rows > 0;
+}
+
+/*
+ * Before a sleep: how long until the next lock or release delay of the
+ * subscription ends, and whether events are receivable now after all
+ * (other consumers' locks not committed yet, or events that came since the
+ * take).  Rolled back: the sleep holds no lock.
+ */
+static bool
+look_ahead(void *arg)
+{
+	Look	   *l = arg;
+	Datum		a = Int64GetDatum(l->sid);
+	bool		isnull;
+	Datum		next;
+
+	if (SPI_execute_with_args("SELECT ceil(extract(epoch FROM (SELECT min(q.receivable_at) FROM eventgrid.queue_events q"
+							  "                                   WHERE q.subscription_id = $1"
+							  "                                     AND q.receivable_at > eventgrid._clock_now()) - eventgrid._clock_now()) * 1000)::int8,"
+							  "       EXISTS (SELECT 1 FROM eventgrid.queue_events q WHERE q.subscription_id = $1"
+							  "                  AND q.receivable_at <= eventgrid._clock_now())",
+							  1, (Oid[]) {INT8OID}, &a, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look for the next receivable event");
+	next = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	l->next_ms = isnull ? -1 : Max(DatumGetInt64(next), 1);
+	l->held = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	SPI_freetuptable(SPI_tuptable);
+	return false;
+}
+
+static bool
+look_for_subscription(void *arg)
+{
+	Look	   *l = arg;
+	Datum		a = Int64GetDatum(l->sid);
+	bool		isnull;
+
+	if (SPI_execute_with_args("SELECT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s WHERE s.id = $1)",
+							  1, (Oid[]) {INT8OID}, &a, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look for the queue subscription");
+	l->exists = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_freetuptable(SPI_tuptable);
+	return false;
+}
+
+/*
+ * After a sleep: the extension and the subscription are still there, and
+ * the caller may still receive from it; else a clear ERROR (55000 the
+ * extension dropped or created again, 42704 the subscription dropped,
+ * 42501 its right revoked).
+ */
+static void
+still_there(Oid extension, Datum topic, Datum subscription, Oid caller, Look *l)
+{
+	if (get_extension_oid("eventgrid", true) != extension)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension eventgrid was dropped while eventgrid.receive() waited"),
+				 errhint("Call receive() again once the extension and the queue subscription exist.")));
+	eg_queue_in_subxact(look_for_subscription, l);
+	if (!l->exists)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("event subscription \"%s\" of topic \"%s\" was dropped while eventgrid.receive() waited",
+						TextDatumGetCString(subscription), TextDatumGetCString(topic))));
+	(void) eg_queue_subscription_for(topic, subscription, caller);
+}
+
 /*
  * eventgrid.receive(topic, subscription, max_events 1-100, max_wait_time
  * 10-120 s) -> (lock_token, delivery_count, event): up to max_events
  * receivable events of a queue event subscription, each now locked for its
  * receive_lock_duration; returns as soon as there is one, empty after
  * max_wait_time seconds.  READ COMMITTED only (each look needs a new
- * snapshot).  Errors: 22004 NULL, 22003 out of range, 42704 no such
- * subscription, 42809 not a queue subscription, 0A000 in REPEATABLE READ
- * or SERIALIZABLE, 55000 without shared_preload_libraries.  SECURITY
- * DEFINER: eventgrid_receiver may call it.
+ * snapshot).  SECURITY INVOKER, so that the caller's right is known
+ * (queue_access.c); it runs as the extension's owner.  Each look is a
+ * subtransaction, rolled back when it took nothing: the wait holds no lock
+ * (DROP EXTENSION, ALTER EXTENSION UPDATE and drop_event_subscription()
+ * do not wait for it), and after each sleep the subscription, the
+ * extension and the caller's right are looked at again.  Errors: 22004
+ * NULL, 22003 out of range, 42501 no right to the subscription, 42704 no
+ * such subscription (or dropped during the wait), 42809 not a queue
+ * subscription, 0A000 in REPEATABLE READ or SERIALIZABLE, 55000 without
+ * shared_preload_libraries or the extension dropped during the wait.
  */
 Datum
 eventgrid_receive(PG_FUNCTION_ARGS)
@@ -89,15 +216,15 @@ eventgrid_receive(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int32		max_events;
 	int32		max_wait;
-	int64		sid;
 	ConditionVariable *cv;
 	TimestampTz deadline;
-	Datum		args[3];
-	Oid			types[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
-	bool		isnull;
 	pg_atomic_uint32 *held_waiters;
+	pg_atomic_uint64 *wakes_seen;
 	volatile bool counted = false;	/* among the held waiters */
-	bool		held = false;
+	Look		l = {0};
+	EgQueueCaller c;
+	Oid			extension;
+	volatile bool slept = false;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2) || PG_ARGISNULL(3))
 		ereport(ERROR,
@@ -112,86 +239,50 @@ eventgrid_receive(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("eventgrid.receive() cannot wait in a REPEATABLE READ or SERIALIZABLE transaction"),
 				 errhint("Call it in READ COMMITTED (the default), where each look sees what has committed since.")));
-	cv = eg_queue_cv(MyDatabaseId);
-	if (cv == NULL)
+	if (eg_queue_cv(MyDatabaseId, 0) == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("eventgrid.receive() needs eventgrid in shared_preload_libraries"),
 				 errhint("The delivery workers bring events to queue subscriptions; add eventgrid to shared_preload_libraries and restart.")));
 
 	eg_materialized_srf(fcinfo);
+	extension = get_extension_oid("eventgrid", false);
+	eg_queue_enter(&c, fcinfo->flinfo->fn_oid);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	args[0] = PG_GETARG_DATUM(0);
-	args[1] = PG_GETARG_DATUM(1);
-	if (SPI_execute_with_args("SELECT eventgrid._queue_subscription_id($1, $2)", 2,
-							  (Oid[]) {TEXTOID, TEXTOID}, args, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not look up the queue subscription");
-	sid = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	l.rsinfo = rsinfo;
+	l.max_events = max_events;
+	l.sid = eg_queue_subscription_for(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), c.caller);
+	cv = eg_queue_cv(MyDatabaseId, l.sid);
+	held_waiters = eg_queue_held_waiters(MyDatabaseId, l.sid);
+	wakes_seen = eg_queue_wakes(MyDatabaseId, l.sid);
 
 	deadline = GetCurrentTimestamp() + (TimestampTz) max_wait * USECS_PER_SEC;
-	args[0] = Int64GetDatum(sid);
-	args[1] = Int32GetDatum(max_events);
-	held_waiters = eg_queue_held_waiters(MyDatabaseId);
 	PG_TRY();
 	{
 		for (;;)
 		{
 			long		remaining_ms;
 			long		sleep_ms;
-			bool		hinted = hint_sid == sid && GetCurrentTimestamp() < hint_until;
-			int			got = 0;
-			uint64		rows;
-			MemoryContext oldcontext = CurrentMemoryContext;
-			ResourceOwner oldowner = CurrentResourceOwner;
 
-			/*
-			 * Each look is a subtransaction.  FOR UPDATE SKIP LOCKED locks a row
-			 * that another consumer locked and committed after this look's
-			 * snapshot even when the row no longer qualifies; a look that finds
-			 * nothing is rolled back, so that such locks are not held while it
-			 * waits (another consumer's acknowledge of that row would wait
-			 * with it).
-			 */
-			BeginInternalSubTransaction(NULL);
-			MemoryContextSwitchTo(oldcontext);
-			args[2] = TimestampTzGetDatum(hinted ? hint_at : DT_NOBEGIN);
-			if (SPI_execute_with_args("SELECT t.lock_token, t.delivery_count, t.event, t.was_receivable_at"
-									  "  FROM eventgrid._queue_take($1, $2, $3) t",
-									  3, types, args, NULL, false, 0) != SPI_OK_SELECT)
-				elog(ERROR, "could not take events of the queue subscription");
-			rows = SPI_processed;
-			for (uint64 i = 0; i < rows; i++)
-			{
-				Datum		values[4];
-				bool		nulls[4];
+			uint64		wakes = pg_atomic_read_u64(wakes_seen);
 
-				for (int c = 0; c < 4; c++)
-					values[c] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, c + 1, &nulls[c]);
-				if (nulls[0])
-					continue;		/* the row that says it dead-lettered events and took none */
-				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-				if (got++ == 0 || DatumGetTimestampTz(values[3]) < hint_at)
-					hint_at = DatumGetTimestampTz(values[3]);
-			}
-			SPI_freetuptable(SPI_tuptable);
-			if (rows > 0)
-				ReleaseCurrentSubTransaction();
-			else
-				RollbackAndReleaseCurrentSubTransaction();
-			MemoryContextSwitchTo(oldcontext);
-			CurrentResourceOwner = oldowner;
-			if (got > 0)
+			if (slept)
+				still_there(extension, PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), c.caller, &l);
+			slept = false;
+			l.hinted = hint_sid == l.sid && GetCurrentTimestamp() < hint_until;
+			eg_queue_in_subxact(take, &l);
+			if (l.got > 0)
 			{
-				eg_wake_receivers_at_end();
-				if (!hinted)
+				eg_wake_receivers_at_end(l.sid);
+				if (!l.hinted)
 				{
-					hint_sid = sid;
+					hint_sid = l.sid;
 					hint_until = GetCurrentTimestamp() + (TimestampTz) EG_RECEIVE_HINT_MS * 1000;
 				}
 				break;
 			}
-			if (rows > 0 || hinted)
+			if (l.rows > 0 || l.hinted)
 			{
 				/* events dead-lettered, or nothing from the bound: look again (from the start) */
 				hint_sid = 0;
@@ -201,31 +292,9 @@ eventgrid_receive(PG_FUNCTION_ARGS)
 			if (remaining_ms <= 0)
 				break;
 
-			/*
-			 * On the wait list before the last look at the queue: a commit that
-			 * makes events receivable after it wakes the sleep.  The look: how
-			 * long until the next lock or release delay ends, and whether
-			 * events are receivable now after all (other consumers' locks not
-			 * committed yet, or events that came since the take: a short sleep).
-			 */
-			ConditionVariablePrepareToSleep(cv);
-			if (SPI_execute_with_args("SELECT ceil(extract(epoch FROM (SELECT min(q.receivable_at) FROM eventgrid.queue_events q"
-									  "                                   WHERE q.subscription_id = $1"
-									  "                                     AND q.receivable_at > eventgrid._clock_now()) - eventgrid._clock_now()) * 1000)::int8,"
-									  "       EXISTS (SELECT 1 FROM eventgrid.queue_events q WHERE q.subscription_id = $1"
-									  "                  AND q.receivable_at <= eventgrid._clock_now())",
-									  1, types, args, NULL, false, 1) != SPI_OK_SELECT)
-				elog(ERROR, "could not look for the next receivable event");
-			sleep_ms = remaining_ms;
-			{
-				Datum		next = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-
-				if (!isnull)
-					sleep_ms = Min(sleep_ms, Max(DatumGetInt64(next), 1));
-				held = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-			}
-			SPI_freetuptable(SPI_tuptable);
-			if (held && !counted)
+			eg_queue_in_subxact(look_ahead, &l);
+			sleep_ms = l.next_ms < 0 ? remaining_ms : Min(remaining_ms, l.next_ms);
+			if (l.held && !counted)
 			{
 				/*
 				 * Counted first, then looked again: a holder that ended
@@ -233,18 +302,26 @@ eventgrid_receive(PG_FUNCTION_ARGS)
 				 */
 				pg_atomic_fetch_add_u32(held_waiters, 1);
 				counted = true;
-				ConditionVariableCancelSleep();
 				continue;
 			}
-			if (!held && counted)
+			if (!l.held && counted)
 			{
 				pg_atomic_fetch_sub_u32(held_waiters, 1);
 				counted = false;
 			}
-			if (held)
+			if (l.held)
 				sleep_ms = Min(sleep_ms, EG_RECEIVE_HELD_RECHECK_MS);
-			(void) ConditionVariableTimedSleep(cv, sleep_ms, PG_WAIT_EXTENSION);
+
+			/*
+			 * On the wait list only now (the looks' rollbacks would take it
+			 * off): a broadcast since the take, which read the count, means
+			 * a commit the looks may not have seen: look again at once.
+			 */
+			ConditionVariablePrepareToSleep(cv);
+			if (pg_atomic_read_u64(wakes_seen) == wakes)
+				(void) ConditionVariableTimedSleep(cv, sleep_ms, PG_WAIT_EXTENSION);
 			ConditionVariableCancelSleep();
+			slept = true;
 		}
 	}
 	PG_FINALLY();
@@ -256,5 +333,6 @@ eventgrid_receive(PG_FUNCTION_ARGS)
 	PG_END_TRY();
 	ConditionVariableCancelSleep();
 	SPI_finish();
+	eg_queue_leave(&c);
 	return (Datum) 0;
 }

@@ -343,7 +343,7 @@ eg_store_rebase(TimestampTz now)
 	if (eg_int64_col(SPI_tuptable, 0, 1, 0) > 0)
 	{
 		made += eg_int64_col(SPI_tuptable, 0, 1, 0);
-		eg_wake_receivers_at_commit();
+		eg_wake_receivers_at_commit(-1);
 	}
 	if (SPI_execute("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2", false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "eventgrid: emptying the event tables failed");

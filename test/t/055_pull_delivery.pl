@@ -301,7 +301,7 @@ like(fails("SELECT count(*) FROM eventgrid.queue_events", 'consumer'), qr/42501/
 like(fails("SELECT eventgrid.create_event_subscription('orders', 'q-mine', delivery_mode => 'queue')", 'consumer'),
 	qr/42501/, 'and creates no subscription');
 like(fails("SELECT * FROM eventgrid.receive('orders', 'q-main', 1, 10)", 'app'),
-	qr/42501.*HINT:  Pull delivery \(receive, acknowledge, release, reject, renew_locks\) requires the role eventgrid_receiver: GRANT eventgrid_receiver TO app;/s,
+	qr/42501.*HINT:  An admin grants it for this subscription with: SELECT eventgrid.grant_receive\('orders', 'q-main', 'app'\); or for every queue with: GRANT eventgrid_receiver TO app;/s,
 	'a publisher cannot receive; the hint names eventgrid_receiver, not eventgrid_admin');
 like(fails("SELECT * FROM eventgrid.acknowledge('orders', 'q-main', ARRAY['x'])", 'app'), qr/42501/, 'nor acknowledge');
 like(fails("SELECT lock_secret FROM eventgrid.queue_events", 'ops'), qr/42501/, 'an administrator never reads lock secrets');

@@ -1,4 +1,4 @@
--- eventgrid 0.14.0: the full install script of this version.
+-- eventgrid 0.15.0: the full install script of this version.
 --
 -- Made by scripts/install-script.sh from what the upgrade scripts build
 -- (sql/eventgrid--A--B.sql, from the oldest full script on): edit those,
@@ -62,6 +62,30 @@ CREATE TYPE eventgrid._dead_letter_notice AS (
 );
 
 COMMENT ON TYPE eventgrid._dead_letter_notice IS 'Internal: what the delivery workers know of a delivery that ended undelivered, for its dead-letter notification (eventgrid._publish_dead_letter_notifications).';
+
+CREATE FUNCTION eventgrid._acknowledge(topic text, subscription text, lock_tokens text[]) RETURNS TABLE(lock_token text, succeeded boolean, error text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._queue_subscription_id(topic, subscription);
+    k record := eventgrid._lock_token_keys(lock_tokens);
+    done text[];
+BEGIN
+    -- by primary key (no join: a plan that cannot become a scan of the queue), then the secret
+    WITH gone AS (
+        DELETE FROM eventgrid.queue_events q
+         WHERE q.id = ANY (k.ids) AND (q.id || ':' || q.lock_secret) = ANY (k.tokens) AND q.subscription_id = sid
+           AND q.receivable_at > eventgrid._clock_now()
+        RETURNING q.id || ':' || q.lock_secret AS tok
+    )
+    SELECT coalesce(array_agg(g.tok), '{}') INTO done FROM gone g;
+    PERFORM eventgrid._queue_count(sid, 0, cardinality(done), 0, 0, 0);
+    RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, done, 'acknowledge');
+END $$;
+
+COMMENT ON FUNCTION eventgrid._acknowledge(topic text, subscription text, lock_tokens text[]) IS 'Internal: the body of eventgrid.acknowledge(), which checks the caller''s right and runs it as the extension''s owner.';
 
 CREATE FUNCTION eventgrid._advanced_filters_arg(filters jsonb) RETURNS jsonb
     LANGUAGE plpgsql IMMUTABLE
@@ -1461,7 +1485,7 @@ BEGIN
         SELECT count(*) INTO n FROM moved;
         UPDATE eventgrid.subscription_counters c SET matched = c.matched + n WHERE c.subscription_id = sid AND n > 0;
         IF n > 0 THEN
-            PERFORM eventgrid._wake_receivers_at_commit();
+            PERFORM eventgrid._wake_receivers_at_commit(ARRAY[sid]);
         END IF;
     ELSIF keep THEN
         -- in publish order (the ids the rows get): by id, all that became visible since the last move
@@ -1914,6 +1938,52 @@ CREATE FUNCTION eventgrid._random_bytes(n integer) RETURNS bytea
 
 COMMENT ON FUNCTION eventgrid._random_bytes(n integer) IS 'Internal: n (1-1024) bytes from pg_strong_random(), the server''s cryptographically strong source.';
 
+CREATE FUNCTION eventgrid._receive_grant_target(topic text, subscription text, role_name text, OUT sid bigint, OUT label text) RETURNS record
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._check_not_null('topic', topic);
+    PERFORM eventgrid._check_not_null('role_name', role_name);
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = _receive_grant_target.topic) THEN
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'List the topics with: SELECT name FROM eventgrid.topics;';
+    END IF;
+    IF subscription IS NOT NULL THEN
+        sid := eventgrid._queue_subscription_id(topic, subscription);
+        label := format('queue event subscription %s of topic %s', eventgrid._quote(subscription), eventgrid._quote(topic));
+    ELSE
+        label := format('every queue event subscription of topic %s', eventgrid._quote(topic));
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._receive_grant_target(topic text, subscription text, role_name text, OUT sid bigint, OUT label text) IS 'Internal: what grant_receive() and revoke_receive() name: the subscription id (NULL: every queue subscription of the topic) and how log lines name it; 22004 NULL topic or role, 42704 no such topic or subscription, 42809 a push subscription.';
+
+CREATE FUNCTION eventgrid._receive_subscription_id(topic text, subscription text, role oid) RETURNS bigint
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    -- eventgrid_receiver and eventgrid_admin reach every queue (superusers are members of every role)
+    IF NOT (pg_has_role(role, 'eventgrid_receiver', 'USAGE') OR pg_has_role(role, 'eventgrid_admin', 'USAGE'))
+       AND NOT EXISTS (
+           SELECT 1 FROM eventgrid.receive_grants g
+             LEFT JOIN eventgrid.event_subscriptions s ON s.id = g.subscription_id
+             JOIN pg_catalog.pg_roles r ON r.rolname = g.role_name
+            WHERE g.topic = _receive_subscription_id.topic
+              AND (g.subscription_id IS NULL OR s.name = _receive_subscription_id.subscription)
+              AND pg_has_role(role, r.oid, 'USAGE')) THEN
+        RAISE EXCEPTION 'permission denied to receive from event subscription % of topic %',
+                        eventgrid._quote(subscription), eventgrid._quote(topic)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('An admin grants it for this subscription with: SELECT eventgrid.grant_receive(%L, %L, %L); or for every queue with: GRANT eventgrid_receiver TO %s;',
+                                topic, subscription, pg_catalog.pg_get_userbyid(role), quote_ident(pg_catalog.pg_get_userbyid(role)));
+    END IF;
+    RETURN eventgrid._queue_subscription_id(topic, subscription);
+END $$;
+
+COMMENT ON FUNCTION eventgrid._receive_subscription_id(topic text, subscription text, role oid) IS 'Internal: the id of queue event subscription subscription of topic when role may receive from it (a member of eventgrid_receiver or eventgrid_admin, or of a role grant_receive() named for it or its topic), else 42501; then 22004, 42704 and 42809 as _queue_subscription_id. receive() and the other subscriber operations call it with the role that called them.';
+
 CREATE FUNCTION eventgrid._record_validation(sid bigint, sent_code text, http_status integer, body text, allowed_origin text, allowed_rate text, origin text, error text) RETURNS text
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2012,6 +2082,52 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid._refuse_change() IS 'Internal: refuses UPDATE of published events (0A000).';
 
+CREATE FUNCTION eventgrid._reject(topic text, subscription text, lock_tokens text[]) RETURNS TABLE(lock_token text, succeeded boolean, error text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._queue_subscription_id(topic, subscription);
+    k record := eventgrid._lock_token_keys(lock_tokens);
+    l record;
+BEGIN
+    l := eventgrid._queue_locked(sid, k.ids, k.tokens);
+    PERFORM eventgrid._queue_finish(sid, l.ids, 'Rejected');
+    PERFORM eventgrid._queue_count(sid, 0, 0, 0, cardinality(l.ids), 0);
+    RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, l.tokens, 'reject');
+END $$;
+
+COMMENT ON FUNCTION eventgrid._reject(topic text, subscription text, lock_tokens text[]) IS 'Internal: the body of eventgrid.reject(), which checks the caller''s right and runs it as the extension''s owner.';
+
+CREATE FUNCTION eventgrid._release(topic text, subscription text, lock_tokens text[], release_delay integer DEFAULT 0) RETURNS TABLE(lock_token text, succeeded boolean, error text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._queue_subscription_id(topic, subscription);
+    k record := eventgrid._lock_token_keys(lock_tokens);
+    l record;
+BEGIN
+    IF release_delay IS NULL OR release_delay NOT IN (0, 10, 60, 600, 3600) THEN
+        RAISE EXCEPTION 'release_delay must be 0, 10, 60, 600 or 3600 seconds, got %', coalesce(release_delay::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'These are Event Grid''s release delays.';
+    END IF;
+    l := eventgrid._queue_locked(sid, k.ids, k.tokens);
+    UPDATE eventgrid.queue_events q
+       SET lock_secret = NULL, receivable_at = eventgrid._clock_now() + release_delay * interval '1 second'
+     WHERE q.id = ANY (l.ids);
+    IF cardinality(l.ids) > 0 THEN
+        -- receivable again now, or waiting consumers look when the delay ends
+        PERFORM eventgrid._wake_receivers_at_commit(ARRAY[sid]);
+    END IF;
+    PERFORM eventgrid._queue_count(sid, 0, 0, cardinality(l.ids), 0, 0);
+    RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, l.tokens, 'release');
+END $$;
+
+COMMENT ON FUNCTION eventgrid._release(topic text, subscription text, lock_tokens text[], release_delay integer) IS 'Internal: the body of eventgrid.release(), which checks the caller''s right and runs it as the extension''s owner.';
+
 CREATE FUNCTION eventgrid._rename_published_column(rel regclass, recurse boolean, old_name text, new_name text) RETURNS void
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2024,6 +2140,33 @@ CREATE FUNCTION eventgrid._rename_published_column(rel regclass, recurse boolean
 END;
 
 COMMENT ON FUNCTION eventgrid._rename_published_column(rel regclass, recurse boolean, old_name text, new_name text) IS 'Internal: follows ALTER TABLE ... RENAME COLUMN in the columns and update_columns of the publications of table rel (and of its partitions when recurse).';
+
+CREATE FUNCTION eventgrid._renew_locks(topic text, subscription text, lock_tokens text[]) RETURNS TABLE(lock_token text, succeeded boolean, error text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._queue_subscription_id(topic, subscription);
+    t_now timestamptz := eventgrid._clock_now();
+    k record := eventgrid._lock_token_keys(lock_tokens);
+    lock_seconds integer;
+    done text[];
+BEGIN
+    SELECT s.receive_lock_duration INTO lock_seconds FROM eventgrid.event_subscriptions s WHERE s.id = sid;
+    WITH renewed AS (
+        UPDATE eventgrid.queue_events q
+           SET receivable_at = t_now + lock_seconds * interval '1 second'
+         WHERE q.id = ANY (k.ids) AND (q.id || ':' || q.lock_secret) = ANY (k.tokens) AND q.subscription_id = sid
+           AND q.receivable_at > t_now
+           AND q.received_at > t_now - interval '1 hour'
+        RETURNING q.id || ':' || q.lock_secret AS tok
+    )
+    SELECT coalesce(array_agg(r.tok), '{}') INTO done FROM renewed r;
+    RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, done, 'renew');
+END $$;
+
+COMMENT ON FUNCTION eventgrid._renew_locks(topic text, subscription text, lock_tokens text[]) IS 'Internal: the body of eventgrid.renew_locks(), which checks the caller''s right and runs it as the extension''s owner.';
 
 CREATE FUNCTION eventgrid._replication_slots(OUT slot_name text, OUT active boolean, OUT active_pid integer, OUT lag_bytes numeric, OUT retained_bytes numeric, OUT replay_lag_seconds double precision) RETURNS SETOF record
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -2410,7 +2553,13 @@ CREATE FUNCTION eventgrid._wake_receivers_at_commit() RETURNS void
     LANGUAGE c
     AS 'MODULE_PATHNAME', 'eventgrid_wake_receivers_at_commit';
 
-COMMENT ON FUNCTION eventgrid._wake_receivers_at_commit() IS 'Internal: wakes the consumers waiting in eventgrid.receive() in this database when the current transaction commits; no-op without shared_preload_libraries.';
+COMMENT ON FUNCTION eventgrid._wake_receivers_at_commit() IS 'Internal: wakes the consumers waiting in eventgrid.receive() for every queue event subscription of this database when the current transaction commits; no-op without shared_preload_libraries.';
+
+CREATE FUNCTION eventgrid._wake_receivers_at_commit(subscription_ids bigint[]) RETURNS void
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_wake_receivers_at_commit';
+
+COMMENT ON FUNCTION eventgrid._wake_receivers_at_commit(subscription_ids bigint[]) IS 'Internal: wakes the consumers waiting in eventgrid.receive() for these queue event subscriptions (NULL: every one of the database) when the current transaction commits; no-op without shared_preload_libraries.';
 
 CREATE FUNCTION eventgrid._wake_worker_at_commit() RETURNS void
     LANGUAGE c
@@ -2476,28 +2625,11 @@ END;
 COMMENT ON FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) IS 'Internal: each eventgrid worker with its pg_stat_activity state, status line and wait; read eventgrid.worker_status.';
 
 CREATE FUNCTION eventgrid.acknowledge(topic text, subscription text, lock_tokens text[]) RETURNS TABLE(lock_token text, succeeded boolean, error text)
-    LANGUAGE plpgsql SECURITY DEFINER
+    LANGUAGE c
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_seqscan TO 'off'
-    AS $$
-DECLARE
-    sid bigint := eventgrid._queue_subscription_id(topic, subscription);
-    k record := eventgrid._lock_token_keys(lock_tokens);
-    done text[];
-BEGIN
-    -- by primary key (no join: a plan that cannot become a scan of the queue), then the secret
-    WITH gone AS (
-        DELETE FROM eventgrid.queue_events q
-         WHERE q.id = ANY (k.ids) AND (q.id || ':' || q.lock_secret) = ANY (k.tokens) AND q.subscription_id = sid
-           AND q.receivable_at > eventgrid._clock_now()
-        RETURNING q.id || ':' || q.lock_secret AS tok
-    )
-    SELECT coalesce(array_agg(g.tok), '{}') INTO done FROM gone g;
-    PERFORM eventgrid._queue_count(sid, 0, cardinality(done), 0, 0, 0);
-    RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, done, 'acknowledge');
-END $$;
+    AS 'MODULE_PATHNAME', 'eventgrid_queue_settle';
 
-COMMENT ON FUNCTION eventgrid.acknowledge(topic text, subscription text, lock_tokens text[]) IS 'Pull delivery (SPEC 14): the events whose locks lock_tokens (at most 1000, from receive()) name are delivered and leave the queue subscription. One row per token, in order: (lock_token, succeeded, error); a token that is malformed, unknown, expired or already settled fails only itself (error: InvalidLockToken or TokenLost, and why). Requires eventgrid_receiver (or eventgrid_admin). Errors: 22004 NULL, 54000 over 1000 tokens, 42704, 42809.';
+COMMENT ON FUNCTION eventgrid.acknowledge(topic text, subscription text, lock_tokens text[]) IS 'Pull delivery (SPEC 14): the events whose locks lock_tokens (at most 1000, from receive()) name are delivered and leave the queue subscription. One row per token, in order: (lock_token, succeeded, error); a token that is malformed, unknown, expired or already settled fails only itself (error: InvalidLockToken or TokenLost, and why). Requires eventgrid_receiver or eventgrid_admin, or a grant_receive() for the subscription or its topic. Errors: 42501 no right to the subscription, 22004 NULL, 54000 over 1000 tokens, 42704, 42809.';
 
 CREATE FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -2666,8 +2798,9 @@ BEGIN
     sid := eventgrid._subscription_id(topic, name, true);
     DELETE FROM eventgrid.retries r WHERE r.subscription_id = sid;
     DELETE FROM eventgrid.event_subscriptions s WHERE s.id = sid;
-    -- its requests claimed and not sent yet are not sent
+    -- its requests claimed and not sent yet are not sent; its waiting consumers are told
     PERFORM eventgrid._subscriptions_changed_at_commit();
+    PERFORM eventgrid._wake_receivers_at_commit(ARRAY[sid]);
 END $$;
 
 COMMENT ON FUNCTION eventgrid.drop_event_subscription(topic text, name text) IS 'Drops an event subscription with its pending deliveries and retries. Dead letters are kept. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription.';
@@ -2699,6 +2832,7 @@ BEGIN
     DELETE FROM eventgrid.topics t WHERE t.name = drop_topic.name;
     IF sids IS NOT NULL THEN
         PERFORM eventgrid._subscriptions_changed_at_commit();
+        PERFORM eventgrid._wake_receivers_at_commit(sids);
     END IF;
 END $$;
 
@@ -2730,6 +2864,28 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid.grant_event_replication(role_name name) IS 'Grants the role a delivery server subscribes with (CREATE SUBSCRIPTION ... CONNECTION ''... user=<role>'') what it needs in this database: CONNECT on it and SELECT on eventgrid.events, which the initial copy reads; warns when the role lacks LOGIN or REPLICATION (role attributes a superuser gives with ALTER ROLE). README "Scaling out". Errors: 22004 NULL, 42704 no such role. Needs the right to grant on eventgrid.events (its owner: a superuser).';
+
+CREATE FUNCTION eventgrid.grant_receive(topic text, subscription text, role_name text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t record := eventgrid._receive_grant_target(topic, subscription, role_name);
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name) THEN
+        RAISE EXCEPTION 'role % does not exist', eventgrid._quote(role_name)
+            USING ERRCODE = 'undefined_object', HINT = 'Create the role first (CREATE ROLE), then grant it.';
+    END IF;
+    INSERT INTO eventgrid.receive_grants (topic, subscription_id, role_name, granted_by)
+    VALUES (topic, t.sid, role_name, eventgrid._caller())
+    ON CONFLICT ON CONSTRAINT receive_grants_topic_subscription_id_role_name_key DO NOTHING;
+    IF FOUND THEN
+        PERFORM eventgrid._log(format('eventgrid: role %s may receive from %s, granted by %s',
+                                      eventgrid._quote(role_name), t.label, eventgrid._caller()));
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.grant_receive(topic text, subscription text, role_name text) IS 'Pull delivery rights for one queue (SPEC 14, as Event Grid''s Data Receiver role scoped to a subscription or a topic): role role_name (and its members) may call receive(), acknowledge(), release(), reject() and renew_locks() on queue event subscription subscription of topic (NULL: on every queue event subscription of the topic, present and future), without being a member of eventgrid_receiver; elsewhere they get 42501. Granting what is granted does nothing; logged once. The grant goes with its subscription or topic, is dumped and restored, and names the role (a renamed role loses it). Shown in event_subscription_receivers. Requires eventgrid_admin. Errors: 22004 NULL topic or role_name, 42704 no such topic, subscription or role, 42809 a push subscription.';
 
 CREATE FUNCTION eventgrid.pause_delivery(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2834,11 +2990,11 @@ END $$;
 COMMENT ON FUNCTION eventgrid.purge_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) IS 'Deletes the dead letters a filter selects and returns how many; the same filters as redeliver_dead_letters (NULL: any), where topic and subscription may also name ones dropped since that dead letters still name. Running it twice deletes nothing the second time. Requires eventgrid_admin. Errors: 22023, 42704 a topic or subscription that neither exists nor is named by a dead letter. SPEC 7.';
 
 CREATE FUNCTION eventgrid.receive(topic text, subscription text, max_events integer DEFAULT 1, max_wait_time integer DEFAULT 60) RETURNS TABLE(lock_token text, delivery_count integer, event jsonb)
-    LANGUAGE c SECURITY DEFINER
+    LANGUAGE c
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS 'MODULE_PATHNAME', 'eventgrid_receive';
 
-COMMENT ON FUNCTION eventgrid.receive(topic text, subscription text, max_events integer, max_wait_time integer) IS 'Pull delivery (SPEC 14): receives up to max_events (1-100, default 1) events of a queue event subscription, each locked to the caller for the subscription''s receive_lock_duration: rows (lock_token, delivery_count: how many times it was received, this one included, event: the CloudEvent). Returns as soon as any event is receivable (a long poll woken by the commit that published it) or empty after max_wait_time seconds (10-120, default 60); while it waits it holds its transaction''s snapshot and connection, no lock on the event tables. Settle each event with acknowledge(), release() or reject(), or renew_locks(); an expired lock makes the event receivable again. Events past their time to live, or received max_delivery_count times, are dead-lettered (or dropped) instead of returned. READ COMMITTED only. Requires eventgrid_receiver (or eventgrid_admin). Errors: 22004 NULL, 22003 out of range, 42704 no such subscription, 42809 a push subscription, 0A000 REPEATABLE READ or SERIALIZABLE, 55000 not in shared_preload_libraries.';
+COMMENT ON FUNCTION eventgrid.receive(topic text, subscription text, max_events integer, max_wait_time integer) IS 'Pull delivery (SPEC 14): receives up to max_events (1-100, default 1) events of a queue event subscription, each locked to the caller for the subscription''s receive_lock_duration: rows (lock_token, delivery_count: how many times it was received, this one included, event: the CloudEvent). Returns as soon as any event is receivable (a long poll woken by the commit that published it) or empty after max_wait_time seconds (10-120, default 60); while it waits it holds its connection and no lock (DROP EXTENSION, ALTER EXTENSION UPDATE and drop_event_subscription() do not wait for it; it then fails with 55000 or 42704), and only a commit for its own subscription wakes it. Settle each event with acknowledge(), release() or reject(), or renew_locks(); an expired lock makes the event receivable again. Events past their time to live, or received max_delivery_count times, are dead-lettered (or dropped) instead of returned. READ COMMITTED only. Requires eventgrid_receiver or eventgrid_admin, or a grant_receive() for the subscription or its topic. Errors: 42501 no right to the subscription, 22004 NULL, 22003 out of range, 42704 no such subscription, 42809 a push subscription, 0A000 REPEATABLE READ or SERIALIZABLE, 55000 not in shared_preload_libraries.';
 
 CREATE FUNCTION eventgrid.redeliver_dead_letters(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text, reason text DEFAULT NULL::text, dead_lettered_after timestamp with time zone DEFAULT NULL::timestamp with time zone, dead_lettered_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2846,6 +3002,7 @@ CREATE FUNCTION eventgrid.redeliver_dead_letters(topic text DEFAULT NULL::text, 
     AS $$
 DECLARE
     sids bigint[];
+    rsids bigint[];
     ids bigint[];
     n bigint;
     ksids bigint[];
@@ -2909,8 +3066,9 @@ BEGIN
           FROM counted WHERE c.subscription_id = counted.subscription_id
     )
     SELECT coalesce(sum(counted.n), 0), (SELECT k.sids FROM keyed k), (SELECT k.hashes FROM keyed k),
-           (SELECT k.ids FROM keyed k), (SELECT count(*) FROM received)
-      INTO n, ksids, khashes, kids, nreceived FROM counted;
+           (SELECT k.ids FROM keyed k), (SELECT count(*) FROM received),
+           (SELECT array_agg(DISTINCT r.subscription_id) FROM received r)
+      INTO n, ksids, khashes, kids, nreceived, rsids FROM counted;
     IF ksids IS NOT NULL THEN
         PERFORM eventgrid._start_ordering_keys(ksids, khashes, kids, eventgrid._now());
     END IF;
@@ -2918,7 +3076,7 @@ BEGIN
         PERFORM eventgrid._wake_worker_at_commit();
     END IF;
     IF nreceived > 0 THEN
-        PERFORM eventgrid._wake_receivers_at_commit();
+        PERFORM eventgrid._wake_receivers_at_commit(rsids);
     END IF;
     RETURN n;
 END $$;
@@ -2926,50 +3084,18 @@ END $$;
 COMMENT ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) IS 'Queues dead letters for delivery again and returns how many: each becomes a delivery with no attempts made and its time-to-live counted from now, due at once, and leaves eventgrid.dead_letters (if it fails again it is dead-lettered again). Filters (NULL: any): topic, subscription name, reason (MaxDeliveryAttemptsExceeded, TimeToLiveExceeded, NonRetriableError, and for queue subscriptions MaxDeliveryCountExceeded, Rejected), dead_lettered_at >= dead_lettered_after and < dead_lettered_before. Of an ordered subscription (ordering_key) each goes after the events of its key that wait, in the order the dead letters were written: not back in its place. Of a queue subscription each becomes receivable at once with a delivery count of 0. Dead letters of dropped subscriptions stay. Running it twice queues nothing the second time. Counted in subscription_counters.redelivered. Requires eventgrid_admin. Errors: 22023 unknown reason or empty time range, 42704 no such topic or subscription. SPEC 7.';
 
 CREATE FUNCTION eventgrid.reject(topic text, subscription text, lock_tokens text[]) RETURNS TABLE(lock_token text, succeeded boolean, error text)
-    LANGUAGE plpgsql SECURITY DEFINER
+    LANGUAGE c
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_seqscan TO 'off'
-    AS $$
-DECLARE
-    sid bigint := eventgrid._queue_subscription_id(topic, subscription);
-    k record := eventgrid._lock_token_keys(lock_tokens);
-    l record;
-BEGIN
-    l := eventgrid._queue_locked(sid, k.ids, k.tokens);
-    PERFORM eventgrid._queue_finish(sid, l.ids, 'Rejected');
-    PERFORM eventgrid._queue_count(sid, 0, 0, 0, cardinality(l.ids), 0);
-    RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, l.tokens, 'reject');
-END $$;
+    AS 'MODULE_PATHNAME', 'eventgrid_queue_settle';
 
-COMMENT ON FUNCTION eventgrid.reject(topic text, subscription text, lock_tokens text[]) IS 'Pull delivery (SPEC 14): the events whose locks lock_tokens (at most 1000) name are dead-lettered at once with reason Rejected (dropped when the subscription does not dead-letter; a dead_letter_topic gets its notification). One row per token, in order: (lock_token, succeeded, error); a malformed, unknown, expired or settled token fails only itself. Requires eventgrid_receiver (or eventgrid_admin). Errors: 22004, 54000, 42704, 42809.';
+COMMENT ON FUNCTION eventgrid.reject(topic text, subscription text, lock_tokens text[]) IS 'Pull delivery (SPEC 14): the events whose locks lock_tokens (at most 1000) name are dead-lettered at once with reason Rejected (dropped when the subscription does not dead-letter; a dead_letter_topic gets its notification). One row per token, in order: (lock_token, succeeded, error); a malformed, unknown, expired or settled token fails only itself. Requires eventgrid_receiver or eventgrid_admin, or a grant_receive() for the subscription or its topic. Errors: 42501 no right to the subscription, 22004, 54000, 42704, 42809.';
 
 CREATE FUNCTION eventgrid.release(topic text, subscription text, lock_tokens text[], release_delay integer DEFAULT 0) RETURNS TABLE(lock_token text, succeeded boolean, error text)
-    LANGUAGE plpgsql SECURITY DEFINER
+    LANGUAGE c
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_seqscan TO 'off'
-    AS $$
-DECLARE
-    sid bigint := eventgrid._queue_subscription_id(topic, subscription);
-    k record := eventgrid._lock_token_keys(lock_tokens);
-    l record;
-BEGIN
-    IF release_delay IS NULL OR release_delay NOT IN (0, 10, 60, 600, 3600) THEN
-        RAISE EXCEPTION 'release_delay must be 0, 10, 60, 600 or 3600 seconds, got %', coalesce(release_delay::text, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'These are Event Grid''s release delays.';
-    END IF;
-    l := eventgrid._queue_locked(sid, k.ids, k.tokens);
-    UPDATE eventgrid.queue_events q
-       SET lock_secret = NULL, receivable_at = eventgrid._clock_now() + release_delay * interval '1 second'
-     WHERE q.id = ANY (l.ids);
-    IF cardinality(l.ids) > 0 THEN
-        -- receivable again now, or waiting consumers look when the delay ends
-        PERFORM eventgrid._wake_receivers_at_commit();
-    END IF;
-    PERFORM eventgrid._queue_count(sid, 0, 0, cardinality(l.ids), 0, 0);
-    RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, l.tokens, 'release');
-END $$;
+    AS 'MODULE_PATHNAME', 'eventgrid_queue_settle';
 
-COMMENT ON FUNCTION eventgrid.release(topic text, subscription text, lock_tokens text[], release_delay integer) IS 'Pull delivery (SPEC 14): the events whose locks lock_tokens (at most 1000) name are unlocked and can be received again after release_delay seconds (0, 10, 60, 600 or 3600; default 0), with their delivery count raised by the next receive (past max_delivery_count they are dead-lettered). One row per token, in order: (lock_token, succeeded, error); a malformed, unknown, expired or settled token fails only itself. Requires eventgrid_receiver (or eventgrid_admin). Errors: 22004, 22023 another release_delay, 54000, 42704, 42809.';
+COMMENT ON FUNCTION eventgrid.release(topic text, subscription text, lock_tokens text[], release_delay integer) IS 'Pull delivery (SPEC 14): the events whose locks lock_tokens (at most 1000) name are unlocked and can be received again after release_delay seconds (0, 10, 60, 600 or 3600; default 0), with their delivery count raised by the next receive (past max_delivery_count they are dead-lettered). One row per token, in order: (lock_token, succeeded, error); a malformed, unknown, expired or settled token fails only itself. Requires eventgrid_receiver or eventgrid_admin, or a grant_receive() for the subscription or its topic. Errors: 42501 no right to the subscription, 22004, 22023 another release_delay, 54000, 42704, 42809.';
 
 CREATE FUNCTION eventgrid.remove_client_certificate(topic text, subscription text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3033,31 +3159,11 @@ END $$;
 COMMENT ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) IS 'Removes the signing secret of an event subscription (and a previous one still signing): its requests are no longer signed. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription or no secret.';
 
 CREATE FUNCTION eventgrid.renew_locks(topic text, subscription text, lock_tokens text[]) RETURNS TABLE(lock_token text, succeeded boolean, error text)
-    LANGUAGE plpgsql SECURITY DEFINER
+    LANGUAGE c
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_seqscan TO 'off'
-    AS $$
-DECLARE
-    sid bigint := eventgrid._queue_subscription_id(topic, subscription);
-    t_now timestamptz := eventgrid._clock_now();
-    k record := eventgrid._lock_token_keys(lock_tokens);
-    lock_seconds integer;
-    done text[];
-BEGIN
-    SELECT s.receive_lock_duration INTO lock_seconds FROM eventgrid.event_subscriptions s WHERE s.id = sid;
-    WITH renewed AS (
-        UPDATE eventgrid.queue_events q
-           SET receivable_at = t_now + lock_seconds * interval '1 second'
-         WHERE q.id = ANY (k.ids) AND (q.id || ':' || q.lock_secret) = ANY (k.tokens) AND q.subscription_id = sid
-           AND q.receivable_at > t_now
-           AND q.received_at > t_now - interval '1 hour'
-        RETURNING q.id || ':' || q.lock_secret AS tok
-    )
-    SELECT coalesce(array_agg(r.tok), '{}') INTO done FROM renewed r;
-    RETURN QUERY SELECT * FROM eventgrid._lock_token_results(sid, lock_tokens, done, 'renew');
-END $$;
+    AS 'MODULE_PATHNAME', 'eventgrid_queue_settle';
 
-COMMENT ON FUNCTION eventgrid.renew_locks(topic text, subscription text, lock_tokens text[]) IS 'Pull delivery (SPEC 14): the locks lock_tokens (at most 1000) name last the subscription''s receive_lock_duration again from now, within 1 hour of the receive that took them (after that: LockRenewalLimitExceeded). One row per token, in order: (lock_token, succeeded, error); a malformed, unknown, expired or settled token fails only itself. Requires eventgrid_receiver (or eventgrid_admin). Errors: 22004, 54000, 42704, 42809.';
+COMMENT ON FUNCTION eventgrid.renew_locks(topic text, subscription text, lock_tokens text[]) IS 'Pull delivery (SPEC 14): the locks lock_tokens (at most 1000) name last the subscription''s receive_lock_duration again from now, within 1 hour of the receive that took them (after that: LockRenewalLimitExceeded). One row per token, in order: (lock_token, succeeded, error); a malformed, unknown, expired or settled token fails only itself. Requires eventgrid_receiver or eventgrid_admin, or a grant_receive() for the subscription or its topic. Errors: 42501 no right to the subscription, 22004, 54000, 42704, 42809.';
 
 CREATE FUNCTION eventgrid.resume_delivery(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3085,6 +3191,27 @@ CREATE FUNCTION eventgrid.retry_delay(attempt integer, http_status integer DEFAU
     AS 'MODULE_PATHNAME', 'eventgrid_retry_delay';
 
 COMMENT ON FUNCTION eventgrid.retry_delay(attempt integer, http_status integer, topic_type text) IS 'Delay before the next delivery attempt after failed attempt number attempt, without jitter. topic_type custom (default; attempt 1-30): 10 s, 30 s, 1 min, 5 min, 10 min, 30 min, 1 h, 3 h, 6 h, then 12 h; NULL for 400, 401, 403, 413. topic_type namespace (attempt 1-10): retries 10 s, 30 s, 1 min and 5 min after the first attempt and then every 5 minutes, so the delays are 10 s, 20 s, 30 s, 4 min, then 5 min; NULL for 400, 401, 403, 404, 413, 414. Either: at least 2 min after HTTP 408 and 30 s after 503; NULL for a success. Errors: 22003 attempt or status out of range, 22023 unknown topic_type. SPEC 3, 4.';
+
+CREATE FUNCTION eventgrid.revoke_receive(topic text, subscription text, role_name text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t record := eventgrid._receive_grant_target(topic, subscription, role_name);
+BEGIN
+    DELETE FROM eventgrid.receive_grants g
+     WHERE g.topic = revoke_receive.topic AND g.subscription_id IS NOT DISTINCT FROM t.sid
+       AND g.role_name = revoke_receive.role_name;
+    IF FOUND THEN
+        PERFORM eventgrid._log(format('eventgrid: role %s may no longer receive from %s, revoked by %s',
+                                      eventgrid._quote(role_name), t.label, eventgrid._caller()));
+    ELSE
+        RAISE NOTICE 'role % had no receive right on %: nothing revoked', eventgrid._quote(role_name), t.label
+            USING HINT = 'SELECT * FROM eventgrid.event_subscription_receivers; lists the grants.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.revoke_receive(topic text, subscription text, role_name text) IS 'Takes back what grant_receive(topic, subscription, role_name) gave (the same three: a topic-wide grant is revoked with subscription NULL); a NOTICE when there was none. A consumer already waiting in receive() gets 42501 when it next looks. Logged once. Requires eventgrid_admin. Errors: 22004 NULL topic or role_name, 42704 no such topic or subscription, 42809 a push subscription.';
 
 CREATE FUNCTION eventgrid.set_advanced_filters(topic text, subscription text, filters jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3985,6 +4112,31 @@ CREATE VIEW eventgrid.event_subscription_metrics AS
 
 COMMENT ON VIEW eventgrid.event_subscription_metrics IS 'Prometheus metrics per event subscription: counters matched_events_total (MatchedEventCount) and delivery_success_total (events delivered, DeliverySuccessCount); gauges pending_events (deliveries not finished, as delivery_statistics.pending), oldest_pending_event_age_seconds (since the oldest of them was published; 0 when none), overdue_seconds (how long the delivery due longest has been due: an event not attempted yet since its publish, a retry since its next attempt time; 0 when none is due; grows when nothing delivers), paused (1 when pause_delivery() holds it) and endpoint_on_probation (1 while its endpoint is on probation or probing, SPEC 6). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
 
+CREATE TABLE eventgrid.receive_grants (
+    topic text NOT NULL,
+    subscription_id bigint,
+    role_name name NOT NULL,
+    granted_at timestamp with time zone DEFAULT now() NOT NULL,
+    granted_by name NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.receive_grants IS 'Internal: what grant_receive() granted: role role_name may receive from queue event subscription subscription_id of topic (NULL: every queue event subscription of the topic, present and future). The role is named: renamed, it loses the right; the view event_subscription_receivers shows it.';
+
+CREATE VIEW eventgrid.event_subscription_receivers AS
+ SELECT g.topic,
+    s.name AS subscription,
+    g.role_name,
+    (EXISTS ( SELECT 1
+           FROM pg_roles r
+          WHERE (r.rolname = g.role_name))) AS role_exists,
+    g.granted_at,
+    g.granted_by
+   FROM (eventgrid.receive_grants g
+     LEFT JOIN eventgrid.event_subscriptions s ON ((s.id = g.subscription_id)))
+  ORDER BY g.topic, s.name NULLS FIRST, g.role_name;
+
+COMMENT ON VIEW eventgrid.event_subscription_receivers IS 'The receive rights grant_receive() gave (SPEC 14): per row, a role that may call receive(), acknowledge(), release(), reject() and renew_locks() on queue event subscription subscription of topic (NULL: every queue event subscription of the topic), whether that role exists now, when and by whom it was granted. Members of eventgrid_receiver reach every queue without a row here. For eventgrid_admin.';
+
 CREATE TABLE eventgrid.signing_secrets (
     subscription_id bigint NOT NULL,
     secret text NOT NULL,
@@ -4414,6 +4566,9 @@ ALTER TABLE ONLY eventgrid.queue_counters
 ALTER TABLE ONLY eventgrid.queue_events
     ADD CONSTRAINT queue_events_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY eventgrid.receive_grants
+    ADD CONSTRAINT receive_grants_topic_subscription_id_role_name_key UNIQUE NULLS NOT DISTINCT (topic, subscription_id, role_name);
+
 ALTER TABLE ONLY eventgrid.rejected_events
     ADD CONSTRAINT rejected_events_pkey PRIMARY KEY (id);
 
@@ -4527,6 +4682,12 @@ ALTER TABLE ONLY eventgrid.queue_counters
 ALTER TABLE ONLY eventgrid.queue_events
     ADD CONSTRAINT queue_events_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
 
+ALTER TABLE ONLY eventgrid.receive_grants
+    ADD CONSTRAINT receive_grants_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.receive_grants
+    ADD CONSTRAINT receive_grants_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON UPDATE CASCADE ON DELETE CASCADE;
+
 ALTER TABLE ONLY eventgrid.signing_secrets
     ADD CONSTRAINT signing_secrets_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
 
@@ -4549,6 +4710,8 @@ ALTER TABLE ONLY eventgrid.topic_positions
     ADD CONSTRAINT topic_positions_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON DELETE CASCADE;
 
 GRANT USAGE ON SCHEMA eventgrid TO PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._acknowledge(topic text, subscription text, lock_tokens text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._advanced_filters_arg(filters jsonb) FROM PUBLIC;
 
@@ -4788,11 +4951,21 @@ REVOKE ALL ON FUNCTION eventgrid._quote(v text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._random_bytes(n integer) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._receive_grant_target(topic text, subscription text, role_name text, OUT sid bigint, OUT label text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._receive_subscription_id(topic text, subscription text, role oid) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._record_validation(sid bigint, sent_code text, http_status integer, body text, allowed_origin text, allowed_rate text, origin text, error text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._refuse_change() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._reject(topic text, subscription text, lock_tokens text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._release(topic text, subscription text, lock_tokens text[], release_delay integer) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._rename_published_column(rel regclass, recurse boolean, old_name text, new_name text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._renew_locks(topic text, subscription text, lock_tokens text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._replication_slots(OUT slot_name text, OUT active boolean, OUT active_pid integer, OUT lag_bytes numeric, OUT retained_bytes numeric, OUT replay_lag_seconds double precision) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._replication_slots(OUT slot_name text, OUT active boolean, OUT active_pid integer, OUT lag_bytes numeric, OUT retained_bytes numeric, OUT replay_lag_seconds double precision) TO pg_monitor;
@@ -4852,6 +5025,8 @@ REVOKE ALL ON FUNCTION eventgrid._wake_at_commit() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._wake_receivers_at_commit() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._wake_receivers_at_commit(subscription_ids bigint[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._wake_worker_at_commit() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._worker_pids(OUT worker text, OUT pid integer) FROM PUBLIC;
@@ -4862,10 +5037,6 @@ GRANT ALL ON FUNCTION eventgrid._worker_metrics(OUT delivery_workers_running int
 
 REVOKE ALL ON FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._worker_status(OUT worker text, OUT pid integer, OUT state text, OUT activity text, OUT state_since timestamp with time zone, OUT wait_event_type text, OUT wait_event text, OUT backend_start timestamp with time zone) TO eventgrid_admin;
-
-REVOKE ALL ON FUNCTION eventgrid.acknowledge(topic text, subscription text, lock_tokens text[]) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.acknowledge(topic text, subscription text, lock_tokens text[]) TO eventgrid_receiver;
-GRANT ALL ON FUNCTION eventgrid.acknowledge(topic text, subscription text, lock_tokens text[]) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) TO eventgrid_admin;
@@ -4891,6 +5062,9 @@ GRANT ALL ON FUNCTION eventgrid.drop_topic(name text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.grant_event_replication(role_name name) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid.grant_receive(topic text, subscription text, role_name text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.grant_receive(topic text, subscription text, role_name text) TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid.pause_delivery(topic text, subscription text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.pause_delivery(topic text, subscription text) TO eventgrid_admin;
 
@@ -4904,20 +5078,8 @@ GRANT ALL ON FUNCTION eventgrid.publish_table_changes(source_table regclass, top
 REVOKE ALL ON FUNCTION eventgrid.purge_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.purge_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) TO eventgrid_admin;
 
-REVOKE ALL ON FUNCTION eventgrid.receive(topic text, subscription text, max_events integer, max_wait_time integer) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.receive(topic text, subscription text, max_events integer, max_wait_time integer) TO eventgrid_receiver;
-GRANT ALL ON FUNCTION eventgrid.receive(topic text, subscription text, max_events integer, max_wait_time integer) TO eventgrid_admin;
-
 REVOKE ALL ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) TO eventgrid_admin;
-
-REVOKE ALL ON FUNCTION eventgrid.reject(topic text, subscription text, lock_tokens text[]) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.reject(topic text, subscription text, lock_tokens text[]) TO eventgrid_receiver;
-GRANT ALL ON FUNCTION eventgrid.reject(topic text, subscription text, lock_tokens text[]) TO eventgrid_admin;
-
-REVOKE ALL ON FUNCTION eventgrid.release(topic text, subscription text, lock_tokens text[], release_delay integer) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.release(topic text, subscription text, lock_tokens text[], release_delay integer) TO eventgrid_receiver;
-GRANT ALL ON FUNCTION eventgrid.release(topic text, subscription text, lock_tokens text[], release_delay integer) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.remove_client_certificate(topic text, subscription text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.remove_client_certificate(topic text, subscription text) TO eventgrid_admin;
@@ -4931,16 +5093,15 @@ GRANT ALL ON FUNCTION eventgrid.remove_delivery_property(topic text, subscriptio
 REVOKE ALL ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription text) TO eventgrid_admin;
 
-REVOKE ALL ON FUNCTION eventgrid.renew_locks(topic text, subscription text, lock_tokens text[]) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.renew_locks(topic text, subscription text, lock_tokens text[]) TO eventgrid_receiver;
-GRANT ALL ON FUNCTION eventgrid.renew_locks(topic text, subscription text, lock_tokens text[]) TO eventgrid_admin;
-
 REVOKE ALL ON FUNCTION eventgrid.resume_delivery(topic text, subscription text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.resume_delivery(topic text, subscription text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.retry_delay(attempt integer, http_status integer, topic_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.retry_delay(attempt integer, http_status integer, topic_type text) TO eventgrid_admin;
 GRANT ALL ON FUNCTION eventgrid.retry_delay(attempt integer, http_status integer, topic_type text) TO eventgrid_publisher;
+
+REVOKE ALL ON FUNCTION eventgrid.revoke_receive(topic text, subscription text, role_name text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.revoke_receive(topic text, subscription text, role_name text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.set_advanced_filters(topic text, subscription text, filters jsonb, enable_advanced_filtering_on_arrays boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.set_advanced_filters(topic text, subscription text, filters jsonb, enable_advanced_filtering_on_arrays boolean) TO eventgrid_admin;
@@ -5022,6 +5183,8 @@ GRANT SELECT ON TABLE eventgrid.event_subscription_metric_labels TO eventgrid_ad
 
 GRANT SELECT ON TABLE eventgrid.event_subscription_metrics TO pg_monitor;
 GRANT SELECT ON TABLE eventgrid.event_subscription_metrics TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscription_receivers TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.event_subscription_signing TO eventgrid_admin;
 
@@ -5113,6 +5276,7 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.ordering_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.queue_counters', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.queue_events', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.queue_events_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.receive_grants', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.rejected_events', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.rejected_events_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.replication_progress', '');
