@@ -27,7 +27,9 @@
  * request is kept for EG_TOKEN_FAILURE_HOLD_MS: attempts in that time fail
  * with its error rather than ask again (or, while a token serves, go with
  * it).  With all EG_TOKEN_SLOTS
- * taken, the least recently used slot is reused.  No secret is in shared
+ * taken, a new set of credentials takes over a slot of its own database or
+ * of one that holds more (find_slot): one database's hanging token
+ * endpoints cannot starve another's.  No secret is in shared
  * memory, and no access token leaves it but to the process using it.
  */
 #include "http/token.h"
@@ -144,11 +146,44 @@ fits(const EgCredentials *c)
 		(c->audience == NULL || strlen(c->audience) <= EG_TOKEN_FIELD_MAX);
 }
 
-/* The slot of c in this database, under the lock (held exclusively); a new one when create. */
+/* Is a process asking for the next token of slot s (and not for too long to be alive)? */
+static bool
+asking(const EgTokenSlot *s, TimestampTz now)
+{
+	return s->fetching_pid != 0 &&
+		now - s->fetch_started < (TimestampTz) (eg_response_timeout_ms + 5000) * 1000;
+}
+
+/* How many slots database dboid holds (under the lock). */
+static int
+slots_of(Oid dboid)
+{
+	int			n = 0;
+
+	for (int i = 0; i < EG_TOKEN_SLOTS; i++)
+		n += tokens->slot[i].dboid == dboid;
+	return n;
+}
+
+/*
+ * The slot of c in this database, under the lock (held exclusively); a new
+ * one when create.  A new one takes a free slot, else one of this
+ * database's own or of a database that holds more slots than this one
+ * (never one of a database that holds as many or fewer): an idle one first,
+ * the least recently used, else the one whose request started first.  So
+ * one database's token endpoints that never answer (a request in flight
+ * for each of its slots) cost another database nothing, and one set of
+ * credentials waits for no other's request: the request of a slot taken
+ * over goes on, and its answer is stored in a slot of its own again.
+ * NULL when !create and there is none.
+ */
 static EgTokenSlot *
 find_slot(const EgCredentials *c, bool create)
 {
+	TimestampTz now = GetCurrentTimestamp();
 	EgTokenSlot *victim = NULL;
+	bool		victim_idle = false;
+	int			mine = 0;
 
 	for (int i = 0; i < EG_TOKEN_SLOTS; i++)
 	{
@@ -158,16 +193,32 @@ find_slot(const EgCredentials *c, bool create)
 			same_text(s->client_id, c->client_id) && same_text(s->scope, c->scope) &&
 			same_text(s->audience, c->audience))
 			return s;
+		mine += s->dboid == MyDatabaseId;
+	}
+	if (!create)
+		return NULL;
+	for (int i = 0; i < EG_TOKEN_SLOTS && (victim == NULL || victim->dboid != InvalidOid); i++)
+	{
+		EgTokenSlot *s = &tokens->slot[i];
+		bool		idle;
+
 		if (s->dboid == InvalidOid)
 		{
-			if (victim == NULL || victim->dboid != InvalidOid)
-				victim = s;
-		}
-		else if (s->fetching_pid == 0 &&
-				 (victim == NULL || (victim->dboid != InvalidOid && s->last_used < victim->last_used)))
 			victim = s;
+			continue;
+		}
+		if (s->dboid != MyDatabaseId && slots_of(s->dboid) <= mine)
+			continue;
+		idle = !asking(s, now);
+		if (victim == NULL || (idle && !victim_idle) ||
+			(idle == victim_idle && (idle ? s->last_used < victim->last_used
+									 : s->fetch_started < victim->fetch_started)))
+		{
+			victim = s;
+			victim_idle = idle;
+		}
 	}
-	if (!create || victim == NULL)
+	if (victim == NULL)
 		return NULL;
 	memset(victim, 0, sizeof(EgTokenSlot));
 	victim->dboid = MyDatabaseId;
@@ -177,14 +228,6 @@ find_slot(const EgCredentials *c, bool create)
 	strlcpy(victim->audience, c->audience ? c->audience : "", sizeof(victim->audience));
 	victim->generation = tokens->next_generation++;
 	return victim;
-}
-
-/* Is a process asking for the next token of slot s (and not for too long to be alive)? */
-static bool
-asking(const EgTokenSlot *s, TimestampTz now)
-{
-	return s->fetching_pid != 0 &&
-		now - s->fetch_started < (TimestampTz) (eg_response_timeout_ms + 5000) * 1000;
 }
 
 /* Did the last token request of slot s fail moments ago? */
