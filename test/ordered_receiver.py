@@ -9,6 +9,9 @@ query of the URL says how to read them:
   fail=N      N % of first attempts (aeg-delivery-count 0) answer 500,
               chosen by the hash of the first event's id (so the same ones)
   delay_ms=N  wait N milliseconds before answering
+  late_first_ms=N  the first request that carries a key (per path) waits
+              N milliseconds before it answers 200 (past the sender's
+              response timeout: its answer comes too late to count)
 An event whose data has "fail": true is always answered 500.
 
 For each path (without the query) the receiver counts how often a request
@@ -50,7 +53,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         with LOCK:
-            body = json.dumps({p: {k: v for k, v in s.items() if k != "inflight"}
+            body = json.dumps({p: {k: v for k, v in s.items() if k not in ("inflight", "seen")}
                                for p, s in STATE.items()}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -71,6 +74,9 @@ class Handler(BaseHTTPRequestHandler):
                                             "keys": {}, "inflight": {}})
             s["requests"] += 1
             s["max_events"] = max(s["max_events"], len(events))
+            seen = s.setdefault("seen", set())
+            late = "late_first_ms" in q and any(k not in seen for k in held)
+            seen.update(held)
             for k in held:
                 if s["inflight"].get(k, 0) > 0:
                     s["overlaps"] += 1
@@ -78,6 +84,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if "delay_ms" in q:
                 time.sleep(int(q["delay_ms"]) / 1000.0)
+            if late:
+                time.sleep(int(q["late_first_ms"]) / 1000.0)
             status = 200
             if any(isinstance(e.get("data"), dict) and e["data"].get("fail") is True for e in events):
                 status = 500

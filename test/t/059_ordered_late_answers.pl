@@ -1,0 +1,68 @@
+# Ordered delivery under late answers (issue "Trust, fourth pass", item 7):
+# the receiver (test/ordered_receiver.py, late_first_ms) answers the first
+# request of each key only after the response timeout, so that request
+# counts as TimedOut although the receiver took its event.  Each key must
+# then arrive as 1, 1, 2, 3, ...: the event again (at least once) right
+# after itself, and never a later event of its key before that retry.  Six
+# keys of ten events (six timeouts: fewer than the ten in a row that put an
+# endpoint on probation), single events and batches, two delivery workers.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../lib";
+use EventGridTest;
+use HTTP::Tiny;
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_node('late', 'eventgrid.delivery_workers' => 2, 'eventgrid.response_timeout' => "'1s'",
+	'eventgrid.retry_jitter_percent' => 0);
+sub sql { return $node->safe_psql('postgres', shift) }
+# a receiver each (endpoint health is per host and port: twelve timeouts to one would put it on probation)
+my %url = map { $_ => start_python_server('ordered_receiver.py', undef)->{url} } qw(single batched);
+sub report { my $p = shift; return decode_json(HTTP::Tiny->new->get("$url{$p}/report")->{content})->{"/$p"} }
+
+sql("SELECT eventgrid.create_topic('orders')");
+sql("SELECT eventgrid.create_event_subscription('orders', 'single', '$url{single}/single?key=data.k&seq=data.seq&late_first_ms=2500',"
+	  . " ordering_key => 'data.k')");
+sql("SELECT eventgrid.create_event_subscription('orders', 'batched', '$url{batched}/batched?key=data.k&seq=data.seq&late_first_ms=2500',"
+	  . " ordering_key => 'data.k', max_events_per_batch => 4)");
+# ten keys, ten events each, published in three transactions interleaving the keys
+for my $part ([ 1, 3 ], [ 4, 7 ], [ 8, 10 ])
+{
+	sql("SELECT eventgrid.publish('orders', jsonb_agg(jsonb_build_object('id', 'k' || k || '-' || n, 'subject', '/o',"
+		  . " 'eventType', 'Shop.Order', 'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('k', 'k' || k, 'seq', n))"
+		  . " ORDER BY n, k)) FROM generate_series(1, 6) k, generate_series($part->[0], $part->[1]) n");
+}
+my $want = join(',', 1 .. 10);
+for my $path ('single', 'batched')
+{
+	my $done = 0;
+	for (1 .. 1200)
+	{
+		my $keys = report($path)->{keys} // {};
+		$done = grep { my @s = @{ $keys->{"k$_"} // [] }; @s && $s[-1] == 10 } 1 .. 6;
+		last if $done == 6;
+		select(undef, undef, undef, 0.1);
+	}
+	is($done, 6, "$path: every key's last event arrived")
+	  or diag(sql("SELECT string_agg(format('%s %s attempts %s next %s', event_id, last_outcome, attempts, next_attempt_at), '; ')"
+			  . " FROM eventgrid.retries"));
+	my $keys = report($path)->{keys};
+	my @bad;
+	my $again = 0;
+	for my $k (map { "k$_" } 1 .. 6)
+	{
+		my @seen = @{ $keys->{$k} // [] };
+		my @once = grep { my $i = $_; $i == 0 || $seen[$i] != $seen[ $i - 1 ] } 0 .. $#seen;
+		$again += @seen - @once;
+		push @bad, "$k: " . join(',', @seen) if join(',', @seen[@once]) ne $want;
+	}
+	is(join('; ', @bad), '', "$path: each key in order, an event again only right after itself");
+	cmp_ok($again, '>=', 6, "$path: each key's late first answer made its first request come again ($again events twice)");
+	is(report($path)->{overlaps}, 0, "$path: never two requests of one key in flight");
+}
+
+done_testing();
