@@ -209,7 +209,11 @@ is(op('reject', 'q-main', [ $tok{a5}, $tok{a5} ]), "true \nfalse TokenLost: the 
 is(sql("SELECT dead_letter_reason || ' ' || delivery_attempts FROM eventgrid.dead_letters WHERE event->>'id' = 'a5'"),
 	'Rejected 2', 'a rejected event is dead-lettered with reason Rejected');
 
-# --- receive(max_events 2) that dead-letters expired locks in the same call: at most 2
+# --- receive(max_events 2) that dead-letters an expired lock in the same call: at most 2
+# (c1's lock is made to have ended before c2..c6 became receivable, in the
+# statement before the call, so that the upkeep worker's sweep cannot take
+# it first: the call's first look finds c1, to dead-letter, and c2; it
+# looks again for one more, not two)
 $topic{'q-cap'} = 'capped';
 sql("SELECT eventgrid.create_topic('capped', 'CloudEventSchemaV1_0', 'namespace')");
 sql("SELECT eventgrid.create_event_subscription('capped', 'q-cap', delivery_mode => 'queue', deadletter => true,"
@@ -217,15 +221,14 @@ sql("SELECT eventgrid.create_event_subscription('capped', 'q-cap', delivery_mode
 publish('capped', map { "c$_" } 1 .. 6);
 ok(wait_for_sql($node, "SELECT receivable_events FROM eventgrid.queue_metrics WHERE event_subscription = 'q-cap'", '6'),
 	'q-cap has its six events');
-@got = receive('q-cap', 2);
-is(join(',', map { $_->[2] } @got), 'c1,c2', 'c1 and c2 received once (max_delivery_count 1)');
-advance_clock($node, 61);
-@got = receive('q-cap', 2);
-is(join(',', map { $_->[2] } @got), 'c3,c4', 'after their locks expired, receive(max_events 2): two events, c3 and c4');
-ok(wait_for_sql($node, "SELECT string_agg(event->>'id' || ' ' || dead_letter_reason, ', ' ORDER BY event->>'id')"
-		  . " FROM eventgrid.dead_letters WHERE subscription_name = 'q-cap'",
-		'c1 MaxDeliveryCountExceeded, c2 MaxDeliveryCountExceeded', 30),
-	'c1 and c2 dead-lettered: MaxDeliveryCountExceeded');
+@got = receive('q-cap', 1);
+is(join(',', map { $_->[2] } @got), 'c1', 'c1 received once (max_delivery_count 1)');
+is(sql("UPDATE eventgrid.queue_events SET receivable_at = receivable_at - interval '1 hour' WHERE event->>'id' = 'c1';"
+		  . " SELECT string_agg(event->>'id', ',') FROM eventgrid.receive('capped', 'q-cap', 2, 10)"),
+	'c2,c3', 'its lock expired, receive(max_events 2) dead-letters c1 and returns two events, c2 and c3');
+is(sql("SELECT string_agg(event->>'id' || ' ' || dead_letter_reason, ', ' ORDER BY event->>'id')"
+		  . " FROM eventgrid.dead_letters WHERE subscription_name = 'q-cap'"),
+	'c1 MaxDeliveryCountExceeded', 'c1 dead-lettered: MaxDeliveryCountExceeded');
 sql("SELECT eventgrid.drop_topic('capped')");
 
 # --- max delivery count and time to live with no consumer: the upkeep worker
