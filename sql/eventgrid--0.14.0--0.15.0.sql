@@ -402,3 +402,99 @@ ALTER FUNCTION eventgrid.receive(topic text, subscription text, max_events integ
 REVOKE ALL ON FUNCTION eventgrid.receive(topic text, subscription text, max_events integer, max_wait_time integer) FROM eventgrid_receiver, eventgrid_admin;
 GRANT EXECUTE ON FUNCTION eventgrid.receive(topic text, subscription text, max_events integer, max_wait_time integer) TO PUBLIC;
 COMMENT ON FUNCTION eventgrid.receive(topic text, subscription text, max_events integer, max_wait_time integer) IS 'Pull delivery (SPEC 14): receives up to max_events (1-100, default 1) events of a queue event subscription, each locked to the caller for the subscription''s receive_lock_duration: rows (lock_token, delivery_count: how many times it was received, this one included, event: the CloudEvent). Returns as soon as any event is receivable (a long poll woken by the commit that published it) or empty after max_wait_time seconds (10-120, default 60); while it waits it holds its connection and no lock (DROP EXTENSION, ALTER EXTENSION UPDATE and drop_event_subscription() do not wait for it; it then fails with 55000 or 42704), and only a commit for its own subscription wakes it. Settle each event with acknowledge(), release() or reject(), or renew_locks(); an expired lock makes the event receivable again. Events past their time to live, or received max_delivery_count times, are dead-lettered (or dropped) instead of returned. READ COMMITTED only. Requires eventgrid_receiver or eventgrid_admin, or a grant_receive() for the subscription or its topic. Errors: 42501 no right to the subscription, 22004 NULL, 22003 out of range, 42704 no such subscription, 42809 a push subscription, 0A000 REPEATABLE READ or SERIALIZABLE, 55000 not in shared_preload_libraries.';
+
+-- --- an acknowledged event of a queue subscription counts as delivered (delivery_statistics.delivered,
+-- the exporter's delivery_success_total, Event Grid's DeliverySuccessCount)
+CREATE OR REPLACE VIEW eventgrid.delivery_statistics AS
+ SELECT s.topic,
+    s.name AS subscription,
+    eventgrid._pending(s.id) AS pending,
+    ( SELECT count(*) AS count
+           FROM eventgrid.retries r
+          WHERE (r.subscription_id = s.id)) AS retrying,
+    (COALESCE(c.delivered, (0)::bigint) + COALESCE(k.acknowledged, (0)::bigint)) AS delivered,
+    COALESCE(c.failed_attempts, (0)::bigint) AS failed_attempts,
+    COALESCE(c.dead_lettered, (0)::bigint) AS dead_lettered,
+    COALESCE(c.dropped, (0)::bigint) AS dropped,
+    COALESCE(c.redelivered, (0)::bigint) AS redelivered,
+    (s.id IN ( SELECT p.p
+           FROM eventgrid._paused_subscriptions() p(p))) AS paused,
+    s.delivery_mode,
+        CASE
+            WHEN (s.delivery_mode = 'queue'::text) THEN COALESCE(k.received, (0)::bigint)
+            ELSE NULL::bigint
+        END AS received,
+        CASE
+            WHEN (s.delivery_mode = 'queue'::text) THEN COALESCE(k.acknowledged, (0)::bigint)
+            ELSE NULL::bigint
+        END AS acknowledged,
+        CASE
+            WHEN (s.delivery_mode = 'queue'::text) THEN COALESCE(k.released, (0)::bigint)
+            ELSE NULL::bigint
+        END AS released,
+        CASE
+            WHEN (s.delivery_mode = 'queue'::text) THEN COALESCE(k.rejected, (0)::bigint)
+            ELSE NULL::bigint
+        END AS rejected,
+        CASE
+            WHEN (s.delivery_mode = 'queue'::text) THEN COALESCE(k.lock_expired, (0)::bigint)
+            ELSE NULL::bigint
+        END AS lock_expired
+   FROM ((eventgrid.event_subscriptions s
+     LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)))
+     LEFT JOIN LATERAL ( SELECT (sum(x.received))::bigint AS received,
+            (sum(x.acknowledged))::bigint AS acknowledged,
+            (sum(x.released))::bigint AS released,
+            (sum(x.rejected))::bigint AS rejected,
+            (sum(x.lock_expired))::bigint AS lock_expired
+           FROM eventgrid.queue_counters x
+          WHERE ((x.subscription_id = s.id) AND (s.delivery_mode = 'queue'::text))) k ON (true));
+
+COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here), and its delivery_mode (push or queue). Of a queue event subscription (pull delivery, SPEC 14) delivered counts the events acknowledged, pending the events not yet acknowledged or dead-lettered, and received, acknowledged, released, rejected and lock_expired count the subscriber operations (NULL for push).';
+
+CREATE OR REPLACE VIEW eventgrid.metrics AS
+ SELECT t.name AS topic,
+    NULL::text AS event_subscription,
+    m.metric_name,
+    m.aggregation,
+    m.unit,
+    m.value
+   FROM ((eventgrid.topics t
+     LEFT JOIN eventgrid.topic_counters c ON ((c.topic = t.name)))
+     CROSS JOIN LATERAL ( VALUES ('PublishSuccessCount'::text,'Total'::text,'Count'::text,(COALESCE(c.published, (0)::bigint))::double precision), ('UnmatchedEventCount'::text,'Total'::text,'Count'::text,(COALESCE(c.unmatched, (0)::bigint))::double precision)) m(metric_name, aggregation, unit, value))
+UNION ALL
+ SELECT s.topic,
+    s.name AS event_subscription,
+    m.metric_name,
+    m.aggregation,
+    m.unit,
+    m.value
+   FROM (((eventgrid.event_subscriptions s
+     LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)))
+     LEFT JOIN ( SELECT a.subscription_id,
+            avg(a.duration_ms) AS average,
+            percentile_cont((0.95)::double precision) WITHIN GROUP (ORDER BY a.duration_ms) AS p95
+           FROM eventgrid.attempt_log a
+          WHERE ((a.http_status IS NOT NULL) AND (a.duration_ms IS NOT NULL))
+          GROUP BY a.subscription_id) d ON ((d.subscription_id = s.id)))
+     CROSS JOIN LATERAL ( VALUES ('MatchedEventCount'::text,'Total'::text,'Count'::text,(COALESCE(c.matched, (0)::bigint))::double precision), ('DeliverySuccessCount'::text,'Total'::text,'Count'::text,((COALESCE(c.delivered, (0)::bigint) + (SELECT COALESCE(sum(x.acknowledged), (0)::numeric) FROM eventgrid.queue_counters x WHERE (x.subscription_id = s.id))::bigint))::double precision), ('DeliveryAttemptFailCount'::text,'Total'::text,'Count'::text,(COALESCE(c.failed_attempts, (0)::bigint))::double precision), ('DeadLetteredCount'::text,'Total'::text,'Count'::text,(COALESCE(c.dead_lettered, (0)::bigint))::double precision), ('DroppedEventCount'::text,'Total'::text,'Count'::text,(COALESCE(c.dropped, (0)::bigint))::double precision), ('DestinationProcessingDurationInMs'::text,'Average'::text,'Milliseconds'::text,d.average), ('DestinationProcessingDurationInMs'::text,'P95'::text,'Milliseconds'::text,d.p95)) m(metric_name, aggregation, unit, value));
+
+CREATE OR REPLACE FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) RETURNS SETOF record
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT s.topic,
+     s.name AS event_subscription,
+     COALESCE(c.matched, (0)::bigint) AS matched_events_total,
+     (COALESCE(c.delivered, (0)::bigint) + (SELECT COALESCE(sum(x.acknowledged), (0)::numeric) FROM eventgrid.queue_counters x WHERE (x.subscription_id = s.id))::bigint) AS delivery_success_total,
+     b.pending AS pending_events,
+     COALESCE((EXTRACT(epoch FROM (eventgrid._now() - b.oldest)))::double precision, (0)::double precision) AS oldest_pending_event_age_seconds,
+     COALESCE((EXTRACT(epoch FROM (eventgrid._now() - b.due_since)))::double precision, (0)::double precision) AS overdue_seconds,
+     ((s.id IN ( SELECT p.p
+            FROM eventgrid._paused_subscriptions() p(p))))::integer AS paused,
+     ((COALESCE(h.state, 'healthy'::text) <> 'healthy'::text))::integer AS endpoint_on_probation
+    FROM (((eventgrid.event_subscriptions s
+      LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)))
+      LEFT JOIN eventgrid.endpoint_states h ON ((h.endpoint = s.endpoint)))
+      CROSS JOIN LATERAL eventgrid._backlog(s.id) b(pending, oldest, due_since));
+END;

@@ -1134,6 +1134,19 @@ CREATE TABLE eventgrid.endpoint_states (
 
 COMMENT ON TABLE eventgrid.endpoint_states IS 'Internal: health of each endpoint URL as the delivery worker keeps it (delayed delivery, SPEC 6); read it through eventgrid.endpoint_health.';
 
+CREATE TABLE eventgrid.queue_counters (
+    subscription_id bigint NOT NULL,
+    slot integer NOT NULL,
+    received bigint DEFAULT 0 NOT NULL,
+    acknowledged bigint DEFAULT 0 NOT NULL,
+    released bigint DEFAULT 0 NOT NULL,
+    rejected bigint DEFAULT 0 NOT NULL,
+    lock_expired bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT queue_counters_slot_check CHECK (((slot >= 0) AND (slot <= 15)))
+);
+
+COMMENT ON TABLE eventgrid.queue_counters IS 'Internal: running totals of the subscriber operations per queue event subscription, in 16 slots (by the consumer''s backend pid) so that concurrent consumers do not wait for each other''s counter rows; summed by eventgrid.queue_metrics and delivery_statistics.';
+
 CREATE TABLE eventgrid.subscription_counters (
     subscription_id bigint NOT NULL,
     delivered bigint DEFAULT 0 NOT NULL,
@@ -1153,7 +1166,9 @@ CREATE FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_
  SELECT s.topic,
      s.name AS event_subscription,
      COALESCE(c.matched, (0)::bigint) AS matched_events_total,
-     COALESCE(c.delivered, (0)::bigint) AS delivery_success_total,
+     (COALESCE(c.delivered, (0)::bigint) + (( SELECT COALESCE(sum(x.acknowledged), (0)::numeric) AS "coalesce"
+            FROM eventgrid.queue_counters x
+           WHERE (x.subscription_id = s.id)))::bigint) AS delivery_success_total,
      b.pending AS pending_events,
      COALESCE((EXTRACT(epoch FROM (eventgrid._now() - b.oldest)))::double precision, (0)::double precision) AS oldest_pending_event_age_seconds,
      COALESCE((EXTRACT(epoch FROM (eventgrid._now() - b.due_since)))::double precision, (0)::double precision) AS overdue_seconds,
@@ -1714,19 +1729,6 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid._put_delivery_property(p_topic text, p_subscription text, p_header text, p_value text, p_source_field text, p_is_secret boolean) IS 'Internal: validates and upserts one custom delivery property, enforcing at most 10 per subscription.';
-
-CREATE TABLE eventgrid.queue_counters (
-    subscription_id bigint NOT NULL,
-    slot integer NOT NULL,
-    received bigint DEFAULT 0 NOT NULL,
-    acknowledged bigint DEFAULT 0 NOT NULL,
-    released bigint DEFAULT 0 NOT NULL,
-    rejected bigint DEFAULT 0 NOT NULL,
-    lock_expired bigint DEFAULT 0 NOT NULL,
-    CONSTRAINT queue_counters_slot_check CHECK (((slot >= 0) AND (slot <= 15)))
-);
-
-COMMENT ON TABLE eventgrid.queue_counters IS 'Internal: running totals of the subscriber operations per queue event subscription, in 16 slots (by the consumer''s backend pid) so that concurrent consumers do not wait for each other''s counter rows; summed by eventgrid.queue_metrics and delivery_statistics.';
 
 CREATE FUNCTION eventgrid._queue_count(sid bigint, received bigint, acknowledged bigint, released bigint, rejected bigint, lock_expired bigint) RETURNS void
     LANGUAGE sql
@@ -3866,7 +3868,7 @@ CREATE VIEW eventgrid.delivery_statistics AS
     ( SELECT count(*) AS count
            FROM eventgrid.retries r
           WHERE (r.subscription_id = s.id)) AS retrying,
-    COALESCE(c.delivered, (0)::bigint) AS delivered,
+    (COALESCE(c.delivered, (0)::bigint) + COALESCE(k.acknowledged, (0)::bigint)) AS delivered,
     COALESCE(c.failed_attempts, (0)::bigint) AS failed_attempts,
     COALESCE(c.dead_lettered, (0)::bigint) AS dead_lettered,
     COALESCE(c.dropped, (0)::bigint) AS dropped,
@@ -3904,7 +3906,7 @@ CREATE VIEW eventgrid.delivery_statistics AS
            FROM eventgrid.queue_counters x
           WHERE ((x.subscription_id = s.id) AND (s.delivery_mode = 'queue'::text))) k ON (true));
 
-COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here), and its delivery_mode (push or queue). Of a queue event subscription (pull delivery, SPEC 14) pending counts the events not yet acknowledged or dead-lettered, and received, acknowledged, released, rejected and lock_expired count the subscriber operations (NULL for push).';
+COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here), and its delivery_mode (push or queue). Of a queue event subscription (pull delivery, SPEC 14) delivered counts the events acknowledged, pending the events not yet acknowledged or dead-lettered, and received, acknowledged, released, rejected and lock_expired count the subscriber operations (NULL for push).';
 
 CREATE VIEW eventgrid.delivery_token_metrics AS
  SELECT d.token_endpoint,
@@ -4292,7 +4294,9 @@ UNION ALL
            FROM eventgrid.attempt_log a
           WHERE ((a.http_status IS NOT NULL) AND (a.duration_ms IS NOT NULL))
           GROUP BY a.subscription_id) d ON ((d.subscription_id = s.id)))
-     CROSS JOIN LATERAL ( VALUES ('MatchedEventCount'::text,'Total'::text,'Count'::text,(COALESCE(c.matched, (0)::bigint))::double precision), ('DeliverySuccessCount'::text,'Total'::text,'Count'::text,(COALESCE(c.delivered, (0)::bigint))::double precision), ('DeliveryAttemptFailCount'::text,'Total'::text,'Count'::text,(COALESCE(c.failed_attempts, (0)::bigint))::double precision), ('DeadLetteredCount'::text,'Total'::text,'Count'::text,(COALESCE(c.dead_lettered, (0)::bigint))::double precision), ('DroppedEventCount'::text,'Total'::text,'Count'::text,(COALESCE(c.dropped, (0)::bigint))::double precision), ('DestinationProcessingDurationInMs'::text,'Average'::text,'Milliseconds'::text,d.average), ('DestinationProcessingDurationInMs'::text,'P95'::text,'Milliseconds'::text,d.p95)) m(metric_name, aggregation, unit, value));
+     CROSS JOIN LATERAL ( VALUES ('MatchedEventCount'::text,'Total'::text,'Count'::text,(COALESCE(c.matched, (0)::bigint))::double precision), ('DeliverySuccessCount'::text,'Total'::text,'Count'::text,((COALESCE(c.delivered, (0)::bigint) + (( SELECT COALESCE(sum(x.acknowledged), (0)::numeric) AS "coalesce"
+                   FROM eventgrid.queue_counters x
+                  WHERE (x.subscription_id = s.id)))::bigint))::double precision), ('DeliveryAttemptFailCount'::text,'Total'::text,'Count'::text,(COALESCE(c.failed_attempts, (0)::bigint))::double precision), ('DeadLetteredCount'::text,'Total'::text,'Count'::text,(COALESCE(c.dead_lettered, (0)::bigint))::double precision), ('DroppedEventCount'::text,'Total'::text,'Count'::text,(COALESCE(c.dropped, (0)::bigint))::double precision), ('DestinationProcessingDurationInMs'::text,'Average'::text,'Milliseconds'::text,d.average), ('DestinationProcessingDurationInMs'::text,'P95'::text,'Milliseconds'::text,d.p95)) m(metric_name, aggregation, unit, value));
 
 COMMENT ON VIEW eventgrid.metrics IS 'Event Grid''s metrics, one row per metric and topic (event_subscription NULL: PublishSuccessCount, UnmatchedEventCount) or event subscription (MatchedEventCount, DeliverySuccessCount, DeliveryAttemptFailCount, DeadLetteredCount, DroppedEventCount, DestinationProcessingDurationInMs Average and P95). Counts are totals since the topic or subscription was created; published events are counted by the upkeep worker, about a second after commit. Durations: libcurl''s total time of the retained attempts that had an HTTP answer (NULL when there are none); they follow eventgrid.attempt_history.';
 
@@ -4879,6 +4883,8 @@ GRANT ALL ON FUNCTION eventgrid._paused_subscriptions() TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.endpoint_states TO eventgrid_admin;
 
+GRANT SELECT ON TABLE eventgrid.queue_counters TO eventgrid_admin;
+
 GRANT SELECT ON TABLE eventgrid.subscription_counters TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) FROM PUBLIC;
@@ -4932,8 +4938,6 @@ REVOKE ALL ON FUNCTION eventgrid._publish_dead_letter_notifications(notices even
 REVOKE ALL ON FUNCTION eventgrid._publish_table_changes(caller regrole, source_table regclass, topic text, operations text[], columns text[], update_columns text[], event_type_prefix text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._put_delivery_property(p_topic text, p_subscription text, p_header text, p_value text, p_source_field text, p_is_secret boolean) FROM PUBLIC;
-
-GRANT SELECT ON TABLE eventgrid.queue_counters TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._queue_count(sid bigint, received bigint, acknowledged bigint, released bigint, rejected bigint, lock_expired bigint) FROM PUBLIC;
 

@@ -198,10 +198,14 @@ my %same = (
 		"SELECT topic || ',' || subscription || '=' || (state <> 'healthy')::int FROM eventgrid.endpoint_health" ],
 	'count by (topic, event_subscription) (eventgrid_oldest_pending_event_age_seconds > 0)' => [ [qw(topic event_subscription)],
 		"SELECT topic || ',' || subscription || '=1' FROM eventgrid.delivery_statistics WHERE pending > 0" ],
+	# (a push delivery's latency is observed when it is delivered; an acknowledged pull event, counted
+	# as delivered, has no latency)
 	'eventgrid_delivery_latency_seconds_count' => [ [qw(topic event_subscription)],
-		"SELECT topic || ',' || subscription || '=' || delivered FROM eventgrid.delivery_statistics" ],
+		"SELECT topic || ',' || subscription || '=' || CASE delivery_mode WHEN 'queue' THEN 0 ELSE delivered END"
+		  . " FROM eventgrid.delivery_statistics" ],
 	'eventgrid_delivery_latency_seconds_bucket{le="+Inf"}' => [ [qw(topic event_subscription)],
-		"SELECT topic || ',' || subscription || '=' || delivered FROM eventgrid.delivery_statistics" ],
+		"SELECT topic || ',' || subscription || '=' || CASE delivery_mode WHEN 'queue' THEN 0 ELSE delivered END"
+		  . " FROM eventgrid.delivery_statistics" ],
 	'eventgrid_destination_processing_duration_seconds_count' => [ [qw(event_subscription)],
 		"SELECT s.name || '=' || count(a.*) FROM eventgrid.event_subscriptions s
 		   LEFT JOIN eventgrid.delivery_attempts a ON a.subscription = s.name AND a.http_status IS NOT NULL

@@ -284,8 +284,11 @@ op('acknowledge', 'q-drop', [ map { $_->[0] } receive('q-drop', 10) ]);
 # --- what the views say
 is(metric('q-main', "received_total || ' ' || acknowledged_total || ' ' || released_total || ' ' || rejected_total"),
 	'14 7 3 1', 'queue_metrics: received, acknowledged, released, rejected');
-is(sql("SELECT pending || ' ' || received || ' ' || acknowledged FROM eventgrid.delivery_statistics WHERE subscription = 'q-main'"),
-	'0 14 7', 'delivery_statistics: nothing pending, the same counts');
+is(sql("SELECT pending || ' ' || received || ' ' || acknowledged || ' ' || delivered FROM eventgrid.delivery_statistics WHERE subscription = 'q-main'"),
+	'0 14 7 7', 'delivery_statistics: nothing pending, the same counts, the acknowledged events counted as delivered');
+is(sql("SELECT (SELECT delivery_success_total FROM eventgrid.event_subscription_metrics WHERE event_subscription = 'q-main')"
+		  . " || ' ' || (SELECT value FROM eventgrid.metrics WHERE event_subscription = 'q-main' AND metric_name = 'DeliverySuccessCount')"),
+	'7 7', 'and so do the exporter\'s delivery_success_total and Event Grid\'s DeliverySuccessCount');
 is(sql("SELECT label || '=' || value FROM eventgrid.event_subscription_metric_labels WHERE event_subscription = 'q-main'"
 		  . " AND metric = 'dead_lettered_total' ORDER BY label"),
 	"MaxDeliveryCountExceeded=1\nRejected=1\nTimeToLiveExceeded=0", 'dead letters by reason, the queue reasons');
