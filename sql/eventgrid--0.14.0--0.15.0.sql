@@ -498,3 +498,14 @@ CREATE OR REPLACE FUNCTION eventgrid._event_subscription_metrics(OUT topic text,
       LEFT JOIN eventgrid.endpoint_states h ON ((h.endpoint = s.endpoint)))
       CROSS JOIN LATERAL eventgrid._backlog(s.id) b(pending, oldest, due_since));
 END;
+
+-- --- one rule for key values: a key is text; a string is its text, a number its value in plain decimal
+-- without trailing zeros (1, 1.0, 1e0 are key 1), a boolean true or false; so 1 and "1" are one key
+CREATE OR REPLACE FUNCTION eventgrid._ordering_key(event jsonb, path text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE jsonb_typeof(event #> string_to_array(path, '.'))
+               WHEN 'string' THEN event #>> string_to_array(path, '.')
+               WHEN 'boolean' THEN event #>> string_to_array(path, '.')
+               WHEN 'number' THEN pg_catalog.trim_scale((event #> string_to_array(path, '.'))::numeric)::text
+           END;
+COMMENT ON FUNCTION eventgrid._ordering_key(event jsonb, path text) IS 'Internal: the ordering key of an event (SPEC 13): the value at the dotted field path as text when it is a string (its text), a number (its value in plain decimal without trailing zeros: 1, 1.0 and 1e0 are key 1, as is the string "1") or a boolean (true, false); else NULL (unordered). Events that waited at the update keep the key they were given.';

@@ -1429,9 +1429,9 @@ COMMENT ON FUNCTION eventgrid._log(message text) IS 'Internal: writes message to
 
 CREATE FUNCTION eventgrid._ordering_key(event jsonb, path text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN CASE WHEN (jsonb_typeof((event #> string_to_array(path, '.'::text))) = ANY (ARRAY['string'::text, 'number'::text, 'boolean'::text])) THEN (event #>> string_to_array(path, '.'::text)) ELSE NULL::text END;
+    RETURN CASE jsonb_typeof((event #> string_to_array(path, '.'::text))) WHEN 'string'::text THEN (event #>> string_to_array(path, '.'::text)) WHEN 'boolean'::text THEN (event #>> string_to_array(path, '.'::text)) WHEN 'number'::text THEN (trim_scale(((event #> string_to_array(path, '.'::text)))::numeric))::text ELSE NULL::text END;
 
-COMMENT ON FUNCTION eventgrid._ordering_key(event jsonb, path text) IS 'Internal: the ordering key of an event: the value at the dotted field path when it is a string, number or boolean (as text), else NULL (unordered).';
+COMMENT ON FUNCTION eventgrid._ordering_key(event jsonb, path text) IS 'Internal: the ordering key of an event (SPEC 13): the value at the dotted field path as text when it is a string (its text), a number (its value in plain decimal without trailing zeros: 1, 1.0 and 1e0 are key 1, as is the string "1") or a boolean (true, false); else NULL (unordered). Events that waited at the update keep the key they were given.';
 
 CREATE FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) RETURNS record
     LANGUAGE plpgsql STABLE

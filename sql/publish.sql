@@ -173,3 +173,10 @@ SELECT (SELECT count(*) FROM eventgrid.event_subscriptions WHERE topic = 'fanout
        (SELECT count(*) FROM eventgrid.topic_positions WHERE topic = 'fanout') AS positions,
        (SELECT count(*) FROM eventgrid.retries r
          WHERE NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s WHERE s.id = r.subscription_id)) AS orphan_retries;
+
+-- Ordering keys (SPEC 13): one rule for key values: a string is its text, a
+-- number its plain decimal value without trailing zeros, a boolean its name;
+-- so 1, "1", 1.0 and 1e0 are one key; an object, array or null is no key
+SELECT v AS value, eventgrid._ordering_key(jsonb_build_object('k', v), 'k') AS ordering_key
+  FROM (VALUES ('1'::jsonb), ('"1"'), ('1.0'), ('1e0'), ('10.50'), ('1e21'), ('-0.0'), ('" 1"'), ('true'), ('"true"'),
+               ('null'), ('{}'), ('[1]')) x(v);
