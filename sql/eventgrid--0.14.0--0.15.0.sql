@@ -268,6 +268,14 @@ BEGIN
                   HINT = format('An admin grants it for this subscription with: SELECT eventgrid.grant_receive(%L, %L, %L); or for every queue with: GRANT eventgrid_receiver TO %s;',
                                 topic, subscription, pg_catalog.pg_get_userbyid(role), quote_ident(pg_catalog.pg_get_userbyid(role)));
     END IF;
+    -- the receivers' own words: they cannot read the subscription list an admin's hint names
+    IF topic IS NOT NULL AND subscription IS NOT NULL AND NOT pg_has_role(role, 'eventgrid_admin', 'USAGE')
+       AND NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
+                        WHERE s.topic = _receive_subscription_id.topic AND s.name = _receive_subscription_id.subscription) THEN
+        RAISE EXCEPTION 'event subscription % of topic % does not exist', eventgrid._quote(subscription), eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Check the topic and subscription names: receive() takes those an admin gave the queue event subscription (create_event_subscription(topic, name, delivery_mode => ''queue'')).';
+    END IF;
     RETURN eventgrid._queue_subscription_id(topic, subscription);
 END $$;
 COMMENT ON FUNCTION eventgrid._receive_subscription_id(topic text, subscription text, role oid) IS 'Internal: the id of queue event subscription subscription of topic when role may receive from it (a member of eventgrid_receiver or eventgrid_admin, or of a role grant_receive() named for it or its topic), else 42501; then 22004, 42704 and 42809 as _queue_subscription_id. receive() and the other subscriber operations call it with the role that called them.';

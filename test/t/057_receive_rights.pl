@@ -79,6 +79,11 @@ like($err, qr/HINT:  An admin grants it for this subscription with: SELECT event
 unlike($err, qr/CONTEXT:/, 'and no internal CONTEXT');
 like(fails("SELECT * FROM eventgrid.receive('orders', 'nosuch', 1, 10)", 'consumer_a'), qr/42501/,
 	'nor learns whether a subscription exists');
+sql("CREATE ROLE recv LOGIN IN ROLE eventgrid_receiver");
+$err = fails("SELECT * FROM eventgrid.receive('orders', 'nosuch', 1, 10)", 'recv');
+like($err, qr/42704: event subscription "nosuch" of topic "orders" does not exist.*HINT:  Check the topic and subscription names/s,
+	'a member of eventgrid_receiver asking for an unknown subscription: 42704, with a hint that names no table it cannot read');
+unlike($err, qr/CONTEXT:|event_subscriptions;/, 'and no internal CONTEXT');
 like(fails("SELECT eventgrid.grant_receive('orders', 'qq1', 'consumer_a')", 'app'), qr/42501/, 'only eventgrid_admin grants');
 like(fails("SELECT * FROM eventgrid.event_subscription_receivers", 'app'), qr/42501/, 'or lists the grants');
 
