@@ -4,10 +4,9 @@
  * polling (SPEC section 2), the consumers waiting in receive() woken for
  * their own queue subscriptions (SPEC 14), the delivery workers told that
  * subscriptions or publications changed, the launcher told that the
- * extension changed, and
- * the holds of a database's workers for DDL let go (eg_xact_callback, one
- * per backend, registered on first use).  No-ops where the library is not
- * preloaded.
+ * extension changed, and the holds of a database's workers for DDL let go
+ * (eg_xact_callback, one per backend, registered on first use).  No-ops
+ * where the library is not preloaded.
  */
 #include "core/eventgrid.h"
 
