@@ -20,6 +20,13 @@ subscription created and dropped, both dropped again), pause a topic for
 snapshot open for 5 minutes (no restart or kill meanwhile: either would
 end it).
 
+Beside them: an ordered event subscription (ordering_key data.key, 20 keys)
+in soak_a, whose receiver checks each key's order (an event may come again
+right after itself, never after a later one of its key), and a namespace
+topic 'jobs' in soak_b with a queue event subscription that three consumer
+threads receive from and acknowledge (pull delivery), fed by a publisher of
+its own at the same rate.
+
 Then the trouble stops, every receiver answers 200, and the workers' clock
 (eventgrid.clock_offset) moves ahead until nothing is pending, so that the
 retries still waiting come due.  Prints: events published (commits that
@@ -51,12 +58,14 @@ KINDS = ['ok', 'slow', 'flap', 'busy', 'away']
 
 
 class Arrivals:
-    """What the receivers got: first arrival time per (subscription, event id), and every arrival."""
+    """What the receivers got: first arrival time per (subscription, event id), and every arrival;
+    of ordered ones, per key the sequence numbers in arrival order."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.first = {}
         self.total = 0
+        self.keys = {}
 
     def add(self, sub, ids):
         now = time.time()
@@ -64,6 +73,22 @@ class Arrivals:
             for i in ids:
                 self.total += 1
                 self.first.setdefault((sub, i), now)
+
+    def add_ordered(self, sub, events):
+        with self.lock:
+            for e in events:
+                self.keys.setdefault((sub, e['data']['key']), []).append(e['data']['n'])
+
+    def order_violations(self):
+        """Keys whose arrivals, each run of one event arriving again right after itself counted once, are
+        not in increasing order: (key, the arrivals)."""
+        bad = []
+        with self.lock:
+            for k, seen in self.keys.items():
+                once = [n for i, n in enumerate(seen) if i == 0 or n != seen[i - 1]]
+                if any(b <= a for a, b in zip(once, once[1:])):
+                    bad.append((k, seen))
+        return bad
 
 
 ARRIVALS = Arrivals()
@@ -89,7 +114,10 @@ class Handler(BaseHTTPRequestHandler):
                 status, extra = 429, {'Retry-After': '2'}
         if status == 200:
             doc = json.loads(body)
-            ARRIVALS.add(sub, [e['id'] for e in (doc if isinstance(doc, list) else [doc])])
+            events = doc if isinstance(doc, list) else [doc]
+            ARRIVALS.add(sub, [e['id'] for e in events])
+            if kind == 'ordered':
+                ARRIVALS.add_ordered(sub, events)
         self.send_response(status)
         for k, v in extra.items():
             self.send_header(k, v)
@@ -126,7 +154,8 @@ class Soak:
         self.args = args
         self.stop = threading.Event()
         self.committed = {db: {} for db in DATABASES}  # event id -> commit time
-        self.subs = {}  # subscription name -> database
+        self.committed['jobs'] = {}  # the pulled topic's events
+        self.subs = {}  # subscription name -> the key of self.committed its events are in
         self.holding = False
         self.crashes = ('restart (fast)', 'restart (immediate)', 'kill -9 a delivery worker')
         self.log = []
@@ -175,6 +204,14 @@ class Soak:
             batch = ', max_events_per_batch => 10' if k % 4 == 3 else ''
             self.sql(db, "SELECT eventgrid.create_event_subscription('orders', '%s', '%s'%s)" % (name, url, batch))
             self.subs[name] = db
+        # an ordered subscription (its receiver checks each key's order), and a pulled queue
+        self.sql(DATABASES[0], "SELECT eventgrid.create_event_subscription('orders', 'sub-ordered', '%s/ordered/sub-ordered',"
+                               " ordering_key => 'data.key')" % ok_url)
+        self.subs['sub-ordered'] = DATABASES[0]
+        self.sql(DATABASES[1], "SELECT eventgrid.create_topic('jobs', 'CloudEventSchemaV1_0', 'namespace')")
+        self.sql(DATABASES[1], "SELECT eventgrid.create_event_subscription('jobs', 'sub-pulled', delivery_mode => 'queue',"
+                               " receive_lock_duration => 60)")
+        self.subs['sub-pulled'] = 'jobs'
 
     # --- publishers
     def publisher(self, db):
@@ -189,13 +226,20 @@ class Soak:
                 time.sleep(delay)
             seq += 1
             eid = '%s-%d' % (db, seq)
-            event = json.dumps({'id': eid, 'subject': '/orders/%d' % seq, 'eventType': 'Shop.OrderCreated',
-                                'eventTime': '2026-11-26T00:00:00Z', 'data': {'n': seq, 'pad': 'x' * 200}})
+            if db == 'jobs':
+                eid = 'job-%d' % seq
+                event = json.dumps({'specversion': '1.0', 'id': eid, 'source': '/soak', 'type': 'Soak.Job',
+                                    'data': {'n': seq, 'pad': 'x' * 200}})
+            else:
+                event = json.dumps({'id': eid, 'subject': '/orders/%d' % seq, 'eventType': 'Shop.OrderCreated',
+                                    'eventTime': '2026-11-26T00:00:00Z',
+                                    'data': {'n': seq, 'key': 'k%d' % (seq % 20), 'pad': 'x' * 200}})
             try:
                 if c is None:
-                    c = self.connect(db)
+                    c = self.connect(DATABASES[1] if db == 'jobs' else db)
                 cur = c.cursor()
-                cur.execute("INSERT INTO eventgrid.events (topic, event) VALUES ('orders', %s)", (event,))
+                cur.execute("INSERT INTO eventgrid.events (topic, event) VALUES (%s, %s)",
+                            ('jobs' if db == 'jobs' else 'orders', event))
                 self.committed[db][eid] = time.time()
             except psycopg2.Error:
                 # the commit's outcome is unknown: not counted as published (arrivals of it are extra)
@@ -206,6 +250,33 @@ class Soak:
                 c = None
                 time.sleep(0.2)
                 next_at = time.time()
+
+    # --- pull consumers
+    def consumer(self):
+        """Receives up to 10 events of the pulled queue at a time and acknowledges them; a received event
+        counts as arrived (at least once); reconnects after a restart."""
+        c = None
+        while not (self.stop.is_set() and STATE.get('pull_done')):
+            try:
+                if c is None:
+                    c = self.connect(DATABASES[1])
+                cur = c.cursor()
+                cur.execute("SELECT lock_token, event->>'id' FROM eventgrid.receive('jobs', 'sub-pulled', 10, 10)")
+                rows = cur.fetchall()
+                if not rows:
+                    continue
+                ARRIVALS.add('sub-pulled', [r[1] for r in rows])
+                if not STATE['calm'] and random.random() < 0.05:
+                    continue  # now and then a consumer forgets to settle: the locks expire, the events come again
+                cur.execute("SELECT count(*) FILTER (WHERE succeeded) FROM eventgrid.acknowledge('jobs', 'sub-pulled', %s)",
+                            ([r[0] for r in rows],))
+            except psycopg2.Error:
+                try:
+                    c.close()
+                except Exception:
+                    pass
+                c = None
+                time.sleep(0.5)
 
     # --- measurements
     def worker_memory_kb(self):
@@ -335,8 +406,11 @@ class Soak:
         self.t0 = time.time()
         STATE['started'] = self.t0
         self.set_up(self.ok_url, away_url)
-        threads = [threading.Thread(target=self.publisher, args=(db,), daemon=True) for db in DATABASES]
+        threads = [threading.Thread(target=self.publisher, args=(db,), daemon=True) for db in DATABASES + ['jobs']]
         threads.append(threading.Thread(target=self.away, args=(away_port,), daemon=True))
+        consumers = [threading.Thread(target=self.consumer, daemon=True) for _ in range(3)]
+        for t in consumers:
+            t.start()
         for t in threads:
             t.start()
         time.sleep(60)
@@ -363,6 +437,9 @@ class Soak:
             self.sql('postgres', 'SELECT pg_reload_conf()')
             time.sleep(10)
         pending_left = self.queue()
+        STATE['pull_done'] = True
+        for t in consumers:
+            t.join(timeout=30)
         mem_end = self.worker_memory_kb()
         self.sql('postgres', 'ALTER SYSTEM RESET eventgrid.clock_offset')
         self.sql('postgres', 'SELECT pg_reload_conf()')
@@ -386,6 +463,10 @@ class Soak:
                     latencies.setdefault(int((at - self.t0) // 300), []).append((got - at) * 1000)
         delivered = expected - lost
         duplicates = ARRIVALS.total - len(ARRIVALS.first)
+        disorder = ARRIVALS.order_violations()
+        pulled = len(self.committed['jobs'])
+        pulled_got = sum(1 for eid in self.committed['jobs'] if ('sub-pulled', eid) in ARRIVALS.first)
+        ordered_got = sum(1 for eid in self.committed[DATABASES[0]] if ('sub-ordered', eid) in ARRIVALS.first)
         print()
         print('| figure | value |')
         print('| --- | --- |')
@@ -396,6 +477,9 @@ class Soak:
             ('delivered at least once (at the receivers)', delivered),
             ('lost', lost),
             ('duplicates (arrivals beyond the first)', duplicates),
+            ('ordered subscription: delivered of published', '%d of %d' % (ordered_got, len(self.committed[DATABASES[0]]))),
+            ('ordered subscription: keys out of order', len(disorder)),
+            ('pulled queue: received of published (3 consumers)', '%d of %d' % (pulled_got, pulled)),
             ('delivery workers RssAnon after 1 min, kB (workers)', '%d (%d)' % mem_start),
             ('delivery workers RssAnon when the trouble stopped, kB (workers)', '%d (%d)' % mem_end_busy),
             ('delivery workers RssAnon at the end, kB (workers)', '%d (%d)' % mem_end),
@@ -411,8 +495,11 @@ class Soak:
             print('| %s | %s |' % (name, value))
         if lost_examples:
             print('lost, first ones: ' + ', '.join(lost_examples))
+        for (sub, key), seen in disorder[:5]:
+            print('out of order: %s key %s: %s' % (sub, key, ','.join(map(str, seen[:60]))))
         print('SOAK_RESULT ' + json.dumps({'published': published, 'expected': expected, 'delivered': delivered,
-                                           'lost': lost, 'duplicates': duplicates, 'pending_left': pending_left}))
+                                           'lost': lost, 'duplicates': duplicates, 'pending_left': pending_left,
+                                           'out_of_order_keys': len(disorder)}))
 
 
 def main():

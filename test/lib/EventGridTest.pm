@@ -22,7 +22,7 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(new_node start_receiver start_python_server start_nginx requests wait_for_requests advance_clock
   eg_event wait_for_sql planned_wait wait_recorded sql_error start_workers restart_workers worker_count
-  openssl make_ca issue_certificate);
+  openssl make_ca issue_certificate cpu_ticks);
 
 my $json = JSON::PP->new->canonical;
 my $clock_offset = 0;
@@ -319,6 +319,20 @@ sub restart_workers
 # What psql prints when $sql fails in database postgres (verbose: with the
 # SQLSTATE), run as role $user (SET ROLE) when one is given; 'no error'
 # when it succeeds.
+# The CPU the processes @pids used so far: clock ticks of utime + stime
+# from /proc/<pid>/stat (a process gone counts 0).
+sub cpu_ticks
+{
+	my $sum = 0;
+	for my $pid (@_)
+	{
+		open(my $fh, '<', "/proc/$pid/stat") or next;
+		my @f = split / /, (split /\) /, <$fh>)[1];
+		$sum += $f[11] + $f[12];    # utime + stime
+	}
+	return $sum;
+}
+
 sub sql_error
 {
 	my ($node, $sql, $user) = @_;
