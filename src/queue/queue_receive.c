@@ -29,6 +29,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -88,6 +89,9 @@ typedef struct Look
 	long		next_ms;		/* -1: no lock or release delay ends */
 	bool		held;			/* receivable events that another transaction locks */
 	bool		exists;			/* the subscription is still there */
+	Datum		topic;			/* the names receive() was given */
+	Datum		subscription;
+	Oid			caller;			/* the role that called */
 } Look;
 
 static bool
@@ -155,6 +159,16 @@ look_ahead(void *arg)
 	return false;
 }
 
+/* The caller's right to the subscription, as receive() checked it first (look_while_there). */
+static bool
+check_right(void *arg)
+{
+	Look	   *l = arg;
+
+	(void) eg_queue_subscription_for(l->topic, l->subscription, l->caller);
+	return false;
+}
+
 static bool
 look_for_subscription(void *arg)
 {
@@ -170,6 +184,46 @@ look_for_subscription(void *arg)
 	return false;
 }
 
+static pg_noreturn void
+extension_gone(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("extension eventgrid was dropped while eventgrid.receive() waited"),
+			 errhint("Call receive() again once the extension and the queue subscription exist.")));
+}
+
+/*
+ * eg_queue_in_subxact(look, arg), and when it fails because the
+ * extension went away meanwhile, the error that says so (55000): a sleep woken by
+ * the commit of DROP EXTENSION may look before that commit's catalog
+ * invalidations arrive, see the extension still there, and then find its
+ * tables gone.
+ */
+static void
+look_while_there(bool (*look) (void *arg), void *arg, Oid extension)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		eg_queue_in_subxact(look, arg);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AcceptInvalidationMessages();
+		if (get_extension_oid("eventgrid", true) != extension)
+			extension_gone();
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+}
+
 /*
  * After a sleep: the extension and the subscription are still there, and
  * the caller may still receive from it; else a clear ERROR (55000 the
@@ -177,20 +231,18 @@ look_for_subscription(void *arg)
  * 42501 its right revoked).
  */
 static void
-still_there(Oid extension, Datum topic, Datum subscription, Oid caller, Look *l)
+still_there(Oid extension, Look *l)
 {
+	AcceptInvalidationMessages();
 	if (get_extension_oid("eventgrid", true) != extension)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("extension eventgrid was dropped while eventgrid.receive() waited"),
-				 errhint("Call receive() again once the extension and the queue subscription exist.")));
-	eg_queue_in_subxact(look_for_subscription, l);
+		extension_gone();
+	look_while_there(look_for_subscription, l, extension);
 	if (!l->exists)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("event subscription \"%s\" of topic \"%s\" was dropped while eventgrid.receive() waited",
-						TextDatumGetCString(subscription), TextDatumGetCString(topic))));
-	(void) eg_queue_subscription_for(topic, subscription, caller);
+						TextDatumGetCString(l->subscription), TextDatumGetCString(l->topic))));
+	look_while_there(check_right, l, extension);
 }
 
 /*
@@ -252,7 +304,10 @@ eventgrid_receive(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	l.rsinfo = rsinfo;
 	l.max_events = max_events;
-	l.sid = eg_queue_subscription_for(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), c.caller);
+	l.topic = PG_GETARG_DATUM(0);
+	l.subscription = PG_GETARG_DATUM(1);
+	l.caller = c.caller;
+	l.sid = eg_queue_subscription_for(l.topic, l.subscription, l.caller);
 	cv = eg_queue_cv(MyDatabaseId, l.sid);
 	held_waiters = eg_queue_held_waiters(MyDatabaseId, l.sid);
 	wakes_seen = eg_queue_wakes(MyDatabaseId, l.sid);
@@ -268,10 +323,10 @@ eventgrid_receive(PG_FUNCTION_ARGS)
 			uint64		wakes = pg_atomic_read_u64(wakes_seen);
 
 			if (slept)
-				still_there(extension, PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), c.caller, &l);
+				still_there(extension, &l);
 			slept = false;
 			l.hinted = hint_sid == l.sid && GetCurrentTimestamp() < hint_until;
-			eg_queue_in_subxact(take, &l);
+			look_while_there(take, &l, extension);
 			if (l.got > 0)
 			{
 				eg_wake_receivers_at_end(l.sid);
@@ -292,7 +347,7 @@ eventgrid_receive(PG_FUNCTION_ARGS)
 			if (remaining_ms <= 0)
 				break;
 
-			eg_queue_in_subxact(look_ahead, &l);
+			look_while_there(look_ahead, &l, extension);
 			sleep_ms = l.next_ms < 0 ? remaining_ms : Min(remaining_ms, l.next_ms);
 			if (l.held && !counted)
 			{
