@@ -1,5 +1,5 @@
 /*
- * queue.h - what the pull delivery functions (receive.c, settle in
+ * queue.h - what the pull delivery functions (queue_receive.c, settle in
  * queue_access.c) share: who may use a queue event subscription, and
  * running as the extension's owner.
  */
