@@ -72,11 +72,14 @@ sub concurrently
 }
 
 # whether, for each key of $keys (key => how many), the receiver got the
-# sequence numbers 1..n in order at path $path, subscription $sub's: an
-# event may arrive again right after itself only when an attempt of $sub
-# got no HTTP answer (a receiver that answered after the response timeout:
-# at-least-once), at most once per such attempt; the first difference is
-# printed
+# sequence numbers 1..n in order at path $path, subscription $sub's, each
+# by its first arrival: an event may arrive again (at-least-once) only when
+# an attempt of $sub got no HTTP answer, at most once per such attempt; such
+# a repeat may come after later events of its key, since a receiver can
+# still take a request the sender gave up on after the response timeout
+# (seen in a loaded run: an attempt timed out, its retry and the next five
+# events were answered, then the receiver took the abandoned request); the
+# first difference is printed
 sub in_order
 {
 	my ($path, $keys, $sub) = @_;
@@ -85,10 +88,11 @@ sub in_order
 	for my $k (sort keys %$keys)
 	{
 		my @seen = map { $_ // 'null' } @{ $got->{$k} // [] };
-		my @once = grep { my $i = $_; $i == 0 || $seen[$i] ne $seen[ $i - 1 ] } 0 .. $#seen;
+		my %first;
+		my @once = grep { !$first{$_}++ } @seen;
 		$again += @seen - @once;
 		my $want = join(',', 1 .. $keys->{$k});
-		my $have = join(',', @seen[@once]);
+		my $have = join(',', @once);
 		next if $have eq $want;
 		diag("$path key $k: got " . join(',', @seen) . ", want $want");
 		return 0;
@@ -97,6 +101,19 @@ sub in_order
 	my $unanswered = sql("SELECT count(*) FROM eventgrid.delivery_attempts WHERE subscription = '$sub' AND http_status IS NULL");
 	diag("$path: $again events arrived again, after $unanswered attempts without an HTTP answer");
 	return $again <= $unanswered;
+}
+
+# whether the receiver never had two requests of one key at $path in flight
+# at once, but beside a request subscription $sub's sender gave up on after
+# the response timeout (which the receiver may still be answering when the
+# retry comes: one such overlap per unanswered attempt)
+sub one_at_a_time
+{
+	my ($path, $sub) = @_;
+	my $overlaps = report()->{$path}{overlaps};
+	my $unanswered = sql("SELECT count(*) FROM eventgrid.delivery_attempts WHERE subscription = '$sub' AND http_status IS NULL");
+	diag("$path: $overlaps overlaps, $unanswered attempts without an HTTP answer") if $overlaps > 0;
+	return $overlaps <= $unanswered;
 }
 
 # --- 5,000 events over 100 keys, four sessions, 10 % failures -----------------
@@ -138,7 +155,7 @@ my %keys = map { ("o$_->[0]" => $_->[1]) } map { [ split /\|/ ] } split /\n/, sq
 my $rep = report();
 for my $p ('/single', '/batched')
 {
-	is($rep->{$p}{overlaps}, 0, "$p: never two requests of one key in flight");
+	ok(one_at_a_time($p, substr($p, 1)), "$p: never two requests of one key in flight (but beside an abandoned one)");
 	ok($rep->{$p}{failed} > 0, "$p: first attempts failed ($rep->{$p}{failed})");
 	ok(in_order($p, \%keys, substr($p, 1)), "$p: every key's events arrived in commit order, once each (or again only after an unanswered attempt)");
 	is(scalar(@{ $rep->{$p}{keys}{'(none)'} // [] }), 100, "$p: the 100 events without the key arrived");
@@ -173,7 +190,7 @@ ok(in_order('/stuck', { '/b' => 5 }, 'stk'), 'key /b unchanged');
 is(join(',', @{ report()->{'/stuck'}{keys}{'/a'} }), '1,3,4,5', 'key /a went on in order after the dead letter');
 is(sql("SELECT event->'data'->>'seq' || ' ' || dead_letter_reason FROM eventgrid.dead_letters"),
 	'2 MaxDeliveryAttemptsExceeded', 'the failing event was dead-lettered');
-is(report()->{'/stuck'}{overlaps}, 0, 'never two requests of one key in flight');
+ok(one_at_a_time('/stuck', 'stk'), 'never two requests of one key in flight');
 
 # --- table changes ordered by subject ----------------------------------------
 sql("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL DEFAULT 0)");
@@ -194,7 +211,7 @@ ok(concurrently(($updater) x 4), 'four sessions made 2,000 UPDATEs');
 is(sql("SELECT sum(v) FROM items"), '2000', '2,000 row versions');
 ok(drain('rows', 300), 'the row changes drained');
 my %rows = map { ("/public/items/$_->[0]" => $_->[1]) } map { [ split /\|/ ] } split /\n/, sql("SELECT id, v FROM items WHERE v > 0");
-is(report()->{'/rows'}{overlaps}, 0, 'never two changes of one row in flight');
+ok(one_at_a_time('/rows', 'row-order'), 'never two changes of one row in flight');
 ok(in_order('/rows', \%rows, 'row-order'), "each row's versions arrived one by one, in commit order");
 
 # --- paused; then unordered: what waited for its key goes at once -----------
