@@ -258,11 +258,13 @@ sub wait_for_sql
 	$secs //= 60;
 	$db //= 'postgres';
 	my $got = '';
-	# psql may go before it has read its input (a server in crash recovery)
+	# psql may go before it has read its input (a server in crash recovery
+	# refuses the connection): IPC::Run then dies writing to it ("ack Broken
+	# pipe"), which counts as one more failed try
 	local $SIG{PIPE} = 'IGNORE';
 	for (1 .. $secs * 10)
 	{
-		my $ret = $node->psql($db, $sql, stdout => \$got, on_error_die => 0);
+		my $ret = eval { $node->psql($db, $sql, stdout => \$got, on_error_die => 0) } // 1;
 		return 1 if $ret == 0 && $got eq $expected;
 		usleep(100_000);
 	}
