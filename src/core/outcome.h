@@ -76,7 +76,9 @@ typedef enum EgAction
 	EG_ACTION_DELIVERED = 'd',
 	EG_ACTION_RETRY = 'r',
 	EG_ACTION_FINAL = 'f',		/* dead-lettered, or dropped without dead-lettering */
-	EG_ACTION_GONE = 'u'		/* its event subscription was dropped */
+	EG_ACTION_GONE = 'u',		/* its event subscription was dropped */
+	EG_ACTION_WAIT = 'w'		/* of an ordered subscription, not attempted: waits in the retries
+								 * behind an earlier event of its key that did not get through */
 } EgAction;
 
 /* Why a delivery ended undelivered: deadLetterReason (SPEC 7). */

@@ -1,9 +1,9 @@
 /*
- * delivery.h - the state of one delivery worker, shared by its three
- * files: delivery_worker.c (the claim -> deliver -> record loop, requests
- * in flight, status), delivery_claim.c (claimed rows become requests) and
- * delivery_record.c (deciding each delivery's outcome and writing outcomes
- * back).
+ * delivery.h - the state of one delivery worker, shared by its files:
+ * delivery_worker.c (the claim -> deliver -> record loop, requests in
+ * flight, status), delivery_claim.c (claimed rows become requests),
+ * ordering.c (each key's events in order) and delivery_record.c (deciding
+ * each delivery's outcome and writing outcomes back).
  */
 #ifndef EVENTGRID_DELIVERY_H
 #define EVENTGRID_DELIVERY_H
@@ -28,6 +28,8 @@ typedef struct EgChunk
 	int64		no;
 	int			undecided;		/* deliveries without an outcome yet */
 	int			count;
+	int64		subscription_id;
+	bool		ordered;		/* of an ordered subscription (ordering.c) */
 } EgChunk;
 
 /* One claimed delivery and, once decided, its outcome. */
@@ -45,6 +47,9 @@ typedef struct EgDelivery
 	int32		prev_http_status;
 	TimestampTz prev_attempted_at;	/* 0: none */
 	const char *source;			/* events.source: the subscription it came through by logical replication, or NULL */
+	bool		keyed;			/* a first attempt of an ordered subscription with an ordering key */
+	bool		parked_key;		/* it was decided to retry or wait: its key waits until it is recorded */
+	int64		key_hash;		/* the key's hash, when keyed */
 } EgDelivery;
 
 /* The deliveries of one claim, freed when the last of them is recorded. */
@@ -93,8 +98,6 @@ typedef struct EgDeliveryWorker
 extern EgDeliveryWorker eg_dw;
 
 /* delivery_claim.c */
-extern void *eg_subscription_cache_entry(HTAB **table, const char *name, Size entrysize, int64 sub_id,
-										 TimestampTz set_at, bool *found);
 extern int	eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next_due_at);
 extern void eg_delivery_drop_claim(void);
 
@@ -106,10 +109,33 @@ extern void eg_delivery_finish_unattempted(EgDelivery *d, EgAction action, EgFin
 										   EgOutcomeCode outcome);
 extern void eg_delivery_remember_attempt(EgRequest *req, TimestampTz started);
 extern void eg_delivery_hold(EgRequest *req, TimestampTz now);
+extern void eg_delivery_settled(EgRequest *req);
+extern void eg_delivery_put_back(EgRequest *req, EgAction action);
 extern void eg_delivery_token_failed(EgRequest *req, const char *error, TimestampTz now);
 extern void eg_delivery_leave_wave(EgDelivery *d);
 extern TimestampTz eg_delivery_record(void);
 extern int	eg_delivery_recordable(void);
+
+/*
+ * ordering.c: each key's events in publish order within this worker (SPEC
+ * 13), for the first attempts of ordered subscriptions.
+ */
+typedef enum EgOrderVerdict
+{
+	EG_ORDER_GO,				/* queue it */
+	EG_ORDER_WAIT,				/* it waits for an earlier request of its keys */
+	EG_ORDER_PARK				/* a key of it waits in the retries: so does it, unsent */
+} EgOrderVerdict;
+
+extern EgOrderVerdict eg_ordering_admit(EgRequest *req);
+extern EgRequest **eg_ordering_done(EgRequest *req, int *n);
+extern bool eg_ordering_parked(EgRequest *req);
+extern void eg_ordering_decided_at_claim(EgDelivery *d);
+extern void eg_ordering_recorded(EgDelivery *d);
+extern void eg_ordering_chunk_claimed(EgChunk *c);
+extern bool eg_ordering_chunk_ready(const EgChunk *c);
+extern void eg_ordering_chunk_gone(const EgChunk *c);
+extern int	eg_ordering_waiting(void);
 
 /*
  * delivery_status.c: sets the worker's status line (next_claim_at: when

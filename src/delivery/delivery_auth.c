@@ -24,6 +24,7 @@
  */
 #include "delivery/auth.h"
 #include "delivery/delivery.h"
+#include "delivery/subscription_cache.h"
 
 #include "utils/hsearch.h"
 #include "utils/memutils.h"

@@ -10,6 +10,7 @@
  * once the claim has committed, before any network I/O.
  */
 #include "delivery/delivery.h"
+#include "delivery/subscription_cache.h"
 #include "delivery/auth.h"
 #include "http/signing.h"
 #include "delivery/endpoint.h"
@@ -50,33 +51,6 @@ free_client_cert(EgClientCert *c)
 	pfree(c->key);
 	pfree(c->cert);
 	pfree(c);
-}
-
-/*
- * The entry of subscription sub_id in *table, a per-subscription cache of
- * what its claims name by when it was set (set_at; entries start with the
- * subscription id, the hash key): made (and *table with it, named name,
- * entries of entrysize bytes) when set_at is not 0 and there is none
- * (*found false, the rest of the entry unset); NULL when set_at is 0 and
- * there is none.  Client certificates (here) and delivery authentication
- * (delivery_auth.c).
- */
-void *
-eg_subscription_cache_entry(HTAB **table, const char *name, Size entrysize, int64 sub_id,
-							TimestampTz set_at, bool *found)
-{
-	*found = false;
-	if (*table == NULL)
-	{
-		HASHCTL		ctl;
-
-		if (set_at == 0)
-			return NULL;
-		ctl.keysize = sizeof(int64);
-		ctl.entrysize = entrysize;
-		*table = hash_create(name, 16, &ctl, HASH_ELEM | HASH_BLOBS);
-	}
-	return hash_search(*table, &sub_id, set_at == 0 ? HASH_FIND : HASH_ENTER, found);
 }
 
 /*
@@ -203,6 +177,12 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 
 		if (action != EG_ACTION_UNDECIDED)
 			eg_delivery_finish_unattempted(d, action, reason, EG_OUTCOME_NONE);
+		else if (rows[k].parked && d->keyed)
+		{
+			/* its key waits in the retries (SPEC 13): it goes behind, unsent */
+			eg_delivery_finish_unattempted(d, EG_ACTION_WAIT, EG_REASON_NONE, EG_OUTCOME_NONE);
+			d->out.next_at = eg_now();
+		}
 		else
 		{
 			parts[nsend] = rows[k].payload;
@@ -345,6 +325,8 @@ new_claim(const EgClaimedRow *rows, int n)
 			{
 				d->chunk = MemoryContextAllocZero(claim->cxt, sizeof(EgChunk));
 				d->chunk->no = rows[i].chunk;
+				d->chunk->subscription_id = rows[i].subscription_id;
+				d->chunk->ordered = rows[i].ordered;
 			}
 			else
 				d->chunk = claim->rows[i - 1].chunk;
@@ -365,8 +347,78 @@ new_claim(const EgClaimedRow *rows, int n)
 		d->prev_http_status = rows[i].prev_http_status;
 		d->prev_attempted_at = rows[i].prev_attempted_at;
 		d->source = rows[i].source ? MemoryContextStrdup(claim->cxt, rows[i].source) : NULL;
+		d->keyed = rows[i].chunk != 0 && rows[i].keyed;
+		d->key_hash = d->keyed ? rows[i].key_hash : 0;
 	}
 	return claim;
+}
+
+static int
+cmp_event_id(const void *a, const void *b)
+{
+	int64		x = ((const EgClaimedRow *) a)->event_id;
+	int64		y = ((const EgClaimedRow *) b)->event_id;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* An ordered subscription's chunk goes in publish order: by id (see store_claim.c, batch_order). */
+static void
+order_chunks(EgClaimedRow *rows, int n)
+{
+	for (int i = 0; i < n;)
+	{
+		int			j = i;
+
+		while (j < n && rows[j].chunk == rows[i].chunk)
+			j++;
+		if (rows[i].ordered)
+			qsort(&rows[i], j - i, sizeof(EgClaimedRow), cmp_event_id);
+		i = j;
+	}
+}
+
+/*
+ * The claim of n rows has committed: rows finished without an attempt are
+ * recorded (those that wait behind their keys park them first), and the
+ * requests may go, an ordered subscription's each once the earlier ones of
+ * its keys are decided (ordering.c).
+ */
+static void
+hand_over(EgClaim *claim, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		EgDelivery *d = &claim->rows[i];
+
+		eg_dw.bytes_held += d->bytes;
+		if (d->chunk != NULL && d->chunk->ordered && (i == 0 || claim->rows[i - 1].chunk != d->chunk))
+			eg_ordering_chunk_claimed(d->chunk);
+		if (d->out.action != EG_ACTION_UNDECIDED)
+		{
+			eg_ordering_decided_at_claim(d);
+			eg_delivery_push(d);
+		}
+	}
+	eg_dw.claim_in_progress = NULL;
+	while (eg_dw.built_head)
+	{
+		EgRequest  *req = eg_dw.built_head;
+
+		eg_dw.built_head = req->next;
+		switch (eg_ordering_admit(req))
+		{
+			case EG_ORDER_GO:
+				eg_target_queue(req);
+				break;
+			case EG_ORDER_WAIT:
+				break;
+			case EG_ORDER_PARK:
+				eg_delivery_put_back(req, EG_ACTION_WAIT);
+				break;
+		}
+	}
+	eg_dw.built_tail = NULL;
 }
 
 /* the last claim took retries: more are likely due */
@@ -470,6 +522,7 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 		memcpy(rows, rrows, nr * sizeof(EgClaimedRow));
 	memcpy(rows + nr, frows, nf * sizeof(EgClaimedRow));
 
+	order_chunks(rows + nr, nf);
 	claim = new_claim(rows, n);
 	eg_dw.claim_in_progress = claim;
 
@@ -491,22 +544,7 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 	eg_dw.waves_done_n = 0;
 	eg_want_upkeep();
 
-	/* committed: the requests may go, and rows finished without an attempt are recorded */
-	while (eg_dw.built_head)
-	{
-		EgRequest  *req = eg_dw.built_head;
-
-		eg_dw.built_head = req->next;
-		eg_target_queue(req);
-	}
-	eg_dw.built_tail = NULL;
-	for (int i = 0; i < n; i++)
-	{
-		eg_dw.bytes_held += claim->rows[i].bytes;
-		if (claim->rows[i].out.action != EG_ACTION_UNDECIDED)
-			eg_delivery_push(&claim->rows[i]);
-	}
-	eg_dw.claim_in_progress = NULL;
+	hand_over(claim, n);
 
 	/* a full claim of retries means a backlog: fresh statistics, at most once a minute */
 	if (nr == EG_CLAIM_MAX_ROWS && GetCurrentTimestamp() - eg_dw.last_analyze >= EG_ANALYZE_INTERVAL_MS * 1000)

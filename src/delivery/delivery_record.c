@@ -244,6 +244,9 @@ release_claim_row(EgDelivery *d)
 
 	eg_dw.bytes_held -= d->bytes;
 	eg_delivery_leave_wave(d);
+	eg_ordering_recorded(d);
+	if (d->chunk != NULL && d->chunk->ordered)
+		eg_ordering_chunk_gone(d->chunk);
 	if (--claim->unrecorded == 0)
 	{
 		MemoryContextDelete(claim->cxt);
@@ -429,7 +432,7 @@ eg_delivery_record(void)
 	{
 		EgDelivery *d = eg_dw.to_record[i];
 
-		if (d->chunk != NULL && d->chunk->undecided > 0)
+		if (d->chunk != NULL && !eg_ordering_chunk_ready(d->chunk))
 			continue;
 		if (d->chunk != NULL && (n == 0 || done[n - 1]->chunk != d->chunk))
 		{
@@ -497,7 +500,7 @@ eg_delivery_record(void)
 	{
 		EgDelivery *d = eg_dw.to_record[i];
 
-		if (d->chunk != NULL && d->chunk->undecided > 0)
+		if (d->chunk != NULL && !eg_ordering_chunk_ready(d->chunk))
 			eg_dw.to_record[keep++] = d;
 	}
 	for (int i = 0; i < n; i++)
@@ -531,6 +534,40 @@ eg_delivery_recordable(void)
 }
 
 /*
+ * Ends every delivery of req, a request never sent, without an attempt:
+ * action (EG_ACTION_RETRY: due again at once, uncharged; EG_ACTION_GONE: its
+ * subscription was dropped; EG_ACTION_WAIT: behind a parked key), and frees
+ * its body; eg_delivery_put_back() also settles its keys.
+ */
+static void
+unsent(EgRequest *req, EgAction action)
+{
+	TimestampTz now = eg_now();
+
+	for (int k = 0; k < req->count; k++)
+	{
+		EgDelivery *d = (EgDelivery *) req->items[k];
+
+		eg_delivery_finish_unattempted(d, action, EG_REASON_NONE, EG_OUTCOME_NONE);
+		d->out.next_at = now;
+		eg_delivery_push(d);
+	}
+	eg_http_free_body(req);
+}
+
+/*
+ * A request claimed and not sent goes back (a subscription changed or
+ * gone, a worker leaving, a key parked): see unsent(); the requests of its
+ * keys that waited for it follow (eg_delivery_settled()).
+ */
+void
+eg_delivery_put_back(EgRequest *req, EgAction action)
+{
+	unsent(req, action);
+	eg_delivery_settled(req);
+}
+
+/*
  * Records the deliveries of a request that could not get its bearer token
  * (the token endpoint failed: SPEC 12): an attempt with outcome
  * GenericError whose error text says what the token endpoint answered,
@@ -549,6 +586,7 @@ eg_delivery_token_failed(EgRequest *req, const char *error, TimestampTz now)
 	for (int k = 0; k < req->count; k++)
 		eg_delivery_decide(req->items[k], EG_TRANSPORT_TOKEN, 0, 0, now, now);
 	eg_http_free_body(req);
+	eg_delivery_settled(req);
 }
 
 /*
@@ -574,5 +612,41 @@ eg_delivery_hold(EgRequest *req, TimestampTz now)
 			d->out.next_at = until;
 	}
 	eg_http_free_body(req);
+	eg_delivery_settled(req);
 }
+
+/*
+ * The deliveries of req, every one decided, settle its ordering keys (SPEC
+ * 13, ordering.c): the requests that waited for it go to their endpoint's
+ * queue, or, behind a key parked in the retries, wait there too
+ * (EG_ACTION_WAIT), and so on down their own followers.
+ */
+void
+eg_delivery_settled(EgRequest *req)
+{
+	List	   *work = list_make1(req);
+
+	while (work != NIL)
+	{
+		EgRequest  *r = linitial(work);
+		int			n;
+		EgRequest **next;
+
+		work = list_delete_first(work);
+		next = eg_ordering_done(r, &n);
+		for (int i = 0; i < n; i++)
+		{
+			if (!eg_ordering_parked(next[i]))
+			{
+				eg_target_queue(next[i]);
+				continue;
+			}
+			unsent(next[i], EG_ACTION_WAIT);
+			work = lappend(work, next[i]);
+		}
+		if (next)
+			pfree(next);
+	}
+}
+
 

@@ -77,7 +77,7 @@ eg_delivery_report_status(TimestampTz next_claim_at)
 	char		paused[80];
 	char		kind;
 	int			in_flight = eg_http_in_flight();
-	int			waiting = eg_targets_queued();
+	int			waiting = eg_targets_queued() + eg_ordering_waiting();	/* queued, or behind an earlier request of their ordering keys */
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (eg_delivery_paused != was_paused)

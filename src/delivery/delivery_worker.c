@@ -121,7 +121,6 @@ follow_subscription_changes(void)
 	int64	   *ids;
 	EgFollowed	f;
 	EgRequest  *req;
-	TimestampTz now = eg_now();
 
 	SpinLockAcquire(&eg_shared->mutex);
 	generation = eg_my_db->change_generation;
@@ -144,18 +143,8 @@ follow_subscription_changes(void)
 		while (req != NULL)
 		{
 			EgRequest  *next = req->next;
-			bool		gone = state_of(&f, req->subscription_id)->gone;
 
-			for (int k = 0; k < req->count; k++)
-			{
-				EgDelivery *d = (EgDelivery *) req->items[k];
-
-				eg_delivery_finish_unattempted(d, gone ? EG_ACTION_GONE : EG_ACTION_RETRY, EG_REASON_NONE,
-											   EG_OUTCOME_NONE);
-				d->out.next_at = now;
-				eg_delivery_push(d);
-			}
-			eg_http_free_body(req);
+			eg_delivery_put_back(req, state_of(&f, req->subscription_id)->gone ? EG_ACTION_GONE : EG_ACTION_RETRY);
 			req = next;
 		}
 	}
@@ -214,8 +203,10 @@ unsend_starting(void)
  * within eventgrid.max_requests_per_endpoint; requests to an endpoint on
  * probation are held instead (SPEC 6).  Before requests go, what they carry
  * is recorded as in flight, committed durably: retries by id, first
- * attempts as the last event of each chunk sent so far (a chunk's requests
- * go in order: one subscription, one host queue).  After a crash exactly
+ * attempts as the highest event of each chunk sent so far (a chunk's
+ * requests go in order, one subscription, one host queue, but for an
+ * ordered chunk's, whose keys wait for each other: the mark may then cover
+ * events not sent yet, which a crash charges an attempt too).  After a crash exactly
  * these are charged an attempt: requests still queued in memory were never
  * sent.
  */
@@ -276,9 +267,18 @@ start_pending(void)
 			for (m = 0; m < nmarks && marks[m].chunk != d->chunk->no; m++)
 				;
 			if (m == nmarks)
+			{
 				marks[nmarks++].chunk = d->chunk->no;
-			marks[m].txid = d->out.txid;
-			marks[m].event_id = d->out.event_id;
+				marks[m].txid = 0;
+				marks[m].event_id = 0;
+			}
+			/* the highest: an ordered chunk's keys go in parallel, each in order */
+			if (d->out.txid > marks[m].txid ||
+				(d->out.txid == marks[m].txid && d->out.event_id > marks[m].event_id))
+			{
+				marks[m].txid = d->out.txid;
+				marks[m].event_id = d->out.event_id;
+			}
 		}
 	}
 	eg_store_mark_in_flight(eg_dw.lease_owner, eg_dw.next_wave_no, ids, nretries, marks, nmarks);
@@ -344,6 +344,7 @@ collect_finished(void)
 		}
 		if (req->keep_body)
 			eg_http_free_body(req);
+		eg_delivery_settled(req);
 	}
 }
 
@@ -553,23 +554,17 @@ static void
 put_back_unsent(void)
 {
 	EgRequest  *req = eg_targets_take(any_request, NULL);
-	TimestampTz now = eg_now();
 
 	while (req != NULL)
 	{
 		EgRequest  *next = req->next;
 
-		for (int k = 0; k < req->count; k++)
-		{
-			EgDelivery *d = (EgDelivery *) req->items[k];
-
-			eg_delivery_finish_unattempted(d, EG_ACTION_RETRY, EG_REASON_NONE, EG_OUTCOME_NONE);
-			d->out.next_at = now;
-			eg_delivery_push(d);
-		}
-		eg_http_free_body(req);
+		/* requests of its keys that waited for it wait in the retries behind it */
+		eg_delivery_put_back(req, EG_ACTION_RETRY);
 		leave_with_work = true;
 		req = next;
+		if (req == NULL)
+			req = eg_targets_take(any_request, NULL);
 	}
 }
 

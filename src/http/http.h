@@ -69,6 +69,7 @@ typedef struct EgRequest
 	bool		token_waited;	/* it waited for a token: the one it carries is new */
 	bool		token_resent;	/* sent again after a 401 to an older token */
 	bool		probe;			/* sent to end its endpoint's probation */
+	void	   *ordering;		/* its place among the requests of its ordering keys (delivery/ordering.c), or NULL */
 	TimestampTz started_at;
 	struct EgRequest *next;
 } EgRequest;

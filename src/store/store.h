@@ -3,7 +3,10 @@
  *   store.c           units of work, the extension's presence and version,
  *                     statement preparation and the helpers the others share;
  *   store_claim.c     claiming first attempts (and store_claim_retries.c,
- *                     due retries);
+ *                     due retries; store_claim_cols.c, the request columns
+ *                     both read);
+ *   store_queue.c     queue subscriptions' events into their queue, expiry;
+ *   store_auth.c      client certificates and delivery authentication;
  *   store_record.c    requests in flight and recording outcomes and attempts;
  *   store_recovery.c  taking back what stopped workers left, and positions
  *                     restored from another cluster;
@@ -126,6 +129,10 @@ typedef struct EgClaimedRow
 	const char *source;			/* the logical replication subscription it came through, or NULL */
 	TimestampTz client_cert_set_at; /* when its client certificate was set; 0: none */
 	TimestampTz auth_set_at;	/* when its delivery authentication was set; 0: none */
+	bool		ordered;		/* a first attempt of an ordered event subscription (SPEC 13) */
+	bool		keyed;			/* ordered, and the event has a key (key_hash) */
+	int64		key_hash;		/* hash of its ordering key, as eventgrid.retries.ordering_key_hash */
+	bool		parked;			/* its key waits in the retries: it goes there too, unsent */
 } EgClaimedRow;
 
 /* The delivery authentication of an event subscription (eventgrid.delivery_authentications). */
@@ -149,13 +156,18 @@ extern int	eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, i
 								 const int64 *skip, int nskip,
 								 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked, int *busy);
 extern TimestampTz eg_store_next_due(void);
+extern void eg_store_analyze(void);
+/*
+ * store_queue.c: queue subscriptions' new events into their queue (a
+ * delivery worker's claim), expired events to dead letters (the upkeep
+ * worker)
+ */
 extern int64 eg_store_transfer_positions(TimestampTz now, bool *locked);
-/* store_queue.c: queue subscriptions' expired events to dead letters (the upkeep worker) */
 extern int64 eg_store_expire_queue(TimestampTz now);
+/* store_auth.c */
 extern bool eg_store_client_certificate(int64 sub_id, char **cert, char **key, TimestampTz *set_at);
 extern bool eg_store_delivery_authentication(int64 sub_id, EgAuthRow *row);
 extern void eg_auth_row_cols(SPITupleTable *tt, int row, int first, EgAuthRow *a);
-extern void eg_store_analyze(void);
 
 /* The outcome of one delivery, as recorded. */
 typedef struct EgOutcome

@@ -15,65 +15,6 @@
 #include "utils/timestamp.h"
 #include "utils/jsonb.h"
 
-/* A text column borrowed from the result (valid until eg_store_commit()). */
-static void
-payload_col(SPITupleTable *tt, int row, int col, EgEventPart *part)
-{
-	bool		isnull;
-	Datum		v = SPI_getbinval(tt->vals[row], tt->tupdesc, col, &isnull);
-
-	if (!isnull)
-	{
-		text	   *t = DatumGetTextPP(v);
-
-		part->json = VARDATA_ANY(t);
-		part->len = VARSIZE_ANY_EXHDR(t);
-	}
-}
-
-/*
- * Text column col of row, palloc'd, or same itself when it holds the same
- * text (NULL: no text to share).
- */
-static char *
-shared_text_col(SPITupleTable *tt, int row, int col, const char *same)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tt->vals[row], tt->tupdesc, col, &isnull);
-	text	   *t;
-
-	if (isnull)
-		return NULL;
-	t = DatumGetTextPP(d);
-	if (same != NULL && strlen(same) == VARSIZE_ANY_EXHDR(t) &&
-		memcmp(same, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)) == 0)
-		return (char *) same;
-	return text_to_cstring(t);
-}
-
-/* See store_claim.h. */
-void
-eg_claim_request_cols(SPITupleTable *tt, int row, int first, EgClaimedRow *r, const EgClaimedRow *prev)
-{
-#define SHARED(field, col) shared_text_col(tt, row, first + (col), prev ? prev->field : NULL)
-	r->max_attempts = eg_int32_col(tt, row, first + RC_MAX_ATTEMPTS, 1);
-	r->endpoint = SHARED(endpoint, RC_ENDPOINT);
-	r->subscription_name = SHARED(subscription_name, RC_NAME);
-	r->schema = SHARED(schema, RC_SCHEMA);
-	r->max_events_per_batch = eg_int32_col(tt, row, first + RC_MAX_EVENTS, 0);
-	r->preferred_batch_kb = eg_int32_col(tt, row, first + RC_PREFERRED_KB, 0);
-	payload_col(tt, row, first + RC_PAYLOAD, &r->payload);
-	r->output_event_id = eg_text_col(tt, row, first + RC_OUTPUT_EVENT_ID);
-	r->data_version = SHARED(data_version, RC_DATA_VERSION);
-	r->metadata_version = SHARED(metadata_version, RC_METADATA_VERSION);
-	r->custom_headers = SHARED(custom_headers, RC_CUSTOM_HEADERS);
-	r->signing_keys = SHARED(signing_keys, RC_SIGNING_KEYS);
-	r->source = SHARED(source, RC_SOURCE);
-	r->client_cert_set_at = eg_timestamp_col(tt, row, first + RC_CLIENT_CERT_SET_AT);
-	r->auth_set_at = eg_timestamp_col(tt, row, first + RC_AUTH_SET_AT);
-#undef SHARED
-}
-
 /*
  * First attempts, step one: what to take.  For each position (locked; one
  * worker at a time) not in $2, the next events of its batch in (txid, id)
@@ -99,11 +40,13 @@ static EgStatement claim_scan = {
 	"         p.done::text AS done_text, coalesce(p.upto, snap.s)::text AS upto_text,"
 	"         coalesce(p.after_txid, '0'::xid8) AS after_txid, coalesce(p.after_id, 0) AS after_id,"
 	"         ARRAY(SELECT pg_snapshot_xip(p.done)) AS done_xip, p.upto IS NULL AS fresh,"
-	"         coalesce(p.served_at, '-infinity') AS turn"
+	"         coalesce(p.served_at, '-infinity') AS turn, p.lease_owner IS NOT NULL AS leased"
 	"    FROM eventgrid.subscription_positions p CROSS JOIN snap"
 	"   WHERE p.system_identifier = snap.sysid AND p.subscription_id <> ALL ($2)"
 	"     AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._held_subscriptions() ps)"
 	"     AND p.subscription_id NOT IN (" EG_SQL_TRANSFERRED_SUBSCRIPTIONS ")"
+	/* an ordered subscription's, while another worker holds first attempts of it (tested on p itself: EvalPlanQual sees a lease taken since the snapshot) */
+	"     AND (p.lease_owner IS NULL OR p.lease_owner = $3)"
 	"   ORDER BY p.subscription_id"
 	"   FOR UPDATE OF p SKIP LOCKED"
 	")"
@@ -112,7 +55,7 @@ static EgStatement claim_scan = {
 	"            s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive,"
 	"            s.advanced_filters, s.enable_advanced_filtering_on_arrays) AS matched,"
 	"        coalesce(e.event_bytes, 0), pos.done_text, pos.upto_text, s.topic, pos.fresh,"
-	"        pos.after_txid, pos.after_id, s.max_events_per_second"
+	"        pos.after_txid, pos.after_id, s.max_events_per_second, s.ordering_key IS NOT NULL, pos.leased"
 	"   FROM pos JOIN eventgrid.event_subscriptions s ON s.id = pos.subscription_id"
 	"   LEFT JOIN LATERAL ("
 	"     SELECT u.* FROM ("
@@ -134,8 +77,8 @@ static EgStatement claim_scan = {
 	"         ORDER BY e.txid, e.id LIMIT $1)"
 	"     ) u ORDER BY u.txid, u.id LIMIT $1"
 	"   ) e ON true",
-	.nargs = 2,
-	.types = {INT4OID, INT8ARRAYOID},
+	.nargs = 3,
+	.types = {INT4OID, INT8ARRAYOID, INT4OID},
 };
 enum
 {
@@ -151,96 +94,39 @@ enum
 	CS_FRESH,
 	CS_AFTER_TXID,
 	CS_AFTER_ID,
-	CS_RATE
+	CS_RATE,
+	CS_ORDERED,				/* an ordered subscription's (SPEC 13) */
+	CS_LEASED				/* its first attempts are in flight (this worker's: others are not scanned) */
 };
 
-/* positions of this cluster not held (paused, endpoint not validated) nor transferred (ordered, queue), to tell whether the scan skipped any that another session holds */
+/*
+ * positions of this cluster not held (paused, endpoint not validated), not
+ * transferred (queue) and not leased by another worker (ordered), to tell
+ * whether the scan skipped any that another session holds
+ */
 static EgStatement count_positions = {
 	.name = "position count",
 	.sql =
 	"SELECT count(*) FROM eventgrid.subscription_positions p"
 	" WHERE p.system_identifier = eventgrid._system_identifier()"
 	"   AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._held_subscriptions() ps)"
-	"   AND p.subscription_id NOT IN (" EG_SQL_TRANSFERRED_SUBSCRIPTIONS ")",
+	"   AND p.subscription_id NOT IN (" EG_SQL_TRANSFERRED_SUBSCRIPTIONS ")"
+	"   AND (p.lease_owner IS NULL OR p.lease_owner = $1)",
+	.nargs = 1,
+	.types = {INT4OID},
 };
 
 /*
- * Ordered event subscriptions (SPEC 13) are not claimed from their
- * positions: what becomes visible to them moves into their retries, each
- * key's oldest due (eventgrid._position_to_retries()), and is claimed
- * there.  Queue subscriptions (SPEC 14) are not claimed at all: what
- * becomes visible to them moves into eventgrid.queue_events, where
- * consumers receive it.  This finds the positions of this cluster's ordered
- * and queue subscriptions that are not held (paused, endpoint not validated)
- * and have events to pass, and locks those no other session holds; a claim that finds nothing
- * new holds nothing.  Always the generic plan: planning it (with
- * _unpassed_events() inlined over the event tables) took longer than
- * running it.
+ * An ordered subscription's batch that claims cannot take in (txid, id)
+ * order moves into its retries, in id order (batch_in_order()); the caller
+ * holds the position's lock.
  */
-static EgStatement transferred_positions = {
-	.name = "transferred positions",
-	.sql =
-	"WITH cand AS MATERIALIZED ("
-	"  SELECT p.subscription_id FROM eventgrid.subscription_positions p"
-	"    JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
-	"   WHERE (s.ordering_key IS NOT NULL OR s.delivery_mode = 'queue')"
-	"     AND p.system_identifier = eventgrid._system_identifier()"
-	"     AND p.subscription_id NOT IN (SELECT h FROM eventgrid._held_subscriptions() h)"
-	"     AND EXISTS (SELECT 1 FROM eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e"
-	"                  WHERE pg_visible_in_snapshot(e.txid, pg_current_snapshot()))"
-	"), locked AS MATERIALIZED ("
-	"  SELECT p.subscription_id FROM eventgrid.subscription_positions p"
-	"   WHERE p.subscription_id IN (SELECT c.subscription_id FROM cand c)"
-	"   ORDER BY p.subscription_id FOR UPDATE OF p SKIP LOCKED"
-	")"
-	/* one row at least: the ids locked (NULL: none), and how many others hold */
-	"SELECT l.subscription_id, x.skipped"
-	"  FROM (SELECT (SELECT count(*) FROM cand) - (SELECT count(*) FROM locked) AS skipped) x"
-	"  LEFT JOIN locked l ON true ORDER BY l.subscription_id",
-	.generic = true,
-};
-
-static EgStatement transfer = {
-	.name = "position transfer",
+static EgStatement ordered_transfer = {
+	.name = "ordered batch transfer",
 	.sql = "SELECT eventgrid._position_to_retries($1, $2, true)",
 	.nargs = 2,
 	.types = {INT8OID, TIMESTAMPTZOID},
 };
-
-/*
- * Moves the events newly visible to ordered event subscriptions into their
- * retries, due at now (a key's later events wait for its oldest), and those
- * of queue subscriptions into eventgrid.queue_events, receivable at now
- * (consumers waiting in receive() are woken at commit); returns how many,
- * and sets *locked when another session held such a subscription's
- * position that had events to pass (tried again at the next claim).  In
- * the claim's unit of work, before the retries are claimed.
- */
-int64
-eg_store_transfer_positions(TimestampTz now, bool *locked)
-{
-	int			n;
-	int64	   *sids;
-	int64		moved = 0;
-
-	eg_store_run(&transferred_positions, NULL, false, SPI_OK_SELECT);
-	n = (int) SPI_processed;
-	*locked = eg_int64_col(SPI_tuptable, 0, 2, 0) > 0;
-	sids = palloc(n * sizeof(int64));
-	for (int i = 0; i < n; i++)
-		sids[i] = eg_int64_col(SPI_tuptable, i, 1, 0);
-	for (int i = 0; i < n; i++)
-	{
-		Datum		args[2] = {Int64GetDatum(sids[i]), TimestampTzGetDatum(now)};
-
-		if (sids[i] == 0)
-			continue;			/* none locked */
-		eg_store_run(&transfer, args, false, SPI_OK_SELECT);
-		moved += eg_int64_col(SPI_tuptable, 0, 1, 0);
-	}
-	pfree(sids);
-	return moved;
-}
 
 /*
  * Moves positions past what a claim took, and writes its chunks.  Per
@@ -262,8 +148,13 @@ static EgStatement advance = {
 	"         upto = CASE WHEN a.complete THEN NULL ELSE a.upto::pg_snapshot END,"
 	"         after_txid = CASE WHEN a.complete THEN NULL ELSE a.last_txid END,"
 	"         after_id = CASE WHEN a.complete THEN NULL ELSE a.last_id END,"
-	"         served_at = $9"
-	"    FROM a WHERE p.subscription_id = a.subscription_id"
+	"         served_at = $9,"
+	/* an ordered subscription's first attempts are this worker's until recorded (release_positions) */
+	"         lease_owner = CASE WHEN a.chunk IS NOT NULL AND s.ordering_key IS NOT NULL THEN $10"
+	"                            ELSE p.lease_owner END"
+	"    FROM a CROSS JOIN LATERAL (SELECT s.ordering_key FROM eventgrid.event_subscriptions s"
+	"                                WHERE s.id = a.subscription_id OFFSET 0) s"
+	"   WHERE p.subscription_id = a.subscription_id"
 	"  RETURNING p.subscription_id"
 	")"
 	"INSERT INTO eventgrid.chunks_in_flight (lease_owner, chunk, subscription_id, topic, done, upto,"
@@ -300,6 +191,9 @@ static EgStatement claim_load = {
 	"       (e.publish_time + make_interval(mins => s.event_ttl) <= $3),"
 	"       coalesce(e.event_bytes, 0), s.topic_type = 'namespace', s.topic,"
 	"       CASE WHEN t.input_schema = s.event_delivery_schema THEN e.event END, e.publish_time,"
+	"       s.ordering_key IS NOT NULL, k.h,"
+	"       k.h IS NOT NULL AND EXISTS (SELECT 1 FROM eventgrid.ordering_keys ok"
+	"                                    WHERE ok.subscription_id = s.id AND ok.ordering_key_hash = k.h),"
 	REQUEST_COLS("e.event", "e.id",
 				 "CASE WHEN t.input_schema = s.event_delivery_schema THEN NULL"
 				 " ELSE eventgrid.convert_event(e.event, t.input_schema, s.event_delivery_schema,"
@@ -307,6 +201,9 @@ static EgStatement claim_load = {
 	"  FROM c JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
 	"  JOIN eventgrid.topics t ON t.name = s.topic"
 	EG_SQL_CHUNK_EVENTS
+	/* the ordering key (SPEC 13), hashed as eventgrid.retries.ordering_key_hash */
+	"  CROSS JOIN LATERAL (SELECT CASE WHEN s.ordering_key IS NOT NULL"
+	"                             THEN hashtextextended(eventgrid._ordering_key(e.event, s.ordering_key), 0) END AS h) k"
 	"  LEFT JOIN props pr ON pr.subscription_id = s.id"
 	"  LEFT JOIN keys kk ON kk.subscription_id = s.id"
 	"  LEFT JOIN certs cc ON cc.subscription_id = s.id"
@@ -326,6 +223,9 @@ enum
 	CL_TOPIC,
 	CL_EVENT_JSONB,			/* the event when it goes in its topic's own schema */
 	CL_PUBLISH_TIME,
+	CL_ORDERED,				/* of an ordered subscription */
+	CL_KEY_HASH,			/* its ordering key's hash, or NULL */
+	CL_PARKED,				/* its key waits in the retries */
 	CL_REQUEST				/* REQUEST_COLS from here */
 };
 
@@ -461,14 +361,15 @@ json_texts(SPITupleTable *tt, EgLoadRow *load, EgClaimedRow *out, int n)
  * order.
  */
 static EgScanRow *
-scan_positions(int limit, const int64 *skip, int nskip, int *n)
+scan_positions(int limit, const int64 *skip, int nskip, int lease_owner, int *n)
 {
-	Datum		args[2];
+	Datum		args[3];
 	SPITupleTable *tt;
 	EgScanRow  *scan;
 
 	args[0] = Int32GetDatum(limit);
 	args[1] = eg_int8_array(skip, nskip);
+	args[2] = Int32GetDatum(lease_owner);
 	eg_store_run(&claim_scan, args, false, SPI_OK_SELECT);
 	*n = (int) SPI_processed;
 	tt = SPI_tuptable;
@@ -506,6 +407,8 @@ typedef struct EgAdvance
 	bool	   *chunk_nulls;
 	uint64	   *last_txids,
 			   *old_after_txids;
+	int64	   *transfer;		/* ordered subscriptions whose batch moves into the retries */
+	int			ntransfer;
 } EgAdvance;
 
 static void
@@ -524,6 +427,84 @@ advance_init(EgAdvance *a, int cap)
 	a->chunk_nulls = palloc(cap * sizeof(bool));
 	a->last_txids = palloc(cap * sizeof(uint64));
 	a->old_after_txids = palloc(cap * sizeof(uint64));
+	a->transfer = palloc(cap * sizeof(int64));
+	a->ntransfer = 0;
+}
+
+/*
+ * Whether the events of a batch that one claim cannot take whole are in
+ * publish order when taken in (txid, id) order: whether the rest of the
+ * batch of position (topic $1, done $2, upto $3, after ($4, $5)) has no
+ * event with a lower id than one before it.  The order SPEC 13 promises
+ * within a batch (events that became visible together) is id order: among
+ * overlapping transactions a higher txid may have published first (one
+ * that waited for a row lock the other held, say).  One narrow pass over
+ * the batch (txid and id are in the index), once per batch.
+ */
+static EgStatement batch_order = {
+	.name = "batch order check",
+	.sql =
+	"SELECT NOT EXISTS ("
+	"  SELECT 1 FROM (SELECT e.id, max(e.id) OVER (ORDER BY e.txid, e.id ROWS BETWEEN UNBOUNDED PRECEDING"
+	"                                                                     AND 1 PRECEDING) AS before"
+	"                   FROM eventgrid._unpassed_events($1, $2::pg_snapshot, $3::pg_snapshot, $4, $5) e"
+	"                  WHERE pg_visible_in_snapshot(e.txid, $3::pg_snapshot)) x"
+	"   WHERE x.id < x.before)",
+	.nargs = 5,
+	.types = {TEXTOID, TEXTOID, TEXTOID, XID8OID, INT8OID},
+};
+
+#define EG_BATCH_ORDER_CACHE 64
+
+/* batches checked (batch_order): subscription and upto snapshot, whether in order */
+typedef struct BatchOrder
+{
+	int64		subscription_id;
+	char	   *upto;
+	bool		in_order;
+} BatchOrder;
+
+static BatchOrder batch_orders[EG_BATCH_ORDER_CACHE];
+static int	nbatch_orders = 0;
+static int	next_batch_order = 0;
+
+/*
+ * Whether an ordered subscription's batch that this claim cannot take whole
+ * (from the scan row first of the position) may be taken in (txid, id)
+ * order a claim at a time: batch_order, remembered per batch.
+ */
+static bool
+batch_in_order(int64 sub, HeapTuple first, TupleDesc desc)
+{
+	bool		isnull;
+	char	   *upto = TextDatumGetCString(SPI_getbinval(first, desc, CS_UPTO, &isnull));
+	Datum		args[5];
+	bool		in_order;
+	BatchOrder *b;
+	SPITupleTable *saved = SPI_tuptable;
+
+	for (int i = 0; i < nbatch_orders; i++)
+		if (batch_orders[i].subscription_id == sub && strcmp(batch_orders[i].upto, upto) == 0)
+			return batch_orders[i].in_order;
+	args[0] = SPI_getbinval(first, desc, CS_TOPIC, &isnull);
+	args[1] = SPI_getbinval(first, desc, CS_DONE, &isnull);
+	args[2] = CStringGetTextDatum(upto);
+	args[3] = SPI_getbinval(first, desc, CS_AFTER_TXID, &isnull);
+	args[4] = SPI_getbinval(first, desc, CS_AFTER_ID, &isnull);
+	eg_store_run(&batch_order, args, true, SPI_OK_SELECT);
+	in_order = eg_bool_col(SPI_tuptable, 0, 1);
+	SPI_tuptable = saved;		/* the scan's rows stay the caller's */
+
+	b = &batch_orders[next_batch_order];
+	if (nbatch_orders == EG_BATCH_ORDER_CACHE)
+		pfree(b->upto);
+	else
+		nbatch_orders++;
+	next_batch_order = (next_batch_order + 1) % EG_BATCH_ORDER_CACHE;
+	b->subscription_id = sub;
+	b->upto = MemoryContextStrdup(TopMemoryContext, upto);
+	b->in_order = in_order;
+	return in_order;
 }
 
 /*
@@ -608,6 +589,24 @@ cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget
 			continue;
 		}
 		complete = taken == scanned && scanned < limit;
+
+		/*
+		 * An ordered subscription's batch that this claim cannot take whole
+		 * is taken a claim at a time only when (txid, id) order is its
+		 * publish order; otherwise it moves into the retries in id order
+		 * (eventgrid._position_to_retries(), transfer) once nothing of the
+		 * subscription is in flight.
+		 */
+		if (!complete && DatumGetBool(SPI_getbinval(first, tt->tupdesc, CS_ORDERED, &isnull)) &&
+			!batch_in_order(sub, first, tt->tupdesc))
+		{
+			if (!DatumGetBool(SPI_getbinval(first, tt->tupdesc, CS_LEASED, &isnull)))
+				a->transfer[a->ntransfer++] = sub;
+			if (granted != INT_MAX)
+				eg_rate_give_back(sub, scan[i].rate, sent);
+			i = j;
+			continue;
+		}
 
 		/*
 		 * More at once: a batch not complete (unless its rate holds it),
@@ -697,6 +696,7 @@ load_chunks(Datum *written, int nchunks, TimestampTz now, int lease_owner, int *
 	for (int i = 0; i < *n; i++)
 	{
 		EgClaimedRow *r = &out[i];
+		bool		isnull;
 
 		tt->vals[i] = load[i].tuple;
 		r->chunk = load[i].chunk;
@@ -713,6 +713,11 @@ load_chunks(Datum *written, int nchunks, TimestampTz now, int lease_owner, int *
 			r->topic = out[i - 1].topic;
 		}
 		r->publish_time = eg_timestamp_col(tt, i, CL_PUBLISH_TIME);
+		r->ordered = eg_bool_col(tt, i, CL_ORDERED);
+		(void) SPI_getbinval(tt->vals[i], tt->tupdesc, CL_KEY_HASH, &isnull);
+		r->keyed = !isnull;
+		r->key_hash = r->keyed ? eg_int64_col(tt, i, CL_KEY_HASH, 0) : 0;
+		r->parked = eg_bool_col(tt, i, CL_PARKED);
 		eg_claim_request_cols(tt, i, CL_REQUEST, r, i > 0 ? &out[i - 1] : NULL);
 	}
 	json_texts(tt, load, out, *n);
@@ -763,10 +768,11 @@ eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 	SPITupleTable *tt;
 	EgAdvance	a;
 	Datum	   *written;
+	Datum		owner_arg;
 
 	*more = false;
 	*rows = palloc0(sizeof(EgClaimedRow));	/* none yet: never a NULL for memcpy */
-	scan = scan_positions(limit, skip, nskip, &n);
+	scan = scan_positions(limit, skip, nskip, lease_owner, &n);
 	tt = SPI_tuptable;
 	advance_init(&a, n);
 	written = palloc(Max(n, 1) * sizeof(Datum));
@@ -774,80 +780,18 @@ eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 	nchunks = cut_positions(scan, n, tt, limit, Max(byte_budget, 1), now, next_chunk, &a, written, more, &nseen, busy);
 	if (a.n > 0)
 		run_advance(&a, now, lease_owner);
-	eg_store_run(&count_positions, NULL, true, SPI_OK_SELECT);
+	for (int i = 0; i < a.ntransfer; i++)
+	{
+		Datum		args[2] = {Int64GetDatum(a.transfer[i]), TimestampTzGetDatum(now)};
+
+		eg_store_run(&ordered_transfer, args, false, SPI_OK_SELECT);
+		*more = true;			/* its retries are due at once */
+	}
+	owner_arg = Int32GetDatum(lease_owner);
+	eg_store_run(&count_positions, &owner_arg, true, SPI_OK_SELECT);
 	*locked = eg_int64_col(SPI_tuptable, 0, 1, 0) > nseen + nskip;
 	if (nchunks == 0)
 		return 0;
 	*rows = load_chunks(written, nchunks, now, lease_owner, &n);
 	return n;
-}
-
-static EgStatement client_certificate = {
-	.name = "client certificate",
-	.sql = "SELECT c.certificate, c.private_key, c.set_at FROM eventgrid.client_certificates c"
-	" WHERE c.subscription_id = $1",
-	.nargs = 1,
-	.types = {INT8OID},
-};
-
-/*
- * The client certificate (with any chain) and private key of event
- * subscription sub_id, PEM texts valid until the unit of work ends (the
- * caller copies them and clears these), and when they were set; false when
- * it has none.  In a unit of work.
- */
-bool
-eg_store_client_certificate(int64 sub_id, char **cert, char **key, TimestampTz *set_at)
-{
-	Datum		args[1] = {Int64GetDatum(sub_id)};
-
-	eg_store_run(&client_certificate, args, false, SPI_OK_SELECT);	/* a snapshot no older than the claim's */
-	if (SPI_processed == 0)
-		return false;
-	*cert = eg_text_col(SPI_tuptable, 0, 1);
-	*key = eg_text_col(SPI_tuptable, 0, 2);
-	*set_at = eg_timestamp_col(SPI_tuptable, 0, 3);
-	return true;
-}
-
-static EgStatement delivery_authentication = {
-	.name = "delivery authentication",
-	.sql = "SELECT " EG_SQL_AUTH_COLS ", a.set_at"
-	"  FROM eventgrid.delivery_authentications a WHERE a.subscription_id = $1",
-	.nargs = 1,
-	.types = {INT8OID},
-};
-
-/*
- * A delivery authentication's texts (valid until the unit of work ends):
- * the EG_SQL_AUTH_COLS columns of row row from column first on.
- */
-void
-eg_auth_row_cols(SPITupleTable *tt, int row, int first, EgAuthRow *a)
-{
-	a->method = eg_text_col(tt, row, first);
-	a->token_endpoint = eg_text_col(tt, row, first + 1);
-	a->tenant_id = eg_text_col(tt, row, first + 2);
-	a->client_id = eg_text_col(tt, row, first + 3);
-	a->client_secret = eg_text_col(tt, row, first + 4);
-	a->scope = eg_text_col(tt, row, first + 5);
-	a->audience = eg_text_col(tt, row, first + 6);
-}
-
-/*
- * The delivery authentication of event subscription sub_id (texts valid
- * until the unit of work ends: the caller copies them and clears the
- * secret); false when it has none.  In a unit of work.
- */
-bool
-eg_store_delivery_authentication(int64 sub_id, EgAuthRow *row)
-{
-	Datum		args[1] = {Int64GetDatum(sub_id)};
-
-	eg_store_run(&delivery_authentication, args, false, SPI_OK_SELECT);	/* a snapshot no older than the claim's */
-	if (SPI_processed == 0)
-		return false;
-	eg_auth_row_cols(SPI_tuptable, 0, 1, row);
-	row->set_at = eg_timestamp_col(SPI_tuptable, 0, 8);
-	return true;
 }

@@ -1,10 +1,13 @@
 /*
- * store_queue.c - the upkeep of queue event subscriptions (SPEC 14, pull
- * delivery) that no consumer's call does: events whose time to live ran
- * out, or whose lock expired on their last allowed delivery, while nobody
- * received.
+ * store_queue.c - what the workers do for queue event subscriptions (SPEC
+ * 14, pull delivery) that no consumer's call does: a delivery worker's
+ * claim moves the events newly visible to them into
+ * eventgrid.queue_events, and the upkeep worker expires events whose time
+ * to live ran out, or whose lock expired on their last allowed delivery,
+ * while nobody received.
  */
 #include "store/store.h"
+#include "store/store_sql.h"
 
 #include "catalog/pg_type_d.h"
 #include "utils/timestamp.h"
@@ -29,4 +32,78 @@ eg_store_expire_queue(TimestampTz now)
 
 	eg_store_run(&expire_queue, &arg, false, SPI_OK_SELECT);
 	return eg_int64_col(SPI_tuptable, 0, 1, 0);
+}
+
+/*
+ * Queue subscriptions (SPEC 14) are not claimed at all: what becomes
+ * visible to them moves into eventgrid.queue_events, where consumers
+ * receive it (eventgrid._position_to_retries()).  This finds the positions
+ * of this cluster's queue subscriptions that are not held (paused) and have
+ * events to pass, and locks those no other session holds; a claim that
+ * finds nothing new holds nothing.  Always the generic plan: planning it (with
+ * _unpassed_events() inlined over the event tables) took longer than
+ * running it.
+ */
+static EgStatement transferred_positions = {
+	.name = "transferred positions",
+	.sql =
+	"WITH cand AS MATERIALIZED ("
+	"  SELECT p.subscription_id FROM eventgrid.subscription_positions p"
+	"    JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
+	"   WHERE s.delivery_mode = 'queue'"
+	"     AND p.system_identifier = eventgrid._system_identifier()"
+	"     AND p.subscription_id NOT IN (SELECT h FROM eventgrid._held_subscriptions() h)"
+	"     AND EXISTS (SELECT 1 FROM eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e"
+	"                  WHERE pg_visible_in_snapshot(e.txid, pg_current_snapshot()))"
+	"), locked AS MATERIALIZED ("
+	"  SELECT p.subscription_id FROM eventgrid.subscription_positions p"
+	"   WHERE p.subscription_id IN (SELECT c.subscription_id FROM cand c)"
+	"   ORDER BY p.subscription_id FOR UPDATE OF p SKIP LOCKED"
+	")"
+	/* one row at least: the ids locked (NULL: none), and how many others hold */
+	"SELECT l.subscription_id, x.skipped"
+	"  FROM (SELECT (SELECT count(*) FROM cand) - (SELECT count(*) FROM locked) AS skipped) x"
+	"  LEFT JOIN locked l ON true ORDER BY l.subscription_id",
+	.generic = true,
+};
+
+static EgStatement transfer = {
+	.name = "position transfer",
+	.sql = "SELECT eventgrid._position_to_retries($1, $2, true)",
+	.nargs = 2,
+	.types = {INT8OID, TIMESTAMPTZOID},
+};
+
+/*
+ * Moves the events newly visible to queue subscriptions into
+ * eventgrid.queue_events, receivable at now (consumers waiting in receive()
+ * are woken at commit); returns how many,
+ * and sets *locked when another session held such a subscription's
+ * position that had events to pass (tried again at the next claim).  In
+ * the claim's unit of work, before the retries are claimed.
+ */
+int64
+eg_store_transfer_positions(TimestampTz now, bool *locked)
+{
+	int			n;
+	int64	   *sids;
+	int64		moved = 0;
+
+	eg_store_run(&transferred_positions, NULL, false, SPI_OK_SELECT);
+	n = (int) SPI_processed;
+	*locked = eg_int64_col(SPI_tuptable, 0, 2, 0) > 0;
+	sids = palloc(n * sizeof(int64));
+	for (int i = 0; i < n; i++)
+		sids[i] = eg_int64_col(SPI_tuptable, i, 1, 0);
+	for (int i = 0; i < n; i++)
+	{
+		Datum		args[2] = {Int64GetDatum(sids[i]), TimestampTzGetDatum(now)};
+
+		if (sids[i] == 0)
+			continue;			/* none locked */
+		eg_store_run(&transfer, args, false, SPI_OK_SELECT);
+		moved += eg_int64_col(SPI_tuptable, 0, 1, 0);
+	}
+	pfree(sids);
+	return moved;
 }

@@ -43,6 +43,18 @@ static EgStatement lock_counters = {
 	.generic = true,
 };
 
+/*
+ * Ordered subscriptions' first attempts just parked in the retries
+ * (subscriptions $1, keys $2, retry ids $3): each key without a head gets
+ * its oldest as head, due at its time in $4.
+ */
+static EgStatement park_keys = {
+	.name = "ordering key parking",
+	.sql = "SELECT eventgrid._park_ordering_keys($1, $2, $3, $4)",
+	.nargs = 4,
+	.types = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID},
+};
+
 /* Ordered subscriptions' keys whose head ($3) was finished: the next is due at $4. */
 static EgStatement promote_keys = {
 	.name = "ordering key promotion",
@@ -62,7 +74,10 @@ static EgStatement in_flight = {
 static EgStatement sent_marks = {
 	.name = "sent mark",
 	.sql =
-	"UPDATE eventgrid.chunks_in_flight c SET sent_txid = m.txid, sent_id = m.id"
+	/* never lower: an ordered chunk's requests go per key, not in (txid, id) order */
+	"UPDATE eventgrid.chunks_in_flight c"
+	"   SET sent_txid = CASE WHEN coalesce((m.txid, m.id) > (c.sent_txid, c.sent_id), true) THEN m.txid ELSE c.sent_txid END,"
+	"       sent_id = CASE WHEN coalesce((m.txid, m.id) > (c.sent_txid, c.sent_id), true) THEN m.id ELSE c.sent_id END"
 	"  FROM unnest($2::int8[], $3::xid8[], $4::int8[]) AS m(chunk, txid, id)"
 	" WHERE c.lease_owner = $1 AND c.chunk = m.chunk",
 	.nargs = 4,
@@ -176,9 +191,9 @@ static EgStatement record_first = {
 	.sql =
 	"WITH r AS ("
 	"  SELECT * FROM unnest($1::int8[], $2::xid8[], $3::int8[], $4::text[], $5::text[], $6::int4[],"
-	"                       $7::timestamptz[], $8::timestamptz[], $9::text[], $10::int4[])"
+	"                       $7::timestamptz[], $8::timestamptz[], $9::text[], $10::int4[]) WITH ORDINALITY"
 	"         AS r(subscription_id, txid, id, action, outcome, status, attempted_at, next_at, reason,"
-	"              attempts)"
+	"              attempts, ord)"
 	"), st AS ("
 	"  SELECT * FROM unnest($13::int8[], $14::int8[], $15::int8[], $16::int8[], $17::int8[])"
 	"         AS st(subscription_id, matched, delivered, failed, finals)"
@@ -186,7 +201,8 @@ static EgStatement record_first = {
 	"  SELECT r.*, s.topic, s.name, s.deadletter, s.event_delivery_schema, t.input_schema, s.topic_type,"
 	"         s.dead_letter_topic,"
 	"         e.event, e.publish_time, e.event_bytes, e.source, e.source_event_id,"
-	"         " EG_SQL_PAYLOAD_TEXT " AS payload"
+	"         " EG_SQL_PAYLOAD_TEXT " AS payload,"
+	"         CASE WHEN s.ordering_key IS NOT NULL THEN eventgrid._ordering_key(e.event, s.ordering_key) END AS okey"
 	"    FROM r"
 	"   CROSS JOIN LATERAL (SELECT s.* FROM eventgrid.event_subscriptions s"
 	"                        WHERE s.id = r.subscription_id OFFSET 0) s"
@@ -195,11 +211,15 @@ static EgStatement record_first = {
 	"                         FROM eventgrid.events e"
 	"                        WHERE e.topic = s.topic AND e.txid = r.txid AND e.id = r.id OFFSET 0) e"
 	"), retried AS ("
+	/* a key's rows wait ('infinity') in the order decided (ord): _park_ordering_keys makes each new key's oldest its head */
 	"  INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,"
-	"         attempts, next_attempt_at, last_attempt_at, last_outcome, last_http_status, source, source_event_id)"
+	"         attempts, next_attempt_at, last_attempt_at, last_outcome, last_http_status, source, source_event_id,"
+	"         ordering_key)"
 	"  SELECT f.subscription_id, f.id, f.event, f.payload, f.publish_time, coalesce(f.event_bytes, 0),"
-	"         f.attempts, f.next_at, f.attempted_at, f.outcome, f.status, f.source, f.source_event_id"
-	"    FROM failed f WHERE f.action = 'r'"
+	"         f.attempts, CASE WHEN f.okey IS NULL THEN f.next_at ELSE 'infinity' END, f.attempted_at,"
+	"         f.outcome, f.status, f.source, f.source_event_id, f.okey"
+	"    FROM failed f WHERE f.action IN ('r', 'w') ORDER BY f.ord"
+	"  RETURNING id, subscription_id, event_id, ordering_key_hash, ordering_key IS NOT NULL AS keyed"
 	"), dead AS ("
 	"  INSERT INTO eventgrid.dead_letters (topic, subscription_name, subscription_id, input_schema,"
 	"         event_delivery_schema, event, dead_letter_reason, delivery_attempts, last_delivery_outcome,"
@@ -220,8 +240,21 @@ static EgStatement record_first = {
 	"    FROM st CROSS JOIN LATERAL (SELECT s.deadletter FROM eventgrid.event_subscriptions s"
 	"                                 WHERE s.id = st.subscription_id OFFSET 0) s"
 	"   WHERE c.subscription_id = st.subscription_id"
+	"), gone AS ("
+	"  DELETE FROM eventgrid.chunks_in_flight c WHERE c.lease_owner = $11 AND c.chunk = ANY ($12)"
+	"  RETURNING c.subscription_id"
+	"), released AS ("
+	/* ordered subscriptions of which this worker holds nothing more in flight: others may claim them */
+	"  UPDATE eventgrid.subscription_positions p SET lease_owner = NULL"
+	"   WHERE p.lease_owner = $11 AND p.subscription_id IN (SELECT g.subscription_id FROM gone g)"
+	"     AND NOT EXISTS (SELECT 1 FROM eventgrid.chunks_in_flight c"
+	"                      WHERE c.lease_owner = $11 AND c.subscription_id = p.subscription_id"
+	"                        AND c.chunk <> ALL ($12))"
 	")"
-	"DELETE FROM eventgrid.chunks_in_flight c WHERE c.lease_owner = $11 AND c.chunk = ANY ($12)",
+	/* the keyed rows parked: park_keys gives each new key its head */
+	"SELECT rt.subscription_id, rt.ordering_key_hash, rt.id, f.next_at"
+	"  FROM retried rt JOIN failed f ON f.subscription_id = rt.subscription_id AND f.id = rt.event_id"
+	" WHERE rt.keyed",
 	.nargs = 17,
 	.types = {INT8ARRAYOID, XID8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT4OID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID},
 	.generic = true,
@@ -389,7 +422,7 @@ outcome_arrays_add(OutcomeArrays *a, const EgOutcome *o)
 	a->statuses[i] = Int32GetDatum(o->http_status);
 	a->n_attempted[i] = o->attempted_at == 0;
 	a->attempted[i] = TimestampTzGetDatum(o->attempted_at);
-	a->n_next[i] = o->action != EG_ACTION_RETRY;
+	a->n_next[i] = o->action != EG_ACTION_RETRY && o->action != EG_ACTION_WAIT;
 	a->next_at[i] = TimestampTzGetDatum(o->next_at);
 	a->n_reason[i] = reason == NULL;
 	a->reasons[i] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
@@ -586,6 +619,38 @@ record_attempts(const EgAttempt *attempts, int n)
 }
 
 /*
+ * The keyed first attempts record_first parked (rows tt[0..n): subscription,
+ * key hash, retry id, due): park_keys; *earliest moves to the earliest due
+ * of them.
+ */
+static void
+park_parked_keys(SPITupleTable *tt, int n, TimestampTz *earliest)
+{
+	Datum	   *subs = palloc(n * sizeof(Datum));
+	Datum	   *hashes = palloc(n * sizeof(Datum));
+	Datum	   *ids = palloc(n * sizeof(Datum));
+	Datum	   *dues = palloc(n * sizeof(Datum));
+	Datum		args[4];
+
+	for (int i = 0; i < n; i++)
+	{
+		TimestampTz due = eg_timestamp_col(tt, i, 4);
+
+		subs[i] = Int64GetDatum(eg_int64_col(tt, i, 1, 0));
+		hashes[i] = Int64GetDatum(eg_int64_col(tt, i, 2, 0));
+		ids[i] = Int64GetDatum(eg_int64_col(tt, i, 3, 0));
+		dues[i] = TimestampTzGetDatum(due);
+		if (due < *earliest)
+			*earliest = due;
+	}
+	args[0] = eg_make_array(subs, NULL, n, INT8OID);
+	args[1] = eg_make_array(hashes, NULL, n, INT8OID);
+	args[2] = eg_make_array(ids, NULL, n, INT8OID);
+	args[3] = eg_make_array(dues, NULL, n, TIMESTAMPTZOID);
+	eg_store_run(&park_keys, args, false, SPI_OK_SELECT);
+}
+
+/*
  * Writes outcomes back: for first attempts (whose chunks chunks[0..nchunks)
  * are then complete and forgotten) and for retries, set-based, and the
  * attempts attempts[0..nattempts) to the attempt history.  Locks the
@@ -638,7 +703,9 @@ eg_store_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 
 		args[10] = Int32GetDatum(lease_owner);
 		args[11] = eg_int8_array(chunks, nchunks);
 		first_counts_args(outcomes, n, &args[12]);
-		eg_store_run(&record_first, args, false, SPI_OK_DELETE);
+		eg_store_run(&record_first, args, false, SPI_OK_SELECT);
+		if (SPI_processed > 0)
+			park_parked_keys(SPI_tuptable, (int) SPI_processed, &earliest);
 	}
 	if (retry.n > 0)
 	{

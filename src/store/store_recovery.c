@@ -47,16 +47,24 @@ static EgStatement recover_chunks = {
 	"WITH c AS ("
 	"  DELETE FROM eventgrid.chunks_in_flight c WHERE " EG_SQL_STALE_OWNER("c.lease_owner") " RETURNING c.*"
 	"), made AS ("
+	/* an ordered subscription's keyed events wait in publish order; start_keys makes each key's oldest due */
 	"  INSERT INTO eventgrid.retries (subscription_id, event_id, event, payload, publish_time, event_bytes,"
-	"         attempts, next_attempt_at, last_attempt_at, last_outcome, source, source_event_id)"
+	"         attempts, next_attempt_at, last_attempt_at, last_outcome, source, source_event_id, ordering_key)"
 	"  SELECT s.id, e.id, e.event, " EG_SQL_PAYLOAD_TEXT ", e.publish_time, coalesce(e.event_bytes, 0),"
-	"         x.sent::int, $2, CASE WHEN x.sent THEN $2 END, CASE WHEN x.sent THEN 'Aborted' END,"
-	"         e.source, e.source_event_id"
+	"         x.sent::int, CASE WHEN x.okey IS NULL THEN $2 ELSE 'infinity' END, CASE WHEN x.sent THEN $2 END,"
+	"         CASE WHEN x.sent THEN 'Aborted' END, e.source, e.source_event_id, x.okey"
 	"    FROM c JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
 	"    JOIN eventgrid.topics t ON t.name = s.topic"
 	EG_SQL_CHUNK_EVENTS
-	"   CROSS JOIN LATERAL (SELECT coalesce((e.txid, e.id) <= (c.sent_txid, c.sent_id), false) AS sent) x"
-	"  RETURNING subscription_id, event_id, attempts, source"
+	"   CROSS JOIN LATERAL (SELECT coalesce((e.txid, e.id) <= (c.sent_txid, c.sent_id), false) AS sent,"
+	"                              CASE WHEN s.ordering_key IS NOT NULL"
+	"                                   THEN eventgrid._ordering_key(e.event, s.ordering_key) END AS okey) x"
+	"   ORDER BY c.subscription_id, c.chunk, e.txid, e.id"
+	"  RETURNING id, subscription_id, event_id, attempts, source, ordering_key_hash, ordering_key IS NOT NULL AS keyed"
+	"), unleased AS ("
+	/* ordered subscriptions' positions the stale owners held (lease_owner) are free again */
+	"  UPDATE eventgrid.subscription_positions p SET lease_owner = NULL"
+	"   WHERE p.lease_owner IS NOT NULL AND " EG_SQL_STALE_OWNER("p.lease_owner")
 	"), counted AS ("
 	"  UPDATE eventgrid.subscription_counters sc SET matched = sc.matched + m.n"
 	"    FROM (SELECT subscription_id, count(*) AS n FROM made GROUP BY subscription_id) m"
@@ -64,7 +72,7 @@ static EgStatement recover_chunks = {
 	"), history AS ("
 	ABORTED_HISTORY("made", "$2", "$3")
 	")"
-	"SELECT attempts FROM made",
+	"SELECT attempts, subscription_id, ordering_key_hash, id, keyed FROM made",
 	.nargs = 3,
 	.types = {INT4OID, TIMESTAMPTZOID, BOOLOID},
 };
@@ -135,12 +143,22 @@ static EgStatement release_unsent = {
 	.types = {INT4OID, TIMESTAMPTZOID},
 };
 
-/* whether any chunk or in-flight record belongs to a stale owner */
+/* Keys of recovered ordered first attempts: each key without a head gets its oldest, due at $4. */
+static EgStatement start_recovered = {
+	.name = "ordering key start",
+	.sql = "SELECT eventgrid._start_ordering_keys($1, $2, $3, $4)",
+	.nargs = 4,
+	.types = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID},
+};
+
+/* whether any chunk, in-flight record or position lease belongs to a stale owner */
 static EgStatement stale_owners = {
 	.name = "stale owner lookup",
 	.sql =
 	"SELECT EXISTS (SELECT 1 FROM eventgrid.chunks_in_flight c WHERE " EG_SQL_STALE_OWNER("c.lease_owner") ")"
-	"    OR EXISTS (SELECT 1 FROM eventgrid.requests_in_flight f WHERE " EG_SQL_STALE_OWNER("f.lease_owner") ")",
+	"    OR EXISTS (SELECT 1 FROM eventgrid.requests_in_flight f WHERE " EG_SQL_STALE_OWNER("f.lease_owner") ")"
+	"    OR EXISTS (SELECT 1 FROM eventgrid.subscription_positions p"
+	"                WHERE p.lease_owner IS NOT NULL AND " EG_SQL_STALE_OWNER("p.lease_owner") ")",
 	.nargs = 1,
 	.types = {INT4OID},
 };
@@ -151,6 +169,37 @@ static EgStatement recovery_lock = {
 	.sql =
 	"LOCK TABLE eventgrid.chunks_in_flight IN SHARE UPDATE EXCLUSIVE MODE",
 };
+
+/*
+ * The keyed rows among the n chunk recovery made (tt: attempts,
+ * subscription, key hash, retry id, keyed) wait behind their keys' heads,
+ * or become them, due at now (start_recovered).
+ */
+static void
+start_recovered_keys(SPITupleTable *tt, int n, TimestampTz now)
+{
+	Datum	   *subs = palloc(Max(n, 1) * sizeof(Datum));
+	Datum	   *hashes = palloc(Max(n, 1) * sizeof(Datum));
+	Datum	   *ids = palloc(Max(n, 1) * sizeof(Datum));
+	Datum		args[4];
+	int			k = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (!eg_bool_col(tt, i, 5))
+			continue;
+		subs[k] = Int64GetDatum(eg_int64_col(tt, i, 2, 0));
+		hashes[k] = Int64GetDatum(eg_int64_col(tt, i, 3, 0));
+		ids[k++] = Int64GetDatum(eg_int64_col(tt, i, 4, 0));
+	}
+	if (k == 0)
+		return;
+	args[0] = eg_make_array(subs, NULL, k, INT8OID);
+	args[1] = eg_make_array(hashes, NULL, k, INT8OID);
+	args[2] = eg_make_array(ids, NULL, k, INT8OID);
+	args[3] = TimestampTzGetDatum(now);
+	eg_store_run(&start_recovered, args, false, SPI_OK_SELECT);
+}
 
 /*
  * Takes back what delivery workers that no longer run left (a crash, an
@@ -196,6 +245,7 @@ eg_store_recover(int starting_pid, TimestampTz now, bool history, uint64 *charge
 	for (uint64 i = 0; i < SPI_processed; i++)
 		if (eg_int32_col(SPI_tuptable, (int) i, 1, 0) > 0)
 			(*charged)++;
+	start_recovered_keys(SPI_tuptable, (int) SPI_processed, now);
 	pgstat_clear_snapshot();
 	eg_store_run(&forget_in_flight, args, false, SPI_OK_SELECT);
 	sent_args[0] = args[0];
@@ -313,7 +363,7 @@ static EgStatement rebase_positions = {
 	"WITH sub AS ("
 	"  UPDATE eventgrid.subscription_positions"
 	"     SET since = pg_current_snapshot(), done = pg_current_snapshot(), upto = NULL, after_txid = NULL,"
-	"         after_id = NULL, system_identifier = eventgrid._system_identifier()"
+	"         after_id = NULL, lease_owner = NULL, system_identifier = eventgrid._system_identifier()"
 	")"
 	"UPDATE eventgrid.topic_positions"
 	"   SET done = pg_current_snapshot(), system_identifier = eventgrid._system_identifier()",

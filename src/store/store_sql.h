@@ -56,12 +56,10 @@
 /*
  * the ids of the event subscriptions whose positions the claim does not
  * take events from but moves into their own rows
- * (eventgrid._position_to_retries()): ordered ones (SPEC 13: ordering_key
- * set), whose events become retries, and queue ones (SPEC 14: pull
- * delivery), whose events become receivable in eventgrid.queue_events
+ * (eventgrid._position_to_retries()): queue ones (SPEC 14: pull delivery),
+ * whose events become receivable in eventgrid.queue_events
  */
 #define EG_SQL_TRANSFERRED_SUBSCRIPTIONS \
-	"SELECT o.id FROM eventgrid.event_subscriptions o" \
-	" WHERE o.ordering_key IS NOT NULL OR o.delivery_mode = 'queue'"
+	"SELECT o.id FROM eventgrid.event_subscriptions o WHERE o.delivery_mode = 'queue'"
 
 #endif							/* EVENTGRID_STORE_SQL_H */

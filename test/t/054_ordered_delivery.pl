@@ -10,6 +10,11 @@
 #   - an event that always fails holds only its key, which goes on in order
 #     once the event is dead-lettered; blocked_ordering_keys and
 #     ordering_metrics show it meanwhile;
+#   - the happy path: 3,000 events over 50 keys published while paused (one
+#     batch bigger than a claim) are claimed from the position, nothing
+#     written per event (the retries' sequence does not move), no worker
+#     holding the subscription after; a delivery worker killed mid-way
+#     leaves each key in order by first arrival and its hold released;
 #   - a published table's 2,000 UPDATEs on 20 rows from four sessions, ordered
 #     by subject: each row's versions arrive one by one, in order;
 #   - a paused ordered subscription keeps its events at its position;
@@ -30,7 +35,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep time);
 
-my $node = new_node('ordered', 'eventgrid.delivery_workers' => 2, 'eventgrid.event_table_rotation' => "'1h'");
+my $node = new_node('ordered', 'eventgrid.delivery_workers' => 2, 'eventgrid.event_table_rotation' => "'1h'",
+	restart_after_crash => 'on');
 sub sql { return $node->safe_psql('postgres', shift) }
 
 my $url = start_python_server('ordered_receiver.py', undef)->{url};
@@ -164,6 +170,54 @@ ok($rep->{'/batched'}{max_events} > 1, "batches carried several keys (up to $rep
 is(sql("SELECT string_agg(subscription || ':' || delivered, ',' ORDER BY subscription) FROM eventgrid.delivery_statistics WHERE topic = 'orders'"),
 	'batched:5100,single:5100', 'delivery_statistics counts every delivery');
 is(sql("SELECT count(*) FROM eventgrid.retries"), '0', 'nothing left waiting');
+
+# --- the happy path: from the position, nothing written per event -----------
+# 3,000 events over 50 keys in 30 transactions of one session, published
+# while paused: one batch at resume, more than a claim takes, in order as
+# (txid, id) reads it.  Two workers, one holds the subscription at a time.
+sub retries_made { return sql("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM eventgrid.retries_id_seq") }
+sql("SELECT eventgrid.create_topic('happy')");
+sql("SELECT eventgrid.create_event_subscription('happy', 'happy-sub', '$url/happy?key=data.k&seq=data.seq&delay_ms=2', "
+	  . "ordering_key => 'data.k')");
+sql("SELECT eventgrid.pause_delivery('happy', 'happy-sub')");
+for my $t (0 .. 29)
+{
+	sql("INSERT INTO eventgrid.events (topic, event) SELECT 'happy', jsonb_build_object('id', 'h' || n, 'subject', '/h', "
+		  . "'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('k', 'k' || n % 50, 'seq', n / 50 + 1)) "
+		  . "FROM generate_series($t * 100, $t * 100 + 99) n");
+}
+my $made = retries_made();
+sql("SELECT eventgrid.resume_delivery('happy', 'happy-sub')");
+ok(drain('happy', 120), 'the 3,000 ordered events drained');
+ok(in_order('/happy', { map { ("k$_" => 60) } 0 .. 49 }, 'happy-sub'), 'each of the 50 keys arrived in order, once each');
+ok(one_at_a_time('/happy', 'happy-sub'), 'never two requests of one key in flight');
+is(retries_made(), $made, 'nothing went through the retries: claimed from the position, one request per event');
+is(sql("SELECT count(*) FROM eventgrid.subscription_positions WHERE lease_owner IS NOT NULL"), '0',
+	'no worker holds the subscription once its deliveries are recorded');
+is(sql("SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'happy-sub'"), '3000',
+	'delivery_statistics counts the 3,000');
+
+# --- a delivery worker killed mid-way: order by first arrival, nothing lost --
+sql("SELECT eventgrid.create_event_subscription('happy', 'crash-sub', '$url/crash?key=data.k&seq=data.seq&delay_ms=20', "
+	  . "ordering_key => 'data.k')");
+sql("INSERT INTO eventgrid.events (topic, event) SELECT 'happy', jsonb_build_object('id', 'c' || n, 'subject', '/c', "
+	  . "'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('k', 'k' || n % 20, 'seq', n / 20 + 1)) "
+	  . "FROM generate_series(0, 1999) n");
+ok(wait_for_sql($node, "SELECT count(*) > 0 FROM eventgrid.subscription_positions p JOIN eventgrid.event_subscriptions s "
+	  . "ON s.id = p.subscription_id WHERE s.name = 'crash-sub' AND p.lease_owner IS NOT NULL", 't'),
+	'a worker holds the ordered subscription');
+my $holder = sql("SELECT p.lease_owner FROM eventgrid.subscription_positions p JOIN eventgrid.event_subscriptions s "
+	  . "ON s.id = p.subscription_id WHERE s.name = 'crash-sub'");
+usleep(300_000);
+kill 'KILL', $holder;
+usleep(1_000_000);
+ok(wait_for_sql($node, 'SELECT 1', '1'), 'the server restarted after the crash');
+ok(drain('happy', 180), 'after the crash and restart the rest drained');
+ok(in_order('/crash', { map { ("k$_" => 100) } 0 .. 19 }, 'crash-sub'),
+	'each key arrived in order by first arrival (again only after an unanswered attempt)');
+ok(one_at_a_time('/crash', 'crash-sub'), 'never two requests of one key in flight but beside an abandoned one');
+is(sql("SELECT count(*) FROM eventgrid.subscription_positions WHERE lease_owner IS NOT NULL"), '0',
+	'the killed worker\'s hold was released');
 
 # --- an event that always fails holds only its key ----------------------------
 sql("SELECT eventgrid.create_topic('stuck')");

@@ -1,4 +1,4 @@
--- eventgrid 0.15.0: the full install script of this version.
+-- eventgrid 0.16.0: the full install script of this version.
 --
 -- Made by scripts/install-script.sh from what the upgrade scripts build
 -- (sql/eventgrid--A--B.sql, from the oldest full script on): edit those,
@@ -447,10 +447,13 @@ CREATE TABLE eventgrid.subscription_positions (
     after_txid xid8,
     after_id bigint,
     served_at timestamp with time zone,
-    system_identifier bigint DEFAULT eventgrid._system_identifier() NOT NULL
+    system_identifier bigint DEFAULT eventgrid._system_identifier() NOT NULL,
+    lease_owner integer
 );
 
 COMMENT ON TABLE eventgrid.subscription_positions IS 'Internal: each event subscription''s position in the event stream (snapshots of the delivery worker); first delivery attempts are claimed from here.';
+
+COMMENT ON COLUMN eventgrid.subscription_positions.lease_owner IS 'Internal: of an ordered event subscription (SPEC 13), the pid of the delivery worker that holds first attempts of it in flight (NULL: none); only that worker claims from the position until it has recorded them, so that one worker orders each key''s events. Cleared when it has, or by the recovery when it no longer runs.';
 
 CREATE FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) RETURNS record
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -1433,6 +1436,45 @@ CREATE FUNCTION eventgrid._ordering_key(event jsonb, path text) RETURNS text
 
 COMMENT ON FUNCTION eventgrid._ordering_key(event jsonb, path text) IS 'Internal: the ordering key of an event (SPEC 13): the value at the dotted field path as text when it is a string (its text), a number (its value in plain decimal without trailing zeros: 1, 1.0 and 1e0 are key 1, as is the string "1") or a boolean (true, false); else NULL (unordered). Events that waited at the update keep the key they were given.';
 
+CREATE TABLE eventgrid.ordering_keys (
+    subscription_id bigint NOT NULL,
+    ordering_key_hash bigint NOT NULL,
+    head_id bigint NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.ordering_keys IS 'Internal: per ordered event subscription, each key with events in its retries and the id of the one due or in flight (head_id); the others of the key wait with next_attempt_at ''infinity''. Read it through eventgrid.blocked_ordering_keys.';
+
+CREATE FUNCTION eventgrid._park_ordering_keys(sids bigint[], key_hashes bigint[], ids bigint[], dues timestamp with time zone[]) RETURNS integer
+    LANGUAGE sql
+    BEGIN ATOMIC
+ WITH firsts AS (
+          SELECT DISTINCT ON (k.sid, k.h) k.sid,
+             k.h,
+             k.id,
+             k.due
+            FROM UNNEST(_park_ordering_keys.sids, _park_ordering_keys.key_hashes, _park_ordering_keys.ids, _park_ordering_keys.dues) k(sid, h, id, due)
+           ORDER BY k.sid, k.h, k.id
+         ), started AS (
+          INSERT INTO eventgrid.ordering_keys AS k (subscription_id, ordering_key_hash, head_id)  SELECT f.sid,
+                     f.h,
+                     f.id
+                    FROM firsts f
+                   ORDER BY f.sid, f.h ON CONFLICT(subscription_id, ordering_key_hash) DO UPDATE SET head_id = k.head_id
+           RETURNING k.head_id,
+             (k.xmax = 0) AS started
+         ), due_now AS (
+          UPDATE eventgrid.retries AS r SET next_attempt_at = f.due
+            FROM (started
+              JOIN firsts f ON ((f.id = started.head_id)))
+           WHERE (started.started AND (r.id = started.head_id))
+           RETURNING 1 AS "?column?"
+         )
+  SELECT (count(*))::integer AS count
+    FROM due_now;
+END;
+
+COMMENT ON FUNCTION eventgrid._park_ordering_keys(sids bigint[], key_hashes bigint[], ids bigint[], dues timestamp with time zone[]) IS 'Internal: first attempts ids of ordered event subscriptions (subscription sids, key key_hashes) were just written into the retries waiting (next_attempt_at ''infinity''), a key''s in publish order: an attempt failed, or an event waits behind one that did; of each key that had no head, the oldest becomes its head, due at its own time in dues; returns how many. Locks the keys'' rows of eventgrid.ordering_keys, in order, as _promote_ordering_keys does.';
+
 CREATE FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) RETURNS record
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2337,14 +2379,6 @@ BEGIN
 END $_$;
 
 COMMENT ON FUNCTION eventgrid._signing_secret_problem(secret text) IS 'Internal: NULL for a Standard Webhooks secret ("whsec_" and the base64 of a 24-64 byte key), else why not (never quoting it).';
-
-CREATE TABLE eventgrid.ordering_keys (
-    subscription_id bigint NOT NULL,
-    ordering_key_hash bigint NOT NULL,
-    head_id bigint NOT NULL
-);
-
-COMMENT ON TABLE eventgrid.ordering_keys IS 'Internal: per ordered event subscription, each key with events in its retries and the id of the one due or in flight (head_id); the others of the key wait with next_attempt_at ''infinity''. Read it through eventgrid.blocked_ordering_keys.';
 
 CREATE FUNCTION eventgrid._start_ordering_keys(sids bigint[], key_hashes bigint[], ids bigint[], due timestamp with time zone) RETURNS integer
     LANGUAGE sql
@@ -4931,6 +4965,8 @@ REVOKE ALL ON FUNCTION eventgrid._lock_token_results(sid bigint, lock_tokens tex
 REVOKE ALL ON FUNCTION eventgrid._log(message text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._ordering_key(event jsonb, path text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._park_ordering_keys(sids bigint[], key_hashes bigint[], ids bigint[], dues timestamp with time zone[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) FROM PUBLIC;
 

@@ -1,0 +1,314 @@
+/*
+ * ordering.c - a delivery worker's share of ordered delivery (SPEC 13):
+ * the first attempts of an ordered event subscription are claimed from its
+ * position like unordered ones, by one worker at a time (the position's
+ * lease_owner, store_claim.c), and this worker keeps each key's events in
+ * publish order in memory:
+ *
+ * - a request carrying an event of a key waits until every earlier request
+ *   of that key this worker holds is decided (at most one request of a key
+ *   in flight; a batch may carry a run of one key, in order);
+ * - when an event of a key does not get through (a retry: a failed attempt,
+ *   probation, a token that could not be had, a request put back unsent),
+ *   the key is parked: every later event of it this worker holds is
+ *   decided EG_ACTION_WAIT unsent (delivery_record.c, eg_delivery_settled),
+ *   and the record writes them into the retries behind it in the order
+ *   decided (eventgrid._park_ordering_keys), where the retry claim takes
+ *   one at a time per key.  A claim marks the events of keys that already
+ *   wait there (EgClaimedRow.parked);
+ * - an ordered chunk is recorded only with or after every earlier ordered
+ *   chunk of its subscription, so that a key's parked events reach the
+ *   retries in publish order.
+ *
+ * Nothing is written per event on the happy path but what unordered
+ * delivery writes.  This file only keeps the state: its callers queue,
+ * decide and record.
+ */
+#include "delivery/delivery.h"
+
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
+/* One key of an ordered subscription that this worker holds events of. */
+typedef struct KeyState
+{
+	int64		subscription_id;	/* hash key, with key_hash */
+	int64		key_hash;
+	EgRequest  *tail;			/* the last undecided request with an event of this key, or NULL */
+	int			parked;			/* its deliveries decided to wait (retry or wait) and not recorded */
+} KeyState;
+
+/* A request's place in the order of its keys (EgRequest.ordering). */
+typedef struct Place
+{
+	int			waits;			/* undecided requests before it sharing a key */
+	int			nafter;
+	int			cap;
+	EgRequest **after;			/* requests waiting for it */
+} Place;
+
+static HTAB *keys = NULL;
+static int	nwaiting = 0;		/* requests waiting for earlier ones of their keys */
+
+/* the ordered chunks claimed and not recorded, in claim order */
+static EgChunk **chunks = NULL;
+static int	nchunks = 0;
+static int	chunks_cap = 0;
+
+static KeyState *
+key_of(const EgDelivery *d, bool create)
+{
+	struct
+	{
+		int64		sub;
+		int64		hash;
+	}			k;
+	bool		found;
+	KeyState   *s;
+
+	if (keys == NULL)
+	{
+		HASHCTL		ctl;
+
+		if (!create)
+			return NULL;
+		ctl.keysize = 2 * sizeof(int64);
+		ctl.entrysize = sizeof(KeyState);
+		keys = hash_create("eventgrid ordering keys", 256, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	k.sub = d->out.subscription_id;
+	k.hash = d->key_hash;
+	s = hash_search(keys, &k, create ? HASH_ENTER : HASH_FIND, &found);
+	if (create && !found)
+	{
+		s->tail = NULL;
+		s->parked = 0;
+	}
+	return s;
+}
+
+static void
+forget_if_idle(KeyState *s)
+{
+	if (s->tail == NULL && s->parked == 0)
+		hash_search(keys, s, HASH_REMOVE, NULL);
+}
+
+static Place *
+place_of(EgRequest *req)
+{
+	if (req->ordering == NULL)
+		req->ordering = MemoryContextAllocZero(TopMemoryContext, sizeof(Place));
+	return (Place *) req->ordering;
+}
+
+/* req waits for before (once, whatever keys they share) */
+static void
+link_after(EgRequest *before, EgRequest *req)
+{
+	Place	   *b = place_of(before);
+
+	for (int i = 0; i < b->nafter; i++)
+		if (b->after[i] == req)
+			return;
+	if (b->nafter == b->cap)
+	{
+		b->cap = Max(4, b->cap * 2);
+		b->after = b->after == NULL
+			? MemoryContextAlloc(TopMemoryContext, b->cap * sizeof(EgRequest *))
+			: repalloc(b->after, b->cap * sizeof(EgRequest *));
+	}
+	b->after[b->nafter++] = req;
+	place_of(req)->waits++;
+}
+
+/* Whether a key of req is parked: then req waits in the retries behind it, unsent. */
+bool
+eg_ordering_parked(EgRequest *req)
+{
+	for (int k = 0; k < req->count; k++)
+	{
+		EgDelivery *d = (EgDelivery *) req->items[k];
+		KeyState   *s = d->keyed ? key_of(d, false) : NULL;
+
+		if (s != NULL && s->parked > 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * req is decided (every delivery has its action): its keys go on.  Keys of
+ * its deliveries that are to be retried (or wait) are parked until those
+ * are recorded.  Returns the requests that waited only for it, *n of them
+ * (palloc'd): each may go now, unless a key of it is parked
+ * (eg_ordering_parked()).
+ */
+EgRequest **
+eg_ordering_done(EgRequest *req, int *n)
+{
+	Place	   *p = (Place *) req->ordering;
+	EgRequest **free_now;
+
+	*n = 0;
+	if (keys == NULL)
+		return NULL;
+	for (int k = 0; k < req->count; k++)
+	{
+		EgDelivery *d = (EgDelivery *) req->items[k];
+		KeyState   *s;
+
+		if (!d->keyed || (s = key_of(d, false)) == NULL)
+			continue;
+		if (d->out.action == EG_ACTION_RETRY || d->out.action == EG_ACTION_WAIT)
+		{
+			s->parked++;
+			d->parked_key = true;
+		}
+		if (s->tail == req)
+			s->tail = NULL;
+	}
+	for (int k = 0; k < req->count; k++)
+	{
+		EgDelivery *d = (EgDelivery *) req->items[k];
+		KeyState   *s;
+
+		if (d->keyed && (s = key_of(d, false)) != NULL)
+			forget_if_idle(s);
+	}
+	if (p == NULL)
+		return NULL;
+	req->ordering = NULL;
+	free_now = palloc(Max(p->nafter, 1) * sizeof(EgRequest *));
+	for (int i = 0; i < p->nafter; i++)
+	{
+		EgRequest  *next = p->after[i];
+
+		if (--((Place *) next->ordering)->waits > 0)
+			continue;
+		nwaiting--;
+		free_now[(*n)++] = next;
+	}
+	if (p->after)
+		pfree(p->after);
+	pfree(p);
+	return free_now;
+}
+
+/*
+ * A request of a claim that has committed, before it is queued: EG_ORDER_GO
+ * when it may go now; EG_ORDER_WAIT when it waits for earlier requests of
+ * its keys (eg_ordering_done() frees it); EG_ORDER_PARK when a key of it is
+ * parked (the caller decides its deliveries EG_ACTION_WAIT and then calls
+ * eg_ordering_done()).
+ */
+EgOrderVerdict
+eg_ordering_admit(EgRequest *req)
+{
+	bool		keyed = false;
+
+	for (int k = 0; k < req->count; k++)
+	{
+		EgDelivery *d = (EgDelivery *) req->items[k];
+		KeyState   *s;
+
+		if (!d->keyed)
+			continue;
+		keyed = true;
+		s = key_of(d, true);
+		if (s->tail != NULL && s->tail != req)
+			link_after(s->tail, req);
+		s->tail = req;
+	}
+	if (!keyed)
+		return EG_ORDER_GO;
+	if (req->ordering != NULL && ((Place *) req->ordering)->waits > 0)
+	{
+		nwaiting++;
+		return EG_ORDER_WAIT;
+	}
+	return eg_ordering_parked(req) ? EG_ORDER_PARK : EG_ORDER_GO;
+}
+
+/*
+ * A first attempt decided at its claim without a request (its key waits in
+ * the retries: EG_ACTION_WAIT; or its time-to-live or attempts ran out):
+ * a parked one keeps its key parked until it is recorded.
+ */
+void
+eg_ordering_decided_at_claim(EgDelivery *d)
+{
+	KeyState   *s;
+
+	if (!d->keyed || d->out.action != EG_ACTION_WAIT)
+		return;
+	s = key_of(d, true);
+	s->parked++;
+	d->parked_key = true;
+}
+
+/* d, a delivery whose key it parked, is recorded: its key may go on. */
+void
+eg_ordering_recorded(EgDelivery *d)
+{
+	KeyState   *s;
+
+	if (!d->parked_key)
+		return;
+	d->parked_key = false;
+	if ((s = key_of(d, false)) == NULL)
+		return;
+	s->parked--;
+	forget_if_idle(s);
+}
+
+/* An ordered chunk claimed (in claim order). */
+void
+eg_ordering_chunk_claimed(EgChunk *c)
+{
+	if (nchunks == chunks_cap)
+	{
+		chunks_cap = Max(8, chunks_cap * 2);
+		chunks = chunks == NULL ? MemoryContextAlloc(TopMemoryContext, chunks_cap * sizeof(EgChunk *))
+			: repalloc(chunks, chunks_cap * sizeof(EgChunk *));
+	}
+	chunks[nchunks++] = c;
+}
+
+/*
+ * Whether chunk c may be recorded now: every delivery of it is decided,
+ * and, of an ordered subscription, every earlier ordered chunk of the same
+ * subscription too (they are recorded together or before).
+ */
+bool
+eg_ordering_chunk_ready(const EgChunk *c)
+{
+	if (c->undecided > 0)
+		return false;
+	if (!c->ordered)
+		return true;
+	for (int i = 0; i < nchunks && chunks[i] != c; i++)
+		if (chunks[i]->subscription_id == c->subscription_id && chunks[i]->undecided > 0)
+			return false;
+	return true;
+}
+
+/* Chunk c is recorded (or dropped with its claim): forgotten. */
+void
+eg_ordering_chunk_gone(const EgChunk *c)
+{
+	for (int i = 0; i < nchunks; i++)
+		if (chunks[i] == c)
+		{
+			memmove(&chunks[i], &chunks[i + 1], (nchunks - i - 1) * sizeof(EgChunk *));
+			nchunks--;
+			return;
+		}
+}
+
+/* Requests waiting for earlier ones of their keys (the worker's status). */
+int
+eg_ordering_waiting(void)
+{
+	return nwaiting;
+}
