@@ -136,6 +136,9 @@ extern void eg_ordering_chunk_claimed(EgChunk *c);
 extern bool eg_ordering_chunk_ready(const EgChunk *c);
 extern void eg_ordering_chunk_gone(const EgChunk *c);
 extern int	eg_ordering_waiting(void);
+extern int	eg_ordering_subscriptions(int64 **ids);
+extern void eg_ordering_follow(EgAction (*fate) (const EgRequest *req, void *arg), void *arg);
+extern EgAction eg_ordering_stopped(int64 sub);
 
 /*
  * delivery_status.c: sets the worker's status line (next_claim_at: when

@@ -25,6 +25,9 @@
 #define EG_ANALYZE_INTERVAL_MS 60000
 #define EG_CHUNK_MIN_ROWS 64		/* the least a claim reads of each subscription's events */
 
+/* a request is allocated in its claim's context: 1 kB, not a 2 kB chunk (http.h) */
+StaticAssertDecl(sizeof(EgRequest) <= 1024, "EgRequest must fit a 1 kB allocation chunk");
+
 /* positions that had events at the last claim (scan_limit) */
 static int	busy_positions = 1;
 

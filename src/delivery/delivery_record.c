@@ -533,6 +533,8 @@ eg_delivery_recordable(void)
 	return eg_dw.recordable_n;
 }
 
+static void settle(EgRequest *req, bool gone);
+
 /*
  * Ends every delivery of req, a request never sent, without an attempt:
  * action (EG_ACTION_RETRY: due again at once, uncharged; EG_ACTION_GONE: its
@@ -564,7 +566,7 @@ void
 eg_delivery_put_back(EgRequest *req, EgAction action)
 {
 	unsent(req, action);
-	eg_delivery_settled(req);
+	settle(req, action == EG_ACTION_GONE);
 }
 
 /*
@@ -624,6 +626,16 @@ eg_delivery_hold(EgRequest *req, TimestampTz now)
 void
 eg_delivery_settled(EgRequest *req)
 {
+	settle(req, false);
+}
+
+/*
+ * eg_delivery_settled(); gone: req's subscription was dropped, and the
+ * requests that waited for it (of the same subscription) end unsent too.
+ */
+static void
+settle(EgRequest *req, bool gone)
+{
 	List	   *work = list_make1(req);
 
 	while (work != NIL)
@@ -636,12 +648,15 @@ eg_delivery_settled(EgRequest *req)
 		next = eg_ordering_done(r, &n);
 		for (int i = 0; i < n; i++)
 		{
-			if (!eg_ordering_parked(next[i]))
+			/* its subscription changed while it waited: it goes back unsent (eg_ordering_follow) */
+			EgAction	stop = gone ? EG_ACTION_GONE : eg_ordering_stopped(next[i]->subscription_id);
+
+			if (stop == EG_ACTION_UNDECIDED && !eg_ordering_parked(next[i]))
 			{
 				eg_target_queue(next[i]);
 				continue;
 			}
-			unsent(next[i], EG_ACTION_WAIT);
+			unsent(next[i], stop != EG_ACTION_UNDECIDED ? stop : EG_ACTION_WAIT);
 			work = lappend(work, next[i]);
 		}
 		if (next)

@@ -105,6 +105,52 @@ superseded(const EgRequest *req, void *arg)
 	return st != NULL && (st->gone || st->held || strcmp(st->endpoint, req->url) != 0);
 }
 
+/* What becomes of an ordered subscription's waiting requests, of which req is one (eg_ordering_follow). */
+static EgAction
+fate(const EgRequest *req, void *arg)
+{
+	const EgSubscriptionState *st = state_of(arg, req->subscription_id);
+
+	if (st == NULL)
+		return EG_ACTION_UNDECIDED;
+	return st->gone ? EG_ACTION_GONE : superseded(req, arg) ? EG_ACTION_RETRY : EG_ACTION_UNDECIDED;
+}
+
+/*
+ * The subscriptions of the requests this worker holds unsent: queued, or
+ * waiting for earlier requests of their ordering keys (sorted, each once).
+ */
+static int
+queued_and_ordered_subscriptions(int64 **ids)
+{
+	int64	   *q;
+	int64	   *o;
+	int			nq = eg_targets_queued_subscriptions(&q);
+	int			no = eg_ordering_subscriptions(&o);
+	int			n = 0;
+	int			i = 0;
+	int			j = 0;
+
+	if (no == 0)
+	{
+		*ids = q;
+		return nq;
+	}
+	*ids = palloc((nq + no) * sizeof(int64));
+	while (i < nq || j < no)
+	{
+		int64		next = j >= no || (i < nq && q[i] <= o[j]) ? q[i] : o[j];
+
+		if (n == 0 || (*ids)[n - 1] != next)
+			(*ids)[n++] = next;
+		if (i < nq && q[i] == next)
+			i++;
+		if (j < no && o[j] == next)
+			j++;
+	}
+	return n;
+}
+
 /*
  * A change to event subscriptions committed (pause_delivery(),
  * update_event_subscription(), drop_event_subscription(), drop_topic()):
@@ -127,7 +173,7 @@ follow_subscription_changes(void)
 	SpinLockRelease(&eg_shared->mutex);
 	if (generation == followed_generation)
 		return;
-	f.n = eg_targets_queued_subscriptions(&ids);
+	f.n = queued_and_ordered_subscriptions(&ids);
 	if (f.n > 0)
 	{
 		if (!eg_begin_work("eventgrid: following changed event subscriptions"))
@@ -147,6 +193,8 @@ follow_subscription_changes(void)
 			eg_delivery_put_back(req, state_of(&f, req->subscription_id)->gone ? EG_ACTION_GONE : EG_ACTION_RETRY);
 			req = next;
 		}
+		/* an ordered subscription's requests waiting for earlier ones of their keys go back when their turn comes */
+		eg_ordering_follow(fate, &f);
 	}
 	followed_generation = generation;
 }

@@ -38,9 +38,14 @@ typedef struct KeyState
 	int			parked;			/* its deliveries decided to wait (retry or wait) and not recorded */
 } KeyState;
 
-/* A request's place in the order of its keys (EgRequest.ordering). */
+/*
+ * A request's place in the order of its keys, for a request that waits or
+ * is waited for (kept beside the request: EgRequest is sized to 1 kB, an
+ * allocation size of its own).
+ */
 typedef struct Place
 {
+	EgRequest  *req;			/* hash key */
 	int			waits;			/* undecided requests before it sharing a key */
 	int			nafter;
 	int			cap;
@@ -48,6 +53,7 @@ typedef struct Place
 } Place;
 
 static HTAB *keys = NULL;
+static HTAB *places = NULL;
 static int	nwaiting = 0;		/* requests waiting for earlier ones of their keys */
 
 /* the ordered chunks claimed and not recorded, in claim order */
@@ -94,19 +100,39 @@ forget_if_idle(KeyState *s)
 		hash_search(keys, s, HASH_REMOVE, NULL);
 }
 
+/* req's place (made when create and it has none, else NULL) */
 static Place *
-place_of(EgRequest *req)
+place_of(EgRequest *req, bool create)
 {
-	if (req->ordering == NULL)
-		req->ordering = MemoryContextAllocZero(TopMemoryContext, sizeof(Place));
-	return (Place *) req->ordering;
+	bool		found;
+	Place	   *p;
+
+	if (places == NULL)
+	{
+		HASHCTL		ctl;
+
+		if (!create)
+			return NULL;
+		ctl.keysize = sizeof(EgRequest *);
+		ctl.entrysize = sizeof(Place);
+		places = hash_create("eventgrid ordering places", 256, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	p = hash_search(places, &req, create ? HASH_ENTER : HASH_FIND, &found);
+	if (create && !found)
+	{
+		p->waits = 0;
+		p->nafter = 0;
+		p->cap = 0;
+		p->after = NULL;
+	}
+	return p;
 }
 
 /* req waits for before (once, whatever keys they share) */
 static void
 link_after(EgRequest *before, EgRequest *req)
 {
-	Place	   *b = place_of(before);
+	Place	   *b = place_of(before, true);
 
 	for (int i = 0; i < b->nafter; i++)
 		if (b->after[i] == req)
@@ -119,7 +145,7 @@ link_after(EgRequest *before, EgRequest *req)
 			: repalloc(b->after, b->cap * sizeof(EgRequest *));
 	}
 	b->after[b->nafter++] = req;
-	place_of(req)->waits++;
+	place_of(req, true)->waits++;
 }
 
 /* Whether a key of req is parked: then req waits in the retries behind it, unsent. */
@@ -147,7 +173,7 @@ eg_ordering_parked(EgRequest *req)
 EgRequest **
 eg_ordering_done(EgRequest *req, int *n)
 {
-	Place	   *p = (Place *) req->ordering;
+	Place	   *p = place_of(req, false);
 	EgRequest **free_now;
 
 	*n = 0;
@@ -178,20 +204,19 @@ eg_ordering_done(EgRequest *req, int *n)
 	}
 	if (p == NULL)
 		return NULL;
-	req->ordering = NULL;
 	free_now = palloc(Max(p->nafter, 1) * sizeof(EgRequest *));
 	for (int i = 0; i < p->nafter; i++)
 	{
 		EgRequest  *next = p->after[i];
 
-		if (--((Place *) next->ordering)->waits > 0)
+		if (--place_of(next, false)->waits > 0)
 			continue;
 		nwaiting--;
 		free_now[(*n)++] = next;
 	}
 	if (p->after)
 		pfree(p->after);
-	pfree(p);
+	hash_search(places, &req, HASH_REMOVE, NULL);
 	return free_now;
 }
 
@@ -222,7 +247,7 @@ eg_ordering_admit(EgRequest *req)
 	}
 	if (!keyed)
 		return EG_ORDER_GO;
-	if (req->ordering != NULL && ((Place *) req->ordering)->waits > 0)
+	if (place_of(req, false) != NULL && place_of(req, false)->waits > 0)
 	{
 		nwaiting++;
 		return EG_ORDER_WAIT;
@@ -304,6 +329,109 @@ eg_ordering_chunk_gone(const EgChunk *c)
 			nchunks--;
 			return;
 		}
+}
+
+/*
+ * Subscriptions whose waiting requests must not be sent when their turn
+ * comes (a change made them stale: eg_ordering_follow()), and how they end
+ * then; forgotten once nothing waits.
+ */
+typedef struct Stop
+{
+	int64		subscription_id;
+	EgAction	action;			/* EG_ACTION_RETRY (held, endpoint changed) or EG_ACTION_GONE */
+} Stop;
+
+static Stop *stops = NULL;
+static int	nstops = 0;
+static int	stops_cap = 0;
+
+static int
+cmp_int64(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/*
+ * The ordered subscriptions this worker holds requests of (sorted, each
+ * once; palloc'd in *ids), for following changes to them.
+ */
+int
+eg_ordering_subscriptions(int64 **ids)
+{
+	HASH_SEQ_STATUS it;
+	KeyState   *s;
+	int			n = 0;
+	int			m = 0;
+
+	*ids = NULL;
+	if (keys == NULL || hash_get_num_entries(keys) == 0)
+		return 0;
+	*ids = palloc(hash_get_num_entries(keys) * sizeof(int64));
+	hash_seq_init(&it, keys);
+	while ((s = hash_seq_search(&it)) != NULL)
+		if (s->tail != NULL)
+			(*ids)[n++] = s->subscription_id;
+	qsort(*ids, n, sizeof(int64), cmp_int64);
+	for (int i = 0; i < n; i++)
+		if (m == 0 || (*ids)[m - 1] != (*ids)[i])
+			(*ids)[m++] = (*ids)[i];
+	return m;
+}
+
+/*
+ * Event subscriptions changed: fate(req, arg) says of the last request of
+ * each key (all of a subscription's share its endpoint and settings)
+ * whether its subscription's waiting requests may still be sent
+ * (EG_ACTION_UNDECIDED) or end unsent when their turn comes (RETRY: held,
+ * or sent elsewhere now; GONE: dropped); eg_ordering_stopped() tells.
+ */
+void
+eg_ordering_follow(EgAction (*fate) (const EgRequest *req, void *arg), void *arg)
+{
+	HASH_SEQ_STATUS it;
+	KeyState   *s;
+
+	if (keys == NULL)
+		return;
+	hash_seq_init(&it, keys);
+	while ((s = hash_seq_search(&it)) != NULL)
+	{
+		EgAction	action;
+		int			i;
+
+		if (s->tail == NULL || (action = fate(s->tail, arg)) == EG_ACTION_UNDECIDED)
+			continue;
+		for (i = 0; i < nstops && stops[i].subscription_id != s->subscription_id; i++)
+			;
+		if (i == nstops)
+		{
+			if (nstops == stops_cap)
+			{
+				stops_cap = Max(8, stops_cap * 2);
+				stops = stops == NULL ? MemoryContextAlloc(TopMemoryContext, stops_cap * sizeof(Stop))
+					: repalloc(stops, stops_cap * sizeof(Stop));
+			}
+			nstops++;
+		}
+		stops[i].subscription_id = s->subscription_id;
+		stops[i].action = action;
+	}
+}
+
+/* How a waiting request of subscription sub ends when its turn comes: EG_ACTION_UNDECIDED, it is sent. */
+EgAction
+eg_ordering_stopped(int64 sub)
+{
+	if (nwaiting == 0)
+		nstops = 0;
+	for (int i = 0; i < nstops; i++)
+		if (stops[i].subscription_id == sub)
+			return stops[i].action;
+	return EG_ACTION_UNDECIDED;
 }
 
 /* Requests waiting for earlier ones of their keys (the worker's status). */

@@ -30,6 +30,12 @@ typedef struct EgClientCert
 	size_t		key_len;
 } EgClientCert;
 
+/*
+ * One request.  1,024 bytes on a 64-bit build, which a claim's memory
+ * context (delivery_claim.c) rounds to no more: a field more would take it
+ * to a 2 kB chunk per request (seen as +20 % memory held per delivery,
+ * test 010), so per-request state of other rooms is kept beside it.
+ */
 typedef struct EgRequest
 {
 	const char *url;
@@ -69,7 +75,6 @@ typedef struct EgRequest
 	bool		token_waited;	/* it waited for a token: the one it carries is new */
 	bool		token_resent;	/* sent again after a 401 to an older token */
 	bool		probe;			/* sent to end its endpoint's probation */
-	void	   *ordering;		/* its place among the requests of its ordering keys (delivery/ordering.c), or NULL */
 	TimestampTz started_at;
 	struct EgRequest *next;
 } EgRequest;

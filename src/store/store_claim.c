@@ -118,7 +118,7 @@ static EgStatement count_positions = {
 
 /*
  * An ordered subscription's batch that claims cannot take in (txid, id)
- * order moves into its retries, in id order (batch_in_order()); the caller
+ * order moves into its retries, in id order (ordered_prefix()); the caller
  * holds the position's lock.
  */
 static EgStatement ordered_transfer = {
@@ -432,79 +432,30 @@ advance_init(EgAdvance *a, int cap)
 }
 
 /*
- * Whether the events of a batch that one claim cannot take whole are in
- * publish order when taken in (txid, id) order: whether the rest of the
- * batch of position (topic $1, done $2, upto $3, after ($4, $5)) has no
- * event with a lower id than one before it.  The order SPEC 13 promises
- * within a batch (events that became visible together) is id order: among
- * overlapping transactions a higher txid may have published first (one
- * that waited for a row lock the other held, say).  One narrow pass over
- * the batch (txid and id are in the index), once per batch.
+ * How many of the first taken rows of scan, an ordered subscription's
+ * position's batch that this claim cannot take whole (scan row first), may
+ * be taken now: the longest prefix that ends where every event taken has a
+ * lower id than every event left (eg_batch_safe_prefix()); 0 when none.
  */
-static EgStatement batch_order = {
-	.name = "batch order check",
-	.sql =
-	"SELECT NOT EXISTS ("
-	"  SELECT 1 FROM (SELECT e.id, max(e.id) OVER (ORDER BY e.txid, e.id ROWS BETWEEN UNBOUNDED PRECEDING"
-	"                                                                     AND 1 PRECEDING) AS before"
-	"                   FROM eventgrid._unpassed_events($1, $2::pg_snapshot, $3::pg_snapshot, $4, $5) e"
-	"                  WHERE pg_visible_in_snapshot(e.txid, $3::pg_snapshot)) x"
-	"   WHERE x.id < x.before)",
-	.nargs = 5,
-	.types = {TEXTOID, TEXTOID, TEXTOID, XID8OID, INT8OID},
-};
-
-#define EG_BATCH_ORDER_CACHE 64
-
-/* batches checked (batch_order): subscription and upto snapshot, whether in order */
-typedef struct BatchOrder
-{
-	int64		subscription_id;
-	char	   *upto;
-	bool		in_order;
-} BatchOrder;
-
-static BatchOrder batch_orders[EG_BATCH_ORDER_CACHE];
-static int	nbatch_orders = 0;
-static int	next_batch_order = 0;
-
-/*
- * Whether an ordered subscription's batch that this claim cannot take whole
- * (from the scan row first of the position) may be taken in (txid, id)
- * order a claim at a time: batch_order, remembered per batch.
- */
-static bool
-batch_in_order(int64 sub, HeapTuple first, TupleDesc desc)
+static int
+ordered_prefix(int64 sub, const EgScanRow *scan, int taken, HeapTuple first, TupleDesc desc)
 {
 	bool		isnull;
-	char	   *upto = TextDatumGetCString(SPI_getbinval(first, desc, CS_UPTO, &isnull));
-	Datum		args[5];
-	bool		in_order;
-	BatchOrder *b;
-	SPITupleTable *saved = SPI_tuptable;
+	EgEventKey *keys = palloc(Max(taken, 1) * sizeof(EgEventKey));
+	int			safe;
 
-	for (int i = 0; i < nbatch_orders; i++)
-		if (batch_orders[i].subscription_id == sub && strcmp(batch_orders[i].upto, upto) == 0)
-			return batch_orders[i].in_order;
-	args[0] = SPI_getbinval(first, desc, CS_TOPIC, &isnull);
-	args[1] = SPI_getbinval(first, desc, CS_DONE, &isnull);
-	args[2] = CStringGetTextDatum(upto);
-	args[3] = SPI_getbinval(first, desc, CS_AFTER_TXID, &isnull);
-	args[4] = SPI_getbinval(first, desc, CS_AFTER_ID, &isnull);
-	eg_store_run(&batch_order, args, true, SPI_OK_SELECT);
-	in_order = eg_bool_col(SPI_tuptable, 0, 1);
-	SPI_tuptable = saved;		/* the scan's rows stay the caller's */
-
-	b = &batch_orders[next_batch_order];
-	if (nbatch_orders == EG_BATCH_ORDER_CACHE)
-		pfree(b->upto);
-	else
-		nbatch_orders++;
-	next_batch_order = (next_batch_order + 1) % EG_BATCH_ORDER_CACHE;
-	b->subscription_id = sub;
-	b->upto = MemoryContextStrdup(TopMemoryContext, upto);
-	b->in_order = in_order;
-	return in_order;
+	for (int m = 0; m < taken; m++)
+	{
+		keys[m].txid = scan[m].txid;
+		keys[m].id = scan[m].id;
+	}
+	safe = eg_batch_safe_prefix(sub, SPI_getbinval(first, desc, CS_TOPIC, &isnull),
+								SPI_getbinval(first, desc, CS_DONE, &isnull),
+								TextDatumGetCString(SPI_getbinval(first, desc, CS_UPTO, &isnull)),
+								SPI_getbinval(first, desc, CS_AFTER_TXID, &isnull),
+								SPI_getbinval(first, desc, CS_AFTER_ID, &isnull), keys, taken);
+	pfree(keys);
+	return safe;
 }
 
 /*
@@ -597,15 +548,24 @@ cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget
 		 * (eventgrid._position_to_retries(), transfer) once nothing of the
 		 * subscription is in flight.
 		 */
-		if (!complete && DatumGetBool(SPI_getbinval(first, tt->tupdesc, CS_ORDERED, &isnull)) &&
-			!batch_in_order(sub, first, tt->tupdesc))
+		if (!complete && DatumGetBool(SPI_getbinval(first, tt->tupdesc, CS_ORDERED, &isnull)))
 		{
-			if (!DatumGetBool(SPI_getbinval(first, tt->tupdesc, CS_LEASED, &isnull)))
-				a->transfer[a->ntransfer++] = sub;
+			int			safe = ordered_prefix(sub, &scan[i], taken, first, tt->tupdesc);
+			int			unsent = 0;
+
+			for (int m = i + safe; m < i + taken; m++)
+				unsent += scan[m].matched;
 			if (granted != INT_MAX)
-				eg_rate_give_back(sub, scan[i].rate, sent);
-			i = j;
-			continue;
+				eg_rate_give_back(sub, scan[i].rate, unsent);
+			sent -= unsent;
+			taken = safe;
+			if (taken == 0)
+			{
+				if (!DatumGetBool(SPI_getbinval(first, tt->tupdesc, CS_LEASED, &isnull)))
+					a->transfer[a->ntransfer++] = sub;
+				i = j;
+				continue;
+			}
 		}
 
 		/*

@@ -116,4 +116,21 @@ enum RequestCol
 extern void eg_claim_request_cols(SPITupleTable *tt, int row, int first, EgClaimedRow *r,
 								  const EgClaimedRow *prev);
 
+/* An event's place in its topic's event tables. */
+typedef struct EgEventKey
+{
+	uint64		txid;
+	int64		id;
+} EgEventKey;
+
+/*
+ * store_batch_order.c: of the next events of an ordered subscription's
+ * batch, in (txid, id) order, rows[0..taken), how many may be taken now
+ * without an event of a lower id left behind (SPEC 13: publish order within
+ * a batch is id order); 0 when none.  The batch is that of a position (its
+ * topic, done and upto snapshots as text, after_txid and after_id).
+ */
+extern int	eg_batch_safe_prefix(int64 sub, Datum topic, Datum done, const char *upto, Datum after_txid,
+								 Datum after_id, const EgEventKey *rows, int taken);
+
 #endif							/* EVENTGRID_STORE_CLAIM_H */
