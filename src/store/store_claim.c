@@ -149,7 +149,7 @@ static EgStatement advance = {
 	"         after_txid = CASE WHEN a.complete THEN NULL ELSE a.last_txid END,"
 	"         after_id = CASE WHEN a.complete THEN NULL ELSE a.last_id END,"
 	"         served_at = $9,"
-	/* an ordered subscription's first attempts are this worker's until recorded (release_positions) */
+	/* an ordered subscription's first attempts are this worker's until recorded (store_record.c: record_first lets go) */
 	"         lease_owner = CASE WHEN a.chunk IS NOT NULL AND s.ordering_key IS NOT NULL THEN $10"
 	"                            ELSE p.lease_owner END"
 	"    FROM a CROSS JOIN LATERAL (SELECT s.ordering_key FROM eventgrid.event_subscriptions s"

@@ -59,7 +59,8 @@ static EgStatement recover_chunks = {
 	"   CROSS JOIN LATERAL (SELECT coalesce((e.txid, e.id) <= (c.sent_txid, c.sent_id), false) AS sent,"
 	"                              CASE WHEN s.ordering_key IS NOT NULL"
 	"                                   THEN eventgrid._ordering_key(e.event, s.ordering_key) END AS okey) x"
-	"   ORDER BY c.subscription_id, c.chunk, e.txid, e.id"
+	/* a chunk's publish order is id order (its batch's); chunks follow one another (store_batch_order.c) */
+	"   ORDER BY c.subscription_id, c.chunk, e.id"
 	"  RETURNING id, subscription_id, event_id, attempts, source, ordering_key_hash, ordering_key IS NOT NULL AS keyed"
 	"), unleased AS ("
 	/* ordered subscriptions' positions the stale owners held (lease_owner) are free again */
