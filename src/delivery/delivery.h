@@ -49,6 +49,7 @@ typedef struct EgDelivery
 	const char *source;			/* events.source: the subscription it came through by logical replication, or NULL */
 	bool		keyed;			/* a first attempt of an ordered subscription with an ordering key */
 	bool		parked_key;		/* it was decided to retry or wait: its key waits until it is recorded */
+	bool		claim_parked;	/* its key waited in the retries at its claim: never sent, it goes behind in its turn */
 	int64		key_hash;		/* the key's hash, when keyed */
 } EgDelivery;
 
@@ -130,7 +131,6 @@ typedef enum EgOrderVerdict
 extern EgOrderVerdict eg_ordering_admit(EgRequest *req);
 extern EgRequest **eg_ordering_done(EgRequest *req, int *n);
 extern bool eg_ordering_parked(EgRequest *req);
-extern void eg_ordering_decided_at_claim(EgDelivery *d);
 extern void eg_ordering_recorded(EgDelivery *d);
 extern void eg_ordering_chunk_claimed(EgChunk *c);
 extern bool eg_ordering_chunk_ready(const EgChunk *c);

@@ -137,6 +137,18 @@ scan_limit(int64 budget)
 	return (int) Max(EG_CHUNK_MIN_ROWS, Min(rows, EG_CHUNK_MAX_ROWS));
 }
 
+/* Adds req to the requests built by the claim, in order. */
+static void
+append_built(EgRequest *req)
+{
+	req->next = NULL;
+	if (eg_dw.built_tail)
+		eg_dw.built_tail->next = req;
+	else
+		eg_dw.built_head = req;
+	eg_dw.built_tail = req;
+}
+
 /* Frees requests that were built but will never be started. */
 static void
 free_built_requests(void)
@@ -180,14 +192,10 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 
 		if (action != EG_ACTION_UNDECIDED)
 			eg_delivery_finish_unattempted(d, action, reason, EG_OUTCOME_NONE);
-		else if (rows[k].parked && d->keyed)
-		{
-			/* its key waits in the retries (SPEC 13): it goes behind, unsent */
-			eg_delivery_finish_unattempted(d, EG_ACTION_WAIT, EG_REASON_NONE, EG_OUTCOME_NONE);
-			d->out.next_at = eg_now();
-		}
 		else
 		{
+			/* its key waits in the retries (SPEC 13): it goes behind, unsent, in its turn */
+			d->claim_parked = rows[k].parked && d->keyed;
 			parts[nsend] = rows[k].payload;
 			rowno[nsend] = k;
 			send[nsend++] = d;
@@ -202,11 +210,27 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 	}
 	for (int k = 0; k < nsend;)
 	{
-		int			take = eg_batch_take(&parts[k], nsend - k, max_events, max_bytes);
+		int			run = 0;
+		int			take;
 		EgClaimedRow *first = &rows[rowno[k]];
 		EgRequest  *req = MemoryContextAllocZero(claim->cxt, sizeof(EgRequest));
 		EgRequestSpec spec;
 		EgOutcomeCode unsendable;
+
+		if (send[k]->claim_parked)
+		{
+			/* a request that is never sent: it holds the row's place in its key's order (ordering.c) */
+			req->subscription_id = first->subscription_id;
+			req->items = MemoryContextAlloc(claim->cxt, sizeof(void *));
+			req->items[0] = send[k];
+			req->count = 1;
+			append_built(req);
+			k++;
+			continue;
+		}
+		while (k + run < nsend && !send[k + run]->claim_parked)
+			run++;
+		take = eg_batch_take(&parts[k], run, max_events, max_bytes);
 
 		spec.schema = first->schema;
 		spec.subscription_name = first->subscription_name;
@@ -242,12 +266,7 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 			req->items = MemoryContextAlloc(claim->cxt, sizeof(void *) * take);
 			memcpy(req->items, &send[k], sizeof(void *) * take);
 			req->count = take;
-			req->next = NULL;
-			if (eg_dw.built_tail)
-				eg_dw.built_tail->next = req;
-			else
-				eg_dw.built_head = req;
-			eg_dw.built_tail = req;
+			append_built(req);
 		}
 		else
 		{
@@ -383,9 +402,9 @@ order_chunks(EgClaimedRow *rows, int n)
 
 /*
  * The claim of n rows has committed: rows finished without an attempt are
- * recorded (those that wait behind their keys park them first), and the
- * requests may go, an ordered subscription's each once the earlier ones of
- * its keys are decided (ordering.c).
+ * recorded, and the requests may go, an ordered subscription's each once
+ * the earlier ones of its keys are decided (ordering.c); a row whose key
+ * waits in the retries goes there, unsent, in its turn.
  */
 static void
 hand_over(EgClaim *claim, int n)
@@ -398,10 +417,7 @@ hand_over(EgClaim *claim, int n)
 		if (d->chunk != NULL && d->chunk->ordered && (i == 0 || claim->rows[i - 1].chunk != d->chunk))
 			eg_ordering_chunk_claimed(d->chunk);
 		if (d->out.action != EG_ACTION_UNDECIDED)
-		{
-			eg_ordering_decided_at_claim(d);
 			eg_delivery_push(d);
-		}
 	}
 	eg_dw.claim_in_progress = NULL;
 	while (eg_dw.built_head)

@@ -102,7 +102,7 @@ superseded(const EgRequest *req, void *arg)
 {
 	const EgSubscriptionState *st = state_of(arg, req->subscription_id);
 
-	return st != NULL && (st->gone || st->held || strcmp(st->endpoint, req->url) != 0);
+	return st != NULL && (st->gone || st->held || (req->url != NULL && strcmp(st->endpoint, req->url) != 0));
 }
 
 /* What becomes of an ordered subscription's waiting requests, of which req is one (eg_ordering_follow). */

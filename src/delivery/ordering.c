@@ -15,7 +15,9 @@
  *   and the record writes them into the retries behind it in the order
  *   decided (eventgrid._park_ordering_keys), where the retry claim takes
  *   one at a time per key.  A claim marks the events of keys that already
- *   wait there (EgClaimedRow.parked);
+ *   wait there (EgClaimedRow.parked): such an event gets a request that is
+ *   never sent, so that it goes behind, in its turn, whatever this worker
+ *   still holds of its key (a batch held back by another of its keys);
  * - an ordered chunk is recorded only with or after every earlier ordered
  *   chunk of its subscription, so that a key's parked events reach the
  *   retries in publish order.
@@ -186,7 +188,7 @@ eg_ordering_done(EgRequest *req, int *n)
 
 		if (!d->keyed || (s = key_of(d, false)) == NULL)
 			continue;
-		if (d->out.action == EG_ACTION_RETRY || d->out.action == EG_ACTION_WAIT)
+		if ((d->out.action == EG_ACTION_RETRY || d->out.action == EG_ACTION_WAIT) && !d->parked_key)
 		{
 			s->parked++;
 			d->parked_key = true;
@@ -244,6 +246,12 @@ eg_ordering_admit(EgRequest *req)
 		if (s->tail != NULL && s->tail != req)
 			link_after(s->tail, req);
 		s->tail = req;
+		if (d->claim_parked && !d->parked_key)
+		{
+			/* its key waits in the retries: so will it, behind what this worker holds of the key */
+			s->parked++;
+			d->parked_key = true;
+		}
 	}
 	if (!keyed)
 		return EG_ORDER_GO;
@@ -253,23 +261,6 @@ eg_ordering_admit(EgRequest *req)
 		return EG_ORDER_WAIT;
 	}
 	return eg_ordering_parked(req) ? EG_ORDER_PARK : EG_ORDER_GO;
-}
-
-/*
- * A first attempt decided at its claim without a request (its key waits in
- * the retries: EG_ACTION_WAIT; or its time-to-live or attempts ran out):
- * a parked one keeps its key parked until it is recorded.
- */
-void
-eg_ordering_decided_at_claim(EgDelivery *d)
-{
-	KeyState   *s;
-
-	if (!d->keyed || d->out.action != EG_ACTION_WAIT)
-		return;
-	s = key_of(d, true);
-	s->parked++;
-	d->parked_key = true;
 }
 
 /* d, a delivery whose key it parked, is recorded: its key may go on. */
