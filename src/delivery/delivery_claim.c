@@ -384,7 +384,7 @@ cmp_event_id(const void *a, const void *b)
 	return x < y ? -1 : x > y ? 1 : 0;
 }
 
-/* An ordered subscription's chunk goes in publish order: by id (see store_claim.c, batch_order). */
+/* An ordered subscription's chunk goes in publish order: by id (see store/store_batch_order.c). */
 static void
 order_chunks(EgClaimedRow *rows, int n)
 {
