@@ -311,4 +311,26 @@ typedef struct EgEventPart
 	int			len;
 } EgEventPart;
 
+static inline int
+eg_cmp_int64(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* Sorts values[0..n) and drops repeats; returns how many are left. */
+static inline int
+eg_sort_distinct_int64(int64 *values, int n)
+{
+	int			m = 0;
+
+	qsort(values, n, sizeof(int64), eg_cmp_int64);
+	for (int i = 0; i < n; i++)
+		if (m == 0 || values[m - 1] != values[i])
+			values[m++] = values[i];
+	return m;
+}
+
 #endif							/* EVENTGRID_H */

@@ -636,16 +636,15 @@ eg_delivery_settled(EgRequest *req)
 static void
 settle(EgRequest *req, bool gone)
 {
-	List	   *work = list_make1(req);
+	List	   *work = NIL;
+	EgRequest  *r = req;
 
-	while (work != NIL)
+	/* an unordered request has no followers: no list is made for it */
+	for (;;)
 	{
-		EgRequest  *r = linitial(work);
 		int			n;
-		EgRequest **next;
+		EgRequest **next = eg_ordering_done(r, &n);
 
-		work = list_delete_first(work);
-		next = eg_ordering_done(r, &n);
 		for (int i = 0; i < n; i++)
 		{
 			/* its subscription changed while it waited: it goes back unsent (eg_ordering_follow) */
@@ -661,6 +660,10 @@ settle(EgRequest *req, bool gone)
 		}
 		if (next)
 			pfree(next);
+		if (work == NIL)
+			return;
+		r = linitial(work);
+		work = list_delete_first(work);
 	}
 }
 

@@ -472,15 +472,6 @@ eg_targets_queued(void)
 	return queued_total;
 }
 
-static int
-cmp_int64(const void *a, const void *b)
-{
-	int64		x = *(const int64 *) a;
-	int64		y = *(const int64 *) b;
-
-	return x < y ? -1 : x > y ? 1 : 0;
-}
-
 /*
  * The event subscriptions whose requests wait on the hosts that only_backed_up
  * says (backed-up hosts, marked skipped; or every host), palloc'd, sorted,
@@ -517,14 +508,8 @@ waiting_subscriptions(bool only_backed_up, int64 **subs)
 		}
 		h = h->ring_next;
 	} while (h != ring);
-	qsort(out, n, sizeof(int64), cmp_int64);
-	cap = n;
-	n = 0;
-	for (int i = 0; i < cap; i++)
-		if (n == 0 || out[n - 1] != out[i])
-			out[n++] = out[i];
 	*subs = out;
-	return n;
+	return eg_sort_distinct_int64(out, n);
 }
 
 /*

@@ -233,6 +233,7 @@ EgOrderVerdict
 eg_ordering_admit(EgRequest *req)
 {
 	bool		keyed = false;
+	Place	   *p;
 
 	for (int k = 0; k < req->count; k++)
 	{
@@ -255,7 +256,7 @@ eg_ordering_admit(EgRequest *req)
 	}
 	if (!keyed)
 		return EG_ORDER_GO;
-	if (place_of(req, false) != NULL && place_of(req, false)->waits > 0)
+	if ((p = place_of(req, false)) != NULL && p->waits > 0)
 	{
 		nwaiting++;
 		return EG_ORDER_WAIT;
@@ -337,15 +338,6 @@ static Stop *stops = NULL;
 static int	nstops = 0;
 static int	stops_cap = 0;
 
-static int
-cmp_int64(const void *a, const void *b)
-{
-	int64		x = *(const int64 *) a;
-	int64		y = *(const int64 *) b;
-
-	return x < y ? -1 : x > y ? 1 : 0;
-}
-
 /*
  * The ordered subscriptions this worker holds requests of (sorted, each
  * once; palloc'd in *ids), for following changes to them.
@@ -356,7 +348,6 @@ eg_ordering_subscriptions(int64 **ids)
 	HASH_SEQ_STATUS it;
 	KeyState   *s;
 	int			n = 0;
-	int			m = 0;
 
 	*ids = NULL;
 	if (keys == NULL || hash_get_num_entries(keys) == 0)
@@ -366,11 +357,7 @@ eg_ordering_subscriptions(int64 **ids)
 	while ((s = hash_seq_search(&it)) != NULL)
 		if (s->tail != NULL)
 			(*ids)[n++] = s->subscription_id;
-	qsort(*ids, n, sizeof(int64), cmp_int64);
-	for (int i = 0; i < n; i++)
-		if (m == 0 || (*ids)[m - 1] != (*ids)[i])
-			(*ids)[m++] = (*ids)[i];
-	return m;
+	return eg_sort_distinct_int64(*ids, n);
 }
 
 /*

@@ -422,3 +422,25 @@ eg_store_no_flush_wait(void)
 {
 	eg_store_run(&no_sync, NULL, false, SPI_OK_UTILITY);
 }
+
+/* See store.h. */
+int
+eg_key_arrays(SPITupleTable *tt, int n, int first, int keyed_col, Datum *args)
+{
+	Datum	   *cols[3];
+	int			k = 0;
+
+	for (int c = 0; c < 3; c++)
+		cols[c] = palloc(Max(n, 1) * sizeof(Datum));
+	for (int i = 0; i < n; i++)
+	{
+		if (keyed_col > 0 && !eg_bool_col(tt, i, keyed_col))
+			continue;
+		for (int c = 0; c < 3; c++)
+			cols[c][k] = Int64GetDatum(eg_int64_col(tt, i, first + c, 0));
+		k++;
+	}
+	for (int c = 0; c < 3; c++)
+		args[c] = eg_make_array(cols[c], NULL, k, INT8OID);
+	return k;
+}

@@ -93,6 +93,15 @@ extern Datum eg_text_array(const char *const *values, int n);
 extern Oid	eg_store_table(const char *name);
 
 /*
+ * Ordering keys of result rows tt[0..n): args[0..2] become the int8 arrays
+ * of the subscription ids, key hashes and retry ids in columns first,
+ * first + 1 and first + 2 (of the rows whose boolean column keyed_col is
+ * true, when keyed_col > 0), the arguments of eventgrid._park_ordering_keys,
+ * _start_ordering_keys and _promote_ordering_keys; returns how many rows.
+ */
+extern int	eg_key_arrays(SPITupleTable *tt, int n, int first, int keyed_col, Datum *args);
+
+/*
  * One claimed delivery: a first attempt (chunk > 0: an event reached by its
  * subscription's position, identified by its (txid, event_id) key) or a
  * retry (retry_id > 0: a row of eventgrid.retries).  Its texts live until

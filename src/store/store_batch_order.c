@@ -59,14 +59,6 @@ static BatchCuts cache[EG_BATCH_CACHE];
 static int	ncache = 0;
 static int	next_slot = 0;
 
-static int
-cmp_key(const EgEventKey *a, const EgEventKey *b)
-{
-	if (a->txid != b->txid)
-		return a->txid < b->txid ? -1 : 1;
-	return a->id < b->id ? -1 : a->id > b->id ? 1 : 0;
-}
-
 static bool
 is_cut(const BatchCuts *b, const EgEventKey *k)
 {
@@ -78,7 +70,7 @@ is_cut(const BatchCuts *b, const EgEventKey *k)
 	while (lo <= hi)
 	{
 		int			mid = (lo + hi) / 2;
-		int			c = cmp_key(&b->cuts[mid], k);
+		int			c = cmp_event_key(b->cuts[mid].txid, b->cuts[mid].id, k->txid, k->id);
 
 		if (c == 0)
 			return true;

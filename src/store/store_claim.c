@@ -240,14 +240,6 @@ static EgStatement drop_chunks = {
 	.types = {INT8ARRAYOID, INT4OID},
 };
 
-/* Event order, (txid, id): the order of a batch and of a chunk's key range. */
-static inline int
-cmp_event_key(uint64 txid_a, int64 id_a, uint64 txid_b, int64 id_b)
-{
-	if (txid_a != txid_b)
-		return txid_a < txid_b ? -1 : 1;
-	return id_a < id_b ? -1 : id_a > id_b ? 1 : 0;
-}
 
 /* A scanned row of a first-attempt claim, with the keys it is ordered by. */
 typedef struct EgScanRow

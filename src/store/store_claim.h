@@ -123,6 +123,15 @@ typedef struct EgEventKey
 	int64		id;
 } EgEventKey;
 
+/* Event order, (txid, id): the order of a batch and of a chunk's key range. */
+static inline int
+cmp_event_key(uint64 txid_a, int64 id_a, uint64 txid_b, int64 id_b)
+{
+	if (txid_a != txid_b)
+		return txid_a < txid_b ? -1 : 1;
+	return id_a < id_b ? -1 : id_a > id_b ? 1 : 0;
+}
+
 /*
  * store_batch_order.c: of the next events of an ordered subscription's
  * batch, in (txid, id) order, rows[0..taken), how many may be taken now

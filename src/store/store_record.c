@@ -626,9 +626,6 @@ record_attempts(const EgAttempt *attempts, int n)
 static void
 park_parked_keys(SPITupleTable *tt, int n, TimestampTz *earliest)
 {
-	Datum	   *subs = palloc(n * sizeof(Datum));
-	Datum	   *hashes = palloc(n * sizeof(Datum));
-	Datum	   *ids = palloc(n * sizeof(Datum));
 	Datum	   *dues = palloc(n * sizeof(Datum));
 	Datum		args[4];
 
@@ -636,16 +633,11 @@ park_parked_keys(SPITupleTable *tt, int n, TimestampTz *earliest)
 	{
 		TimestampTz due = eg_timestamp_col(tt, i, 4);
 
-		subs[i] = Int64GetDatum(eg_int64_col(tt, i, 1, 0));
-		hashes[i] = Int64GetDatum(eg_int64_col(tt, i, 2, 0));
-		ids[i] = Int64GetDatum(eg_int64_col(tt, i, 3, 0));
 		dues[i] = TimestampTzGetDatum(due);
 		if (due < *earliest)
 			*earliest = due;
 	}
-	args[0] = eg_make_array(subs, NULL, n, INT8OID);
-	args[1] = eg_make_array(hashes, NULL, n, INT8OID);
-	args[2] = eg_make_array(ids, NULL, n, INT8OID);
+	(void) eg_key_arrays(tt, n, 1, 0, args);
 	args[3] = eg_make_array(dues, NULL, n, TIMESTAMPTZOID);
 	eg_store_run(&park_keys, args, false, SPI_OK_SELECT);
 }
@@ -716,21 +708,9 @@ eg_store_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 
 		eg_store_run(&record_retries, args, false, SPI_OK_SELECT);
 		if (SPI_processed > 0)
 		{
-			int			nk = (int) SPI_processed;
-			Datum	   *ksubs = palloc(nk * sizeof(Datum));
-			Datum	   *khashes = palloc(nk * sizeof(Datum));
-			Datum	   *kids = palloc(nk * sizeof(Datum));
 			TimestampTz now = eg_now();
 
-			for (int i = 0; i < nk; i++)
-			{
-				ksubs[i] = Int64GetDatum(eg_int64_col(SPI_tuptable, i, 1, 0));
-				khashes[i] = Int64GetDatum(eg_int64_col(SPI_tuptable, i, 2, 0));
-				kids[i] = Int64GetDatum(eg_int64_col(SPI_tuptable, i, 3, 0));
-			}
-			args[0] = eg_make_array(ksubs, NULL, nk, INT8OID);
-			args[1] = eg_make_array(khashes, NULL, nk, INT8OID);
-			args[2] = eg_make_array(kids, NULL, nk, INT8OID);
+			(void) eg_key_arrays(SPI_tuptable, (int) SPI_processed, 1, 0, args);
 			args[3] = TimestampTzGetDatum(now);
 			eg_store_run(&promote_keys, args, false, SPI_OK_SELECT);
 			if (eg_int32_col(SPI_tuptable, 0, 1, 0) > 0 && now < earliest)

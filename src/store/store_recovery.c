@@ -179,25 +179,10 @@ static EgStatement recovery_lock = {
 static void
 start_recovered_keys(SPITupleTable *tt, int n, TimestampTz now)
 {
-	Datum	   *subs = palloc(Max(n, 1) * sizeof(Datum));
-	Datum	   *hashes = palloc(Max(n, 1) * sizeof(Datum));
-	Datum	   *ids = palloc(Max(n, 1) * sizeof(Datum));
 	Datum		args[4];
-	int			k = 0;
 
-	for (int i = 0; i < n; i++)
-	{
-		if (!eg_bool_col(tt, i, 5))
-			continue;
-		subs[k] = Int64GetDatum(eg_int64_col(tt, i, 2, 0));
-		hashes[k] = Int64GetDatum(eg_int64_col(tt, i, 3, 0));
-		ids[k++] = Int64GetDatum(eg_int64_col(tt, i, 4, 0));
-	}
-	if (k == 0)
+	if (eg_key_arrays(tt, n, 2, 5, args) == 0)
 		return;
-	args[0] = eg_make_array(subs, NULL, k, INT8OID);
-	args[1] = eg_make_array(hashes, NULL, k, INT8OID);
-	args[2] = eg_make_array(ids, NULL, k, INT8OID);
 	args[3] = TimestampTzGetDatum(now);
 	eg_store_run(&start_recovered, args, false, SPI_OK_SELECT);
 }
