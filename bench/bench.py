@@ -48,7 +48,8 @@ Measures, in one run against one cluster and one nginx sink on 127.0.0.1:
     of a delivery server fed by replication against local delivery
  21. pull delivery (bench/pull.py): receive + acknowledge of 100 events per
     call by 8 consumers against a plain SKIP LOCKED queue table read as pgmq
-    reads, and commit-to-receive latency for a waiting consumer
+    reads and, when BENCH_PGMQ_SQL names its install script, pgmq itself
+    (read + delete), and commit-to-receive latency for a waiting consumer
  9. isolation: a healthy subscription's latency beside 500 subscriptions to a
     port where nothing listens and 200 to an endpoint that accepts and never
     answers (30 s response timeout), and the worker's peak descriptors and

@@ -113,6 +113,41 @@ class Pull:
             cur.execute("DELETE FROM bench_plain_queue WHERE msg_id = ANY (%s)", (ids,))
             return cur.rowcount
 
+    def pgmq_step(self, conn):
+        with conn.cursor() as cur:
+            cur.execute("SELECT array_agg(msg_id) FROM pgmq.read('bench', 300, 100)")
+            ids = cur.fetchone()[0]
+            if not ids:
+                time.sleep(0.01)
+                return 0
+            cur.execute("SELECT count(*) FROM pgmq.delete('bench', %s::bigint[])", (ids,))
+            return cur.fetchone()[0]
+
+    def pgmq_run(self, n, script):
+        """pgmq itself: its install script run into schema pgmq once (it creates the schema when no extension
+        pgmq exists), a fresh queue, the same events sent in batches of 1,000, then the same consumers."""
+        if not self.b.one("SELECT to_regnamespace('pgmq') IS NOT NULL"):
+            with open(script) as f:
+                self.b.q(f.read())
+        self.b.q("SELECT pgmq.drop_queue('bench') FROM pgmq.meta WHERE queue_name = 'bench'")
+        self.b.q("SELECT pgmq.create('bench')")
+        done = 0
+        while done < n:
+            k = min(1000, n - done)
+            self.b.q("SELECT count(*) FROM pgmq.send_batch('bench', ARRAY("
+                     " SELECT jsonb_build_object('specversion', '1.0', 'id', 'p-' || %s || '-' || g, 'source', '/bench',"
+                     "        'type', 'Bench.OrderCreated', 'data', s.event->'data')"
+                     "   FROM generate_series(1, %s) g JOIN bench_src s ON s.event->'data'->>'orderId' = ((g - 1) %% %s + 1)::text))",
+                     (done, k, self.b.src_n))
+            done += k
+        self.b.q("VACUUM ANALYZE pgmq.q_bench")
+        rate = self.consume(n, self.pgmq_step)
+        left = self.b.one("SELECT count(*) FROM pgmq.q_bench")
+        if left:
+            raise RuntimeError(f"{left} messages left in pgmq's queue")
+        self.b.q("SELECT pgmq.drop_queue('bench')")
+        return rate
+
     def eventgrid_run(self, n):
         self.b.reset_queue()
         self.b.q("SELECT eventgrid.create_topic('pull', 'CloudEventSchemaV1_0', 'namespace')")
@@ -194,13 +229,19 @@ class Pull:
 
     def run(self):
         n = env_int("BENCH_PULL_EVENTS", 200000)
-        runs = {"eventgrid": [], "plain": [], "moved": [], "published": []}
+        script = os.environ.get("BENCH_PGMQ_SQL")
+        if not script:
+            print("figure 21: BENCH_PGMQ_SQL is not set, so pgmq itself is not measured (set it to the path of"
+                  " pgmq--1.5.1.sql, pgmq's install script)", flush=True)
+        runs = {"eventgrid": [], "plain": [], "pgmq": [], "moved": [], "published": []}
         for _ in range(2):
             rate, moved, published = self.eventgrid_run(n)
             runs["eventgrid"].append(rate)
             runs["moved"].append(moved)
             runs["published"].append(published)
             runs["plain"].append(self.plain_run(n))
+            if script:
+                runs["pgmq"].append(self.pgmq_run(n, script))
         consumers = env_int("BENCH_PULL_CONSUMERS", 8)
         self.b.report("pull_receive_ack_per_s",
                       f"21 pull: receive(100) + acknowledge, {consumers} consumers, {n:,} events, mean of 2",
@@ -209,6 +250,11 @@ class Pull:
                       statistics.mean(runs["plain"]), "events/s")
         self.b.report("pull_vs_plain", "  ratio", self.b.results["pull_receive_ack_per_s"]
                       / self.b.results["pull_plain_queue_per_s"], "", ">= 1 (ahead)")
+        if script:
+            self.b.report("pull_pgmq_per_s", "  pgmq 1.5.1: read(300, 100) + delete(ids), the same",
+                          statistics.mean(runs["pgmq"]), "events/s")
+            self.b.report("pull_vs_pgmq", "  ratio to pgmq", self.b.results["pull_receive_ack_per_s"]
+                          / self.b.results["pull_pgmq_per_s"], "", ">= 1 (ahead)")
         self.b.report("pull_published_per_s", "  publish of the backlog (INSERT ... SELECT)",
                       statistics.mean(runs["published"]), "events/s")
         self.b.report("pull_moved_per_s", "  the delivery workers' move into the queue after it",

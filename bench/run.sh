@@ -23,6 +23,7 @@
 #   BENCH_TOKEN_LIFETIME (5)  BENCH_TOKEN_BYTES (1000, about a JWT of Entra ID): figure 19 (bearer tokens; the token endpoint is a Python server in bench.py)
 #   BENCH_ORDERING_KEYS (1000): figure 20 (ordered delivery per key)
 #   BENCH_PULL_EVENTS (200000)  BENCH_PULL_CONSUMERS (8)  BENCH_PULL_SECONDS (10): figure 21 (pull delivery)
+#   BENCH_PGMQ_SQL (unset): figure 21 runs pgmq itself beside eventgrid from this install script (pgmq--1.5.1.sql)
 # Arguments go to bench.py, e.g. --only 1,2 for figures 1-4.
 set -euo pipefail
 . "$(dirname "$0")/../scripts/common.sh"
