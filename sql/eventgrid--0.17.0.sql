@@ -1,4 +1,4 @@
--- eventgrid 0.16.0: the full install script of this version.
+-- eventgrid 0.17.0: the full install script of this version.
 --
 -- Made by scripts/install-script.sh from what the upgrade scripts build
 -- (sql/eventgrid--A--B.sql, from the oldest full script on): edit those,
@@ -76,7 +76,7 @@ BEGIN
     -- by primary key (no join: a plan that cannot become a scan of the queue), then the secret
     WITH gone AS (
         DELETE FROM eventgrid.queue_events q
-         WHERE q.id = ANY (k.ids) AND (q.id || ':' || q.lock_secret) = ANY (k.tokens) AND q.subscription_id = sid
+         WHERE q.id = ANY (eventgrid._queue_ids(sid, k.ids)) AND (q.id || ':' || q.lock_secret) = ANY (k.tokens)
            AND q.receivable_at > eventgrid._clock_now()
         RETURNING q.id || ':' || q.lock_secret AS tok
     )
@@ -1357,70 +1357,47 @@ END;
 COMMENT ON FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) IS 'Internal: publishes the dead-letter notifications of the notices (eventgrid._dead_letter_notification builds each) into eventgrid.events, source ''(dead-letter notification)''; eventgrid._publish_dead_letter_notifications calls it for the whole set, then for each notice alone.';
 
 CREATE FUNCTION eventgrid._lock_token_keys(lock_tokens text[], OUT ids bigint[], OUT tokens text[]) RETURNS record
-    LANGUAGE plpgsql IMMUTABLE
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-BEGIN
-    PERFORM eventgrid._check_not_null('lock_tokens', lock_tokens);
-    IF cardinality(lock_tokens) > 1000 THEN
-        RAISE EXCEPTION 'lock_tokens must hold at most 1000 lock tokens, got %', cardinality(lock_tokens)
-            USING ERRCODE = 'program_limit_exceeded', HINT = 'Settle the events of up to ten receive() calls at a time.';
-    END IF;
-    SELECT coalesce(array_agg(t.id), '{}'), coalesce(array_agg(t.id || ':' || t.secret), '{}') INTO ids, tokens
-      FROM eventgrid._parse_lock_tokens(lock_tokens) t WHERE t.id IS NOT NULL;
-END $$;
+    LANGUAGE c IMMUTABLE
+    AS 'MODULE_PATHNAME', 'eventgrid_lock_token_keys';
 
 COMMENT ON FUNCTION eventgrid._lock_token_keys(lock_tokens text[], OUT ids bigint[], OUT tokens text[]) IS 'Internal: the well-formed lock tokens of an operation''s argument as the event ids they name and the tokens normalized (id:secret), which the operations find their rows by (primary key, then the token); 22004 when lock_tokens is NULL, 54000 when it holds more than 1000.';
 
-CREATE FUNCTION eventgrid._parse_lock_tokens(lock_tokens text[]) RETURNS TABLE(ord bigint, tok text, id bigint, secret uuid)
-    LANGUAGE sql IMMUTABLE
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    BEGIN ATOMIC
- SELECT x.ord,
-     x.tok,
-         CASE
-             WHEN x.ok THEN (split_part(x.tok, ':'::text, 1))::bigint
-             ELSE NULL::bigint
-         END AS "case",
-         CASE
-             WHEN x.ok THEN (split_part(x.tok, ':'::text, 2))::uuid
-             ELSE NULL::uuid
-         END AS "case"
-    FROM ( SELECT u.tok,
-             u.ord,
-             COALESCE((u.tok ~ '^[0-9]{1,18}:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'::text), false) AS ok
-            FROM unnest(_parse_lock_tokens.lock_tokens) WITH ORDINALITY u(tok, ord)) x;
-END;
-
-COMMENT ON FUNCTION eventgrid._parse_lock_tokens(lock_tokens text[]) IS 'Internal: each lock token of an operation''s argument, in order, with the event id and lock secret it is made of (id:secret, as receive() makes them; NULL when it is not of that form).';
-
 CREATE FUNCTION eventgrid._lock_token_results(sid bigint, lock_tokens text[], done text[], operation text) RETURNS TABLE(lock_token text, succeeded boolean, error text)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
-    BEGIN ATOMIC
- SELECT t.tok,
-     t.settled,
-         CASE
-             WHEN t.settled THEN NULL::text
-             WHEN (t.id IS NULL) THEN 'InvalidLockToken: not a lock token of eventgrid.receive()'::text
-             WHEN (((t.id || ':'::text) || t.secret) = ANY (_lock_token_results.done)) THEN 'TokenLost: the same lock token came earlier in this call'::text
-             WHEN (EXISTS ( SELECT 1
-                FROM eventgrid.queue_events q
-               WHERE ((q.id = t.id) AND (q.lock_secret = t.secret) AND (q.subscription_id = _lock_token_results.sid) AND (q.receivable_at <= eventgrid._clock_now())))) THEN 'TokenLost: the lock expired; the event can be received again'::text
-             WHEN ((_lock_token_results.operation = 'renew'::text) AND (EXISTS ( SELECT 1
-                FROM eventgrid.queue_events q
-               WHERE ((q.id = t.id) AND (q.lock_secret = t.secret) AND (q.subscription_id = _lock_token_results.sid))))) THEN 'LockRenewalLimitExceeded: a lock can be renewed within 1 hour of its receive only'::text
-             ELSE 'TokenLost: no such lock; the event was settled, received again after its lock expired, or belongs to another event subscription'::text
-         END AS "case"
-    FROM ( SELECT p.tok,
-             p.ord,
-             p.id,
-             p.secret,
-             (COALESCE((((p.id || ':'::text) || p.secret) = ANY (_lock_token_results.done)), false) AND (row_number() OVER (PARTITION BY p.id, p.secret ORDER BY p.ord) = 1)) AS settled
-            FROM eventgrid._parse_lock_tokens(_lock_token_results.lock_tokens) p(ord, tok, id, secret)) t
-   ORDER BY t.ord;
-END;
+    AS $$
+BEGIN
+    IF cardinality(done) = cardinality(lock_tokens) THEN
+        -- each token settled an event of its own: nothing to look up
+        RETURN QUERY SELECT u.tok, true, NULL::text FROM unnest(lock_tokens) WITH ORDINALITY u(tok, ord) ORDER BY u.ord;
+        RETURN;
+    END IF;
+    -- why each other token did not settle: its event looked up by primary key (OFFSET 0 keeps the
+    -- other conditions out of that scan, as in _queue_ids)
+    RETURN QUERY
+    SELECT t.tok, t.settled,
+           CASE WHEN t.settled THEN NULL::text
+                WHEN t.id IS NULL THEN 'InvalidLockToken: not a lock token of eventgrid.receive()'
+                WHEN (t.id || ':' || t.secret) = ANY (done) THEN 'TokenLost: the same lock token came earlier in this call'
+                WHEN EXISTS (SELECT 1 FROM (SELECT q.lock_secret, q.subscription_id, q.receivable_at
+                                              FROM eventgrid.queue_events q WHERE q.id = t.id OFFSET 0) q
+                              WHERE q.lock_secret = t.secret AND q.subscription_id = sid
+                                AND q.receivable_at <= eventgrid._clock_now())
+                    THEN 'TokenLost: the lock expired; the event can be received again'
+                WHEN operation = 'renew'
+                     AND EXISTS (SELECT 1 FROM (SELECT q.lock_secret, q.subscription_id
+                                                  FROM eventgrid.queue_events q WHERE q.id = t.id OFFSET 0) q
+                                  WHERE q.lock_secret = t.secret AND q.subscription_id = sid)
+                    THEN 'LockRenewalLimitExceeded: a lock can be renewed within 1 hour of its receive only'
+                ELSE 'TokenLost: no such lock; the event was settled, received again after its lock expired, or belongs to another event subscription'
+           END
+      FROM (SELECT p.tok, p.ord, p.id, p.secret,
+                   coalesce((p.id || ':' || p.secret) = ANY (done), false)
+                   AND row_number() OVER (PARTITION BY p.id, p.secret ORDER BY p.ord) = 1 AS settled
+              FROM eventgrid._parse_lock_tokens(lock_tokens) p) t
+     ORDER BY t.ord;
+END $$;
 
 COMMENT ON FUNCTION eventgrid._lock_token_results(sid bigint, lock_tokens text[], done text[], operation text) IS 'Internal: the result row of each lock token an operation was given, in the order given: succeeded when the operation settled it (done: the tokens it settled, as id:secret), else why not (InvalidLockToken, TokenLost, LockRenewalLimitExceeded).';
 
@@ -1474,6 +1451,28 @@ CREATE FUNCTION eventgrid._park_ordering_keys(sids bigint[], key_hashes bigint[]
 END;
 
 COMMENT ON FUNCTION eventgrid._park_ordering_keys(sids bigint[], key_hashes bigint[], ids bigint[], dues timestamp with time zone[]) IS 'Internal: first attempts ids of ordered event subscriptions (subscription sids, key key_hashes) were just written into the retries waiting (next_attempt_at ''infinity''), a key''s in publish order: an attempt failed, or an event waits behind one that did; of each key that had no head, the oldest becomes its head, due at its own time in dues; returns how many. Locks the keys'' rows of eventgrid.ordering_keys, in order, as _promote_ordering_keys does.';
+
+CREATE FUNCTION eventgrid._parse_lock_tokens(lock_tokens text[]) RETURNS TABLE(ord bigint, tok text, id bigint, secret uuid)
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT x.ord,
+     x.tok,
+         CASE
+             WHEN x.ok THEN (split_part(x.tok, ':'::text, 1))::bigint
+             ELSE NULL::bigint
+         END AS "case",
+         CASE
+             WHEN x.ok THEN (split_part(x.tok, ':'::text, 2))::uuid
+             ELSE NULL::uuid
+         END AS "case"
+    FROM ( SELECT u.tok,
+             u.ord,
+             COALESCE((u.tok ~ '^[0-9]{1,18}:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'::text), false) AS ok
+            FROM unnest(_parse_lock_tokens.lock_tokens) WITH ORDINALITY u(tok, ord)) x;
+END;
+
+COMMENT ON FUNCTION eventgrid._parse_lock_tokens(lock_tokens text[]) IS 'Internal: each lock token of an operation''s argument, in order, with the event id and lock secret it is made of (id:secret, as receive() makes them; NULL when it is not of that form).';
 
 CREATE FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) RETURNS record
     LANGUAGE plpgsql STABLE
@@ -1830,7 +1829,7 @@ DECLARE
 BEGIN
     SELECT * INTO sub FROM eventgrid.event_subscriptions x WHERE x.id = sid;
     WITH gone AS (
-        DELETE FROM eventgrid.queue_events q WHERE q.id = ANY (ids) AND q.subscription_id = sid
+        DELETE FROM eventgrid.queue_events q WHERE q.id = ANY (eventgrid._queue_ids(sid, ids))
         RETURNING q.*
     ), dead AS (
         INSERT INTO eventgrid.dead_letters (topic, subscription_name, subscription_id, input_schema,
@@ -1866,6 +1865,21 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid._queue_finish(sid bigint, ids bigint[], reason text) IS 'Internal: removes events ids of queue event subscription sid from eventgrid.queue_events and dead-letters them with reason (MaxDeliveryCountExceeded, TimeToLiveExceeded, Rejected; delivery_attempts: how many times they were received), or drops them when dead-lettering is off; publishes their dead-letter notifications and counts them as the delivery workers do. Returns how many.';
 
+CREATE FUNCTION eventgrid._queue_ids(sid bigint, ids bigint[]) RETURNS bigint[]
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ SELECT COALESCE(array_agg(x.id), '{}'::bigint[]) AS "coalesce"
+    FROM ( SELECT q.id,
+             q.subscription_id
+            FROM eventgrid.queue_events q
+           WHERE (q.id = ANY (_queue_ids.ids))
+          OFFSET 0) x
+   WHERE (x.subscription_id = _queue_ids.sid);
+END;
+
+COMMENT ON FUNCTION eventgrid._queue_ids(sid bigint, ids bigint[]) IS 'Internal: those of ids that are events of queue event subscription sid in eventgrid.queue_events, found by primary key only (the subscription is compared above the scan: with it in the scan, statistics of an emptier queue lead the planner to walk the subscription''s whole receivable index). The subscriber operations find their rows with it.';
+
 CREATE FUNCTION eventgrid._queue_locked(sid bigint, key_ids bigint[], key_tokens text[], OUT ids bigint[], OUT tokens text[]) RETURNS record
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1876,7 +1890,7 @@ CREATE FUNCTION eventgrid._queue_locked(sid bigint, key_ids bigint[], key_tokens
     FROM ( SELECT q.id,
              q.lock_secret
             FROM eventgrid.queue_events q
-           WHERE ((q.id = ANY (_queue_locked.key_ids)) AND (((q.id || ':'::text) || q.lock_secret) = ANY (_queue_locked.key_tokens)) AND (q.subscription_id = _queue_locked.sid) AND (q.receivable_at > eventgrid._clock_now()))
+           WHERE ((q.id = ANY (eventgrid._queue_ids(_queue_locked.sid, _queue_locked.key_ids))) AND (((q.id || ':'::text) || q.lock_secret) = ANY (_queue_locked.key_tokens)) AND (q.receivable_at > eventgrid._clock_now()))
            ORDER BY q.id
           FOR UPDATE OF q) l;
 END;
@@ -1905,6 +1919,7 @@ CREATE FUNCTION eventgrid._queue_take(sid bigint, max_events integer, after time
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
+    SET enable_bitmapscan TO 'off'
     AS $$
 DECLARE
     sub eventgrid.event_subscriptions;
@@ -1922,6 +1937,8 @@ BEGIN
     LOOP
         -- receivable now: never received, released, or locked by a receive whose lock expired;
         -- those another session is taking are skipped
+        -- (an index scan in the index's order, stopping at the limit: statistics taken of an emptier
+        -- queue make a bitmap scan look cheaper, which reads and sorts every receivable event)
         SELECT array_agg(c.tid) FILTER (WHERE c.state = 'live'), min(c.receivable_at) FILTER (WHERE c.state = 'live'),
                array_agg(c.id) FILTER (WHERE c.state = 'count'),
                array_agg(c.id) FILTER (WHERE c.state = 'ttl'),
@@ -2209,7 +2226,7 @@ BEGIN
     WITH renewed AS (
         UPDATE eventgrid.queue_events q
            SET receivable_at = t_now + lock_seconds * interval '1 second'
-         WHERE q.id = ANY (k.ids) AND (q.id || ':' || q.lock_secret) = ANY (k.tokens) AND q.subscription_id = sid
+         WHERE q.id = ANY (eventgrid._queue_ids(sid, k.ids)) AND (q.id || ':' || q.lock_secret) = ANY (k.tokens)
            AND q.receivable_at > t_now
            AND q.received_at > t_now - interval '1 hour'
         RETURNING q.id || ':' || q.lock_secret AS tok
@@ -4958,8 +4975,6 @@ REVOKE ALL ON FUNCTION eventgrid._insert_dead_letter_notifications(notices event
 
 REVOKE ALL ON FUNCTION eventgrid._lock_token_keys(lock_tokens text[], OUT ids bigint[], OUT tokens text[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._parse_lock_tokens(lock_tokens text[]) FROM PUBLIC;
-
 REVOKE ALL ON FUNCTION eventgrid._lock_token_results(sid bigint, lock_tokens text[], done text[], operation text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._log(message text) FROM PUBLIC;
@@ -4967,6 +4982,8 @@ REVOKE ALL ON FUNCTION eventgrid._log(message text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._ordering_key(event jsonb, path text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._park_ordering_keys(sids bigint[], key_hashes bigint[], ids bigint[], dues timestamp with time zone[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._parse_lock_tokens(lock_tokens text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) FROM PUBLIC;
 
@@ -4988,6 +5005,8 @@ REVOKE ALL ON FUNCTION eventgrid._queue_count(sid bigint, received bigint, ackno
 REVOKE ALL ON FUNCTION eventgrid._queue_expire(now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._queue_finish(sid bigint, ids bigint[], reason text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._queue_ids(sid bigint, ids bigint[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._queue_locked(sid bigint, key_ids bigint[], key_tokens text[], OUT ids bigint[], OUT tokens text[]) FROM PUBLIC;
 
