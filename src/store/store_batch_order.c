@@ -15,7 +15,9 @@
  * overlapping transactions cut often; a batch that cannot be cut within a
  * claim moves into the retries in id order instead (store_claim.c).
  */
-#include "store/store_claim.h"
+#include "store/store.h"
+#include "store/store_batch_order.h"
+#include "store/store_sql.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"

@@ -9,6 +9,7 @@
 
 #include "store/store.h"
 #include "store/store_sql.h"
+#include "store/store_batch_order.h"
 
 /*
  * Static custom headers once per subscription among those in sub_ids.
@@ -115,31 +116,5 @@ enum RequestCol
  */
 extern void eg_claim_request_cols(SPITupleTable *tt, int row, int first, EgClaimedRow *r,
 								  const EgClaimedRow *prev);
-
-/* An event's place in its topic's event tables. */
-typedef struct EgEventKey
-{
-	uint64		txid;
-	int64		id;
-} EgEventKey;
-
-/* Event order, (txid, id): the order of a batch and of a chunk's key range. */
-static inline int
-cmp_event_key(uint64 txid_a, int64 id_a, uint64 txid_b, int64 id_b)
-{
-	if (txid_a != txid_b)
-		return txid_a < txid_b ? -1 : 1;
-	return id_a < id_b ? -1 : id_a > id_b ? 1 : 0;
-}
-
-/*
- * store_batch_order.c: of the next events of an ordered subscription's
- * batch, in (txid, id) order, rows[0..taken), how many may be taken now
- * without an event of a lower id left behind (SPEC 13: publish order within
- * a batch is id order); 0 when none.  The batch is that of a position (its
- * topic, done and upto snapshots as text, after_txid and after_id).
- */
-extern int	eg_batch_safe_prefix(int64 sub, Datum topic, Datum done, const char *upto, Datum after_txid,
-								 Datum after_id, const EgEventKey *rows, int taken);
 
 #endif							/* EVENTGRID_STORE_CLAIM_H */
