@@ -27,6 +27,7 @@
 #define EG_LOCK_ID_MAX_DIGITS 18
 /* the secret: a UUID as 8-4-4-4-12 hexadecimal digits */
 #define EG_UUID_TEXT_LEN 36
+#define EG_LOCK_TOKEN_MAX_LEN (EG_LOCK_ID_MAX_DIGITS + 1 + EG_UUID_TEXT_LEN)
 
 static bool
 is_hex(char c)
@@ -36,8 +37,9 @@ is_hex(char c)
 
 /*
  * Whether s (len bytes) is <1-18 digits>:<uuid>; if so *id is the number
- * and normalized the token as receive() writes it (the id without leading
- * zeros, the secret in lower case), which the operations compare with.
+ * and normalized (EG_LOCK_TOKEN_MAX_LEN + 1 bytes) the token as receive()
+ * writes it (the id without leading zeros, the secret in lower case), which
+ * the operations compare with.
  */
 static bool
 parse_token(const char *s, int len, int64 *id, char *normalized)
@@ -61,7 +63,7 @@ parse_token(const char *s, int len, int64 *id, char *normalized)
 	*id = 0;
 	for (int i = 0; i < digits; i++)
 		*id = *id * 10 + (s[i] - '0');	/* at most 18 digits: no overflow */
-	out = normalized + sprintf(normalized, INT64_FORMAT ":", *id);
+	out = normalized + snprintf(normalized, EG_LOCK_ID_MAX_DIGITS + 2, INT64_FORMAT ":", *id);
 	for (int i = 0; i < EG_UUID_TEXT_LEN; i++)
 		out[i] = pg_ascii_tolower((unsigned char) secret[i]);
 	out[EG_UUID_TEXT_LEN] = '\0';
@@ -116,7 +118,7 @@ eventgrid_lock_token_keys(PG_FUNCTION_ARGS)
 	{
 		text	   *t;
 		int64		id;
-		char		normalized[EG_LOCK_ID_MAX_DIGITS + 1 + EG_UUID_TEXT_LEN + 1];
+		char		normalized[EG_LOCK_TOKEN_MAX_LEN + 1];
 
 		if (elem_nulls[i])
 			continue;
