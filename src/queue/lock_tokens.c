@@ -13,6 +13,8 @@
  */
 #include "core/eventgrid.h"
 
+#include <ctype.h>
+
 #include "access/htup_details.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
@@ -29,12 +31,6 @@
 #define EG_UUID_TEXT_LEN 36
 #define EG_LOCK_TOKEN_MAX_LEN (EG_LOCK_ID_MAX_DIGITS + 1 + EG_UUID_TEXT_LEN)
 
-static bool
-is_hex(char c)
-{
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
 /*
  * Whether s (len bytes) is <1-18 digits>:<uuid>; if so *id is the number
  * and normalized (EG_LOCK_TOKEN_MAX_LEN + 1 bytes) the token as receive()
@@ -48,7 +44,7 @@ parse_token(const char *s, int len, int64 *id, char *normalized)
 	const char *secret;
 	char	   *out;
 
-	while (digits < len && s[digits] >= '0' && s[digits] <= '9')
+	while (digits < len && isdigit((unsigned char) s[digits]))
 		digits++;
 	if (digits < 1 || digits > EG_LOCK_ID_MAX_DIGITS || len != digits + 1 + EG_UUID_TEXT_LEN || s[digits] != ':')
 		return false;
@@ -57,7 +53,7 @@ parse_token(const char *s, int len, int64 *id, char *normalized)
 	{
 		bool		dash = i == 8 || i == 13 || i == 18 || i == 23;
 
-		if (dash ? secret[i] != '-' : !is_hex(secret[i]))
+		if (dash ? secret[i] != '-' : !isxdigit((unsigned char) secret[i]))
 			return false;
 	}
 	*id = 0;

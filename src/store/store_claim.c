@@ -240,7 +240,6 @@ static EgStatement drop_chunks = {
 	.types = {INT8ARRAYOID, INT4OID},
 };
 
-
 /* A scanned row of a first-attempt claim, with the keys it is ordered by. */
 typedef struct EgScanRow
 {
