@@ -17,6 +17,9 @@
 #  - acknowledge(), release(), renew_locks() and reject() of their tokens,
 #    and the results of tokens that settle nothing, read no entry of the
 #    receivable index (each event found by primary key);
+#  - lock tokens are checked as receive() writes them: a secret in upper
+#    case and an id with leading zeros settle their events, a secret with
+#    a letter that is not hexadecimal or an id of 19 digits is no token;
 #  - what was received, acknowledged, released, renewed and rejected is
 #    what the counts say.
 use strict;
@@ -101,9 +104,21 @@ my ($why, $why_entries) =
 is($why, join(',', ('TokenLost') x 10, 'InvalidLockToken'), 'tokens that settle nothing say why');
 is($why_entries, '0', 'finding why read no entry of the receivable index');
 
+# the tokens' check (src/queue/lock_tokens.c): a secret in upper case and an id with leading zeros
+# name their events (compared as receive() wrote them); a secret with a letter that is not
+# hexadecimal, or an id of 19 digits, is not a lock token
+my ($t_upper, $t_zeros, $t_bad, $t_long) = @$more[35 .. 38];
+my ($upper_id, $upper_secret) = split /:/, $t_upper;
+my (undef, $long_secret) = split /:/, $t_long;
+is(sql("SELECT string_agg(coalesce(split_part(error, ':', 1), succeeded::text), ',') FROM eventgrid.acknowledge('jobs', 'job-queue', "
+		  . tokens_sql("$upper_id:" . uc($upper_secret), "000$t_zeros", substr($t_bad, 0, -1) . 'g',
+			  "1234567890123456789:$long_secret") . ")"),
+	'true,true,InvalidLockToken,InvalidLockToken',
+	'upper case and leading zeros settle; a non-hexadecimal secret or a 19-digit id is no token');
+
 is(sql("SELECT received_total || ' ' || acknowledged_total || ' ' || released_total || ' ' || rejected_total FROM eventgrid.queue_metrics "
 		  . "WHERE event_subscription = 'job-queue'"),
-	'140 100 10 10', 'received, acknowledged, released and rejected as counted');
-is(sql("SELECT count(*) FROM eventgrid.queue_events"), $backlog - 110, 'the others are still in the queue');
+	'140 102 10 10', 'received, acknowledged, released and rejected as counted');
+is(sql("SELECT count(*) FROM eventgrid.queue_events"), $backlog - 112, 'the others are still in the queue');
 
 done_testing();
