@@ -4,13 +4,14 @@
 #                                  plus the TAP integration tests in test/t
 MODULE_big = eventgrid
 # src/ is in folders by concern, each standing only on those below it
-# (docs/ARCHITECTURE.md): core < http < store < publish, delivery, queue < src/
+# (docs/ARCHITECTURE.md): core < http < store < publish, delivery, queue, serve < src/
 OBJS = $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/core/*.c))) \
        $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/http/*.c))) \
        $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/store/*.c))) \
        $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/publish/*.c))) \
        $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/delivery/*.c))) \
        $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/queue/*.c))) \
+       $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/serve/*.c))) \
        $(patsubst %.c,%.o,$(sort $(wildcard $(srcdir)/src/*.c)))
 
 EXTENSION = eventgrid
@@ -28,8 +29,10 @@ PROVE_TESTS = test/t/*.pl
 
 EG_VERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/eventgrid.control)
 
-SHLIB_LINK += $(shell curl-config --libs) -lcrypto -pthread
-PG_CPPFLAGS += $(shell curl-config --cflags) -I$(srcdir)/src -DEG_VERSION='"$(EG_VERSION)"'
+# libcurl (delivery), OpenSSL's libcrypto, libmicrohttpd (the HTTP listener)
+# and libpq (the listener's connections to the databases)
+SHLIB_LINK += $(shell curl-config --libs) -lcrypto -lmicrohttpd -lpq -pthread
+PG_CPPFLAGS += $(shell curl-config --cflags) -I$(libpq_srcdir) -I$(srcdir)/src -DEG_VERSION='"$(EG_VERSION)"'
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 # warnings are errors for us (scripts/test.sh, CI: make WERROR=1), never in a
 # user's or a packager's build, where the next compiler may warn anew

@@ -82,6 +82,7 @@ from databases import Databases
 from monitoring import Monitoring
 from replication import Replication
 from pull import Pull
+from http_publish import HttpPublish
 
 EVENT_BYTES = 1000  # approximate size of one published event
 
@@ -999,7 +1000,7 @@ def main():
     ap.add_argument("--tls-log", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21", help="comma-separated figure numbers (2 runs 2-4)")
+    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22", help="comma-separated figure numbers (2 runs 2-4)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     b = Bench(args)
@@ -1034,6 +1035,8 @@ def main():
         b.fig_ordered()
     if "21" in only:
         Pull(b).run()
+    if "22" in only:
+        HttpPublish(b).run()
     if "16" in only:
         Databases(b, arrival_receiver).run()
     if "17" in only:

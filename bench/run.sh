@@ -24,6 +24,8 @@
 #   BENCH_ORDERING_KEYS (1000): figure 20 (ordered delivery per key)
 #   BENCH_PULL_EVENTS (200000)  BENCH_PULL_CONSUMERS (8)  BENCH_PULL_SECONDS (10): figure 21 (pull delivery)
 #   BENCH_PGMQ_SQL (unset): figure 21 runs pgmq itself beside eventgrid from this install script (pgmq--1.5.1.sql)
+#   BENCH_HTTP_PORT (18480)  BENCH_HTTP_SENDERS (8)  BENCH_HTTP_SECONDS (10): figure 22 (publishing over HTTPS
+#     with Python's Azure SDK, python3-azure, against publish() over libpq; the listener serves the sink's certificate)
 # Arguments go to bench.py, e.g. --only 1,2 for figures 1-4.
 set -euo pipefail
 . "$(dirname "$0")/../scripts/common.sh"
@@ -35,7 +37,7 @@ if [ "${1:-}" = "--pg" ]; then
     eg_in_chroot "$major" bench/run.sh "$@"
     exit $?
 fi
-EG_EXTRA_PACKAGES="nginx-light wrk python3-psycopg2 postgresql-$PG_MAJOR-pgq3 prometheus-postgres-exporter"
+EG_EXTRA_PACKAGES="nginx-light wrk python3-psycopg2 postgresql-$PG_MAJOR-pgq3 prometheus-postgres-exporter python3-azure"
 eg_setup "$@"
 work=$EG_WORK
 port=55433
@@ -52,16 +54,16 @@ trap cleanup EXIT
 
 # a throwaway CA and the sink's certificate for 127.0.0.1
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/ca.key" -out "$work/ca.pem" -days 2 \
-    -subj "/CN=eventgrid bench CA" 2>/dev/null
+    -subj "/CN=eventgrid bench CA" -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
 openssl req -newkey rsa:2048 -nodes -keyout "$work/sink.key" -out "$work/sink.csr" -subj "/CN=127.0.0.1" 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1\n' > "$work/sink.ext"
+printf 'subjectAltName=IP:127.0.0.1\nauthorityKeyIdentifier=keyid,issuer\n' > "$work/sink.ext"
 openssl x509 -req -in "$work/sink.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial \
     -days 2 -extfile "$work/sink.ext" -out "$work/sink.pem" 2>/dev/null
 # and a client certificate for the subscriptions that present one (figure 12, mutual TLS)
 openssl req -newkey rsa:2048 -nodes -keyout "$work/client.key" -out "$work/client.csr" -subj "/CN=eventgrid bench" 2>/dev/null
 openssl x509 -req -in "$work/client.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial \
     -days 2 -out "$work/client.pem" 2>/dev/null
-chown postgres "$work"/ca.pem "$work"/client.pem "$work"/client.key
+chown postgres "$work"/ca.pem "$work"/client.pem "$work"/client.key "$work"/sink.pem "$work"/sink.key
 
 eg_start_cluster "$work" $port <<CONF
 shared_buffers = 1GB
@@ -70,6 +72,9 @@ checkpoint_timeout = 30min
 eventgrid.max_concurrent_requests = 64
 eventgrid.delivery_workers = ${BENCH_WORKERS:-2}
 eventgrid.ssl_ca_file = '$work/ca.pem'
+eventgrid.http_port = ${BENCH_HTTP_PORT:-18480}
+eventgrid.http_ssl_cert_file = '$work/sink.pem'
+eventgrid.http_ssl_key_file = '$work/sink.key'
 CONF
 
 cat > "$work/nginx.conf" <<CONF

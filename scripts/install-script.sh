@@ -87,7 +87,9 @@ head = f'''-- eventgrid {version}: the full install script of this version.
 -- publish(), which checks the caller's privileges, and the internal
 -- functions that read with the caller's own privileges.  Three roles carry
 -- the privileges: eventgrid_admin (configuration, statistics, dead letters),
--- eventgrid_publisher (publishing) and eventgrid_receiver (pull delivery).
+-- eventgrid_publisher (publishing) and eventgrid_receiver (pull delivery);
+-- a fourth, eventgrid_http, is the HTTP listener's (SPEC 16) and is
+-- granted to no one.
 
 \\echo Use "CREATE EXTENSION eventgrid" to load this file. \\quit
 
@@ -97,7 +99,7 @@ CREATE FUNCTION eventgrid._check_install_database() RETURNS void
     AS 'MODULE_PATHNAME', 'eventgrid_check_install_database';
 SELECT eventgrid._check_install_database();
 
--- The three roles administrators grant (cluster-wide; kept if the extension is dropped).
+-- The roles (cluster-wide; kept if the extension is dropped): three administrators grant, and the HTTP listener's.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'eventgrid_admin') THEN
@@ -109,6 +111,9 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'eventgrid_receiver') THEN
         CREATE ROLE eventgrid_receiver NOLOGIN;
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'eventgrid_http') THEN
+        CREATE ROLE eventgrid_http NOLOGIN;
+    END IF;
 END $$;
 COMMENT ON ROLE eventgrid_admin IS
     'eventgrid: may configure topics and event subscriptions, read statistics, and read and delete dead letters. Grant it to administrators.';
@@ -116,6 +121,8 @@ COMMENT ON ROLE eventgrid_publisher IS
     'eventgrid: may publish events (INSERT INTO eventgrid.events (topic, event), eventgrid.publish()). Grant it to applications.';
 COMMENT ON ROLE eventgrid_receiver IS
     'eventgrid: may receive the events of queue event subscriptions and acknowledge, release or reject them or renew their locks (eventgrid.receive() and the other subscriber operations). Grant it to consumers.';
+COMMENT ON ROLE eventgrid_http IS
+    'eventgrid: the role of the HTTP listener''s connections (eventgrid.http_port): may run Event Grid''s data plane (eventgrid._http_publish(), which checks the topic''s access keys) and nothing else. Grant it to no one.';
 
 '''
 tail = f'''

@@ -3,7 +3,8 @@
  * preloaded, asks for the shared-memory block holding the databases' slots
  * and the workers' latches (core/databases.c), installs the utility and
  * error hooks (hooks.c) and registers the launcher
- * (launcher.c); and the check run by CREATE EXTENSION.
+ * (launcher.c) and, with eventgrid.http_port set, the HTTP listener
+ * (serve/listener.c); and the check run by CREATE EXTENSION.
  *
  * The library works in two modes.  Preloaded (shared_preload_libraries =
  * 'eventgrid') it registers the launcher and shared memory.  Loaded on demand
@@ -75,6 +76,20 @@ _PG_init(void)
 	snprintf(worker.bgw_name, BGW_MAXLEN, "eventgrid launcher");
 	snprintf(worker.bgw_type, BGW_MAXLEN, "eventgrid launcher");
 	RegisterBackgroundWorker(&worker);
+
+	/* Event Grid's HTTP data plane (SPEC 16), when a port is set: one listener for the cluster */
+	if (eg_http_port != 0)
+	{
+		memset(&worker, 0, sizeof(worker));
+		worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+		worker.bgw_restart_time = 5;
+		snprintf(worker.bgw_library_name, BGW_MAXLEN, "eventgrid");
+		snprintf(worker.bgw_function_name, BGW_MAXLEN, "eventgrid_http_listener_main");
+		snprintf(worker.bgw_name, BGW_MAXLEN, "eventgrid HTTP listener");
+		snprintf(worker.bgw_type, BGW_MAXLEN, "eventgrid HTTP listener");
+		RegisterBackgroundWorker(&worker);
+	}
 }
 
 PG_FUNCTION_INFO_V1(eventgrid_check_install_database);

@@ -64,6 +64,18 @@ eg_b64_decode(const char *src, int len, uint8 *dst, int dstlen)
 }
 
 /*
+ * A WaitEventSet for nevents events, living as long as the process (the
+ * caller never frees it).  17 tracks a set by resource owner (NULL: none);
+ * 14-16 allocate it in a memory context.  The caller includes
+ * storage/latch.h.
+ */
+#if PG_VERSION_NUM >= 170000
+#define eg_wait_event_set_create(nevents) CreateWaitEventSet(NULL, (nevents))
+#else
+#define eg_wait_event_set_create(nevents) CreateWaitEventSet(TopMemoryContext, (nevents))
+#endif
+
+/*
  * Inserts the index entries of a new row (slot) of rri's relation, as an
  * INSERT without ON CONFLICT does.  16 added onlySummarizing (false: every
  * index, the row being new); 14 and 15 take seven arguments.  The caller

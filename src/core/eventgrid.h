@@ -72,6 +72,12 @@ extern int	eg_attempt_history_max_rows;
 extern char *eg_ssl_ca_file;
 extern char *eg_webhook_request_origin;
 extern char *eg_entra_authority;	/* eventgrid.entra_authority */
+extern int	eg_http_port;			/* eventgrid.http_port: 0, no HTTP listener (SPEC 16) */
+extern char *eg_http_listen_addresses;
+extern char *eg_http_ssl_cert_file;
+extern char *eg_http_ssl_key_file;
+extern int	eg_http_max_connections;
+extern int	eg_http_connection_timeout_s;
 
 /* eventgrid.attempt_history: which delivery attempts the history keeps. */
 typedef enum EgHistoryMode

@@ -35,6 +35,12 @@ int			eg_attempt_history_max_rows = 1000000;
 char	   *eg_ssl_ca_file = NULL;
 char	   *eg_webhook_request_origin = NULL;
 char	   *eg_entra_authority = NULL;
+int			eg_http_port = 0;
+char	   *eg_http_listen_addresses = NULL;
+char	   *eg_http_ssl_cert_file = NULL;
+char	   *eg_http_ssl_key_file = NULL;
+int			eg_http_max_connections = 100;
+int			eg_http_connection_timeout_s = 30;
 
 static const struct config_enum_entry history_modes[] = {
 	{"all", EG_HISTORY_ALL, false},
@@ -147,6 +153,42 @@ check_ssl_ca_file(char **newval, void **extra, GucSource source)
 		return false;
 	}
 	return true;
+}
+
+/*
+ * The HTTP listener's (SPEC 16, serve/listener.c): all PGC_POSTMASTER, its
+ * sockets being opened once, so defined only while the postmaster loads the
+ * library.
+ */
+static void
+define_http_gucs(void)
+{
+	DefineCustomIntVariable("eventgrid.http_port",
+							gettext_noop("TCP port on which the HTTP listener serves Event Grid's data plane (publishing over HTTP); 0: no listener."),
+							gettext_noop("URLs name the database: {scheme}://{host}:{port}/{database}/topics/{topic}/api/events."),
+							&eg_http_port, 0, 0, 65535,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("eventgrid.http_listen_addresses",
+							   gettext_noop("Comma-separated IP addresses or host names the HTTP listener binds to; * for every IPv4 address."),
+							   NULL, &eg_http_listen_addresses, "127.0.0.1",
+							   PGC_POSTMASTER, GUC_LIST_INPUT, NULL, NULL, NULL);
+	DefineCustomStringVariable("eventgrid.http_ssl_cert_file",
+							   gettext_noop("PEM file of the HTTP listener's certificate (and its chain); with eventgrid.http_ssl_key_file the listener serves HTTPS only."),
+							   NULL, &eg_http_ssl_cert_file, "",
+							   PGC_POSTMASTER, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("eventgrid.http_ssl_key_file",
+							   gettext_noop("PEM file of the HTTP listener's private key (unencrypted)."),
+							   NULL, &eg_http_ssl_key_file, "",
+							   PGC_POSTMASTER, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.http_max_connections",
+							gettext_noop("Most client connections the HTTP listener holds at once; more are refused."),
+							NULL, &eg_http_max_connections, 100, 1, 10000,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.http_connection_timeout",
+							gettext_noop("How long an HTTP client's connection may stay without sending or receiving a byte before the listener closes it."),
+							gettext_noop("A slow or idle client holds only its own connection, and at most this long between bytes."),
+							&eg_http_connection_timeout_s, 30, 1, 3600,
+							PGC_POSTMASTER, GUC_UNIT_S, NULL, NULL, NULL);
 }
 
 /* Defines eventgrid's GUCs (_PG_init, in every process that loads the library). */
@@ -277,6 +319,8 @@ eg_define_gucs(void)
 							   gettext_noop("Tokens come from {authority}/{tenant_id}/oauth2/v2.0/token; another cloud's authority (e.g. https://login.microsoftonline.us) or a test server may be set."),
 							   &eg_entra_authority, "https://login.microsoftonline.com",
 							   PGC_SIGHUP, 0, check_entra_authority, NULL, NULL);
+	if (process_shared_preload_libraries_in_progress)
+		define_http_gucs();
 	MarkGUCPrefixReservedCompat("eventgrid");
 }
 

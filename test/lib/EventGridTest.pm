@@ -133,7 +133,8 @@ sub openssl
 
 # A throwaway certificate authority in $dir: "$dir/$ca.pem" (self-signed,
 # CN "eventgrid test $ca", valid $days days) and "$dir/$ca.key", with what
-# `openssl ca` needs to sign with it (issue_certificate).
+# `openssl ca` needs to sign with it (issue_certificate), which gives each
+# certificate the key identifiers strict verifiers require.
 sub make_ca
 {
 	my ($dir, $ca, $days) = @_;
@@ -149,8 +150,13 @@ serial = $dir/$ca-serial
 default_md = sha256
 policy = anything
 copy_extensions = copy
+x509_extensions = leaf
 [ anything ]
 commonName = supplied
+[ leaf ]
+basicConstraints = CA:FALSE
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid,issuer
 CNF
 	close($fh);
 	open($fh, '>', "$dir/$ca-index.txt") or die;
@@ -158,8 +164,9 @@ CNF
 	open($fh, '>', "$dir/$ca-serial") or die;
 	print $fh "1000\n";
 	close($fh);
+	# with the key usage strict verifiers ask of a CA (Python 3.13's ssl: VERIFY_X509_STRICT)
 	openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$dir/$ca.key", '-out', "$dir/$ca.pem",
-		'-days', $days, '-subj', "/CN=eventgrid test $ca");
+		'-days', $days, '-subj', "/CN=eventgrid test $ca", '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
 	return;
 }
 

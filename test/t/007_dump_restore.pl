@@ -1,6 +1,7 @@
 # pg_dump / pg_restore keeps everything (issue "Trust", item 5): topics,
-# event subscriptions, delivery properties with secrets, queued events and
-# their deliveries, dead letters, counters and identity sequences.  The
+# event subscriptions, delivery properties with secrets, the topics' access
+# keys, queued events and their deliveries, dead letters, counters and
+# identity sequences.  The
 # restored database is delivered from, with secrets intact, and new events
 # get ids that do not collide with restored ones.
 use strict;
@@ -53,6 +54,10 @@ my $history = "SELECT count(*) || '/' || string_agg(DISTINCT outcome, ',' ORDER 
 my $history_before = sql('postgres', $history);
 like($history_before, qr{^[1-9]\d*/}, "attempt history before the dump ($history_before)");
 my $max_event_id = sql('postgres', 'SELECT max(id) FROM eventgrid.events');
+# the topics' access keys for HTTP publishers (0.18.0): one replaced, so that a fresh key would differ
+sql('postgres', "SELECT eventgrid.regenerate_topic_key('shop', 'key2')");
+my $keys = "SELECT string_agg(topic || ' ' || key1 || ' ' || key2 || ' ' || key2_set_at, ',' ORDER BY topic) FROM eventgrid.topic_keys";
+my $keys_before = sql('postgres', $keys);
 
 my $dump = "$PostgreSQL::Test::Utils::tmp_check/eventgrid.dump";
 $node->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $node->connstr('postgres') ], 'pg_dump -Fc');
@@ -69,6 +74,7 @@ $node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('resto
 
 is(sql('restored', $snapshot), $before, 'everything restored: topics, subscriptions, properties, positions and pending deliveries, dead letters, counters');
 is(sql('restored', "SELECT value FROM eventgrid.delivery_properties WHERE is_secret"), 's3cret', 'the secret value is intact');
+is(sql('restored', $keys), $keys_before, 'the topics\' access keys are restored as they were');
 is(sql('restored', $history), $history_before, 'the attempt history restored');
 is(sql('restored', $profile), $profile_before, 'topic types, namespace retry policies and advanced filters restored');
 is(sql('restored', "SELECT count(*) FROM eventgrid.dead_letter_events WHERE dead_letter_reason = 'NonRetriableError'"), '3',

@@ -1,4 +1,4 @@
--- eventgrid 0.17.0: the full install script of this version.
+-- eventgrid 0.18.0: the full install script of this version.
 --
 -- Made by scripts/install-script.sh from what the upgrade scripts build
 -- (sql/eventgrid--A--B.sql, from the oldest full script on): edit those,
@@ -13,7 +13,9 @@
 -- publish(), which checks the caller's privileges, and the internal
 -- functions that read with the caller's own privileges.  Three roles carry
 -- the privileges: eventgrid_admin (configuration, statistics, dead letters),
--- eventgrid_publisher (publishing) and eventgrid_receiver (pull delivery).
+-- eventgrid_publisher (publishing) and eventgrid_receiver (pull delivery);
+-- a fourth, eventgrid_http, is the HTTP listener's (SPEC 16) and is
+-- granted to no one.
 
 \echo Use "CREATE EXTENSION eventgrid" to load this file. \quit
 
@@ -23,7 +25,7 @@ CREATE FUNCTION eventgrid._check_install_database() RETURNS void
     AS 'MODULE_PATHNAME', 'eventgrid_check_install_database';
 SELECT eventgrid._check_install_database();
 
--- The three roles administrators grant (cluster-wide; kept if the extension is dropped).
+-- The roles (cluster-wide; kept if the extension is dropped): three administrators grant, and the HTTP listener's.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'eventgrid_admin') THEN
@@ -35,6 +37,9 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'eventgrid_receiver') THEN
         CREATE ROLE eventgrid_receiver NOLOGIN;
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'eventgrid_http') THEN
+        CREATE ROLE eventgrid_http NOLOGIN;
+    END IF;
 END $$;
 COMMENT ON ROLE eventgrid_admin IS
     'eventgrid: may configure topics and event subscriptions, read statistics, and read and delete dead letters. Grant it to administrators.';
@@ -42,6 +47,8 @@ COMMENT ON ROLE eventgrid_publisher IS
     'eventgrid: may publish events (INSERT INTO eventgrid.events (topic, event), eventgrid.publish()). Grant it to applications.';
 COMMENT ON ROLE eventgrid_receiver IS
     'eventgrid: may receive the events of queue event subscriptions and acknowledge, release or reject them or renew their locks (eventgrid.receive() and the other subscriber operations). Grant it to consumers.';
+COMMENT ON ROLE eventgrid_http IS
+    'eventgrid: the role of the HTTP listener''s connections (eventgrid.http_port): may run Event Grid''s data plane (eventgrid._http_publish(), which checks the topic''s access keys) and nothing else. Grant it to no one.';
 
 CREATE TYPE eventgrid._dead_letter_notice AS (
 	subscription_id bigint,
@@ -1343,6 +1350,142 @@ CREATE FUNCTION eventgrid._histogram_buckets(histogram text) RETURNS double prec
 
 COMMENT ON FUNCTION eventgrid._histogram_buckets(histogram text) IS 'Internal: the upper bounds (seconds) of the buckets of a histogram, the same as the delivery workers count with (src/store/store_metrics.c), +Inf last.';
 
+CREATE FUNCTION eventgrid._http_authorized(topic text, path text, sas_key text, sas_token text, auth_header text) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "DateStyle" TO 'ISO, MDY'
+    SET "TimeZone" TO 'UTC'
+    AS $$
+DECLARE
+    k eventgrid.topic_access_keys;
+    given text := sas_key;
+    signed record;
+    expires timestamptz;
+BEGIN
+    SELECT * INTO k FROM eventgrid.topic_access_keys a WHERE a.topic = _http_authorized.topic;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF given IS NULL AND auth_header ~* '^SharedAccessKey +' THEN
+        given := regexp_replace(auth_header, '^SharedAccessKey +', '', 'i');
+    END IF;
+    IF given IS NOT NULL THEN
+        RETURN eventgrid._secret_equal(given, k.key1) OR eventgrid._secret_equal(given, k.key2);
+    END IF;
+    IF sas_token IS NULL THEN
+        RETURN false;
+    END IF;
+    signed := eventgrid._sas_token_check(sas_token, k.key1, k.key2);
+    -- the resource's path (scheme and host as the client saw them, any query) is the request's
+    IF signed.resource IS NULL OR
+       rtrim(split_part(regexp_replace(signed.resource, '^[A-Za-z][A-Za-z0-9+.-]*://[^/?]*', ''), '?', 1), '/')
+           IS DISTINCT FROM rtrim(path, '/') THEN
+        RETURN false;
+    END IF;
+    BEGIN
+        -- 2026-11-27 14:15:33.201349+00:00 (Python) or 11/27/2026 2:15:33 PM (JavaScript), UTC
+        expires := signed.expiry::timestamptz;
+    EXCEPTION WHEN data_exception THEN
+        RETURN false;
+    END;
+    RETURN expires > clock_timestamp();
+END $$;
+
+COMMENT ON FUNCTION eventgrid._http_authorized(topic text, path text, sas_key text, sas_token text, auth_header text) IS 'Internal: whether an HTTP request to path may publish to topic (SPEC 16): its aeg-sas-key header, or its Authorization: SharedAccessKey header, is one of the topic''s keys (compared in constant time); or its aeg-sas-token is signed with one of them, names path as its resource (scheme, host and query aside) and has not expired (its expiry in UTC, as the Azure SDKs write it).';
+
+CREATE FUNCTION eventgrid._http_error(code text, message text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    RETURN (jsonb_build_object('error', jsonb_build_object('code', code, 'message', message)))::text;
+
+COMMENT ON FUNCTION eventgrid._http_error(code text, message text) IS 'Internal: the body of an error answer of the HTTP data plane, {"error":{"code":code,"message":message}}, as Event Grid''s.';
+
+CREATE FUNCTION eventgrid._http_publish(topic text, path text, sas_key text, sas_token text, auth_header text, content_type text, body text, OUT status integer, OUT answer text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t eventgrid.topics;
+    media text := lower(btrim(split_part(coalesce(content_type, ''), ';', 1)));
+    events jsonb;
+    n integer;
+    bad integer;
+    problem text;
+    state text;
+BEGIN
+    SELECT * INTO t FROM eventgrid.topics x WHERE x.name = _http_publish.topic AND x.topic_type = 'custom';
+    IF NOT FOUND THEN
+        status := 404;
+        answer := eventgrid._http_error('NotFound', format('No custom topic %s in this database.', eventgrid._quote(topic)));
+        RETURN;
+    END IF;
+    IF NOT eventgrid._http_authorized(topic, path, sas_key, sas_token, auth_header) THEN
+        -- never which part was wrong
+        status := 401;
+        answer := eventgrid._http_error('Unauthorized',
+            'The request must carry one of the topic''s access keys (aeg-sas-key, or Authorization: SharedAccessKey) or a shared access signature signed with one (aeg-sas-token) that has not expired.');
+        RETURN;
+    END IF;
+    IF media NOT IN ('application/json', 'application/cloudevents+json', 'application/cloudevents-batch+json') OR
+       (media <> 'application/json' AND t.input_schema <> 'CloudEventSchemaV1_0') THEN
+        status := 400;
+        answer := eventgrid._http_error('BadRequest', format(
+            'Content-Type must be %s for topic %s (input schema %s).',
+            CASE WHEN t.input_schema = 'CloudEventSchemaV1_0'
+                 THEN 'application/cloudevents-batch+json, application/cloudevents+json or application/json'
+                 ELSE 'application/json' END,
+            eventgrid._quote(topic), t.input_schema));
+        RETURN;
+    END IF;
+    BEGIN
+        events := body::jsonb;
+    EXCEPTION WHEN data_exception THEN
+        status := 400;
+        answer := eventgrid._http_error('BadRequest', 'The request body is not valid JSON: ' || SQLERRM);
+        RETURN;
+    END;
+    IF media = 'application/cloudevents+json' THEN
+        events := jsonb_build_array(events);
+    END IF;
+    IF jsonb_typeof(events) <> 'array' AND NOT (t.input_schema = 'CustomEventSchema' AND jsonb_typeof(events) = 'object') THEN
+        status := 400;
+        answer := eventgrid._http_error('BadRequest', 'The request body must be a JSON array of events.');
+        RETURN;
+    END IF;
+    BEGIN
+        PERFORM eventgrid.publish(topic, events);
+    EXCEPTION WHEN data_exception OR program_limit_exceeded OR null_value_not_allowed THEN
+        GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, problem = MESSAGE_TEXT;
+        IF state = '54000' THEN
+            status := 413;
+            answer := eventgrid._http_error('PayloadTooLarge', problem);
+            RETURN;
+        END IF;
+        -- the first event that fails alone (each tried in a subtransaction rolled back)
+        n := CASE WHEN jsonb_typeof(events) = 'array' THEN jsonb_array_length(events) ELSE 1 END;
+        FOR i IN 0 .. n - 1 LOOP
+            BEGIN
+                PERFORM eventgrid.publish(topic, CASE WHEN jsonb_typeof(events) = 'array' THEN events -> i ELSE events END);
+                RAISE EXCEPTION USING ERRCODE = 'EG000';
+            EXCEPTION
+                WHEN SQLSTATE 'EG000' THEN NULL;
+                WHEN data_exception OR program_limit_exceeded OR null_value_not_allowed THEN
+                    GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
+                    bad := i;
+            END;
+            EXIT WHEN bad IS NOT NULL;
+        END LOOP;
+        status := 400;
+        answer := eventgrid._http_error('BadRequest',
+            CASE WHEN bad IS NULL THEN problem ELSE format('Event at index %s: %s', bad, problem) END);
+        RETURN;
+    END;
+    status := 200;
+    answer := '';
+END $$;
+
+COMMENT ON FUNCTION eventgrid._http_publish(topic text, path text, sas_key text, sas_token text, auth_header text, content_type text, body text, OUT status integer, OUT answer text) IS 'Internal: a publish request of the HTTP listener to a custom topic (SPEC 16: POST /{database}/topics/{topic}/api/events), run as eventgrid_http: checks the request''s key or SAS token (_http_authorized), its Content-Type against the topic''s input schema and its body (a JSON array of events; one CloudEvent with application/cloudevents+json; one object for CustomEventSchema), and publishes all its events in one transaction (publish()) or none. Returns the HTTP status and the answer''s body: 200 and nothing; 400 BadRequest naming the first bad event''s index and field; 401 Unauthorized; 404 NotFound; 413 PayloadTooLarge (over 5000 events).';
+
 CREATE FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) RETURNS void
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1406,6 +1549,19 @@ CREATE FUNCTION eventgrid._log(message text) RETURNS void
     AS 'MODULE_PATHNAME', 'eventgrid_log';
 
 COMMENT ON FUNCTION eventgrid._log(message text) IS 'Internal: writes message to the server log (LOG), without the STATEMENT and CONTEXT lines.';
+
+CREATE FUNCTION eventgrid._random_bytes(n integer) RETURNS bytea
+    LANGUAGE c STRICT
+    AS 'MODULE_PATHNAME', 'eventgrid_random_bytes';
+
+COMMENT ON FUNCTION eventgrid._random_bytes(n integer) IS 'Internal: n (1-1024) bytes from pg_strong_random(), the server''s cryptographically strong source.';
+
+CREATE FUNCTION eventgrid._new_access_key() RETURNS text
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    RETURN encode(eventgrid._random_bytes(32), 'base64'::text);
+
+COMMENT ON FUNCTION eventgrid._new_access_key() IS 'Internal: a new topic access key: the base64 of 32 bytes from pg_strong_random() (44 characters, as Event Grid''s keys).';
 
 CREATE FUNCTION eventgrid._ordering_key(event jsonb, path text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -1993,12 +2149,6 @@ CREATE FUNCTION eventgrid._quote(v text) RETURNS text
 
 COMMENT ON FUNCTION eventgrid._quote(v text) IS 'Internal: double-quotes at most the first 64 characters of an argument for error messages.';
 
-CREATE FUNCTION eventgrid._random_bytes(n integer) RETURNS bytea
-    LANGUAGE c STRICT
-    AS 'MODULE_PATHNAME', 'eventgrid_random_bytes';
-
-COMMENT ON FUNCTION eventgrid._random_bytes(n integer) IS 'Internal: n (1-1024) bytes from pg_strong_random(), the server''s cryptographically strong source.';
-
 CREATE FUNCTION eventgrid._receive_grant_target(topic text, subscription text, role_name text, OUT sid bigint, OUT label text) RETURNS record
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2335,6 +2485,18 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid._retry_policy_args(topic_type text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text, OUT attempts integer, OUT ttl integer) IS 'Internal: checks the retry policy arguments of a custom (max_delivery_attempts 1-30, event_ttl 1-1440 minutes) or namespace (max_delivery_count 1-10, event_time_to_live PT1M-P7D) subscription and returns attempts and minutes (NULL: not given); the other profile''s arguments are refused with 22023 and a hint.';
+
+CREATE FUNCTION eventgrid._sas_token_check(token text, key1 text, key2 text, OUT resource text, OUT expiry text) RETURNS record
+    LANGUAGE c STABLE
+    AS 'MODULE_PATHNAME', 'eventgrid_sas_token_check';
+
+COMMENT ON FUNCTION eventgrid._sas_token_check(token text, key1 text, key2 text, OUT resource text, OUT expiry text) IS 'Internal: when SAS token "r={resource}&e={expiry}&s={signature}" (each part percent-encoded) is signed with HMAC-SHA256 under key1 or key2 (base64, decoded), the resource and expiry it names, decoded; else NULLs. The caller checks them against the request''s path and the clock.';
+
+CREATE FUNCTION eventgrid._secret_equal(a text, b text) RETURNS boolean
+    LANGUAGE c IMMUTABLE STRICT
+    AS 'MODULE_PATHNAME', 'eventgrid_secret_equal';
+
+COMMENT ON FUNCTION eventgrid._secret_equal(a text, b text) IS 'Internal: whether two secrets are equal, compared in time that depends on their length only (CRYPTO_memcmp).';
 
 CREATE FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) RETURNS SETOF record
     LANGUAGE c
@@ -2837,9 +2999,10 @@ BEGIN
     INSERT INTO eventgrid.topics (name, input_schema, topic_type) VALUES (name, input_schema, topic_type);
     INSERT INTO eventgrid.topic_counters (topic) VALUES (name);
     INSERT INTO eventgrid.topic_positions (topic, done) VALUES (name, pg_current_snapshot());
+    INSERT INTO eventgrid.topic_access_keys (topic) VALUES (name);
 END $$;
 
-COMMENT ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) IS 'Creates a topic. name: 3-50 letters, digits, hyphens. input_schema: EventGridSchema (default), CloudEventSchemaV1_0 or CustomEventSchema. topic_type: custom (default; the topic delivery profile) or namespace (CloudEvents 1.0 only; its subscriptions get the namespace delivery profile). Requires eventgrid_admin. Errors: 22004 NULL, 42602 bad name, 22023 bad schema or type, 42710 exists. SPEC 1.';
+COMMENT ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) IS 'Creates a topic, with two new access keys for HTTP publishers (eventgrid.topic_keys). name: 3-50 letters, digits, hyphens. input_schema: EventGridSchema (default), CloudEventSchemaV1_0 or CustomEventSchema. topic_type: custom (default; the topic delivery profile) or namespace (CloudEvents 1.0 only; its subscriptions get the namespace delivery profile). Requires eventgrid_admin. Errors: 22004 NULL, 42602 bad name, 22023 bad schema or type, 42710 exists. SPEC 1.';
 
 CREATE FUNCTION eventgrid.delivery_outcome(http_status integer) RETURNS text
     LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
@@ -3143,6 +3306,36 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) IS 'Queues dead letters for delivery again and returns how many: each becomes a delivery with no attempts made and its time-to-live counted from now, due at once, and leaves eventgrid.dead_letters (if it fails again it is dead-lettered again). Filters (NULL: any): topic, subscription name, reason (MaxDeliveryAttemptsExceeded, TimeToLiveExceeded, NonRetriableError, and for queue subscriptions MaxDeliveryCountExceeded, Rejected), dead_lettered_at >= dead_lettered_after and < dead_lettered_before. Of an ordered subscription (ordering_key) each goes after the events of its key that wait, in the order the dead letters were written: not back in its place. Of a queue subscription each becomes receivable at once with a delivery count of 0. Dead letters of dropped subscriptions stay. Running it twice queues nothing the second time. Counted in subscription_counters.redelivered. Requires eventgrid_admin. Errors: 22023 unknown reason or empty time range, 42704 no such topic or subscription. SPEC 7.';
+
+CREATE FUNCTION eventgrid.regenerate_topic_key(topic text, key_name text) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    new_key text := eventgrid._new_access_key();
+BEGIN
+    PERFORM eventgrid._check_not_null('topic', topic);
+    PERFORM eventgrid._check_not_null('key_name', key_name);
+    IF key_name NOT IN ('key1', 'key2') THEN
+        RAISE EXCEPTION 'key_name must be key1 or key2, got %', eventgrid._quote(key_name)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Regenerate one key while clients use the other, then move them over.';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = regenerate_topic_key.topic) THEN
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic) USING ERRCODE = 'undefined_object';
+    END IF;
+    INSERT INTO eventgrid.topic_access_keys (topic) VALUES (regenerate_topic_key.topic) ON CONFLICT DO NOTHING;
+    IF key_name = 'key1' THEN
+        UPDATE eventgrid.topic_access_keys k SET key1 = new_key, key1_set_at = now()
+         WHERE k.topic = regenerate_topic_key.topic;
+    ELSE
+        UPDATE eventgrid.topic_access_keys k SET key2 = new_key, key2_set_at = now()
+         WHERE k.topic = regenerate_topic_key.topic;
+    END IF;
+    RETURN new_key;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.regenerate_topic_key(topic text, key_name text) IS 'Replaces access key key_name (key1 or key2) of a topic with a new random one (the base64 of 32 bytes from pg_strong_random) and returns it (SPEC 16); requests carrying the old key, or a SAS token signed with it, are refused from the commit on. Requires eventgrid_admin. Errors: 22004 NULL, 22023 key_name not key1 or key2, 42704 no such topic.';
 
 CREATE FUNCTION eventgrid.reject(topic text, subscription text, lock_tokens text[]) RETURNS TABLE(lock_token text, succeeded boolean, error text)
     LANGUAGE c
@@ -4519,6 +4712,28 @@ CREATE VIEW eventgrid.table_change_publications AS
 
 COMMENT ON VIEW eventgrid.table_change_publications IS 'The table change publications: source_table, topic, operations, columns carried (NULL: all), update_columns (NULL: any column), event_type_prefix (default_prefix: <schema>.<table>, following renames), created_at. Readable by eventgrid_admin.';
 
+CREATE TABLE eventgrid.topic_access_keys (
+    topic text NOT NULL,
+    key1 text DEFAULT eventgrid._new_access_key() NOT NULL,
+    key2 text DEFAULT eventgrid._new_access_key() NOT NULL,
+    key1_set_at timestamp with time zone DEFAULT now() NOT NULL,
+    key2_set_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT topic_access_keys_key1_check CHECK (((length(key1) >= 16) AND (length(key1) <= 256))),
+    CONSTRAINT topic_access_keys_key2_check CHECK (((length(key2) >= 16) AND (length(key2) <= 256)))
+);
+
+COMMENT ON TABLE eventgrid.topic_access_keys IS 'Internal: the two access keys of each topic (SPEC 16), with which HTTP publishers authenticate (aeg-sas-key, a SAS token, Authorization: SharedAccessKey); readable by the extension''s owner only (eventgrid.topic_keys shows them to eventgrid_admin; regenerate_topic_key() replaces one).';
+
+CREATE VIEW eventgrid.topic_keys AS
+ SELECT k.topic,
+    k.key1,
+    k.key2,
+    k.key1_set_at,
+    k.key2_set_at
+   FROM eventgrid.topic_access_keys k;
+
+COMMENT ON VIEW eventgrid.topic_keys IS 'Each topic''s two access keys (SPEC 16): topic, key1, key2 (base64), when each was set. A request to the HTTP listener carrying either key, or a SAS token signed with either, may publish to the topic. Readable by eventgrid_admin; eventgrid.regenerate_topic_key() replaces a key.';
+
 CREATE VIEW eventgrid.topic_metrics AS
  SELECT _topic_metrics.topic,
     _topic_metrics.publish_success_total,
@@ -4662,6 +4877,9 @@ ALTER TABLE ONLY eventgrid.subscription_positions
 ALTER TABLE ONLY eventgrid.table_publications
     ADD CONSTRAINT table_publications_pkey PRIMARY KEY (source_table, topic);
 
+ALTER TABLE ONLY eventgrid.topic_access_keys
+    ADD CONSTRAINT topic_access_keys_pkey PRIMARY KEY (topic);
+
 ALTER TABLE ONLY eventgrid.topic_counters
     ADD CONSTRAINT topic_counters_pkey PRIMARY KEY (topic);
 
@@ -4765,6 +4983,9 @@ ALTER TABLE ONLY eventgrid.subscription_positions
 
 ALTER TABLE ONLY eventgrid.table_publications
     ADD CONSTRAINT table_publications_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON UPDATE CASCADE ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.topic_access_keys
+    ADD CONSTRAINT topic_access_keys_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON UPDATE CASCADE ON DELETE CASCADE;
 
 ALTER TABLE ONLY eventgrid.topic_counters
     ADD CONSTRAINT topic_counters_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON DELETE CASCADE;
@@ -4971,6 +5192,13 @@ REVOKE ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) TO pg_monitor;
 GRANT ALL ON FUNCTION eventgrid._histogram_buckets(histogram text) TO eventgrid_admin;
 
+REVOKE ALL ON FUNCTION eventgrid._http_authorized(topic text, path text, sas_key text, sas_token text, auth_header text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._http_error(code text, message text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._http_publish(topic text, path text, sas_key text, sas_token text, auth_header text, content_type text, body text, OUT status integer, OUT answer text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._http_publish(topic text, path text, sas_key text, sas_token text, auth_header text, content_type text, body text, OUT status integer, OUT answer text) TO eventgrid_http;
+
 REVOKE ALL ON FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._lock_token_keys(lock_tokens text[], OUT ids bigint[], OUT tokens text[]) FROM PUBLIC;
@@ -4978,6 +5206,10 @@ REVOKE ALL ON FUNCTION eventgrid._lock_token_keys(lock_tokens text[], OUT ids bi
 REVOKE ALL ON FUNCTION eventgrid._lock_token_results(sid bigint, lock_tokens text[], done text[], operation text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._log(message text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._random_bytes(n integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._new_access_key() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._ordering_key(event jsonb, path text) FROM PUBLIC;
 
@@ -5016,8 +5248,6 @@ REVOKE ALL ON FUNCTION eventgrid._queue_take(sid bigint, max_events integer, aft
 
 REVOKE ALL ON FUNCTION eventgrid._quote(v text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._random_bytes(n integer) FROM PUBLIC;
-
 REVOKE ALL ON FUNCTION eventgrid._receive_grant_target(topic text, subscription text, role_name text, OUT sid bigint, OUT label text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._receive_subscription_id(topic text, subscription text, role oid) FROM PUBLIC;
@@ -5046,6 +5276,10 @@ GRANT ALL ON FUNCTION eventgrid._replication_sources(OUT source text, OUT enable
 GRANT ALL ON FUNCTION eventgrid._replication_sources(OUT source text, OUT enabled boolean, OUT apply_pid integer, OUT transactions bigint, OUT last_publish_time timestamp with time zone, OUT last_applied_at timestamp with time zone, OUT apply_lag_seconds double precision, OUT received_lsn pg_lsn, OUT last_msg_receipt_time timestamp with time zone, OUT unknown_topic_events bigint) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._retry_policy_args(topic_type text, max_delivery_attempts integer, event_ttl integer, max_delivery_count integer, event_time_to_live text, OUT attempts integer, OUT ttl integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._sas_token_check(token text, key1 text, key2 text, OUT resource text, OUT expiry text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._secret_equal(a text, b text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._served_databases(OUT database text, OUT state text, OUT delivery_workers integer, OUT upkeep_worker boolean, OUT delivery_wanted_at timestamp with time zone, OUT upkeep_wanted_at timestamp with time zone, OUT waiting_since timestamp with time zone, OUT held_by integer, OUT last_active timestamp with time zone) TO pg_monitor;
@@ -5147,6 +5381,9 @@ GRANT ALL ON FUNCTION eventgrid.purge_dead_letters(topic text, subscription text
 
 REVOKE ALL ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.redeliver_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.regenerate_topic_key(topic text, key_name text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.regenerate_topic_key(topic text, key_name text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.remove_client_certificate(topic text, subscription text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.remove_client_certificate(topic text, subscription text) TO eventgrid_admin;
@@ -5284,6 +5521,8 @@ GRANT SELECT ON TABLE eventgrid.served_databases TO pg_monitor;
 
 GRANT SELECT ON TABLE eventgrid.table_change_publications TO eventgrid_admin;
 
+GRANT SELECT ON TABLE eventgrid.topic_keys TO eventgrid_admin;
+
 GRANT SELECT ON TABLE eventgrid.topic_metrics TO pg_monitor;
 GRANT SELECT ON TABLE eventgrid.topic_metrics TO eventgrid_admin;
 
@@ -5354,6 +5593,7 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.subscription_counters', ''
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.subscription_metric_counts', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.subscription_positions', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.table_publications', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.topic_access_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.topic_counters', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.topic_positions', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.topics', '');

@@ -1,0 +1,423 @@
+/*
+ * listener.c - the HTTP listener (SPEC 16): a background worker of the
+ * cluster, started when eventgrid.http_port is set, serving Event Grid's
+ * data plane on eventgrid.http_listen_addresses (HTTPS with
+ * eventgrid.http_ssl_cert_file and eventgrid.http_ssl_key_file).
+ *
+ * HTTP itself is libmicrohttpd's: one daemon per listen address, each in
+ * its "external epoll" mode, so that every callback runs on this process's
+ * only thread, between waits on its latch and the daemons' epoll sockets
+ * (a WaitEventSet).  The listener reads a request's headers and body (at
+ * most EG_HTTP_MAX_BODY; a larger Content-Length is 413 before the body is
+ * read), routes it by its URL and runs it in the database the URL names
+ * (serve_db.c).  Slow and idle clients are bounded by libmicrohttpd's
+ * connection timeout and connection limit; each holds only its own
+ * connection and at most EG_HTTP_MAX_BODY of memory.
+ *
+ * Nothing of a request reaches a log line: the listener logs its own
+ * start, its sockets' failures and the database connections' failures.
+ */
+#include "serve/serve.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/json.h"
+#include "utils/memutils.h"
+#include "utils/varlena.h"
+#include "utils/wait_event.h"
+
+#define EG_HTTP_MAX_DAEMONS 16
+
+/* A request being read: its own memory, its body so far. */
+typedef struct ListenerRequest
+{
+	MemoryContext cxt;
+	StringInfoData body;
+} ListenerRequest;
+
+extern PGDLLEXPORT void eventgrid_http_listener_main(Datum arg);
+
+static void
+disconnect_at_exit(int code, Datum arg)
+{
+	eg_serve_disconnect();
+}
+
+/* See serve.h. */
+char *
+eg_serve_error_body(const char *code, const char *message)
+{
+	StringInfoData s;
+
+	initStringInfo(&s);
+	appendStringInfoString(&s, "{\"error\":{\"code\":");
+	escape_json(&s, code);
+	appendStringInfoString(&s, ",\"message\":");
+	escape_json(&s, message);
+	appendStringInfoString(&s, "}}");
+	return s.data;
+}
+
+/* Queues an answer with a JSON body (none when body is ""). */
+static enum MHD_Result
+answer(struct MHD_Connection *conn, unsigned int status, const char *body)
+{
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+
+	resp = MHD_create_response_from_buffer(strlen(body), (void *) body, MHD_RESPMEM_MUST_COPY);
+	if (resp == NULL)
+		return MHD_NO;
+	if (body[0] != '\0')
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json; charset=utf-8");
+	ret = MHD_queue_response(conn, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static enum MHD_Result
+answer_error(struct MHD_Connection *conn, unsigned int status, const char *code, const char *message)
+{
+	char	   *body = eg_serve_error_body(code, message);
+	enum MHD_Result ret = answer(conn, status, body);
+
+	pfree(body);
+	return ret;
+}
+
+static const char *
+header(struct MHD_Connection *conn, const char *name)
+{
+	return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
+}
+
+/*
+ * The path's segments between slashes, when it has exactly n of them, none
+ * empty; else NULL.  The path is as libmicrohttpd gives it (percent-decoded).
+ */
+static char **
+path_segments(const char *url, int n)
+{
+	char	  **seg = palloc0(sizeof(char *) * n);
+	char	   *copy = pstrdup(url);
+	char	   *p = copy;
+
+	if (*p != '/')
+		return NULL;
+	for (int i = 0; i < n; i++)
+	{
+		char	   *end;
+
+		p++;
+		end = strchr(p, '/');
+		if (end != NULL)
+			*end = '\0';
+		if (*p == '\0' || (i < n - 1) != (end != NULL))
+			return NULL;
+		seg[i] = p;
+		if (end != NULL)
+			p = end;
+	}
+	return seg;
+}
+
+/*
+ * A database or topic name from a URL: at most NAMEDATALEN - 1 bytes (a
+ * database's) or 128 (a topic's), without control characters.
+ */
+static bool
+name_ok(const char *s, size_t max)
+{
+	size_t		len = strlen(s);
+
+	if (len == 0 || len > max)
+		return false;
+	for (; *s; s++)
+		if ((unsigned char) *s < 0x20 || (unsigned char) *s == 0x7f)
+			return false;
+	return true;
+}
+
+/* A whole request: routes it and answers. */
+static enum MHD_Result
+dispatch(struct MHD_Connection *conn, const char *url, ListenerRequest *req)
+{
+	char	  **seg = path_segments(url, 5);
+	EgPublishRequest pub;
+	char	   *body;
+	int			status;
+	enum MHD_Result ret;
+
+	/* /{database}/topics/{topic}/api/events */
+	if (seg == NULL || strcmp(seg[1], "topics") != 0 || strcmp(seg[3], "api") != 0 ||
+		strcmp(seg[4], "events") != 0 || !name_ok(seg[0], NAMEDATALEN - 1) || !name_ok(seg[2], 128))
+		return answer_error(conn, MHD_HTTP_NOT_FOUND, "NotFound",
+							"No such resource: a custom topic's endpoint is /{database}/topics/{topic}/api/events.");
+	if (memchr(req->body.data, '\0', req->body.len) != NULL)
+		return answer_error(conn, MHD_HTTP_BAD_REQUEST, "BadRequest", "The request body must be JSON text.");
+
+	memset(&pub, 0, sizeof(pub));
+	pub.database = seg[0];
+	pub.topic = seg[2];
+	pub.path = url;
+	pub.sas_key = header(conn, "aeg-sas-key");
+	pub.sas_token = header(conn, "aeg-sas-token");
+	pub.authorization = header(conn, MHD_HTTP_HEADER_AUTHORIZATION);
+	pub.content_type = header(conn, MHD_HTTP_HEADER_CONTENT_TYPE);
+	pub.body = req->body.data;
+	pub.body_len = req->body.len;
+	body = eg_serve_publish(&pub, &status);
+	ret = answer(conn, (unsigned int) status, body);
+	pfree(body);
+	return ret;
+}
+
+/* libmicrohttpd's access handler: called for the headers, each piece of the body, and the end. */
+static enum MHD_Result
+on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+		   const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls)
+{
+	ListenerRequest *req = *con_cls;
+	enum MHD_Result ret;
+	MemoryContext old;
+
+	if (req == NULL)
+	{
+		const char *length = header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
+		MemoryContext cxt;
+
+		/* the headers: refused now, the body is never read */
+		if (strcmp(method, MHD_HTTP_METHOD_POST) != 0)
+			return answer_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "MethodNotAllowed",
+								"Event Grid's data plane takes POST requests only.");
+		if (length != NULL && strtoull(length, NULL, 10) > EG_HTTP_MAX_BODY)
+			return answer_error(conn, MHD_HTTP_CONTENT_TOO_LARGE, "PayloadTooLarge",
+								"A request may carry at most 1 MB (1048576 bytes).");
+		cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid HTTP request", ALLOCSET_SMALL_SIZES);
+		req = MemoryContextAllocZero(cxt, sizeof(ListenerRequest));
+		req->cxt = cxt;
+		old = MemoryContextSwitchTo(cxt);
+		initStringInfo(&req->body);
+		MemoryContextSwitchTo(old);
+		*con_cls = req;
+		return MHD_YES;
+	}
+	if (*upload_data_size > 0)
+	{
+		if (req->body.len + *upload_data_size > EG_HTTP_MAX_BODY)
+			return MHD_NO;		/* a chunked body grown past the limit: the connection is closed */
+		old = MemoryContextSwitchTo(req->cxt);
+		appendBinaryStringInfo(&req->body, upload_data, (int) *upload_data_size);
+		MemoryContextSwitchTo(old);
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	old = MemoryContextSwitchTo(req->cxt);
+	ret = dispatch(conn, url, req);
+	MemoryContextSwitchTo(old);
+	return ret;
+}
+
+/* The request is over (answered, or the connection closed): its memory goes. */
+static void
+on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+	ListenerRequest *req = *con_cls;
+
+	if (req != NULL)
+		MemoryContextDelete(req->cxt);
+	*con_cls = NULL;
+}
+
+/* A new connection: its answers go out at once, without waiting for the client's acknowledgement. */
+static void
+on_connection(void *cls, struct MHD_Connection *conn, void **socket_context, enum MHD_ConnectionNotificationCode toe)
+{
+	const union MHD_ConnectionInfo *ci;
+	int			one = 1;
+
+	if (toe != MHD_CONNECTION_NOTIFY_STARTED)
+		return;
+	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci != NULL)
+		(void) setsockopt(ci->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* libmicrohttpd's own messages (socket and TLS failures), never a request's content. */
+static void on_log(void *cls, const char *fmt, va_list ap) pg_attribute_printf(2, 0);
+
+static void
+on_log(void *cls, const char *fmt, va_list ap)
+{
+	char		buf[512];
+
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	buf[strcspn(buf, "\r\n")] = '\0';
+	ereport(LOG, (errmsg("eventgrid HTTP listener: %s", buf)));
+}
+
+/* The contents of a PEM file the settings name (FATAL when it cannot be read). */
+static char *
+read_pem(const char *setting, const char *path)
+{
+	FILE	   *f = AllocateFile(path, "r");
+	StringInfoData s;
+	char		buf[4096];
+	size_t		n;
+
+	if (f == NULL)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("eventgrid HTTP listener: could not open %s \"%s\": %m", setting, path)));
+	initStringInfo(&s);
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		appendBinaryStringInfo(&s, buf, (int) n);
+	FreeFile(f);
+	return s.data;
+}
+
+/* Starts a daemon on one listen address (FATAL when it cannot). */
+static struct MHD_Daemon *
+start_daemon(const char *address, const char *cert, const char *key)
+{
+	struct addrinfo hints;
+	struct addrinfo *ai;
+	struct MHD_OptionItem opts[12];
+	unsigned int flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+	char		port[16];
+	int			n = 0;
+	int			rc;
+	struct MHD_Daemon *d;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE;
+	snprintf(port, sizeof(port), "%d", eg_http_port);
+	rc = getaddrinfo(strcmp(address, "*") == 0 ? "0.0.0.0" : address, port, &hints, &ai);
+	if (rc != 0)
+		ereport(FATAL,
+				(errmsg("eventgrid HTTP listener: could not resolve eventgrid.http_listen_addresses entry \"%s\": %s",
+						address, gai_strerror(rc))));
+	if (ai->ai_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	if (cert != NULL)
+		flags |= MHD_USE_TLS;
+	/* the logger first, so that libmicrohttpd's messages about the other options go to it */
+	opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t) on_log, NULL};
+	opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_SOCK_ADDR, 0, ai->ai_addr};
+	opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_LIMIT, eg_http_max_connections, NULL};
+	opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_TIMEOUT, eg_http_connection_timeout_s, NULL};
+	opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 64 * 1024, NULL};
+	opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t) on_completed, NULL};
+	opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t) on_connection, NULL};
+	if (cert != NULL)
+	{
+		opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_HTTPS_MEM_CERT, 0, (void *) cert};
+		opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *) key};
+	}
+	opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_END, 0, NULL};
+
+	d = MHD_start_daemon(flags, (uint16_t) eg_http_port, NULL, NULL, on_request, NULL,
+						 MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+	freeaddrinfo(ai);
+	if (d == NULL)
+		ereport(FATAL,
+				(errmsg("eventgrid HTTP listener: could not listen on %s port %d", address, eg_http_port),
+				 errhint("Check eventgrid.http_listen_addresses, eventgrid.http_port and the certificate files; the lines before say why.")));
+	return d;
+}
+
+/*
+ * The listener's entry point (registered by _PG_init when
+ * eventgrid.http_port is not 0; restarted by the postmaster 5 s after it
+ * exits on an error).  Connected to no database itself: each request runs
+ * in the database its URL names (serve_db.c).
+ */
+void
+eventgrid_http_listener_main(Datum arg)
+{
+	struct MHD_Daemon *daemons[EG_HTTP_MAX_DAEMONS];
+	int			ndaemons = 0;
+	char	   *cert = NULL;
+	char	   *key = NULL;
+	char	   *addresses;
+	List	   *names;
+	ListCell   *lc;
+	WaitEventSet *set;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	/* connected to no database: only to be seen in pg_stat_activity */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	on_proc_exit(disconnect_at_exit, (Datum) 0);
+
+	if ((eg_http_ssl_cert_file[0] != '\0') != (eg_http_ssl_key_file[0] != '\0'))
+		ereport(FATAL,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("eventgrid HTTP listener: eventgrid.http_ssl_cert_file and eventgrid.http_ssl_key_file must be set together")));
+	if (eg_http_ssl_cert_file[0] != '\0')
+	{
+		cert = read_pem("eventgrid.http_ssl_cert_file", eg_http_ssl_cert_file);
+		key = read_pem("eventgrid.http_ssl_key_file", eg_http_ssl_key_file);
+	}
+	addresses = pstrdup(eg_http_listen_addresses);
+	if (!SplitGUCList(addresses, ',', &names) || names == NIL)
+		ereport(FATAL,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("eventgrid HTTP listener: eventgrid.http_listen_addresses must list at least one address")));
+	foreach(lc, names)
+	{
+		if (ndaemons == EG_HTTP_MAX_DAEMONS)
+			ereport(FATAL,
+					(errmsg("eventgrid HTTP listener: eventgrid.http_listen_addresses lists more than %d addresses",
+							EG_HTTP_MAX_DAEMONS)));
+		daemons[ndaemons++] = start_daemon((const char *) lfirst(lc), cert, key);
+	}
+
+	set = eg_wait_event_set_create(ndaemons + 2);
+	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	for (int i = 0; i < ndaemons; i++)
+		AddWaitEventToSet(set, WL_SOCKET_READABLE,
+						  MHD_get_daemon_info(daemons[i], MHD_DAEMON_INFO_EPOLL_FD)->epoll_fd, NULL, NULL);
+	ereport(LOG,
+			(errmsg("eventgrid HTTP listener serving %s on port %d (%s)",
+					cert != NULL ? "HTTPS" : "HTTP", eg_http_port, eg_http_listen_addresses)));
+
+	for (;;)
+	{
+		WaitEvent	events[EG_HTTP_MAX_DAEMONS + 2];
+		long		timeout = 1000;
+
+		for (int i = 0; i < ndaemons; i++)
+		{
+			MHD_UNSIGNED_LONG_LONG t;
+
+			if (MHD_get_timeout(daemons[i], &t) == MHD_YES && (long) t < timeout)
+				timeout = (long) t;
+		}
+		(void) WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		for (int i = 0; i < ndaemons; i++)
+			(void) MHD_run(daemons[i]);
+		eg_serve_tidy();
+	}
+}
