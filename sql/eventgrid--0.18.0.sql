@@ -1400,6 +1400,128 @@ CREATE FUNCTION eventgrid._http_error(code text, message text) RETURNS text
 
 COMMENT ON FUNCTION eventgrid._http_error(code text, message text) IS 'Internal: the body of an error answer of the HTTP data plane, {"error":{"code":code,"message":message}}, as Event Grid''s.';
 
+CREATE FUNCTION eventgrid._http_namespace(topic text, subscription text, operation text, path text, sas_key text, sas_token text, auth_header text, content_type text, body text, max_events text, max_wait_time text, release_delay text, OUT status integer, OUT answer text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    media text := lower(btrim(split_part(coalesce(content_type, ''), ';', 1)));
+    doc jsonb;
+    tokens text[];
+    got text[];
+    ok boolean[];
+    why text[];
+    n integer;
+    wait integer;
+    delay integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.topics x WHERE x.name = _http_namespace.topic AND x.topic_type = 'namespace') THEN
+        status := 404;
+        answer := eventgrid._http_error('NotFound', format('No namespace topic %s in this database.', eventgrid._quote(topic)));
+        RETURN;
+    END IF;
+    IF subscription IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM eventgrid.event_subscriptions s
+             WHERE s.topic = _http_namespace.topic AND s.name = _http_namespace.subscription AND s.delivery_mode = 'queue') THEN
+        status := 404;
+        answer := eventgrid._http_error('NotFound', format('No queue event subscription %s of namespace topic %s.',
+                                                           eventgrid._quote(subscription), eventgrid._quote(topic)));
+        RETURN;
+    END IF;
+    IF NOT eventgrid._http_authorized(topic, path, sas_key, sas_token, auth_header) THEN
+        status := 401;
+        answer := eventgrid._http_error('Unauthorized',
+            'The request must carry one of the topic''s access keys (Authorization: SharedAccessKey, or aeg-sas-key) or a shared access signature signed with one (aeg-sas-token) that has not expired.');
+        RETURN;
+    END IF;
+    IF operation = 'receive' THEN
+        BEGIN
+            n := coalesce(max_events, '1')::integer;
+            wait := coalesce(max_wait_time, '60')::integer;
+            SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'brokerProperties', jsonb_build_object('lockToken', r.lock_token, 'deliveryCount', r.delivery_count),
+                       'event', r.event)), '[]'::jsonb)
+              INTO doc FROM eventgrid.receive(topic, subscription, n, wait) r;
+        EXCEPTION WHEN data_exception THEN
+            status := 400;
+            answer := eventgrid._http_error('BadRequest',
+                'maxEvents must be 1-100 and maxWaitTime 10-120 (seconds): ' || SQLERRM);
+            RETURN;
+        END;
+        status := 200;
+        answer := jsonb_build_object('value', doc)::text;
+        RETURN;
+    END IF;
+    -- the others take a body: one CloudEvent or an array (publish), {"lockTokens": [...]} (settling)
+    IF (operation = 'publish' AND media NOT IN ('application/cloudevents+json', 'application/cloudevents-batch+json', 'application/json'))
+       OR (operation <> 'publish' AND media <> 'application/json') THEN
+        status := 400;
+        answer := eventgrid._http_error('BadRequest', CASE WHEN operation = 'publish'
+            THEN 'Content-Type must be application/cloudevents+json (one event) or application/cloudevents-batch+json (an array).'
+            ELSE 'Content-Type must be application/json.' END);
+        RETURN;
+    END IF;
+    BEGIN
+        doc := body::jsonb;
+    EXCEPTION WHEN data_exception THEN
+        status := 400;
+        answer := eventgrid._http_error('BadRequest', 'The request body is not valid JSON: ' || SQLERRM);
+        RETURN;
+    END;
+    IF operation = 'publish' THEN
+        IF jsonb_typeof(doc) = 'object' AND media <> 'application/cloudevents-batch+json' THEN
+            doc := jsonb_build_array(doc);
+        END IF;
+        IF jsonb_typeof(doc) <> 'array' THEN
+            status := 400;
+            answer := eventgrid._http_error('BadRequest', 'The request body must be one CloudEvent or a JSON array of them.');
+            RETURN;
+        END IF;
+        SELECT p.status, CASE WHEN p.status = 200 THEN '{}' ELSE p.answer END INTO status, answer
+          FROM eventgrid._http_publish_events(topic, doc) p;
+        RETURN;
+    END IF;
+    IF jsonb_typeof(doc -> 'lockTokens') IS DISTINCT FROM 'array' OR jsonb_array_length(doc -> 'lockTokens') = 0
+       OR EXISTS (SELECT 1 FROM jsonb_array_elements(doc -> 'lockTokens') e WHERE jsonb_typeof(e) <> 'string') THEN
+        status := 400;
+        answer := eventgrid._http_error('BadRequest', 'The request body must be {"lockTokens": [...]}: at least one lock token, each a string.');
+        RETURN;
+    END IF;
+    tokens := ARRAY(SELECT jsonb_array_elements_text(doc -> 'lockTokens'));
+    BEGIN
+        delay := coalesce(release_delay, '0')::integer;
+        IF operation = 'acknowledge' THEN
+            SELECT array_agg(x.lock_token), array_agg(x.succeeded), array_agg(x.error) INTO got, ok, why
+              FROM eventgrid.acknowledge(topic, subscription, tokens) x;
+        ELSIF operation = 'release' THEN
+            SELECT array_agg(x.lock_token), array_agg(x.succeeded), array_agg(x.error) INTO got, ok, why
+              FROM eventgrid.release(topic, subscription, tokens, delay) x;
+        ELSIF operation = 'reject' THEN
+            SELECT array_agg(x.lock_token), array_agg(x.succeeded), array_agg(x.error) INTO got, ok, why
+              FROM eventgrid.reject(topic, subscription, tokens) x;
+        ELSE
+            SELECT array_agg(x.lock_token), array_agg(x.succeeded), array_agg(x.error) INTO got, ok, why
+              FROM eventgrid.renew_locks(topic, subscription, tokens) x;
+        END IF;
+        SELECT jsonb_build_object(
+                   'succeededLockTokens', coalesce(jsonb_agg(r.tok ORDER BY r.ord) FILTER (WHERE r.ok), '[]'::jsonb),
+                   'failedLockTokens', coalesce(jsonb_agg(jsonb_build_object(
+                        'lockToken', r.tok,
+                        'error', jsonb_build_object('code', split_part(r.why, ': ', 1),
+                                                    'message', substr(r.why, length(split_part(r.why, ': ', 1)) + 3)))
+                        ORDER BY r.ord) FILTER (WHERE NOT r.ok), '[]'::jsonb))
+          INTO doc FROM unnest(got, ok, why) WITH ORDINALITY AS r(tok, ok, why, ord);
+    EXCEPTION WHEN data_exception OR program_limit_exceeded THEN
+        status := 400;
+        answer := eventgrid._http_error('BadRequest', SQLERRM);
+        RETURN;
+    END;
+    status := 200;
+    answer := doc::text;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._http_namespace(topic text, subscription text, operation text, path text, sas_key text, sas_token text, auth_header text, content_type text, body text, max_events text, max_wait_time text, release_delay text, OUT status integer, OUT answer text) IS 'Internal: a namespace topic''s request of the HTTP listener (SPEC 16), run as eventgrid_http: operation publish (POST /{database}/topics/{topic}:publish: one CloudEvent or a batch, all or none; 200 {}), or for queue event subscription subscription receive (maxEvents, maxWaitTime: receive(); 200 {"value":[{"brokerProperties":{"lockToken","deliveryCount"},"event"}]}), acknowledge, release (releaseDelayInSeconds), reject and renewLock (body {"lockTokens":[...]}; 200 {"succeededLockTokens":[...],"failedLockTokens":[{"lockToken","error":{"code","message"}}]}, also when every token failed). The key or SAS token is checked as for publishing (_http_authorized); 400 BadRequest, 401 Unauthorized, 404 NotFound (no such namespace topic or queue subscription) with Event Grid''s error body.';
+
 CREATE FUNCTION eventgrid._http_publish(topic text, path text, sas_key text, sas_token text, auth_header text, content_type text, body text, OUT status integer, OUT answer text) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1408,10 +1530,6 @@ DECLARE
     t eventgrid.topics;
     media text := lower(btrim(split_part(coalesce(content_type, ''), ';', 1)));
     events jsonb;
-    n integer;
-    bad integer;
-    problem text;
-    state text;
 BEGIN
     SELECT * INTO t FROM eventgrid.topics x WHERE x.name = _http_publish.topic AND x.topic_type = 'custom';
     IF NOT FOUND THEN
@@ -1452,6 +1570,21 @@ BEGIN
         answer := eventgrid._http_error('BadRequest', 'The request body must be a JSON array of events.');
         RETURN;
     END IF;
+    SELECT p.status, p.answer INTO status, answer FROM eventgrid._http_publish_events(topic, events) p;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._http_publish(topic text, path text, sas_key text, sas_token text, auth_header text, content_type text, body text, OUT status integer, OUT answer text) IS 'Internal: a publish request of the HTTP listener to a custom topic (SPEC 16: POST /{database}/topics/{topic}/api/events), run as eventgrid_http: checks the request''s key or SAS token (_http_authorized), its Content-Type against the topic''s input schema and its body (a JSON array of events; one CloudEvent with application/cloudevents+json; one object for CustomEventSchema), and publishes all its events in one transaction or none (_http_publish_events). Returns the HTTP status and the answer''s body: 200 and nothing; 400 BadRequest naming the first bad event''s index and field; 401 Unauthorized; 404 NotFound; 413 PayloadTooLarge (over 5000 events).';
+
+CREATE FUNCTION eventgrid._http_publish_events(topic text, events jsonb, OUT status integer, OUT answer text) RETURNS record
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    n integer;
+    bad integer;
+    problem text;
+    state text;
+BEGIN
     BEGIN
         PERFORM eventgrid.publish(topic, events);
     EXCEPTION WHEN data_exception OR program_limit_exceeded OR null_value_not_allowed THEN
@@ -1484,7 +1617,7 @@ BEGIN
     answer := '';
 END $$;
 
-COMMENT ON FUNCTION eventgrid._http_publish(topic text, path text, sas_key text, sas_token text, auth_header text, content_type text, body text, OUT status integer, OUT answer text) IS 'Internal: a publish request of the HTTP listener to a custom topic (SPEC 16: POST /{database}/topics/{topic}/api/events), run as eventgrid_http: checks the request''s key or SAS token (_http_authorized), its Content-Type against the topic''s input schema and its body (a JSON array of events; one CloudEvent with application/cloudevents+json; one object for CustomEventSchema), and publishes all its events in one transaction (publish()) or none. Returns the HTTP status and the answer''s body: 200 and nothing; 400 BadRequest naming the first bad event''s index and field; 401 Unauthorized; 404 NotFound; 413 PayloadTooLarge (over 5000 events).';
+COMMENT ON FUNCTION eventgrid._http_publish_events(topic text, events jsonb, OUT status integer, OUT answer text) IS 'Internal: publishes the events of an HTTP request (a JSON array, or one event) to topic, all or none (publish() in a subtransaction): 200 and no body; 400 BadRequest naming the first event that fails alone, its index and field; 413 PayloadTooLarge (over 5000 events or 1 MB).';
 
 CREATE FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) RETURNS void
     LANGUAGE sql
@@ -5196,8 +5329,13 @@ REVOKE ALL ON FUNCTION eventgrid._http_authorized(topic text, path text, sas_key
 
 REVOKE ALL ON FUNCTION eventgrid._http_error(code text, message text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._http_namespace(topic text, subscription text, operation text, path text, sas_key text, sas_token text, auth_header text, content_type text, body text, max_events text, max_wait_time text, release_delay text, OUT status integer, OUT answer text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._http_namespace(topic text, subscription text, operation text, path text, sas_key text, sas_token text, auth_header text, content_type text, body text, max_events text, max_wait_time text, release_delay text, OUT status integer, OUT answer text) TO eventgrid_http;
+
 REVOKE ALL ON FUNCTION eventgrid._http_publish(topic text, path text, sas_key text, sas_token text, auth_header text, content_type text, body text, OUT status integer, OUT answer text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._http_publish(topic text, path text, sas_key text, sas_token text, auth_header text, content_type text, body text, OUT status integer, OUT answer text) TO eventgrid_http;
+
+REVOKE ALL ON FUNCTION eventgrid._http_publish_events(topic text, events jsonb, OUT status integer, OUT answer text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) FROM PUBLIC;
 

@@ -41,6 +41,7 @@ char	   *eg_http_ssl_cert_file = NULL;
 char	   *eg_http_ssl_key_file = NULL;
 int			eg_http_max_connections = 100;
 int			eg_http_connection_timeout_s = 30;
+int			eg_http_max_requests_in_flight = 32;
 
 static const struct config_enum_entry history_modes[] = {
 	{"all", EG_HISTORY_ALL, false},
@@ -183,6 +184,11 @@ define_http_gucs(void)
 	DefineCustomIntVariable("eventgrid.http_max_connections",
 							gettext_noop("Most client connections the HTTP listener holds at once; more are refused."),
 							NULL, &eg_http_max_connections, 100, 1, 10000,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.http_max_requests_in_flight",
+							gettext_noop("Most HTTP requests the listener runs in the databases at once, each on a connection of its own; more wait for one to finish."),
+							gettext_noop("A waiting receive (long poll) holds one for up to its maxWaitTime."),
+							&eg_http_max_requests_in_flight, 32, 1, EG_HTTP_MAX_IN_FLIGHT_LIMIT,
 							PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("eventgrid.http_connection_timeout",
 							gettext_noop("How long an HTTP client's connection may stay without sending or receiving a byte before the listener closes it."),

@@ -7,10 +7,12 @@
  * HTTP itself is libmicrohttpd's: one daemon per listen address, each in
  * its "external epoll" mode, so that every callback runs on this process's
  * only thread, between waits on its latch and the daemons' epoll sockets
- * (a WaitEventSet).  The listener reads a request's headers and body (at
- * most EG_HTTP_MAX_BODY; a larger Content-Length is 413 before the body is
- * read), routes it by its URL and runs it in the database the URL names
- * (serve_db.c).  Slow and idle clients are bounded by libmicrohttpd's
+ * (a WaitEventSet) that also watches the database connections (serve_db.c).
+ * The listener reads a request's headers and body (at most EG_HTTP_MAX_BODY;
+ * a larger Content-Length is 413 before the body is read), routes it by its
+ * URL to one statement, starts that statement in the database the URL
+ * names and suspends the request; the statement's result resumes it, and
+ * it is answered.  Slow and idle clients are bounded by libmicrohttpd's
  * connection timeout and connection limit; each holds only its own
  * connection and at most EG_HTTP_MAX_BODY of memory.
  *
@@ -38,12 +40,18 @@
 
 #define EG_HTTP_MAX_DAEMONS 16
 
-/* A request being read: its own memory, its body so far. */
+/* A request: its own memory, its body so far, its statement while the database runs it. */
 typedef struct ListenerRequest
 {
 	MemoryContext cxt;
 	StringInfoData body;
+	struct MHD_Connection *conn;
+	EgServeCall call;			/* call.status 0: not answered yet */
+	bool		suspended;		/* waiting for its statement's result */
 } ListenerRequest;
+
+#define PUBLISH_SQL "SELECT status, answer FROM eventgrid._http_publish($1, $2, $3, $4, $5, $6, $7)"
+#define NAMESPACE_SQL "SELECT status, answer FROM eventgrid._http_namespace($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
 
 extern PGDLLEXPORT void eventgrid_http_listener_main(Datum arg);
 
@@ -148,38 +156,125 @@ name_ok(const char *s, size_t max)
 	return true;
 }
 
-/* A whole request: routes it and answers. */
+/* The statement's result arrived: the request is answered when libmicrohttpd resumes it. */
+static void
+call_done(EgServeCall *call)
+{
+	ListenerRequest *req = call->arg;
+
+	if (req->suspended)
+	{
+		req->suspended = false;
+		MHD_resume_connection(req->conn);
+	}
+}
+
+static const char *
+query_arg(struct MHD_Connection *conn, const char *name)
+{
+	return MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+/* The namespace operation a path's last segment names after its colon (NULL: none of them). */
+static const char *
+namespace_operation(char *segment)
+{
+	static const char *const ops[] = {"receive", "acknowledge", "release", "reject", "renewLock"};
+	char	   *colon = strrchr(segment, ':');
+
+	if (colon == NULL)
+		return NULL;
+	*colon = '\0';
+	for (size_t i = 0; i < lengthof(ops); i++)
+		if (strcmp(colon + 1, ops[i]) == 0)
+			return ops[i];
+	return strcmp(colon + 1, "publish") == 0 ? "publish" : NULL;
+}
+
+/*
+ * Routes a whole request to its statement: a custom topic's
+ * /{database}/topics/{topic}/api/events, a namespace topic's
+ * /{database}/topics/{topic}:publish and
+ * /{database}/topics/{topic}/eventsubscriptions/{subscription}:{operation}.
+ * False when no route matches.
+ */
+static bool
+route(struct MHD_Connection *conn, const char *url, EgServeCall *call)
+{
+	char	  **seg;
+	const char *op = NULL;
+	const char *topic = NULL;
+	const char *subscription = NULL;
+
+	if ((seg = path_segments(url, 5)) != NULL && strcmp(seg[1], "topics") == 0 &&
+		strcmp(seg[3], "api") == 0 && strcmp(seg[4], "events") == 0)
+		topic = seg[2];
+	else if ((seg = path_segments(url, 3)) != NULL && strcmp(seg[1], "topics") == 0 &&
+			 (op = namespace_operation(seg[2])) != NULL && strcmp(op, "publish") == 0)
+		topic = seg[2];
+	else if ((seg = path_segments(url, 5)) != NULL && strcmp(seg[1], "topics") == 0 &&
+			 strcmp(seg[3], "eventsubscriptions") == 0 &&
+			 (op = namespace_operation(seg[4])) != NULL && strcmp(op, "publish") != 0)
+	{
+		topic = seg[2];
+		subscription = seg[4];
+	}
+	if (topic == NULL || !name_ok(seg[0], NAMEDATALEN - 1) || !name_ok(topic, 128) ||
+		(subscription != NULL && !name_ok(subscription, 128)))
+		return false;
+
+	call->database = seg[0];
+	if (op == NULL)
+	{
+		call->sql = PUBLISH_SQL;
+		call->nparams = 7;
+		call->params[0] = topic;
+		call->params[1] = url;
+		call->params[2] = header(conn, "aeg-sas-key");
+		call->params[3] = header(conn, "aeg-sas-token");
+		call->params[4] = header(conn, MHD_HTTP_HEADER_AUTHORIZATION);
+		call->params[5] = header(conn, MHD_HTTP_HEADER_CONTENT_TYPE);
+		return true;
+	}
+	call->sql = NAMESPACE_SQL;
+	call->nparams = 12;
+	call->params[0] = topic;
+	call->params[1] = subscription;
+	call->params[2] = op;
+	call->params[3] = url;
+	call->params[4] = header(conn, "aeg-sas-key");
+	call->params[5] = header(conn, "aeg-sas-token");
+	call->params[6] = header(conn, MHD_HTTP_HEADER_AUTHORIZATION);
+	call->params[7] = header(conn, MHD_HTTP_HEADER_CONTENT_TYPE);
+	call->params[9] = query_arg(conn, "maxEvents");
+	call->params[10] = query_arg(conn, "maxWaitTime");
+	call->params[11] = query_arg(conn, "releaseDelayInSeconds");
+	return true;
+}
+
+/* A whole request: routes it and starts its statement (answered now, or when the result arrives). */
 static enum MHD_Result
 dispatch(struct MHD_Connection *conn, const char *url, ListenerRequest *req)
 {
-	char	  **seg = path_segments(url, 5);
-	EgPublishRequest pub;
-	char	   *body;
-	int			status;
-	enum MHD_Result ret;
+	EgServeCall *call = &req->call;
 
-	/* /{database}/topics/{topic}/api/events */
-	if (seg == NULL || strcmp(seg[1], "topics") != 0 || strcmp(seg[3], "api") != 0 ||
-		strcmp(seg[4], "events") != 0 || !name_ok(seg[0], NAMEDATALEN - 1) || !name_ok(seg[2], 128))
+	if (!route(conn, url, call))
 		return answer_error(conn, MHD_HTTP_NOT_FOUND, "NotFound",
-							"No such resource: a custom topic's endpoint is /{database}/topics/{topic}/api/events.");
+							"No such resource: a custom topic's endpoint is /{database}/topics/{topic}/api/events, "
+							"a namespace topic's /{database}/topics/{topic}:publish and "
+							"/{database}/topics/{topic}/eventsubscriptions/{subscription}:{operation}.");
 	if (memchr(req->body.data, '\0', req->body.len) != NULL)
 		return answer_error(conn, MHD_HTTP_BAD_REQUEST, "BadRequest", "The request body must be JSON text.");
-
-	memset(&pub, 0, sizeof(pub));
-	pub.database = seg[0];
-	pub.topic = seg[2];
-	pub.path = url;
-	pub.sas_key = header(conn, "aeg-sas-key");
-	pub.sas_token = header(conn, "aeg-sas-token");
-	pub.authorization = header(conn, MHD_HTTP_HEADER_AUTHORIZATION);
-	pub.content_type = header(conn, MHD_HTTP_HEADER_CONTENT_TYPE);
-	pub.body = req->body.data;
-	pub.body_len = req->body.len;
-	body = eg_serve_publish(&pub, &status);
-	ret = answer(conn, (unsigned int) status, body);
-	pfree(body);
-	return ret;
+	call->params[call->nparams == 7 ? 6 : 8] = req->body.data;	/* the body: last of a publish, ninth of a namespace operation */
+	call->cxt = req->cxt;
+	call->done = call_done;
+	call->arg = req;
+	eg_serve_start(call);
+	if (call->status != 0)
+		return answer(conn, (unsigned int) call->status, call->answer);
+	req->suspended = true;
+	MHD_suspend_connection(conn);
+	return MHD_YES;
 }
 
 /* libmicrohttpd's access handler: called for the headers, each piece of the body, and the end. */
@@ -206,6 +301,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid HTTP request", ALLOCSET_SMALL_SIZES);
 		req = MemoryContextAllocZero(cxt, sizeof(ListenerRequest));
 		req->cxt = cxt;
+		req->conn = conn;
 		old = MemoryContextSwitchTo(cxt);
 		initStringInfo(&req->body);
 		MemoryContextSwitchTo(old);
@@ -222,6 +318,10 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
+	if (req->call.status != 0)
+		return answer(conn, (unsigned int) req->call.status, req->call.answer);	/* resumed */
+	if (req->call.sql != NULL)
+		return MHD_YES;			/* still running (not resumed by it) */
 	old = MemoryContextSwitchTo(req->cxt);
 	ret = dispatch(conn, url, req);
 	MemoryContextSwitchTo(old);
@@ -293,7 +393,7 @@ start_daemon(const char *address, const char *cert, const char *key)
 	struct addrinfo hints;
 	struct addrinfo *ai;
 	struct MHD_OptionItem opts[12];
-	unsigned int flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+	unsigned int flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
 	char		port[16];
 	int			n = 0;
 	int			rc;
@@ -355,6 +455,7 @@ eventgrid_http_listener_main(Datum arg)
 	List	   *names;
 	ListCell   *lc;
 	WaitEventSet *set;
+	TimestampTz tidied_at = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -386,9 +487,10 @@ eventgrid_http_listener_main(Datum arg)
 		daemons[ndaemons++] = start_daemon((const char *) lfirst(lc), cert, key);
 	}
 
-	set = eg_wait_event_set_create(ndaemons + 2);
+	set = eg_wait_event_set_create(ndaemons + 3);
 	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	AddWaitEventToSet(set, WL_SOCKET_READABLE, eg_serve_wait_fd(), NULL, NULL);
 	for (int i = 0; i < ndaemons; i++)
 		AddWaitEventToSet(set, WL_SOCKET_READABLE,
 						  MHD_get_daemon_info(daemons[i], MHD_DAEMON_INFO_EPOLL_FD)->epoll_fd, NULL, NULL);
@@ -398,7 +500,7 @@ eventgrid_http_listener_main(Datum arg)
 
 	for (;;)
 	{
-		WaitEvent	events[EG_HTTP_MAX_DAEMONS + 2];
+		WaitEvent	events[EG_HTTP_MAX_DAEMONS + 3];
 		long		timeout = 1000;
 
 		for (int i = 0; i < ndaemons; i++)
@@ -416,8 +518,14 @@ eventgrid_http_listener_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
+		/* the results that arrived first: their requests resume in the daemons' run */
+		eg_serve_poll();
 		for (int i = 0; i < ndaemons; i++)
 			(void) MHD_run(daemons[i]);
-		eg_serve_tidy();
+		if (TimestampDifferenceExceeds(tidied_at, GetCurrentTimestamp(), 1000))
+		{
+			eg_serve_tidy();
+			tidied_at = GetCurrentTimestamp();
+		}
 	}
 }

@@ -2,7 +2,7 @@
  * serve.h - Event Grid's HTTP data plane served by the cluster (SPEC 16):
  * the HTTP listener (listener.c, a background worker speaking HTTP through
  * libmicrohttpd) and its requests run in the database the URL names
- * (serve_db.c, through libpq).
+ * (serve_db.c, through libpq, asynchronously).
  */
 #ifndef EG_SERVE_H
 #define EG_SERVE_H
@@ -14,33 +14,47 @@
 /* Largest request body the listener reads (Event Grid's 1 MB per request); more is 413. */
 #define EG_HTTP_MAX_BODY (1024 * 1024)
 
-/* A publish request (POST /{database}/topics/{topic}/api/events), as the listener read it. */
-typedef struct EgPublishRequest
+#define EG_SERVE_MAX_PARAMS 12
+
+/*
+ * One statement of a request, run in database: sql (returning one row of
+ * an HTTP status and the answer's body) with nparams text parameters.  The
+ * caller's done() runs when status and answer are set (answer palloc'd in
+ * cxt); all the call points to must live until then.
+ */
+typedef struct EgServeCall EgServeCall;
+struct EgServeCall
 {
 	const char *database;
-	const char *topic;
-	const char *path;			/* the URL's path, for a SAS token's resource */
-	const char *sas_key;		/* header aeg-sas-key (NULL: absent) */
-	const char *sas_token;		/* header aeg-sas-token */
-	const char *authorization;	/* header Authorization */
-	const char *content_type;
-	const char *body;			/* body_len bytes, NUL-terminated */
-	size_t		body_len;
-} EgPublishRequest;
+	const char *sql;
+	int			nparams;
+	const char *params[EG_SERVE_MAX_PARAMS];
+	MemoryContext cxt;
+	void		(*done) (EgServeCall *call);
+	void	   *arg;			/* the caller's */
+	int			status;			/* 0 until answered */
+	char	   *answer;
+};
 
 /*
- * serve_db.c: runs a publish request in its database as role eventgrid_http
- * (eventgrid._http_publish(), which checks the topic's keys); sets *status
- * (an HTTP status) and returns the answer's body (JSON, "" for none),
- * palloc'd.  A database that is not served is 404, a server that cannot be
- * reached 503.  Never raises an ERROR for the request's content.
+ * serve_db.c: runs call's statement on a free connection of its database
+ * (as role eventgrid_http), or queues it until one is free; a database
+ * that is not served is answered 404 and one that cannot be reached 503,
+ * at once (call->status is then set when this returns, and done() ran).
  */
-extern char *eg_serve_publish(const EgPublishRequest *req, int *status);
+extern void eg_serve_start(EgServeCall *call);
+
+/* serve_db.c: a descriptor that is readable when a statement's result may have arrived. */
+extern int	eg_serve_wait_fd(void);
+
+/* serve_db.c: answers the statements whose results arrived, and starts those that waited. */
+extern void eg_serve_poll(void);
 
 /*
- * serve_db.c: closes the connections to databases that DDL needs to itself,
- * that are gone or no longer have the extension, or that were not used for
- * a minute (the listener calls it at least once a second).
+ * serve_db.c: closes the connections to databases that DDL needs to itself
+ * (cancelling a statement running there), that are gone or no longer have
+ * the extension, or that were not used for a minute (the listener calls it
+ * at least once a second).
  */
 extern void eg_serve_tidy(void);
 
