@@ -1000,7 +1000,7 @@ def main():
     ap.add_argument("--tls-log", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22", help="comma-separated figure numbers (2 runs 2-4)")
+    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,23", help="comma-separated figure numbers (2 runs 2-4)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     b = Bench(args)
@@ -1035,7 +1035,7 @@ def main():
         b.fig_ordered()
     if "21" in only:
         Pull(b).run()
-    if "22" in only:
+    if "23" in only:
         HttpPublish(b).run()
     if "16" in only:
         Databases(b, arrival_receiver).run()

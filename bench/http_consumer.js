@@ -1,4 +1,4 @@
-// Figure 22c's JavaScript consumers (bench/http_publish.py runs it): CONSUMERS
+// Figure 23c's JavaScript consumers (bench/http_publish.py runs it): CONSUMERS
 // concurrent loops of @azure/eventgrid-namespaces' EventGridReceiverClient
 // (test/azure-sdk/node_modules) in one Node.js process, each receiving up
 // to 100 events (maxWaitTime 10 s) of queue subscription SUBSCRIPTION of

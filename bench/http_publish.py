@@ -1,8 +1,8 @@
-"""Figure 22 of the eventgrid benchmark (bench.py runs it): publishing over
+"""Figure 23 of the eventgrid benchmark (bench.py runs it): publishing over
 Event Grid's HTTP data plane (the HTTP listener, README "Using the Azure
 SDKs") against publishing in SQL on the same server.
 
-22a. BENCH_HTTP_SENDERS (8) senders publish batches of 100 Event Grid
+23a. BENCH_HTTP_SENDERS (8) senders publish batches of 100 Event Grid
      events (about 1 KB each, bench_src's data) to a custom topic for
      BENCH_HTTP_SECONDS (10):
        - sql:    eventgrid.publish(topic, the batch as jsonb) over libpq, a
@@ -18,9 +18,9 @@ SDKs") against publishing in SQL on the same server.
      Events published per second, alternately twice each; means; the
      ratios to sql; and where the CPU went in the second js run (the
      listener, its database connections, everything else).
-22b. One sender, one event per request: the request's time (p50, p99)
+23b. One sender, one event per request: the request's time (p50, p99)
      over HTTPS, and the same publish() over libpq.
-22c. Pull: BENCH_HTTP_PULL_EVENTS (20,000) CloudEvents in a queue
+23c. Pull: BENCH_HTTP_PULL_EVENTS (20,000) CloudEvents in a queue
      subscription, received 100 at a time and acknowledged by 8 consumers
      until all are: the JavaScript SDK's EventGridReceiverClient over HTTPS
      (concurrent in one Node.js process, bench/http_consumer.js) against
@@ -116,7 +116,7 @@ class HttpPublish:
         b = self.b
         port = b.one("SHOW eventgrid.http_port")
         if port in (None, "0"):
-            b.report("http_publish_skipped", "22. HTTP publishing: not measured (eventgrid.http_port is 0)", 0, "")
+            b.report("http_publish_skipped", "23. HTTP publishing: not measured (eventgrid.http_port is 0)", 0, "")
             return
         ca = os.path.join(b.args.work, "ca.pem")
         b.q("SELECT eventgrid.create_topic('http-bench') WHERE NOT EXISTS "
@@ -142,7 +142,7 @@ class HttpPublish:
                 if kind == "js":
                     js_cpu = [after - before for before, after in zip(cpu, self.cpu())]
         sql_rate = statistics.mean(rates["sql"])
-        labels = {"sql": f"22a. publish() over libpq, {senders} senders, 100 events a call",
+        labels = {"sql": f"23a. publish() over libpq, {senders} senders, 100 events a call",
                   "js": f"    JavaScript SDK over HTTPS, {senders} senders, 100 a request",
                   "python": f"    Python SDK over HTTPS, {senders} senders, 100 a request",
                   "raw": f"    http.client over HTTPS, {senders} senders, 100 a request"}
@@ -229,7 +229,7 @@ class HttpPublish:
         conn.close()
         q = lambda xs, p: sorted(xs)[int(len(xs) * p) - 1]
         b = self.b
-        b.report("http_publish_one_p50_ms", "22b. one event a request over HTTPS: p50", q(http_ms, 0.5), "ms")
+        b.report("http_publish_one_p50_ms", "23b. one event a request over HTTPS: p50", q(http_ms, 0.5), "ms")
         b.report("http_publish_one_p99_ms", "    p99", q(http_ms, 0.99), "ms")
         b.report("sql_publish_one_p50_ms", "    publish() over libpq: p50", q(sql_ms, 0.5), "ms")
         b.report("sql_publish_one_p99_ms", "    p99", q(sql_ms, 0.99), "ms")
@@ -282,6 +282,6 @@ class HttpPublish:
                     rates[kind].append(acked.value / (last.value - t0))
         sql_rate = statistics.mean(rates["sql"])
         js_rate = statistics.mean(rates["js"])
-        b.report("http_pull_sql_rate", "22c. receive() + acknowledge() over libpq, 8 consumers, 100 a call", sql_rate, "events/s")
+        b.report("http_pull_sql_rate", "23c. receive() + acknowledge() over libpq, 8 consumers, 100 a call", sql_rate, "events/s")
         b.report("http_pull_js_rate", "    JavaScript SDK over HTTPS, 8 consumers, 100 a call", js_rate, "events/s")
         b.report("http_pull_js_percent_of_sql", "      js / sql", 100 * js_rate / sql_rate if sql_rate else 0, "%")

@@ -1,4 +1,4 @@
-// Figure 22's JavaScript senders (bench/http_publish.py runs it): SENDERS
+// Figure 23a's JavaScript senders (bench/http_publish.py runs it): SENDERS
 // concurrent EventGridPublisherClient.send() loops of @azure/eventgrid
 // (test/azure-sdk/node_modules) in one Node.js process, each sending the
 // same 100 Event Grid events (about 1 KB each) to ENDPOINT with KEY for

@@ -24,7 +24,7 @@
 #   BENCH_ORDERING_KEYS (1000): figure 20 (ordered delivery per key)
 #   BENCH_PULL_EVENTS (200000)  BENCH_PULL_CONSUMERS (8)  BENCH_PULL_SECONDS (10): figure 21 (pull delivery)
 #   BENCH_PGMQ_SQL (unset): figure 21 runs pgmq itself beside eventgrid from this install script (pgmq--1.5.1.sql)
-#   BENCH_HTTP_PORT (18480)  BENCH_HTTP_SENDERS (8)  BENCH_HTTP_SECONDS (10): figure 22 (publishing over HTTPS
+#   BENCH_HTTP_PORT (18480)  BENCH_HTTP_SENDERS (8)  BENCH_HTTP_SECONDS (10): figure 23 (publishing over HTTPS
 #     with Python's Azure SDK, python3-azure, against publish() over libpq; the listener serves the sink's certificate)
 # Arguments go to bench.py, e.g. --only 1,2 for figures 1-4.
 set -euo pipefail
