@@ -122,7 +122,7 @@ COMMENT ON ROLE eventgrid_publisher IS
 COMMENT ON ROLE eventgrid_receiver IS
     'eventgrid: may receive the events of queue event subscriptions and acknowledge, release or reject them or renew their locks (eventgrid.receive() and the other subscriber operations). Grant it to consumers.';
 COMMENT ON ROLE eventgrid_http IS
-    'eventgrid: the role of the HTTP listener''s connections (eventgrid.http_port): may run Event Grid''s data plane (eventgrid._http_publish(), which checks the topic''s access keys) and nothing else. Grant it to no one.';
+    'eventgrid: the role of the HTTP listener''s connections (eventgrid.http_port): may run Event Grid''s data plane (eventgrid._http_publish() and eventgrid._http_namespace(), which check the topic''s access keys) and nothing else. Grant it to no one.';
 
 '''
 tail = f'''

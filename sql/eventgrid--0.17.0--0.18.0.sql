@@ -1,10 +1,12 @@
--- eventgrid 0.17.0 -> 0.18.0: Event Grid's HTTP data plane, first part
--- (SPEC 16): every topic has two access keys (key1, key2), and the HTTP
--- listener (eventgrid.http_port) publishes to a custom topic what Event
--- Grid's publishers send (POST /{database}/topics/{topic}/api/events, with
--- aeg-sas-key, aeg-sas-token or Authorization: SharedAccessKey).  The
--- listener's connections run as eventgrid_http, which may call
--- eventgrid._http_publish() and nothing else.
+-- eventgrid 0.17.0 -> 0.18.0: Event Grid's HTTP data plane (SPEC 16):
+-- every topic has two access keys (key1, key2), and the HTTP listener
+-- (eventgrid.http_port) serves what the Azure SDKs send: publishing to a
+-- custom topic (POST /{database}/topics/{topic}/api/events) and a namespace
+-- topic's operations (:publish, and :receive, :acknowledge, :release,
+-- :reject, :renewLock of its queue subscriptions), with aeg-sas-key,
+-- aeg-sas-token or Authorization: SharedAccessKey.  The listener's
+-- connections run as eventgrid_http, which may call eventgrid._http_publish()
+-- and eventgrid._http_namespace() and nothing else.
 
 \echo Use "ALTER EXTENSION eventgrid UPDATE TO '0.18.0'" to load this file. \quit
 
@@ -15,7 +17,7 @@ BEGIN
     END IF;
 END $$;
 COMMENT ON ROLE eventgrid_http IS
-    'eventgrid: the role of the HTTP listener''s connections (eventgrid.http_port): may run Event Grid''s data plane (eventgrid._http_publish(), which checks the topic''s access keys) and nothing else. Grant it to no one.';
+    'eventgrid: the role of the HTTP listener''s connections (eventgrid.http_port): may run Event Grid''s data plane (eventgrid._http_publish() and eventgrid._http_namespace(), which check the topic''s access keys) and nothing else. Grant it to no one.';
 
 CREATE FUNCTION eventgrid._new_access_key() RETURNS text
     LANGUAGE sql VOLATILE
@@ -42,7 +44,7 @@ INSERT INTO eventgrid.topic_access_keys (topic) SELECT t.name FROM eventgrid.top
 CREATE VIEW eventgrid.topic_keys AS
 SELECT k.topic, k.key1, k.key2, k.key1_set_at, k.key2_set_at
   FROM eventgrid.topic_access_keys k;
-COMMENT ON VIEW eventgrid.topic_keys IS 'Each topic''s two access keys (SPEC 16): topic, key1, key2 (base64), when each was set. A request to the HTTP listener carrying either key, or a SAS token signed with either, may publish to the topic. Readable by eventgrid_admin; eventgrid.regenerate_topic_key() replaces a key.';
+COMMENT ON VIEW eventgrid.topic_keys IS 'Each topic''s two access keys (SPEC 16): topic, key1, key2 (base64), when each was set. A request to the HTTP listener carrying either key, or a SAS token signed with either, may publish to the topic and receive from its queue subscriptions. Readable by eventgrid_admin; eventgrid.regenerate_topic_key() replaces a key.';
 REVOKE ALL ON TABLE eventgrid.topic_keys FROM PUBLIC;
 GRANT SELECT ON TABLE eventgrid.topic_keys TO eventgrid_admin;
 

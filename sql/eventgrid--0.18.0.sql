@@ -48,7 +48,7 @@ COMMENT ON ROLE eventgrid_publisher IS
 COMMENT ON ROLE eventgrid_receiver IS
     'eventgrid: may receive the events of queue event subscriptions and acknowledge, release or reject them or renew their locks (eventgrid.receive() and the other subscriber operations). Grant it to consumers.';
 COMMENT ON ROLE eventgrid_http IS
-    'eventgrid: the role of the HTTP listener''s connections (eventgrid.http_port): may run Event Grid''s data plane (eventgrid._http_publish(), which checks the topic''s access keys) and nothing else. Grant it to no one.';
+    'eventgrid: the role of the HTTP listener''s connections (eventgrid.http_port): may run Event Grid''s data plane (eventgrid._http_publish() and eventgrid._http_namespace(), which check the topic''s access keys) and nothing else. Grant it to no one.';
 
 CREATE TYPE eventgrid._dead_letter_notice AS (
 	subscription_id bigint,
@@ -4865,7 +4865,7 @@ CREATE VIEW eventgrid.topic_keys AS
     k.key2_set_at
    FROM eventgrid.topic_access_keys k;
 
-COMMENT ON VIEW eventgrid.topic_keys IS 'Each topic''s two access keys (SPEC 16): topic, key1, key2 (base64), when each was set. A request to the HTTP listener carrying either key, or a SAS token signed with either, may publish to the topic. Readable by eventgrid_admin; eventgrid.regenerate_topic_key() replaces a key.';
+COMMENT ON VIEW eventgrid.topic_keys IS 'Each topic''s two access keys (SPEC 16): topic, key1, key2 (base64), when each was set. A request to the HTTP listener carrying either key, or a SAS token signed with either, may publish to the topic and receive from its queue subscriptions. Readable by eventgrid_admin; eventgrid.regenerate_topic_key() replaces a key.';
 
 CREATE VIEW eventgrid.topic_metrics AS
  SELECT _topic_metrics.topic,
