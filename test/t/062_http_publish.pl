@@ -18,6 +18,8 @@
 #    over 1 MB (413, answered without the body being sent);
 #  - a client sending a byte a second holds only its own connection (others
 #    publish meanwhile) and is cut off after eventgrid.http_connection_timeout;
+#    with eventgrid.http_max_connections (10) connections held, another is
+#    not accepted, and is served once they are closed;
 #  - a second database with the extension is served at its own URL, one
 #    without it is 404;
 #  - the listener killed (kill -9) mid-way: every publish it acknowledged is
@@ -47,6 +49,7 @@ my $node = new_node('http',
 	'eventgrid.http_ssl_cert_file' => "'$dir/listener.pem'",
 	'eventgrid.http_ssl_key_file' => "'$dir/listener.key'",
 	'eventgrid.http_connection_timeout' => "'3s'",
+	'eventgrid.http_max_connections' => 10,
 	# the events stay in the event tables for the test to count (no table takes its turn)
 	'eventgrid.event_table_rotation' => "'1h'",
 	restart_after_crash => 'on');
@@ -223,6 +226,18 @@ my $closed_at;
 	alarm 0;
 }
 ok(defined $closed_at && $closed_at - $t0 < 20, 'the silent client is cut off (eventgrid.http_connection_timeout 3 s)');
+
+# --- eventgrid.http_max_connections (10): an 11th connection waits (not accepted) while ten are held
+my @held = map { IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) or die "connect: $!" } 1 .. 10;
+my $lim_out = '';
+my $lim = IPC::Run::start([ '/usr/bin/python3', "$FindBin::RealBin/../http_request.py", 'POST', "$base/orders/api/events",
+	@auth, '--body', "[$ev]" ], '>', \$lim_out, '2>', \my $lim_err);
+usleep(1_500_000);
+$lim->pump_nb;
+is($lim_out, '', 'with ten connections held, another is not served');
+close($_) for @held;
+$lim->finish;
+like($lim_out, qr/^200 /, 'once they are closed, it is');
 
 # --- every database with the extension is served, at its own URL
 $node->safe_psql('postgres', 'CREATE DATABASE other');
