@@ -151,10 +151,12 @@ open_connection(ServeConnection *c, const char *name)
 	 * Requests carry keys and untrusted events: none of it reaches the
 	 * server's log, whatever log_statement says (the session is a
 	 * superuser's until SET ROLE, so it may set these).  The statement
-	 * timeout is above receive()'s longest wait (120 s).
+	 * timeout is above receive()'s longest wait (120 s); READ COMMITTED,
+	 * which receive() requires, whatever the server's default.
 	 */
 	keys[5] = "options";
-	values[5] = "-c statement_timeout=150s -c lock_timeout=10s -c log_statement=none"
+	values[5] = "-c statement_timeout=150s -c lock_timeout=10s -c default_transaction_isolation=read\\ committed"
+		" -c log_statement=none"
 		" -c log_min_duration_statement=-1 -c log_min_duration_sample=-1 -c log_parameter_max_length=0"
 		" -c log_parameter_max_length_on_error=0 -c log_min_error_statement=panic";
 	keys[6] = NULL;

@@ -47,7 +47,9 @@ my $node = new_node('ns',
 	'eventgrid.http_port' => $port,
 	'eventgrid.http_ssl_cert_file' => "'$dir/listener.pem'",
 	'eventgrid.http_ssl_key_file' => "'$dir/listener.key'",
-	'eventgrid.http_max_requests_in_flight' => 2);
+	'eventgrid.http_max_requests_in_flight' => 2,
+	# the listener's statements run READ COMMITTED (receive() requires it) whatever the server's default
+	default_transaction_isolation => "'repeatable read'");
 my $endpoint = "https://127.0.0.1:$port/postgres";
 my $json = JSON::PP->new->canonical;
 
