@@ -313,8 +313,7 @@ eg_serve_start(EgServeCall *call)
 	MemoryContext old;
 
 	call->status = 0;
-	if (wait_fd < 0 && (wait_fd = epoll_create1(EPOLL_CLOEXEC)) < 0)
-		ereport(FATAL, (errmsg("eventgrid HTTP listener: epoll_create1 failed: %m")));
+	(void) eg_serve_wait_fd();	/* the epoll set, made once */
 	if (waiting != NIL || !start(call))
 	{
 		if (call->status != 0)
