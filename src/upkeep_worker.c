@@ -32,10 +32,12 @@
 
 static TimestampTz backlog_at = 0;
 static TimestampTz certificates_checked_at = 0;
+static TimestampTz next_expiration = DT_NOEND;	/* the next event subscription's expiration (workers' clock) */
 static TimestampTz queue_swept_at = 0;	/* 0: at the next upkeep (also after new settings: the clock may have moved) */
 
 static void log_summary(void);
 static void warn_expiring_certificates(void);
+static bool drop_expired(void);
 
 /*
  * Notes in shared memory whether the database has no event subscription:
@@ -86,6 +88,11 @@ upkeep(void)
 	uint64		rebased = 0;
 	int			current = eg_event_table_at(GetCurrentTimestamp());
 
+	/* not while paused: a pg_restore may be writing subscriptions whose time has passed */
+	if (eg_delivery_paused)
+		next_expiration = DT_NOEND;
+	else if (!drop_expired())
+		return false;
 	if (!eg_begin_work("eventgrid: counting published and unmatched events"))
 		return false;
 	/* not while paused: a pg_restore may still be writing positions and events */
@@ -170,6 +177,41 @@ upkeep(void)
 		eg_my_db->summary_at = GetCurrentTimestamp();
 	}
 	return used;
+}
+
+/*
+ * Drops the event subscriptions whose expiration_time has come on the
+ * workers' clock (SPEC 17), as drop_event_subscription() would (their dead
+ * letters kept), and logs each once it has committed, with its topic and
+ * name (checked identifiers: nothing else of the subscription is written);
+ * notes when the next one expires, for an upkeep round then.  Returns
+ * whether it ran (false: its unit of work could not start).
+ */
+static bool
+drop_expired(void)
+{
+	char	  **topics;
+	char	  **names;
+	TimestampTz *at;
+	int			n;
+	char	  **lines;
+
+	if (!eg_begin_work("eventgrid: dropping expired event subscriptions"))
+		return false;
+	n = eg_store_drop_expired(&topics, &names, &at, &next_expiration);
+	lines = MemoryContextAlloc(TopMemoryContext, Max(n, 1) * sizeof(char *));
+	for (int i = 0; i < n; i++)
+		lines[i] = MemoryContextStrdup(TopMemoryContext,
+									   psprintf("eventgrid: event subscription \"%s\" of topic \"%s\" expired at %s and was dropped",
+												names[i], topics[i], timestamptz_to_str(at[i])));
+	eg_end_work();
+	for (int i = 0; i < n; i++)
+	{
+		ereport(LOG, (errmsg_internal("%s", lines[i]), errdetail("Its dead letters are kept.")));
+		pfree(lines[i]);
+	}
+	pfree(lines);
+	return true;
 }
 
 /*
@@ -333,7 +375,7 @@ eventgrid_upkeep_main(Datum arg)
 		SpinLockRelease(&eg_shared->mutex);
 
 		if (GetCurrentTimestamp() >= eg_db_retry_at &&
-			(wanted || again ||
+			(wanted || again || eg_now() >= next_expiration ||
 			 GetCurrentTimestamp() - last_upkeep >= (TimestampTz) EG_UPKEEP_IDLE_INTERVAL_MS * 1000))
 		{
 			last_upkeep = GetCurrentTimestamp();

@@ -135,7 +135,8 @@ take(void *arg)
  * Before a sleep: how long until the next lock or release delay of the
  * subscription ends, and whether events are receivable now after all
  * (other consumers' locks not committed yet, or events that came since the
- * take).  Rolled back: the sleep holds no lock.
+ * take); neither once the subscription expired.  Rolled back: the sleep
+ * holds no lock.
  */
 static bool
 look_ahead(void *arg)
@@ -145,11 +146,16 @@ look_ahead(void *arg)
 	bool		isnull;
 	Datum		next;
 
-	if (SPI_execute_with_args("SELECT ceil(extract(epoch FROM (SELECT min(q.receivable_at) FROM eventgrid.queue_events q"
+	/* an expired subscription (SPEC 17) has nothing receivable: the drop that follows wakes the sleep */
+	if (SPI_execute_with_args("SELECT CASE WHEN NOT x.expired THEN"
+							  "         ceil(extract(epoch FROM (SELECT min(q.receivable_at) FROM eventgrid.queue_events q"
 							  "                                   WHERE q.subscription_id = $1"
-							  "                                     AND q.receivable_at > eventgrid._clock_now()) - eventgrid._clock_now()) * 1000)::int8,"
-							  "       EXISTS (SELECT 1 FROM eventgrid.queue_events q WHERE q.subscription_id = $1"
-							  "                  AND q.receivable_at <= eventgrid._clock_now())",
+							  "                                     AND q.receivable_at > eventgrid._clock_now()) - eventgrid._clock_now()) * 1000)::int8"
+							  "       END,"
+							  "       NOT x.expired AND EXISTS (SELECT 1 FROM eventgrid.queue_events q WHERE q.subscription_id = $1"
+							  "                                    AND q.receivable_at <= eventgrid._clock_now())"
+							  "  FROM (SELECT coalesce((SELECT s.expiration_time <= eventgrid._clock_now()"
+							  "                           FROM eventgrid.event_subscriptions s WHERE s.id = $1), false) AS expired) x",
 							  1, (Oid[]) {INT8OID}, &a, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not look for the next receivable event");
 	next = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);

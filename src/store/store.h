@@ -274,7 +274,8 @@ extern bool eg_store_has_subscriptions(void);
  * When a database's workers are next wanted, on the workers' clock
  * (DT_NOEND: not until work comes): its delivery workers (work waiting at
  * a position, chunks left in flight, the next due retry), its upkeep
- * worker (validations, the attempt history's rotation by age).
+ * worker (validations, the attempt history's rotation by age, event
+ * subscriptions' expiration).
  */
 extern TimestampTz eg_store_delivery_wanted(TimestampTz now);
 extern TimestampTz eg_store_upkeep_due(TimestampTz now, int64 history_period_ms);
@@ -290,6 +291,12 @@ typedef struct EgFinals
 extern EgFinals eg_store_finals(int64 after_dead_letter_id);
 extern int	eg_store_expiring_certificates(TimestampTz before, char ***topics, char ***names,
 										   TimestampTz **not_after);
+/*
+ * Drops expired event subscriptions (SPEC 17); returns how many, with their
+ * topics, names and times, and the next expiration (DT_NOEND: none).
+ */
+extern int	eg_store_drop_expired(char ***topics, char ***names, TimestampTz **expired_at,
+								  TimestampTz *next);
 
 /* Health of one endpoint URL, as kept in eventgrid.endpoint_states. */
 typedef struct EgHealth

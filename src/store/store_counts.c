@@ -291,7 +291,8 @@ eg_store_delivery_wanted(TimestampTz now)
 /*
  * When upkeep is next due ($1: now, $2: the attempt history's period in
  * ms): the next endpoint validation try or manual validation expiry, the
- * attempt history's next rotation by age; NULL (never) when none.
+ * attempt history's next rotation by age, the earliest expiration of an
+ * event subscription; NULL (never) when none.
  */
 static EgStatement upkeep_due = {
 	.name = "upkeep due time",
@@ -299,7 +300,8 @@ static EgStatement upkeep_due = {
 	"SELECT least((SELECT min(CASE WHEN v.state = 'Creating' THEN v.next_try_at"
 	"                              ELSE v.manual_since + interval '10 minutes' END)"
 	"                FROM eventgrid.endpoint_validations v WHERE v.state IN ('Creating', 'AwaitingManualAction')),"
-	"             (SELECT h.started_at + $2 * interval '1 millisecond' FROM eventgrid.attempt_log_rotation h))",
+	"             (SELECT h.started_at + $2 * interval '1 millisecond' FROM eventgrid.attempt_log_rotation h),"
+	"             (SELECT min(s.expiration_time) FROM eventgrid.event_subscriptions s))",
 	.nargs = 2,
 	.types = {TIMESTAMPTZOID, INT8OID},
 };
@@ -328,6 +330,37 @@ static EgStatement expiring_certificates = {
 	.types = {TIMESTAMPTZOID},
 };
 
+static EgStatement drop_expired = {
+	.name = "expired subscriptions",
+	.sql = "SELECT x.topic, x.name, x.expiration_time FROM eventgrid._drop_expired_subscriptions() x",
+};
+
+static EgStatement next_expiration = {
+	.name = "next expiration",
+	.sql = "SELECT min(s.expiration_time) FROM eventgrid.event_subscriptions s",
+};
+
+/*
+ * The rows (topic, name, time) of the statement just run, in arrays valid
+ * until the unit of work ends; returns how many.
+ */
+static int
+subscription_times(char ***topics, char ***names, TimestampTz **times)
+{
+	int			n = (int) SPI_processed;
+
+	*topics = palloc(Max(n, 1) * sizeof(char *));
+	*names = palloc(Max(n, 1) * sizeof(char *));
+	*times = palloc(Max(n, 1) * sizeof(TimestampTz));
+	for (int i = 0; i < n; i++)
+	{
+		(*topics)[i] = eg_text_col(SPI_tuptable, i, 1);
+		(*names)[i] = eg_text_col(SPI_tuptable, i, 2);
+		(*times)[i] = eg_timestamp_col(SPI_tuptable, i, 3);
+	}
+	return n;
+}
+
 /*
  * The client certificates that expire before "before" (at most 100, the
  * soonest first): their subscriptions' topics and names and the expiry,
@@ -338,18 +371,29 @@ int
 eg_store_expiring_certificates(TimestampTz before, char ***topics, char ***names, TimestampTz **not_after)
 {
 	Datum		args[1] = {TimestampTzGetDatum(before)};
-	int			n;
 
 	eg_store_run(&expiring_certificates, args, true, SPI_OK_SELECT);
-	n = (int) SPI_processed;
-	*topics = palloc(Max(n, 1) * sizeof(char *));
-	*names = palloc(Max(n, 1) * sizeof(char *));
-	*not_after = palloc(Max(n, 1) * sizeof(TimestampTz));
-	for (int i = 0; i < n; i++)
-	{
-		(*topics)[i] = eg_text_col(SPI_tuptable, i, 1);
-		(*names)[i] = eg_text_col(SPI_tuptable, i, 2);
-		(*not_after)[i] = eg_timestamp_col(SPI_tuptable, i, 3);
-	}
+	return subscription_times(topics, names, not_after);
+}
+
+/*
+ * Drops the event subscriptions whose expiration_time has come on the
+ * workers' clock (SPEC 17; eventgrid._drop_expired_subscriptions(): at
+ * most 1000, their dead letters kept), and returns how many, with their
+ * topics, names and expiration times in arrays valid until the unit of
+ * work ends; *next gets the earliest expiration left (DT_NOEND: none).
+ * In a unit of work (the upkeep worker's).
+ */
+int
+eg_store_drop_expired(char ***topics, char ***names, TimestampTz **expired_at, TimestampTz *next)
+{
+	int			n;
+
+	eg_store_run(&drop_expired, NULL, false, SPI_OK_SELECT);
+	n = subscription_times(topics, names, expired_at);
+	eg_store_run(&next_expiration, NULL, true, SPI_OK_SELECT);
+	*next = eg_timestamp_col(SPI_tuptable, 0, 1);
+	if (*next == 0)
+		*next = DT_NOEND;
 	return n;
 }

@@ -30,12 +30,13 @@ sql('postgres', "SELECT eventgrid.create_event_subscription('shop', 'refusing', 
 sql('postgres', "SELECT eventgrid.create_topic('ns-shop', 'CloudEventSchemaV1_0', topic_type => 'namespace')");
 sql('postgres', "SELECT eventgrid.create_event_subscription('ns-shop', 'ns-sub', '$u/status/200/ns', max_delivery_count => 3,"
 	  . " event_time_to_live => 'P1DT2H', advanced_filters => '[{\"operatorType\": \"NumberIn\", \"key\": \"data.n\", \"values\": [1, 2]}]',"
-	  . " enable_advanced_filtering_on_arrays => true)");
+	  . " enable_advanced_filtering_on_arrays => true, expiration_time => '2100-01-01 00:00:00+00')");
 my $profile = "SELECT string_agg(concat_ws(' ', t.name, t.topic_type, s.name, s.max_delivery_count, s.event_time_to_live,"
-  . " s.advanced_filters, s.enable_advanced_filtering_on_arrays), '; ' ORDER BY s.id)"
+  . " s.advanced_filters, s.enable_advanced_filtering_on_arrays, s.expiration_time AT TIME ZONE 'UTC'), '; ' ORDER BY s.id)"
   . " FROM eventgrid.event_subscriptions s JOIN eventgrid.topics t ON t.name = s.topic";
 my $profile_before = sql('postgres', $profile);
-like($profile_before, qr/ns-shop namespace ns-sub 3 P1DT2H \[\{.*NumberIn.*\}\] t$/, 'namespace profile and advanced filters before the dump');
+like($profile_before, qr/ns-shop namespace ns-sub 3 P1DT2H \[\{.*NumberIn.*\}\] t 2100-01-01 00:00:00$/,
+	'namespace profile, advanced filters and expiration time (0.19.0) before the dump');
 sql('postgres', "SELECT eventgrid.publish('shop', '[" . join(',', map { eg_event("before-$_") } 1 .. 3) . "]')");
 ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.dead_letters", '3'), 'three dead letters before the dump');
 ok(wait_for_sql($node, "SELECT coalesce(sum(pending), 0) FROM eventgrid.delivery_statistics", '0'), 'nothing pending before the dump');
@@ -76,7 +77,7 @@ is(sql('restored', $snapshot), $before, 'everything restored: topics, subscripti
 is(sql('restored', "SELECT value FROM eventgrid.delivery_properties WHERE is_secret"), 's3cret', 'the secret value is intact');
 is(sql('restored', $keys), $keys_before, 'the topics\' access keys are restored as they were');
 is(sql('restored', $history), $history_before, 'the attempt history restored');
-is(sql('restored', $profile), $profile_before, 'topic types, namespace retry policies and advanced filters restored');
+is(sql('restored', $profile), $profile_before, 'topic types, namespace retry policies, advanced filters and expiration times restored');
 is(sql('restored', "SELECT count(*) FROM eventgrid.dead_letter_events WHERE dead_letter_reason = 'NonRetriableError'"), '3',
 	'dead letters read as before');
 

@@ -39,7 +39,7 @@ sql("CREATE ROLE exporter LOGIN IN ROLE pg_monitor");
 sql("CREATE ROLE nobody LOGIN");
 for my $view (qw(topic_metrics event_subscription_metrics event_subscription_metric_labels
 	event_subscription_histograms worker_metrics client_certificate_metrics delivery_token_metrics ordering_metrics
-	queue_metrics))
+	queue_metrics event_subscription_expiration_metrics))
 {
 	my ($ok) = $node->psql('postgres', "SELECT count(*) FROM eventgrid.$view", extra_params => [ '-U', 'exporter' ]);
 	is($ok, 0, "pg_monitor reads eventgrid.$view");
@@ -57,7 +57,8 @@ sql("SELECT eventgrid.create_topic('shop')");
 sql("SELECT eventgrid.create_topic('alerts')");
 sql("SELECT eventgrid.create_topic('alerts-ce', 'CloudEventSchemaV1_0')");
 sql("SELECT eventgrid.create_event_subscription('shop', 'fulfilment', '$u/status/200/fulfilment?delay_ms=20')");
-sql("SELECT eventgrid.create_event_subscription('shop', 'batched', '$u/status/200/batched', max_events_per_batch => 4)");
+sql("SELECT eventgrid.create_event_subscription('shop', 'batched', '$u/status/200/batched', max_events_per_batch => 4, "
+	  . "expiration_time => date_trunc('second', now()) + interval '30 days')");
 sql("SELECT eventgrid.create_event_subscription('shop', 'refusing', '$u/status/400/refusing', deadletter => true,
 	dead_letter_topic => 'alerts')");
 sql("SELECT eventgrid.create_event_subscription('shop', 'overloaded', '$u/status/503/overloaded',
@@ -213,6 +214,9 @@ my %same = (
 	'eventgrid_client_certificate_expiry_timestamp_seconds' => [ [qw(topic event_subscription)],
 		"SELECT topic || ',' || subscription || '=' || extract(epoch FROM not_after)::float8
 		   FROM eventgrid.event_subscription_certificates" ],
+	'eventgrid_event_subscription_expiration_timestamp_seconds' => [ [qw(topic event_subscription)],
+		"SELECT topic || ',' || name || '=' || extract(epoch FROM expiration_time)::float8
+		   FROM eventgrid.event_subscriptions WHERE expiration_time IS NOT NULL" ],
 	'eventgrid_queue_received_total' => [ [qw(topic event_subscription)],
 		"SELECT topic || ',' || event_subscription || '=' || received_total FROM eventgrid.queue_metrics" ],
 	'eventgrid_queue_acknowledged_total + eventgrid_queue_released_total' => [ [qw(topic event_subscription)],

@@ -1,4 +1,4 @@
--- eventgrid 0.18.0: the full install script of this version.
+-- eventgrid 0.19.0: the full install script of this version.
 --
 -- Made by scripts/install-script.sh from what the upgrade scripts build
 -- (sql/eventgrid--A--B.sql, from the oldest full script on): edit those,
@@ -344,6 +344,7 @@ END) STORED,
     ordering_key text,
     delivery_mode text DEFAULT 'push'::text NOT NULL,
     receive_lock_duration integer,
+    expiration_time timestamp with time zone,
     CONSTRAINT event_subscriptions_advanced_filters_check CHECK (((advanced_filters IS NULL) OR eventgrid._check_advanced_filters(advanced_filters))),
     CONSTRAINT event_subscriptions_delivery_mode_check CHECK ((((delivery_mode = 'push'::text) AND (endpoint IS NOT NULL) AND (receive_lock_duration IS NULL)) OR ((delivery_mode = 'queue'::text) AND (endpoint IS NULL) AND (topic_type = 'namespace'::text) AND ((receive_lock_duration >= 60) AND (receive_lock_duration <= 300)) AND (ordering_key IS NULL) AND (max_events_per_batch IS NULL) AND (preferred_batch_size_in_kilobytes IS NULL) AND (max_events_per_second IS NULL)))),
     CONSTRAINT event_subscriptions_endpoint_check CHECK ((eventgrid._endpoint_problem(endpoint) IS NULL)),
@@ -393,6 +394,8 @@ COMMENT ON COLUMN eventgrid.event_subscriptions.ordering_key IS 'Ordered deliver
 COMMENT ON COLUMN eventgrid.event_subscriptions.delivery_mode IS 'push: delivered to endpoint over HTTP; queue: kept for consumers to receive (pull delivery, namespace topics only; endpoint NULL). Cannot change.';
 
 COMMENT ON COLUMN eventgrid.event_subscriptions.receive_lock_duration IS 'Of a queue event subscription: seconds (60-300) a received event stays locked to its consumer before it can be received again.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.expiration_time IS 'When the event subscription expires (Event Grid''s expirationTimeUtc; NULL: never): from then on (the delivery workers'' clock) nothing more is delivered or received for it and the upkeep worker drops it. SPEC 17.';
 
 CREATE TABLE eventgrid.queue_events (
     id bigint NOT NULL,
@@ -1045,6 +1048,26 @@ CREATE FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_i
 
 COMMENT ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_serves_until timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) IS 'Internal: the bearer tokens this database''s workers keep in shared memory, per token endpoint, client, scope and audience: when obtained, when they expire, until when they serve, token requests and failures counted since the slot was made, the last failure; never a token or secret.';
 
+CREATE FUNCTION eventgrid._drop_expired_subscriptions() RETURNS TABLE(topic text, name text, expiration_time timestamp with time zone)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    s record;
+BEGIN
+    FOR s IN SELECT x.topic, x.name, x.expiration_time FROM eventgrid.event_subscriptions x
+              WHERE x.expiration_time <= eventgrid._now() ORDER BY x.expiration_time, x.id LIMIT 1000
+    LOOP
+        PERFORM eventgrid.drop_event_subscription(s.topic, s.name);
+        topic := s.topic;
+        name := s.name;
+        expiration_time := s.expiration_time;
+        RETURN NEXT;
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._drop_expired_subscriptions() IS 'Internal: drops (as drop_event_subscription() does: dead letters kept) the event subscriptions whose expiration_time has come on the delivery workers'' clock, at most 1000 a call, the earliest first; returns their topics, names and expiration times, which the upkeep worker logs.';
+
 CREATE FUNCTION eventgrid._drop_topic_triggers(rel regclass, topic text) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1248,6 +1271,24 @@ END;
 
 COMMENT ON FUNCTION eventgrid._event_table_holders(event_table smallint) IS 'Internal: what still needs events of event table eventgrid.events_<event_table> (event subscriptions, first attempts in flight, unmatched counts, a logical replication subscriber''s initial copy in progress or possibly to come); NULL when it may be emptied.';
 
+CREATE FUNCTION eventgrid._expiration_time_arg(expiration_time timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF expiration_time IS NULL OR expiration_time = 'infinity' THEN
+        RETURN NULL;
+    END IF;
+    IF expiration_time <= clock_timestamp() THEN
+        RAISE EXCEPTION 'expiration time must be in the future, got %', expiration_time
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass a time after now(), or ''infinity'' for an event subscription that never expires.';
+    END IF;
+    RETURN expiration_time;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._expiration_time_arg(expiration_time timestamp with time zone) IS 'Internal: the expiration_time argument of create_event_subscription() and update_event_subscription() as stored: NULL for NULL and ''infinity'' (never expires); 22023 for a time not in the future of the real clock (clock_timestamp(), -infinity included).';
+
 CREATE FUNCTION eventgrid._fail_validation(sid bigint, why text) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1339,10 +1380,14 @@ CREATE FUNCTION eventgrid._held_subscriptions() RETURNS SETOF bigint
  UNION ALL
   SELECT v.subscription_id
     FROM eventgrid.endpoint_validations v
-   WHERE (v.state <> 'Succeeded'::text);
+   WHERE (v.state <> 'Succeeded'::text)
+ UNION ALL
+  SELECT s.id
+    FROM eventgrid.event_subscriptions s
+   WHERE (s.expiration_time <= eventgrid._now());
 END;
 
-COMMENT ON FUNCTION eventgrid._held_subscriptions() IS 'Internal: the ids of the event subscriptions the delivery workers claim nothing for: paused by pause_delivery() (eventgrid._paused_subscriptions()), or whose endpoint is not validated yet (eventgrid.endpoint_validations). Inlined into the claims, read once per statement.';
+COMMENT ON FUNCTION eventgrid._held_subscriptions() IS 'Internal: the ids of the event subscriptions the delivery workers claim nothing for: paused by pause_delivery() (eventgrid._paused_subscriptions()), whose endpoint is not validated yet (eventgrid.endpoint_validations), or expired (expiration_time reached on the delivery workers'' clock; the upkeep worker drops them). Inlined into the claims, read once per statement.';
 
 CREATE FUNCTION eventgrid._histogram_buckets(histogram text) RETURNS double precision[]
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -2223,6 +2268,10 @@ DECLARE
     finished integer := 0;
 BEGIN
     SELECT * INTO sub FROM eventgrid.event_subscriptions x WHERE x.id = sid;
+    IF sub.expiration_time <= t_now THEN
+        -- expired: nothing more is received (the upkeep worker drops it)
+        RETURN;
+    END IF;
     LOOP
         -- receivable now: never received, released, or locked by a receive whose lock expired;
         -- those another session is taking are skipped
@@ -3028,7 +3077,7 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid.create_event_publication(name text, topics text[]) IS 'Creates the publication a delivery server subscribes to (README "Scaling out"): CREATE PUBLICATION name FOR TABLE eventgrid.events (id, topic, event, publish_time, event_bytes) [WHERE (topic IN (topics))] WITH (publish = ''insert'', publish_via_partition_root = true). topics: NULL for every topic, else the topics whose events this publication carries (row filter; for splitting topics across delivery servers). Needs the privileges of CREATE PUBLICATION (the owner of eventgrid.events: a superuser). Errors: 22004 NULL name, 22023 empty name or topics list, 42704 unknown topic; 42710 a publication of that name exists.';
 
-CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT 'none'::text, dead_letter_topic text DEFAULT NULL::text, ordering_key text DEFAULT NULL::text, delivery_mode text DEFAULT 'push'::text, receive_lock_duration integer DEFAULT NULL::integer) RETURNS bigint
+CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT 'none'::text, dead_letter_topic text DEFAULT NULL::text, ordering_key text DEFAULT NULL::text, delivery_mode text DEFAULT 'push'::text, receive_lock_duration integer DEFAULT NULL::integer, expiration_time timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -3071,6 +3120,7 @@ BEGIN
     PERFORM eventgrid._check_endpoint_validation(endpoint_validation);
     PERFORM eventgrid._check_dead_letter_topic(dead_letter_topic);
     PERFORM eventgrid._check_ordering_key(ordering_key);
+    expiration_time := eventgrid._expiration_time_arg(expiration_time);
     IF EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
                 WHERE s.topic = create_event_subscription.topic AND s.name = create_event_subscription.name) THEN
         RAISE EXCEPTION 'event subscription "%" already exists for topic "%"', name, topic
@@ -3081,13 +3131,13 @@ BEGIN
          subject_ends_with, is_subject_case_sensitive, max_delivery_attempts, event_ttl,
          max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, topic_type,
          advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic, ordering_key,
-         delivery_mode, receive_lock_duration)
+         delivery_mode, receive_lock_duration, expiration_time)
     VALUES (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
             subject_ends_with, is_subject_case_sensitive, coalesce(attempts, CASE ttype WHEN 'namespace' THEN 10 ELSE 30 END),
             coalesce(ttl, CASE ttype WHEN 'namespace' THEN 10080 ELSE 1440 END),
             max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, ttype,
             advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic, ordering_key,
-            delivery_mode, receive_lock_duration)
+            delivery_mode, receive_lock_duration, expiration_time)
     RETURNING s.id INTO sid;
     INSERT INTO eventgrid.subscription_counters (subscription_id) VALUES (sid);
     -- events of transactions that commit after this one's snapshot are for it
@@ -3098,10 +3148,14 @@ BEGIN
         PERFORM eventgrid._start_validation(sid);
         PERFORM eventgrid._wake_worker_at_commit();
     END IF;
+    IF expiration_time IS NOT NULL THEN
+        -- the upkeep worker plans its next round by the earliest expiration
+        PERFORM eventgrid._wake_worker_at_commit();
+    END IF;
     RETURN sid;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer) IS 'Creates an event subscription and returns its id. endpoint (push): http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). ordering_key: a dotted field path (1-512 characters, as a dynamic delivery property''s source_field: subject, data.orderId, partitionkey) whose value (string, number or boolean) is each event''s key: events of one key are delivered in publish order, one request at a time across all delivery workers, the next only once the one before is delivered, dead-lettered or dropped; events without it go unordered (NULL: unordered; see README, Ordered delivery). delivery_mode: push (default: delivered to endpoint) or queue (pull delivery, namespace topics only: no endpoint, batching, rate limit, endpoint validation or ordering_key; consumers call receive(), see README, Pull delivery); receive_lock_duration: of a queue subscription, seconds 60-300 (60) a received event stays locked. Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9, 13, 14.';
+COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer, expiration_time timestamp with time zone) IS 'Creates an event subscription and returns its id. endpoint (push): http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). ordering_key: a dotted field path (1-512 characters, as a dynamic delivery property''s source_field: subject, data.orderId, partitionkey) whose value (string, number or boolean) is each event''s key: events of one key are delivered in publish order, one request at a time across all delivery workers, the next only once the one before is delivered, dead-lettered or dropped; events without it go unordered (NULL: unordered; see README, Ordered delivery). delivery_mode: push (default: delivered to endpoint) or queue (pull delivery, namespace topics only: no endpoint, batching, rate limit, endpoint validation or ordering_key; consumers call receive(), see README, Pull delivery); receive_lock_duration: of a queue subscription, seconds 60-300 (60) a received event stays locked. expiration_time: when the event subscription expires (NULL or ''infinity'': never; else it must be in the future of the real clock): from then on nothing more is delivered or received for it, and the upkeep worker drops it as drop_event_subscription() would (its dead letters are kept; see README, Expiration). Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9, 13, 14, 17.';
 
 CREATE FUNCTION eventgrid.create_topic(name text, input_schema text DEFAULT 'EventGridSchema'::text, topic_type text DEFAULT 'custom'::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3794,7 +3848,7 @@ CREATE FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, t
 
 COMMENT ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) IS 'Stops publishing the changes of a table to a topic (drops its triggers, from its partitions too); events already published stay queued. The role current at the call needs eventgrid_admin and TRIGGER on the table (or owning it). Errors: 22004 NULL, 42501, 42704 no such publication.';
 
-CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text, ordering_key text DEFAULT NULL::text, receive_lock_duration integer DEFAULT NULL::integer) RETURNS void
+CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text, ordering_key text DEFAULT NULL::text, receive_lock_duration integer DEFAULT NULL::integer, expiration_time timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -3853,6 +3907,9 @@ BEGIN
     PERFORM eventgrid._check_dead_letter_topic(dead_letter_topic);
     ordering_key := CASE WHEN ordering_key IS NULL THEN cur.ordering_key ELSE nullif(ordering_key, '') END;
     PERFORM eventgrid._check_ordering_key(ordering_key);
+    -- NULL keeps it, 'infinity' clears it
+    expiration_time := CASE WHEN expiration_time IS NULL THEN cur.expiration_time
+                            ELSE eventgrid._expiration_time_arg(expiration_time) END;
     IF ordering_key IS DISTINCT FROM cur.ordering_key THEN
         -- after the claim or record that holds the position: events it moved are in the retries
         PERFORM 1 FROM eventgrid.subscription_positions p WHERE p.subscription_id = sid FOR UPDATE;
@@ -3883,7 +3940,8 @@ BEGIN
            max_events_per_second = update_event_subscription.max_events_per_second,
            dead_letter_topic = update_event_subscription.dead_letter_topic,
            ordering_key = update_event_subscription.ordering_key,
-           receive_lock_duration = update_event_subscription.receive_lock_duration
+           receive_lock_duration = update_event_subscription.receive_lock_duration,
+           expiration_time = update_event_subscription.expiration_time
      WHERE s.id = sid;
     IF event_delivery_schema <> cur.event_delivery_schema THEN
         -- a retry keeps the text it is sent as: made again in the new schema
@@ -3907,11 +3965,15 @@ BEGIN
               AND EXISTS (SELECT 1 FROM eventgrid.endpoint_validations v WHERE v.subscription_id = sid)) THEN
         PERFORM eventgrid._start_validation(sid);
     END IF;
+    IF expiration_time IS DISTINCT FROM cur.expiration_time THEN
+        -- the upkeep worker plans its next round by the earliest expiration
+        PERFORM eventgrid._wake_worker_at_commit();
+    END IF;
     -- requests claimed with the old settings and not sent yet go back
     PERFORM eventgrid._subscriptions_changed_at_commit();
 END $$;
 
-COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with, dead_letter_topic), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. ordering_key: a new path keys the events claimed from now on (those waiting keep their keys); '''' makes the subscription unordered and what waited for its key due at once. A changed endpoint is logged, without the URL. delivery_mode cannot change (a queue subscription refuses an endpoint, 22023); receive_lock_duration (60-300 seconds, queue subscriptions only) applies to the locks taken from then on. Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9, 13, 14.';
+COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer, expiration_time timestamp with time zone) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with, dead_letter_topic), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. ordering_key: a new path keys the events claimed from now on (those waiting keep their keys); '''' makes the subscription unordered and what waited for its key due at once. A changed endpoint is logged, without the URL. delivery_mode cannot change (a queue subscription refuses an endpoint, 22023); receive_lock_duration (60-300 seconds, queue subscriptions only) applies to the locks taken from then on. expiration_time: a new expiration time (in the future), or ''infinity'' to clear it (never expires). Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9, 13, 14, 17.';
 
 CREATE FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -4280,7 +4342,8 @@ CREATE VIEW eventgrid.delivery_statistics AS
         CASE
             WHEN (s.delivery_mode = 'queue'::text) THEN COALESCE(k.lock_expired, (0)::bigint)
             ELSE NULL::bigint
-        END AS lock_expired
+        END AS lock_expired,
+    s.expiration_time
    FROM ((eventgrid.event_subscriptions s
      LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)))
      LEFT JOIN LATERAL ( SELECT (sum(x.received))::bigint AS received,
@@ -4291,7 +4354,7 @@ CREATE VIEW eventgrid.delivery_statistics AS
            FROM eventgrid.queue_counters x
           WHERE ((x.subscription_id = s.id) AND (s.delivery_mode = 'queue'::text))) k ON (true));
 
-COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here), and its delivery_mode (push or queue). Of a queue event subscription (pull delivery, SPEC 14) delivered counts the events acknowledged, pending the events not yet acknowledged or dead-lettered, and received, acknowledged, released, rejected and lock_expired count the subscriber operations (NULL for push).';
+COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here), and its delivery_mode (push or queue). Of a queue event subscription (pull delivery, SPEC 14) delivered counts the events acknowledged, pending the events not yet acknowledged or dead-lettered, and received, acknowledged, released, rejected and lock_expired count the subscriber operations (NULL for push); expiration_time: when it expires (NULL: never; SPEC 17).';
 
 CREATE VIEW eventgrid.delivery_token_metrics AS
  SELECT d.token_endpoint,
@@ -4420,6 +4483,15 @@ CREATE VIEW eventgrid.event_subscription_delivery_properties AS
      JOIN eventgrid.event_subscriptions s ON ((s.id = p.subscription_id)));
 
 COMMENT ON VIEW eventgrid.event_subscription_delivery_properties IS 'Custom delivery properties of each event subscription; secret values are shown as ********.';
+
+CREATE VIEW eventgrid.event_subscription_expiration_metrics AS
+ SELECT s.topic,
+    s.name AS event_subscription,
+    (EXTRACT(epoch FROM s.expiration_time))::double precision AS expiration_timestamp_seconds
+   FROM eventgrid.event_subscriptions s
+  WHERE (s.expiration_time IS NOT NULL);
+
+COMMENT ON VIEW eventgrid.event_subscription_expiration_metrics IS 'Prometheus gauge per event subscription that expires: expiration_timestamp_seconds, its expiration_time as Unix time (the alert EventgridSubscriptionExpiring fires a day before). Readable by pg_monitor and eventgrid_admin. README "Expiration", SPEC 17.';
 
 CREATE TABLE eventgrid.subscription_metric_counts (
     subscription_id bigint NOT NULL,
@@ -5027,6 +5099,8 @@ ALTER TABLE ONLY eventgrid.unknown_topic_events
 
 CREATE UNIQUE INDEX delivery_properties_header_key ON eventgrid.delivery_properties USING btree (subscription_id, lower(header));
 
+CREATE INDEX event_subscriptions_expiration_time_idx ON eventgrid.event_subscriptions USING btree (expiration_time) WHERE (expiration_time IS NOT NULL);
+
 CREATE INDEX events_batch_idx ON ONLY eventgrid.events USING btree (topic, txid, id);
 
 CREATE INDEX events_0_topic_txid_id_idx ON eventgrid.events_0 USING btree (topic, txid, id);
@@ -5283,6 +5357,8 @@ REVOKE ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT c
 GRANT ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_serves_until timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) TO eventgrid_admin;
 GRANT ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_serves_until timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) TO pg_monitor;
 
+REVOKE ALL ON FUNCTION eventgrid._drop_expired_subscriptions() FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._drop_topic_triggers(rel regclass, topic text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._drop_table_change_triggers(source_table regclass, topic text) FROM PUBLIC;
@@ -5310,6 +5386,8 @@ GRANT SELECT ON TABLE eventgrid.topic_positions TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._event_table_holders(event_table smallint) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._event_table_holders(event_table smallint) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._expiration_time_arg(expiration_time timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._fail_validation(sid bigint, why text) FROM PUBLIC;
 
@@ -5483,8 +5561,8 @@ GRANT ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_
 
 REVOKE ALL ON FUNCTION eventgrid.create_event_publication(name text, topics text[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer, expiration_time timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer, expiration_time timestamp with time zone) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) TO eventgrid_admin;
@@ -5578,8 +5656,8 @@ GRANT ALL ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text
 REVOKE ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) TO eventgrid_admin;
 
-REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer, expiration_time timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer, expiration_time timestamp with time zone) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) TO eventgrid_admin;
@@ -5614,6 +5692,9 @@ GRANT SELECT ON TABLE eventgrid.event_subscription_batching TO eventgrid_admin;
 GRANT SELECT ON TABLE eventgrid.event_subscription_certificates TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.event_subscription_delivery_properties TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.event_subscription_expiration_metrics TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.event_subscription_expiration_metrics TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.subscription_metric_counts TO eventgrid_admin;
 
