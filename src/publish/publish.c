@@ -20,6 +20,7 @@
 #include "http/http.h"
 #include "store/store.h"
 
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
@@ -28,6 +29,7 @@
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 typedef enum EgSchema
@@ -40,9 +42,18 @@ typedef enum EgSchema
 /* One-entry cache of the topic looked up by the current statement. */
 static char cached_topic[256];
 static EgSchema cached_schema;
+static bool cached_domain;
 static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
 static CommandId cached_cid = InvalidCommandId;
 static SPIPlanPtr topic_plan = NULL;
+static SPIPlanPtr domain_plan = NULL;	/* the same, saying whether it is a domain (SPEC 18) */
+
+/* the row of the current statement an event is (1 the first), for error messages */
+static LocalTransactionId row_lxid = InvalidLocalTransactionId;
+static CommandId row_cid = InvalidCommandId;
+static int64 row_no = 0;
+
+#define EG_MAX_DOMAIN_TOPIC_BYTES 256	/* of the domain topic an event names */
 
 /*
  * At most the first 64 bytes of s (cut at a character boundary), with "..."
@@ -66,34 +77,57 @@ eg_current_lxid(void)
 }
 
 /*
- * The input schema of topic, read from eventgrid.topics (one prepared
- * query, its own SPI connection); *found says whether the topic exists.
+ * A plan of "SELECT input_schema, whether a domain" for a topic name $1,
+ * kept for the backend's life.  A database whose extension predates domains
+ * (0.20.0: no eventgrid.domains) has none: the plan that reads it is made
+ * only once the table is there.
  */
-static EgSchema
-query_topic_schema(const char *topic, bool *found)
+static SPIPlanPtr
+topic_lookup_plan(void)
 {
-	Datum		arg;
-	char	   *schema;
-	EgSchema	result = EG_SCHEMA_EVENTGRID;
+	Oid			nsp = get_namespace_oid("eventgrid", true);
+	bool		domains = OidIsValid(nsp) && OidIsValid(get_relname_relid("domains", nsp));
+	SPIPlanPtr *slot = domains ? &domain_plan : &topic_plan;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "eventgrid: SPI_connect failed");
-	if (topic_plan == NULL)
+	if (*slot == NULL)
 	{
 		Oid			argtypes[1] = {TEXTOID};
-		SPIPlanPtr	plan = SPI_prepare("SELECT input_schema FROM eventgrid.topics"
-									   " WHERE name OPERATOR(pg_catalog.=) $1",
+		SPIPlanPtr	plan = SPI_prepare(domains
+									   ? "SELECT t.input_schema, EXISTS (SELECT 1 FROM eventgrid.domains d"
+									   "                             WHERE d.name OPERATOR(pg_catalog.=) t.name)"
+									   "  FROM eventgrid.topics t WHERE t.name OPERATOR(pg_catalog.=) $1"
+									   : "SELECT t.input_schema, false FROM eventgrid.topics t"
+									   " WHERE t.name OPERATOR(pg_catalog.=) $1",
 									   1, argtypes);
 
 		if (plan == NULL)
 			elog(ERROR, "eventgrid: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
 		SPI_keepplan(plan);
-		topic_plan = plan;
+		*slot = plan;
 	}
+	return *slot;
+}
+
+/*
+ * The input schema of topic, read from eventgrid.topics (one prepared
+ * query, its own SPI connection); *found says whether the topic exists,
+ * *domain whether it is a domain.
+ */
+static EgSchema
+query_topic_schema(const char *topic, bool *found, bool *domain)
+{
+	Datum		arg;
+	char	   *schema;
+	bool		isnull;
+	EgSchema	result = EG_SCHEMA_EVENTGRID;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "eventgrid: SPI_connect failed");
 	arg = CStringGetTextDatum(topic);
-	if (SPI_execute_plan(topic_plan, &arg, NULL, true, 1) != SPI_OK_SELECT)
+	if (SPI_execute_plan(topic_lookup_plan(), &arg, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "eventgrid: topic lookup failed");
 	*found = SPI_processed > 0;
+	*domain = false;
 	if (*found)
 	{
 		schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
@@ -101,6 +135,7 @@ query_topic_schema(const char *topic, bool *found)
 			result = EG_SCHEMA_CLOUDEVENTS;
 		else if (strcmp(schema, "CustomEventSchema") == 0)
 			result = EG_SCHEMA_CUSTOM;
+		*domain = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	}
 	SPI_finish();
 	return result;
@@ -111,23 +146,30 @@ bool
 eg_topic_exists(const char *topic)
 {
 	bool		found;
+	bool		domain;
 
-	(void) query_topic_schema(topic, &found);
+	(void) query_topic_schema(topic, &found, &domain);
 	return found;
 }
 
-/* The input schema of topic, which must exist (42704), kept for the rest of the statement. */
+/*
+ * The input schema of topic, which must exist (42704), and whether it is a
+ * domain (*domain), kept for the rest of the statement.
+ */
 static EgSchema
-lookup_topic_schema(const char *topic)
+lookup_topic_schema(const char *topic, bool *domain)
 {
 	EgSchema	result;
 	bool		found;
 
 	if (cached_lxid == eg_current_lxid() && cached_cid == GetCurrentCommandId(false) &&
 		strcmp(cached_topic, topic) == 0)
+	{
+		*domain = cached_domain;
 		return cached_schema;
+	}
 
-	result = query_topic_schema(topic, &found);
+	result = query_topic_schema(topic, &found, domain);
 	if (!found)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -137,6 +179,7 @@ lookup_topic_schema(const char *topic)
 	{
 		strcpy(cached_topic, topic);
 		cached_schema = result;
+		cached_domain = *domain;
 		cached_lxid = eg_current_lxid();
 		cached_cid = GetCurrentCommandId(false);
 	}
@@ -380,9 +423,12 @@ stamp_eventgrid(Jsonb *jb, const char *topic, bool add_data_version, bool add_me
 	return JsonbValueToJsonb(res);
 }
 
-/* Validates one Event Grid schema event and returns it stamped. */
+/*
+ * Validates one Event Grid schema event of topic and returns it stamped,
+ * its "topic" set to stamp.
+ */
 static Jsonb *
-validate_eventgrid(Jsonb *jb, const char *topic)
+validate_eventgrid(Jsonb *jb, const char *topic, const char *stamp)
 {
 	JsonbValue	v;
 	bool		has_data_version;
@@ -402,7 +448,7 @@ validate_eventgrid(Jsonb *jb, const char *topic)
 						Min(v.val.string.len, 64), v.val.string.val),
 				 errhint("Leave metadataVersion out; eventgrid stamps it.")));
 
-	return stamp_eventgrid(jb, topic, !has_data_version, !has_metadata_version);
+	return stamp_eventgrid(jb, stamp, !has_data_version, !has_metadata_version);
 }
 
 static void
@@ -460,23 +506,87 @@ eg_check_event_size(int64 size)
 }
 
 /*
+ * The position of the current row in its statement (1 the first): which
+ * event an error is about, without quoting the event.
+ */
+static int64
+row_of_statement(void)
+{
+	if (row_lxid != eg_current_lxid() || row_cid != GetCurrentCommandId(false))
+	{
+		row_lxid = eg_current_lxid();
+		row_cid = GetCurrentCommandId(false);
+		row_no = 0;
+	}
+	return ++row_no;
+}
+
+/*
+ * The domain topic event jb, published to domain (of input schema schema),
+ * names (SPEC 18): its "topic" (Event Grid schema: a name, or the path
+ * "/domains/{domain}/topics/{name}" a publish stamped) or its "source"
+ * (CloudEvents), at most 256 bytes.  An event that names none refuses the
+ * statement (22023, naming the event's position in it, never its text).
+ */
+static char *
+domain_topic_of(Jsonb *jb, EgSchema schema, const char *domain)
+{
+	const char *field = schema == EG_SCHEMA_CLOUDEVENTS ? "source" : "topic";
+	JsonbValue *v = JB_ROOT_IS_OBJECT(jb) && !JB_ROOT_IS_SCALAR(jb)
+		? getKeyJsonValueFromContainer(&jb->root, field, strlen(field), NULL) : NULL;
+	char	   *prefix = psprintf("/domains/%s/topics/", domain);
+	char	   *name;
+	int64		row = row_of_statement();
+
+	if (v == NULL || v->type != jbvString || v->val.string.len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("event %lld of the statement names no domain topic of domain \"%s\"",
+						(long long) row, quote_prefix(domain)),
+				 errdetail("An event published to a domain names its domain topic in \"%s\", a non-empty string.", field),
+				 errhint("Nothing of the statement was published.")));
+	name = pnstrdup(v->val.string.val, v->val.string.len);
+	if (schema == EG_SCHEMA_EVENTGRID && strncmp(name, prefix, strlen(prefix)) == 0)
+		name += strlen(prefix);
+	if (strlen(name) == 0 || strlen(name) > EG_MAX_DOMAIN_TOPIC_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the domain topic event %lld of the statement names is %s; it may have 1 to %d bytes",
+						(long long) row, strlen(name) == 0 ? "empty" : "too long", EG_MAX_DOMAIN_TOPIC_BYTES),
+				 errdetail("Its \"%s\" names its domain topic of domain \"%s\".", field, quote_prefix(domain)),
+				 errhint("Nothing of the statement was published.")));
+	return name;
+}
+
+/*
  * Validates event jb of topic (of input schema schema) as a publish does:
  * a JSON object, the schema's required fields, no control characters in
  * the fields sent as headers, at most 1 MB of JSON text (its size in
- * *size).  Returns it stamped (Event Grid schema: dataVersion and
- * metadataVersion); raises 22023 or 54000 otherwise.
+ * *size).  Returns it stamped (Event Grid schema: topic, dataVersion and
+ * metadataVersion); raises 22023 or 54000 otherwise.  Of a domain (SPEC
+ * 18), *domain_topic gets the domain topic it names (domain_topic_of()),
+ * and an Event Grid schema event's topic is stamped as its path
+ * "/domains/{domain}/topics/{name}"; otherwise *domain_topic is NULL.
  */
 static Jsonb *
-validate_event(Jsonb *jb, const char *topic, EgSchema schema, int64 *size)
+validate_event(Jsonb *jb, const char *topic, EgSchema schema, bool domain, char **domain_topic, int64 *size)
 {
+	const char *stamp = topic;
+
+	*domain_topic = NULL;
 	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("an event must be a JSON object"),
 				 errhint("To publish several events, insert one row per event or call eventgrid.publish() with an array.")));
+	if (domain)
+	{
+		*domain_topic = domain_topic_of(jb, schema, topic);
+		stamp = psprintf("/domains/%s/topics/%s", topic, *domain_topic);
+	}
 
 	if (schema == EG_SCHEMA_EVENTGRID)
-		jb = validate_eventgrid(jb, topic);
+		jb = validate_eventgrid(jb, topic, stamp);
 	else if (schema == EG_SCHEMA_CLOUDEVENTS)
 		validate_cloudevent(jb, topic);
 	check_header_fields(jb);
@@ -492,6 +602,7 @@ typedef struct EgReplicatedCheck
 	bool		topic_known;
 	Jsonb	   *event;
 	Jsonb	   *stored;
+	char	   *domain_topic;
 	int64		size;
 } EgReplicatedCheck;
 
@@ -500,9 +611,11 @@ check_replicated(void *arg)
 {
 	EgReplicatedCheck *c = arg;
 
+	bool		domain = false;
+	EgSchema	schema = c->topic_known ? lookup_topic_schema(c->topic, &domain) : EG_SCHEMA_CUSTOM;
+
 	/* a topic this database lacks: what holds for every schema */
-	c->stored = validate_event(c->event, c->topic,
-							   c->topic_known ? lookup_topic_schema(c->topic) : EG_SCHEMA_CUSTOM, &c->size);
+	c->stored = validate_event(c->event, c->topic, schema, domain, &c->domain_topic, &c->size);
 }
 
 /*
@@ -511,7 +624,8 @@ check_replicated(void *arg)
  * that an invalid row never stops the apply worker.
  */
 char *
-eg_check_replicated_event(const char *topic, bool topic_known, Jsonb *jb, Jsonb **stored, int64 *size)
+eg_check_replicated_event(const char *topic, bool topic_known, Jsonb *jb, Jsonb **stored, char **domain_topic,
+						  int64 *size)
 {
 	EgReplicatedCheck c = {.topic = topic,.topic_known = topic_known,.event = jb};
 	ErrorData  *edata = eg_try(check_replicated, &c);
@@ -519,6 +633,7 @@ eg_check_replicated_event(const char *topic, bool topic_known, Jsonb *jb, Jsonb 
 	if (edata != NULL)
 		return edata->message;
 	*stored = c.stored;
+	*domain_topic = c.domain_topic;
 	*size = c.size;
 	return NULL;
 }
@@ -532,14 +647,17 @@ eventgrid_validate_event(PG_FUNCTION_ARGS)
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	TupleDesc	tupdesc;
 	HeapTuple	tuple;
-	int			cols[3];
-	Datum		values[3];
-	bool		nulls[3] = {false, false, false};
+	int			cols[4];
+	Datum		values[4];
+	bool		nulls[4] = {false, false, false, false};
+	int			ncols = 3;
 	bool		isnull;
 	Datum		d;
 	char	   *topic;
 	Jsonb	   *jb;
 	EgSchema	schema;
+	bool		domain;
+	char	   *domain_topic;
 	int64		size;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
@@ -562,7 +680,7 @@ eventgrid_validate_event(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NOT_NULL_VIOLATION),
 				 errmsg("topic of a published event must not be NULL")));
 	topic = TextDatumGetCString(d);
-	schema = lookup_topic_schema(topic);
+	schema = lookup_topic_schema(topic, &domain);
 
 	cols[0] = SPI_fnumber(tupdesc, "event");
 	d = SPI_getbinval(tuple, tupdesc, cols[0], &isnull);
@@ -570,13 +688,20 @@ eventgrid_validate_event(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NOT_NULL_VIOLATION),
 				 errmsg("event published to topic \"%s\" must not be NULL", quote_prefix(topic))));
-	jb = validate_event(DatumGetJsonbP(d), topic, schema, &size);
+	jb = validate_event(DatumGetJsonbP(d), topic, schema, domain, &domain_topic, &size);
 
 	values[0] = JsonbPGetDatum(jb);
 	cols[1] = SPI_fnumber(tupdesc, "publish_time");
 	values[1] = TimestampTzGetDatum(eg_transaction_now());
 	cols[2] = SPI_fnumber(tupdesc, "event_bytes");
 	values[2] = Int32GetDatum((int32) size);
+	/* routed within a domain (SPEC 18); a publisher cannot set it itself */
+	if ((cols[3] = SPI_fnumber(tupdesc, "domain_topic")) > 0)
+	{
+		values[3] = domain_topic ? CStringGetTextDatum(domain_topic) : (Datum) 0;
+		nulls[3] = domain_topic == NULL;
+		ncols = 4;
+	}
 
-	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, tupdesc, 3, cols, values, nulls));
+	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, tupdesc, ncols, cols, values, nulls));
 }

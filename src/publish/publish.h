@@ -23,12 +23,13 @@ extern void eg_check_event_size(int64 size);
  * An event that logical replication brought for topic (topic_known: this
  * database has it), checked as a publish into it would check it (publish.c):
  * NULL when valid, with *stored the event as it is kept (stamped) and
- * *size its JSON text's size (recomputed, whatever was sent); else why
+ * *size its JSON text's size (recomputed, whatever was sent), and of a
+ * domain *domain_topic the domain topic it names (else NULL); else why
  * not, palloc'd (the error a publish would have raised).  Never raises for
  * an invalid event.
  */
 extern char *eg_check_replicated_event(const char *topic, bool topic_known, Jsonb *jb, Jsonb **stored,
-									   int64 *size);
+									   char **domain_topic, int64 *size);
 /* replication.c: eventgrid.events_id_seq's OID (event ids), kept for the backend's life */
 extern Oid	eg_event_id_sequence(void);
 

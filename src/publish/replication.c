@@ -314,6 +314,7 @@ eventgrid_apply_event(PG_FUNCTION_ARGS)
 	Datum		event;
 	bool		no_event;
 	Jsonb	   *stored = NULL;
+	char	   *domain_topic = NULL;
 	int64		size = 0;
 	char	   *reason;
 
@@ -344,7 +345,7 @@ eventgrid_apply_event(PG_FUNCTION_ARGS)
 	else if (no_event)
 		reason = psprintf("event published to topic \"%s\" must not be NULL", topic);
 	else
-		reason = eg_check_replicated_event(topic, known, DatumGetJsonbP(event), &stored, &size);
+		reason = eg_check_replicated_event(topic, known, DatumGetJsonbP(event), &stored, &domain_topic, &size);
 	if (reason != NULL)
 	{
 		reject_event(source, sent_id, no_sent_id, topic, event, no_event, reason, &connected);
@@ -366,6 +367,13 @@ eventgrid_apply_event(PG_FUNCTION_ARGS)
 	values[n++] = JsonbPGetDatum(stored);
 	cols[n] = SPI_fnumber(tupdesc, "event_bytes");
 	values[n++] = Int32GetDatum((int32) size);
+	/* routed within a domain (SPEC 18) as a publish here would route it */
+	if (SPI_fnumber(tupdesc, "domain_topic") > 0)
+	{
+		cols[n] = SPI_fnumber(tupdesc, "domain_topic");
+		values[n] = domain_topic ? CStringGetTextDatum(domain_topic) : (Datum) 0;
+		nulls[n++] = domain_topic == NULL;
+	}
 
 	d = SPI_getbinval(tuple, tupdesc, SPI_fnumber(tupdesc, "publish_time"), &isnull);
 	if (isnull)

@@ -30,6 +30,24 @@
  * bound beside it: the B-tree scan starts at the row comparison, and one of
  * (0, 0) (no last event) read the topic's entries from the table's start.
  */
+/*
+ * The rest of a position's batch, read in (txid, id) order: events of the
+ * transactions in progress at "done" that "upto" sees (DONE_XIP), and of
+ * those that began after "done" (AFTER_XMAX); the claim scan reads each
+ * from a topic's events or, for a domain topic's subscription, from its
+ * domain topic's.
+ */
+#define EG_SQL_SCAN_DONE_XIP \
+	"AND e.txid >= pg_snapshot_xmin(pos.done) AND e.txid < pg_snapshot_xmax(pos.done)" \
+	" AND (e.txid, e.id) > (pos.after_txid, pos.after_id)" \
+	" AND pg_visible_in_snapshot(e.txid, pos.upto)"
+#define EG_SQL_SCAN_AFTER_XMAX \
+	"AND (e.txid, e.id) > (greatest(pos.after_txid, pg_snapshot_xmax(pos.done))," \
+	"                      CASE WHEN pos.after_txid >= pg_snapshot_xmax(pos.done)" \
+	"                           THEN pos.after_id ELSE 0 END)" \
+	" AND e.txid >= pg_snapshot_xmax(pos.done) AND e.txid < pg_snapshot_xmax(pos.upto)" \
+	" AND pg_visible_in_snapshot(e.txid, pos.upto)"
+
 static EgStatement claim_scan = {
 	.name = "first-attempt claim",
 	.sql =
@@ -54,26 +72,32 @@ static EgStatement claim_scan = {
 	"        e.id IS NOT NULL AND eventgrid._matches(e.event, s.included_event_types_lower,"
 	"            s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive,"
 	"            s.advanced_filters, s.enable_advanced_filtering_on_arrays) AS matched,"
-	"        coalesce(e.event_bytes, 0), pos.done_text, pos.upto_text, s.topic, pos.fresh,"
+	"        coalesce(e.event_bytes, 0), pos.done_text, pos.upto_text, s.read_key, pos.fresh,"
 	"        pos.after_txid, pos.after_id, s.max_events_per_second, s.ordering_key IS NOT NULL, pos.leased"
 	"   FROM pos JOIN eventgrid.event_subscriptions s ON s.id = pos.subscription_id"
 	"   LEFT JOIN LATERAL ("
 	"     SELECT u.* FROM ("
 	"       (SELECT e.txid, e.id, e.event, e.event_bytes FROM eventgrid.events e"
-	"         WHERE cardinality(pos.done_xip) > 0"
+	"         WHERE cardinality(pos.done_xip) > 0 AND s.domain_topic IS NULL"
 	"           AND e.topic = s.topic AND e.txid = ANY (pos.done_xip)"
-	"           AND e.txid >= pg_snapshot_xmin(pos.done) AND e.txid < pg_snapshot_xmax(pos.done)"
-	"           AND (e.txid, e.id) > (pos.after_txid, pos.after_id)"
-	"           AND pg_visible_in_snapshot(e.txid, pos.upto)"
+	"           " EG_SQL_SCAN_DONE_XIP
 	"         ORDER BY e.txid, e.id LIMIT $1)"
 	"       UNION ALL"
 	"       (SELECT e.txid, e.id, e.event, e.event_bytes FROM eventgrid.events e"
-	"         WHERE e.topic = s.topic"
-	"           AND (e.txid, e.id) > (greatest(pos.after_txid, pg_snapshot_xmax(pos.done)),"
-	"                                 CASE WHEN pos.after_txid >= pg_snapshot_xmax(pos.done)"
-	"                                      THEN pos.after_id ELSE 0 END)"
-	"           AND e.txid >= pg_snapshot_xmax(pos.done) AND e.txid < pg_snapshot_xmax(pos.upto)"
-	"           AND pg_visible_in_snapshot(e.txid, pos.upto)"
+	"         WHERE s.domain_topic IS NULL AND e.topic = s.topic"
+	"           " EG_SQL_SCAN_AFTER_XMAX
+	"         ORDER BY e.txid, e.id LIMIT $1)"
+	/* a domain topic's subscription (SPEC 18): its events only, through events_domain_topic_idx */
+	"       UNION ALL"
+	"       (SELECT e.txid, e.id, e.event, e.event_bytes FROM eventgrid.events e"
+	"         WHERE cardinality(pos.done_xip) > 0 AND s.domain_topic IS NOT NULL"
+	"           AND e.topic = s.topic AND e.domain_topic = s.domain_topic AND e.txid = ANY (pos.done_xip)"
+	"           " EG_SQL_SCAN_DONE_XIP
+	"         ORDER BY e.txid, e.id LIMIT $1)"
+	"       UNION ALL"
+	"       (SELECT e.txid, e.id, e.event, e.event_bytes FROM eventgrid.events e"
+	"         WHERE s.domain_topic IS NOT NULL AND e.topic = s.topic AND e.domain_topic = s.domain_topic"
+	"           " EG_SQL_SCAN_AFTER_XMAX
 	"         ORDER BY e.txid, e.id LIMIT $1)"
 	"     ) u ORDER BY u.txid, u.id LIMIT $1"
 	"   ) e ON true",

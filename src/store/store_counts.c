@@ -124,7 +124,7 @@ eg_store_pauses(bool *all)
 static EgStatement backlog_positions = {
 	.name = "position list",
 	.sql =
-	"SELECT s.topic, p.done, p.upto, p.after_txid, p.after_id"
+	"SELECT s.read_key, p.done, p.upto, p.after_txid, p.after_id"
 	"  FROM eventgrid.subscription_positions p"
 	"  JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id",
 };
@@ -267,7 +267,7 @@ static EgStatement delivery_wanted = {
 	"              OR EXISTS (SELECT 1 FROM eventgrid.subscription_positions p"
 	"                           JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
 	"                          WHERE s.id NOT IN (SELECT h FROM eventgrid._held_subscriptions() h)"
-	"                            AND EXISTS (SELECT 1 FROM eventgrid._unpassed_events(s.topic, p.done, p.upto,"
+	"                            AND EXISTS (SELECT 1 FROM eventgrid._unpassed_events(s.read_key, p.done, p.upto,"
 	"                                                                                p.after_txid, p.after_id) e))"
 	"            THEN $1"
 	"            ELSE (SELECT min(r.next_attempt_at) FROM eventgrid.retries r"

@@ -53,7 +53,7 @@ static EgStatement transferred_positions = {
 	"   WHERE s.delivery_mode = 'queue'"
 	"     AND p.system_identifier = eventgrid._system_identifier()"
 	"     AND p.subscription_id NOT IN (SELECT h FROM eventgrid._held_subscriptions() h)"
-	"     AND EXISTS (SELECT 1 FROM eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e"
+	"     AND EXISTS (SELECT 1 FROM eventgrid._unpassed_events(s.read_key, p.done, p.upto, p.after_txid, p.after_id) e"
 	"                  WHERE pg_visible_in_snapshot(e.txid, pg_current_snapshot()))"
 	"), locked AS MATERIALIZED ("
 	"  SELECT p.subscription_id FROM eventgrid.subscription_positions p"

@@ -275,6 +275,7 @@ static EgStatement foreign = {
  */
 #define EG_SQL_FOREIGN_UNPASSED \
 	"   AND p.system_identifier <> eventgrid._system_identifier()" \
+	"   AND (s.domain_topic IS NULL OR e.domain_topic = s.domain_topic)" \
 	"   AND NOT pg_visible_in_snapshot(e.txid, p.done)" \
 	"   AND NOT (p.upto IS NOT NULL AND pg_visible_in_snapshot(e.txid, p.upto)" \
 	"            AND (e.txid, e.id) <= (coalesce(p.after_txid, '0'::xid8), coalesce(p.after_id, 0)))" \

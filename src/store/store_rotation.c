@@ -85,10 +85,10 @@ static EgStatement holders = {
 	"                    WHERE e.event_table = $1::smallint AND e.topic = s.topic"
 	"                      AND e.txid >= pg_snapshot_xmin(p.done) AND NOT pg_visible_in_snapshot(e.txid, p.done) OFFSET 0)"
 	"    UNION ALL"
-	"    SELECT format('first attempts in flight for topic %s', c.topic)"
+	"    SELECT format('first attempts in flight for topic %s', split_part(c.topic, '/', 1))"
 	"      FROM eventgrid.chunks_in_flight c"
 	"     WHERE EXISTS (SELECT 1 FROM eventgrid.events e"
-	"                    WHERE e.event_table = $1::smallint AND e.topic = c.topic"
+	"                    WHERE e.event_table = $1::smallint AND e.topic = split_part(c.topic, '/', 1)"
 	"                      AND e.txid >= pg_snapshot_xmin(c.done) AND NOT pg_visible_in_snapshot(e.txid, c.done) OFFSET 0)"
 	"    UNION ALL"
 	"    SELECT format('unmatched count of topic %s', tp.topic)"
@@ -232,7 +232,7 @@ static EgStatement pass_failed = {
 	"  JOIN eventgrid.endpoint_validations v ON v.subscription_id = p.subscription_id"
 	" WHERE v.state = 'Failed'"
 	"   AND EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s"
-	"                CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e"
+	"                CROSS JOIN LATERAL eventgrid._unpassed_events(s.read_key, p.done, p.upto, p.after_txid, p.after_id) e"
 	"                WHERE s.id = p.subscription_id)"
 	"   FOR UPDATE OF p SKIP LOCKED",
 	.nargs = 1,

@@ -31,11 +31,14 @@ sql('postgres', "SELECT eventgrid.create_topic('ns-shop', 'CloudEventSchemaV1_0'
 sql('postgres', "SELECT eventgrid.create_event_subscription('ns-shop', 'ns-sub', '$u/status/200/ns', max_delivery_count => 3,"
 	  . " event_time_to_live => 'P1DT2H', advanced_filters => '[{\"operatorType\": \"NumberIn\", \"key\": \"data.n\", \"values\": [1, 2]}]',"
 	  . " enable_advanced_filtering_on_arrays => true, expiration_time => '2100-01-01 00:00:00+00')");
+# an event domain with a domain topic's subscription (0.20.0)
+sql('postgres', "SELECT eventgrid.create_domain('tenants')");
+sql('postgres', "SELECT eventgrid.create_event_subscription('tenants/t-one', 'hook', '$u/status/200/t-one')");
 my $profile = "SELECT string_agg(concat_ws(' ', t.name, t.topic_type, s.name, s.max_delivery_count, s.event_time_to_live,"
   . " s.advanced_filters, s.enable_advanced_filtering_on_arrays, s.expiration_time AT TIME ZONE 'UTC'), '; ' ORDER BY s.id)"
   . " FROM eventgrid.event_subscriptions s JOIN eventgrid.topics t ON t.name = s.topic";
 my $profile_before = sql('postgres', $profile);
-like($profile_before, qr/ns-shop namespace ns-sub 3 P1DT2H \[\{.*NumberIn.*\}\] t 2100-01-01 00:00:00$/,
+like($profile_before, qr/ns-shop namespace ns-sub 3 P1DT2H \[\{.*NumberIn.*\}\] t 2100-01-01 00:00:00; tenants custom hook f$/,
 	'namespace profile, advanced filters and expiration time (0.19.0) before the dump');
 sql('postgres', "SELECT eventgrid.publish('shop', '[" . join(',', map { eg_event("before-$_") } 1 .. 3) . "]')");
 ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.dead_letters", '3'), 'three dead letters before the dump');
@@ -45,16 +48,23 @@ ok(wait_for_sql($node, "SELECT coalesce(sum(pending), 0) FROM eventgrid.delivery
 sql('postgres', "ALTER SYSTEM SET eventgrid.delivery_paused = on; SELECT pg_reload_conf()");
 sleep 1;
 sql('postgres', "SELECT eventgrid.publish('shop', '[" . join(',', map { eg_event("queued-$_") } 1 .. 10) . "]')");
+sql('postgres', "SELECT eventgrid.publish('tenants', '[" . eg_event('tenant-1', topic => 't-one') . "," . eg_event('tenant-2', topic => 't-two') . "]')");
 my $snapshot = "SELECT (SELECT count(*) FROM eventgrid.topics) || '/' || (SELECT count(*) FROM eventgrid.event_subscriptions)"
   . " || '/' || (SELECT count(*) FROM eventgrid.delivery_properties) || '/' || (SELECT sum(pending) FROM eventgrid.delivery_statistics)"
   . " || '/' || (SELECT count(*) FROM eventgrid.retries) || '/' || (SELECT count(*) FROM eventgrid.dead_letters)"
   . " || '/' || (SELECT sum(dead_lettered) FROM eventgrid.subscription_counters)";
 my $before = sql('postgres', $snapshot);
-is($before, '2/3/2/20/0/3/3', 'configuration, queue and dead letters before the dump');
+is($before, '3/4/2/21/0/3/3', 'configuration, queue and dead letters before the dump');
 my $history = "SELECT count(*) || '/' || string_agg(DISTINCT outcome, ',' ORDER BY outcome) FROM eventgrid.delivery_attempts";
 my $history_before = sql('postgres', $history);
 like($history_before, qr{^[1-9]\d*/}, "attempt history before the dump ($history_before)");
 my $max_event_id = sql('postgres', 'SELECT max(id) FROM eventgrid.events');
+my $domains = "SELECT (SELECT string_agg(d.name || ':' || d.auto_create_topic_with_first_subscription, ',') FROM eventgrid.domains d)"
+  . " || ' ' || (SELECT string_agg(domain || '/' || domain_topic || ':' || subscriptions || ':' || created_automatically, ',')"
+  . "            FROM eventgrid.domain_topics)"
+  . " || ' ' || (SELECT string_agg(coalesce(domain_topic, '-'), ',' ORDER BY id) FROM eventgrid.events WHERE topic = 'tenants')";
+my $domains_before = sql('postgres', $domains);
+is($domains_before, 'tenants:true tenants/t-one:1:true t-one,t-two', 'a domain, its domain topic and routed events before the dump');
 # the topics' access keys for HTTP publishers (0.18.0): one replaced, so that a fresh key would differ
 sql('postgres', "SELECT eventgrid.regenerate_topic_key('shop', 'key2')");
 my $keys = "SELECT string_agg(topic || ' ' || key1 || ' ' || key2 || ' ' || key2_set_at, ',' ORDER BY topic) FROM eventgrid.topic_keys";
@@ -66,6 +76,7 @@ $node->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $node->connstr('postgre
 # every database is served: the dumped one keeps its queue to itself, so that
 # what reaches the receiver is the restored database's
 sql('postgres', "SELECT eventgrid.pause_delivery('shop', 'billing')");
+sql('postgres', "SELECT eventgrid.pause_delivery('tenants')");
 
 # the worker moves to the new database: eventgrid.database_name, then restart
 $node->append_conf('postgresql.conf', "eventgrid.database_name = 'restored'\n");
@@ -77,6 +88,7 @@ is(sql('restored', $snapshot), $before, 'everything restored: topics, subscripti
 is(sql('restored', "SELECT value FROM eventgrid.delivery_properties WHERE is_secret"), 's3cret', 'the secret value is intact');
 is(sql('restored', $keys), $keys_before, 'the topics\' access keys are restored as they were');
 is(sql('restored', $history), $history_before, 'the attempt history restored');
+is(sql('restored', $domains), $domains_before, 'domains, domain topics and the events\' domain topics restored');
 is(sql('restored', $profile), $profile_before, 'topic types, namespace retry policies, advanced filters and expiration times restored');
 is(sql('restored', "SELECT count(*) FROM eventgrid.dead_letter_events WHERE dead_letter_reason = 'NonRetriableError'"), '3',
 	'dead letters read as before');
@@ -84,6 +96,9 @@ is(sql('restored', "SELECT count(*) FROM eventgrid.dead_letter_events WHERE dead
 sql('restored', "ALTER SYSTEM SET eventgrid.delivery_paused = off; SELECT pg_reload_conf()");
 my @got = wait_for_requests($r, '/status/200/billing', 13, 60);
 my @queued = grep { $json->decode($_->{body})->[0]{id} =~ /^queued-/ } @got;
+my @tenant = wait_for_requests($r, '/status/200/t-one', 1, 60);
+is(join(',', map { $json->decode($_->{body})->[0]{id} . ' ' . $json->decode($_->{body})->[0]{topic} } @tenant),
+	'tenant-1 /domains/tenants/topics/t-one', 'the restored domain topic\'s subscription gets its event only');
 is(scalar @queued, 10, 'the restored queue is delivered');
 ok(!(grep { ($_->{headers}{'x-secret'} // '') ne 's3cret' } @queued), 'with the secret header intact');
 ok(!(grep { !defined $_->{headers}{'x-order'} } @queued), 'and the dynamic header');

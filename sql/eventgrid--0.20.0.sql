@@ -1,4 +1,4 @@
--- eventgrid 0.19.0: the full install script of this version.
+-- eventgrid 0.20.0: the full install script of this version.
 --
 -- Made by scripts/install-script.sh from what the upgrade scripts build
 -- (sql/eventgrid--A--B.sql, from the oldest full script on): edit those,
@@ -153,7 +153,8 @@ CREATE TABLE eventgrid.events (
     txid xid8 DEFAULT pg_current_xact_id() NOT NULL,
     event_table smallint DEFAULT eventgrid._event_table() NOT NULL,
     source text,
-    source_event_id bigint
+    source_event_id bigint,
+    domain_topic text
 )
 PARTITION BY LIST (event_table);
 
@@ -162,6 +163,8 @@ COMMENT ON TABLE eventgrid.events IS 'Published events. Publish with INSERT INTO
 COMMENT ON COLUMN eventgrid.events.source IS 'NULL: published in this database; ''(dead-letter notification)'': a dead-letter notification the delivery workers published (README "Dead-letter notifications"); else the logical replication subscription (CREATE SUBSCRIPTION) that brought the event from another server.';
 
 COMMENT ON COLUMN eventgrid.events.source_event_id IS 'For an event brought by logical replication: its id on the server that published it (NULL when the publication did not send the id column).';
+
+COMMENT ON COLUMN eventgrid.events.domain_topic IS 'The domain topic an event published to a domain names (its "topic" in the Event Grid schema, its "source" in CloudEvents; SPEC 18); NULL for a topic''s events.';
 
 CREATE FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint, last_txid xid8, last_id bigint) RETURNS SETOF eventgrid.events
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -174,9 +177,10 @@ CREATE FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_sn
      e.txid,
      e.event_table,
      e.source,
-     e.source_event_id
+     e.source_event_id,
+     e.domain_topic
     FROM eventgrid.events e
-   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid < _chunk_events.last_txid) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)),
+   WHERE ((strpos(_chunk_events.topic, '/'::text) = 0) AND (e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid < _chunk_events.last_txid) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)),
          CASE
              WHEN (_chunk_events.after_txid >= pg_snapshot_xmin(_chunk_events.done)) THEN _chunk_events.after_id
              ELSE (0)::bigint
@@ -190,16 +194,51 @@ CREATE FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_sn
      e.txid,
      e.event_table,
      e.source,
-     e.source_event_id
+     e.source_event_id,
+     e.domain_topic
     FROM eventgrid.events e
-   WHERE ((e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid = _chunk_events.last_txid) AND (e.id <= _chunk_events.last_id) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)),
+   WHERE ((strpos(_chunk_events.topic, '/'::text) > 0) AND (e.topic = split_part(_chunk_events.topic, '/'::text, 1)) AND (e.domain_topic = substr(_chunk_events.topic, (strpos(_chunk_events.topic, '/'::text) + 1))) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid < _chunk_events.last_txid) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)),
+         CASE
+             WHEN (_chunk_events.after_txid >= pg_snapshot_xmin(_chunk_events.done)) THEN _chunk_events.after_id
+             ELSE (0)::bigint
+         END)) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto))
+ UNION ALL
+  SELECT e.id,
+     e.topic,
+     e.event,
+     e.publish_time,
+     e.event_bytes,
+     e.txid,
+     e.event_table,
+     e.source,
+     e.source_event_id,
+     e.domain_topic
+    FROM eventgrid.events e
+   WHERE ((strpos(_chunk_events.topic, '/'::text) = 0) AND (e.topic = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid = _chunk_events.last_txid) AND (e.id <= _chunk_events.last_id) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)),
+         CASE
+             WHEN (_chunk_events.after_txid >= pg_snapshot_xmin(_chunk_events.done)) THEN _chunk_events.after_id
+             ELSE (0)::bigint
+         END)) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto))
+ UNION ALL
+  SELECT e.id,
+     e.topic,
+     e.event,
+     e.publish_time,
+     e.event_bytes,
+     e.txid,
+     e.event_table,
+     e.source,
+     e.source_event_id,
+     e.domain_topic
+    FROM eventgrid.events e
+   WHERE ((strpos(_chunk_events.topic, '/'::text) > 0) AND (e.topic = split_part(_chunk_events.topic, '/'::text, 1)) AND (e.domain_topic = substr(_chunk_events.topic, (strpos(_chunk_events.topic, '/'::text) + 1))) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid = _chunk_events.last_txid) AND (e.id <= _chunk_events.last_id) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)),
          CASE
              WHEN (_chunk_events.after_txid >= pg_snapshot_xmin(_chunk_events.done)) THEN _chunk_events.after_id
              ELSE (0)::bigint
          END)) AND eventgrid._in_batch(e.txid, _chunk_events.done, _chunk_events.upto));
 END;
 
-COMMENT ON FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint, last_txid xid8, last_id bigint) IS 'Internal: the events of a chunk in flight (eventgrid.chunks_in_flight), as the claim took them: its key range in its batch, before filters. Inlined by the planner; the delivery workers and eventgrid._pending() read chunks through it.';
+COMMENT ON FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint, last_txid xid8, last_id bigint) IS 'Internal: the events of a chunk in flight (eventgrid.chunks_in_flight), as the claim took them: its key range in its batch, before filters. Inlined by the planner; the delivery workers and eventgrid._pending() read chunks through it. topic is the subscription''s read_key, as for _unpassed_events().';
 
 CREATE FUNCTION eventgrid._endpoint_problem(endpoint text) RETURNS text
     LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
@@ -269,9 +308,10 @@ CREATE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg
      e.txid,
      e.event_table,
      e.source,
-     e.source_event_id
+     e.source_event_id,
+     e.domain_topic
     FROM eventgrid.events e
-   WHERE ((e.topic = _unpassed_events.topic) AND (e.txid >= pg_snapshot_xmin(_unpassed_events.done)) AND (ROW(e.txid, e.id) > ROW(GREATEST(_unpassed_events.after_txid, pg_snapshot_xmin(_unpassed_events.done)),
+   WHERE ((strpos(_unpassed_events.topic, '/'::text) = 0) AND (e.topic = _unpassed_events.topic) AND (e.txid >= pg_snapshot_xmin(_unpassed_events.done)) AND (ROW(e.txid, e.id) > ROW(GREATEST(_unpassed_events.after_txid, pg_snapshot_xmin(_unpassed_events.done)),
          CASE
              WHEN (_unpassed_events.after_txid >= pg_snapshot_xmin(_unpassed_events.done)) THEN _unpassed_events.after_id
              ELSE (0)::bigint
@@ -285,12 +325,43 @@ CREATE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg
      e.txid,
      e.event_table,
      e.source,
-     e.source_event_id
+     e.source_event_id,
+     e.domain_topic
     FROM eventgrid.events e
-   WHERE ((_unpassed_events.upto IS NOT NULL) AND (e.topic = _unpassed_events.topic) AND (e.txid >= GREATEST(pg_snapshot_xmin(_unpassed_events.done), pg_snapshot_xmin(_unpassed_events.upto))) AND (e.txid < _unpassed_events.after_txid) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.upto)));
+   WHERE ((strpos(_unpassed_events.topic, '/'::text) > 0) AND (e.topic = split_part(_unpassed_events.topic, '/'::text, 1)) AND (e.domain_topic = substr(_unpassed_events.topic, (strpos(_unpassed_events.topic, '/'::text) + 1))) AND (e.txid >= pg_snapshot_xmin(_unpassed_events.done)) AND (ROW(e.txid, e.id) > ROW(GREATEST(_unpassed_events.after_txid, pg_snapshot_xmin(_unpassed_events.done)),
+         CASE
+             WHEN (_unpassed_events.after_txid >= pg_snapshot_xmin(_unpassed_events.done)) THEN _unpassed_events.after_id
+             ELSE (0)::bigint
+         END)) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)))
+ UNION ALL
+  SELECT e.id,
+     e.topic,
+     e.event,
+     e.publish_time,
+     e.event_bytes,
+     e.txid,
+     e.event_table,
+     e.source,
+     e.source_event_id,
+     e.domain_topic
+    FROM eventgrid.events e
+   WHERE ((_unpassed_events.upto IS NOT NULL) AND (strpos(_unpassed_events.topic, '/'::text) = 0) AND (e.topic = _unpassed_events.topic) AND (e.txid >= GREATEST(pg_snapshot_xmin(_unpassed_events.done), pg_snapshot_xmin(_unpassed_events.upto))) AND (e.txid < _unpassed_events.after_txid) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.upto)))
+ UNION ALL
+  SELECT e.id,
+     e.topic,
+     e.event,
+     e.publish_time,
+     e.event_bytes,
+     e.txid,
+     e.event_table,
+     e.source,
+     e.source_event_id,
+     e.domain_topic
+    FROM eventgrid.events e
+   WHERE ((_unpassed_events.upto IS NOT NULL) AND (strpos(_unpassed_events.topic, '/'::text) > 0) AND (e.topic = split_part(_unpassed_events.topic, '/'::text, 1)) AND (e.domain_topic = substr(_unpassed_events.topic, (strpos(_unpassed_events.topic, '/'::text) + 1))) AND (e.txid >= GREATEST(pg_snapshot_xmin(_unpassed_events.done), pg_snapshot_xmin(_unpassed_events.upto))) AND (e.txid < _unpassed_events.after_txid) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.upto)));
 END;
 
-COMMENT ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) IS 'Internal: the events of a topic that a position (done, upto, last event) has not passed, before filters. Inlined by the planner; the upkeep worker''s backlog count and eventgrid._pending() read through it.';
+COMMENT ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) IS 'Internal: the events of a topic that a position (done, upto, last event) has not passed, before filters. Inlined by the planner; the upkeep worker''s backlog count and eventgrid._pending() read through it. topic is a subscription''s read_key: a topic or domain, or ''domain/topic'' (that domain topic''s events, through events_domain_topic_idx).';
 
 CREATE TABLE eventgrid.chunks_in_flight (
     lease_owner integer NOT NULL,
@@ -345,6 +416,12 @@ END) STORED,
     delivery_mode text DEFAULT 'push'::text NOT NULL,
     receive_lock_duration integer,
     expiration_time timestamp with time zone,
+    domain_topic text,
+    read_key text GENERATED ALWAYS AS (
+CASE
+    WHEN (domain_topic IS NULL) THEN topic
+    ELSE ((topic || '/'::text) || domain_topic)
+END) STORED,
     CONSTRAINT event_subscriptions_advanced_filters_check CHECK (((advanced_filters IS NULL) OR eventgrid._check_advanced_filters(advanced_filters))),
     CONSTRAINT event_subscriptions_delivery_mode_check CHECK ((((delivery_mode = 'push'::text) AND (endpoint IS NOT NULL) AND (receive_lock_duration IS NULL)) OR ((delivery_mode = 'queue'::text) AND (endpoint IS NULL) AND (topic_type = 'namespace'::text) AND ((receive_lock_duration >= 60) AND (receive_lock_duration <= 300)) AND (ordering_key IS NULL) AND (max_events_per_batch IS NULL) AND (preferred_batch_size_in_kilobytes IS NULL) AND (max_events_per_second IS NULL)))),
     CONSTRAINT event_subscriptions_endpoint_check CHECK ((eventgrid._endpoint_problem(endpoint) IS NULL)),
@@ -396,6 +473,10 @@ COMMENT ON COLUMN eventgrid.event_subscriptions.delivery_mode IS 'push: delivere
 COMMENT ON COLUMN eventgrid.event_subscriptions.receive_lock_duration IS 'Of a queue event subscription: seconds (60-300) a received event stays locked to its consumer before it can be received again.';
 
 COMMENT ON COLUMN eventgrid.event_subscriptions.expiration_time IS 'When the event subscription expires (Event Grid''s expirationTimeUtc; NULL: never): from then on (the delivery workers'' clock) nothing more is delivered or received for it and the upkeep worker drops it. SPEC 17.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.domain_topic IS 'Of a subscription of a domain (topic): the domain topic it is scoped to, NULL at domain scope (it sees every domain topic''s events). Functions name it ''domain/topic''. SPEC 18.';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.read_key IS 'Internal: what the subscription reads of the event tables: its topic, or ''domain/topic'' for a domain-topic subscription (eventgrid._unpassed_events(), eventgrid._chunk_events()).';
 
 CREATE TABLE eventgrid.queue_events (
     id bigint NOT NULL,
@@ -475,13 +556,13 @@ CREATE FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, O
              min(e.publish_time) AS oldest
             FROM ((eventgrid.subscription_positions p
               JOIN eventgrid.event_subscriptions s ON ((s.id = p.subscription_id)))
-              CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e(id, topic, event, publish_time, event_bytes, txid, event_table, source, source_event_id))
+              CROSS JOIN LATERAL eventgrid._unpassed_events(s.read_key, p.done, p.upto, p.after_txid, p.after_id) e(id, topic, event, publish_time, event_bytes, txid, event_table, source, source_event_id, domain_topic))
            WHERE ((p.subscription_id = _backlog.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays))) u,
      ( SELECT count(*) AS n,
              min(e.publish_time) AS oldest
             FROM ((eventgrid.chunks_in_flight c_1
               JOIN eventgrid.event_subscriptions s ON ((s.id = c_1.subscription_id)))
-              CROSS JOIN LATERAL eventgrid._chunk_events(c_1.topic, c_1.done, c_1.upto, c_1.after_txid, c_1.after_id, c_1.last_txid, c_1.last_id) e(id, topic, event, publish_time, event_bytes, txid, event_table, source, source_event_id))
+              CROSS JOIN LATERAL eventgrid._chunk_events(c_1.topic, c_1.done, c_1.upto, c_1.after_txid, c_1.after_id, c_1.last_txid, c_1.last_id) e(id, topic, event, publish_time, event_bytes, txid, event_table, source, source_event_id, domain_topic))
            WHERE ((c_1.subscription_id = _backlog.subscription_id) AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with, s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays))) c,
      ( SELECT count(*) AS n,
              min(r_1.publish_time) AS oldest,
@@ -1048,6 +1129,55 @@ CREATE FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_i
 
 COMMENT ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_serves_until timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) IS 'Internal: the bearer tokens this database''s workers keep in shared memory, per token endpoint, client, scope and audience: when obtained, when they expire, until when they serve, token requests and failures counted since the slot was made, the last failure; never a token or secret.';
 
+CREATE FUNCTION eventgrid._domain_of(name text) RETURNS text
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._check_not_null('domain name', name);
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.domains d WHERE d.name = _domain_of.name) THEN
+        RAISE EXCEPTION 'domain % does not exist', eventgrid._quote(name)
+            USING ERRCODE = 'undefined_object', HINT = 'List the domains with: SELECT name FROM eventgrid.domains;';
+    END IF;
+    RETURN name;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._domain_of(name text) IS 'Internal: name, when it is a domain; 22004 NULL, 42704 no such domain.';
+
+CREATE FUNCTION eventgrid._domain_topic_for_subscription(domain text, domain_topic text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    d eventgrid.domains;
+BEGIN
+    SELECT * INTO d FROM eventgrid.domains x WHERE x.name = _domain_topic_for_subscription.domain FOR KEY SHARE;
+    IF d.name IS NULL THEN
+        RAISE EXCEPTION 'topic % is not a domain: it has no domain topic %', eventgrid._quote(domain), eventgrid._quote(domain_topic)
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'A subscription names ''domain/topic'' only for a domain (eventgrid.create_domain()).';
+    END IF;
+    IF NOT eventgrid._is_topic_name(domain_topic) THEN
+        RAISE EXCEPTION 'invalid domain topic name %', eventgrid._quote(domain_topic)
+            USING ERRCODE = 'invalid_name',
+                  HINT = 'A domain topic name has 3 to 50 characters: letters, digits and hyphens.';
+    END IF;
+    IF EXISTS (SELECT 1 FROM eventgrid.domain_topic_entries e
+                WHERE e.domain = d.name AND e.name = _domain_topic_for_subscription.domain_topic FOR KEY SHARE) THEN
+        RETURN;
+    END IF;
+    IF NOT d.auto_create_topic_with_first_subscription THEN
+        RAISE EXCEPTION 'domain topic % of domain % does not exist', eventgrid._quote(domain_topic), eventgrid._quote(domain)
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Create it with eventgrid.create_domain_topic(); this domain does not create its topics with their first subscription.';
+    END IF;
+    INSERT INTO eventgrid.domain_topic_entries (domain, name, created_automatically)
+    VALUES (d.name, _domain_topic_for_subscription.domain_topic, true)
+    ON CONFLICT DO NOTHING;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._domain_topic_for_subscription(domain text, domain_topic text) IS 'Internal: makes sure a subscription may be created at domain-topic scope: domain is a domain (42704 otherwise), domain_topic a valid name (42602), existing or created now when the domain creates topics with their first subscription (42704 when it does not).';
+
 CREATE FUNCTION eventgrid._drop_expired_subscriptions() RETURNS TABLE(topic text, name text, expiration_time timestamp with time zone)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1055,7 +1185,8 @@ CREATE FUNCTION eventgrid._drop_expired_subscriptions() RETURNS TABLE(topic text
 DECLARE
     s record;
 BEGIN
-    FOR s IN SELECT x.topic, x.name, x.expiration_time FROM eventgrid.event_subscriptions x
+    -- read_key: its topic, or 'domain/topic' for a domain topic's subscription (SPEC 18)
+    FOR s IN SELECT x.read_key AS topic, x.name, x.expiration_time FROM eventgrid.event_subscriptions x
               WHERE x.expiration_time <= eventgrid._now() ORDER BY x.expiration_time, x.id LIMIT 1000
     LOOP
         PERFORM eventgrid.drop_event_subscription(s.topic, s.name);
@@ -1094,6 +1225,39 @@ CREATE FUNCTION eventgrid._drop_table_change_triggers(source_table regclass, top
 END;
 
 COMMENT ON FUNCTION eventgrid._drop_table_change_triggers(source_table regclass, topic text) IS 'Internal: drops the statement triggers that publish source_table''s changes to topic, from the table and the partitions it covers.';
+
+CREATE FUNCTION eventgrid._drop_topic(name text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sids bigint[];
+BEGIN
+    PERFORM eventgrid._check_not_null('topic name', name);
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = _drop_topic.name FOR UPDATE) THEN
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(name)
+            USING ERRCODE = 'undefined_object', HINT = 'List the topics with: SELECT name FROM eventgrid.topics;';
+    END IF;
+    -- publications of table changes to it stop: their triggers go
+    PERFORM eventgrid._drop_topic_triggers(t.tgrelid::regclass, name)
+       FROM (SELECT DISTINCT m.m AS tgrelid
+               FROM eventgrid.table_publications p, eventgrid._publication_members(p.source_table, p.topic) m(m)
+              WHERE p.topic = _drop_topic.name) t;
+    -- the subscriptions first (the delivery worker's lock order), then their retries
+    SELECT array_agg(s.id ORDER BY s.id) INTO sids
+      FROM (SELECT s.id FROM eventgrid.event_subscriptions s WHERE s.topic = _drop_topic.name
+             ORDER BY s.id FOR UPDATE) s;
+    DELETE FROM eventgrid.retries r WHERE r.subscription_id = ANY (sids);
+    -- subscriptions, positions, counters and publications go with the topic
+    -- (ON DELETE CASCADE); its events stay in the event tables until they are emptied
+    DELETE FROM eventgrid.topics t WHERE t.name = _drop_topic.name;
+    IF sids IS NOT NULL THEN
+        PERFORM eventgrid._subscriptions_changed_at_commit();
+        PERFORM eventgrid._wake_receivers_at_commit(sids);
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._drop_topic(name text) IS 'Internal: drops topic or domain name with its event subscriptions, their pending deliveries and retries, the publications of table changes to it, and (a domain) its domain topics; 22004 NULL, 42704 none. drop_topic() and drop_domain() call it.';
 
 CREATE FUNCTION eventgrid._duration_minutes(field text, v text) RETURNS integer
     LANGUAGE plpgsql IMMUTABLE
@@ -1196,7 +1360,7 @@ CREATE FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     BEGIN ATOMIC
- SELECT s.topic,
+ SELECT s.read_key AS topic,
      s.name AS event_subscription,
      COALESCE(c.matched, (0)::bigint) AS matched_events_total,
      (COALESCE(c.delivered, (0)::bigint) + (( SELECT COALESCE(sum(x.acknowledged), (0)::numeric) AS "coalesce"
@@ -1243,11 +1407,11 @@ CREATE FUNCTION eventgrid._event_table_holders(event_table smallint) RETURNS tex
                     FROM eventgrid.events e
                    WHERE ((e.event_table = _event_table_holders.event_table) AND (e.topic = s.topic) AND (e.txid >= pg_snapshot_xmin(p.done)) AND (NOT pg_visible_in_snapshot(e.txid, p.done)))))
          UNION ALL
-          SELECT format('first attempts in flight for topic %s'::text, c.topic) AS format
+          SELECT format('first attempts in flight for topic %s'::text, split_part(c.topic, '/'::text, 1)) AS format
             FROM eventgrid.chunks_in_flight c
            WHERE (EXISTS ( SELECT 1
                     FROM eventgrid.events e
-                   WHERE ((e.event_table = _event_table_holders.event_table) AND (e.topic = c.topic) AND (e.txid >= pg_snapshot_xmin(c.done)) AND (NOT pg_visible_in_snapshot(e.txid, c.done)))))
+                   WHERE ((e.event_table = _event_table_holders.event_table) AND (e.topic = split_part(c.topic, '/'::text, 1)) AND (e.txid >= pg_snapshot_xmin(c.done)) AND (NOT pg_visible_in_snapshot(e.txid, c.done)))))
          UNION ALL
           SELECT format('unmatched count of topic %s'::text, tp.topic) AS format
             FROM eventgrid.topic_positions tp
@@ -1828,7 +1992,8 @@ BEGIN
     ELSE
         label := 'all event subscriptions';
     END IF;
-    target_topic := topic;
+    -- a domain topic's subscription ('domain/topic', SPEC 18) is kept with its domain's name
+    target_topic := split_part(topic, '/', 1);
 END $$;
 
 COMMENT ON FUNCTION eventgrid._pause_target(topic text, subscription text, OUT target_topic text, OUT target_sid bigint, OUT label text) IS 'Internal: what pause_delivery() and resume_delivery() name (both NULL: everything), checked to exist.';
@@ -1865,7 +2030,7 @@ BEGIN
                        e.source, e.source_event_id
                   FROM eventgrid.subscription_positions p
                   JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
-                 CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e
+                 CROSS JOIN LATERAL eventgrid._unpassed_events(s.read_key, p.done, p.upto, p.after_txid, p.after_id) e
                  WHERE p.subscription_id = sid AND pg_visible_in_snapshot(e.txid, snap)
                    AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with,
                                           s.is_subject_case_sensitive, s.advanced_filters, s.enable_advanced_filtering_on_arrays)
@@ -1892,7 +2057,7 @@ BEGIN
                   FROM eventgrid.subscription_positions p
                   JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id
                   JOIN eventgrid.topics t ON t.name = s.topic
-                 CROSS JOIN LATERAL eventgrid._unpassed_events(s.topic, p.done, p.upto, p.after_txid, p.after_id) e
+                 CROSS JOIN LATERAL eventgrid._unpassed_events(s.read_key, p.done, p.upto, p.after_txid, p.after_id) e
                  CROSS JOIN LATERAL (SELECT eventgrid._ordering_key(e.event, path) AS okey) k
                  WHERE p.subscription_id = sid AND pg_visible_in_snapshot(e.txid, snap)
                    AND eventgrid._matches(e.event, s.included_event_types_lower, s.subject_begins_with, s.subject_ends_with,
@@ -2013,6 +2178,11 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = _publish_table_changes.topic FOR KEY SHARE) THEN
         RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic)
             USING ERRCODE = 'undefined_object', HINT = 'Create it first with eventgrid.create_topic().';
+    END IF;
+    IF EXISTS (SELECT 1 FROM eventgrid.domains d WHERE d.name = _publish_table_changes.topic) THEN
+        -- a table change event names no domain topic (SPEC 18): every write to the table would fail
+        RAISE EXCEPTION '% is an event domain: table changes are published to a topic', eventgrid._quote(topic)
+            USING ERRCODE = 'wrong_object_type', HINT = 'Publish them to a topic of their own (eventgrid.create_topic()).';
     END IF;
     SELECT array_agg(DISTINCT upper(o) ORDER BY upper(o)) INTO ops FROM unnest(operations) o;
     IF ops IS NULL OR NOT ops <@ ARRAY['INSERT', 'UPDATE', 'DELETE'] OR array_position(ops, NULL) IS NOT NULL THEN
@@ -2812,15 +2982,22 @@ CREATE FUNCTION eventgrid._subscription_id(topic text, name text, lock boolean D
     AS $$
 DECLARE
     sid bigint;
+    base text := split_part(topic, '/', 1);
+    dt text := CASE WHEN strpos(topic, '/') > 0 THEN substr(topic, strpos(topic, '/') + 1) END;
 BEGIN
     PERFORM eventgrid._check_not_null('topic', topic);
     PERFORM eventgrid._check_not_null('event subscription name', name);
-    IF lock THEN
+    -- 'domain/topic' names a subscription at domain-topic scope (SPEC 18)
+    -- (IS NULL and = each by the unique index; IS NOT DISTINCT FROM would walk every subscription of the domain)
+    IF dt IS NULL THEN
         SELECT s.id INTO sid FROM eventgrid.event_subscriptions s
-         WHERE s.topic = _subscription_id.topic AND s.name = _subscription_id.name FOR UPDATE;
+         WHERE s.topic = base AND s.domain_topic IS NULL AND s.name = _subscription_id.name;
     ELSE
         SELECT s.id INTO sid FROM eventgrid.event_subscriptions s
-         WHERE s.topic = _subscription_id.topic AND s.name = _subscription_id.name;
+         WHERE s.topic = base AND s.domain_topic = dt AND s.name = _subscription_id.name;
+    END IF;
+    IF lock AND sid IS NOT NULL THEN
+        SELECT s.id INTO sid FROM eventgrid.event_subscriptions s WHERE s.id = sid FOR UPDATE;
     END IF;
     IF sid IS NULL THEN
         RAISE EXCEPTION 'event subscription % of topic % does not exist', eventgrid._quote(name), eventgrid._quote(topic)
@@ -2830,7 +3007,7 @@ BEGIN
     RETURN sid;
 END $$;
 
-COMMENT ON FUNCTION eventgrid._subscription_id(topic text, name text, lock boolean) IS 'Internal: id of an event subscription (optionally locked FOR UPDATE); raises 42704 when there is none.';
+COMMENT ON FUNCTION eventgrid._subscription_id(topic text, name text, lock boolean) IS 'Internal: id of an event subscription (topic a topic, a domain, or ''domain/topic'') (optionally locked FOR UPDATE); raises 42704 when there is none.';
 
 CREATE FUNCTION eventgrid._subscriptions_changed_at_commit() RETURNS void
     LANGUAGE c
@@ -3042,6 +3219,50 @@ CREATE FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema
 
 COMMENT ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) IS 'Maps an event between delivery schemas (Event Grid schema <-> CloudEvents 1.0; identity when the schemas are equal; NULL for mappings Event Grid does not offer). publish_time supplies eventTime for CloudEvents without time.';
 
+CREATE FUNCTION eventgrid.create_domain(name text, input_schema text DEFAULT 'EventGridSchema'::text, auto_create_topic_with_first_subscription boolean DEFAULT true, auto_delete_topic_with_last_subscription boolean DEFAULT true) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._check_not_null('domain name', name);
+    PERFORM eventgrid._check_not_null('auto_create_topic_with_first_subscription', auto_create_topic_with_first_subscription);
+    PERFORM eventgrid._check_not_null('auto_delete_topic_with_last_subscription', auto_delete_topic_with_last_subscription);
+    IF input_schema = 'CustomEventSchema' THEN
+        RAISE EXCEPTION 'a domain takes EventGridSchema or CloudEventSchemaV1_0 events, not CustomEventSchema'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Each event names its domain topic in "topic" (Event Grid schema) or "source" (CloudEvents).';
+    END IF;
+    IF EXISTS (SELECT 1 FROM eventgrid.domains d WHERE d.name = create_domain.name) THEN
+        RAISE EXCEPTION 'domain "%" already exists', name USING ERRCODE = 'duplicate_object';
+    END IF;
+    -- a topic of the same name (the names are shared: 42710), the keys, counters and position
+    PERFORM eventgrid.create_topic(name, input_schema);
+    INSERT INTO eventgrid.domains (name, auto_create_topic_with_first_subscription, auto_delete_topic_with_last_subscription)
+    VALUES (name, auto_create_topic_with_first_subscription, auto_delete_topic_with_last_subscription);
+END $$;
+
+COMMENT ON FUNCTION eventgrid.create_domain(name text, input_schema text, auto_create_topic_with_first_subscription boolean, auto_delete_topic_with_last_subscription boolean) IS 'Creates an event domain (SPEC 18): publishing to it (INSERT INTO eventgrid.events or publish() with its name, or over HTTP with its access keys) routes each event to the domain topic its "topic" (Event Grid schema) or "source" (CloudEvents) names. name: 3-50 letters, digits, hyphens, shared with the topics. input_schema: EventGridSchema (default) or CloudEventSchemaV1_0. auto_create_topic_with_first_subscription (true): a subscription on ''domain/topic'' creates the domain topic; auto_delete_topic_with_last_subscription (true): dropping its last subscription drops it. Requires eventgrid_admin. Errors: 22004 NULL, 42602 bad name, 22023 bad or custom schema, 42710 a domain or topic of that name exists. README "Event domains".';
+
+CREATE FUNCTION eventgrid.create_domain_topic(domain text, name text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM eventgrid._domain_of(domain);
+    PERFORM eventgrid._check_not_null('domain topic name', name);
+    IF NOT eventgrid._is_topic_name(name) THEN
+        RAISE EXCEPTION 'invalid domain topic name %', eventgrid._quote(name)
+            USING ERRCODE = 'invalid_name',
+                  HINT = 'A domain topic name has 3 to 50 characters: letters, digits and hyphens.';
+    END IF;
+    INSERT INTO eventgrid.domain_topic_entries (domain, name) VALUES (domain, name) ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'domain topic "%" of domain "%" already exists', name, domain USING ERRCODE = 'duplicate_object';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.create_domain_topic(domain text, name text) IS 'Creates a domain topic of a domain (SPEC 18), for subscriptions on ''domain/name''. name: 3-50 letters, digits, hyphens. Events may name a domain topic that does not exist: they reach the domain-scope subscriptions only. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such domain, 42602 bad name, 42710 exists.';
+
 CREATE FUNCTION eventgrid.create_event_publication(name text, topics text[] DEFAULT NULL::text[]) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -3087,13 +3308,24 @@ DECLARE
     attempts integer;
     ttl integer;
     sid bigint;
+    dt text;
 BEGIN
     PERFORM eventgrid._check_not_null('topic', topic);
+    -- 'domain/topic': a subscription at domain-topic scope (SPEC 18)
+    IF strpos(topic, '/') > 0 THEN
+        dt := substr(topic, strpos(topic, '/') + 1);
+        topic := split_part(topic, '/', 1);
+    END IF;
     SELECT t.input_schema, t.topic_type INTO in_schema, ttype
       FROM eventgrid.topics t WHERE t.name = topic FOR KEY SHARE;
     IF in_schema IS NULL THEN
-        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic)
-            USING ERRCODE = 'undefined_object', HINT = 'Create it first with eventgrid.create_topic().';
+        RAISE EXCEPTION '% % does not exist', CASE WHEN dt IS NULL THEN 'topic' ELSE 'domain' END, eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object',
+                  HINT = CASE WHEN dt IS NULL THEN 'Create it first with eventgrid.create_topic().'
+                              ELSE 'Create it first with eventgrid.create_domain().' END;
+    END IF;
+    IF dt IS NOT NULL THEN
+        PERFORM eventgrid._domain_topic_for_subscription(topic, dt);
     END IF;
     IF name IS NULL THEN
         RAISE EXCEPTION 'event subscription name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -3122,8 +3354,13 @@ BEGIN
     PERFORM eventgrid._check_ordering_key(ordering_key);
     expiration_time := eventgrid._expiration_time_arg(expiration_time);
     IF EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
-                WHERE s.topic = create_event_subscription.topic AND s.name = create_event_subscription.name) THEN
-        RAISE EXCEPTION 'event subscription "%" already exists for topic "%"', name, topic
+                WHERE s.topic = create_event_subscription.topic AND s.name = create_event_subscription.name
+                  AND s.domain_topic IS NULL AND dt IS NULL)
+       OR EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
+                   WHERE s.topic = create_event_subscription.topic AND s.name = create_event_subscription.name
+                     AND s.domain_topic = dt) THEN
+        RAISE EXCEPTION 'event subscription "%" already exists for topic "%"', name,
+                        topic || coalesce('/' || dt, '')
             USING ERRCODE = 'duplicate_object';
     END IF;
     INSERT INTO eventgrid.event_subscriptions AS s
@@ -3131,13 +3368,13 @@ BEGIN
          subject_ends_with, is_subject_case_sensitive, max_delivery_attempts, event_ttl,
          max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, topic_type,
          advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic, ordering_key,
-         delivery_mode, receive_lock_duration, expiration_time)
+         delivery_mode, receive_lock_duration, expiration_time, domain_topic)
     VALUES (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
             subject_ends_with, is_subject_case_sensitive, coalesce(attempts, CASE ttype WHEN 'namespace' THEN 10 ELSE 30 END),
             coalesce(ttl, CASE ttype WHEN 'namespace' THEN 10080 ELSE 1440 END),
             max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, ttype,
             advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic, ordering_key,
-            delivery_mode, receive_lock_duration, expiration_time)
+            delivery_mode, receive_lock_duration, expiration_time, dt)
     RETURNING s.id INTO sid;
     INSERT INTO eventgrid.subscription_counters (subscription_id) VALUES (sid);
     -- events of transactions that commit after this one's snapshot are for it
@@ -3155,7 +3392,7 @@ BEGIN
     RETURN sid;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer, expiration_time timestamp with time zone) IS 'Creates an event subscription and returns its id. endpoint (push): http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). ordering_key: a dotted field path (1-512 characters, as a dynamic delivery property''s source_field: subject, data.orderId, partitionkey) whose value (string, number or boolean) is each event''s key: events of one key are delivered in publish order, one request at a time across all delivery workers, the next only once the one before is delivered, dead-lettered or dropped; events without it go unordered (NULL: unordered; see README, Ordered delivery). delivery_mode: push (default: delivered to endpoint) or queue (pull delivery, namespace topics only: no endpoint, batching, rate limit, endpoint validation or ordering_key; consumers call receive(), see README, Pull delivery); receive_lock_duration: of a queue subscription, seconds 60-300 (60) a received event stays locked. expiration_time: when the event subscription expires (NULL or ''infinity'': never; else it must be in the future of the real clock): from then on nothing more is delivered or received for it, and the upkeep worker drops it as drop_event_subscription() would (its dead letters are kept; see README, Expiration). Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9, 13, 14, 17.';
+COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer, expiration_time timestamp with time zone) IS 'Creates an event subscription and returns its id. topic: a topic, a domain (domain scope: every domain topic''s events) or ''domain/topic'' (domain-topic scope: that domain topic''s events; created with it when the domain creates topics with their first subscription, else 42704; SPEC 18); names are unique per topic, domain or domain topic. endpoint (push): http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). ordering_key: a dotted field path (1-512 characters, as a dynamic delivery property''s source_field: subject, data.orderId, partitionkey) whose value (string, number or boolean) is each event''s key: events of one key are delivered in publish order, one request at a time across all delivery workers, the next only once the one before is delivered, dead-lettered or dropped; events without it go unordered (NULL: unordered; see README, Ordered delivery). delivery_mode: push (default: delivered to endpoint) or queue (pull delivery, namespace topics only: no endpoint, batching, rate limit, endpoint validation or ordering_key; consumers call receive(), see README, Pull delivery); receive_lock_duration: of a queue subscription, seconds 60-300 (60) a received event stays locked. expiration_time: when the event subscription expires (NULL or ''infinity'': never; else it must be in the future of the real clock): from then on nothing more is delivered or received for it, and the upkeep worker drops it as drop_event_subscription() would (its dead letters are kept; see README, Expiration). Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9, 13, 14, 17.';
 
 CREATE FUNCTION eventgrid.create_topic(name text, input_schema text DEFAULT 'EventGridSchema'::text, topic_type text DEFAULT 'custom'::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3197,57 +3434,92 @@ CREATE FUNCTION eventgrid.delivery_outcome(http_status integer) RETURNS text
 
 COMMENT ON FUNCTION eventgrid.delivery_outcome(http_status integer) IS 'lastDeliveryOutcome name recorded for an HTTP status: Delivered (200-204), BadRequest (400), Unauthorized (401), Forbidden (403), NotFound (404), TimedOut (408), PayloadTooLarge (413), Busy (429, 503), GenericError (anything else). Errors: 22003 status outside 100-599. SPEC 3.';
 
-CREATE FUNCTION eventgrid.drop_event_subscription(topic text, name text) RETURNS void
+CREATE FUNCTION eventgrid.drop_domain(name text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-DECLARE
-    sid bigint;
 BEGIN
-    -- the subscription first (the delivery worker's lock order), then its retries;
-    -- its position and counters go with it (ON DELETE CASCADE)
-    sid := eventgrid._subscription_id(topic, name, true);
-    DELETE FROM eventgrid.retries r WHERE r.subscription_id = sid;
-    DELETE FROM eventgrid.event_subscriptions s WHERE s.id = sid;
-    -- its requests claimed and not sent yet are not sent; its waiting consumers are told
-    PERFORM eventgrid._subscriptions_changed_at_commit();
-    PERFORM eventgrid._wake_receivers_at_commit(ARRAY[sid]);
+    PERFORM eventgrid._domain_of(name);
+    -- as drop_topic() drops a topic: its subscriptions (every scope), their retries and positions,
+    -- its domain topics (ON DELETE CASCADE); dead letters are kept
+    PERFORM eventgrid._drop_topic(name);
 END $$;
 
-COMMENT ON FUNCTION eventgrid.drop_event_subscription(topic text, name text) IS 'Drops an event subscription with its pending deliveries and retries. Dead letters are kept. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription.';
+COMMENT ON FUNCTION eventgrid.drop_domain(name text) IS 'Drops an event domain with its domain topics and every subscription of it (domain and domain-topic scope), their pending deliveries and retries (SPEC 18). Dead letters are kept. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such domain.';
 
-CREATE FUNCTION eventgrid.drop_topic(name text) RETURNS void
+CREATE FUNCTION eventgrid.drop_domain_topic(domain text, name text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     sids bigint[];
 BEGIN
-    PERFORM eventgrid._check_not_null('topic name', name);
-    IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = drop_topic.name FOR UPDATE) THEN
-        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(name)
-            USING ERRCODE = 'undefined_object', HINT = 'List the topics with: SELECT name FROM eventgrid.topics;';
+    PERFORM eventgrid._domain_of(domain);
+    PERFORM eventgrid._check_not_null('domain topic name', name);
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.domain_topic_entries e
+                    WHERE e.domain = drop_domain_topic.domain AND e.name = drop_domain_topic.name FOR UPDATE) THEN
+        RAISE EXCEPTION 'domain topic % of domain % does not exist', eventgrid._quote(name), eventgrid._quote(domain)
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'List them with: SELECT domain_topic FROM eventgrid.domain_topics WHERE domain = ...;';
     END IF;
-    -- publications of table changes to it stop: their triggers go
-    PERFORM eventgrid._drop_topic_triggers(t.tgrelid::regclass, name)
-       FROM (SELECT DISTINCT m.m AS tgrelid
-               FROM eventgrid.table_publications p, eventgrid._publication_members(p.source_table, p.topic) m(m)
-              WHERE p.topic = drop_topic.name) t;
     -- the subscriptions first (the delivery worker's lock order), then their retries
     SELECT array_agg(s.id ORDER BY s.id) INTO sids
-      FROM (SELECT s.id FROM eventgrid.event_subscriptions s WHERE s.topic = drop_topic.name
+      FROM (SELECT s.id FROM eventgrid.event_subscriptions s
+             WHERE s.topic = drop_domain_topic.domain AND s.domain_topic = drop_domain_topic.name
              ORDER BY s.id FOR UPDATE) s;
     DELETE FROM eventgrid.retries r WHERE r.subscription_id = ANY (sids);
-    -- subscriptions, positions, counters and publications go with the topic
-    -- (ON DELETE CASCADE); its events stay in the event tables until they are emptied
-    DELETE FROM eventgrid.topics t WHERE t.name = drop_topic.name;
+    DELETE FROM eventgrid.event_subscriptions s WHERE s.id = ANY (sids);
+    DELETE FROM eventgrid.domain_topic_entries e WHERE e.domain = drop_domain_topic.domain AND e.name = drop_domain_topic.name;
     IF sids IS NOT NULL THEN
         PERFORM eventgrid._subscriptions_changed_at_commit();
         PERFORM eventgrid._wake_receivers_at_commit(sids);
     END IF;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.drop_topic(name text) IS 'Drops a topic with its event subscriptions and their pending deliveries and retries, and stops the publications of table changes to it. Dead letters are kept. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such topic.';
+COMMENT ON FUNCTION eventgrid.drop_domain_topic(domain text, name text) IS 'Drops a domain topic with its subscriptions, their pending deliveries and retries (SPEC 18); events naming it still reach the domain-scope subscriptions. Dead letters are kept. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such domain or domain topic.';
+
+CREATE FUNCTION eventgrid.drop_event_subscription(topic text, name text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint;
+    s eventgrid.event_subscriptions;
+BEGIN
+    -- the subscription first (the delivery worker's lock order), then its retries;
+    -- its position and counters go with it (ON DELETE CASCADE)
+    sid := eventgrid._subscription_id(topic, name, true);
+    SELECT * INTO s FROM eventgrid.event_subscriptions x WHERE x.id = sid;
+    DELETE FROM eventgrid.retries r WHERE r.subscription_id = sid;
+    DELETE FROM eventgrid.event_subscriptions x WHERE x.id = sid;
+    -- the last subscription of a domain topic takes it along, unless its domain says otherwise (SPEC 18)
+    IF s.domain_topic IS NOT NULL
+       AND EXISTS (SELECT 1 FROM eventgrid.domains d
+                    WHERE d.name = s.topic AND d.auto_delete_topic_with_last_subscription)
+       AND NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions x
+                        WHERE x.topic = s.topic AND x.domain_topic = s.domain_topic) THEN
+        DELETE FROM eventgrid.domain_topic_entries e WHERE e.domain = s.topic AND e.name = s.domain_topic;
+    END IF;
+    -- its requests claimed and not sent yet are not sent; its waiting consumers are told
+    PERFORM eventgrid._subscriptions_changed_at_commit();
+    PERFORM eventgrid._wake_receivers_at_commit(ARRAY[sid]);
+END $$;
+
+COMMENT ON FUNCTION eventgrid.drop_event_subscription(topic text, name text) IS 'Drops an event subscription with its pending deliveries and retries. Dead letters are kept. topic may be ''domain/topic'': the last subscription of a domain topic drops it when its domain auto-deletes topics (SPEC 18). Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription.';
+
+CREATE FUNCTION eventgrid.drop_topic(name text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM eventgrid.domains d WHERE d.name = drop_topic.name) THEN
+        RAISE EXCEPTION '% is a domain, not a topic', eventgrid._quote(name)
+            USING ERRCODE = 'wrong_object_type', HINT = 'Drop it with eventgrid.drop_domain().';
+    END IF;
+    PERFORM eventgrid._drop_topic(name);
+END $$;
+
+COMMENT ON FUNCTION eventgrid.drop_topic(name text) IS 'Drops a topic with its event subscriptions and their pending deliveries and retries, and stops the publications of table changes to it. Dead letters are kept. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such topic, 42809 a domain (drop_domain() drops those).';
 
 CREATE FUNCTION eventgrid.grant_event_replication(role_name name) RETURNS void
     LANGUAGE plpgsql
@@ -4140,7 +4412,7 @@ CREATE TABLE eventgrid.client_certificates (
 COMMENT ON TABLE eventgrid.client_certificates IS 'Internal: the client certificates (PEM, with any chain) and private keys event subscriptions present to HTTPS endpoints; readable by the extension''s owner only (eventgrid.event_subscription_certificates shows subject and expiry).';
 
 CREATE VIEW eventgrid.client_certificate_metrics AS
- SELECT s.topic,
+ SELECT s.read_key AS topic,
     s.name AS event_subscription,
     (EXTRACT(epoch FROM c.not_after))::double precision AS expiry_timestamp_seconds
    FROM (eventgrid.client_certificates c
@@ -4343,7 +4615,8 @@ CREATE VIEW eventgrid.delivery_statistics AS
             WHEN (s.delivery_mode = 'queue'::text) THEN COALESCE(k.lock_expired, (0)::bigint)
             ELSE NULL::bigint
         END AS lock_expired,
-    s.expiration_time
+    s.expiration_time,
+    s.domain_topic
    FROM ((eventgrid.event_subscriptions s
      LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)))
      LEFT JOIN LATERAL ( SELECT (sum(x.received))::bigint AS received,
@@ -4354,7 +4627,7 @@ CREATE VIEW eventgrid.delivery_statistics AS
            FROM eventgrid.queue_counters x
           WHERE ((x.subscription_id = s.id) AND (s.delivery_mode = 'queue'::text))) k ON (true));
 
-COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here), and its delivery_mode (push or queue). Of a queue event subscription (pull delivery, SPEC 14) delivered counts the events acknowledged, pending the events not yet acknowledged or dead-lettered, and received, acknowledged, released, rejected and lock_expired count the subscriber operations (NULL for push); expiration_time: when it expires (NULL: never; SPEC 17).';
+COMMENT ON VIEW eventgrid.delivery_statistics IS 'Per event subscription: deliveries pending (not yet delivered, dead-lettered or dropped, retries included), of which waiting for a retry, events delivered, failed delivery attempts (requests sent that failed; attempts held back by probation are not counted), events dead-lettered, events dropped (undeliverable with dead-lettering off), dead letters queued again by redeliver_dead_letters, whether pause_delivery() paused it (itself, its topic or everything; the GUC eventgrid.delivery_paused is not shown here), and its delivery_mode (push or queue). Of a queue event subscription (pull delivery, SPEC 14) delivered counts the events acknowledged, pending the events not yet acknowledged or dead-lettered, and received, acknowledged, released, rejected and lock_expired count the subscriber operations (NULL for push); expiration_time: when it expires (NULL: never; SPEC 17); domain_topic: of a subscription at domain-topic scope, its domain topic (topic is then its domain; SPEC 18).';
 
 CREATE VIEW eventgrid.delivery_token_metrics AS
  SELECT d.token_endpoint,
@@ -4365,6 +4638,57 @@ CREATE VIEW eventgrid.delivery_token_metrics AS
    FROM eventgrid._delivery_tokens() d(token_endpoint, client_id, scope, audience, token_obtained_at, token_expires_at, token_serves_until, token_requests, token_failures, last_failure_at, last_error);
 
 COMMENT ON VIEW eventgrid.delivery_token_metrics IS 'Prometheus counters per token endpoint and client of delivery authentication: token_requests_total and token_failures_total (since the server started), and token_expiry_timestamp_seconds, when the token now kept expires (0: none). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
+CREATE TABLE eventgrid.domain_topic_entries (
+    domain text NOT NULL,
+    name text NOT NULL,
+    created_automatically boolean DEFAULT false NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.domain_topic_entries IS 'Internal: the domain topics of each domain (SPEC 18), created by create_domain_topic() or with their first subscription (created_automatically); read them through eventgrid.domain_topics.';
+
+CREATE TABLE eventgrid.domains (
+    name text NOT NULL,
+    auto_create_topic_with_first_subscription boolean DEFAULT true NOT NULL,
+    auto_delete_topic_with_last_subscription boolean DEFAULT true NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.domains IS 'Event domains (SPEC 18): each is a topic (eventgrid.topics, same name: it has the topic''s input schema and access keys) whose events name their domain topic; with its autoCreateTopicWithFirstSubscription and autoDeleteTopicWithLastSubscription. Made by create_domain(), dropped by drop_domain().';
+
+CREATE VIEW eventgrid.domain_statistics AS
+ SELECT d.name AS domain,
+    t.input_schema,
+    d.auto_create_topic_with_first_subscription,
+    d.auto_delete_topic_with_last_subscription,
+    ( SELECT count(*) AS count
+           FROM eventgrid.domain_topic_entries e
+          WHERE (e.domain = d.name)) AS domain_topics,
+    ( SELECT count(*) AS count
+           FROM eventgrid.event_subscriptions s
+          WHERE ((s.topic = d.name) AND (s.domain_topic IS NULL))) AS domain_scope_subscriptions,
+    ( SELECT count(*) AS count
+           FROM eventgrid.event_subscriptions s
+          WHERE ((s.topic = d.name) AND (s.domain_topic IS NOT NULL))) AS domain_topic_subscriptions,
+    COALESCE(c.published, (0)::bigint) AS published
+   FROM ((eventgrid.domains d
+     JOIN eventgrid.topics t ON ((t.name = d.name)))
+     LEFT JOIN eventgrid.topic_counters c ON ((c.topic = d.name)));
+
+COMMENT ON VIEW eventgrid.domain_statistics IS 'Per domain (SPEC 18): its input schema and auto-create / auto-delete settings, how many domain topics it has, its event subscriptions at domain scope and at domain-topic scope, and the events published to it.';
+
+CREATE VIEW eventgrid.domain_topics AS
+ SELECT e.domain,
+    e.name AS domain_topic,
+    ( SELECT count(*) AS count
+           FROM eventgrid.event_subscriptions s
+          WHERE ((s.topic = e.domain) AND (s.domain_topic = e.name))) AS subscriptions,
+    e.created_automatically,
+    e.created_at
+   FROM eventgrid.domain_topic_entries e;
+
+COMMENT ON VIEW eventgrid.domain_topics IS 'Per domain topic (SPEC 18): its domain, name, how many event subscriptions it has, and whether its first subscription created it (created_automatically) or create_domain_topic() did.';
 
 CREATE VIEW eventgrid.endpoint_health AS
  SELECT s.topic,
@@ -4485,7 +4809,7 @@ CREATE VIEW eventgrid.event_subscription_delivery_properties AS
 COMMENT ON VIEW eventgrid.event_subscription_delivery_properties IS 'Custom delivery properties of each event subscription; secret values are shown as ********.';
 
 CREATE VIEW eventgrid.event_subscription_expiration_metrics AS
- SELECT s.topic,
+ SELECT s.read_key AS topic,
     s.name AS event_subscription,
     (EXTRACT(epoch FROM s.expiration_time))::double precision AS expiration_timestamp_seconds
    FROM eventgrid.event_subscriptions s
@@ -4512,7 +4836,7 @@ CREATE VIEW eventgrid.event_subscription_histograms AS
     x.total AS sum,
     sum(x.n) OVER (PARTITION BY x.id, x.histogram) AS count
    FROM ( SELECT s.id,
-            s.topic,
+            s.read_key AS topic,
             s.name,
             h.histogram,
             b.le,
@@ -4533,7 +4857,7 @@ CREATE VIEW eventgrid.event_subscription_histograms AS
 COMMENT ON VIEW eventgrid.event_subscription_histograms IS 'Prometheus histograms per event subscription, one row per bucket: histogram destination_processing_duration_seconds (each request that got an HTTP answer, from sending to the answer: DestinationProcessingDurationInMs) or delivery_latency_seconds (each event delivered, from publish to the successful answer); le (the bucket''s upper bound in seconds, +Inf last), bucket (observations up to le, cumulative), sum (seconds in all) and count (observations; the +Inf bucket). Kept by the delivery workers as they record outcomes, not computed from the attempt history. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
 
 CREATE VIEW eventgrid.event_subscription_metric_labels AS
- SELECT s.topic,
+ SELECT s.read_key AS topic,
     s.name AS event_subscription,
     'delivery_attempt_fail_total'::text AS metric,
     m.label,
@@ -4541,7 +4865,7 @@ CREATE VIEW eventgrid.event_subscription_metric_labels AS
    FROM (eventgrid.event_subscriptions s
      JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = 'attempt_fail'::text))))
 UNION ALL
- SELECT s.topic,
+ SELECT s.read_key AS topic,
     s.name AS event_subscription,
     (k.metric || '_total'::text) AS metric,
     r.reason AS label,
@@ -4690,7 +5014,8 @@ CREATE TABLE eventgrid.events_0 (
     txid xid8 DEFAULT pg_current_xact_id() NOT NULL,
     event_table smallint DEFAULT eventgrid._event_table() NOT NULL,
     source text,
-    source_event_id bigint
+    source_event_id bigint,
+    domain_topic text
 );
 
 CREATE TABLE eventgrid.events_1 (
@@ -4702,7 +5027,8 @@ CREATE TABLE eventgrid.events_1 (
     txid xid8 DEFAULT pg_current_xact_id() NOT NULL,
     event_table smallint DEFAULT eventgrid._event_table() NOT NULL,
     source text,
-    source_event_id bigint
+    source_event_id bigint,
+    domain_topic text
 );
 
 CREATE TABLE eventgrid.events_2 (
@@ -4714,7 +5040,8 @@ CREATE TABLE eventgrid.events_2 (
     txid xid8 DEFAULT pg_current_xact_id() NOT NULL,
     event_table smallint DEFAULT eventgrid._event_table() NOT NULL,
     source text,
-    source_event_id bigint
+    source_event_id bigint,
+    domain_topic text
 );
 
 CREATE SEQUENCE eventgrid.events_id_seq
@@ -4758,7 +5085,7 @@ UNION ALL
 COMMENT ON VIEW eventgrid.metrics IS 'Event Grid''s metrics, one row per metric and topic (event_subscription NULL: PublishSuccessCount, UnmatchedEventCount) or event subscription (MatchedEventCount, DeliverySuccessCount, DeliveryAttemptFailCount, DeadLetteredCount, DroppedEventCount, DestinationProcessingDurationInMs Average and P95). Counts are totals since the topic or subscription was created; published events are counted by the upkeep worker, about a second after commit. Durations: libcurl''s total time of the retained attempts that had an HTTP answer (NULL when there are none); they follow eventgrid.attempt_history.';
 
 CREATE VIEW eventgrid.ordering_metrics AS
- SELECT s.topic,
+ SELECT s.read_key AS topic,
     s.name AS subscription,
     s.ordering_key,
     COALESCE(b.blocked_keys, (0)::bigint) AS blocked_keys,
@@ -4791,7 +5118,7 @@ CREATE SEQUENCE eventgrid.queue_events_id_seq
 ALTER SEQUENCE eventgrid.queue_events_id_seq OWNED BY eventgrid.queue_events.id;
 
 CREATE VIEW eventgrid.queue_metrics AS
- SELECT s.topic,
+ SELECT s.read_key AS topic,
     s.name AS event_subscription,
     COALESCE(k.received, (0)::bigint) AS received_total,
     COALESCE(k.acknowledged, (0)::bigint) AS acknowledged_total,
@@ -5025,6 +5352,12 @@ ALTER TABLE ONLY eventgrid.delivery_authentications
 ALTER TABLE ONLY eventgrid.delivery_pauses
     ADD CONSTRAINT delivery_pauses_topic_subscription_id_key UNIQUE NULLS NOT DISTINCT (topic, subscription_id);
 
+ALTER TABLE ONLY eventgrid.domain_topic_entries
+    ADD CONSTRAINT domain_topic_entries_pkey PRIMARY KEY (domain, name);
+
+ALTER TABLE ONLY eventgrid.domains
+    ADD CONSTRAINT domains_pkey PRIMARY KEY (name);
+
 ALTER TABLE ONLY eventgrid.endpoint_states
     ADD CONSTRAINT endpoint_states_pkey PRIMARY KEY (endpoint);
 
@@ -5035,7 +5368,7 @@ ALTER TABLE ONLY eventgrid.event_subscriptions
     ADD CONSTRAINT event_subscriptions_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY eventgrid.event_subscriptions
-    ADD CONSTRAINT event_subscriptions_topic_name_key UNIQUE (topic, name);
+    ADD CONSTRAINT event_subscriptions_topic_name_key UNIQUE NULLS NOT DISTINCT (topic, domain_topic, name);
 
 ALTER TABLE ONLY eventgrid.event_table_rotations
     ADD CONSTRAINT event_table_rotations_pkey PRIMARY KEY (event_table);
@@ -5101,11 +5434,19 @@ CREATE UNIQUE INDEX delivery_properties_header_key ON eventgrid.delivery_propert
 
 CREATE INDEX event_subscriptions_expiration_time_idx ON eventgrid.event_subscriptions USING btree (expiration_time) WHERE (expiration_time IS NOT NULL);
 
+CREATE INDEX events_domain_topic_idx ON ONLY eventgrid.events USING btree (topic, domain_topic, txid, id) WHERE (domain_topic IS NOT NULL);
+
+CREATE INDEX events_0_topic_domain_topic_txid_id_idx ON eventgrid.events_0 USING btree (topic, domain_topic, txid, id) WHERE (domain_topic IS NOT NULL);
+
 CREATE INDEX events_batch_idx ON ONLY eventgrid.events USING btree (topic, txid, id);
 
 CREATE INDEX events_0_topic_txid_id_idx ON eventgrid.events_0 USING btree (topic, txid, id);
 
+CREATE INDEX events_1_topic_domain_topic_txid_id_idx ON eventgrid.events_1 USING btree (topic, domain_topic, txid, id) WHERE (domain_topic IS NOT NULL);
+
 CREATE INDEX events_1_topic_txid_id_idx ON eventgrid.events_1 USING btree (topic, txid, id);
+
+CREATE INDEX events_2_topic_domain_topic_txid_id_idx ON eventgrid.events_2 USING btree (topic, domain_topic, txid, id) WHERE (domain_topic IS NOT NULL);
 
 CREATE INDEX events_2_topic_txid_id_idx ON eventgrid.events_2 USING btree (topic, txid, id);
 
@@ -5117,9 +5458,15 @@ CREATE INDEX retries_ordering_idx ON eventgrid.retries USING btree (subscription
 
 CREATE INDEX retries_subscription_idx ON eventgrid.retries USING btree (subscription_id);
 
+ALTER INDEX eventgrid.events_domain_topic_idx ATTACH PARTITION eventgrid.events_0_topic_domain_topic_txid_id_idx;
+
 ALTER INDEX eventgrid.events_batch_idx ATTACH PARTITION eventgrid.events_0_topic_txid_id_idx;
 
+ALTER INDEX eventgrid.events_domain_topic_idx ATTACH PARTITION eventgrid.events_1_topic_domain_topic_txid_id_idx;
+
 ALTER INDEX eventgrid.events_batch_idx ATTACH PARTITION eventgrid.events_1_topic_txid_id_idx;
+
+ALTER INDEX eventgrid.events_domain_topic_idx ATTACH PARTITION eventgrid.events_2_topic_domain_topic_txid_id_idx;
 
 ALTER INDEX eventgrid.events_batch_idx ATTACH PARTITION eventgrid.events_2_topic_txid_id_idx;
 
@@ -5152,11 +5499,20 @@ ALTER TABLE ONLY eventgrid.delivery_pauses
 ALTER TABLE ONLY eventgrid.delivery_properties
     ADD CONSTRAINT delivery_properties_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
 
+ALTER TABLE ONLY eventgrid.domain_topic_entries
+    ADD CONSTRAINT domain_topic_entries_domain_fkey FOREIGN KEY (domain) REFERENCES eventgrid.domains(name) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.domains
+    ADD CONSTRAINT domains_name_fkey FOREIGN KEY (name) REFERENCES eventgrid.topics(name) ON DELETE CASCADE;
+
 ALTER TABLE ONLY eventgrid.endpoint_validations
     ADD CONSTRAINT endpoint_validations_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY eventgrid.event_subscriptions
     ADD CONSTRAINT event_subscriptions_dead_letter_topic_fkey FOREIGN KEY (dead_letter_topic) REFERENCES eventgrid.topics(name) ON DELETE SET NULL;
+
+ALTER TABLE ONLY eventgrid.event_subscriptions
+    ADD CONSTRAINT event_subscriptions_domain_topic_fkey FOREIGN KEY (topic, domain_topic) REFERENCES eventgrid.domain_topic_entries(domain, name);
 
 ALTER TABLE ONLY eventgrid.event_subscriptions
     ADD CONSTRAINT event_subscriptions_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON DELETE CASCADE;
@@ -5357,11 +5713,17 @@ REVOKE ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT c
 GRANT ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_serves_until timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) TO eventgrid_admin;
 GRANT ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_serves_until timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) TO pg_monitor;
 
+REVOKE ALL ON FUNCTION eventgrid._domain_of(name text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._domain_topic_for_subscription(domain text, domain_topic text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._drop_expired_subscriptions() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._drop_topic_triggers(rel regclass, topic text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._drop_table_change_triggers(source_table regclass, topic text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._drop_topic(name text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._duration_minutes(field text, v text) FROM PUBLIC;
 
@@ -5559,6 +5921,12 @@ REVOKE ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to
 GRANT ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) TO eventgrid_admin;
 GRANT ALL ON FUNCTION eventgrid.convert_event(event jsonb, from_schema text, to_schema text, publish_time timestamp with time zone) TO eventgrid_publisher;
 
+REVOKE ALL ON FUNCTION eventgrid.create_domain(name text, input_schema text, auto_create_topic_with_first_subscription boolean, auto_delete_topic_with_last_subscription boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.create_domain(name text, input_schema text, auto_create_topic_with_first_subscription boolean, auto_delete_topic_with_last_subscription boolean) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.create_domain_topic(domain text, name text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.create_domain_topic(domain text, name text) TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid.create_event_publication(name text, topics text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer, expiration_time timestamp with time zone) FROM PUBLIC;
@@ -5570,6 +5938,12 @@ GRANT ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic
 REVOKE ALL ON FUNCTION eventgrid.delivery_outcome(http_status integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.delivery_outcome(http_status integer) TO eventgrid_admin;
 GRANT ALL ON FUNCTION eventgrid.delivery_outcome(http_status integer) TO eventgrid_publisher;
+
+REVOKE ALL ON FUNCTION eventgrid.drop_domain(name text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.drop_domain(name text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.drop_domain_topic(domain text, name text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.drop_domain_topic(domain text, name text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.drop_event_subscription(topic text, name text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.drop_event_subscription(topic text, name text) TO eventgrid_admin;
@@ -5683,6 +6057,14 @@ GRANT SELECT ON TABLE eventgrid.delivery_statistics TO eventgrid_admin;
 GRANT SELECT ON TABLE eventgrid.delivery_token_metrics TO pg_monitor;
 GRANT SELECT ON TABLE eventgrid.delivery_token_metrics TO eventgrid_admin;
 
+GRANT SELECT ON TABLE eventgrid.domains TO eventgrid_admin;
+
+GRANT SELECT(name) ON TABLE eventgrid.domains TO eventgrid_publisher;
+
+GRANT SELECT ON TABLE eventgrid.domain_statistics TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.domain_topics TO eventgrid_admin;
+
 GRANT SELECT ON TABLE eventgrid.endpoint_health TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.event_subscription_authentication TO eventgrid_admin;
@@ -5790,6 +6172,8 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letters_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_authentications', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_pauses', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_properties', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.domain_topic_entries', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.domains', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.endpoint_validations', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.event_subscriptions', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.event_subscriptions_id_seq', '');
