@@ -9,7 +9,9 @@ CREDENTIAL: key (AzureKeyCredential: aeg-sas-key), sas (a SAS token that
 generate_sas() signs with SECRET, expiring at EXPIRY, an ISO date-time in
 UTC, or in an hour; with a '/' it is sent as written, e.g. the
 JavaScript SDK's "11/27/2026 2:15:33 PM") or token (SECRET is a SAS token as it is).  KIND:
-eventgrid (EventGridEvent), cloudevent (CloudEvent) or custom (dicts).
+eventgrid (EventGridEvent), domain:NAME (EventGridEvent whose topic is
+NAME: an event domain's domain topic), cloudevent (CloudEvent) or custom
+(dicts).
 Prints "sent N" or "error STATUS CODE MESSAGE" (the SDK's HttpResponseError).
 The CA file is in REQUESTS_CA_BUNDLE."""
 import datetime
@@ -42,6 +44,9 @@ else:
 if kind == 'eventgrid':
     events = [EventGridEvent(subject=f'orders/{i}', event_type='Contoso.Orders.Created',
                              data={'n': i}, data_version='1.0') for i in range(count)]
+elif kind.startswith('domain:'):
+    events = [EventGridEvent(subject=f'orders/{i}', event_type='Contoso.Orders.Created',
+                             data={'n': i}, data_version='1.0', topic=kind[len('domain:'):]) for i in range(count)]
 elif kind == 'cloudevent':
     events = [CloudEvent(source='/contoso/orders', type='Contoso.Orders.Created', data={'n': i})
               for i in range(count)]

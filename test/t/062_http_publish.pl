@@ -124,6 +124,16 @@ is(publish("$base/cloud/api/events", 'key', key('cloud', 'key1'), 'cloudevent', 
 	'CloudEvents (application/cloudevents-batch+json)');
 is(sql("SELECT count(*) FROM eventgrid.events WHERE topic = 'cloud' AND event->>'specversion' = '1.0'
           AND event->>'source' = '/contoso/orders'"), '4', 'stored as CloudEvents');
+# an event domain (0.20.0): the SDK's EventGridEvent names its domain topic in topic
+sql("SELECT eventgrid.create_domain('tenants')");
+is(publish("$base/tenants/api/events", 'key', key('tenants', 'key1'), 'domain:acme', 3), 'sent 3',
+	'EventGridEvents naming a domain topic, published to an event domain');
+is(sql("SELECT count(*) || ' ' || min(domain_topic) || ' ' || min(event->>'topic') FROM eventgrid.events WHERE topic = 'tenants'"),
+	'3 acme /domains/tenants/topics/acme', 'routed to their domain topic, their topic stamped as its path');
+like(publish("$base/tenants/api/events", 'key', key('tenants', 'key1'), 'eventgrid', 2),
+	qr/^error 400 BadRequest Event at index 0: event 1 of the statement names no domain topic of domain "tenants"/,
+	'events naming no domain topic are 400, naming the first');
+is(count('tenants'), '3', 'and nothing of that request is published');
 is(publish("$base/custom/api/events", 'sas', key('custom', 'key2'), 'custom', 5), 'sent 5',
 	'custom events with a SAS token (Python\'s expiry format)');
 is(count('custom'), '5', 'stored');
