@@ -981,3 +981,23 @@ BEGIN
            shape = NULL, statements = NULL;
     PERFORM eventgrid._create_table_change_triggers(source_table, topic, ops);
 END $$;
+
+CREATE OR REPLACE FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF dead_letter_topic IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = dead_letter_topic) THEN
+        RAISE EXCEPTION 'dead_letter_topic % does not exist', eventgrid._quote(dead_letter_topic)
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Create the topic that takes the notifications first, with eventgrid.create_topic(), and subscribe the receiver to be notified to it.';
+    END IF;
+    IF EXISTS (SELECT 1 FROM eventgrid.domains d WHERE d.name = dead_letter_topic) THEN
+        -- a notification names no domain topic (SPEC 18): every one would fail to publish
+        RAISE EXCEPTION 'dead_letter_topic % is an event domain', eventgrid._quote(dead_letter_topic)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Dead-letter notifications go to a topic (eventgrid.create_topic()).';
+    END IF;
+END $$;
+COMMENT ON FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) IS 'Internal: refuses (42704) a dead_letter_topic that is not a topic of this database, and (22023) an event domain.';

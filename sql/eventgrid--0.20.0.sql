@@ -619,9 +619,15 @@ BEGIN
             USING ERRCODE = 'undefined_object',
                   HINT = 'Create the topic that takes the notifications first, with eventgrid.create_topic(), and subscribe the receiver to be notified to it.';
     END IF;
+    IF EXISTS (SELECT 1 FROM eventgrid.domains d WHERE d.name = dead_letter_topic) THEN
+        -- a notification names no domain topic (SPEC 18): every one would fail to publish
+        RAISE EXCEPTION 'dead_letter_topic % is an event domain', eventgrid._quote(dead_letter_topic)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Dead-letter notifications go to a topic (eventgrid.create_topic()).';
+    END IF;
 END $$;
 
-COMMENT ON FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) IS 'Internal: refuses (42704) a dead_letter_topic that is not a topic of this database.';
+COMMENT ON FUNCTION eventgrid._check_dead_letter_topic(dead_letter_topic text) IS 'Internal: refuses (42704) a dead_letter_topic that is not a topic of this database, and (22023) an event domain.';
 
 CREATE FUNCTION eventgrid._check_delivery_mode(delivery_mode text, topic_type text, endpoint text, receive_lock_duration integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, max_events_per_second integer, endpoint_validation text, ordering_key text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE

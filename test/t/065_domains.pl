@@ -93,6 +93,8 @@ like(fails("SELECT eventgrid.create_event_subscription('saas/tenant-a', 'hook', 
 	qr/42710.*already exists for topic "saas\/tenant-a"/s, 'names are unique per domain topic');
 like(fails("SELECT eventgrid.create_event_subscription('plain/x1', 'hook', '$u/status/200/x')"),
 	qr/42704.*plain.*is not a domain/s, "'topic/name' needs a domain");
+like(fails("SELECT eventgrid.create_event_subscription('plain', 'dl-sub', '$u/status/200/x', dead_letter_topic => 'saas')"),
+	qr/22023.*dead_letter_topic "saas" is an event domain/s, 'a domain takes no dead-letter notifications (they name no domain topic)');
 like(fails("SELECT eventgrid.create_event_subscription('saas/no good', 'hook', '$u/status/200/x')"),
 	qr/42602.*invalid domain topic name/s, 'a domain topic name is checked');
 is(sql("SELECT string_agg(domain || '/' || domain_topic || ':' || subscriptions || ':' || created_automatically, ' ' "
