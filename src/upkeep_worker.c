@@ -195,15 +195,18 @@ drop_expired(void)
 	TimestampTz *at;
 	int			n;
 	char	  **lines;
+	MemoryContext old;
 
 	if (!eg_begin_work("eventgrid: dropping expired event subscriptions"))
 		return false;
 	n = eg_store_drop_expired(&topics, &names, &at, &next_expiration);
-	lines = MemoryContextAlloc(TopMemoryContext, Max(n, 1) * sizeof(char *));
+	/* the lines outlive the unit of work: they are logged once it has committed */
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	lines = palloc(Max(n, 1) * sizeof(char *));
 	for (int i = 0; i < n; i++)
-		lines[i] = MemoryContextStrdup(TopMemoryContext,
-									   psprintf("eventgrid: event subscription \"%s\" of topic \"%s\" expired at %s and was dropped",
-												names[i], topics[i], timestamptz_to_str(at[i])));
+		lines[i] = psprintf("eventgrid: event subscription \"%s\" of topic \"%s\" expired at %s and was dropped",
+							names[i], topics[i], timestamptz_to_str(at[i]));
+	MemoryContextSwitchTo(old);
 	eg_end_work();
 	for (int i = 0; i < n; i++)
 	{

@@ -527,14 +527,13 @@ row_of_statement(void)
  * "/domains/{domain}/topics/{name}" a publish stamped) or its "source"
  * (CloudEvents), at most 256 bytes.  An event that names none refuses the
  * statement (22023, naming the event's position in it, never its text).
+ * jb is a JSON object (validate_event() checked).
  */
 static char *
 domain_topic_of(Jsonb *jb, EgSchema schema, const char *domain)
 {
 	const char *field = schema == EG_SCHEMA_CLOUDEVENTS ? "source" : "topic";
-	JsonbValue *v = JB_ROOT_IS_OBJECT(jb) && !JB_ROOT_IS_SCALAR(jb)
-		? getKeyJsonValueFromContainer(&jb->root, field, strlen(field), NULL) : NULL;
-	char	   *prefix = psprintf("/domains/%s/topics/", domain);
+	JsonbValue *v = getKeyJsonValueFromContainer(&jb->root, field, strlen(field), NULL);
 	char	   *name;
 	int64		row = row_of_statement();
 
@@ -546,8 +545,13 @@ domain_topic_of(Jsonb *jb, EgSchema schema, const char *domain)
 				 errdetail("An event published to a domain names its domain topic in \"%s\", a non-empty string.", field),
 				 errhint("Nothing of the statement was published.")));
 	name = pnstrdup(v->val.string.val, v->val.string.len);
-	if (schema == EG_SCHEMA_EVENTGRID && strncmp(name, prefix, strlen(prefix)) == 0)
-		name += strlen(prefix);
+	if (schema == EG_SCHEMA_EVENTGRID)
+	{
+		char	   *prefix = psprintf("/domains/%s/topics/", domain);
+
+		if (strncmp(name, prefix, strlen(prefix)) == 0)
+			name += strlen(prefix);
+	}
 	if (strlen(name) == 0 || strlen(name) > EG_MAX_DOMAIN_TOPIC_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

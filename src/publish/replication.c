@@ -368,9 +368,8 @@ eventgrid_apply_event(PG_FUNCTION_ARGS)
 	cols[n] = SPI_fnumber(tupdesc, "event_bytes");
 	values[n++] = Int32GetDatum((int32) size);
 	/* routed within a domain (SPEC 18) as a publish here would route it */
-	if (SPI_fnumber(tupdesc, "domain_topic") > 0)
+	if ((cols[n] = SPI_fnumber(tupdesc, "domain_topic")) > 0)
 	{
-		cols[n] = SPI_fnumber(tupdesc, "domain_topic");
 		values[n] = domain_topic ? CStringGetTextDatum(domain_topic) : (Datum) 0;
 		nulls[n++] = domain_topic == NULL;
 	}

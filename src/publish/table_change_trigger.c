@@ -65,16 +65,6 @@ row_text(HeapTuple row, TupleDesc desc, int col)
 }
 
 /*
- * Stores the batch's events as COPY stores rows: straight into the event
- * table of the current transaction (what eventgrid._event_table() says,
- * as an INSERT would route them), with heap_multi_insert and their index
- * entries, each row as eventgrid.events' defaults and publish trigger
- * would make it (id from events_id_seq, the transaction's id, the publish
- * time and size given).  Nothing else fires on these rows: the BEFORE
- * INSERT trigger stores such rows as they are, and its wake-up at commit
- * is asked for here.
- */
-/*
  * Leaves the event table's partial indexes out of rri: the only one,
  * events_domain_topic_idx, takes events with a domain topic (SPEC 18), and
  * a table change is never published to a domain (publish_table_changes()
@@ -100,6 +90,16 @@ skip_partial_indexes(ResultRelInfo *rri)
 	rri->ri_NumIndices = kept;
 }
 
+/*
+ * Stores the batch's events as COPY stores rows: straight into the event
+ * table of the current transaction (what eventgrid._event_table() says,
+ * as an INSERT would route them), with heap_multi_insert and their index
+ * entries, each row as eventgrid.events' defaults and publish trigger
+ * would make it (id from events_id_seq, the transaction's id, the publish
+ * time and size given).  Nothing else fires on these rows: the BEFORE
+ * INSERT trigger stores such rows as they are, and its wake-up at commit
+ * is asked for here.
+ */
 static void
 flush(EgChange *c)
 {
