@@ -33,7 +33,6 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
-#include "utils/json.h"
 #include "utils/memutils.h"
 #include "utils/varlena.h"
 #include "utils/wait_event.h"
@@ -59,21 +58,6 @@ static void
 disconnect_at_exit(int code, Datum arg)
 {
 	eg_serve_disconnect();
-}
-
-/* See serve.h. */
-char *
-eg_serve_error_body(const char *code, const char *message)
-{
-	StringInfoData s;
-
-	initStringInfo(&s);
-	appendStringInfoString(&s, "{\"error\":{\"code\":");
-	escape_json(&s, code);
-	appendStringInfoString(&s, ",\"message\":");
-	escape_json(&s, message);
-	appendStringInfoString(&s, "}}");
-	return s.data;
 }
 
 /* Queues an answer with a JSON body (none when body is ""). */

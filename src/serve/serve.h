@@ -61,7 +61,7 @@ extern void eg_serve_tidy(void);
 /* serve_db.c: closes the connections to the databases (the listener's exit). */
 extern void eg_serve_disconnect(void);
 
-/* listener.c: the body {"error":{"code":code,"message":message}} every error answer carries. */
+/* serve_db.c: the body {"error":{"code":code,"message":message}} every error answer carries. */
 extern char *eg_serve_error_body(const char *code, const char *message);
 
 #endif							/* EG_SERVE_H */

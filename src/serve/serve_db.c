@@ -32,6 +32,7 @@
 
 #include "libpq-fe.h"
 #include "postmaster/postmaster.h"
+#include "utils/json.h"
 #include "utils/memutils.h"
 #include "utils/varlena.h"
 
@@ -304,6 +305,21 @@ start(EgServeCall *call)
 		return false;
 	}
 	return true;
+}
+
+/* See serve.h. */
+char *
+eg_serve_error_body(const char *code, const char *message)
+{
+	StringInfoData s;
+
+	initStringInfo(&s);
+	appendStringInfoString(&s, "{\"error\":{\"code\":");
+	escape_json(&s, code);
+	appendStringInfoString(&s, ",\"message\":");
+	escape_json(&s, message);
+	appendStringInfoString(&s, "}}");
+	return s.data;
 }
 
 /* See serve.h. */
