@@ -2,20 +2,21 @@
  * queue_receive.c - eventgrid.receive(): the long poll of pull delivery
  * (queue event subscriptions, SPEC 14).
  *
- * The delivery workers move what becomes visible to a queue subscription
- * from its position into eventgrid.queue_events (_position_to_retries())
- * and, at commit, broadcast on that subscription's condition variable
- * (eg_queue_cv()).  receive() takes receivable events with
- * eventgrid._queue_take() (FOR UPDATE SKIP LOCKED, in a subtransaction of
- * the caller's transaction, kept when it took something) and, finding
+ * The delivery workers make what becomes visible to a queue subscription
+ * receivable where it is, as references in eventgrid.queue_batches
+ * (_position_to_queue()), and, at commit, broadcast on that subscription's
+ * condition variable (eg_queue_cv()).  receive() takes receivable events
+ * with eventgrid._queue_take() (FOR UPDATE SKIP LOCKED, in a subtransaction
+ * of the caller's transaction, kept when it took something: it reads the
+ * events in the event tables and writes a lock row for each) and, finding
  * none, sleeps on that condition variable until a broadcast, the next lock
  * expiry or release delay, or the end of its wait: commits for other
  * subscriptions do not wake it.  Events it sees receivable but cannot lock
  * are held by another consumer's open transaction: it counts itself among
  * the held waiters of the condition variable, and the end of that
- * transaction wakes it (no polling).  It reads no event table, and holds
- * no lock while it sleeps (each look is a subtransaction, rolled back when
- * it took nothing).  The other subscriber operations (acknowledge,
+ * transaction wakes it (no polling).  It holds no lock while it sleeps
+ * (each look is a subtransaction, rolled back when it took nothing), so
+ * the event tables rotate under waiting consumers.  The other subscriber operations (acknowledge,
  * release, reject, renew_locks) are in queue_access.c.
  */
 #include "core/eventgrid.h"
@@ -152,8 +153,9 @@ look_ahead(void *arg)
 							  "                                   WHERE q.subscription_id = $1"
 							  "                                     AND q.receivable_at > eventgrid._clock_now()) - eventgrid._clock_now()) * 1000)::int8"
 							  "       END,"
-							  "       NOT x.expired AND EXISTS (SELECT 1 FROM eventgrid.queue_events q WHERE q.subscription_id = $1"
-							  "                                    AND q.receivable_at <= eventgrid._clock_now())"
+							  "       NOT x.expired AND (EXISTS (SELECT 1 FROM eventgrid.queue_events q WHERE q.subscription_id = $1"
+							  "                                     AND q.receivable_at <= eventgrid._clock_now())"
+							  "                          OR EXISTS (SELECT 1 FROM eventgrid.queue_batches b WHERE b.subscription_id = $1))"
 							  "  FROM (SELECT coalesce((SELECT s.expiration_time <= eventgrid._clock_now()"
 							  "                           FROM eventgrid.event_subscriptions s WHERE s.id = $1), false) AS expired) x",
 							  1, (Oid[]) {INT8OID}, &a, NULL, false, 1) != SPI_OK_SELECT)

@@ -1,10 +1,10 @@
 /*
  * store_queue.c - what the workers do for queue event subscriptions (SPEC
  * 14, pull delivery) that no consumer's call does: a delivery worker's
- * claim moves the events newly visible to them into
- * eventgrid.queue_events, and the upkeep worker expires events whose time
- * to live ran out, or whose lock expired on their last allowed delivery,
- * while nobody received.
+ * claim makes the events newly visible to them receivable (references in
+ * eventgrid.queue_batches: the events stay in the event tables), and the
+ * upkeep worker expires events whose time to live ran out, or whose lock
+ * expired on their last allowed delivery, while nobody received.
  */
 #include "store/store.h"
 #include "store/store_sql.h"
@@ -36,11 +36,11 @@ eg_store_expire_queue(TimestampTz now)
 
 /*
  * Queue subscriptions (SPEC 14) are not claimed at all: what becomes
- * visible to them moves into eventgrid.queue_events, where consumers
- * receive it (eventgrid._position_to_retries()).  This finds the positions
- * of this cluster's queue subscriptions that are not held (paused) and have
- * events to pass, and locks those no other session holds; a claim that
- * finds nothing new holds nothing.  Always the generic plan: planning it (with
+ * visible to them is written as references into eventgrid.queue_batches,
+ * where consumers receive it from (eventgrid._position_to_queue()).  This
+ * finds the positions of this cluster's queue subscriptions that are not
+ * held (paused) and have events to pass, and locks those no other session
+ * holds; a claim that finds nothing new holds nothing.  Always the generic plan: planning it (with
  * _unpassed_events() inlined over the event tables) took longer than
  * running it.
  */
@@ -69,15 +69,15 @@ static EgStatement transferred_positions = {
 
 static EgStatement transfer = {
 	.name = "position transfer",
-	.sql = "SELECT eventgrid._position_to_retries($1, $2, true)",
+	.sql = "SELECT eventgrid._position_to_queue($1, $2)",
 	.nargs = 2,
 	.types = {INT8OID, TIMESTAMPTZOID},
 };
 
 /*
- * Moves the events newly visible to queue subscriptions into
- * eventgrid.queue_events, receivable at now (consumers waiting in receive()
- * are woken at commit); returns how many,
+ * Makes the events newly visible to queue subscriptions receivable at now,
+ * 100 references a row in eventgrid.queue_batches, no copy of any event
+ * (consumers waiting in receive() are woken at commit); returns how many,
  * and sets *locked when another session held such a subscription's
  * position that had events to pass (tried again at the next claim).  In
  * the claim's unit of work, before the retries are claimed.

@@ -55,9 +55,9 @@
 
 /*
  * the ids of the event subscriptions whose positions the claim does not
- * take events from but moves into their own rows
- * (eventgrid._position_to_retries()): queue ones (SPEC 14: pull delivery),
- * whose events become receivable in eventgrid.queue_events
+ * take events from but makes receivable where they are
+ * (eventgrid._position_to_queue()): queue ones (SPEC 14: pull delivery),
+ * whose events consumers read through eventgrid.queue_batches
  */
 #define EG_SQL_TRANSFERRED_SUBSCRIPTIONS \
 	"SELECT o.id FROM eventgrid.event_subscriptions o WHERE o.delivery_mode = 'queue'"

@@ -21,7 +21,10 @@
 #    case and an id with leading zeros settle their events, a secret with
 #    a letter that is not hexadecimal or an id of 19 digits is no token;
 #  - what was received, acknowledged, released, renewed and rejected is
-#    what the counts say.
+#    what the counts say;
+#  - no event is copied (0.21.0): the backlog is 1,000 rows of references
+#    (eventgrid.queue_batches), and queue_events holds only a lock row,
+#    without the event, for each event received and not settled.
 use strict;
 use warnings;
 use FindBin;
@@ -48,6 +51,8 @@ ok($node->poll_query_until('postgres',
 	"the delivery workers moved $backlog events into the queue");
 is(sql("SELECT reltuples <= 0 FROM pg_class WHERE oid = 'eventgrid.queue_events'::regclass"), 't',
 	'its statistics are still those of the empty queue');
+is(sql("SELECT (SELECT count(*) FROM eventgrid.queue_events) || ' ' || (SELECT count(*) FROM eventgrid.queue_batches)"),
+	'0 ' . $backlog / 100, 'no event was copied: 100 references a row');
 
 # Runs $call (a query returning one text) in a transaction of its own; returns its result and
 # what the transaction read: entries of the receivable index returned, and queue rows fetched.
@@ -119,6 +124,9 @@ is(sql("SELECT string_agg(coalesce(split_part(error, ':', 1), succeeded::text), 
 is(sql("SELECT received_total || ' ' || acknowledged_total || ' ' || released_total || ' ' || rejected_total FROM eventgrid.queue_metrics "
 		  . "WHERE event_subscription = 'job-queue'"),
 	'140 102 10 10', 'received, acknowledged, released and rejected as counted');
-is(sql("SELECT count(*) FROM eventgrid.queue_events"), $backlog - 112, 'the others are still in the queue');
+is(sql("SELECT count(*) || ' ' || count(*) FILTER (WHERE event IS NULL) FROM eventgrid.queue_events"), '28 28',
+	'the 28 events received and not settled have a lock row each, none a copy of its event');
+is(sql("SELECT sum(cardinality(event_ids)) FROM eventgrid.queue_batches"), $backlog - 140,
+	'the others are still receivable, by reference');
 
 done_testing();
