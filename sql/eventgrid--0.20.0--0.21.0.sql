@@ -46,6 +46,20 @@ CREATE FUNCTION eventgrid._queue_event(topic text, event_table smallint, txid xi
 COMMENT ON FUNCTION eventgrid._queue_event(topic text, event_table smallint, txid xid8, event_id bigint) IS 'Internal: the event a queue_events row without a copy refers to, read in its event table through the (topic, txid, id) index; NULL if it is not there.';
 REVOKE ALL ON FUNCTION eventgrid._queue_event(topic text, event_table smallint, txid xid8, event_id bigint) FROM PUBLIC;
 
+CREATE FUNCTION eventgrid._batch_events(topic text, event_table smallint, txids xid8[], event_ids bigint[]) RETURNS SETOF eventgrid.events
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+ SELECT e.*
+    FROM unnest(_batch_events.txids, _batch_events.event_ids) u(txid, id)
+   CROSS JOIN LATERAL ( SELECT x.*
+            FROM eventgrid.events x
+           WHERE x.event_table = _batch_events.event_table AND x.topic = _batch_events.topic
+             AND x.txid = u.txid AND x.id = u.id
+          OFFSET 0) e;
+END;
+COMMENT ON FUNCTION eventgrid._batch_events(topic text, event_table smallint, txids xid8[], event_ids bigint[]) IS 'Internal: the events a row of eventgrid.queue_batches names (or a slice of its arrays), each found by its own probe of the (topic, txid, id) index of its event table (OFFSET 0: statistics of an emptier event table would otherwise make a scan of the topic''s events look cheaper); those no longer there are left out. Sort by id for publish order.';
+REVOKE ALL ON FUNCTION eventgrid._batch_events(topic text, event_table smallint, txids xid8[], event_ids bigint[]) FROM PUBLIC;
+
 -- what becomes visible to a queue subscription: references, 100 a row, per event table
 CREATE FUNCTION eventgrid._position_to_queue(sid bigint, due timestamp with time zone) RETURNS bigint
     LANGUAGE plpgsql
@@ -112,11 +126,8 @@ BEGIN
                    e.source, e.source_event_id
               FROM taken b
               JOIN eventgrid.event_subscriptions s ON s.id = b.subscription_id
-             CROSS JOIN LATERAL unnest(b.txids, b.event_ids) WITH ORDINALITY u(txid, id, n)
-             CROSS JOIN LATERAL (SELECT y.* FROM eventgrid.events y
-                                  WHERE y.event_table = b.event_table AND y.topic = s.topic
-                                    AND y.txid = u.txid AND y.id = u.id OFFSET 0) e
-             ORDER BY b.id, u.n) x
+             CROSS JOIN LATERAL eventgrid._batch_events(s.topic, b.event_table, b.txids, b.event_ids) e
+             ORDER BY b.id, e.id) x
         RETURNING subscription_id
     )
     SELECT count(*), array_agg(DISTINCT m.subscription_id) INTO n, sids FROM moved m;
@@ -136,7 +147,7 @@ BEGIN
     GET DIAGNOSTICS m = ROW_COUNT;
     RETURN n + m;
 END $$;
-COMMENT ON FUNCTION eventgrid._queue_set_aside(event_table smallint) IS 'Internal: before event table eventgrid.events_<event_table> is emptied (once nothing else needs it), the queue event subscriptions'' events still read there get copies: the rows of eventgrid.queue_batches that name it become receivable rows of eventgrid.queue_events, and rows of queue_events that refer to it get their event copied in. Rows a consumer holds are left (the rotation waits for them). Each event is found by its own index probe (a subquery per event, and joins by hash or merge off: statistics of an emptier event table make a scan of the topic''s events look cheaper). Returns how many events were copied. The upkeep worker''s rotation calls it.';
+COMMENT ON FUNCTION eventgrid._queue_set_aside(event_table smallint) IS 'Internal: before event table eventgrid.events_<event_table> is emptied (once nothing else needs it and its next turn is near), the queue event subscriptions'' events still read there get copies: the rows of eventgrid.queue_batches that name it become receivable rows of eventgrid.queue_events, and rows of queue_events that refer to it get their event copied in. Rows a consumer holds are left (the rotation waits for them). Each event is found by its own index probe (_batch_events()). Returns how many events were copied. The upkeep worker''s rotation calls it.';
 REVOKE ALL ON FUNCTION eventgrid._queue_set_aside(event_table smallint) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION eventgrid._queue_take(sid bigint, max_events integer, after timestamp with time zone DEFAULT '-infinity'::timestamp with time zone) RETURNS TABLE(lock_token text, delivery_count integer, event jsonb, was_receivable_at timestamp with time zone)
@@ -230,32 +241,27 @@ BEGIN
             RETURN QUERY
             WITH ev AS MATERIALIZED (
                 SELECT nextval('eventgrid.queue_events_id_seq'::regclass) AS qid, gen_random_uuid() AS secret,
-                       e.id, e.txid, e.event, e.publish_time, e.event_bytes, e.source, e.source_event_id, u.n
-                  FROM unnest(bat.txids[1:k], bat.event_ids[1:k]) WITH ORDINALITY u(txid, id, n)
-                 CROSS JOIN LATERAL (SELECT x.* FROM eventgrid.events x
-                                      WHERE x.event_table = bat.event_table AND x.topic = sub.topic
-                                        AND x.txid = u.txid AND x.id = u.id OFFSET 0) e
+                       e.id, e.txid, e.event, e.publish_time, e.event_bytes, e.source, e.source_event_id
+                  FROM eventgrid._batch_events(sub.topic, bat.event_table, bat.txids[1:k], bat.event_ids[1:k]) e
+                 ORDER BY e.id
             ), ins AS (
                 INSERT INTO eventgrid.queue_events (id, subscription_id, event_id, event_table, event_txid, publish_time,
                        event_bytes, source, source_event_id, delivery_count, receivable_at, lock_secret, received_at)
                 SELECT ev.qid, sid, ev.id, bat.event_table, ev.txid, ev.publish_time, coalesce(ev.event_bytes, 0),
                        ev.source, ev.source_event_id, 1, t_now + sub.receive_lock_duration * interval '1 second',
                        ev.secret, t_now
-                  FROM ev ORDER BY ev.n
+                  FROM ev ORDER BY ev.qid
             )
-            SELECT ev.qid || ':' || ev.secret, 1, ev.event, t_now FROM ev ORDER BY ev.n;
+            SELECT ev.qid || ':' || ev.secret, 1, ev.event, t_now FROM ev ORDER BY ev.qid;
             GET DIAGNOSTICS k = ROW_COUNT;
             got := got + k;
             CONTINUE;
         END IF;
         -- past its time to live already: a row that is not locked, dead-lettered below
         WITH ev AS MATERIALIZED (
-            SELECT e.id, e.txid, e.event, e.publish_time, e.event_bytes, e.source, e.source_event_id, u.n,
+            SELECT e.id, e.txid, e.event, e.publish_time, e.event_bytes, e.source, e.source_event_id,
                    e.publish_time + sub.event_ttl * interval '1 minute' <= t_now AS too_old
-              FROM unnest(bat.txids[1:k], bat.event_ids[1:k]) WITH ORDINALITY u(txid, id, n)
-             CROSS JOIN LATERAL (SELECT x.* FROM eventgrid.events x
-                                  WHERE x.event_table = bat.event_table AND x.topic = sub.topic
-                                    AND x.txid = u.txid AND x.id = u.id OFFSET 0) e
+              FROM eventgrid._batch_events(sub.topic, bat.event_table, bat.txids[1:k], bat.event_ids[1:k]) e
         ), ins AS (
             INSERT INTO eventgrid.queue_events AS q (subscription_id, event_id, event_table, event_txid, publish_time,
                    event_bytes, source, source_event_id, delivery_count, receivable_at, lock_secret, received_at)
@@ -266,7 +272,7 @@ BEGIN
                         ELSE t_now + sub.receive_lock_duration * interval '1 second' END,
                    CASE WHEN ev.too_old THEN NULL ELSE gen_random_uuid() END,
                    CASE WHEN ev.too_old THEN NULL ELSE t_now END
-              FROM ev ORDER BY ev.n
+              FROM ev ORDER BY ev.id
             RETURNING q.id, q.lock_secret, q.event_id
         )
         SELECT array_agg(i.id || ':' || i.lock_secret ORDER BY i.id) FILTER (WHERE i.lock_secret IS NOT NULL),
@@ -365,11 +371,8 @@ BEGIN
                    b.receivable_at, e.source, e.source_event_id
               FROM taken b
               JOIN eventgrid.event_subscriptions s ON s.id = b.subscription_id
-             CROSS JOIN LATERAL unnest(b.txids, b.event_ids) WITH ORDINALITY u(txid, id, n)
-             CROSS JOIN LATERAL (SELECT y.* FROM eventgrid.events y
-                                  WHERE y.event_table = b.event_table AND y.topic = s.topic
-                                    AND y.txid = u.txid AND y.id = u.id OFFSET 0) e
-             ORDER BY b.id, u.n) x
+             CROSS JOIN LATERAL eventgrid._batch_events(s.topic, b.event_table, b.txids, b.event_ids) e
+             ORDER BY b.id, e.id) x
         RETURNING subscription_id
     )
     SELECT array_agg(DISTINCT m.subscription_id) INTO sids FROM moved m;

@@ -601,6 +601,37 @@ END;
 
 COMMENT ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) IS 'Internal: in one pass, the deliveries of an event subscription not finished yet (pending: events its position has not passed, first attempts in flight, retries, and of a queue subscription its unsettled events in eventgrid.queue_events and eventgrid.queue_batches; eventgrid._pending() returns it), the publish time of the oldest of their events (oldest), and since when the delivery due longest has been due (due_since: an event not attempted yet since its publish, a retry since its next attempt time if that has come); NULL times when there is none.';
 
+CREATE FUNCTION eventgrid._batch_events(topic text, event_table smallint, txids xid8[], event_ids bigint[]) RETURNS SETOF eventgrid.events
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+ SELECT e.id,
+     e.topic,
+     e.event,
+     e.publish_time,
+     e.event_bytes,
+     e.txid,
+     e.event_table,
+     e.source,
+     e.source_event_id,
+     e.domain_topic
+    FROM (UNNEST(_batch_events.txids, _batch_events.event_ids) u(txid, id)
+      CROSS JOIN LATERAL ( SELECT x.id,
+             x.topic,
+             x.event,
+             x.publish_time,
+             x.event_bytes,
+             x.txid,
+             x.event_table,
+             x.source,
+             x.source_event_id,
+             x.domain_topic
+            FROM eventgrid.events x
+           WHERE ((x.event_table = _batch_events.event_table) AND (x.topic = _batch_events.topic) AND (x.txid = u.txid) AND (x.id = u.id))
+          OFFSET 0) e);
+END;
+
+COMMENT ON FUNCTION eventgrid._batch_events(topic text, event_table smallint, txids xid8[], event_ids bigint[]) IS 'Internal: the events a row of eventgrid.queue_batches names (or a slice of its arrays), each found by its own probe of the (topic, txid, id) index of its event table (OFFSET 0: statistics of an emptier event table would otherwise make a scan of the topic''s events look cheaper); those no longer there are left out. Sort by id for publish order.';
+
 CREATE FUNCTION eventgrid._caller() RETURNS name
     LANGUAGE sql STABLE PARALLEL SAFE
     RETURN CASE WHEN (current_setting('role'::text) <> 'none'::text) THEN (current_setting('role'::text))::name ELSE SESSION_USER END;
@@ -2402,11 +2433,8 @@ BEGIN
                    b.receivable_at, e.source, e.source_event_id
               FROM taken b
               JOIN eventgrid.event_subscriptions s ON s.id = b.subscription_id
-             CROSS JOIN LATERAL unnest(b.txids, b.event_ids) WITH ORDINALITY u(txid, id, n)
-             CROSS JOIN LATERAL (SELECT y.* FROM eventgrid.events y
-                                  WHERE y.event_table = b.event_table AND y.topic = s.topic
-                                    AND y.txid = u.txid AND y.id = u.id OFFSET 0) e
-             ORDER BY b.id, u.n) x
+             CROSS JOIN LATERAL eventgrid._batch_events(s.topic, b.event_table, b.txids, b.event_ids) e
+             ORDER BY b.id, e.id) x
         RETURNING subscription_id
     )
     SELECT array_agg(DISTINCT m.subscription_id) INTO sids FROM moved m;
@@ -2542,11 +2570,8 @@ BEGIN
                    e.source, e.source_event_id
               FROM taken b
               JOIN eventgrid.event_subscriptions s ON s.id = b.subscription_id
-             CROSS JOIN LATERAL unnest(b.txids, b.event_ids) WITH ORDINALITY u(txid, id, n)
-             CROSS JOIN LATERAL (SELECT y.* FROM eventgrid.events y
-                                  WHERE y.event_table = b.event_table AND y.topic = s.topic
-                                    AND y.txid = u.txid AND y.id = u.id OFFSET 0) e
-             ORDER BY b.id, u.n) x
+             CROSS JOIN LATERAL eventgrid._batch_events(s.topic, b.event_table, b.txids, b.event_ids) e
+             ORDER BY b.id, e.id) x
         RETURNING subscription_id
     )
     SELECT count(*), array_agg(DISTINCT m.subscription_id) INTO n, sids FROM moved m;
@@ -2567,7 +2592,7 @@ BEGIN
     RETURN n + m;
 END $$;
 
-COMMENT ON FUNCTION eventgrid._queue_set_aside(event_table smallint) IS 'Internal: before event table eventgrid.events_<event_table> is emptied (once nothing else needs it), the queue event subscriptions'' events still read there get copies: the rows of eventgrid.queue_batches that name it become receivable rows of eventgrid.queue_events, and rows of queue_events that refer to it get their event copied in. Rows a consumer holds are left (the rotation waits for them). Each event is found by its own index probe (a subquery per event, and joins by hash or merge off: statistics of an emptier event table make a scan of the topic''s events look cheaper). Returns how many events were copied. The upkeep worker''s rotation calls it.';
+COMMENT ON FUNCTION eventgrid._queue_set_aside(event_table smallint) IS 'Internal: before event table eventgrid.events_<event_table> is emptied (once nothing else needs it and its next turn is near), the queue event subscriptions'' events still read there get copies: the rows of eventgrid.queue_batches that name it become receivable rows of eventgrid.queue_events, and rows of queue_events that refer to it get their event copied in. Rows a consumer holds are left (the rotation waits for them). Each event is found by its own index probe (_batch_events()). Returns how many events were copied. The upkeep worker''s rotation calls it.';
 
 CREATE FUNCTION eventgrid._queue_subscription_id(topic text, subscription text) RETURNS bigint
     LANGUAGE plpgsql STABLE
@@ -2678,32 +2703,27 @@ BEGIN
             RETURN QUERY
             WITH ev AS MATERIALIZED (
                 SELECT nextval('eventgrid.queue_events_id_seq'::regclass) AS qid, gen_random_uuid() AS secret,
-                       e.id, e.txid, e.event, e.publish_time, e.event_bytes, e.source, e.source_event_id, u.n
-                  FROM unnest(bat.txids[1:k], bat.event_ids[1:k]) WITH ORDINALITY u(txid, id, n)
-                 CROSS JOIN LATERAL (SELECT x.* FROM eventgrid.events x
-                                      WHERE x.event_table = bat.event_table AND x.topic = sub.topic
-                                        AND x.txid = u.txid AND x.id = u.id OFFSET 0) e
+                       e.id, e.txid, e.event, e.publish_time, e.event_bytes, e.source, e.source_event_id
+                  FROM eventgrid._batch_events(sub.topic, bat.event_table, bat.txids[1:k], bat.event_ids[1:k]) e
+                 ORDER BY e.id
             ), ins AS (
                 INSERT INTO eventgrid.queue_events (id, subscription_id, event_id, event_table, event_txid, publish_time,
                        event_bytes, source, source_event_id, delivery_count, receivable_at, lock_secret, received_at)
                 SELECT ev.qid, sid, ev.id, bat.event_table, ev.txid, ev.publish_time, coalesce(ev.event_bytes, 0),
                        ev.source, ev.source_event_id, 1, t_now + sub.receive_lock_duration * interval '1 second',
                        ev.secret, t_now
-                  FROM ev ORDER BY ev.n
+                  FROM ev ORDER BY ev.qid
             )
-            SELECT ev.qid || ':' || ev.secret, 1, ev.event, t_now FROM ev ORDER BY ev.n;
+            SELECT ev.qid || ':' || ev.secret, 1, ev.event, t_now FROM ev ORDER BY ev.qid;
             GET DIAGNOSTICS k = ROW_COUNT;
             got := got + k;
             CONTINUE;
         END IF;
         -- past its time to live already: a row that is not locked, dead-lettered below
         WITH ev AS MATERIALIZED (
-            SELECT e.id, e.txid, e.event, e.publish_time, e.event_bytes, e.source, e.source_event_id, u.n,
+            SELECT e.id, e.txid, e.event, e.publish_time, e.event_bytes, e.source, e.source_event_id,
                    e.publish_time + sub.event_ttl * interval '1 minute' <= t_now AS too_old
-              FROM unnest(bat.txids[1:k], bat.event_ids[1:k]) WITH ORDINALITY u(txid, id, n)
-             CROSS JOIN LATERAL (SELECT x.* FROM eventgrid.events x
-                                  WHERE x.event_table = bat.event_table AND x.topic = sub.topic
-                                    AND x.txid = u.txid AND x.id = u.id OFFSET 0) e
+              FROM eventgrid._batch_events(sub.topic, bat.event_table, bat.txids[1:k], bat.event_ids[1:k]) e
         ), ins AS (
             INSERT INTO eventgrid.queue_events AS q (subscription_id, event_id, event_table, event_txid, publish_time,
                    event_bytes, source, source_event_id, delivery_count, receivable_at, lock_secret, received_at)
@@ -2714,7 +2734,7 @@ BEGIN
                         ELSE t_now + sub.receive_lock_duration * interval '1 second' END,
                    CASE WHEN ev.too_old THEN NULL ELSE gen_random_uuid() END,
                    CASE WHEN ev.too_old THEN NULL ELSE t_now END
-              FROM ev ORDER BY ev.n
+              FROM ev ORDER BY ev.id
             RETURNING q.id, q.lock_secret, q.event_id
         )
         SELECT array_agg(i.id || ':' || i.lock_secret ORDER BY i.id) FILTER (WHERE i.lock_secret IS NOT NULL),
@@ -5919,6 +5939,8 @@ GRANT SELECT ON TABLE eventgrid.subscription_positions TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._batch_events(topic text, event_table smallint, txids xid8[], event_ids bigint[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
 
