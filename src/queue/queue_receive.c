@@ -16,8 +16,9 @@
  * the held waiters of the condition variable, and the end of that
  * transaction wakes it (no polling).  It holds no lock while it sleeps
  * (each look is a subtransaction, rolled back when it took nothing), so
- * the event tables rotate under waiting consumers.  The other subscriber operations (acknowledge,
- * release, reject, renew_locks) are in queue_access.c.
+ * the event tables rotate under waiting consumers.  The other subscriber
+ * operations (acknowledge, release, reject, renew_locks) are in
+ * queue_access.c.
  */
 #include "core/eventgrid.h"
 #include "queue/queue.h"

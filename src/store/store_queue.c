@@ -40,9 +40,9 @@ eg_store_expire_queue(TimestampTz now)
  * where consumers receive it from (eventgrid._position_to_queue()).  This
  * finds the positions of this cluster's queue subscriptions that are not
  * held (paused) and have events to pass, and locks those no other session
- * holds; a claim that finds nothing new holds nothing.  Always the generic plan: planning it (with
- * _unpassed_events() inlined over the event tables) took longer than
- * running it.
+ * holds; a claim that finds nothing new holds nothing.  Always the
+ * generic plan: planning it (with _unpassed_events() inlined over the
+ * event tables) took longer than running it.
  */
 static EgStatement transferred_positions = {
 	.name = "transferred positions",

@@ -235,11 +235,6 @@ static EgStatement release_held = {
 };
 
 /*
- * The positions of subscriptions whose validation failed move along with
- * the events ($1: now), which are not for them (Event Grid never created
- * them); those another session holds are left for the next upkeep.
- */
-/*
  * The events of queue subscriptions (SPEC 14) are read in the event tables
  * until they are settled: once nothing else needs table $1 and it must be
  * emptied before its next turn, what they still need of it gets copies
@@ -253,6 +248,11 @@ static EgStatement set_aside = {
 	.types = {INT4OID},
 };
 
+/*
+ * The positions of subscriptions whose validation failed move along with
+ * the events ($1: now), which are not for them (Event Grid never created
+ * them); those another session holds are left for the next upkeep.
+ */
 static EgStatement pass_failed = {
 	.name = "failed validation position",
 	.sql =
