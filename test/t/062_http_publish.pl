@@ -147,8 +147,9 @@ like(publish("$base/orders/api/events", 'sas', key('custom', 'key1'), 'eventgrid
 	'a SAS token signed with another topic\'s key is 401');
 like(publish("$base/orders/api/events", 'key', key('custom', 'key1'), 'eventgrid', 1), $unauthorized,
 	'another topic\'s key is 401');
-like(publish("$base/orders/api/events", 'key', 'x' . substr($k1, 1), 'eventgrid', 1), $unauthorized,
-	'a wrong key is 401');
+# one character changed (a random key begins with 'x' once in 64 keys: then it is 'y')
+like(publish("$base/orders/api/events", 'key', (substr($k1, 0, 1) eq 'x' ? 'y' : 'x') . substr($k1, 1), 'eventgrid', 1),
+	$unauthorized, 'a wrong key is 401');
 
 # the JavaScript SDK: its own SAS token format (expiry "11/28/2026 5:15:33 PM")
 is(publish_js("$base/orders/api/events", 'key', $k1, 'eventgrid', 2), 'sent 2', 'JavaScript: EventGridEvents with a key');
