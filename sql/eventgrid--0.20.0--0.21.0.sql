@@ -103,9 +103,6 @@ REVOKE ALL ON FUNCTION eventgrid._position_to_queue(sid bigint, due timestamp wi
 CREATE FUNCTION eventgrid._queue_set_aside(event_table smallint) RETURNS bigint
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_seqscan TO 'off'
-    SET enable_hashjoin TO 'off'
-    SET enable_mergejoin TO 'off'
     AS $$
 DECLARE
     n bigint;
@@ -345,8 +342,6 @@ END $$;
 CREATE OR REPLACE FUNCTION eventgrid._queue_expire(now timestamp with time zone) RETURNS bigint
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_hashjoin TO 'off'
-    SET enable_mergejoin TO 'off'
     AS $$
 DECLARE
     r record;

@@ -2407,8 +2407,6 @@ COMMENT ON FUNCTION eventgrid._queue_event(topic text, event_table smallint, txi
 CREATE FUNCTION eventgrid._queue_expire(now timestamp with time zone) RETURNS bigint
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_hashjoin TO 'off'
-    SET enable_mergejoin TO 'off'
     AS $$
 DECLARE
     r record;
@@ -2547,9 +2545,6 @@ COMMENT ON FUNCTION eventgrid._queue_locked(sid bigint, key_ids bigint[], key_to
 CREATE FUNCTION eventgrid._queue_set_aside(event_table smallint) RETURNS bigint
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_seqscan TO 'off'
-    SET enable_hashjoin TO 'off'
-    SET enable_mergejoin TO 'off'
     AS $$
 DECLARE
     n bigint;
