@@ -24,8 +24,8 @@
  * What still needs the events of event table $1: '' for nothing, NULL when
  * the table is empty.  Positions, chunks in flight and unmatched counts
  * whose snapshots have not passed its events, with $4 queue
- * subscriptions' events read there (a consumer held them while the others
- * were copied, below), and a subscriber's initial
+ * subscriptions' events read there (until the table must be emptied, and
+ * after the copy those a consumer held, below), and a subscriber's initial
  * copy in progress (EG_SQL_SYNC_SLOTS) or still to come
  * (EG_SQL_NEW_SLOTS).  The query of eventgrid._event_table_holders() (which
  * the event_tables view shows), here as a statement of its own so that its
@@ -333,6 +333,11 @@ eg_store_truncate(int event_table, TimestampTz now)
 	Oid			relid;
 	Datum		args[4];
 	char	   *why = NULL;
+	TimestampTz real_now;
+	/* a table is emptied a third of a period (at least 1 s) before its next turn */
+	int64		period = (int64) eg_event_table_rotation_s * USECS_PER_SEC;
+	int64		margin = (int64) Max(eg_event_table_rotation_s / 3, 1) * USECS_PER_SEC;
+	bool		must_empty;
 
 	snprintf(name, sizeof(name), "events_%d", event_table);
 	relid = eg_store_table(name);
@@ -344,9 +349,9 @@ eg_store_truncate(int event_table, TimestampTz now)
 	 */
 	if (eg_event_retention_s > 0)
 	{
-		TimestampTz real_now = GetCurrentTimestamp();
-		int64		keep_s = Min(eg_event_retention_s,
-								 2 * eg_event_table_rotation_s - Max(eg_event_table_rotation_s / 3, 1));
+		int64		keep_s = Min(eg_event_retention_s, (2 * period - margin) / USECS_PER_SEC);
+
+		real_now = GetCurrentTimestamp();
 
 		if (real_now - eg_event_table_turn_end(event_table, real_now) < keep_s * USECS_PER_SEC &&
 			eg_store_table_used(event_table))
@@ -364,9 +369,18 @@ eg_store_truncate(int event_table, TimestampTz now)
 	args[1] = TimestampTzGetDatum(now);
 	eg_store_run(&release_held, args, false, SPI_OK_SELECT);
 	/* the slots' times are the real clock's, as the event_tables view reads them */
-	args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	real_now = GetCurrentTimestamp();
+	args[1] = TimestampTzGetDatum(real_now);
 	args[2] = Int32GetDatum(eg_replication_sync_wait_s);
-	args[3] = BoolGetDatum(false);
+
+	/*
+	 * Queue subscriptions' events still read there hold the table until it
+	 * must be emptied, when its next turn is near (the margin
+	 * eventgrid.event_retention leaves too); then, once nothing else needs
+	 * it, they are copied aside: consumers that keep up never cause a copy.
+	 */
+	must_empty = real_now >= eg_event_table_turn_end(event_table, real_now) + 2 * period - margin;
+	args[3] = BoolGetDatum(!must_empty);
 	eg_store_run(&holders, args, true, SPI_OK_SELECT);
 	why = eg_text_col(SPI_tuptable, 0, 1);
 	if (why == NULL)
@@ -375,33 +389,12 @@ eg_store_truncate(int event_table, TimestampTz now)
 		why = psprintf("waiting for %s", why);
 	else
 	{
-		TimestampTz real_now = GetCurrentTimestamp();
-		int64		period = (int64) eg_event_table_rotation_s * USECS_PER_SEC;
-		int64		margin = (int64) Max(eg_event_table_rotation_s / 3, 1) * USECS_PER_SEC;
-
-		/*
-		 * Nothing else needs it.  Queue subscriptions' events still read
-		 * there are copied only once the table must be emptied: when its
-		 * next turn is near (the margin eventgrid.event_retention leaves
-		 * too), so that consumers that keep up never cause a copy.
-		 */
-		args[3] = BoolGetDatum(true);
-		why = NULL;
-		if (real_now < eg_event_table_turn_end(event_table, real_now) + 2 * period - margin)
-		{
-			eg_store_run(&holders, args, true, SPI_OK_SELECT);
-			why = eg_text_col(SPI_tuptable, 0, 1);
-			if (why && why[0] != '\0')
-				why = psprintf("waiting for %s (copied aside when its next turn nears)", why);
-			else
-				why = NULL;
-		}
-		if (why == NULL)
-		{
+		if (must_empty)
 			eg_store_run(&set_aside, args, false, SPI_OK_SELECT);
-			if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
-				why = pstrdup("another session holds a lock on the table");
-		}
+		if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
+			why = pstrdup("another session holds a lock on the table");
+		else
+			why = NULL;
 	}
 	if (why == NULL)
 	{
@@ -409,6 +402,7 @@ eg_store_truncate(int event_table, TimestampTz now)
 		 * Rows committed since the first look, by a transaction that began
 		 * earlier, and received events a consumer held
 		 */
+		args[3] = BoolGetDatum(true);
 		eg_store_run(&holders, args, true, SPI_OK_SELECT);
 		why = eg_text_col(SPI_tuptable, 0, 1);
 		if (why && why[0] != '\0')
