@@ -28,7 +28,8 @@ my $node = new_node('late', 'eventgrid.delivery_workers' => 2, 'eventgrid.respon
 sub sql { return $node->safe_psql('postgres', shift) }
 # a receiver each (endpoint health is per host and port: twelve timeouts to one would put it on probation)
 my %url = map { $_ => start_python_server('ordered_receiver.py', undef)->{url} } qw(single batched commit);
-sub report { my $p = shift; return decode_json(HTTP::Tiny->new->get("$url{$p}/report")->{content})->{"/$p"} }
+# what the receiver of path $p saw; {} until its first request arrived
+sub report { my $p = shift; return decode_json(HTTP::Tiny->new->get("$url{$p}/report")->{content})->{"/$p"} // {} }
 
 sql("SELECT eventgrid.create_topic('orders')");
 sql("SELECT eventgrid.create_event_subscription('orders', 'single', '$url{single}/single?key=data.k&seq=data.seq&late_first_ms=2500',"
