@@ -105,6 +105,11 @@ sub in_order
 		my $have = join(',', @once);
 		next if $have eq $want;
 		diag("$path key $k: got " . join(',', @seen) . ", want $want");
+		# the attempts of its events, for finding the cause in a CI log
+		diag(sql("SELECT string_agg(format('%s seq %s id %s attempt %s %s %s', a.attempted_at, e.event #>> '{data,seq}', e.id,"
+			  . " a.attempt, a.outcome, a.http_status), E'\\n' ORDER BY a.attempted_at, e.id)"
+			  . " FROM eventgrid.events e JOIN eventgrid.delivery_attempts a ON e.id = ANY (a.event_ids)"
+			  . " WHERE a.subscription = '$sub' AND e.event #>> '{data,orderId}' = '$k'"));
 		return 0;
 	}
 	return 1 if $again == 0;
@@ -376,7 +381,7 @@ my $state = q{SELECT string_agg(r.event->'data'->>'seq' || ':' || r.ordering_key
   LEFT JOIN eventgrid.ordering_keys k ON k.head_id = r.id WHERE s.name = 'kept-sub'};
 my $before = sql($state);
 is($before, '1:/k:false:true 2:/k:true:false 3:/k:true:false', 'the head is due and named in ordering_keys, the others wait');
-my $dump = "$PostgreSQL::Test::Utils::tmp_check/ordered.dump";
+my $dump = $node->basedir . '/ordered.dump';
 $node->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $node->connstr('postgres') ], 'pg_dump -Fc');
 sql('CREATE DATABASE restored');
 $node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('restored'), $dump ], 'pg_restore into a new database');
