@@ -106,10 +106,10 @@ sub in_order
 		next if $have eq $want;
 		diag("$path key $k: got " . join(',', @seen) . ", want $want");
 		# the attempts of its events, for finding the cause in a CI log
-		diag(sql("SELECT string_agg(format('%s seq %s id %s attempt %s %s %s', a.attempted_at, e.event #>> '{data,seq}', e.id,"
+		diag(sql("SELECT string_agg(format('%s seq %s id %s txid %s attempt %s %s %s', a.attempted_at, coalesce(e.event #>> '{data,seq}', e.event #>> '{data,new,v}'), e.id, e.txid,"
 			  . " a.attempt, a.outcome, a.http_status), E'\\n' ORDER BY a.attempted_at, e.id)"
 			  . " FROM eventgrid.events e JOIN eventgrid.delivery_attempts a ON e.id = ANY (a.event_ids)"
-			  . " WHERE a.subscription = '$sub' AND e.event #>> '{data,orderId}' = '$k'"));
+			  . " WHERE a.subscription = '$sub' AND '$k' IN (e.event #>> '{data,orderId}', e.event ->> 'subject')"));
 		return 0;
 	}
 	return 1 if $again == 0;
