@@ -74,7 +74,11 @@ typedef struct EgStatement
 
 /*
  * Runs st with args (none NULL, or as nulls says: 'n' for NULL, ' ' not);
- * an ERROR naming the statement unless SPI returns expected.
+ * an ERROR naming the statement unless SPI returns expected.  read_only
+ * runs it with the snapshot its unit of work began with (SPI's read-only
+ * mode): it sees nothing committed since, nor what the unit of work wrote
+ * itself; otherwise it takes a new snapshot, as each statement of a READ
+ * COMMITTED transaction does.  Read-only is for a first look only.
  */
 extern void eg_store_run(EgStatement *st, Datum *args, bool read_only, int expected);
 extern void eg_store_run_nulls(EgStatement *st, Datum *args, const char *nulls, bool read_only,

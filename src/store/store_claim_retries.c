@@ -202,7 +202,8 @@ eg_store_next_due(void)
 {
 	TimestampTz t;
 
-	eg_store_run(&next_due, NULL, true, SPI_OK_SELECT);
+	/* a new snapshot: retries made due since the claim began (another worker's promotion) count */
+	eg_store_run(&next_due, NULL, false, SPI_OK_SELECT);
 	t = eg_timestamp_col(SPI_tuptable, 0, 1);
 	return t == 0 ? DT_NOEND : t;
 }

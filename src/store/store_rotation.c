@@ -381,7 +381,7 @@ eg_store_truncate(int event_table, TimestampTz now)
 	 */
 	must_empty = real_now >= eg_event_table_turn_end(event_table, real_now) + 2 * period - margin;
 	args[3] = BoolGetDatum(!must_empty);
-	eg_store_run(&holders, args, true, SPI_OK_SELECT);
+	eg_store_run(&holders, args, false, SPI_OK_SELECT);
 	why = eg_text_col(SPI_tuptable, 0, 1);
 	if (why == NULL)
 		return NULL;			/* empty already */
@@ -400,10 +400,11 @@ eg_store_truncate(int event_table, TimestampTz now)
 	{
 		/*
 		 * Rows committed since the first look, by a transaction that began
-		 * earlier, and received events a consumer held
+		 * earlier, and received events a consumer held (a new snapshot,
+		 * taken under the lock: the unit of work's first one saw neither)
 		 */
 		args[3] = BoolGetDatum(true);
-		eg_store_run(&holders, args, true, SPI_OK_SELECT);
+		eg_store_run(&holders, args, false, SPI_OK_SELECT);
 		why = eg_text_col(SPI_tuptable, 0, 1);
 		if (why && why[0] != '\0')
 			why = psprintf("waiting for %s", why);
