@@ -173,7 +173,12 @@ for my $p ('/single', '/batched')
 	ok(one_at_a_time($p, substr($p, 1)), "$p: never two requests of one key in flight (but beside an abandoned one)");
 	ok($rep->{$p}{failed} > 0, "$p: first attempts failed ($rep->{$p}{failed})");
 	ok(in_order($p, \%keys, substr($p, 1)), "$p: every key's events arrived in commit order, once each (or again only after an unanswered attempt)");
-	is(scalar(@{ $rep->{$p}{keys}{'(none)'} // [] }), 100, "$p: the 100 events without the key arrived");
+	# again only after an attempt without an HTTP answer (at least once: seen once under load)
+	my $none = scalar(@{ $rep->{$p}{keys}{'(none)'} // [] });
+	my $unanswered = sql("SELECT count(*) FROM eventgrid.delivery_attempts WHERE subscription = '" . substr($p, 1)
+		  . "' AND http_status IS NULL");
+	ok($none >= 100 && $none - 100 <= $unanswered,
+		"$p: the 100 events without the key arrived ($none arrivals: again only after an unanswered attempt, of which there were $unanswered)");
 }
 ok($rep->{'/batched'}{max_events} > 1, "batches carried several keys (up to $rep->{'/batched'}{max_events} events)");
 is(sql("SELECT string_agg(subscription || ':' || delivered, ',' ORDER BY subscription) FROM eventgrid.delivery_statistics WHERE topic = 'orders'"),
