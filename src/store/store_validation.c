@@ -71,13 +71,14 @@ eg_store_due_validations(TimestampTz now, int limit, MemoryContext cxt, EgValida
 	args[0] = TimestampTzGetDatum(now);
 	eg_store_run(&expire_manual, args, false, SPI_OK_SELECT);
 	args[1] = Int32GetDatum(limit);
-	eg_store_run(&due, args, true, SPI_OK_SELECT);
+	/* new snapshots: they follow expire_manual's writes in this unit of work */
+	eg_store_run(&due, args, false, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	tt = SPI_tuptable;
 	*rows = NULL;
 	if (n == 0)
 	{
-		eg_store_run(&pending_count, NULL, true, SPI_OK_SELECT);
+		eg_store_run(&pending_count, NULL, false, SPI_OK_SELECT);
 		*pending = eg_int64_col(SPI_tuptable, 0, 1, 0);
 		return 0;
 	}
