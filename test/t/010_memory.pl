@@ -105,7 +105,10 @@ BEGIN
 END $$;
 SELECT pg_temp.held_while_draining();});
 note("the worker held at most $max_held kB in $samples samples, with max_bytes_in_flight = $small_kb kB");
-cmp_ok($samples, '>=', 3, 'the status line showed the bytes held while delivering');
+# at least one sample: under load the worker is inside a unit of work (whose
+# status line replaces this one) nearly all the time (a CI run caught it twice
+# in 7 s); the next check says that a sample caught the bound filled
+cmp_ok($samples, '>=', 1, 'the status line showed the bytes held while delivering');
 cmp_ok($max_held, '>', $small_kb / 2, 'the backlog filled the bound');
 cmp_ok($max_held, '<=', $small_kb * 1.25, 'held bytes stay under max_bytes_in_flight (and a claim\'s estimate error) with the host backed up');
 is(sql("SELECT sum(delivered) FROM eventgrid.delivery_statistics WHERE topic = 'fan'"), '24000', 'all 24,000 deliveries made');
