@@ -176,9 +176,10 @@ my ($nconn, $nfull) = (scalar(keys %conns), scalar(keys %full));
 cmp_ok($nconn, '>=', 40, "nginx closed connections after 5 requests: $nconn connections");
 # the first connections (up to 4 at once) make full handshakes; later ones
 # resume the session an earlier one received, though not every one (up to 9
-# of 41 made a full handshake in runs here, which ones varying from run to
-# run), so the bound leaves room for that
-cmp_ok($nfull, '<=', int($nconn / 3), "full TLS handshakes: $nfull of $nconn connections; the others resumed a session");
+# of 41 made a full handshake in quiet runs here, 14 of 41 in a loaded CI run:
+# a connection opened before a session ticket arrived makes its own), so the
+# bound leaves room for that; without resumption all 41 would
+cmp_ok($nfull, '<=', int($nconn / 2), "full TLS handshakes: $nfull of $nconn connections; the others resumed a session");
 ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'http1'", '200', 30),
 	'and recorded as delivered');
 
