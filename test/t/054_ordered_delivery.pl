@@ -81,6 +81,14 @@ sub concurrently
 	return $ok;
 }
 
+# how many attempts of subscription $sub got no HTTP answer (after which an
+# event may arrive again)
+sub unanswered
+{
+	my $sub = shift;
+	return sql("SELECT count(*) FROM eventgrid.delivery_attempts WHERE subscription = '$sub' AND http_status IS NULL");
+}
+
 # whether, for each key of $keys (key => how many), the receiver got the
 # sequence numbers 1..n in order at path $path, subscription $sub's, each
 # by its first arrival: an event may arrive again (at-least-once) only when
@@ -113,7 +121,7 @@ sub in_order
 		return 0;
 	}
 	return 1 if $again == 0;
-	my $unanswered = sql("SELECT count(*) FROM eventgrid.delivery_attempts WHERE subscription = '$sub' AND http_status IS NULL");
+	my $unanswered = unanswered($sub);
 	diag("$path: $again events arrived again, after $unanswered attempts without an HTTP answer");
 	return $again <= $unanswered;
 }
@@ -126,7 +134,7 @@ sub one_at_a_time
 {
 	my ($path, $sub) = @_;
 	my $overlaps = report()->{$path}{overlaps};
-	my $unanswered = sql("SELECT count(*) FROM eventgrid.delivery_attempts WHERE subscription = '$sub' AND http_status IS NULL");
+	my $unanswered = unanswered($sub);
 	diag("$path: $overlaps overlaps, $unanswered attempts without an HTTP answer") if $overlaps > 0;
 	return $overlaps <= $unanswered;
 }
@@ -175,8 +183,7 @@ for my $p ('/single', '/batched')
 	ok(in_order($p, \%keys, substr($p, 1)), "$p: every key's events arrived in commit order, once each (or again only after an unanswered attempt)");
 	# again only after an attempt without an HTTP answer (at least once: seen once under load)
 	my $none = scalar(@{ $rep->{$p}{keys}{'(none)'} // [] });
-	my $unanswered = sql("SELECT count(*) FROM eventgrid.delivery_attempts WHERE subscription = '" . substr($p, 1)
-		  . "' AND http_status IS NULL");
+	my $unanswered = unanswered(substr($p, 1));
 	ok($none >= 100 && $none - 100 <= $unanswered,
 		"$p: the 100 events without the key arrived ($none arrivals: again only after an unanswered attempt, of which there were $unanswered)");
 }
