@@ -65,32 +65,6 @@ row_text(HeapTuple row, TupleDesc desc, int col)
 }
 
 /*
- * Leaves the event table's partial indexes out of rri: the only one,
- * events_domain_topic_idx, takes events with a domain topic (SPEC 18), and
- * a table change is never published to a domain (publish_table_changes()
- * refuses one), so none of these rows belongs in it.  (Evaluating its
- * predicate here, outside an executor run, crashed in FreeExecutorState()
- * when one statement flushed twice: test 048.)
- */
-static void
-skip_partial_indexes(ResultRelInfo *rri)
-{
-	int			kept = 0;
-
-	for (int i = 0; i < rri->ri_NumIndices; i++)
-	{
-		if (rri->ri_IndexRelationInfo[i]->ii_Predicate != NIL)
-		{
-			index_close(rri->ri_IndexRelationDescs[i], RowExclusiveLock);
-			continue;
-		}
-		rri->ri_IndexRelationDescs[kept] = rri->ri_IndexRelationDescs[i];
-		rri->ri_IndexRelationInfo[kept++] = rri->ri_IndexRelationInfo[i];
-	}
-	rri->ri_NumIndices = kept;
-}
-
-/*
  * Stores the batch's events as COPY stores rows: straight into the event
  * table of the current transaction (what eventgrid._event_table() says,
  * as an INSERT would route them), with heap_multi_insert and their index
@@ -150,7 +124,6 @@ flush(EgChange *c)
 	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 1, NULL, 0);
 	ExecOpenIndices(rri, false);
-	skip_partial_indexes(rri);
 	/* every batch of the statement goes to the same event table (its transaction's): slots are kept */
 	if (c->slots == NULL)
 		c->slots = MemoryContextAlloc(CurrentMemoryContext, EG_TC_BATCH * sizeof(TupleTableSlot *));
@@ -203,6 +176,14 @@ typedef struct EgRowImage
 	bool	   *nulls;
 } EgRowImage;
 
+/*
+ * Copies of the n rows of store, read through slot without copying the
+ * tuples (each value is copied, in CurrentMemoryContext); slot is empty on
+ * return.  A tuple copied into the slot would be allocated in
+ * CurrentMemoryContext and freed by the slot's next store: after the
+ * caller's short-lived context is gone, that free corrupted a freed
+ * context's memory and crashed the backend (0.21.0).
+ */
 static EgRowImage *
 row_images(Tuplestorestate *store, TupleTableSlot *slot, int64 n)
 {
@@ -210,7 +191,7 @@ row_images(Tuplestorestate *store, TupleTableSlot *slot, int64 n)
 	int			natts = slot->tts_tupleDescriptor->natts;
 
 	tuplestore_rescan(store);
-	for (int64 k = 0; k < n && tuplestore_gettupleslot(store, true, true, slot); k++)
+	for (int64 k = 0; k < n && tuplestore_gettupleslot(store, true, false, slot); k++)
 	{
 		slot_getallattrs(slot);
 		rows[k].values = palloc(natts * sizeof(Datum));
@@ -224,6 +205,7 @@ row_images(Tuplestorestate *store, TupleTableSlot *slot, int64 n)
 				: datumCopy(slot->tts_values[a], att->attbyval, att->attlen);
 		}
 	}
+	ExecClearTuple(slot);
 	return rows;
 }
 

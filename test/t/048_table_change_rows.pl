@@ -5,6 +5,10 @@
 #    with new id n+1), then the two the table lost as Deleted; the same
 #    with a primary key changed in the same statement, and for a table
 #    without a primary key;
+#  - the same move with text values of 10-60 characters, and 3,000 rows
+#    under work_mem = 64kB (the transition tables spill to disk): 0.21.0's
+#    pairing left its copies of the rows in slots whose memory it had freed,
+#    and the backend crashed (signal 11) (issue "Trust, fifth pass", item 2);
 #  - a json column holding "\u0000", which jsonb cannot hold: the
 #    application's INSERT succeeds once the table is published, and the
 #    value is carried as its JSON text (a string).
@@ -85,13 +89,46 @@ $m = $mark->();
 sql("UPDATE loose SET region = 'us'");
 is(changes('keyless', $m), 'Updated 1>1, Updated 3>3, Deleted 4>-', 'without a key: paired by place, the skipped row last');
 
+# --- the same moves with values of 10-60 characters, then 3,000 rows under
+# a small work_mem: each statement completes (no backend crash) and the
+# events say what the table shows
+sql(q{
+	SELECT eventgrid.create_topic('wide');
+	CREATE TABLE wide (id int, region text, note text, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+	CREATE TABLE wide_eu PARTITION OF wide FOR VALUES IN ('eu');
+	CREATE TABLE wide_us PARTITION OF wide FOR VALUES IN ('us');
+	CREATE TRIGGER skip_even BEFORE INSERT ON wide_us FOR EACH ROW EXECUTE FUNCTION skip_even();
+	SELECT eventgrid.publish_table_changes('wide', 'wide');
+});
+my @lengths = split /,/, ($ENV{EG_TEST_048_LENGTHS} // '10,17,25,33,42,60');
+for my $len (@lengths)
+{
+	sql("TRUNCATE wide; INSERT INTO wide SELECT i, 'eu', repeat('n', $len) FROM generate_series(1, 5) i");
+	$m = $mark->();
+	my ($ret, $out, $err) = $node->psql('postgres', "UPDATE wide SET region = 'us' WHERE region = 'eu'");
+	is($ret . $err, '0', "moving rows with $len-character values completes");
+	is(changes('wide', $m), 'Updated 1>1, Updated 3>3, Updated 5>5, Deleted 2>-, Deleted 4>-',
+		"and publishes what the table shows ($len characters)");
+}
+sql("TRUNCATE wide; INSERT INTO wide SELECT i, 'eu', md5(i::text) || i FROM generate_series(1, 3000) i");
+$m = $mark->();
+my ($ret, $out, $err) = $node->psql('postgres', "SET work_mem = '64kB'; UPDATE wide SET region = 'us' WHERE region = 'eu'");
+is($ret . $err, '0', '3,000 rows moved under work_mem = 64kB');
+is(sql("SELECT count(*) FILTER (WHERE event->>'eventType' LIKE '%.Updated'
+		   AND event->'data'->'new'->>'id' = event->'data'->'old'->>'id') || ' '
+		|| count(*) FILTER (WHERE event->>'eventType' LIKE '%.Deleted' AND (event->'data'->'old'->>'id')::int % 2 = 0)
+		FROM eventgrid.events WHERE topic = 'wide' AND id > $m"), '1500 1500',
+	'each odd row Updated with its own old version, each even one Deleted');
+is(sql("SELECT count(*) FROM wide"), '1500', 'the table kept the odd rows');
+is($node->safe_psql('postgres', 'SELECT 1'), '1', 'the server is still up');
+
 # --- a json value jsonb cannot hold
 sql(q{
 	SELECT eventgrid.create_topic('docs');
 	CREATE TABLE docs (id int PRIMARY KEY, doc json, other json);
 	SELECT eventgrid.publish_table_changes('docs', 'docs');
 });
-my ($ret, $out, $err) = $node->psql('postgres',
+($ret, $out, $err) = $node->psql('postgres',
 	q{INSERT INTO docs VALUES (1, '{"a": "x\u0000y"}', '{"b": "\\\\u0000"}')});
 is($ret . $err, '0', 'a json value holding \u0000 is inserted into a published table');
 my $e = $json->decode(sql("SELECT event::text FROM eventgrid.events WHERE topic = 'docs'"));
