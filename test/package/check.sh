@@ -14,4 +14,10 @@ if ! apt-get install -y -qq --no-install-recommends "$deb" python3 >/tmp/apt.log
     exit 1
 fi
 dpkg-query -W -f='# installed ${Package} ${Version}, depends: ${Depends}\n' "postgresql-$major-eventgrid"
+# only what it needs: no JIT bitcode, so no postgresql-<major>-jit-llvm
+depends=$(dpkg-query -W -f='${Depends}' "postgresql-$major-eventgrid")
+if echo "$depends" | grep -q jit-llvm || dpkg -L "postgresql-$major-eventgrid" | grep -q /bitcode/; then
+    echo "# the package ships JIT bitcode or depends on postgresql-$major-jit-llvm: $depends" >&2
+    exit 1
+fi
 exec bash "$(dirname "$0")/smoke.sh" "$major"
