@@ -73,7 +73,8 @@ note_subscriptions(void)
  * delivery count are dead-lettered (eg_store_expire_queue; every 10 s, and
  * after new settings) (and whether the database has an event subscription is
  * noted), each event table other than the current one is emptied if
- * nothing needs it, and the attempt history is rotated when its current
+ * nothing needs it, expired event subscriptions are dropped
+ * (drop_expired), and the attempt history is rotated when its current
  * table is due.  Each step is its own unit of work.  Runs in the upkeep worker.  Returns whether an event
  * table holds rows still (upkeep is then wanted again soon).
  */
@@ -88,11 +89,6 @@ upkeep(void)
 	uint64		rebased = 0;
 	int			current = eg_event_table_at(GetCurrentTimestamp());
 
-	/* not while paused: a pg_restore may be writing subscriptions whose time has passed */
-	if (eg_delivery_paused)
-		next_expiration = DT_NOEND;
-	else if (!drop_expired())
-		return false;
 	if (!eg_begin_work("eventgrid: counting published and unmatched events"))
 		return false;
 	/* not while paused: a pg_restore may still be writing positions and events */
@@ -136,6 +132,17 @@ upkeep(void)
 			used |= eg_store_truncate(k, now) != NULL;
 		eg_end_work();
 	}
+
+	/*
+	 * Expired subscriptions after the event tables: one that cannot be
+	 * dropped (locked elsewhere: skipped; or an ERROR) holds back nothing
+	 * else.  Not while paused: a pg_restore may be writing subscriptions
+	 * whose time has passed.
+	 */
+	if (eg_delivery_paused)
+		next_expiration = DT_NOEND;
+	else if (!drop_expired())
+		return used;
 
 	if (!eg_begin_work("eventgrid: rotating the attempt history"))
 		return used;
@@ -182,38 +189,70 @@ upkeep(void)
 /*
  * Drops the event subscriptions whose expiration_time has come on the
  * workers' clock (SPEC 17), as drop_event_subscription() would (their dead
- * letters kept), and logs each once it has committed, with its topic and
- * name (checked identifiers: nothing else of the subscription is written);
- * notes when the next one expires, for an upkeep round then.  Returns
- * whether it ran (false: its unit of work could not start).
+ * letters kept), once what each still owed is dead-lettered with reason
+ * SubscriptionExpired (or dropped) and its final counts kept; logs each
+ * once it has committed, with its topic and name (checked identifiers:
+ * nothing else of the subscription is written).  One that another session
+ * holds locked is passed over without waiting, tried again at each round,
+ * and logged at most once a minute.  Notes when the next one expires, for
+ * an upkeep round then.  Returns whether it ran (false: its unit of work
+ * could not start).
  */
 static bool
 drop_expired(void)
 {
-	char	  **topics;
-	char	  **names;
-	TimestampTz *at;
+	static TimestampTz skipped_logged_at = 0;
+	EgExpired  *expired;
 	int			n;
 	char	  **lines;
+	char	  **details;
+	bool		log_skipped = GetCurrentTimestamp() - skipped_logged_at >= (TimestampTz) 60 * 1000 * 1000;
+	bool		any_skipped = false;
 	MemoryContext old;
 
 	if (!eg_begin_work("eventgrid: dropping expired event subscriptions"))
 		return false;
-	n = eg_store_drop_expired(&topics, &names, &at, &next_expiration);
+	n = eg_store_drop_expired(&expired, &next_expiration);
 	/* the lines outlive the unit of work: they are logged once it has committed */
 	old = MemoryContextSwitchTo(TopMemoryContext);
-	lines = palloc(Max(n, 1) * sizeof(char *));
-	for (int i = 0; i < n; i++)
-		lines[i] = psprintf("eventgrid: event subscription \"%s\" of topic \"%s\" expired at %s and was dropped",
-							names[i], topics[i], timestamptz_to_str(at[i]));
-	MemoryContextSwitchTo(old);
-	eg_end_work();
+	lines = palloc0(Max(n, 1) * sizeof(char *));
+	details = palloc0(Max(n, 1) * sizeof(char *));
 	for (int i = 0; i < n; i++)
 	{
-		ereport(LOG, (errmsg_internal("%s", lines[i]), errdetail("Its dead letters are kept.")));
-		pfree(lines[i]);
+		EgExpired  *x = &expired[i];
+
+		if (x->skipped)
+		{
+			any_skipped = true;
+			if (log_skipped)
+				lines[i] = psprintf("eventgrid: event subscription \"%s\" of topic \"%s\" expired at %s and is not dropped yet",
+									x->name, x->topic, timestamptz_to_str(x->expired_at));
+			details[i] = pstrdup("Another session holds a lock on it or on its events, or deliveries of it are in flight; "
+								 "the upkeep worker tries again at each round and goes on with its other work meanwhile.");
+			continue;
+		}
+		lines[i] = psprintf("eventgrid: event subscription \"%s\" of topic \"%s\" expired at %s and was dropped",
+							x->name, x->topic, timestamptz_to_str(x->expired_at));
+		details[i] = psprintf(INT64_FORMAT " events it still owed were dead-lettered with reason SubscriptionExpired "
+							  "(dropped, and counted so, when it does not dead-letter); its final counts are in "
+							  "eventgrid.expired_event_subscriptions.", x->owed);
+	}
+	MemoryContextSwitchTo(old);
+	eg_end_work();
+	if (any_skipped && log_skipped)
+		skipped_logged_at = GetCurrentTimestamp();
+	for (int i = 0; i < n; i++)
+	{
+		if (lines[i])
+		{
+			ereport(LOG, (errmsg_internal("%s", lines[i]), errdetail_internal("%s", details[i])));
+			pfree(lines[i]);
+		}
+		if (details[i])
+			pfree(details[i]);
 	}
 	pfree(lines);
+	pfree(details);
 	return true;
 }
 

@@ -295,12 +295,23 @@ typedef struct EgFinals
 extern EgFinals eg_store_finals(int64 after_dead_letter_id);
 extern int	eg_store_expiring_certificates(TimestampTz before, char ***topics, char ***names,
 										   TimestampTz **not_after);
+/* An event subscription whose expiration_time has come (SPEC 17). */
+typedef struct EgExpired
+{
+	char	   *topic;			/* its read key: topic, or domain/topic */
+	char	   *name;
+	TimestampTz expired_at;
+	int64		owed;			/* events it still owed: dead-lettered or dropped */
+	bool		skipped;		/* locked elsewhere or in flight: tried again later */
+} EgExpired;
+
 /*
- * Drops expired event subscriptions (SPEC 17); returns how many, with their
- * topics, names and times, and the next expiration (DT_NOEND: none).
+ * Drops expired event subscriptions (SPEC 17) after dead-lettering what
+ * they owed; returns how many it looked at (at most 1000), in *expired
+ * (valid until the unit of work ends), and the next expiration (DT_NOEND:
+ * none; a skipped one's is past).
  */
-extern int	eg_store_drop_expired(char ***topics, char ***names, TimestampTz **expired_at,
-								  TimestampTz *next);
+extern int	eg_store_drop_expired(EgExpired **expired, TimestampTz *next);
 
 /* Health of one endpoint URL, as kept in eventgrid.endpoint_states. */
 typedef struct EgHealth

@@ -332,7 +332,7 @@ static EgStatement expiring_certificates = {
 
 static EgStatement drop_expired = {
 	.name = "expired subscriptions",
-	.sql = "SELECT x.topic, x.name, x.expiration_time FROM eventgrid._drop_expired_subscriptions() x",
+	.sql = "SELECT x.topic, x.name, x.expiration_time, x.owed, x.skipped FROM eventgrid._drop_expired_subscriptions() x",
 };
 
 static EgStatement next_expiration = {
@@ -379,19 +379,30 @@ eg_store_expiring_certificates(TimestampTz before, char ***topics, char ***names
 /*
  * Drops the event subscriptions whose expiration_time has come on the
  * workers' clock (SPEC 17; eventgrid._drop_expired_subscriptions(): at
- * most 1000, their dead letters kept), and returns how many, with their
- * topics, names and expiration times in arrays valid until the unit of
- * work ends; *next gets the earliest expiration left (DT_NOEND: none).
- * In a unit of work (the upkeep worker's).
+ * most 1000, the events each still owed dead-lettered with reason
+ * SubscriptionExpired or dropped, its final counts kept, its older dead
+ * letters kept; one locked elsewhere is skipped without waiting), and
+ * returns how many it looked at, in *expired (valid until the unit of work
+ * ends); *next gets the earliest expiration left (DT_NOEND: none).  In a
+ * unit of work (the upkeep worker's).
  */
 int
-eg_store_drop_expired(char ***topics, char ***names, TimestampTz **expired_at, TimestampTz *next)
+eg_store_drop_expired(EgExpired **expired, TimestampTz *next)
 {
 	int			n;
 
 	eg_store_run(&drop_expired, NULL, false, SPI_OK_SELECT);
-	n = subscription_times(topics, names, expired_at);
-	eg_store_run(&next_expiration, NULL, true, SPI_OK_SELECT);
+	n = (int) SPI_processed;
+	*expired = palloc0(Max(n, 1) * sizeof(EgExpired));
+	for (int i = 0; i < n; i++)
+	{
+		(*expired)[i].topic = eg_text_col(SPI_tuptable, i, 1);
+		(*expired)[i].name = eg_text_col(SPI_tuptable, i, 2);
+		(*expired)[i].expired_at = eg_timestamp_col(SPI_tuptable, i, 3);
+		(*expired)[i].owed = eg_int64_col(SPI_tuptable, i, 4, 0);
+		(*expired)[i].skipped = eg_bool_col(SPI_tuptable, i, 5);
+	}
+	eg_store_run(&next_expiration, NULL, false, SPI_OK_SELECT);
 	*next = eg_timestamp_col(SPI_tuptable, 0, 1);
 	if (*next == 0)
 		*next = DT_NOEND;

@@ -11,7 +11,14 @@
 #     subscriptions go on;
 #   - the upkeep worker drops it as drop_event_subscription() would, logs
 #     it once with its topic and name, and keeps its dead letters; also
-#     when no worker runs at its time (the upkeep worker is started then).
+#     when no worker runs at its time (the upkeep worker is started then);
+#   - what it still owes then (events that waited at its position or in
+#     its retries, a queue subscription's receivable and locked events) is
+#     dead-lettered with reason SubscriptionExpired, or dropped and counted
+#     when it does not dead-letter, and its final counts stay in
+#     expired_event_subscriptions (0.21.0 lost them silently);
+#   - a session holding its row does not make the upkeep worker wait: it is
+#     passed over (and logged so) until the session lets go.
 use strict;
 use warnings;
 use FindBin;
@@ -114,9 +121,10 @@ $holder->pump until $out =~ /held/;
 advance_clock($node, 3600 + 60);
 publish('shop', 'b', 3);
 wait_for_requests($r, '/status/200/keep', 7);
-ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid upkeep worker' "
-		  . "AND wait_event_type = 'Lock'", '1'), 'the upkeep worker\'s drop waits for the session');
-usleep(500_000);
+ok(eventually_true(sub { slurp_file($node->logfile) =~ /event subscription "trial" of topic "shop" expired at \S+ \S+ and is not dropped yet/ }),
+	'the upkeep worker passes over the subscription the session holds, and says so');
+is(sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid upkeep worker' AND wait_event_type = 'Lock'"),
+	'0', 'without waiting for its lock');
 is(arrived('/status/200/trial'), 'a-1,a-2,a-3', 'expired, not dropped yet: what was published after its time did not reach it');
 is(sql("SELECT pending FROM eventgrid.delivery_statistics WHERE subscription = 'trial'"), '3', 'those events wait for it');
 $in .= "COMMIT;\n";
@@ -128,8 +136,19 @@ wait_for_requests($r, '/status/200/keep', 9);
 usleep(500_000);
 is(arrived('/status/200/trial'), 'a-1,a-2,a-3', 'nothing published after its time, nor what waited, reached it');
 is(arrived('/status/200/keep'), 'a-1,a-2,a-3,b-1,b-2,b-3,c-1,c-2,dead-1', 'the other subscription got everything');
-is(sql("SELECT count(*) FROM eventgrid.dead_letter_events WHERE subscription_name = 'trial'"), '1',
-	'its dead letter is kept');
+is(sql("SELECT string_agg(dead_letter_reason || ':' || (dead_letter_event->>'id') || ':' || delivery_attempts, ',' ORDER BY dead_letter_event->>'id') "
+		  . "FROM eventgrid.dead_letter_events WHERE subscription_name = 'trial'"),
+	'SubscriptionExpired:b-1:0,SubscriptionExpired:b-2:0,SubscriptionExpired:b-3:0,NonRetriableError:dead-1:1',
+	'its dead letter is kept, and the events it still owed are dead-lettered: SubscriptionExpired');
+is(sql("SELECT dead_letter_event->>'deadLetterReason' FROM eventgrid.dead_letter_events "
+		  . "WHERE subscription_name = 'trial' AND dead_letter_event->>'id' = 'b-1'"), 'SubscriptionExpired',
+	'the dead-letter document says so');
+is(sql("SELECT concat_ws('|', topic, delivery_mode, deadletter, matched_events, delivered_events, dead_lettered_events, "
+		  . "dropped_events, owed_at_expiration, expiration_time < dropped_at) FROM eventgrid.expired_event_subscriptions "
+		  . "WHERE event_subscription = 'trial'"), 'shop|push|t|7|3|4|0|3|t',
+	'its final counts stay in expired_event_subscriptions');
+like(slurp_file($node->logfile), qr/DETAIL:  3 events it still owed were dead-lettered with reason SubscriptionExpired/,
+	'the log says how many it owed');
 is(sql("SELECT count(*) FROM eventgrid.subscription_positions p WHERE NOT EXISTS "
 		  . "(SELECT 1 FROM eventgrid.event_subscriptions s WHERE s.id = p.subscription_id)"), '0',
 	'its position went with it');
@@ -162,6 +181,10 @@ ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.event_subscriptions WHERE
 	'dropped once delivery_paused is off');
 like(fails("SELECT * FROM eventgrid.receive('shop-ns', 'q-trial')"), qr/42704/, 'receive() then says it does not exist');
 is(sql("SELECT count(*) FROM eventgrid.queue_events"), '0', 'its receivable events went with it');
+is(sql("SELECT concat_ws('|', delivery_mode, deadletter, matched_events, delivered_events, dropped_events, owed_at_expiration) "
+		  . "FROM eventgrid.expired_event_subscriptions WHERE event_subscription = 'q-trial'"), 'queue|f|3|0|3|3',
+	'without dead-lettering, the 3 it owed (1 locked by a consumer, 2 receivable) are counted as dropped');
+is(sql("SELECT count(*) FROM eventgrid.dead_letters WHERE subscription_name = 'q-trial'"), '0', 'and not dead-lettered');
 
 # --- no worker runs at its time: the upkeep worker is started then --------------
 # (real time: the workers' clock is ahead by the offset the test moved it)

@@ -1,4 +1,4 @@
--- eventgrid 0.21.0: the full install script of this version.
+-- eventgrid 0.22.0: the full install script of this version.
 --
 -- Made by scripts/install-script.sh from what the upgrade scripts build
 -- (sql/eventgrid--A--B.sql, from the oldest full script on): edit those,
@@ -1071,8 +1071,8 @@ DECLARE
     ids bigint[];
 BEGIN
     IF reason IS NOT NULL AND reason NOT IN ('MaxDeliveryAttemptsExceeded', 'TimeToLiveExceeded', 'NonRetriableError',
-                                             'MaxDeliveryCountExceeded', 'Rejected') THEN
-        RAISE EXCEPTION 'reason must be MaxDeliveryAttemptsExceeded, TimeToLiveExceeded, NonRetriableError, MaxDeliveryCountExceeded or Rejected, got %',
+                                             'MaxDeliveryCountExceeded', 'Rejected', 'SubscriptionExpired') THEN
+        RAISE EXCEPTION 'reason must be MaxDeliveryAttemptsExceeded, TimeToLiveExceeded, NonRetriableError, MaxDeliveryCountExceeded, Rejected or SubscriptionExpired, got %',
                         eventgrid._quote(reason)
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for any reason.';
     END IF;
@@ -1238,7 +1238,7 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid._domain_topic_for_subscription(domain text, domain_topic text) IS 'Internal: makes sure a subscription may be created at domain-topic scope: domain is a domain (42704 otherwise), domain_topic a valid name (42602), existing or created now when the domain creates topics with their first subscription (42704 when it does not).';
 
-CREATE FUNCTION eventgrid._drop_expired_subscriptions() RETURNS TABLE(topic text, name text, expiration_time timestamp with time zone)
+CREATE FUNCTION eventgrid._drop_expired_subscriptions(OUT topic text, OUT name text, OUT expiration_time timestamp with time zone, OUT owed bigint, OUT skipped boolean) RETURNS SETOF record
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -1246,18 +1246,38 @@ DECLARE
     s record;
 BEGIN
     -- read_key: its topic, or 'domain/topic' for a domain topic's subscription (SPEC 18)
-    FOR s IN SELECT x.read_key AS topic, x.name, x.expiration_time FROM eventgrid.event_subscriptions x
+    FOR s IN SELECT x.id, x.read_key, x.name, x.expiration_time FROM eventgrid.event_subscriptions x
               WHERE x.expiration_time <= eventgrid._now() ORDER BY x.expiration_time, x.id LIMIT 1000
     LOOP
-        PERFORM eventgrid.drop_event_subscription(s.topic, s.name);
-        topic := s.topic;
+        topic := s.read_key;
         name := s.name;
         expiration_time := s.expiration_time;
+        owed := 0;
+        skipped := false;
+        BEGIN
+            -- what it is made of, locked only if free at once (the delivery workers' order: the subscription,
+            -- then its retries); one that a session holds, or whose deliveries are in flight, waits for the
+            -- next call
+            PERFORM 1 FROM eventgrid.event_subscriptions x WHERE x.id = s.id FOR UPDATE NOWAIT;
+            PERFORM 1 FROM eventgrid.retries r WHERE r.subscription_id = s.id FOR UPDATE NOWAIT;
+            PERFORM 1 FROM eventgrid.queue_events q WHERE q.subscription_id = s.id FOR UPDATE NOWAIT;
+            PERFORM 1 FROM eventgrid.queue_batches b WHERE b.subscription_id = s.id FOR UPDATE NOWAIT;
+            PERFORM 1 FROM eventgrid.subscription_positions p WHERE p.subscription_id = s.id FOR UPDATE NOWAIT;
+            IF EXISTS (SELECT 1 FROM eventgrid.chunks_in_flight c WHERE c.subscription_id = s.id)
+               OR EXISTS (SELECT 1 FROM eventgrid.retries r WHERE r.subscription_id = s.id AND r.lease_owner IS NOT NULL) THEN
+                skipped := true;
+            ELSE
+                owed := eventgrid._expire_subscription(s.id, s.expiration_time);
+                PERFORM eventgrid.drop_event_subscription(s.read_key, s.name);
+            END IF;
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+            skipped := true;
+        END;
         RETURN NEXT;
     END LOOP;
 END $$;
 
-COMMENT ON FUNCTION eventgrid._drop_expired_subscriptions() IS 'Internal: drops (as drop_event_subscription() does: dead letters kept) the event subscriptions whose expiration_time has come on the delivery workers'' clock, at most 1000 a call, the earliest first; returns their topics, names and expiration times, which the upkeep worker logs.';
+COMMENT ON FUNCTION eventgrid._drop_expired_subscriptions(OUT topic text, OUT name text, OUT expiration_time timestamp with time zone, OUT owed bigint, OUT skipped boolean) IS 'Internal: drops (as drop_event_subscription() does: dead letters kept) the event subscriptions whose expiration_time has come on the delivery workers'' clock, at most 1000 a call, the earliest first, each after _expire_subscription() has dead-lettered (or dropped) what it still owed and kept its final counts; one whose rows another session holds locked, or with deliveries in flight, is skipped (skipped true) and tried again at the next call, without waiting. Returns each one''s topic, name, expiration time and how many events it owed, which the upkeep worker logs.';
 
 CREATE FUNCTION eventgrid._drop_topic_triggers(rel regclass, topic text) RETURNS void
     LANGUAGE plpgsql
@@ -1520,6 +1540,91 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid._expiration_time_arg(expiration_time timestamp with time zone) IS 'Internal: the expiration_time argument of create_event_subscription() and update_event_subscription() as stored: NULL for NULL and ''infinity'' (never expires); 22023 for a time not in the future of the real clock (clock_timestamp(), -infinity included).';
+
+CREATE FUNCTION eventgrid._expire_subscription(sid bigint, expired_at timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sub eventgrid.event_subscriptions;
+    owed bigint := 0;
+    ids bigint[];
+    at timestamptz := eventgrid._now();
+BEGIN
+    SELECT * INTO sub FROM eventgrid.event_subscriptions x WHERE x.id = sid;
+    -- what it still owes: the events past its position first become its retries (or queue rows) ...
+    PERFORM eventgrid._position_to_retries(sid, at, true);
+    IF sub.delivery_mode = 'queue' THEN
+        -- ... the batches of a queue subscription become rows (references) ...
+        INSERT INTO eventgrid.queue_events (subscription_id, event_id, event_table, event_txid, publish_time, event_bytes,
+                                            receivable_at, source, source_event_id)
+        SELECT x.* FROM (
+            SELECT b.subscription_id, e.id, b.event_table, e.txid, e.publish_time, coalesce(e.event_bytes, 0),
+                   b.receivable_at, e.source, e.source_event_id
+              FROM eventgrid.queue_batches b
+             CROSS JOIN LATERAL eventgrid._batch_events(sub.topic, b.event_table, b.txids, b.event_ids) e
+             WHERE b.subscription_id = sid
+             ORDER BY b.id, e.id) x;
+        DELETE FROM eventgrid.queue_batches b WHERE b.subscription_id = sid;
+        -- ... and every one is dead-lettered (or dropped), locked by a consumer or not
+        SELECT array_agg(q.id ORDER BY q.id) INTO ids FROM eventgrid.queue_events q WHERE q.subscription_id = sid;
+        IF ids IS NOT NULL THEN
+            owed := eventgrid._queue_finish(sid, ids, 'SubscriptionExpired');
+        END IF;
+    ELSE
+        WITH gone AS (
+            DELETE FROM eventgrid.retries r WHERE r.subscription_id = sid
+            RETURNING r.id, r.event_id, r.event, r.publish_time, r.attempts, r.last_outcome, r.last_http_status,
+                      r.last_attempt_at, r.source, r.source_event_id
+        ), t AS (
+            SELECT t.input_schema FROM eventgrid.topics t WHERE t.name = sub.topic
+        ), dead AS (
+            INSERT INTO eventgrid.dead_letters (topic, subscription_name, subscription_id, input_schema,
+                   event_delivery_schema, event, dead_letter_reason, delivery_attempts, last_delivery_outcome,
+                   last_http_status_code, publish_time, last_delivery_attempt_time, topic_type, event_id,
+                   source, source_event_id)
+            SELECT sub.topic, sub.name, sid, t.input_schema, sub.event_delivery_schema, g.event, 'SubscriptionExpired',
+                   g.attempts, g.last_outcome, g.last_http_status, g.publish_time, g.last_attempt_at, sub.topic_type,
+                   g.event_id, g.source, g.source_event_id
+              FROM gone g, t WHERE sub.deadletter
+             ORDER BY g.id
+        ), notified AS (
+            INSERT INTO eventgrid.dead_letter_notification_failures (subscription_id, topic, subscription_name,
+                   event_id, dead_letter_topic, sqlstate, error)
+            SELECT x.* FROM (SELECT ARRAY(
+                SELECT ROW(sid, g.event_id, sub.dead_letter_topic, sub.topic, sub.name, g.event, t.input_schema,
+                           sub.deadletter, 'SubscriptionExpired', g.attempts, g.last_outcome, g.last_http_status,
+                           g.publish_time, g.last_attempt_at, g.source)::eventgrid._dead_letter_notice
+                  FROM gone g, t ORDER BY g.id) AS a) q
+             CROSS JOIN LATERAL eventgrid._publish_dead_letter_notifications(q.a) x
+             WHERE sub.dead_letter_topic IS NOT NULL AND cardinality(q.a) > 0
+        )
+        SELECT count(*) INTO owed FROM gone;
+        IF owed > 0 THEN
+            UPDATE eventgrid.subscription_counters c
+               SET dead_lettered = c.dead_lettered + CASE WHEN sub.deadletter THEN owed ELSE 0 END,
+                   dropped = c.dropped + CASE WHEN sub.deadletter THEN 0 ELSE owed END
+             WHERE c.subscription_id = sid;
+            INSERT INTO eventgrid.subscription_metric_counts AS m (subscription_id, metric, label, value)
+            VALUES (sid, CASE WHEN sub.deadletter THEN 'dead_lettered' ELSE 'dropped' END, 'SubscriptionExpired', owed)
+            ON CONFLICT (subscription_id, metric, label) DO UPDATE SET value = m.value + excluded.value;
+        END IF;
+    END IF;
+    -- its final counts outlive it
+    INSERT INTO eventgrid.expired_event_subscriptions (topic, event_subscription, subscription_id, delivery_mode,
+           expiration_time, dropped_at, deadletter, matched_events, delivered_events, failed_delivery_attempts,
+           dead_lettered_events, dropped_events, owed_at_expiration)
+    SELECT sub.read_key, sub.name, sid, sub.delivery_mode, expired_at, at, sub.deadletter,
+           coalesce(c.matched, 0),
+           coalesce(c.delivered, 0) + coalesce((SELECT sum(x.acknowledged) FROM eventgrid.queue_counters x
+                                                 WHERE x.subscription_id = sid), 0),
+           coalesce(c.failed_attempts, 0), coalesce(c.dead_lettered, 0), coalesce(c.dropped, 0), owed
+      FROM (SELECT 1) one
+      LEFT JOIN eventgrid.subscription_counters c ON c.subscription_id = sid;
+    RETURN owed;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._expire_subscription(sid bigint, expired_at timestamp with time zone) IS 'Internal: settles what event subscription sid, whose expiration_time expired_at has come, still owes before the upkeep worker drops it (SPEC 17): the events past its position, its retries (also those an ordered subscription holds behind their keys), its queue batches and its receivable or locked queue events are dead-lettered with reason SubscriptionExpired (dropped when it does not dead-letter; counted either way, and notified to its dead_letter_topic), and its final counts are kept in eventgrid.expired_event_subscriptions. Returns how many events it owed. The caller has locked the subscription, its retries and its queue events.';
 
 CREATE FUNCTION eventgrid._fail_validation(sid bigint, why text) RETURNS void
     LANGUAGE plpgsql
@@ -4699,7 +4804,7 @@ CREATE TABLE eventgrid.dead_letters (
     event_id bigint,
     source text,
     source_event_id bigint,
-    CONSTRAINT dead_letters_dead_letter_reason_check CHECK ((dead_letter_reason = ANY (ARRAY['MaxDeliveryAttemptsExceeded'::text, 'TimeToLiveExceeded'::text, 'NonRetriableError'::text, 'MaxDeliveryCountExceeded'::text, 'Rejected'::text]))),
+    CONSTRAINT dead_letters_dead_letter_reason_check CHECK ((dead_letter_reason = ANY (ARRAY['MaxDeliveryAttemptsExceeded'::text, 'TimeToLiveExceeded'::text, 'NonRetriableError'::text, 'MaxDeliveryCountExceeded'::text, 'Rejected'::text, 'SubscriptionExpired'::text]))),
     CONSTRAINT dead_letters_delivery_attempts_check CHECK (((delivery_attempts >= 0) AND (delivery_attempts <= 30)))
 );
 
@@ -4731,6 +4836,7 @@ CREATE VIEW eventgrid.dead_letter_events AS
                 WHEN 'TimeToLiveExceeded'::text THEN 'Time to live was exceeded.'::text
                 WHEN 'MaxDeliveryCountExceeded'::text THEN 'Maximum delivery count was exceeded.'::text
                 WHEN 'Rejected'::text THEN 'The event was rejected by a receiver.'::text
+                WHEN 'SubscriptionExpired'::text THEN 'The event subscription expired before the event was delivered.'::text
                 ELSE 'Delivery failed with an error that is not retried.'::text
             END, 'deliveryattempts', d.delivery_attempts, 'deliveryresult', COALESCE((d.last_delivery_outcome || COALESCE(((' (HTTP '::text || d.last_http_status_code) || ')'::text), ''::text)),
             CASE
@@ -5312,6 +5418,34 @@ CREATE SEQUENCE eventgrid.events_id_seq
 
 ALTER SEQUENCE eventgrid.events_id_seq OWNED BY eventgrid.events.id;
 
+CREATE TABLE eventgrid.expired_event_subscriptions (
+    id bigint NOT NULL,
+    topic text NOT NULL,
+    event_subscription text NOT NULL,
+    subscription_id bigint NOT NULL,
+    delivery_mode text NOT NULL,
+    expiration_time timestamp with time zone NOT NULL,
+    dropped_at timestamp with time zone NOT NULL,
+    deadletter boolean NOT NULL,
+    matched_events bigint NOT NULL,
+    delivered_events bigint NOT NULL,
+    failed_delivery_attempts bigint NOT NULL,
+    dead_lettered_events bigint NOT NULL,
+    dropped_events bigint NOT NULL,
+    owed_at_expiration bigint NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.expired_event_subscriptions IS 'The final counts of each event subscription the upkeep worker dropped because its expiration_time came (SPEC 17), one row per drop: topic (''domain/topic'' for a domain topic''s), event_subscription, its id, delivery_mode, expiration_time, dropped_at (the workers'' clock), whether it dead-lettered, and its totals from creation to drop as delivery_statistics showed them: matched_events, delivered_events (acknowledged, for a queue subscription), failed_delivery_attempts, dead_lettered_events and dropped_events (these two include owed_at_expiration: the events it still owed when dropped, dead-lettered with reason SubscriptionExpired, or dropped). Rows stay until an administrator deletes them. Readable by pg_monitor and eventgrid_admin (who may delete).';
+
+CREATE SEQUENCE eventgrid.expired_event_subscriptions_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE eventgrid.expired_event_subscriptions_id_seq OWNED BY eventgrid.expired_event_subscriptions.id;
+
 CREATE VIEW eventgrid.metrics AS
  SELECT t.name AS topic,
     NULL::text AS event_subscription,
@@ -5599,6 +5733,8 @@ ALTER TABLE ONLY eventgrid.attempt_log ALTER COLUMN id SET DEFAULT nextval('even
 
 ALTER TABLE ONLY eventgrid.dead_letter_notification_failures ALTER COLUMN id SET DEFAULT nextval('eventgrid.dead_letter_notification_failures_id_seq'::regclass);
 
+ALTER TABLE ONLY eventgrid.expired_event_subscriptions ALTER COLUMN id SET DEFAULT nextval('eventgrid.expired_event_subscriptions_id_seq'::regclass);
+
 ALTER TABLE ONLY eventgrid.queue_batches ALTER COLUMN id SET DEFAULT nextval('eventgrid.queue_batches_id_seq'::regclass);
 
 ALTER TABLE ONLY eventgrid.queue_events ALTER COLUMN id SET DEFAULT nextval('eventgrid.queue_events_id_seq'::regclass);
@@ -5646,6 +5782,9 @@ ALTER TABLE ONLY eventgrid.event_subscriptions
 
 ALTER TABLE ONLY eventgrid.event_table_rotations
     ADD CONSTRAINT event_table_rotations_pkey PRIMARY KEY (event_table);
+
+ALTER TABLE ONLY eventgrid.expired_event_subscriptions
+    ADD CONSTRAINT expired_event_subscriptions_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY eventgrid.ordering_keys
     ADD CONSTRAINT ordering_keys_pkey PRIMARY KEY (subscription_id, ordering_key_hash);
@@ -5726,6 +5865,8 @@ CREATE INDEX events_1_topic_txid_id_idx ON eventgrid.events_1 USING btree (topic
 CREATE INDEX events_2_topic_domain_topic_txid_id_idx ON eventgrid.events_2 USING btree (topic, domain_topic, txid, id) WHERE (domain_topic IS NOT NULL);
 
 CREATE INDEX events_2_topic_txid_id_idx ON eventgrid.events_2 USING btree (topic, txid, id);
+
+CREATE INDEX expired_event_subscriptions_topic_idx ON eventgrid.expired_event_subscriptions USING btree (topic, event_subscription);
 
 CREATE INDEX queue_batches_subscription_idx ON eventgrid.queue_batches USING btree (subscription_id, id);
 
@@ -6007,7 +6148,7 @@ REVOKE ALL ON FUNCTION eventgrid._domain_of(name text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._domain_topic_for_subscription(domain text, domain_topic text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid._drop_expired_subscriptions() FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._drop_expired_subscriptions(OUT topic text, OUT name text, OUT expiration_time timestamp with time zone, OUT owed bigint, OUT skipped boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._drop_topic_triggers(rel regclass, topic text) FROM PUBLIC;
 
@@ -6040,6 +6181,8 @@ REVOKE ALL ON FUNCTION eventgrid._event_table_holders(event_table smallint) FROM
 GRANT ALL ON FUNCTION eventgrid._event_table_holders(event_table smallint) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._expiration_time_arg(expiration_time timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._expire_subscription(sid bigint, expired_at timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._fail_validation(sid bigint, why text) FROM PUBLIC;
 
@@ -6397,6 +6540,9 @@ GRANT SELECT ON TABLE eventgrid.event_tables TO eventgrid_admin;
 
 GRANT USAGE ON SEQUENCE eventgrid.events_id_seq TO eventgrid_publisher;
 
+GRANT SELECT ON TABLE eventgrid.expired_event_subscriptions TO pg_monitor;
+GRANT SELECT,DELETE ON TABLE eventgrid.expired_event_subscriptions TO eventgrid_admin;
+
 GRANT SELECT ON TABLE eventgrid.metrics TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.ordering_metrics TO pg_monitor;
@@ -6477,6 +6623,8 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_0', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_1', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_2', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.expired_event_subscriptions', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.expired_event_subscriptions_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.ordering_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.queue_batches', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.queue_batches_id_seq', '');

@@ -1,0 +1,267 @@
+-- eventgrid 0.21.0 -> 0.22.0: an event subscription that expires (SPEC 17)
+-- no longer takes the events it still owes with it.  The upkeep worker
+-- dead-letters them with reason SubscriptionExpired (drops and counts them
+-- when dead-lettering is off), keeps the subscription's final counts in
+-- eventgrid.expired_event_subscriptions, and passes over a subscription it
+-- cannot lock at once (a consumer's open transaction holding its events)
+-- until the next round instead of waiting for its lock timeout and
+-- abandoning the round.
+
+\echo Use "ALTER EXTENSION eventgrid UPDATE TO '0.22.0'" to load this file. \quit
+
+ALTER TABLE eventgrid.dead_letters DROP CONSTRAINT dead_letters_dead_letter_reason_check,
+    ADD CONSTRAINT dead_letters_dead_letter_reason_check CHECK (dead_letter_reason = ANY (ARRAY[
+        'MaxDeliveryAttemptsExceeded', 'TimeToLiveExceeded', 'NonRetriableError', 'MaxDeliveryCountExceeded',
+        'Rejected', 'SubscriptionExpired']));
+
+CREATE OR REPLACE VIEW eventgrid.dead_letter_events AS
+ SELECT d.id,
+    d.topic,
+    d.subscription_name,
+    d.dead_letter_reason,
+    d.delivery_attempts,
+    d.last_delivery_outcome,
+    d.last_http_status_code,
+    d.publish_time,
+    d.last_delivery_attempt_time,
+    d.dead_lettered_at,
+        CASE
+            WHEN (d.topic_type = 'namespace'::text) THEN jsonb_build_object('deadLetterProperties', jsonb_build_object('deadletterreason',
+            CASE d.dead_letter_reason
+                WHEN 'MaxDeliveryAttemptsExceeded'::text THEN 'Maximum delivery attempts was exceeded.'::text
+                WHEN 'TimeToLiveExceeded'::text THEN 'Time to live was exceeded.'::text
+                WHEN 'MaxDeliveryCountExceeded'::text THEN 'Maximum delivery count was exceeded.'::text
+                WHEN 'Rejected'::text THEN 'The event was rejected by a receiver.'::text
+                WHEN 'SubscriptionExpired'::text THEN 'The event subscription expired before the event was delivered.'::text
+                ELSE 'Delivery failed with an error that is not retried.'::text
+            END, 'deliveryattempts', d.delivery_attempts, 'deliveryresult', COALESCE((d.last_delivery_outcome || COALESCE(((' (HTTP '::text || d.last_http_status_code) || ')'::text), ''::text)),
+            CASE
+                WHEN (d.delivery_attempts > 0) THEN 'Received'::text
+                ELSE 'NotAttempted'::text
+            END), 'publishutc', eventgrid.rfc3339(d.publish_time), 'deliveryattemptutc', eventgrid.rfc3339(d.last_delivery_attempt_time)), 'event', d.event)
+            WHEN (d.event_delivery_schema = 'CloudEventSchemaV1_0'::text) THEN ((eventgrid.convert_event(d.event, d.input_schema, d.event_delivery_schema, d.publish_time) || jsonb_build_object('deadletterreason', d.dead_letter_reason, 'deliveryattempts', d.delivery_attempts, 'lastdeliveryoutcome', d.last_delivery_outcome, 'publishtime', eventgrid.rfc3339(d.publish_time))) ||
+            CASE
+                WHEN (d.last_http_status_code IS NULL) THEN '{}'::jsonb
+                ELSE jsonb_build_object('lasthttpstatuscode', d.last_http_status_code)
+            END)
+            WHEN (d.event_delivery_schema = 'EventGridSchema'::text) THEN ((eventgrid.convert_event(d.event, d.input_schema, d.event_delivery_schema, d.publish_time) || jsonb_build_object('deadLetterReason', d.dead_letter_reason, 'deliveryAttempts', d.delivery_attempts, 'lastDeliveryOutcome', d.last_delivery_outcome, 'publishTime', eventgrid.rfc3339(d.publish_time), 'lastDeliveryAttemptTime', eventgrid.rfc3339(d.last_delivery_attempt_time))) ||
+            CASE
+                WHEN (d.last_http_status_code IS NULL) THEN '{}'::jsonb
+                ELSE jsonb_build_object('lastHttpStatusCode', d.last_http_status_code)
+            END)
+            ELSE (jsonb_build_object('id', d.envelope_id, 'eventTime', eventgrid.rfc3339(d.publish_time), 'eventType', 'CustomEvent', 'dataVersion', '', 'metadataVersion', '1', 'topic', d.topic, 'subject', '', 'deadLetterReason', d.dead_letter_reason, 'deliveryAttempts', d.delivery_attempts, 'lastDeliveryOutcome', d.last_delivery_outcome, 'publishTime', eventgrid.rfc3339(d.publish_time), 'lastDeliveryAttemptTime', eventgrid.rfc3339(d.last_delivery_attempt_time), 'data', d.event) ||
+            CASE
+                WHEN (d.last_http_status_code IS NULL) THEN '{}'::jsonb
+                ELSE jsonb_build_object('lastHttpStatusCode', d.last_http_status_code)
+            END)
+        END AS dead_letter_event,
+    d.event_id,
+    d.source,
+    d.source_event_id
+   FROM eventgrid.dead_letters d;
+
+CREATE OR REPLACE FUNCTION eventgrid._dead_letter_ids(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone, existing_only boolean) RETURNS bigint[]
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    ids bigint[];
+BEGIN
+    IF reason IS NOT NULL AND reason NOT IN ('MaxDeliveryAttemptsExceeded', 'TimeToLiveExceeded', 'NonRetriableError',
+                                             'MaxDeliveryCountExceeded', 'Rejected', 'SubscriptionExpired') THEN
+        RAISE EXCEPTION 'reason must be MaxDeliveryAttemptsExceeded, TimeToLiveExceeded, NonRetriableError, MaxDeliveryCountExceeded, Rejected or SubscriptionExpired, got %',
+                        eventgrid._quote(reason)
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass NULL for any reason.';
+    END IF;
+    IF dead_lettered_after IS NOT NULL AND dead_lettered_before IS NOT NULL
+       AND dead_lettered_after >= dead_lettered_before THEN
+        RAISE EXCEPTION 'dead_lettered_after must be earlier than dead_lettered_before'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- a name that is nowhere is a mistake, as in drop_topic(); purging may
+    -- name a topic or subscription dropped since, whose dead letters stay
+    IF topic IS NOT NULL AND NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = _dead_letter_ids.topic)
+       AND (existing_only OR NOT EXISTS (SELECT 1 FROM eventgrid.dead_letters d WHERE d.topic = _dead_letter_ids.topic)) THEN
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object',
+                  HINT = CASE WHEN existing_only
+                              THEN 'Dead letters are redelivered to existing topics only; eventgrid.dead_letter_events lists them.'
+                              ELSE 'No topic and no dead letter has this name; eventgrid.dead_letter_events lists the dead letters.' END;
+    END IF;
+    IF subscription IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
+                        WHERE s.name = _dead_letter_ids.subscription
+                          AND (_dead_letter_ids.topic IS NULL OR s.topic = _dead_letter_ids.topic))
+       AND (existing_only OR NOT EXISTS (SELECT 1 FROM eventgrid.dead_letters d
+                                          WHERE d.subscription_name = _dead_letter_ids.subscription
+                                            AND (_dead_letter_ids.topic IS NULL OR d.topic = _dead_letter_ids.topic))) THEN
+        RAISE EXCEPTION 'event subscription % does not exist%', eventgrid._quote(subscription),
+                        CASE WHEN topic IS NULL THEN '' ELSE format(' for topic %s', eventgrid._quote(topic)) END
+            USING ERRCODE = 'undefined_object',
+                  HINT = CASE WHEN existing_only
+                              THEN 'Dead letters are redelivered to existing event subscriptions only; eventgrid.dead_letter_events lists them.'
+                              ELSE 'No event subscription and no dead letter has this name; eventgrid.dead_letter_events lists the dead letters.' END;
+    END IF;
+    SELECT array_agg(d.id ORDER BY d.id) INTO ids
+      FROM (SELECT d.id FROM eventgrid.dead_letters d
+             WHERE (_dead_letter_ids.topic IS NULL OR d.topic = _dead_letter_ids.topic)
+               AND (_dead_letter_ids.subscription IS NULL OR d.subscription_name = _dead_letter_ids.subscription)
+               AND (_dead_letter_ids.reason IS NULL OR d.dead_letter_reason = _dead_letter_ids.reason)
+               AND (dead_lettered_after IS NULL OR d.dead_lettered_at >= dead_lettered_after)
+               AND (dead_lettered_before IS NULL OR d.dead_lettered_at < dead_lettered_before)
+             ORDER BY d.id FOR UPDATE) d;
+    RETURN coalesce(ids, '{}');
+END $$;
+
+
+CREATE TABLE eventgrid.expired_event_subscriptions (
+    id bigserial PRIMARY KEY,
+    topic text NOT NULL,
+    event_subscription text NOT NULL,
+    subscription_id bigint NOT NULL,
+    delivery_mode text NOT NULL,
+    expiration_time timestamp with time zone NOT NULL,
+    dropped_at timestamp with time zone NOT NULL,
+    deadletter boolean NOT NULL,
+    matched_events bigint NOT NULL,
+    delivered_events bigint NOT NULL,
+    failed_delivery_attempts bigint NOT NULL,
+    dead_lettered_events bigint NOT NULL,
+    dropped_events bigint NOT NULL,
+    owed_at_expiration bigint NOT NULL
+);
+CREATE INDEX expired_event_subscriptions_topic_idx ON eventgrid.expired_event_subscriptions (topic, event_subscription);
+COMMENT ON TABLE eventgrid.expired_event_subscriptions IS 'The final counts of each event subscription the upkeep worker dropped because its expiration_time came (SPEC 17), one row per drop: topic (''domain/topic'' for a domain topic''s), event_subscription, its id, delivery_mode, expiration_time, dropped_at (the workers'' clock), whether it dead-lettered, and its totals from creation to drop as delivery_statistics showed them: matched_events, delivered_events (acknowledged, for a queue subscription), failed_delivery_attempts, dead_lettered_events and dropped_events (these two include owed_at_expiration: the events it still owed when dropped, dead-lettered with reason SubscriptionExpired, or dropped). Rows stay until an administrator deletes them. Readable by pg_monitor and eventgrid_admin (who may delete).';
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.expired_event_subscriptions', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.expired_event_subscriptions_id_seq', '');
+GRANT SELECT ON eventgrid.expired_event_subscriptions TO pg_monitor;
+GRANT SELECT, DELETE ON eventgrid.expired_event_subscriptions TO eventgrid_admin;
+
+CREATE FUNCTION eventgrid._expire_subscription(sid bigint, expired_at timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sub eventgrid.event_subscriptions;
+    owed bigint := 0;
+    ids bigint[];
+    at timestamptz := eventgrid._now();
+BEGIN
+    SELECT * INTO sub FROM eventgrid.event_subscriptions x WHERE x.id = sid;
+    -- what it still owes: the events past its position first become its retries (or queue rows) ...
+    PERFORM eventgrid._position_to_retries(sid, at, true);
+    IF sub.delivery_mode = 'queue' THEN
+        -- ... the batches of a queue subscription become rows (references) ...
+        INSERT INTO eventgrid.queue_events (subscription_id, event_id, event_table, event_txid, publish_time, event_bytes,
+                                            receivable_at, source, source_event_id)
+        SELECT x.* FROM (
+            SELECT b.subscription_id, e.id, b.event_table, e.txid, e.publish_time, coalesce(e.event_bytes, 0),
+                   b.receivable_at, e.source, e.source_event_id
+              FROM eventgrid.queue_batches b
+             CROSS JOIN LATERAL eventgrid._batch_events(sub.topic, b.event_table, b.txids, b.event_ids) e
+             WHERE b.subscription_id = sid
+             ORDER BY b.id, e.id) x;
+        DELETE FROM eventgrid.queue_batches b WHERE b.subscription_id = sid;
+        -- ... and every one is dead-lettered (or dropped), locked by a consumer or not
+        SELECT array_agg(q.id ORDER BY q.id) INTO ids FROM eventgrid.queue_events q WHERE q.subscription_id = sid;
+        IF ids IS NOT NULL THEN
+            owed := eventgrid._queue_finish(sid, ids, 'SubscriptionExpired');
+        END IF;
+    ELSE
+        WITH gone AS (
+            DELETE FROM eventgrid.retries r WHERE r.subscription_id = sid
+            RETURNING r.id, r.event_id, r.event, r.publish_time, r.attempts, r.last_outcome, r.last_http_status,
+                      r.last_attempt_at, r.source, r.source_event_id
+        ), t AS (
+            SELECT t.input_schema FROM eventgrid.topics t WHERE t.name = sub.topic
+        ), dead AS (
+            INSERT INTO eventgrid.dead_letters (topic, subscription_name, subscription_id, input_schema,
+                   event_delivery_schema, event, dead_letter_reason, delivery_attempts, last_delivery_outcome,
+                   last_http_status_code, publish_time, last_delivery_attempt_time, topic_type, event_id,
+                   source, source_event_id)
+            SELECT sub.topic, sub.name, sid, t.input_schema, sub.event_delivery_schema, g.event, 'SubscriptionExpired',
+                   g.attempts, g.last_outcome, g.last_http_status, g.publish_time, g.last_attempt_at, sub.topic_type,
+                   g.event_id, g.source, g.source_event_id
+              FROM gone g, t WHERE sub.deadletter
+             ORDER BY g.id
+        ), notified AS (
+            INSERT INTO eventgrid.dead_letter_notification_failures (subscription_id, topic, subscription_name,
+                   event_id, dead_letter_topic, sqlstate, error)
+            SELECT x.* FROM (SELECT ARRAY(
+                SELECT ROW(sid, g.event_id, sub.dead_letter_topic, sub.topic, sub.name, g.event, t.input_schema,
+                           sub.deadletter, 'SubscriptionExpired', g.attempts, g.last_outcome, g.last_http_status,
+                           g.publish_time, g.last_attempt_at, g.source)::eventgrid._dead_letter_notice
+                  FROM gone g, t ORDER BY g.id) AS a) q
+             CROSS JOIN LATERAL eventgrid._publish_dead_letter_notifications(q.a) x
+             WHERE sub.dead_letter_topic IS NOT NULL AND cardinality(q.a) > 0
+        )
+        SELECT count(*) INTO owed FROM gone;
+        IF owed > 0 THEN
+            UPDATE eventgrid.subscription_counters c
+               SET dead_lettered = c.dead_lettered + CASE WHEN sub.deadletter THEN owed ELSE 0 END,
+                   dropped = c.dropped + CASE WHEN sub.deadletter THEN 0 ELSE owed END
+             WHERE c.subscription_id = sid;
+            INSERT INTO eventgrid.subscription_metric_counts AS m (subscription_id, metric, label, value)
+            VALUES (sid, CASE WHEN sub.deadletter THEN 'dead_lettered' ELSE 'dropped' END, 'SubscriptionExpired', owed)
+            ON CONFLICT (subscription_id, metric, label) DO UPDATE SET value = m.value + excluded.value;
+        END IF;
+    END IF;
+    -- its final counts outlive it
+    INSERT INTO eventgrid.expired_event_subscriptions (topic, event_subscription, subscription_id, delivery_mode,
+           expiration_time, dropped_at, deadletter, matched_events, delivered_events, failed_delivery_attempts,
+           dead_lettered_events, dropped_events, owed_at_expiration)
+    SELECT sub.read_key, sub.name, sid, sub.delivery_mode, expired_at, at, sub.deadletter,
+           coalesce(c.matched, 0),
+           coalesce(c.delivered, 0) + coalesce((SELECT sum(x.acknowledged) FROM eventgrid.queue_counters x
+                                                 WHERE x.subscription_id = sid), 0),
+           coalesce(c.failed_attempts, 0), coalesce(c.dead_lettered, 0), coalesce(c.dropped, 0), owed
+      FROM (SELECT 1) one
+      LEFT JOIN eventgrid.subscription_counters c ON c.subscription_id = sid;
+    RETURN owed;
+END $$;
+
+REVOKE ALL ON FUNCTION eventgrid._expire_subscription(sid bigint, expired_at timestamp with time zone) FROM PUBLIC;
+COMMENT ON FUNCTION eventgrid._expire_subscription(sid bigint, expired_at timestamp with time zone) IS 'Internal: settles what event subscription sid, whose expiration_time expired_at has come, still owes before the upkeep worker drops it (SPEC 17): the events past its position, its retries (also those an ordered subscription holds behind their keys), its queue batches and its receivable or locked queue events are dead-lettered with reason SubscriptionExpired (dropped when it does not dead-letter; counted either way, and notified to its dead_letter_topic), and its final counts are kept in eventgrid.expired_event_subscriptions. Returns how many events it owed. The caller has locked the subscription, its retries and its queue events.';
+
+DROP FUNCTION eventgrid._drop_expired_subscriptions();
+CREATE FUNCTION eventgrid._drop_expired_subscriptions(OUT topic text, OUT name text, OUT expiration_time timestamp with time zone, OUT owed bigint, OUT skipped boolean) RETURNS SETOF record
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    s record;
+BEGIN
+    -- read_key: its topic, or 'domain/topic' for a domain topic's subscription (SPEC 18)
+    FOR s IN SELECT x.id, x.read_key, x.name, x.expiration_time FROM eventgrid.event_subscriptions x
+              WHERE x.expiration_time <= eventgrid._now() ORDER BY x.expiration_time, x.id LIMIT 1000
+    LOOP
+        topic := s.read_key;
+        name := s.name;
+        expiration_time := s.expiration_time;
+        owed := 0;
+        skipped := false;
+        BEGIN
+            -- what it is made of, locked only if free at once (the delivery workers' order: the subscription,
+            -- then its retries); one that a session holds, or whose deliveries are in flight, waits for the
+            -- next call
+            PERFORM 1 FROM eventgrid.event_subscriptions x WHERE x.id = s.id FOR UPDATE NOWAIT;
+            PERFORM 1 FROM eventgrid.retries r WHERE r.subscription_id = s.id FOR UPDATE NOWAIT;
+            PERFORM 1 FROM eventgrid.queue_events q WHERE q.subscription_id = s.id FOR UPDATE NOWAIT;
+            PERFORM 1 FROM eventgrid.queue_batches b WHERE b.subscription_id = s.id FOR UPDATE NOWAIT;
+            PERFORM 1 FROM eventgrid.subscription_positions p WHERE p.subscription_id = s.id FOR UPDATE NOWAIT;
+            IF EXISTS (SELECT 1 FROM eventgrid.chunks_in_flight c WHERE c.subscription_id = s.id)
+               OR EXISTS (SELECT 1 FROM eventgrid.retries r WHERE r.subscription_id = s.id AND r.lease_owner IS NOT NULL) THEN
+                skipped := true;
+            ELSE
+                owed := eventgrid._expire_subscription(s.id, s.expiration_time);
+                PERFORM eventgrid.drop_event_subscription(s.read_key, s.name);
+            END IF;
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+            skipped := true;
+        END;
+        RETURN NEXT;
+    END LOOP;
+END $$;
+
+REVOKE ALL ON FUNCTION eventgrid._drop_expired_subscriptions() FROM PUBLIC;
+COMMENT ON FUNCTION eventgrid._drop_expired_subscriptions(OUT topic text, OUT name text, OUT expiration_time timestamp with time zone, OUT owed bigint, OUT skipped boolean) IS 'Internal: drops (as drop_event_subscription() does: dead letters kept) the event subscriptions whose expiration_time has come on the delivery workers'' clock, at most 1000 a call, the earliest first, each after _expire_subscription() has dead-lettered (or dropped) what it still owed and kept its final counts; one whose rows another session holds locked, or with deliveries in flight, is skipped (skipped true) and tried again at the next call, without waiting. Returns each one''s topic, name, expiration time and how many events it owed, which the upkeep worker logs.';
