@@ -5,7 +5,10 @@
 -- eventgrid.expired_event_subscriptions, and passes over a subscription it
 -- cannot lock at once (a consumer's open transaction holding its events)
 -- until the next round instead of waiting for its lock timeout and
--- abandoning the round.
+-- abandoning the round.  The HTTP data plane (SPEC 16) checks the key
+-- before it says whether a topic exists, reads a SAS token's expiry only as
+-- a date and time, answers 400 to a body nested too deeply, and validates a
+-- request's events before it stores any (_first_invalid_event).
 
 \echo Use "ALTER EXTENSION eventgrid UPDATE TO '0.22.0'" to load this file. \quit
 
@@ -265,3 +268,269 @@ END $$;
 
 REVOKE ALL ON FUNCTION eventgrid._drop_expired_subscriptions() FROM PUBLIC;
 COMMENT ON FUNCTION eventgrid._drop_expired_subscriptions(OUT topic text, OUT name text, OUT expiration_time timestamp with time zone, OUT owed bigint, OUT skipped boolean) IS 'Internal: drops (as drop_event_subscription() does: dead letters kept) the event subscriptions whose expiration_time has come on the delivery workers'' clock, at most 1000 a call, the earliest first, each after _expire_subscription() has dead-lettered (or dropped) what it still owed and kept its final counts; one whose rows another session holds locked, or with deliveries in flight, is skipped (skipped true) and tried again at the next call, without waiting. Returns each one''s topic, name, expiration time and how many events it owed, which the upkeep worker logs.';
+
+CREATE FUNCTION eventgrid._first_invalid_event(topic text, events jsonb, OUT event_index integer, OUT problem text, OUT sqlstate text) RETURNS record
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_first_invalid_event';
+REVOKE ALL ON FUNCTION eventgrid._first_invalid_event(topic text, events jsonb, OUT event_index integer, OUT problem text, OUT sqlstate text) FROM PUBLIC;
+COMMENT ON FUNCTION eventgrid._first_invalid_event(topic text, events jsonb, OUT event_index integer, OUT problem text, OUT sqlstate text) IS 'Internal: validates events (a JSON array, or one event) as publishing them to topic would, storing none, in one subtransaction for them all: the first that fails by its index (0 the first), its error message and SQLSTATE (22023 invalid, 54000 over 1 MB); NULLs when all are valid. The HTTP data plane checks a request with it before it publishes (SPEC 16). Errors: 22004 NULL, 42704 no such topic.';
+
+CREATE FUNCTION eventgrid._http_unauthorized_message() RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN 'The request must carry one of the topic''s access keys (aeg-sas-key, or Authorization: SharedAccessKey) or a shared access signature signed with one (aeg-sas-token) that has not expired.';
+REVOKE ALL ON FUNCTION eventgrid._http_unauthorized_message() FROM PUBLIC;
+COMMENT ON FUNCTION eventgrid._http_unauthorized_message() IS 'Internal: the message of every 401 of the HTTP data plane (SPEC 16), whatever was wrong and whether the topic exists; the HTTP listener answers the same for a database it does not serve and for a request without any credential.';
+
+-- The HTTP data plane (SPEC 16): a key is checked before anything that tells whether a topic exists; a SAS
+-- token's expiry is a date and time in digits (no 'infinity' or 'tomorrow'); a body nested too deeply is 400;
+-- a request's events are all validated before any is stored.
+
+CREATE OR REPLACE FUNCTION eventgrid._http_authorized(topic text, path text, sas_key text, sas_token text, auth_header text) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET "DateStyle" TO 'ISO, MDY'
+    SET "TimeZone" TO 'UTC'
+    AS $$
+DECLARE
+    k eventgrid.topic_access_keys;
+    given text := sas_key;
+    signed record;
+    expires timestamptz;
+BEGIN
+    SELECT * INTO k FROM eventgrid.topic_access_keys a WHERE a.topic = _http_authorized.topic;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF given IS NULL AND auth_header ~* '^SharedAccessKey +' THEN
+        given := regexp_replace(auth_header, '^SharedAccessKey +', '', 'i');
+    END IF;
+    IF given IS NOT NULL THEN
+        RETURN eventgrid._secret_equal(given, k.key1) OR eventgrid._secret_equal(given, k.key2);
+    END IF;
+    IF sas_token IS NULL THEN
+        RETURN false;
+    END IF;
+    signed := eventgrid._sas_token_check(sas_token, k.key1, k.key2);
+    -- the resource's path (scheme and host as the client saw them, any query) is the request's
+    IF signed.resource IS NULL OR
+       rtrim(split_part(regexp_replace(signed.resource, '^[A-Za-z][A-Za-z0-9+.-]*://[^/?]*', ''), '?', 1), '/')
+           IS DISTINCT FROM rtrim(path, '/') THEN
+        RETURN false;
+    END IF;
+    -- 2026-11-27 14:15:33.201349+00:00 (Python) or 11/27/2026 2:15:33 PM (JavaScript), UTC: a date and a
+    -- time of day in digits, nothing else that timestamptz reads ('infinity', 'tomorrow', 'epoch', ...)
+    IF signed.expiry !~ '^([0-9]{4}-[0-9]{1,2}-[0-9]{1,2}|[0-9]{1,2}/[0-9]{1,2}/[0-9]{4})[ T][0-9]{1,2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,9})?)?( ?[AaPp][Mm])?( ?(Z|[+-][0-9]{2}(:?[0-9]{2})?))?$' THEN
+        RETURN false;
+    END IF;
+    BEGIN
+        expires := signed.expiry::timestamptz;
+    EXCEPTION WHEN data_exception THEN
+        RETURN false;
+    END;
+    RETURN isfinite(expires) AND expires > clock_timestamp();
+END $$;
+
+CREATE OR REPLACE FUNCTION eventgrid._http_publish(topic text, path text, sas_key text, sas_token text, auth_header text, content_type text, body text, OUT status integer, OUT answer text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t eventgrid.topics;
+    media text := lower(btrim(split_part(coalesce(content_type, ''), ';', 1)));
+    events jsonb;
+BEGIN
+    -- the key first: a missing topic is refused as a wrong key is, never which part was wrong
+    IF NOT eventgrid._http_authorized(topic, path, sas_key, sas_token, auth_header) THEN
+        status := 401;
+        answer := eventgrid._http_error('Unauthorized', eventgrid._http_unauthorized_message());
+        RETURN;
+    END IF;
+    SELECT * INTO t FROM eventgrid.topics x WHERE x.name = _http_publish.topic AND x.topic_type = 'custom';
+    IF NOT FOUND THEN
+        status := 404;
+        answer := eventgrid._http_error('NotFound', format('No custom topic %s in this database.', eventgrid._quote(topic)));
+        RETURN;
+    END IF;
+    IF media NOT IN ('application/json', 'application/cloudevents+json', 'application/cloudevents-batch+json') OR
+       (media <> 'application/json' AND t.input_schema <> 'CloudEventSchemaV1_0') THEN
+        status := 400;
+        answer := eventgrid._http_error('BadRequest', format(
+            'Content-Type must be %s for topic %s (input schema %s).',
+            CASE WHEN t.input_schema = 'CloudEventSchemaV1_0'
+                 THEN 'application/cloudevents-batch+json, application/cloudevents+json or application/json'
+                 ELSE 'application/json' END,
+            eventgrid._quote(topic), t.input_schema));
+        RETURN;
+    END IF;
+    BEGIN
+        events := body::jsonb;
+    EXCEPTION WHEN data_exception OR statement_too_complex OR program_limit_exceeded THEN
+        -- statement_too_complex: nested deeper than the server's stack allows
+        status := 400;
+        answer := eventgrid._http_error('BadRequest', 'The request body is not valid JSON: ' || SQLERRM);
+        RETURN;
+    END;
+    IF media = 'application/cloudevents+json' THEN
+        events := jsonb_build_array(events);
+    END IF;
+    IF jsonb_typeof(events) <> 'array' AND NOT (t.input_schema = 'CustomEventSchema' AND jsonb_typeof(events) = 'object') THEN
+        status := 400;
+        answer := eventgrid._http_error('BadRequest', 'The request body must be a JSON array of events.');
+        RETURN;
+    END IF;
+    SELECT p.status, p.answer INTO status, answer FROM eventgrid._http_publish_events(topic, events) p;
+END $$;
+
+CREATE OR REPLACE FUNCTION eventgrid._http_namespace(topic text, subscription text, operation text, path text, sas_key text, sas_token text, auth_header text, content_type text, body text, max_events text, max_wait_time text, release_delay text, OUT status integer, OUT answer text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    media text := lower(btrim(split_part(coalesce(content_type, ''), ';', 1)));
+    doc jsonb;
+    tokens text[];
+    got text[];
+    ok boolean[];
+    why text[];
+    n integer;
+    wait integer;
+    delay integer;
+BEGIN
+    -- the key first: a missing topic is refused as a wrong key is, never which part was wrong
+    IF NOT eventgrid._http_authorized(topic, path, sas_key, sas_token, auth_header) THEN
+        status := 401;
+        answer := eventgrid._http_error('Unauthorized', eventgrid._http_unauthorized_message());
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.topics x WHERE x.name = _http_namespace.topic AND x.topic_type = 'namespace') THEN
+        status := 404;
+        answer := eventgrid._http_error('NotFound', format('No namespace topic %s in this database.', eventgrid._quote(topic)));
+        RETURN;
+    END IF;
+    IF subscription IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM eventgrid.event_subscriptions s
+             WHERE s.topic = _http_namespace.topic AND s.name = _http_namespace.subscription AND s.delivery_mode = 'queue') THEN
+        status := 404;
+        answer := eventgrid._http_error('NotFound', format('No queue event subscription %s of namespace topic %s.',
+                                                           eventgrid._quote(subscription), eventgrid._quote(topic)));
+        RETURN;
+    END IF;
+    IF operation = 'receive' THEN
+        BEGIN
+            n := coalesce(max_events, '1')::integer;
+            wait := coalesce(max_wait_time, '60')::integer;
+            SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'brokerProperties', jsonb_build_object('lockToken', r.lock_token, 'deliveryCount', r.delivery_count),
+                       'event', r.event)), '[]'::jsonb)
+              INTO doc FROM eventgrid.receive(topic, subscription, n, wait) r;
+        EXCEPTION WHEN data_exception THEN
+            status := 400;
+            answer := eventgrid._http_error('BadRequest',
+                'maxEvents must be 1-100 and maxWaitTime 10-120 (seconds): ' || SQLERRM);
+            RETURN;
+        END;
+        status := 200;
+        answer := jsonb_build_object('value', doc)::text;
+        RETURN;
+    END IF;
+    -- the others take a body: one CloudEvent or an array (publish), {"lockTokens": [...]} (settling)
+    IF (operation = 'publish' AND media NOT IN ('application/cloudevents+json', 'application/cloudevents-batch+json', 'application/json'))
+       OR (operation <> 'publish' AND media <> 'application/json') THEN
+        status := 400;
+        answer := eventgrid._http_error('BadRequest', CASE WHEN operation = 'publish'
+            THEN 'Content-Type must be application/cloudevents+json (one event) or application/cloudevents-batch+json (an array).'
+            ELSE 'Content-Type must be application/json.' END);
+        RETURN;
+    END IF;
+    BEGIN
+        doc := body::jsonb;
+    EXCEPTION WHEN data_exception OR statement_too_complex OR program_limit_exceeded THEN
+        status := 400;
+        answer := eventgrid._http_error('BadRequest', 'The request body is not valid JSON: ' || SQLERRM);
+        RETURN;
+    END;
+    IF operation = 'publish' THEN
+        IF jsonb_typeof(doc) = 'object' AND media <> 'application/cloudevents-batch+json' THEN
+            doc := jsonb_build_array(doc);
+        END IF;
+        IF jsonb_typeof(doc) <> 'array' THEN
+            status := 400;
+            answer := eventgrid._http_error('BadRequest', 'The request body must be one CloudEvent or a JSON array of them.');
+            RETURN;
+        END IF;
+        SELECT p.status, CASE WHEN p.status = 200 THEN '{}' ELSE p.answer END INTO status, answer
+          FROM eventgrid._http_publish_events(topic, doc) p;
+        RETURN;
+    END IF;
+    IF jsonb_typeof(doc -> 'lockTokens') IS DISTINCT FROM 'array' OR jsonb_array_length(doc -> 'lockTokens') = 0
+       OR EXISTS (SELECT 1 FROM jsonb_array_elements(doc -> 'lockTokens') e WHERE jsonb_typeof(e) <> 'string') THEN
+        status := 400;
+        answer := eventgrid._http_error('BadRequest', 'The request body must be {"lockTokens": [...]}: at least one lock token, each a string.');
+        RETURN;
+    END IF;
+    tokens := ARRAY(SELECT jsonb_array_elements_text(doc -> 'lockTokens'));
+    BEGIN
+        delay := coalesce(release_delay, '0')::integer;
+        IF operation = 'acknowledge' THEN
+            SELECT array_agg(x.lock_token), array_agg(x.succeeded), array_agg(x.error) INTO got, ok, why
+              FROM eventgrid.acknowledge(topic, subscription, tokens) x;
+        ELSIF operation = 'release' THEN
+            SELECT array_agg(x.lock_token), array_agg(x.succeeded), array_agg(x.error) INTO got, ok, why
+              FROM eventgrid.release(topic, subscription, tokens, delay) x;
+        ELSIF operation = 'reject' THEN
+            SELECT array_agg(x.lock_token), array_agg(x.succeeded), array_agg(x.error) INTO got, ok, why
+              FROM eventgrid.reject(topic, subscription, tokens) x;
+        ELSE
+            SELECT array_agg(x.lock_token), array_agg(x.succeeded), array_agg(x.error) INTO got, ok, why
+              FROM eventgrid.renew_locks(topic, subscription, tokens) x;
+        END IF;
+        SELECT jsonb_build_object(
+                   'succeededLockTokens', coalesce(jsonb_agg(r.tok ORDER BY r.ord) FILTER (WHERE r.ok), '[]'::jsonb),
+                   'failedLockTokens', coalesce(jsonb_agg(jsonb_build_object(
+                        'lockToken', r.tok,
+                        'error', jsonb_build_object('code', split_part(r.why, ': ', 1),
+                                                    'message', substr(r.why, length(split_part(r.why, ': ', 1)) + 3)))
+                        ORDER BY r.ord) FILTER (WHERE NOT r.ok), '[]'::jsonb))
+          INTO doc FROM unnest(got, ok, why) WITH ORDINALITY AS r(tok, ok, why, ord);
+    EXCEPTION WHEN data_exception OR program_limit_exceeded THEN
+        status := 400;
+        answer := eventgrid._http_error('BadRequest', SQLERRM);
+        RETURN;
+    END;
+    status := 200;
+    answer := doc::text;
+END $$;
+
+CREATE OR REPLACE FUNCTION eventgrid._http_publish_events(topic text, events jsonb, OUT status integer, OUT answer text) RETURNS record
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    v record;
+    problem text;
+    state text;
+BEGIN
+    -- every event checked first, in one pass that stores nothing: the first bad one answers 400 (or 413)
+    SELECT * INTO v FROM eventgrid._first_invalid_event(topic, events) v;
+    IF v.event_index IS NOT NULL THEN
+        IF v.sqlstate = '54000' THEN
+            status := 413;
+            answer := eventgrid._http_error('PayloadTooLarge', format('Event at index %s: %s', v.event_index, v.problem));
+        ELSE
+            status := 400;
+            answer := eventgrid._http_error('BadRequest', format('Event at index %s: %s', v.event_index, v.problem));
+        END IF;
+        RETURN;
+    END IF;
+    BEGIN
+        PERFORM eventgrid.publish(topic, events);
+    EXCEPTION WHEN data_exception OR program_limit_exceeded OR null_value_not_allowed THEN
+        -- what holds for the request as a whole (over 1 MB together: 54000)
+        GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, problem = MESSAGE_TEXT;
+        status := CASE WHEN state = '54000' THEN 413 ELSE 400 END;
+        answer := eventgrid._http_error(CASE WHEN state = '54000' THEN 'PayloadTooLarge' ELSE 'BadRequest' END, problem);
+        RETURN;
+    END;
+    status := 200;
+    answer := '';
+END $$;

@@ -1638,6 +1638,12 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid._fail_validation(sid bigint, why text) IS 'Internal: an endpoint validation has failed (provisioning state Failed, why in last_error); the events that waited at its position become its retries, and from now on its position passes everything published (the upkeep worker moves it along): a subscription whose validation failed keeps nothing new.';
 
+CREATE FUNCTION eventgrid._first_invalid_event(topic text, events jsonb, OUT event_index integer, OUT problem text, OUT sqlstate text) RETURNS record
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'eventgrid_first_invalid_event';
+
+COMMENT ON FUNCTION eventgrid._first_invalid_event(topic text, events jsonb, OUT event_index integer, OUT problem text, OUT sqlstate text) IS 'Internal: validates events (a JSON array, or one event) as publishing them to topic would, storing none, in one subtransaction for them all: the first that fails by its index (0 the first), its error message and SQLSTATE (22023 invalid, 54000 over 1 MB); NULLs when all are valid. The HTTP data plane checks a request with it before it publishes (SPEC 16). Errors: 22004 NULL, 42704 no such topic.';
+
 CREATE FUNCTION eventgrid._forget_dropped_columns(rel regclass) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1737,7 +1743,7 @@ CREATE FUNCTION eventgrid._http_authorized(topic text, path text, sas_key text, 
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET "DateStyle" TO 'ISO, MDY'
     SET "TimeZone" TO 'UTC'
-    AS $$
+    AS $_$
 DECLARE
     k eventgrid.topic_access_keys;
     given text := sas_key;
@@ -1764,14 +1770,18 @@ BEGIN
            IS DISTINCT FROM rtrim(path, '/') THEN
         RETURN false;
     END IF;
+    -- 2026-11-27 14:15:33.201349+00:00 (Python) or 11/27/2026 2:15:33 PM (JavaScript), UTC: a date and a
+    -- time of day in digits, nothing else that timestamptz reads ('infinity', 'tomorrow', 'epoch', ...)
+    IF signed.expiry !~ '^([0-9]{4}-[0-9]{1,2}-[0-9]{1,2}|[0-9]{1,2}/[0-9]{1,2}/[0-9]{4})[ T][0-9]{1,2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,9})?)?( ?[AaPp][Mm])?( ?(Z|[+-][0-9]{2}(:?[0-9]{2})?))?$' THEN
+        RETURN false;
+    END IF;
     BEGIN
-        -- 2026-11-27 14:15:33.201349+00:00 (Python) or 11/27/2026 2:15:33 PM (JavaScript), UTC
         expires := signed.expiry::timestamptz;
     EXCEPTION WHEN data_exception THEN
         RETURN false;
     END;
-    RETURN expires > clock_timestamp();
-END $$;
+    RETURN isfinite(expires) AND expires > clock_timestamp();
+END $_$;
 
 COMMENT ON FUNCTION eventgrid._http_authorized(topic text, path text, sas_key text, sas_token text, auth_header text) IS 'Internal: whether an HTTP request to path may publish to topic (SPEC 16): its aeg-sas-key header, or its Authorization: SharedAccessKey header, is one of the topic''s keys (compared in constant time); or its aeg-sas-token is signed with one of them, names path as its resource (scheme, host and query aside) and has not expired (its expiry in UTC, as the Azure SDKs write it).';
 
@@ -1797,6 +1807,12 @@ DECLARE
     wait integer;
     delay integer;
 BEGIN
+    -- the key first: a missing topic is refused as a wrong key is, never which part was wrong
+    IF NOT eventgrid._http_authorized(topic, path, sas_key, sas_token, auth_header) THEN
+        status := 401;
+        answer := eventgrid._http_error('Unauthorized', eventgrid._http_unauthorized_message());
+        RETURN;
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM eventgrid.topics x WHERE x.name = _http_namespace.topic AND x.topic_type = 'namespace') THEN
         status := 404;
         answer := eventgrid._http_error('NotFound', format('No namespace topic %s in this database.', eventgrid._quote(topic)));
@@ -1808,12 +1824,6 @@ BEGIN
         status := 404;
         answer := eventgrid._http_error('NotFound', format('No queue event subscription %s of namespace topic %s.',
                                                            eventgrid._quote(subscription), eventgrid._quote(topic)));
-        RETURN;
-    END IF;
-    IF NOT eventgrid._http_authorized(topic, path, sas_key, sas_token, auth_header) THEN
-        status := 401;
-        answer := eventgrid._http_error('Unauthorized',
-            'The request must carry one of the topic''s access keys (Authorization: SharedAccessKey, or aeg-sas-key) or a shared access signature signed with one (aeg-sas-token) that has not expired.');
         RETURN;
     END IF;
     IF operation = 'receive' THEN
@@ -1845,7 +1855,7 @@ BEGIN
     END IF;
     BEGIN
         doc := body::jsonb;
-    EXCEPTION WHEN data_exception THEN
+    EXCEPTION WHEN data_exception OR statement_too_complex OR program_limit_exceeded THEN
         status := 400;
         answer := eventgrid._http_error('BadRequest', 'The request body is not valid JSON: ' || SQLERRM);
         RETURN;
@@ -1913,17 +1923,16 @@ DECLARE
     media text := lower(btrim(split_part(coalesce(content_type, ''), ';', 1)));
     events jsonb;
 BEGIN
+    -- the key first: a missing topic is refused as a wrong key is, never which part was wrong
+    IF NOT eventgrid._http_authorized(topic, path, sas_key, sas_token, auth_header) THEN
+        status := 401;
+        answer := eventgrid._http_error('Unauthorized', eventgrid._http_unauthorized_message());
+        RETURN;
+    END IF;
     SELECT * INTO t FROM eventgrid.topics x WHERE x.name = _http_publish.topic AND x.topic_type = 'custom';
     IF NOT FOUND THEN
         status := 404;
         answer := eventgrid._http_error('NotFound', format('No custom topic %s in this database.', eventgrid._quote(topic)));
-        RETURN;
-    END IF;
-    IF NOT eventgrid._http_authorized(topic, path, sas_key, sas_token, auth_header) THEN
-        -- never which part was wrong
-        status := 401;
-        answer := eventgrid._http_error('Unauthorized',
-            'The request must carry one of the topic''s access keys (aeg-sas-key, or Authorization: SharedAccessKey) or a shared access signature signed with one (aeg-sas-token) that has not expired.');
         RETURN;
     END IF;
     IF media NOT IN ('application/json', 'application/cloudevents+json', 'application/cloudevents-batch+json') OR
@@ -1939,7 +1948,8 @@ BEGIN
     END IF;
     BEGIN
         events := body::jsonb;
-    EXCEPTION WHEN data_exception THEN
+    EXCEPTION WHEN data_exception OR statement_too_complex OR program_limit_exceeded THEN
+        -- statement_too_complex: nested deeper than the server's stack allows
         status := 400;
         answer := eventgrid._http_error('BadRequest', 'The request body is not valid JSON: ' || SQLERRM);
         RETURN;
@@ -1962,37 +1972,29 @@ CREATE FUNCTION eventgrid._http_publish_events(topic text, events jsonb, OUT sta
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-    n integer;
-    bad integer;
+    v record;
     problem text;
     state text;
 BEGIN
+    -- every event checked first, in one pass that stores nothing: the first bad one answers 400 (or 413)
+    SELECT * INTO v FROM eventgrid._first_invalid_event(topic, events) v;
+    IF v.event_index IS NOT NULL THEN
+        IF v.sqlstate = '54000' THEN
+            status := 413;
+            answer := eventgrid._http_error('PayloadTooLarge', format('Event at index %s: %s', v.event_index, v.problem));
+        ELSE
+            status := 400;
+            answer := eventgrid._http_error('BadRequest', format('Event at index %s: %s', v.event_index, v.problem));
+        END IF;
+        RETURN;
+    END IF;
     BEGIN
         PERFORM eventgrid.publish(topic, events);
     EXCEPTION WHEN data_exception OR program_limit_exceeded OR null_value_not_allowed THEN
+        -- what holds for the request as a whole (over 1 MB together: 54000)
         GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, problem = MESSAGE_TEXT;
-        IF state = '54000' THEN
-            status := 413;
-            answer := eventgrid._http_error('PayloadTooLarge', problem);
-            RETURN;
-        END IF;
-        -- the first event that fails alone (each tried in a subtransaction rolled back)
-        n := CASE WHEN jsonb_typeof(events) = 'array' THEN jsonb_array_length(events) ELSE 1 END;
-        FOR i IN 0 .. n - 1 LOOP
-            BEGIN
-                PERFORM eventgrid.publish(topic, CASE WHEN jsonb_typeof(events) = 'array' THEN events -> i ELSE events END);
-                RAISE EXCEPTION USING ERRCODE = 'EG000';
-            EXCEPTION
-                WHEN SQLSTATE 'EG000' THEN NULL;
-                WHEN data_exception OR program_limit_exceeded OR null_value_not_allowed THEN
-                    GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
-                    bad := i;
-            END;
-            EXIT WHEN bad IS NOT NULL;
-        END LOOP;
-        status := 400;
-        answer := eventgrid._http_error('BadRequest',
-            CASE WHEN bad IS NULL THEN problem ELSE format('Event at index %s: %s', bad, problem) END);
+        status := CASE WHEN state = '54000' THEN 413 ELSE 400 END;
+        answer := eventgrid._http_error(CASE WHEN state = '54000' THEN 'PayloadTooLarge' ELSE 'BadRequest' END, problem);
         RETURN;
     END;
     status := 200;
@@ -2000,6 +2002,12 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid._http_publish_events(topic text, events jsonb, OUT status integer, OUT answer text) IS 'Internal: publishes the events of an HTTP request (a JSON array, or one event) to topic, all or none (publish() in a subtransaction): 200 and no body; 400 BadRequest naming the first event that fails alone, its index and field; 413 PayloadTooLarge (over 5000 events or 1 MB).';
+
+CREATE FUNCTION eventgrid._http_unauthorized_message() RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN 'The request must carry one of the topic''s access keys (aeg-sas-key, or Authorization: SharedAccessKey) or a shared access signature signed with one (aeg-sas-token) that has not expired.'::text;
+
+COMMENT ON FUNCTION eventgrid._http_unauthorized_message() IS 'Internal: the message of every 401 of the HTTP data plane (SPEC 16), whatever was wrong and whether the topic exists; the HTTP listener answers the same for a database it does not serve and for a request without any credential.';
 
 CREATE FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) RETURNS void
     LANGUAGE sql
@@ -6186,6 +6194,8 @@ REVOKE ALL ON FUNCTION eventgrid._expire_subscription(sid bigint, expired_at tim
 
 REVOKE ALL ON FUNCTION eventgrid._fail_validation(sid bigint, why text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._first_invalid_event(topic text, events jsonb, OUT event_index integer, OUT problem text, OUT sqlstate text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._forget_dropped_columns(rel regclass) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._forget_dropped_tables() FROM PUBLIC;
@@ -6209,6 +6219,8 @@ REVOKE ALL ON FUNCTION eventgrid._http_publish(topic text, path text, sas_key te
 GRANT ALL ON FUNCTION eventgrid._http_publish(topic text, path text, sas_key text, sas_token text, auth_header text, content_type text, body text, OUT status integer, OUT answer text) TO eventgrid_http;
 
 REVOKE ALL ON FUNCTION eventgrid._http_publish_events(topic text, events jsonb, OUT status integer, OUT answer text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._http_unauthorized_message() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._insert_dead_letter_notifications(notices eventgrid._dead_letter_notice[]) FROM PUBLIC;
 

@@ -78,6 +78,8 @@ extern char *eg_http_ssl_cert_file;
 extern char *eg_http_ssl_key_file;
 extern int	eg_http_max_connections;
 extern int	eg_http_connection_timeout_s;
+extern int	eg_http_request_timeout_s;	/* eventgrid.http_request_timeout: a whole request's deadline */
+extern int	eg_http_max_connections_per_address;
 extern int	eg_http_max_requests_in_flight;
 #define EG_HTTP_MAX_IN_FLIGHT_LIMIT 256	/* upper bound of eventgrid.http_max_requests_in_flight */
 

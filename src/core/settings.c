@@ -41,6 +41,8 @@ char	   *eg_http_ssl_cert_file = NULL;
 char	   *eg_http_ssl_key_file = NULL;
 int			eg_http_max_connections = 100;
 int			eg_http_connection_timeout_s = 30;
+int			eg_http_request_timeout_s = 10;
+int			eg_http_max_connections_per_address = 32;
 int			eg_http_max_requests_in_flight = 32;
 
 static const struct config_enum_entry history_modes[] = {
@@ -195,6 +197,15 @@ define_http_gucs(void)
 							gettext_noop("A slow or idle client holds only its own connection, and at most this long between bytes."),
 							&eg_http_connection_timeout_s, 30, 1, 3600,
 							PGC_POSTMASTER, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.http_request_timeout",
+							gettext_noop("How long an HTTP client has to send a whole request (headers and body), from its connection or its previous answer on; then the listener closes the connection."),
+							gettext_noop("A client that sends a byte now and then (slowloris) holds its connection at most this long; a request the database runs (a long poll) is not counted."),
+							&eg_http_request_timeout_s, 10, 1, 3600,
+							PGC_POSTMASTER, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("eventgrid.http_max_connections_per_address",
+							gettext_noop("Most client connections the HTTP listener holds at once from one IP address; more from it are refused."),
+							NULL, &eg_http_max_connections_per_address, 32, 1, 10000,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
 }
 
 /* Defines eventgrid's GUCs (_PG_init, in every process that loads the library). */

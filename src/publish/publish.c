@@ -27,7 +27,9 @@
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
 #include "storage/proc.h"
+#include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
@@ -53,7 +55,7 @@ static LocalTransactionId row_lxid = InvalidLocalTransactionId;
 static CommandId row_cid = InvalidCommandId;
 static int64 row_no = 0;
 
-#define EG_MAX_DOMAIN_TOPIC_BYTES 256	/* of the domain topic an event names */
+#define EG_MAX_DOMAIN_TOPIC_NAME 50	/* characters of a domain topic's name (eventgrid._is_topic_name()) */
 
 /*
  * At most the first 64 bytes of s (cut at a character boundary), with "..."
@@ -524,40 +526,56 @@ row_of_statement(void)
 /*
  * The domain topic event jb, published to domain (of input schema schema),
  * names (SPEC 18): its "topic" (Event Grid schema: a name, or the path
- * "/domains/{domain}/topics/{name}" a publish stamped) or its "source"
- * (CloudEvents), at most 256 bytes.  An event that names none refuses the
- * statement (22023, naming the event's position in it, never its text).
- * jb is a JSON object (validate_event() checked).
+ * "/domains/{domain}/topics/{name}" of this domain, as a publish stamps
+ * it) or its "source" (CloudEvents); a domain topic's name, 3 to 50
+ * letters, digits and hyphens (as create_domain_topic() takes).  An event
+ * that names none, names one badly, or whose path names another domain
+ * refuses the statement (22023, naming the event by its position, never
+ * quoting what it names): the position is row (1 the first; 0: the
+ * caller says where).  jb is a JSON object (validate_event() checked).
  */
 static char *
-domain_topic_of(Jsonb *jb, EgSchema schema, const char *domain)
+domain_topic_of(Jsonb *jb, EgSchema schema, const char *domain, int64 row)
 {
 	const char *field = schema == EG_SCHEMA_CLOUDEVENTS ? "source" : "topic";
 	JsonbValue *v = getKeyJsonValueFromContainer(&jb->root, field, strlen(field), NULL);
 	char	   *name;
-	int64		row = row_of_statement();
+	char	   *which = row > 0 ? psprintf("event %lld of the statement", (long long) row) : pstrdup("the event");
+	size_t		len;
+	bool		ok;
 
 	if (v == NULL || v->type != jbvString || v->val.string.len == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("event %lld of the statement names no domain topic of domain \"%s\"",
-						(long long) row, quote_prefix(domain)),
+				 errmsg("%s names no domain topic of domain \"%s\"", which, quote_prefix(domain)),
 				 errdetail("An event published to a domain names its domain topic in \"%s\", a non-empty string.", field),
 				 errhint("Nothing of the statement was published.")));
 	name = pnstrdup(v->val.string.val, v->val.string.len);
-	if (schema == EG_SCHEMA_EVENTGRID)
+	if (schema == EG_SCHEMA_EVENTGRID && strncmp(name, "/domains/", strlen("/domains/")) == 0)
 	{
 		char	   *prefix = psprintf("/domains/%s/topics/", domain);
 
-		if (strncmp(name, prefix, strlen(prefix)) == 0)
-			name += strlen(prefix);
+		if (strncmp(name, prefix, strlen(prefix)) != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s names its domain topic by a path that is not of domain \"%s\"", which, quote_prefix(domain)),
+					 errdetail("A path in \"topic\" must be /domains/%s/topics/{name}; or give the domain topic's name alone.",
+							   quote_prefix(domain)),
+					 errhint("Nothing of the statement was published.")));
+		name += strlen(prefix);
 	}
-	if (strlen(name) == 0 || strlen(name) > EG_MAX_DOMAIN_TOPIC_BYTES)
+	len = strlen(name);
+	ok = len >= 3 && len <= EG_MAX_DOMAIN_TOPIC_NAME;
+	for (size_t i = 0; ok && i < len; i++)
+		ok = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+			(name[i] >= '0' && name[i] <= '9') || name[i] == '-';
+	if (!ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("the domain topic event %lld of the statement names is %s; it may have 1 to %d bytes",
-						(long long) row, strlen(name) == 0 ? "empty" : "too long", EG_MAX_DOMAIN_TOPIC_BYTES),
-				 errdetail("Its \"%s\" names its domain topic of domain \"%s\".", field, quote_prefix(domain)),
+				 errmsg("%s names an invalid domain topic of domain \"%s\"", which, quote_prefix(domain)),
+				 errdetail("Its \"%s\" must be a domain topic name: 3 to %d letters, digits and hyphens%s.", field,
+						   EG_MAX_DOMAIN_TOPIC_NAME,
+						   schema == EG_SCHEMA_EVENTGRID ? ", alone or as /domains/{domain}/topics/{name}" : ""),
 				 errhint("Nothing of the statement was published.")));
 	return name;
 }
@@ -573,7 +591,8 @@ domain_topic_of(Jsonb *jb, EgSchema schema, const char *domain)
  * "/domains/{domain}/topics/{name}"; otherwise *domain_topic is NULL.
  */
 static Jsonb *
-validate_event(Jsonb *jb, const char *topic, EgSchema schema, bool domain, char **domain_topic, int64 *size)
+validate_event(Jsonb *jb, const char *topic, EgSchema schema, bool domain, char **domain_topic, int64 *size,
+			   int64 row)
 {
 	const char *stamp = topic;
 
@@ -585,7 +604,7 @@ validate_event(Jsonb *jb, const char *topic, EgSchema schema, bool domain, char 
 				 errhint("To publish several events, insert one row per event or call eventgrid.publish() with an array.")));
 	if (domain)
 	{
-		*domain_topic = domain_topic_of(jb, schema, topic);
+		*domain_topic = domain_topic_of(jb, schema, topic, row);
 		stamp = psprintf("/domains/%s/topics/%s", topic, *domain_topic);
 	}
 
@@ -619,7 +638,7 @@ check_replicated(void *arg)
 	EgSchema	schema = c->topic_known ? lookup_topic_schema(c->topic, &domain) : EG_SCHEMA_CUSTOM;
 
 	/* a topic this database lacks: what holds for every schema */
-	c->stored = validate_event(c->event, c->topic, schema, domain, &c->domain_topic, &c->size);
+	c->stored = validate_event(c->event, c->topic, schema, domain, &c->domain_topic, &c->size, 0);
 }
 
 /*
@@ -692,7 +711,8 @@ eventgrid_validate_event(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NOT_NULL_VIOLATION),
 				 errmsg("event published to topic \"%s\" must not be NULL", quote_prefix(topic))));
-	jb = validate_event(DatumGetJsonbP(d), topic, schema, domain, &domain_topic, &size);
+	jb = validate_event(DatumGetJsonbP(d), topic, schema, domain, &domain_topic, &size,
+						domain ? row_of_statement() : 0);
 
 	values[0] = JsonbPGetDatum(jb);
 	cols[1] = SPI_fnumber(tupdesc, "publish_time");
@@ -708,4 +728,80 @@ eventgrid_validate_event(PG_FUNCTION_ARGS)
 	}
 
 	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, tupdesc, ncols, cols, values, nulls));
+}
+
+/* The events of one request, validated in order; at: the one being validated. */
+typedef struct EgBatchCheck
+{
+	const char *topic;
+	EgSchema	schema;
+	bool		domain;
+	Jsonb	   *events;
+	int			n;
+	int			at;
+} EgBatchCheck;
+
+static void
+check_batch(void *arg)
+{
+	EgBatchCheck *c = arg;
+	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "eventgrid event check", ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+
+	for (c->at = 0; c->at < c->n; c->at++)
+	{
+		JsonbValue *v = JB_ROOT_IS_ARRAY(c->events) && !JB_ROOT_IS_SCALAR(c->events)
+			? getIthJsonbValueFromContainer(&c->events->root, (uint32) c->at) : NULL;
+		Jsonb	   *jb = v != NULL ? JsonbValueToJsonb(v) : c->events;
+		char	   *domain_topic;
+		int64		size;
+
+		(void) validate_event(jb, c->topic, c->schema, c->domain, &domain_topic, &size, 0);
+		MemoryContextReset(cxt);
+		CHECK_FOR_INTERRUPTS();
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
+}
+
+PG_FUNCTION_INFO_V1(eventgrid_first_invalid_event);
+
+/*
+ * eventgrid._first_invalid_event(topic text, events jsonb, OUT event_index
+ * integer, OUT problem text, OUT sqlstate text): validates events (an
+ * array, or one event) as publishing them to topic would, without storing
+ * any, in one subtransaction for all of them: the first that fails, by its
+ * index (0 the first), with the error's message and SQLSTATE (22023 invalid,
+ * 54000 over 1 MB); NULLs when every one is valid.  The HTTP data plane
+ * checks a request with it before storing its events (SPEC 16), so that a
+ * bad event costs no subtransaction per event.  Errors: 42704 no such topic.
+ */
+Datum
+eventgrid_first_invalid_event(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[3];
+	bool		nulls[3] = {true, true, true};
+	EgBatchCheck c = {0};
+	ErrorData  *edata;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be NULL", PG_ARGISNULL(0) ? "topic" : "events")));
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "eventgrid._first_invalid_event() must return a record");
+	c.topic = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	c.events = PG_GETARG_JSONB_P(1);
+	c.schema = lookup_topic_schema(c.topic, &c.domain);
+	c.n = JB_ROOT_IS_ARRAY(c.events) && !JB_ROOT_IS_SCALAR(c.events) ? (int) JB_ROOT_COUNT(c.events) : 1;
+	edata = eg_try(check_batch, &c);
+	if (edata != NULL)
+	{
+		values[0] = Int32GetDatum(c.at);
+		values[1] = CStringGetTextDatum(edata->message ? edata->message : "invalid event");
+		values[2] = CStringGetTextDatum(unpack_sql_state(edata->sqlerrcode));
+		nulls[0] = nulls[1] = nulls[2] = false;
+	}
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }

@@ -25,8 +25,11 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include "lib/ilist.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
@@ -48,6 +51,24 @@ typedef struct ListenerRequest
 	EgServeCall call;			/* call.status 0: not answered yet */
 	bool		suspended;		/* waiting for its statement's result */
 } ListenerRequest;
+
+/*
+ * A client connection, from libmicrohttpd's start notification to its
+ * close: what the listener watches itself (watch_connections()).
+ */
+typedef struct ListenerConnection
+{
+	dlist_node	node;
+	int			fd;
+	TimestampTz request_started;	/* connected, or its last request answered */
+	bool		in_request;		/* a whole request was read: running, or being answered */
+	bool		cut;			/* shut down by the listener; libmicrohttpd closes it */
+} ListenerConnection;
+
+static dlist_head connections = DLIST_STATIC_INIT(connections);
+
+#define EG_HTTP_WATCH_MS 100	/* how often connections that are not in a request are looked at */
+#define EG_HTTP_LOG_BURST 10	/* libmicrohttpd's messages logged per minute; the rest are counted */
 
 #define PUBLISH_SQL "SELECT status, answer FROM eventgrid._http_publish($1, $2, $3, $4, $5, $6, $7)"
 #define NAMESPACE_SQL "SELECT status, answer FROM eventgrid._http_namespace($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
@@ -208,6 +229,8 @@ route(struct MHD_Connection *conn, const char *url, EgServeCall *call)
 		return false;
 
 	call->database = seg[0];
+	call->topic = topic;
+	call->long_poll = op != NULL && strcmp(op, "receive") == 0;
 	if (op == NULL)
 	{
 		call->sql = PUBLISH_SQL;
@@ -247,6 +270,10 @@ dispatch(struct MHD_Connection *conn, const char *url, ListenerRequest *req)
 							"No such resource: a custom topic's endpoint is /{database}/topics/{topic}/api/events, "
 							"a namespace topic's /{database}/topics/{topic}:publish and "
 							"/{database}/topics/{topic}/eventsubscriptions/{subscription}:{operation}.");
+	/* no credential at all: refused before anything is looked up (nothing tells which databases or topics exist) */
+	if (header(conn, "aeg-sas-key") == NULL && header(conn, "aeg-sas-token") == NULL &&
+		header(conn, MHD_HTTP_HEADER_AUTHORIZATION) == NULL)
+		return answer_error(conn, MHD_HTTP_UNAUTHORIZED, "Unauthorized", EG_HTTP_UNAUTHORIZED_MESSAGE);
 	if (memchr(req->body.data, '\0', req->body.len) != NULL)
 		return answer_error(conn, MHD_HTTP_BAD_REQUEST, "BadRequest", "The request body must be JSON text.");
 	call->params[call->nparams == 7 ? 6 : 8] = req->body.data;	/* the body: last of a publish, ninth of a namespace operation */
@@ -259,6 +286,17 @@ dispatch(struct MHD_Connection *conn, const char *url, ListenerRequest *req)
 	req->suspended = true;
 	MHD_suspend_connection(conn);
 	return MHD_YES;
+}
+
+/* The connection's request was read whole (or is answered early): no deadline while it runs. */
+static void
+mark_in_request(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	ListenerConnection *lc = ci != NULL ? ci->socket_context : NULL;
+
+	if (lc != NULL)
+		lc->in_request = true;
 }
 
 /* libmicrohttpd's access handler: called for the headers, each piece of the body, and the end. */
@@ -277,11 +315,17 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 
 		/* the headers: refused now, the body is never read */
 		if (strcmp(method, MHD_HTTP_METHOD_POST) != 0)
+		{
+			mark_in_request(conn);
 			return answer_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "MethodNotAllowed",
 								"Event Grid's data plane takes POST requests only.");
+		}
 		if (length != NULL && strtoull(length, NULL, 10) > EG_HTTP_MAX_BODY)
+		{
+			mark_in_request(conn);
 			return answer_error(conn, MHD_HTTP_CONTENT_TOO_LARGE, "PayloadTooLarge",
 								"A request may carry at most 1 MB (1048576 bytes).");
+		}
 		cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid HTTP request", ALLOCSET_SMALL_SIZES);
 		req = MemoryContextAllocZero(cxt, sizeof(ListenerRequest));
 		req->cxt = cxt;
@@ -306,6 +350,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		return answer(conn, (unsigned int) req->call.status, req->call.answer);	/* resumed */
 	if (req->call.sql != NULL)
 		return MHD_YES;			/* still running (not resumed by it) */
+	mark_in_request(conn);
 	old = MemoryContextSwitchTo(req->cxt);
 	ret = dispatch(conn, url, req);
 	MemoryContextSwitchTo(old);
@@ -318,33 +363,148 @@ on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_Re
 {
 	ListenerRequest *req = *con_cls;
 
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	ListenerConnection *lc = ci != NULL ? ci->socket_context : NULL;
+
 	if (req != NULL)
 		MemoryContextDelete(req->cxt);
 	*con_cls = NULL;
+	/* the next request on the connection has its own deadline */
+	if (lc != NULL)
+	{
+		lc->in_request = false;
+		lc->request_started = GetCurrentTimestamp();
+	}
 }
 
-/* A new connection: its answers go out at once, without waiting for the client's acknowledgement. */
+/*
+ * A new connection: its answers go out at once, without waiting for the
+ * client's acknowledgement, and the listener watches it until it closes.
+ */
 static void
 on_connection(void *cls, struct MHD_Connection *conn, void **socket_context, enum MHD_ConnectionNotificationCode toe)
 {
 	const union MHD_ConnectionInfo *ci;
+	ListenerConnection *lc;
 	int			one = 1;
 
-	if (toe != MHD_CONNECTION_NOTIFY_STARTED)
+	if (toe == MHD_CONNECTION_NOTIFY_CLOSED)
+	{
+		lc = *socket_context;
+		if (lc != NULL)
+		{
+			dlist_delete(&lc->node);
+			pfree(lc);
+			*socket_context = NULL;
+		}
 		return;
+	}
 	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (ci != NULL)
-		(void) setsockopt(ci->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (ci == NULL)
+		return;
+	(void) setsockopt(ci->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	lc = MemoryContextAllocZero(TopMemoryContext, sizeof(ListenerConnection));
+	lc->fd = ci->connect_fd;
+	lc->request_started = GetCurrentTimestamp();
+	dlist_push_tail(&connections, &lc->node);
+	*socket_context = lc;
+}
+
+/*
+ * Closes the connections that can no longer bring a request, so that they
+ * free their slots at once: a client that closed its side while its
+ * request was incomplete (libmicrohttpd's edge-triggered epoll misses a
+ * FIN that came with the last data: the slot stayed until
+ * eventgrid.http_connection_timeout), and one that has not sent a whole
+ * request within eventgrid.http_request_timeout (slowloris).  A request
+ * read whole is not watched while it runs.  The connection's socket is
+ * shut down, which libmicrohttpd sees at once and closes it.  Returns how
+ * many it closed.
+ */
+static int
+watch_connections(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	dlist_iter	it;
+	int			n = 0;
+
+	dlist_foreach(it, &connections)
+	{
+		ListenerConnection *lc = dlist_container(ListenerConnection, node, it.cur);
+		struct pollfd p = {.fd = lc->fd,.events = POLLRDHUP};
+		int			unread = 0;
+		bool		peer_gone;
+
+		if (lc->in_request || lc->cut)
+			continue;
+		/* closed by the peer with nothing left to read: nothing more can come */
+		peer_gone = poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0 &&
+			ioctl(lc->fd, FIONREAD, &unread) == 0 && unread == 0;
+		if (peer_gone || now - lc->request_started >= (TimestampTz) eg_http_request_timeout_s * USECS_PER_SEC)
+		{
+			(void) shutdown(lc->fd, SHUT_RDWR);
+			lc->cut = true;
+			n++;
+		}
+	}
+	return n;
+}
+
+/* Whether a connection is being watched for its request (watch_connections() is due often). */
+static bool
+watching(void)
+{
+	dlist_iter	it;
+
+	dlist_foreach(it, &connections)
+	{
+		ListenerConnection *lc = dlist_container(ListenerConnection, node, it.cur);
+
+		if (!lc->in_request && !lc->cut)
+			return true;
+	}
+	return false;
 }
 
 /* libmicrohttpd's own messages (socket and TLS failures), never a request's content. */
 static void on_log(void *cls, const char *fmt, va_list ap) pg_attribute_printf(2, 0);
 
+static TimestampTz log_window_start = 0;
+static int	log_window_lines = 0;
+static int	log_suppressed = 0;
+
+/*
+ * Says how many of libmicrohttpd's messages were not logged in the minute
+ * that has passed (at most EG_HTTP_LOG_BURST a minute are), and starts a
+ * new minute.
+ */
+static void
+log_window_turn(TimestampTz now)
+{
+	if (log_suppressed > 0)
+		ereport(LOG,
+				(errmsg("eventgrid HTTP listener: %d more messages about clients' connections in the last minute were not logged",
+						log_suppressed)));
+	log_window_start = now;
+	log_window_lines = 0;
+	log_suppressed = 0;
+}
+
 static void
 on_log(void *cls, const char *fmt, va_list ap)
 {
 	char		buf[512];
+	TimestampTz now = GetCurrentTimestamp();
 
+	/* a client can make these at will (a connection closed mid-request): at most a few a minute */
+	if (now - log_window_start >= (TimestampTz) 60 * USECS_PER_SEC)
+		log_window_turn(now);
+	if (log_window_lines >= EG_HTTP_LOG_BURST)
+	{
+		log_suppressed++;
+		return;
+	}
+	log_window_lines++;
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	buf[strcspn(buf, "\r\n")] = '\0';
 	ereport(LOG, (errmsg("eventgrid HTTP listener: %s", buf)));
@@ -376,7 +536,7 @@ start_daemon(const char *address, const char *cert, const char *key)
 {
 	struct addrinfo hints;
 	struct addrinfo *ai;
-	struct MHD_OptionItem opts[12];
+	struct MHD_OptionItem opts[14];
 	unsigned int flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
 	char		port[16];
 	int			n = 0;
@@ -402,6 +562,7 @@ start_daemon(const char *address, const char *cert, const char *key)
 	opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_SOCK_ADDR, 0, ai->ai_addr};
 	opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_LIMIT, eg_http_max_connections, NULL};
 	opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_TIMEOUT, eg_http_connection_timeout_s, NULL};
+	opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_PER_IP_CONNECTION_LIMIT, eg_http_max_connections_per_address, NULL};
 	opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 64 * 1024, NULL};
 	opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t) on_completed, NULL};
 	opts[n++] = (struct MHD_OptionItem) {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t) on_connection, NULL};
@@ -440,6 +601,7 @@ eventgrid_http_listener_main(Datum arg)
 	ListCell   *lc;
 	WaitEventSet *set;
 	TimestampTz tidied_at = 0;
+	TimestampTz watched_at = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -494,6 +656,8 @@ eventgrid_http_listener_main(Datum arg)
 			if (MHD_get_timeout(daemons[i], &t) == MHD_YES && (long) t < timeout)
 				timeout = (long) t;
 		}
+		if (watching())
+			timeout = Min(timeout, EG_HTTP_WATCH_MS);
 		(void) WaitEventSetWait(set, timeout, events, lengthof(events), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
@@ -506,6 +670,16 @@ eventgrid_http_listener_main(Datum arg)
 		eg_serve_poll();
 		for (int i = 0; i < ndaemons; i++)
 			(void) MHD_run(daemons[i]);
+		if (TimestampDifferenceExceeds(watched_at, GetCurrentTimestamp(), EG_HTTP_WATCH_MS))
+		{
+			/* what it shut down is closed by libmicrohttpd in the same turn */
+			if (watch_connections() > 0)
+				for (int i = 0; i < ndaemons; i++)
+					(void) MHD_run(daemons[i]);
+			watched_at = GetCurrentTimestamp();
+		}
+		if (log_suppressed > 0 && TimestampDifferenceExceeds(log_window_start, GetCurrentTimestamp(), 60000))
+			log_window_turn(GetCurrentTimestamp());
 		if (TimestampDifferenceExceeds(tidied_at, GetCurrentTimestamp(), 1000))
 		{
 			eg_serve_tidy();

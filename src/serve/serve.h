@@ -14,6 +14,13 @@
 /* Largest request body the listener reads (Event Grid's 1 MB per request); more is 413. */
 #define EG_HTTP_MAX_BODY (1024 * 1024)
 
+/*
+ * What every refused credential is answered (401), whatever was wrong and
+ * whether the database or topic exists; the data plane's SQL
+ * (eventgrid._http_unauthorized()) answers the same text.
+ */
+#define EG_HTTP_UNAUTHORIZED_MESSAGE "The request must carry one of the topic's access keys (aeg-sas-key, or Authorization: SharedAccessKey) or a shared access signature signed with one (aeg-sas-token) that has not expired."
+
 #define EG_SERVE_MAX_PARAMS 12
 
 /*
@@ -26,6 +33,8 @@ typedef struct EgServeCall EgServeCall;
 struct EgServeCall
 {
 	const char *database;
+	const char *topic;			/* the topic the URL names: its long polls share the connections fairly */
+	bool		long_poll;		/* a receive: may hold its connection for its maxWaitTime */
 	const char *sql;
 	int			nparams;
 	const char *params[EG_SERVE_MAX_PARAMS];
@@ -38,9 +47,15 @@ struct EgServeCall
 
 /*
  * serve_db.c: runs call's statement on a free connection of its database
- * (as role eventgrid_http), or queues it until one is free; a database
- * that is not served is answered 404 and one that cannot be reached 503,
- * at once (call->status is then set when this returns, and done() ran).
+ * (as role eventgrid_http), or queues it until one is free and its share
+ * allows: of eventgrid.http_max_requests_in_flight, one database's long
+ * polls run on at most half and one topic's on at most a quarter (at
+ * least one each), so that the long polls of one topic or database cannot
+ * hold every connection; a call within its share never waits behind calls
+ * that are over theirs.  A database that is not served is answered 401
+ * (as a wrong key: an unauthenticated client cannot tell which databases
+ * exist) and one that cannot be reached 503, at once (call->status is then
+ * set when this returns, and done() ran).
  */
 extern void eg_serve_start(EgServeCall *call);
 
@@ -61,7 +76,11 @@ extern void eg_serve_tidy(void);
 /* serve_db.c: closes the connections to the databases (the listener's exit). */
 extern void eg_serve_disconnect(void);
 
-/* serve_db.c: the body {"error":{"code":code,"message":message}} every error answer carries. */
+/*
+ * serve_db.c: the body {"error": {"code": code, "message": message}} every
+ * error answer carries, spaced as the data plane's SQL writes it (jsonb's
+ * text), so that the listener's 401 and the database's are the same bytes.
+ */
 extern char *eg_serve_error_body(const char *code, const char *message);
 
 #endif							/* EG_SERVE_H */

@@ -7,7 +7,9 @@
  * side by side in as many backends and a long poll holds only its own
  * connection.  At most eventgrid.http_max_requests_in_flight statements run
  * at once (each on a connection of its own); more wait, first come first
- * served.
+ * served within their shares: one database's long polls run on at most
+ * half of them, one topic's on at most a quarter (share_allows()), so that
+ * one key's long polls leave room for everyone else.
  *
  * Connections are opened when a request finds none free (over the server's
  * Unix socket, as the operating-system user the server runs as, which
@@ -273,6 +275,36 @@ flush(ServeConnection *c)
 	return true;
 }
 
+/*
+ * Whether call may take a connection now as far as its shares go: a long
+ * poll (a receive, which may hold its connection for minutes) only while
+ * its database runs fewer than half of eventgrid.http_max_requests_in_flight
+ * long polls and its topic fewer than a quarter (each at least one); any
+ * other request (a short statement) always.
+ */
+static bool
+share_allows(const EgServeCall *call)
+{
+	int			db_share = Max(1, eg_http_max_requests_in_flight / 2);
+	int			topic_share = Max(1, eg_http_max_requests_in_flight / 4);
+	int			of_db = 0;
+	int			of_topic = 0;
+
+	if (!call->long_poll)
+		return true;
+	for (int i = 0; i < eg_http_max_requests_in_flight; i++)
+	{
+		const EgServeCall *other = connections[i].call;
+
+		if (other == NULL || !other->long_poll || strcmp(other->database, call->database) != 0)
+			continue;
+		of_db++;
+		if (call->topic != NULL && other->topic != NULL && strcmp(other->topic, call->topic) == 0)
+			of_topic++;
+	}
+	return of_db < db_share && of_topic < topic_share;
+}
+
 /* Starts call, or says why it cannot run: true when it runs or waits for a connection. */
 static bool
 start(EgServeCall *call)
@@ -283,7 +315,8 @@ start(EgServeCall *call)
 	switch (db_state(call->database))
 	{
 		case SERVE_DB_UNSERVED:
-			finish(call, 404, "NotFound", "No such database with Event Grid's data plane.");
+			/* as a wrong key: whether a database exists is not told before a key is checked */
+			finish(call, 401, "Unauthorized", EG_HTTP_UNAUTHORIZED_MESSAGE);
 			return false;
 		case SERVE_DB_HELD:
 			finish(call, 503, "ServiceUnavailable", "The database is busy with a change of its own; try again.");
@@ -314,9 +347,10 @@ eg_serve_error_body(const char *code, const char *message)
 	StringInfoData s;
 
 	initStringInfo(&s);
-	appendStringInfoString(&s, "{\"error\":{\"code\":");
+	/* as the data plane's SQL writes it (jsonb's text): byte for byte the same answers */
+	appendStringInfoString(&s, "{\"error\": {\"code\": ");
 	escape_json(&s, code);
-	appendStringInfoString(&s, ",\"message\":");
+	appendStringInfoString(&s, ", \"message\": ");
 	escape_json(&s, message);
 	appendStringInfoString(&s, "}}");
 	return s.data;
@@ -328,9 +362,16 @@ eg_serve_start(EgServeCall *call)
 {
 	MemoryContext old;
 
+	ListCell   *lc;
+	bool		behind = false;
+
 	call->status = 0;
 	(void) eg_serve_wait_fd();	/* the epoll set, made once */
-	if (waiting != NIL || !start(call))
+	/* it waits behind calls that wait only for a connection (their shares allow them), never behind others */
+	foreach(lc, waiting)
+		if (share_allows((EgServeCall *) lfirst(lc)))
+			behind = true;
+	if (behind || !share_allows(call) || !start(call))
 	{
 		if (call->status != 0)
 			return;				/* answered at once */
@@ -419,6 +460,8 @@ complete(ServeConnection *c)
 void
 eg_serve_poll(void)
 {
+	ListCell   *lc;
+
 	for (int i = 0; i < eg_http_max_requests_in_flight; i++)
 	{
 		ServeConnection *c = &connections[i];
@@ -428,14 +471,16 @@ eg_serve_poll(void)
 		if (!flush(c) || !PQconsumeInput(c->conn) || !PQisBusy(c->conn))
 			complete(c);
 	}
-	/* what waited, in order, while connections are free */
-	while (waiting != NIL)
+	/* what waited, in order, while connections are free: each whose shares allow it */
+	foreach(lc, waiting)
 	{
-		EgServeCall *call = linitial(waiting);
+		EgServeCall *call = lfirst(lc);
 
+		if (!share_allows(call))
+			continue;
 		if (!start(call) && call->status == 0)
 			break;				/* still no connection */
-		waiting = list_delete_first(waiting);
+		waiting = foreach_delete_current(waiting, lc);
 	}
 }
 

@@ -14,14 +14,15 @@
 #    still works, the new one works;
 #  - raw requests: a bad event is 400 naming its index and field and
 #    publishes none of the request's events; bad JSON, a wrong Content-Type,
-#    an unknown database, topic or path (404), GET (405), a Content-Length
+#    an unknown database or topic (401, as a wrong key: nothing tells which
+#    exist), an unknown path (404), GET (405), a Content-Length
 #    over 1 MB (413, answered without the body being sent);
 #  - a client sending a byte a second holds only its own connection (others
 #    publish meanwhile) and is cut off after eventgrid.http_connection_timeout;
 #    with eventgrid.http_max_connections (10) connections held, another is
 #    not accepted, and is served once they are closed;
 #  - a second database with the extension is served at its own URL, one
-#    without it is 404;
+#    without it is 401 as an unknown one;
 #  - the listener killed (kill -9) mid-way: every publish it acknowledged is
 #    there after the restart, and it serves again;
 #  - no key and no event reaches the server's log, though the test's own
@@ -131,7 +132,7 @@ is(publish("$base/tenants/api/events", 'key', key('tenants', 'key1'), 'domain:ac
 is(sql("SELECT count(*) || ' ' || min(domain_topic) || ' ' || min(event->>'topic') FROM eventgrid.events WHERE topic = 'tenants'"),
 	'3 acme /domains/tenants/topics/acme', 'routed to their domain topic, their topic stamped as its path');
 like(publish("$base/tenants/api/events", 'key', key('tenants', 'key1'), 'eventgrid', 2),
-	qr/^error 400 BadRequest Event at index 0: event 1 of the statement names no domain topic of domain "tenants"/,
+	qr/^error 400 BadRequest Event at index 0: the event names no domain topic of domain "tenants"/,
 	'events naming no domain topic are 400, naming the first');
 is(count('tenants'), '3', 'and nothing of that request is published');
 is(publish("$base/custom/api/events", 'sas', key('custom', 'key2'), 'custom', 5), 'sent 5',
@@ -203,16 +204,17 @@ like(raw('POST', "$base/orders/api/events", "aeg-sas-key:$k2", 'Content-Type:tex
 	qr/^400 .*Content-Type must be application\/json/, 'a wrong Content-Type is 400');
 like(raw('POST', "$base/orders/api/events", "aeg-sas-key:$k2", 'Content-Type:application/cloudevents-batch+json', '--body', "[$ev]"),
 	qr/^400 .*Content-Type must be application\/json/, 'CloudEvents to an Event Grid schema topic is 400');
-like(raw('POST', "$base/nope/api/events", @auth, '--body', "[$ev]"), qr/^404 .*"NotFound"/, 'an unknown topic is 404');
-like(raw('POST', "$base/ns-topic/api/events", @auth, '--body', "[$ev]"), qr/^404 .*"NotFound"/,
-	'a namespace topic has no custom topic endpoint: 404');
+like(raw('POST', "$base/nope/api/events", @auth, '--body', "[$ev]"), qr/^401 .*"Unauthorized"/,
+	'an unknown topic is 401, as a wrong key');
+like(raw('POST', "$base/ns-topic/api/events", 'aeg-sas-key:' . key('ns-topic', 'key1'), 'Content-Type:application/json',
+		'--body', "[$ev]"), qr/^404 .*"NotFound"/, 'a namespace topic has no custom topic endpoint: 404 (with its key)');
 like(raw('POST', "https://127.0.0.1:$port/nodb/topics/orders/api/events", @auth, '--body', "[$ev]"),
-	qr/^404 .*"NotFound"/, 'an unknown database is 404');
+	qr/^401 .*"Unauthorized"/, 'an unknown database is 401, as a wrong key');
 like(raw('POST', "https://127.0.0.1:$port/postgres/topics/orders/api", @auth, '--body', "[$ev]"),
 	qr/^404 .*"NotFound"/, 'another path is 404');
 like(raw('GET', "$base/orders/api/events"), qr/^405 .*"MethodNotAllowed"/, 'GET is 405');
 like(raw('POST', "$base/orders/api/events", @auth, '--declare-length', 1048577),
-	qr/^413 \{"error":\{"code":"PayloadTooLarge"/, 'a Content-Length over 1 MB is 413, answered before any body is sent');
+	qr/^413 \{"error": \{"code": "PayloadTooLarge"/, 'a Content-Length over 1 MB is 413, answered before any body is sent');
 like(raw('POST', "$base/orders/api/events", @auth), qr/^400 .*not valid JSON/, 'an empty body is 400');
 is(count('orders'), $before, 'nothing was published by them');
 
@@ -267,7 +269,7 @@ is($node->safe_psql('other', "SELECT count(*) FROM eventgrid.events"), '2', 'its
 like(publish("https://127.0.0.1:$port/other/topics/orders/api/events", 'key', $k2, 'eventgrid', 1), $unauthorized,
 	'a key of the same-named topic of another database is 401');
 like(raw('POST', "https://127.0.0.1:$port/plain/topics/orders/api/events", @auth, '--body', "[$ev]"),
-	qr/^404 .*"NotFound"/, 'a database without the extension is 404');
+	qr/^401 .*"Unauthorized"/, 'a database without the extension is 401, as an unknown one');
 
 # --- the listener killed mid-way: what it acknowledged stays
 my $pid = sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid HTTP listener'");

@@ -15,15 +15,16 @@
 #    published during its wait (woken by the commit), while other requests
 #    (publishes to another topic) are answered meanwhile; an empty receive
 #    returns {"value": []} after maxWaitTime;
-#  - errors with Event Grid's body: 404 for an unknown topic or
-#    subscription, 401 for another topic's key, 400 for maxEvents 0 and a
-#    body without lockTokens;
-#  - eventgrid.http_max_requests_in_flight (2): two long polls hold both
-#    statements, a third request waits for one of them and is then
-#    answered;
+#  - errors with Event Grid's body: 404 for an unknown subscription, 401
+#    for an unknown topic (as for a wrong key) and another topic's key, 400
+#    for maxEvents 0 and a body without lockTokens;
+#  - eventgrid.http_max_requests_in_flight (2): a topic's long polls take
+#    at most their share (one), so a second waits for the first, while a
+#    publish meanwhile is answered at once;
 #  - DROP DATABASE of a database where a receive waits succeeds at once:
 #    the listener cancels the statement (503 ServiceUnavailable to the
-#    client) and closes its connections there; the database is then 404.
+#    client) and closes its connections there; the database is then 401,
+#    as an unknown one.
 use strict;
 use warnings;
 use FindBin;
@@ -148,21 +149,23 @@ is_deeply([ map { $_->{id} } @{ $got->{events} // [] } ], ['late'], 'the waiting
 cmp_ok(time - $t0, '<', 10, 'soon after the commit');
 ns('acknowledge', $endpoint, $key, 'ns-orders', 'q-main', $json->encode([ map { $_->{lockToken} } @{ $got->{events} } ]));
 
-# --- eventgrid.http_max_requests_in_flight = 2: a third request waits for a statement to finish
-my @polls = map { ns_start('receive', $endpoint, $key, 'ns-orders', 'q-main', 1, 15) } 1 .. 2;
+# --- eventgrid.http_max_requests_in_flight = 2: one topic's long polls hold at most one statement
+my $polls_t0 = time;
+my @polls = map { ns_start('receive', $endpoint, $key, 'ns-orders', 'q-main', 1, 10) } 1 .. 2;
 sleep 3;
 $t0 = time;
 $got = ns('send', $endpoint, $other_key, 'ns-other', 1, 'single');
 my $waited = time - $t0;
-is_deeply($got, { sent => 1 }, 'a request beyond eventgrid.http_max_requests_in_flight is answered');
-cmp_ok($waited, '>=', 5, sprintf('once a long poll ended (waited %.1f s)', $waited));
+is_deeply($got, { sent => 1 }, 'a publish while two long polls of one topic wait is answered');
+cmp_ok($waited, '<', 3, sprintf('at once: the long polls hold only their share (waited %.1f s)', $waited));
 ns_finish($_) for @polls;
+cmp_ok(time - $polls_t0, '>=', 18, sprintf('the second long poll ran only once the first ended (%.1f s for both)', time - $polls_t0));
 
 # --- errors, with Event Grid's body (the SDK's RestError code and message)
 $got = ns('receive', $endpoint, $key, 'ns-orders', 'nope', 1, 10);
 is_deeply([ $got->{status}, $got->{code} ], [ 404, 'NotFound' ], 'an unknown subscription is 404 NotFound');
 $got = ns('send', $endpoint, $key, 'ns-nope', 1, 'single');
-is_deeply([ $got->{status}, $got->{code} ], [ 404, 'NotFound' ], 'an unknown topic is 404 NotFound');
+is_deeply([ $got->{status}, $got->{code} ], [ 401, 'Unauthorized' ], 'an unknown topic is 401, as a wrong key');
 $got = ns('receive', $endpoint, $other_key, 'ns-orders', 'q-main', 1, 10);
 is_deeply([ $got->{status}, $got->{code} ], [ 401, 'Unauthorized' ], 'another topic\'s key is 401');
 $got = ns('receive', $endpoint, $key, 'ns-orders', 'q-main', 0, 10);
@@ -201,8 +204,8 @@ my ($ret, $drop_out, $drop_err) = $node->psql('postgres', 'DROP DATABASE dropme'
 is($ret, 0, 'DROP DATABASE succeeds while a receive waits in it') or diag($drop_err);
 cmp_ok(time - $t0, '<', 10, sprintf('without waiting for the long poll (%.1f s)', time - $t0));
 $poll->finish;
-like($poll_out, qr/^503 \{"error":\{"code":"ServiceUnavailable"/, 'the waiting receive is answered 503 ServiceUnavailable');
+like($poll_out, qr/^503 \{"error": \{"code": "ServiceUnavailable"/, 'the waiting receive is answered 503 ServiceUnavailable');
 $got = ns('send', $gone, $gone_key, 'ns-gone', 1, 'single');
-is($got->{status}, 404, 'the dropped database is 404 afterwards');
+is($got->{status}, 401, 'the dropped database is 401 afterwards, as an unknown one');
 
 done_testing();
