@@ -45,12 +45,32 @@ eg_install_packages() {
     fi
 }
 
-# EG_MAKE_FLAGS: extra make variables (scripts/test.sh sets WERROR=1)
+# The digest of what a build is made of (C, SQL, the Makefile, the control
+# file): the installed build is current when the stamp beside the installed
+# library holds it (warnings as errors or not, the same library is built).
+eg_source_digest() {
+    (cd "$EG_SRC" && find src sql Makefile eventgrid.control -type f \( -name '*.c' -o -name '*.h' -o -name '*.sql' \
+        -o -name Makefile -o -name '*.control' \) -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) \
+        | sha256sum | cut -d' ' -f1
+}
+
+# EG_MAKE_FLAGS: extra make variables (scripts/test.sh sets WERROR=1).
+# EG_REUSE_BUILD=1 (the demo): nothing is built when the installed build
+# was made from these very sources.
 eg_build_and_install() {
+    local stamp digest
+    stamp="$("$PG_CONFIG" --pkglibdir)/eventgrid.build-digest"
+    digest=$(eg_source_digest)
+    if [ "${EG_REUSE_BUILD:-0}" = 1 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ] \
+        && [ -f "$("$PG_CONFIG" --pkglibdir)/eventgrid.so" ]; then
+        echo "== eventgrid for PostgreSQL $PG_MAJOR is installed from these sources: not built again"
+        return 0
+    fi
     echo "== building and installing eventgrid for PostgreSQL $PG_MAJOR"
     make -s -C "$EG_SRC" PG_CONFIG="$PG_CONFIG" clean >/dev/null
     make -s -C "$EG_SRC" PG_CONFIG="$PG_CONFIG" ${EG_MAKE_FLAGS:-}
     make -s -C "$EG_SRC" PG_CONFIG="$PG_CONFIG" install >/dev/null
+    echo "$digest" > "$stamp"
 }
 
 # Copies the source tree into directory $1, without .git, dist/ and what

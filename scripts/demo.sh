@@ -25,6 +25,8 @@ if [ $# -gt 0 ]; then
     exit 2
 fi
 . "$(dirname "$0")/common.sh"
+# an installed build made from these sources is used as it is (the tests' run leaves one)
+EG_REUSE_BUILD=1
 eg_setup "${args[@]}"
 work=$EG_WORK
 port=${EG_DEMO_PORT:-55432}

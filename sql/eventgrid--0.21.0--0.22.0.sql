@@ -8,7 +8,11 @@
 -- abandoning the round.  The HTTP data plane (SPEC 16) checks the key
 -- before it says whether a topic exists, reads a SAS token's expiry only as
 -- a date and time, answers 400 to a body nested too deeply, and validates a
--- request's events before it stores any (_first_invalid_event).
+-- request's events before it stores any (_first_invalid_event), and
+-- counts what it answers to publish requests (http_publish_counts,
+-- _http_count, topic_publish_metrics; PublishFailCount and
+-- PublishSuccessLatencyInMs in metrics).  Receive grants follow the role,
+-- not its name (receive_grants.role_oid).
 
 \echo Use "ALTER EXTENSION eventgrid UPDATE TO '0.22.0'" to load this file. \quit
 
@@ -534,3 +538,213 @@ BEGIN
     status := 200;
     answer := '';
 END $$;
+
+-- Receive grants follow the role, not its name (SPEC 14): each names its role by OID (role_oid); a rename
+-- keeps the grant, a dropped role's grants go (the upkeep worker deletes them), a new role with an old name
+-- gets nothing.  role_name stays as the role's current name, which dumps carry: a restore binds each grant to
+-- the role of that name there, as pg_dump does for privileges.
+ALTER TABLE eventgrid.receive_grants ADD COLUMN role_oid oid;
+UPDATE eventgrid.receive_grants g SET role_oid = coalesce((SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = g.role_name), 0);
+ALTER TABLE eventgrid.receive_grants ALTER COLUMN role_oid SET NOT NULL;
+ALTER TABLE eventgrid.receive_grants DROP CONSTRAINT receive_grants_topic_subscription_id_role_name_key;
+DELETE FROM eventgrid.receive_grants g WHERE g.role_oid = 0;
+ALTER TABLE eventgrid.receive_grants ADD CONSTRAINT receive_grants_topic_subscription_id_role_oid_key
+    UNIQUE NULLS NOT DISTINCT (topic, subscription_id, role_oid);
+COMMENT ON TABLE eventgrid.receive_grants IS 'Internal: what grant_receive() granted: role role_oid (its name role_name, kept current by the upkeep worker) may receive from queue event subscription subscription_id of topic (NULL: every queue event subscription of the topic, present and future). The role is named by OID: renamed, it keeps the grant; dropped, its grants are deleted; a new role of the same name gets nothing. Restored from a dump, a grant is bound to the role of its role_name (as pg_dump does for privileges) by a trigger; the view event_subscription_receivers shows them.';
+COMMENT ON COLUMN eventgrid.receive_grants.role_oid IS 'The role granted (pg_roles.oid); 0 when a restore found no role of role_name.';
+
+CREATE FUNCTION eventgrid._bind_receive_grant() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    -- a row whose OID is not the role of its name here (restored from a dump of another cluster, or of this one
+    -- after the role changed) is bound by name
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = NEW.role_oid AND r.rolname = NEW.role_name) THEN
+        NEW.role_oid := coalesce((SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = NEW.role_name), 0);
+    END IF;
+    RETURN NEW;
+END $$;
+REVOKE ALL ON FUNCTION eventgrid._bind_receive_grant() FROM PUBLIC;
+COMMENT ON FUNCTION eventgrid._bind_receive_grant() IS 'Internal: BEFORE INSERT trigger of eventgrid.receive_grants: a grant whose role_oid is not the role named role_name in this cluster (a restored dump) is bound to the role of that name (0: none, which nobody gets), as pg_dump binds privileges by name.';
+CREATE TRIGGER receive_grants_bind BEFORE INSERT ON eventgrid.receive_grants
+    FOR EACH ROW EXECUTE FUNCTION eventgrid._bind_receive_grant();
+
+CREATE FUNCTION eventgrid._refresh_receive_grants() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    DELETE FROM eventgrid.receive_grants g
+     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = g.role_oid);
+    UPDATE eventgrid.receive_grants g SET role_name = r.rolname
+      FROM pg_catalog.pg_roles r WHERE r.oid = g.role_oid AND g.role_name <> r.rolname;
+END $$;
+REVOKE ALL ON FUNCTION eventgrid._refresh_receive_grants() FROM PUBLIC;
+COMMENT ON FUNCTION eventgrid._refresh_receive_grants() IS 'Internal: deletes the receive grants of dropped roles and writes each remaining grant''s role''s current name into role_name (what a dump carries). The upkeep worker calls it every round.';
+
+CREATE OR REPLACE VIEW eventgrid.event_subscription_receivers AS
+ SELECT g.topic,
+    s.name AS subscription,
+    coalesce(r.rolname, g.role_name) AS role_name,
+    (r.oid IS NOT NULL) AS role_exists,
+    g.granted_at,
+    g.granted_by
+   FROM eventgrid.receive_grants g
+     LEFT JOIN eventgrid.event_subscriptions s ON s.id = g.subscription_id
+     LEFT JOIN pg_catalog.pg_roles r ON r.oid = g.role_oid
+  ORDER BY g.topic, s.name NULLS FIRST, coalesce(r.rolname, g.role_name);
+COMMENT ON VIEW eventgrid.event_subscription_receivers IS 'The receive rights grant_receive() gave (SPEC 14): per row, a role that may call receive(), acknowledge(), release(), reject() and renew_locks() on queue event subscription subscription of topic (NULL: every queue event subscription of the topic), by its current name (a renamed role keeps its grants; a dropped one loses them), whether it exists (false only until the upkeep worker deletes a dropped role''s grants, or for a restored grant whose role is missing), when and by whom it was granted. Members of eventgrid_receiver reach every queue without a row here. For eventgrid_admin.';
+
+CREATE OR REPLACE FUNCTION eventgrid._receive_subscription_id(topic text, subscription text, role oid) RETURNS bigint
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    -- eventgrid_receiver and eventgrid_admin reach every queue (superusers are members of every role)
+    IF NOT (pg_has_role(role, 'eventgrid_receiver', 'USAGE') OR pg_has_role(role, 'eventgrid_admin', 'USAGE'))
+       AND NOT EXISTS (
+           SELECT 1 FROM eventgrid.receive_grants g
+             LEFT JOIN eventgrid.event_subscriptions s ON s.id = g.subscription_id
+             JOIN pg_catalog.pg_roles r ON r.oid = g.role_oid
+            WHERE g.topic = _receive_subscription_id.topic
+              AND (g.subscription_id IS NULL OR s.name = _receive_subscription_id.subscription)
+              AND pg_has_role(role, r.oid, 'USAGE')) THEN
+        RAISE EXCEPTION 'permission denied to receive from event subscription % of topic %',
+                        eventgrid._quote(subscription), eventgrid._quote(topic)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('An admin grants it for this subscription with: SELECT eventgrid.grant_receive(%L, %L, %L); or for every queue with: GRANT eventgrid_receiver TO %s;',
+                                topic, subscription, pg_catalog.pg_get_userbyid(role), quote_ident(pg_catalog.pg_get_userbyid(role)));
+    END IF;
+    -- the receivers' own words: they cannot read the subscription list an admin's hint names
+    IF topic IS NOT NULL AND subscription IS NOT NULL AND NOT pg_has_role(role, 'eventgrid_admin', 'USAGE')
+       AND NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
+                        WHERE s.topic = _receive_subscription_id.topic AND s.name = _receive_subscription_id.subscription) THEN
+        RAISE EXCEPTION 'event subscription % of topic % does not exist', eventgrid._quote(subscription), eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Check the topic and subscription names: receive() takes those an admin gave the queue event subscription (create_event_subscription(topic, name, delivery_mode => ''queue'')).';
+    END IF;
+    RETURN eventgrid._queue_subscription_id(topic, subscription);
+END $$;
+
+CREATE OR REPLACE FUNCTION eventgrid.grant_receive(topic text, subscription text, role_name text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t record := eventgrid._receive_grant_target(topic, subscription, role_name);
+    role_id oid;
+BEGIN
+    SELECT r.oid INTO role_id FROM pg_catalog.pg_roles r WHERE r.rolname = role_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'role % does not exist', eventgrid._quote(role_name)
+            USING ERRCODE = 'undefined_object', HINT = 'Create the role first (CREATE ROLE), then grant it.';
+    END IF;
+    -- the role itself (its OID): renamed it keeps the grant, dropped it loses it, a new role of its name gets nothing
+    INSERT INTO eventgrid.receive_grants (topic, subscription_id, role_name, role_oid, granted_by)
+    VALUES (topic, t.sid, role_name, role_id, eventgrid._caller())
+    ON CONFLICT ON CONSTRAINT receive_grants_topic_subscription_id_role_oid_key DO NOTHING;
+    IF FOUND THEN
+        PERFORM eventgrid._log(format('eventgrid: role %s may receive from %s, granted by %s',
+                                      eventgrid._quote(role_name), t.label, eventgrid._caller()));
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION eventgrid.revoke_receive(topic text, subscription text, role_name text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    t record := eventgrid._receive_grant_target(topic, subscription, role_name);
+BEGIN
+    DELETE FROM eventgrid.receive_grants g
+     WHERE g.topic = revoke_receive.topic AND g.subscription_id IS NOT DISTINCT FROM t.sid
+       AND g.role_oid = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = revoke_receive.role_name);
+    IF FOUND THEN
+        PERFORM eventgrid._log(format('eventgrid: role %s may no longer receive from %s, revoked by %s',
+                                      eventgrid._quote(role_name), t.label, eventgrid._caller()));
+    ELSE
+        RAISE NOTICE 'role % had no receive right on %: nothing revoked', eventgrid._quote(role_name), t.label
+            USING HINT = 'SELECT * FROM eventgrid.event_subscription_receivers; lists the grants.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.grant_receive(topic text, subscription text, role_name text) IS 'Pull delivery rights for one queue (SPEC 14, as Event Grid''s Data Receiver role scoped to a subscription or a topic): role role_name (and its members) may call receive(), acknowledge(), release(), reject() and renew_locks() on queue event subscription subscription of topic (NULL: on every queue event subscription of the topic, present and future), without being a member of eventgrid_receiver; elsewhere they get 42501. Granting what is granted does nothing; logged once. The grant goes with its subscription or topic and follows the role itself: renamed, the role keeps it; dropped, it goes; a new role of the same name gets nothing. Dumped and restored by the role''s name. Shown in event_subscription_receivers. Requires eventgrid_admin. Errors: 22004 NULL topic or role_name, 42704 no such topic, subscription or role, 42809 a push subscription.';
+
+-- Publishing over HTTP is seen (SPEC 16): the HTTP listener counts what it answers to publish requests per
+-- database, topic and outcome, and writes the counts every few seconds (one statement per database, whatever
+-- the traffic) through _http_count().
+CREATE TABLE eventgrid.http_publish_counts (
+    topic text REFERENCES eventgrid.topics (name) ON UPDATE CASCADE ON DELETE CASCADE,
+    outcome text NOT NULL,
+    requests bigint DEFAULT 0 NOT NULL,
+    latency_ms_sum double precision DEFAULT 0 NOT NULL,
+    CONSTRAINT http_publish_counts_outcome_check CHECK (outcome = ANY (ARRAY['Success', 'Unauthorized', 'BadRequest',
+        'NotFound', 'MethodNotAllowed', 'PayloadTooLarge', 'ServiceUnavailable', 'Other'])),
+    CONSTRAINT http_publish_counts_key UNIQUE NULLS NOT DISTINCT (topic, outcome)
+);
+COMMENT ON TABLE eventgrid.http_publish_counts IS 'Internal: publish requests the HTTP listener answered (SPEC 16), per topic (NULL: the URL named no topic of this database) and outcome: Success (200) or the error code of the answer (Unauthorized 401, BadRequest 400, NotFound 404, MethodNotAllowed 405, PayloadTooLarge 413, ServiceUnavailable 503, Other); requests, and for successes the milliseconds from the whole request read to its answer, summed. Written by the listener every 5 s. Read it through topic_publish_metrics and metrics.';
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.http_publish_counts', '');
+GRANT SELECT ON eventgrid.http_publish_counts TO eventgrid_admin;
+
+CREATE FUNCTION eventgrid._http_count(counts jsonb) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ INSERT INTO eventgrid.http_publish_counts AS c (topic, outcome, requests, latency_ms_sum)
+ SELECT t.name,
+        CASE WHEN x.outcome = ANY (ARRAY['Success', 'Unauthorized', 'BadRequest', 'NotFound', 'MethodNotAllowed',
+                                         'PayloadTooLarge', 'ServiceUnavailable']) THEN x.outcome ELSE 'Other' END,
+        sum(greatest(x.requests, 0)), sum(greatest(coalesce(x.latency_ms, 0), 0))
+   FROM jsonb_to_recordset(_http_count.counts) x(topic text, outcome text, requests bigint, latency_ms double precision)
+   LEFT JOIN eventgrid.topics t ON t.name = x.topic
+  GROUP BY 1, 2
+ ON CONFLICT ON CONSTRAINT http_publish_counts_key DO UPDATE
+    SET requests = c.requests + excluded.requests, latency_ms_sum = c.latency_ms_sum + excluded.latency_ms_sum;
+END;
+REVOKE ALL ON FUNCTION eventgrid._http_count(counts jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid._http_count(counts jsonb) TO eventgrid_http;
+COMMENT ON FUNCTION eventgrid._http_count(counts jsonb) IS 'Internal: adds the HTTP listener''s counts of publish requests (SPEC 16), a JSON array of {topic, outcome, requests, latency_ms}, to eventgrid.http_publish_counts; a topic this database does not have is counted under NULL, an unknown outcome as Other. Executable by eventgrid_http, the listener''s role.';
+
+CREATE VIEW eventgrid.topic_publish_metrics AS
+ SELECT h.topic,
+    h.outcome,
+    h.requests AS requests_total,
+    CASE WHEN h.outcome = 'Success' THEN h.latency_ms_sum / 1000.0 END AS latency_seconds_sum
+   FROM eventgrid.http_publish_counts h;
+COMMENT ON VIEW eventgrid.topic_publish_metrics IS 'Prometheus counters of the publish requests the HTTP data plane answered (SPEC 16), per topic (NULL: the URL named no topic of this database) and outcome: Success (PublishSuccessCount counts the events; this the requests), or the error code answered (Unauthorized, BadRequest, NotFound, MethodNotAllowed, PayloadTooLarge, ServiceUnavailable, Other): Event Grid''s PublishFailCount by reason; latency_seconds_sum of the successes, from the whole request read to the answer (with requests_total, PublishSuccessLatencyInMs). Counted by the listener and written every 5 s. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+GRANT SELECT ON eventgrid.topic_publish_metrics TO pg_monitor, eventgrid_admin;
+
+CREATE OR REPLACE VIEW eventgrid.metrics AS
+ SELECT t.name AS topic,
+    NULL::text AS event_subscription,
+    m.metric_name,
+    m.aggregation,
+    m.unit,
+    m.value
+   FROM ((eventgrid.topics t
+     LEFT JOIN eventgrid.topic_counters c ON ((c.topic = t.name)))
+     CROSS JOIN LATERAL ( SELECT COALESCE(sum(h.requests) FILTER (WHERE h.outcome <> 'Success'), 0)::double precision AS failed,
+            (sum(h.latency_ms_sum) FILTER (WHERE h.outcome = 'Success') / NULLIF(sum(h.requests) FILTER (WHERE h.outcome = 'Success'), 0))::double precision AS latency
+           FROM eventgrid.http_publish_counts h WHERE h.topic = t.name) p
+     CROSS JOIN LATERAL ( VALUES ('PublishSuccessCount'::text,'Total'::text,'Count'::text,(COALESCE(c.published, (0)::bigint))::double precision), ('UnmatchedEventCount'::text,'Total'::text,'Count'::text,(COALESCE(c.unmatched, (0)::bigint))::double precision), ('PublishFailCount'::text,'Total'::text,'Count'::text,p.failed), ('PublishSuccessLatencyInMs'::text,'Average'::text,'Milliseconds'::text,p.latency)) m(metric_name, aggregation, unit, value))
+UNION ALL
+ SELECT s.topic,
+    s.name AS event_subscription,
+    m.metric_name,
+    m.aggregation,
+    m.unit,
+    m.value
+   FROM (((eventgrid.event_subscriptions s
+     LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)))
+     LEFT JOIN ( SELECT a.subscription_id,
+            avg(a.duration_ms) AS average,
+            percentile_cont((0.95)::double precision) WITHIN GROUP (ORDER BY a.duration_ms) AS p95
+           FROM eventgrid.attempt_log a
+          WHERE ((a.http_status IS NOT NULL) AND (a.duration_ms IS NOT NULL))
+          GROUP BY a.subscription_id) d ON ((d.subscription_id = s.id)))
+     CROSS JOIN LATERAL ( VALUES ('MatchedEventCount'::text,'Total'::text,'Count'::text,(COALESCE(c.matched, (0)::bigint))::double precision), ('DeliverySuccessCount'::text,'Total'::text,'Count'::text,((COALESCE(c.delivered, (0)::bigint) + (( SELECT COALESCE(sum(x.acknowledged), (0)::numeric) AS "coalesce"
+                   FROM eventgrid.queue_counters x
+                  WHERE (x.subscription_id = s.id)))::bigint))::double precision), ('DeliveryAttemptFailCount'::text,'Total'::text,'Count'::text,(COALESCE(c.failed_attempts, (0)::bigint))::double precision), ('DeadLetteredCount'::text,'Total'::text,'Count'::text,(COALESCE(c.dead_lettered, (0)::bigint))::double precision), ('DroppedEventCount'::text,'Total'::text,'Count'::text,(COALESCE(c.dropped, (0)::bigint))::double precision), ('DestinationProcessingDurationInMs'::text,'Average'::text,'Milliseconds'::text,d.average), ('DestinationProcessingDurationInMs'::text,'P95'::text,'Milliseconds'::text,d.p95)) m(metric_name, aggregation, unit, value));
+
+COMMENT ON VIEW eventgrid.metrics IS 'Event Grid''s metrics, one row per metric and topic (event_subscription NULL: PublishSuccessCount, UnmatchedEventCount, and of requests to the HTTP data plane PublishFailCount, refused requests, and PublishSuccessLatencyInMs Average, from a whole request read to its answer, NULL before the first) or event subscription (MatchedEventCount, DeliverySuccessCount, DeliveryAttemptFailCount, DeadLetteredCount, DroppedEventCount, DestinationProcessingDurationInMs Average and P95). Counts are totals since the topic or subscription was created; published events are counted by the upkeep worker, about a second after commit. Durations: libcurl''s total time of the retained attempts that had an HTTP answer (NULL when there are none); they follow eventgrid.attempt_history.';

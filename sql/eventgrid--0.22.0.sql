@@ -632,6 +632,21 @@ END;
 
 COMMENT ON FUNCTION eventgrid._batch_events(topic text, event_table smallint, txids xid8[], event_ids bigint[]) IS 'Internal: the events a row of eventgrid.queue_batches names (or a slice of its arrays), each found by its own probe of the (topic, txid, id) index of its event table (OFFSET 0: statistics of an emptier event table would otherwise make a scan of the topic''s events look cheaper); those no longer there are left out. Sort by id for publish order.';
 
+CREATE FUNCTION eventgrid._bind_receive_grant() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    -- a row whose OID is not the role of its name here (restored from a dump of another cluster, or of this one
+    -- after the role changed) is bound by name
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = NEW.role_oid AND r.rolname = NEW.role_name) THEN
+        NEW.role_oid := coalesce((SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = NEW.role_name), 0);
+    END IF;
+    RETURN NEW;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._bind_receive_grant() IS 'Internal: BEFORE INSERT trigger of eventgrid.receive_grants: a grant whose role_oid is not the role named role_name in this cluster (a restored dump) is bound to the role of that name (0: none, which nobody gets), as pg_dump binds privileges by name.';
+
 CREATE FUNCTION eventgrid._caller() RETURNS name
     LANGUAGE sql STABLE PARALLEL SAFE
     RETURN CASE WHEN (current_setting('role'::text) <> 'none'::text) THEN (current_setting('role'::text))::name ELSE SESSION_USER END;
@@ -2904,7 +2919,7 @@ BEGIN
        AND NOT EXISTS (
            SELECT 1 FROM eventgrid.receive_grants g
              LEFT JOIN eventgrid.event_subscriptions s ON s.id = g.subscription_id
-             JOIN pg_catalog.pg_roles r ON r.rolname = g.role_name
+             JOIN pg_catalog.pg_roles r ON r.oid = g.role_oid
             WHERE g.topic = _receive_subscription_id.topic
               AND (g.subscription_id IS NULL OR s.name = _receive_subscription_id.subscription)
               AND pg_has_role(role, r.oid, 'USAGE')) THEN
@@ -3012,6 +3027,19 @@ BEGIN
 END $_$;
 
 COMMENT ON FUNCTION eventgrid._record_validation(sid bigint, sent_code text, http_status integer, body text, allowed_origin text, allowed_rate text, origin text, error text) IS 'Internal: records the answer to an endpoint validation request and returns the new provisioning state (NULL when the validation was started again meanwhile). Event Grid schema: HTTP 200 with {"validationResponse": code} validates, 200 with an empty body or JSON without it awaits validate_event_subscription() for 10 minutes, another code fails, a body that is not JSON eventgrid can read is a failed try. CloudEvents: a 2xx answer whose WebHook-Allowed-Origin is * or the origin sent validates, and WebHook-Allowed-Rate (requests a minute) becomes max_events_per_second. Otherwise tried again 5 s later, three tries in all, then Failed.';
+
+CREATE FUNCTION eventgrid._refresh_receive_grants() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    DELETE FROM eventgrid.receive_grants g
+     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = g.role_oid);
+    UPDATE eventgrid.receive_grants g SET role_name = r.rolname
+      FROM pg_catalog.pg_roles r WHERE r.oid = g.role_oid AND g.role_name <> r.rolname;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._refresh_receive_grants() IS 'Internal: deletes the receive grants of dropped roles and writes each remaining grant''s role''s current name into role_name (what a dump carries). The upkeep worker calls it every round.';
 
 CREATE FUNCTION eventgrid._refuse_change() RETURNS trigger
     LANGUAGE plpgsql
@@ -3926,21 +3954,24 @@ CREATE FUNCTION eventgrid.grant_receive(topic text, subscription text, role_name
     AS $$
 DECLARE
     t record := eventgrid._receive_grant_target(topic, subscription, role_name);
+    role_id oid;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name) THEN
+    SELECT r.oid INTO role_id FROM pg_catalog.pg_roles r WHERE r.rolname = role_name;
+    IF NOT FOUND THEN
         RAISE EXCEPTION 'role % does not exist', eventgrid._quote(role_name)
             USING ERRCODE = 'undefined_object', HINT = 'Create the role first (CREATE ROLE), then grant it.';
     END IF;
-    INSERT INTO eventgrid.receive_grants (topic, subscription_id, role_name, granted_by)
-    VALUES (topic, t.sid, role_name, eventgrid._caller())
-    ON CONFLICT ON CONSTRAINT receive_grants_topic_subscription_id_role_name_key DO NOTHING;
+    -- the role itself (its OID): renamed it keeps the grant, dropped it loses it, a new role of its name gets nothing
+    INSERT INTO eventgrid.receive_grants (topic, subscription_id, role_name, role_oid, granted_by)
+    VALUES (topic, t.sid, role_name, role_id, eventgrid._caller())
+    ON CONFLICT ON CONSTRAINT receive_grants_topic_subscription_id_role_oid_key DO NOTHING;
     IF FOUND THEN
         PERFORM eventgrid._log(format('eventgrid: role %s may receive from %s, granted by %s',
                                       eventgrid._quote(role_name), t.label, eventgrid._caller()));
     END IF;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.grant_receive(topic text, subscription text, role_name text) IS 'Pull delivery rights for one queue (SPEC 14, as Event Grid''s Data Receiver role scoped to a subscription or a topic): role role_name (and its members) may call receive(), acknowledge(), release(), reject() and renew_locks() on queue event subscription subscription of topic (NULL: on every queue event subscription of the topic, present and future), without being a member of eventgrid_receiver; elsewhere they get 42501. Granting what is granted does nothing; logged once. The grant goes with its subscription or topic, is dumped and restored, and names the role (a renamed role loses it). Shown in event_subscription_receivers. Requires eventgrid_admin. Errors: 22004 NULL topic or role_name, 42704 no such topic, subscription or role, 42809 a push subscription.';
+COMMENT ON FUNCTION eventgrid.grant_receive(topic text, subscription text, role_name text) IS 'Pull delivery rights for one queue (SPEC 14, as Event Grid''s Data Receiver role scoped to a subscription or a topic): role role_name (and its members) may call receive(), acknowledge(), release(), reject() and renew_locks() on queue event subscription subscription of topic (NULL: on every queue event subscription of the topic, present and future), without being a member of eventgrid_receiver; elsewhere they get 42501. Granting what is granted does nothing; logged once. The grant goes with its subscription or topic and follows the role itself: renamed, the role keeps it; dropped, it goes; a new role of the same name gets nothing. Dumped and restored by the role''s name. Shown in event_subscription_receivers. Requires eventgrid_admin. Errors: 22004 NULL topic or role_name, 42704 no such topic, subscription or role, 42809 a push subscription.';
 
 CREATE FUNCTION eventgrid.pause_delivery(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -4286,7 +4317,7 @@ DECLARE
 BEGIN
     DELETE FROM eventgrid.receive_grants g
      WHERE g.topic = revoke_receive.topic AND g.subscription_id IS NOT DISTINCT FROM t.sid
-       AND g.role_name = revoke_receive.role_name;
+       AND g.role_oid = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = revoke_receive.role_name);
     IF FOUND THEN
         PERFORM eventgrid._log(format('eventgrid: role %s may no longer receive from %s, revoked by %s',
                                       eventgrid._quote(role_name), t.label, eventgrid._caller()));
@@ -5273,25 +5304,27 @@ CREATE TABLE eventgrid.receive_grants (
     subscription_id bigint,
     role_name name NOT NULL,
     granted_at timestamp with time zone DEFAULT now() NOT NULL,
-    granted_by name NOT NULL
+    granted_by name NOT NULL,
+    role_oid oid NOT NULL
 );
 
-COMMENT ON TABLE eventgrid.receive_grants IS 'Internal: what grant_receive() granted: role role_name may receive from queue event subscription subscription_id of topic (NULL: every queue event subscription of the topic, present and future). The role is named: renamed, it loses the right; the view event_subscription_receivers shows it.';
+COMMENT ON TABLE eventgrid.receive_grants IS 'Internal: what grant_receive() granted: role role_oid (its name role_name, kept current by the upkeep worker) may receive from queue event subscription subscription_id of topic (NULL: every queue event subscription of the topic, present and future). The role is named by OID: renamed, it keeps the grant; dropped, its grants are deleted; a new role of the same name gets nothing. Restored from a dump, a grant is bound to the role of its role_name (as pg_dump does for privileges) by a trigger; the view event_subscription_receivers shows them.';
+
+COMMENT ON COLUMN eventgrid.receive_grants.role_oid IS 'The role granted (pg_roles.oid); 0 when a restore found no role of role_name.';
 
 CREATE VIEW eventgrid.event_subscription_receivers AS
  SELECT g.topic,
     s.name AS subscription,
-    g.role_name,
-    (EXISTS ( SELECT 1
-           FROM pg_roles r
-          WHERE (r.rolname = g.role_name))) AS role_exists,
+    COALESCE(r.rolname, g.role_name) AS role_name,
+    (r.oid IS NOT NULL) AS role_exists,
     g.granted_at,
     g.granted_by
-   FROM (eventgrid.receive_grants g
+   FROM ((eventgrid.receive_grants g
      LEFT JOIN eventgrid.event_subscriptions s ON ((s.id = g.subscription_id)))
-  ORDER BY g.topic, s.name NULLS FIRST, g.role_name;
+     LEFT JOIN pg_roles r ON ((r.oid = g.role_oid)))
+  ORDER BY g.topic, s.name NULLS FIRST, COALESCE(r.rolname, g.role_name);
 
-COMMENT ON VIEW eventgrid.event_subscription_receivers IS 'The receive rights grant_receive() gave (SPEC 14): per row, a role that may call receive(), acknowledge(), release(), reject() and renew_locks() on queue event subscription subscription of topic (NULL: every queue event subscription of the topic), whether that role exists now, when and by whom it was granted. Members of eventgrid_receiver reach every queue without a row here. For eventgrid_admin.';
+COMMENT ON VIEW eventgrid.event_subscription_receivers IS 'The receive rights grant_receive() gave (SPEC 14): per row, a role that may call receive(), acknowledge(), release(), reject() and renew_locks() on queue event subscription subscription of topic (NULL: every queue event subscription of the topic), by its current name (a renamed role keeps its grants; a dropped one loses them), whether it exists (false only until the upkeep worker deletes a dropped role''s grants, or for a restored grant whose role is missing), when and by whom it was granted. Members of eventgrid_receiver reach every queue without a row here. For eventgrid_admin.';
 
 CREATE TABLE eventgrid.signing_secrets (
     subscription_id bigint NOT NULL,
@@ -5454,6 +5487,16 @@ CREATE SEQUENCE eventgrid.expired_event_subscriptions_id_seq
 
 ALTER SEQUENCE eventgrid.expired_event_subscriptions_id_seq OWNED BY eventgrid.expired_event_subscriptions.id;
 
+CREATE TABLE eventgrid.http_publish_counts (
+    topic text,
+    outcome text NOT NULL,
+    requests bigint DEFAULT 0 NOT NULL,
+    latency_ms_sum double precision DEFAULT 0 NOT NULL,
+    CONSTRAINT http_publish_counts_outcome_check CHECK ((outcome = ANY (ARRAY['Success'::text, 'Unauthorized'::text, 'BadRequest'::text, 'NotFound'::text, 'MethodNotAllowed'::text, 'PayloadTooLarge'::text, 'ServiceUnavailable'::text, 'Other'::text])))
+);
+
+COMMENT ON TABLE eventgrid.http_publish_counts IS 'Internal: publish requests the HTTP listener answered (SPEC 16), per topic (NULL: the URL named no topic of this database) and outcome: Success (200) or the error code of the answer (Unauthorized 401, BadRequest 400, NotFound 404, MethodNotAllowed 405, PayloadTooLarge 413, ServiceUnavailable 503, Other); requests, and for successes the milliseconds from the whole request read to its answer, summed. Written by the listener every 5 s. Read it through topic_publish_metrics and metrics.';
+
 CREATE VIEW eventgrid.metrics AS
  SELECT t.name AS topic,
     NULL::text AS event_subscription,
@@ -5461,9 +5504,13 @@ CREATE VIEW eventgrid.metrics AS
     m.aggregation,
     m.unit,
     m.value
-   FROM ((eventgrid.topics t
+   FROM (((eventgrid.topics t
      LEFT JOIN eventgrid.topic_counters c ON ((c.topic = t.name)))
-     CROSS JOIN LATERAL ( VALUES ('PublishSuccessCount'::text,'Total'::text,'Count'::text,(COALESCE(c.published, (0)::bigint))::double precision), ('UnmatchedEventCount'::text,'Total'::text,'Count'::text,(COALESCE(c.unmatched, (0)::bigint))::double precision)) m(metric_name, aggregation, unit, value))
+     CROSS JOIN LATERAL ( SELECT (COALESCE(sum(h.requests) FILTER (WHERE (h.outcome <> 'Success'::text)), (0)::numeric))::double precision AS failed,
+            (sum(h.latency_ms_sum) FILTER (WHERE (h.outcome = 'Success'::text)) / (NULLIF(sum(h.requests) FILTER (WHERE (h.outcome = 'Success'::text)), (0)::numeric))::double precision) AS latency
+           FROM eventgrid.http_publish_counts h
+          WHERE (h.topic = t.name)) p)
+     CROSS JOIN LATERAL ( VALUES ('PublishSuccessCount'::text,'Total'::text,'Count'::text,(COALESCE(c.published, (0)::bigint))::double precision), ('UnmatchedEventCount'::text,'Total'::text,'Count'::text,(COALESCE(c.unmatched, (0)::bigint))::double precision), ('PublishFailCount'::text,'Total'::text,'Count'::text,p.failed), ('PublishSuccessLatencyInMs'::text,'Average'::text,'Milliseconds'::text,p.latency)) m(metric_name, aggregation, unit, value))
 UNION ALL
  SELECT s.topic,
     s.name AS event_subscription,
@@ -5483,7 +5530,7 @@ UNION ALL
                    FROM eventgrid.queue_counters x
                   WHERE (x.subscription_id = s.id)))::bigint))::double precision), ('DeliveryAttemptFailCount'::text,'Total'::text,'Count'::text,(COALESCE(c.failed_attempts, (0)::bigint))::double precision), ('DeadLetteredCount'::text,'Total'::text,'Count'::text,(COALESCE(c.dead_lettered, (0)::bigint))::double precision), ('DroppedEventCount'::text,'Total'::text,'Count'::text,(COALESCE(c.dropped, (0)::bigint))::double precision), ('DestinationProcessingDurationInMs'::text,'Average'::text,'Milliseconds'::text,d.average), ('DestinationProcessingDurationInMs'::text,'P95'::text,'Milliseconds'::text,d.p95)) m(metric_name, aggregation, unit, value));
 
-COMMENT ON VIEW eventgrid.metrics IS 'Event Grid''s metrics, one row per metric and topic (event_subscription NULL: PublishSuccessCount, UnmatchedEventCount) or event subscription (MatchedEventCount, DeliverySuccessCount, DeliveryAttemptFailCount, DeadLetteredCount, DroppedEventCount, DestinationProcessingDurationInMs Average and P95). Counts are totals since the topic or subscription was created; published events are counted by the upkeep worker, about a second after commit. Durations: libcurl''s total time of the retained attempts that had an HTTP answer (NULL when there are none); they follow eventgrid.attempt_history.';
+COMMENT ON VIEW eventgrid.metrics IS 'Event Grid''s metrics, one row per metric and topic (event_subscription NULL: PublishSuccessCount, UnmatchedEventCount, and of requests to the HTTP data plane PublishFailCount, refused requests, and PublishSuccessLatencyInMs Average, from a whole request read to its answer, NULL before the first) or event subscription (MatchedEventCount, DeliverySuccessCount, DeliveryAttemptFailCount, DeadLetteredCount, DroppedEventCount, DestinationProcessingDurationInMs Average and P95). Counts are totals since the topic or subscription was created; published events are counted by the upkeep worker, about a second after commit. Durations: libcurl''s total time of the retained attempts that had an HTTP answer (NULL when there are none); they follow eventgrid.attempt_history.';
 
 CREATE VIEW eventgrid.ordering_metrics AS
  SELECT s.read_key AS topic,
@@ -5688,6 +5735,18 @@ CREATE VIEW eventgrid.topic_metrics AS
 
 COMMENT ON VIEW eventgrid.topic_metrics IS 'Prometheus counters per topic: publish_success_total (events published, counted by the upkeep worker about a second after commit; Event Grid''s PublishSuccessCount) and unmatched_events_total (events no event subscription''s filters took; UnmatchedEventCount). Totals since the topic was created. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
 
+CREATE VIEW eventgrid.topic_publish_metrics AS
+ SELECT h.topic,
+    h.outcome,
+    h.requests AS requests_total,
+        CASE
+            WHEN (h.outcome = 'Success'::text) THEN (h.latency_ms_sum / (1000.0)::double precision)
+            ELSE NULL::double precision
+        END AS latency_seconds_sum
+   FROM eventgrid.http_publish_counts h;
+
+COMMENT ON VIEW eventgrid.topic_publish_metrics IS 'Prometheus counters of the publish requests the HTTP data plane answered (SPEC 16), per topic (NULL: the URL named no topic of this database) and outcome: Success (PublishSuccessCount counts the events; this the requests), or the error code answered (Unauthorized, BadRequest, NotFound, MethodNotAllowed, PayloadTooLarge, ServiceUnavailable, Other): Event Grid''s PublishFailCount by reason; latency_seconds_sum of the successes, from the whole request read to the answer (with requests_total, PublishSuccessLatencyInMs). Counted by the listener and written every 5 s. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
 CREATE VIEW eventgrid.topic_statistics AS
  SELECT t.name AS topic,
     t.input_schema,
@@ -5749,6 +5808,31 @@ ALTER TABLE ONLY eventgrid.queue_events ALTER COLUMN id SET DEFAULT nextval('eve
 
 ALTER TABLE ONLY eventgrid.rejected_events ALTER COLUMN id SET DEFAULT nextval('eventgrid.rejected_events_id_seq'::regclass);
 
+ALTER TABLE ONLY eventgrid.http_publish_counts
+    ADD CONSTRAINT http_publish_counts_key UNIQUE NULLS NOT DISTINCT (topic, outcome);
+
+CREATE FUNCTION eventgrid._http_count(counts jsonb) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    BEGIN ATOMIC
+ INSERT INTO eventgrid.http_publish_counts AS c (topic, outcome, requests, latency_ms_sum)  SELECT t.name,
+                 CASE
+                     WHEN (x.outcome = ANY (ARRAY['Success'::text, 'Unauthorized'::text, 'BadRequest'::text, 'NotFound'::text, 'MethodNotAllowed'::text, 'PayloadTooLarge'::text, 'ServiceUnavailable'::text])) THEN x.outcome
+                     ELSE 'Other'::text
+                 END AS "case",
+             sum(GREATEST(x.requests, (0)::bigint)) AS sum,
+             sum(GREATEST(COALESCE(x.latency_ms, (0)::double precision), (0)::double precision)) AS sum
+            FROM (jsonb_to_recordset(_http_count.counts) x(topic text, outcome text, requests bigint, latency_ms double precision)
+              LEFT JOIN eventgrid.topics t ON ((t.name = x.topic)))
+           GROUP BY t.name,
+                 CASE
+                     WHEN (x.outcome = ANY (ARRAY['Success'::text, 'Unauthorized'::text, 'BadRequest'::text, 'NotFound'::text, 'MethodNotAllowed'::text, 'PayloadTooLarge'::text, 'ServiceUnavailable'::text])) THEN x.outcome
+                     ELSE 'Other'::text
+                 END ON CONFLICT ON CONSTRAINT http_publish_counts_key DO UPDATE SET requests = (c.requests + excluded.requests), latency_ms_sum = (c.latency_ms_sum + excluded.latency_ms_sum);
+END;
+
+COMMENT ON FUNCTION eventgrid._http_count(counts jsonb) IS 'Internal: adds the HTTP listener''s counts of publish requests (SPEC 16), a JSON array of {topic, outcome, requests, latency_ms}, to eventgrid.http_publish_counts; a topic this database does not have is counted under NULL, an unknown outcome as Other. Executable by eventgrid_http, the listener''s role.';
+
 ALTER TABLE ONLY eventgrid.attempt_log_rotation
     ADD CONSTRAINT attempt_log_rotation_pkey PRIMARY KEY (singleton);
 
@@ -5807,7 +5891,7 @@ ALTER TABLE ONLY eventgrid.queue_events
     ADD CONSTRAINT queue_events_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY eventgrid.receive_grants
-    ADD CONSTRAINT receive_grants_topic_subscription_id_role_name_key UNIQUE NULLS NOT DISTINCT (topic, subscription_id, role_name);
+    ADD CONSTRAINT receive_grants_topic_subscription_id_role_oid_key UNIQUE NULLS NOT DISTINCT (topic, subscription_id, role_oid);
 
 ALTER TABLE ONLY eventgrid.rejected_events
     ADD CONSTRAINT rejected_events_pkey PRIMARY KEY (id);
@@ -5910,6 +5994,8 @@ CREATE TRIGGER events_validate BEFORE INSERT ON eventgrid.events FOR EACH ROW EX
 
 CREATE TRIGGER events_wake AFTER INSERT ON eventgrid.events FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._wake_at_commit();
 
+CREATE TRIGGER receive_grants_bind BEFORE INSERT ON eventgrid.receive_grants FOR EACH ROW EXECUTE FUNCTION eventgrid._bind_receive_grant();
+
 CREATE TRIGGER table_publications_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON eventgrid.table_publications FOR EACH STATEMENT EXECUTE FUNCTION eventgrid._table_publications_changed();
 
 ALTER TABLE ONLY eventgrid.client_certificates
@@ -5944,6 +6030,9 @@ ALTER TABLE ONLY eventgrid.event_subscriptions
 
 ALTER TABLE ONLY eventgrid.event_subscriptions
     ADD CONSTRAINT event_subscriptions_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.http_publish_counts
+    ADD CONSTRAINT http_publish_counts_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON UPDATE CASCADE ON DELETE CASCADE;
 
 ALTER TABLE ONLY eventgrid.ordering_keys
     ADD CONSTRAINT ordering_keys_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
@@ -6085,6 +6174,8 @@ REVOKE ALL ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bi
 GRANT ALL ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._batch_events(topic text, event_table smallint, txids xid8[], event_ids bigint[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._bind_receive_grant() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._caller() FROM PUBLIC;
 
@@ -6282,6 +6373,8 @@ REVOKE ALL ON FUNCTION eventgrid._receive_grant_target(topic text, subscription 
 REVOKE ALL ON FUNCTION eventgrid._receive_subscription_id(topic text, subscription text, role oid) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._record_validation(sid bigint, sent_code text, http_status integer, body text, allowed_origin text, allowed_rate text, origin text, error text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._refresh_receive_grants() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._refuse_change() FROM PUBLIC;
 
@@ -6555,6 +6648,8 @@ GRANT USAGE ON SEQUENCE eventgrid.events_id_seq TO eventgrid_publisher;
 GRANT SELECT ON TABLE eventgrid.expired_event_subscriptions TO pg_monitor;
 GRANT SELECT,DELETE ON TABLE eventgrid.expired_event_subscriptions TO eventgrid_admin;
 
+GRANT SELECT ON TABLE eventgrid.http_publish_counts TO eventgrid_admin;
+
 GRANT SELECT ON TABLE eventgrid.metrics TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.ordering_metrics TO pg_monitor;
@@ -6581,12 +6676,18 @@ GRANT SELECT ON TABLE eventgrid.topic_keys TO eventgrid_admin;
 GRANT SELECT ON TABLE eventgrid.topic_metrics TO pg_monitor;
 GRANT SELECT ON TABLE eventgrid.topic_metrics TO eventgrid_admin;
 
+GRANT SELECT ON TABLE eventgrid.topic_publish_metrics TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.topic_publish_metrics TO eventgrid_admin;
+
 GRANT SELECT ON TABLE eventgrid.topic_statistics TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.worker_metrics TO pg_monitor;
 GRANT SELECT ON TABLE eventgrid.worker_metrics TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.worker_status TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._http_count(counts jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._http_count(counts jsonb) TO eventgrid_http;
 
 -- The rows the rotations start from.
 INSERT INTO eventgrid.event_table_rotations (event_table) VALUES (0), (1), (2);
@@ -6637,6 +6738,7 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_2', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.events_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.expired_event_subscriptions', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.expired_event_subscriptions_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.http_publish_counts', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.ordering_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.queue_batches', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.queue_batches_id_seq', '');

@@ -444,6 +444,10 @@ eg_emit_log(ErrorData *edata)
 	else if (inserting)
 		edata->hint = psprintf("Publishing requires the role eventgrid_publisher: GRANT eventgrid_publisher TO %s;",
 							   quote_identifier(user));
+	else if (cols != NULL && admin)
+		/* an admin reads all but the secrets: no other role would let it read more */
+		edata->hint = psprintf("Role %s may read only these columns of eventgrid.%s: %s; name them instead of * (the others hold secrets, which no role reads).",
+							   quote_identifier(user), object, cols);
 	else if (cols != NULL)
 		edata->hint = psprintf("Role %s may read only these columns of eventgrid.%s: %s; name them instead of *, or read it as a member of eventgrid_admin.",
 							   quote_identifier(user), object, cols);

@@ -69,7 +69,8 @@ note_subscriptions(void)
  * afresh, the positions of subscriptions whose endpoint validation failed
  * pass what is published, chunks and in-flight retries of delivery workers that no longer
  * run become retries (eg_store_recover), published and unmatched events
- * are counted, queue subscriptions' events past their time to live or
+ * are counted, receive grants of dropped roles deleted (and the others'
+ * role names kept current), queue subscriptions' events past their time to live or
  * delivery count are dead-lettered (eg_store_expire_queue; every 10 s, and
  * after new settings) (and whether the database has an event subscription is
  * noted), each event table other than the current one is emptied if
@@ -99,6 +100,7 @@ upkeep(void)
 	}
 	eg_store_recover(0, now, eg_attempt_history != EG_HISTORY_OFF, &charged, &taken);
 	eg_store_count_unmatched();
+	eg_store_refresh_receive_grants();
 	eg_store_forget_health();
 	if (GetCurrentTimestamp() - queue_swept_at >= (TimestampTz) EG_QUEUE_SWEEP_INTERVAL_MS * 1000)
 	{

@@ -50,6 +50,7 @@ typedef struct ListenerRequest
 	struct MHD_Connection *conn;
 	EgServeCall call;			/* call.status 0: not answered yet */
 	bool		suspended;		/* waiting for its statement's result */
+	TimestampTz read_at;		/* when it was read whole */
 } ListenerRequest;
 
 /*
@@ -259,6 +260,52 @@ route(struct MHD_Connection *conn, const char *url, EgServeCall *call)
 	return true;
 }
 
+/*
+ * Counts an answer to a publish request (a custom topic's api/events, a
+ * namespace topic's :publish) for the metrics (publish_counts.c); other
+ * requests are not counted.  started: when the request was read whole (0:
+ * answered before).
+ */
+static void
+count_publish(const char *url, unsigned int status, TimestampTz started)
+{
+	static MemoryContext cxt = NULL;
+	MemoryContext old;
+	char	  **seg;
+	const char *topic = NULL;
+	double		ms = 0;
+
+	/* the path's pieces in memory of their own: also called with no request's context */
+	if (cxt == NULL)
+		cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid publish count", ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+
+	if ((seg = path_segments(url, 5)) != NULL && strcmp(seg[1], "topics") == 0 &&
+		strcmp(seg[3], "api") == 0 && strcmp(seg[4], "events") == 0)
+		topic = seg[2];
+	else if ((seg = path_segments(url, 3)) != NULL && strcmp(seg[1], "topics") == 0)
+	{
+		const char *op = namespace_operation(seg[2]);
+
+		if (op != NULL && strcmp(op, "publish") == 0)
+			topic = seg[2];
+	}
+	if (started != 0)
+		ms = (double) (GetCurrentTimestamp() - started) / 1000.0;
+	if (topic != NULL && name_ok(seg[0], NAMEDATALEN - 1))
+		eg_publish_count(seg[0], topic, (int) status, ms);
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(cxt);
+}
+
+/* Answers a whole request with an error, counted if it was a publish. */
+static enum MHD_Result
+refuse(struct MHD_Connection *conn, const char *url, unsigned int status, const char *code, const char *message)
+{
+	count_publish(url, status, 0);
+	return answer_error(conn, status, code, message);
+}
+
 /* A whole request: routes it and starts its statement (answered now, or when the result arrives). */
 static enum MHD_Result
 dispatch(struct MHD_Connection *conn, const char *url, ListenerRequest *req)
@@ -273,16 +320,19 @@ dispatch(struct MHD_Connection *conn, const char *url, ListenerRequest *req)
 	/* no credential at all: refused before anything is looked up (nothing tells which databases or topics exist) */
 	if (header(conn, "aeg-sas-key") == NULL && header(conn, "aeg-sas-token") == NULL &&
 		header(conn, MHD_HTTP_HEADER_AUTHORIZATION) == NULL)
-		return answer_error(conn, MHD_HTTP_UNAUTHORIZED, "Unauthorized", EG_HTTP_UNAUTHORIZED_MESSAGE);
+		return refuse(conn, url, MHD_HTTP_UNAUTHORIZED, "Unauthorized", EG_HTTP_UNAUTHORIZED_MESSAGE);
 	if (memchr(req->body.data, '\0', req->body.len) != NULL)
-		return answer_error(conn, MHD_HTTP_BAD_REQUEST, "BadRequest", "The request body must be JSON text.");
+		return refuse(conn, url, MHD_HTTP_BAD_REQUEST, "BadRequest", "The request body must be JSON text.");
 	call->params[call->nparams == 7 ? 6 : 8] = req->body.data;	/* the body: last of a publish, ninth of a namespace operation */
 	call->cxt = req->cxt;
 	call->done = call_done;
 	call->arg = req;
 	eg_serve_start(call);
 	if (call->status != 0)
+	{
+		count_publish(url, (unsigned int) call->status, req->read_at);
 		return answer(conn, (unsigned int) call->status, call->answer);
+	}
 	req->suspended = true;
 	MHD_suspend_connection(conn);
 	return MHD_YES;
@@ -317,14 +367,14 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		if (strcmp(method, MHD_HTTP_METHOD_POST) != 0)
 		{
 			mark_in_request(conn);
-			return answer_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "MethodNotAllowed",
-								"Event Grid's data plane takes POST requests only.");
+			return refuse(conn, url, MHD_HTTP_METHOD_NOT_ALLOWED, "MethodNotAllowed",
+						  "Event Grid's data plane takes POST requests only.");
 		}
 		if (length != NULL && strtoull(length, NULL, 10) > EG_HTTP_MAX_BODY)
 		{
 			mark_in_request(conn);
-			return answer_error(conn, MHD_HTTP_CONTENT_TOO_LARGE, "PayloadTooLarge",
-								"A request may carry at most 1 MB (1048576 bytes).");
+			return refuse(conn, url, MHD_HTTP_CONTENT_TOO_LARGE, "PayloadTooLarge",
+						  "A request may carry at most 1 MB (1048576 bytes).");
 		}
 		cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid HTTP request", ALLOCSET_SMALL_SIZES);
 		req = MemoryContextAllocZero(cxt, sizeof(ListenerRequest));
@@ -347,10 +397,15 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		return MHD_YES;
 	}
 	if (req->call.status != 0)
-		return answer(conn, (unsigned int) req->call.status, req->call.answer);	/* resumed */
+	{
+		/* resumed */
+		count_publish(url, (unsigned int) req->call.status, req->read_at);
+		return answer(conn, (unsigned int) req->call.status, req->call.answer);
+	}
 	if (req->call.sql != NULL)
 		return MHD_YES;			/* still running (not resumed by it) */
 	mark_in_request(conn);
+	req->read_at = GetCurrentTimestamp();
 	old = MemoryContextSwitchTo(req->cxt);
 	ret = dispatch(conn, url, req);
 	MemoryContextSwitchTo(old);
@@ -602,6 +657,7 @@ eventgrid_http_listener_main(Datum arg)
 	WaitEventSet *set;
 	TimestampTz tidied_at = 0;
 	TimestampTz watched_at = 0;
+	TimestampTz counted_at = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -680,6 +736,11 @@ eventgrid_http_listener_main(Datum arg)
 		}
 		if (log_suppressed > 0 && TimestampDifferenceExceeds(log_window_start, GetCurrentTimestamp(), 60000))
 			log_window_turn(GetCurrentTimestamp());
+		if (TimestampDifferenceExceeds(counted_at, GetCurrentTimestamp(), EG_HTTP_COUNT_FLUSH_MS))
+		{
+			eg_publish_counts_write();
+			counted_at = GetCurrentTimestamp();
+		}
 		if (TimestampDifferenceExceeds(tidied_at, GetCurrentTimestamp(), 1000))
 		{
 			eg_serve_tidy();

@@ -73,6 +73,21 @@ extern void eg_serve_poll(void);
  */
 extern void eg_serve_tidy(void);
 
+/*
+ * publish_counts.c: counts a publish request to database's topic (as the
+ * URL names them) that the listener answered status, with the
+ * milliseconds from the whole request read to the answer (SPEC 16).
+ */
+extern void eg_publish_count(const char *database, const char *topic, int status, double latency_ms);
+
+/*
+ * publish_counts.c: writes the counts into their databases, one statement
+ * each (eventgrid._http_count()), and forgets them; the listener calls it
+ * every EG_HTTP_COUNT_FLUSH_MS.
+ */
+extern void eg_publish_counts_write(void);
+#define EG_HTTP_COUNT_FLUSH_MS 5000
+
 /* serve_db.c: closes the connections to the databases (the listener's exit). */
 extern void eg_serve_disconnect(void);
 

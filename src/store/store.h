@@ -272,6 +272,7 @@ typedef struct EgSubscriptionState
 } EgSubscriptionState;
 extern void eg_store_subscription_states(const int64 *ids, int n, EgSubscriptionState *states);
 extern void eg_store_count_unmatched(void);
+extern void eg_store_refresh_receive_grants(void);
 extern bool eg_store_has_subscriptions(void);
 
 /*

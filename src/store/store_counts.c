@@ -79,6 +79,22 @@ eg_store_has_subscriptions(void)
 	return eg_bool_col(SPI_tuptable, 0, 1);
 }
 
+static EgStatement refresh_grants = {
+	.name = "receive grants refresh",
+	.sql = "SELECT eventgrid._refresh_receive_grants()",
+};
+
+/*
+ * Deletes the receive grants of dropped roles and keeps each grant's role
+ * name current, for dumps (SPEC 14; eventgrid._refresh_receive_grants()).
+ * In a unit of work (the upkeep worker's).
+ */
+void
+eg_store_refresh_receive_grants(void)
+{
+	eg_store_run(&refresh_grants, NULL, false, SPI_OK_SELECT);
+}
+
 /* Counts the events that no event subscription takes, per topic (SPEC 9). */
 void
 eg_store_count_unmatched(void)

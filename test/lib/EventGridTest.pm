@@ -20,12 +20,27 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-our @EXPORT = qw(new_node start_receiver start_python_server start_nginx requests wait_for_requests advance_clock
+our @EXPORT = qw(scaled new_node start_receiver start_python_server start_nginx requests wait_for_requests advance_clock
   eg_event wait_for_sql planned_wait wait_recorded sql_error start_workers restart_workers worker_count
   openssl make_ca issue_certificate cpu_ticks);
 
 my $json = JSON::PP->new->canonical;
 my $clock_offset = 0;
+
+# EG_TEST_TIME_FACTOR (default 1): how much longer than on a quiet machine
+# every wait of the tests may take (a loaded machine: 2 or 3).  The waits
+# of wait_for_sql(), wait_for_requests() and PostgreSQL::Test::Cluster's
+# poll_query_until() (PG_TEST_TIMEOUT_DEFAULT) are multiplied by it; a
+# test's own limits go through scaled().
+my $time_factor = ($ENV{EG_TEST_TIME_FACTOR} // '') =~ /^\d+(\.\d+)?$/ ? $ENV{EG_TEST_TIME_FACTOR} : 1;
+$PostgreSQL::Test::Utils::timeout_default = int(180 * $time_factor) unless defined $ENV{PG_TEST_TIMEOUT_DEFAULT};
+
+# $secs seconds on a quiet machine, as long as EG_TEST_TIME_FACTOR says here.
+sub scaled
+{
+	my ($secs) = @_;
+	return $secs * $time_factor;
+}
 my @receivers;
 
 # receivers are stopped when the test script ends; reaping them must not
@@ -203,7 +218,7 @@ sub requests
 sub wait_for_requests
 {
 	my ($r, $path, $n, $secs) = @_;
-	$secs //= 60;
+	$secs = scaled($secs // 60);
 	for (1 .. $secs * 10)
 	{
 		my @got = requests($r, $path);
@@ -262,7 +277,7 @@ sub eg_event
 sub wait_for_sql
 {
 	my ($node, $sql, $expected, $secs, $db) = @_;
-	$secs //= 60;
+	$secs = scaled($secs // 60);
 	$db //= 'postgres';
 	my $got = '';
 	# psql may go before it has read its input (a server in crash recovery

@@ -29,7 +29,8 @@ use Time::HiRes qw(usleep);
 
 my $monitoring = File::Spec->rel2abs("$FindBin::RealBin/../../monitoring");
 my $json = JSON::PP->new;
-my $node = new_node('monitoring', 'eventgrid.response_timeout' => "'1s'");
+my $http_port = PostgreSQL::Test::Cluster::get_free_port();
+my $node = new_node('monitoring', 'eventgrid.response_timeout' => "'1s'", 'eventgrid.http_port' => $http_port);
 my $r = start_receiver();
 my $u = $r->{url};
 sub sql { return $node->safe_psql('postgres', shift) }
@@ -71,6 +72,30 @@ sql("SELECT eventgrid.create_event_subscription('alerts', 'pager', '$u/status/20
 sql("SELECT eventgrid.create_event_subscription('alerts-ce', 'pager-ce', '$u/status/200/pager-ce')");
 # a queue subscription (pull delivery)
 sql("SELECT eventgrid.create_topic('jobs', 'CloudEventSchemaV1_0', 'namespace')");
+
+# over HTTP: two publishes to inbound (a topic no one subscribes to) and one with a wrong key (PublishFailCount), counted by the listener
+sql("SELECT eventgrid.create_topic('inbound')");
+my $inbound_key = sql("SELECT key1 FROM eventgrid.topic_keys WHERE topic = 'inbound'");
+my $http = HTTP::Tiny->new(timeout => 10);
+my $one = $json->encode([ { id => 'h1', subject => 's', eventType => 'Shop.Http', eventTime => '2026-01-01T00:00:00Z',
+	data => {}, dataVersion => '1' } ]);
+# (the listener may still be starting: a refused connection, 599, is tried again)
+sub post_inbound
+{
+	my ($key) = @_;
+	my $status = 599;
+	for (1 .. 50)
+	{
+		$status = $http->post("http://127.0.0.1:$http_port/postgres/topics/inbound/api/events",
+			{ headers => { 'aeg-sas-key' => $key, 'Content-Type' => 'application/json' }, content => $one })->{status};
+		last if $status != 599;
+		usleep(200_000);
+	}
+	return $status;
+}
+my @statuses = map { post_inbound($_) } ($inbound_key, $inbound_key, 'wrong');
+is("@statuses", '200 200 401', 'two publishes over HTTP and one refused');
+
 sql("SELECT eventgrid.create_event_subscription('jobs', 'workers', delivery_mode => 'queue')");
 # a subscription of the notification topic that dead-letters into it: no loop
 sql("SELECT eventgrid.create_event_subscription('alerts', 'looping', '$u/status/400/looping', deadletter => true,
@@ -167,10 +192,20 @@ sql("CREATE TABLE taken AS SELECT lock_token FROM eventgrid.receive('jobs', 'wor
 sql("SELECT eventgrid.acknowledge('jobs', 'workers', (SELECT array_agg(lock_token) FROM (SELECT lock_token FROM taken LIMIT 3) t))");
 sql("SELECT eventgrid.release('jobs', 'workers', (SELECT array_agg(lock_token) FROM taken), 600)");
 
+# the listener's counts of those publishes over HTTP (written every 5 s)
+ok(wait_for_sql($node, "SELECT string_agg(outcome || '=' || requests_total, ',' ORDER BY outcome) FROM eventgrid.topic_publish_metrics"
+		  . " WHERE topic = 'inbound'", 'Success=2,Unauthorized=1', 20), 'the listener wrote its counts');
+is(sql("SELECT metric_name || '=' || value FROM eventgrid.metrics WHERE topic = 'inbound' AND metric_name = 'PublishFailCount'"),
+	'PublishFailCount=1', 'metrics has PublishFailCount');
+like(sql("SELECT value FROM eventgrid.metrics WHERE topic = 'inbound' AND metric_name = 'PublishSuccessLatencyInMs'"),
+	qr/^\d+(\.\d+)?(e-\d+)?$/, 'and PublishSuccessLatencyInMs');
+
 # every metric equals what SQL says
 my %same = (
 	'eventgrid_publish_success_total' => [ [qw(topic)],
 		"SELECT topic || '=' || publish_success_total FROM eventgrid.topic_metrics" ],
+	'eventgrid_http_publish_requests_total' => [ [qw(topic outcome)],
+		"SELECT coalesce(topic, '') || ',' || outcome || '=' || requests_total FROM eventgrid.topic_publish_metrics" ],
 	'eventgrid_unmatched_events_total' => [ [qw(topic)],
 		"SELECT topic || '=' || unmatched_events_total FROM eventgrid.topic_metrics" ],
 	'eventgrid_matched_events_total' => [ [qw(topic event_subscription)],

@@ -234,6 +234,31 @@ is(sql("SELECT string_agg(event->>'id' || ' ' || dead_letter_reason, ', ' ORDER 
 	'c1 MaxDeliveryCountExceeded', 'c1 dead-lettered: MaxDeliveryCountExceeded');
 sql("SELECT eventgrid.drop_topic('capped')");
 
+# --- receive(max_events 2) with released events and never-received ones: exactly 2
+# (a lock token of one queue subscription settles nothing of another of the same topic)
+$topic{'q-rel'} = 'releasing';
+$topic{'q-rel2'} = 'releasing';
+sql("SELECT eventgrid.create_topic('releasing', 'CloudEventSchemaV1_0', 'namespace')");
+sql("SELECT eventgrid.create_event_subscription('releasing', '$_', delivery_mode => 'queue')") for qw(q-rel q-rel2);
+publish('releasing', map { "r$_" } 1 .. 6);
+ok(wait_for_sql($node, "SELECT sum(receivable_events) FROM eventgrid.queue_metrics WHERE event_subscription IN ('q-rel', 'q-rel2')", '12'),
+	'q-rel and q-rel2 have six events each');
+@got = receive('q-rel', 2);
+is(join(',', map { $_->[2] } @got), 'r1,r2', 'q-rel: r1 and r2 received');
+my @other = receive('q-rel2', 1);
+for my $o ('acknowledge', 'release', 'reject', 'renew_locks')
+{
+	like(op($o, 'q-rel2', [ $got[0][0] ]), qr/^false (TokenLost|InvalidLockToken)/, "a q-rel lock token does not $o in q-rel2");
+}
+like(op('acknowledge', 'q-rel', [ $other[0][0] ]), qr/^false/, 'nor a q-rel2 token in q-rel');
+is(op('release', 'q-rel', [ map { $_->[0] } @got ]), "true \ntrue ", 'q-rel releases both');
+@got = receive('q-rel', 2);
+is(scalar(@got) . ' ' . join(',', map { $_->[2] } @got), '2 r1,r2', 'receive(max_events 2) then returns exactly two: the released ones first');
+@got = receive('q-rel', 3);
+is(scalar(@got) . ' ' . join(',', map { $_->[2] } @got), '3 r3,r4,r5', 'and receive(max_events 3) three of those never received');
+is(metric('q-rel2', 'locked_events'), '1', 'q-rel2 still holds its one lock, untouched by the other subscription\'s calls');
+sql("SELECT eventgrid.drop_topic('releasing')");
+
 # --- max delivery count and time to live with no consumer: the upkeep worker
 sql("SELECT eventgrid.create_event_subscription('expiring', 'q-ttl', delivery_mode => 'queue', deadletter => true,"
 	  . " event_time_to_live => 'PT1M', max_delivery_count => 1)");

@@ -8,6 +8,13 @@
 #    inherit it; revoke_receive() takes it back, also from a consumer
 #    already waiting; only eventgrid_admin grants; the grants are shown in
 #    event_subscription_receivers, logged once, dumped and restored;
+#  - a grant follows the role, not its name (issue "Trust, fifth pass",
+#    item 6): renamed, the role keeps it; a new role given the old name
+#    gets nothing; dropped, its grants vanish; a restore binds a grant to
+#    the role of its name there (a role dropped and made again between the
+#    dump and the restore gets it back, as pg_dump does for privileges);
+#    a grant on topic A's subscription is not honoured for topic B's
+#    subscription of the same name;
 #  - twenty consumers waiting on one subscription's empty queue use no CPU
 #    while another subscription of the database gets 200 events a second
 #    (each commit wakes only its own subscription's waiters);
@@ -136,6 +143,36 @@ is($node->safe_psql('restored', "SELECT string_agg(topic || '/' || coalesce(subs
 		  . " FROM eventgrid.event_subscription_receivers"),
 	'orders/* team, orders/qq1 consumer_a', 'the grants survive pg_dump and pg_restore');
 sql('DROP DATABASE restored');
+
+# --- a grant follows the role, not its name
+sql("SELECT eventgrid.create_event_subscription('billing', 'qq1', delivery_mode => 'queue')");
+like(fails("SELECT * FROM eventgrid.receive('billing', 'qq1', 1, 10)", 'consumer_a'), qr/42501/,
+	"a grant on orders' qq1 is not honoured for billing's qq1");
+sql("CREATE ROLE mover LOGIN");
+as('ops', "SELECT eventgrid.grant_receive('orders', 'qq1', 'mover')");
+sql("ALTER ROLE mover RENAME TO moved");
+like(as('moved', "SELECT count(*) FROM eventgrid.receive('orders', 'qq1', 1, 10)"), qr/^[01]$/, 'renamed, the role still receives');
+is(as('ops', "SELECT role_name || ' ' || role_exists FROM eventgrid.event_subscription_receivers WHERE role_name IN ('mover', 'moved')"),
+	'moved true', 'shown by its new name');
+sql("CREATE ROLE mover LOGIN");
+like(fails("SELECT * FROM eventgrid.receive('orders', 'qq1', 1, 10)", 'mover'), qr/42501/, 'a new role given the old name gets nothing');
+ok(wait_for_sql($node, "SELECT role_name FROM eventgrid.receive_grants WHERE role_oid = 'moved'::regrole", 'moved'),
+	'the upkeep worker writes the new name into the grant (what a dump carries)');
+my $dump2 = $node->basedir . '/rights2.dump';
+$node->command_ok([ 'pg_dump', '-Fc', '-f', $dump2, '-d', $node->connstr('postgres') ], 'pg_dump after the rename');
+sql("DROP ROLE moved");
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.event_subscription_receivers WHERE role_name IN ('mover', 'moved')", '0'),
+	'dropped, the role\'s grants vanish');
+like(fails("SELECT * FROM eventgrid.receive('orders', 'qq1', 1, 10)", 'mover'), qr/42501/, 'and nobody gets them');
+sql("CREATE ROLE moved LOGIN");
+like(fails("SELECT * FROM eventgrid.receive('orders', 'qq1', 1, 10)", 'moved'), qr/42501/, 'not even a new role of the dropped one\'s name');
+sql('CREATE DATABASE restored2');
+$node->command_ok([ 'pg_restore', '-d', $node->connstr('restored2'), $dump2 ], 'pg_restore');
+like($node->safe_psql('restored2', "SET ROLE moved; SELECT count(*) FROM eventgrid.receive('orders', 'qq1', 1, 10)"), qr/^[01]$/,
+	'a restore binds the grant to the role of its name there, as pg_dump binds privileges');
+is($node->safe_psql('restored2', "SELECT role_oid = 'moved'::regrole FROM eventgrid.receive_grants WHERE role_name = 'moved'"), 't',
+	'by that role\'s OID');
+sql('DROP DATABASE restored2');
 
 # --- revoked: at once, also for a consumer already waiting
 as('ops', "SELECT eventgrid.revoke_receive('orders', NULL, 'team')");

@@ -340,6 +340,22 @@ is((publish_domain('x' x 51))[0], 400, 'a name of 51 characters is 400');
 is(sql("SELECT string_agg(DISTINCT domain_topic, ',') FROM eventgrid.events WHERE topic = 'tenants'"), 'acme',
 	'only the good ones were stored');
 
+# --- what was refused is counted (PublishFailCount by reason; written by the listener every 5 s)
+my $failures = 'custom:PayloadTooLarge=1,nosuch:Unauthorized=1,orders:BadRequest=2,orders:Unauthorized=10,tenants:BadRequest=3';
+my $got_failures = '';
+for (1 .. 100)
+{
+	$got_failures = join(',', sort split /\n/, sql("SELECT coalesce(topic, 'nosuch') || ':' || outcome || '=' || requests_total"
+		  . " FROM eventgrid.topic_publish_metrics WHERE outcome <> 'Success'"));
+	last if $got_failures eq $failures;
+	usleep(200_000);
+}
+is($got_failures, $failures, 'the refused publish requests are counted per topic (none for a missing one) and reason');
+is(sql("SELECT value FROM eventgrid.metrics WHERE topic = 'orders' AND metric_name = 'PublishFailCount'"), '12',
+	'metrics: PublishFailCount of orders');
+like(sql("SELECT requests_total || ' ' || (latency_seconds_sum > 0) FROM eventgrid.topic_publish_metrics WHERE topic = 'orders'"
+		  . " AND outcome = 'Success'"), qr/^\d+ true$/, 'the successes with their latency (PublishSuccessLatencyInMs)');
+
 # --- the log: libmicrohttpd's messages about clients rate-limited
 my @lines = grep { /eventgrid HTTP listener: (?!serving)/ } split /\n/, slurp_file($node->logfile);
 cmp_ok(scalar(@lines), '<=', 40, sprintf('the listener logged %d lines about thousands of hostile connections', scalar @lines));
