@@ -137,6 +137,7 @@ eg_chroot_run() {
         mount -t tmpfs -o mode=1777 shm "$root/dev/shm" &&
         exec chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
             LANG=C.UTF-8 TERM="${TERM:-dumb}" CI="${CI:-}" PG_MAJOR="$PG_MAJOR" \
+            EG_TEST_TIME_FACTOR="${EG_TEST_TIME_FACTOR:-}" \
             PG_MAJORS="${PG_MAJORS:-}" EG_IN_CHROOT=1 bash "/root/eventgrid/$@"' \
         eg-chroot "$root" "$@"
 }

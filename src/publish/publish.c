@@ -738,7 +738,7 @@ typedef struct EgBatchCheck
 	bool		domain;
 	Jsonb	   *events;
 	int			n;
-	int			at;
+	volatile int at;			/* stored at each step: read after the error's longjmp */
 } EgBatchCheck;
 
 static void

@@ -417,7 +417,6 @@ static void
 on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
 	ListenerRequest *req = *con_cls;
-
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 	ListenerConnection *lc = ci != NULL ? ci->socket_context : NULL;
 
