@@ -27,6 +27,16 @@ topic 'jobs' in soak_b with a queue event subscription that three consumer
 threads receive from and acknowledge (pull delivery), fed by a publisher of
 its own at the same rate.
 
+The paths of 0.21.0 and 0.22.0 beside them: a publisher over the HTTP
+listener (Event Grid's data plane, with soak_c's key, into soak_c's topic:
+a 200 counts as published), one of the pull consumers over HTTP (receive
+and acknowledge), an event domain 'tenants' in soak_c whose publisher
+spreads its events over 1,000 domain topics (a domain-scope subscription
+gets them all, a domain-topic one only tenant-7's), and an event
+subscription of soak_a that expires halfway (deadletter on): every event
+committed before its expiration time must have arrived or be dead-lettered
+with reason SubscriptionExpired.
+
 Then the trouble stops, every receiver answers 200, and the workers' clock
 (eventgrid.clock_offset) moves ahead until nothing is pending, so that the
 retries still waiting come due.  Prints: events published (commits that
@@ -48,6 +58,9 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import urllib.error
+import urllib.request
 
 import psycopg2
 import psycopg2.errors
@@ -155,6 +168,8 @@ class Soak:
         self.stop = threading.Event()
         self.committed = {db: {} for db in DATABASES}  # event id -> commit time
         self.committed['jobs'] = {}  # the pulled topic's events
+        self.committed['domain'] = {}  # the domain's events, and of those tenant-7's
+        self.committed['tenant-7'] = {}
         self.subs = {}  # subscription name -> the key of self.committed its events are in
         self.holding = False
         self.crashes = ('restart (fast)', 'restart (immediate)', 'kill -9 a delivery worker')
@@ -212,6 +227,20 @@ class Soak:
         self.sql(DATABASES[1], "SELECT eventgrid.create_event_subscription('jobs', 'sub-pulled', delivery_mode => 'queue',"
                                " receive_lock_duration => 60)")
         self.subs['sub-pulled'] = 'jobs'
+        # the HTTP data plane's keys; an event domain of 1,000 tenants; a subscription that expires halfway
+        self.http_key = self.sql(DATABASES[2], "SELECT key1 FROM eventgrid.topic_keys WHERE topic = 'orders'")[0][0]
+        self.jobs_key = self.sql(DATABASES[1], "SELECT key1 FROM eventgrid.topic_keys WHERE topic = 'jobs'")[0][0]
+        self.sql(DATABASES[2], "SELECT eventgrid.create_domain('tenants')")
+        self.sql(DATABASES[2], "SELECT eventgrid.create_event_subscription('tenants', 'sub-domain', '%s/ok/sub-domain')" % ok_url)
+        self.subs['sub-domain'] = 'domain'
+        self.sql(DATABASES[2], "SELECT eventgrid.create_event_subscription('tenants/tenant-7', 'sub-tenant-7',"
+                               " '%s/ok/sub-tenant-7')" % ok_url)
+        self.subs['sub-tenant-7'] = 'tenant-7'
+        self.expires_at = self.sql(DATABASES[0], "SELECT extract(epoch FROM eventgrid._now() + interval '%d seconds')"
+                                   % int(self.args.minutes * 30))[0][0]
+        self.expires_at = float(self.expires_at)
+        self.sql(DATABASES[0], "SELECT eventgrid.create_event_subscription('orders', 'sub-expiring', '%s/ok/sub-expiring',"
+                               " deadletter => true, expiration_time => to_timestamp(%f))" % (ok_url, self.expires_at))
 
     # --- publishers
     def publisher(self, db):
@@ -250,6 +279,83 @@ class Soak:
                 c = None
                 time.sleep(0.2)
                 next_at = time.time()
+
+    def http_post(self, path, body, key, content_type='application/json', timeout=20):
+        req = urllib.request.Request('http://127.0.0.1:%d%s' % (self.args.http_port, path), data=body.encode(),
+                                     method='POST', headers={'aeg-sas-key': key, 'Content-Type': content_type})
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+
+    def http_publisher(self):
+        """Publishes soak_c's events over the HTTP listener; a 200 is a commit."""
+        seq = 0
+        interval = 1.0 / self.args.rate
+        next_at = time.time()
+        while not self.stop.is_set():
+            next_at += interval
+            delay = next_at - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            seq += 1
+            eid = 'http-%d' % seq
+            body = json.dumps([{'id': eid, 'subject': '/orders/h%d' % seq, 'eventType': 'Shop.OrderCreated',
+                                'eventTime': '2026-11-26T00:00:00Z', 'dataVersion': '1',
+                                'data': {'n': seq, 'pad': 'x' * 200}}])
+            try:
+                status, _ = self.http_post('/%s/topics/orders/api/events' % DATABASES[2], body, self.http_key)
+                if status == 200:
+                    self.committed[DATABASES[2]][eid] = time.time()
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.2)  # the listener restarts with the server: not counted
+                next_at = time.time()
+
+    def domain_publisher(self):
+        """Publishes to the domain, each event to one of 1,000 domain topics."""
+        seq = 0
+        interval = 1.0 / self.args.rate
+        c = None
+        next_at = time.time()
+        while not self.stop.is_set():
+            next_at += interval
+            delay = next_at - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            seq += 1
+            eid = 'dom-%d' % seq
+            tenant = 'tenant-%d' % (seq % 1000)
+            event = json.dumps({'id': eid, 'subject': '/orders/%d' % seq, 'eventType': 'Shop.OrderCreated',
+                                'eventTime': '2026-11-26T00:00:00Z', 'topic': tenant, 'data': {'n': seq}})
+            try:
+                if c is None:
+                    c = self.connect(DATABASES[2])
+                c.cursor().execute("INSERT INTO eventgrid.events (topic, event) VALUES ('tenants', %s)", (event,))
+                now = time.time()
+                self.committed['domain'][eid] = now
+                if tenant == 'tenant-7':
+                    self.committed['tenant-7'][eid] = now
+            except psycopg2.Error:
+                try:
+                    c.close()
+                except Exception:
+                    pass
+                c = None
+                time.sleep(0.2)
+                next_at = time.time()
+
+    def http_consumer(self):
+        """A pull consumer over HTTP: receive and acknowledge through the listener."""
+        path = '/%s/topics/jobs/eventsubscriptions/sub-pulled' % DATABASES[1]
+        while not (self.stop.is_set() and STATE.get('pull_done')):
+            try:
+                status, body = self.http_post(path + ':receive?maxEvents=10&maxWaitTime=10', '', self.jobs_key, timeout=40)
+                got = json.loads(body).get('value', []) if status == 200 else []
+                if not got:
+                    continue
+                ARRIVALS.add('sub-pulled', [g['event']['id'] for g in got])
+                tokens = [g['brokerProperties']['lockToken'] for g in got]
+                self.http_post(path + ':acknowledge', json.dumps({'lockTokens': tokens}), self.jobs_key)
+            except (urllib.error.URLError, OSError, ValueError):
+                time.sleep(0.5)
 
     # --- pull consumers
     def consumer(self):
@@ -407,8 +513,11 @@ class Soak:
         STATE['started'] = self.t0
         self.set_up(self.ok_url, away_url)
         threads = [threading.Thread(target=self.publisher, args=(db,), daemon=True) for db in DATABASES + ['jobs']]
+        threads += [threading.Thread(target=self.http_publisher, daemon=True),
+                    threading.Thread(target=self.domain_publisher, daemon=True)]
         threads.append(threading.Thread(target=self.away, args=(away_port,), daemon=True))
-        consumers = [threading.Thread(target=self.consumer, daemon=True) for _ in range(3)]
+        consumers = [threading.Thread(target=self.consumer, daemon=True) for _ in range(2)]
+        consumers.append(threading.Thread(target=self.http_consumer, daemon=True))
         for t in consumers:
             t.start()
         for t in threads:
@@ -451,6 +560,13 @@ class Soak:
         expected = lost = 0
         latencies = {}
         lost_examples = []
+        # the expiring subscription: what was committed before its expiration time arrived or was dead-lettered
+        expired_dead = set(r[0] for r in self.sql(DATABASES[0], "SELECT event->>'id' FROM eventgrid.dead_letters"
+                                                  " WHERE subscription_name = 'sub-expiring'"
+                                                  " AND dead_letter_reason = 'SubscriptionExpired'"))
+        expiring_owed = [eid for eid, at in self.committed[DATABASES[0]].items() if at < self.expires_at - 1]
+        expiring_lost = [eid for eid in expiring_owed
+                         if ('sub-expiring', eid) not in ARRIVALS.first and eid not in expired_dead]
         for sub, db in self.subs.items():
             for eid, at in self.committed[db].items():
                 expected += 1
@@ -479,7 +595,16 @@ class Soak:
             ('duplicates (arrivals beyond the first)', duplicates),
             ('ordered subscription: delivered of published', '%d of %d' % (ordered_got, len(self.committed[DATABASES[0]]))),
             ('ordered subscription: keys out of order', len(disorder)),
-            ('pulled queue: received of published (3 consumers)', '%d of %d' % (pulled_got, pulled)),
+            ('pulled queue: received of published (2 SQL consumers, 1 over HTTP)', '%d of %d' % (pulled_got, pulled)),
+            ('published over HTTP (200s), into soak_c', sum(1 for e in self.committed[DATABASES[2]] if e.startswith('http-'))),
+            ('domain: events over 1,000 domain topics; of them tenant-7\'s',
+             '%d; %d' % (len(self.committed['domain']), len(self.committed['tenant-7']))),
+            ('expiring subscription: committed before it expired / of them arrived / of them dead-lettered'
+             ' SubscriptionExpired / lost; dead-lettered in all (also those committed until it was dropped)',
+             '%d / %d / %d / %d; %d' % (len(expiring_owed),
+                                        sum(1 for e in expiring_owed if ('sub-expiring', e) in ARRIVALS.first),
+                                        sum(1 for e in expiring_owed if e in expired_dead),
+                                        len(expiring_lost), len(expired_dead))),
             ('delivery workers RssAnon after 1 min, kB (workers)', '%d (%d)' % mem_start),
             ('delivery workers RssAnon when the trouble stopped, kB (workers)', '%d (%d)' % mem_end_busy),
             ('delivery workers RssAnon at the end, kB (workers)', '%d (%d)' % mem_end),
@@ -498,7 +623,8 @@ class Soak:
         for (sub, key), seen in disorder[:5]:
             print('out of order: %s key %s: %s' % (sub, key, ','.join(map(str, seen[:60]))))
         print('SOAK_RESULT ' + json.dumps({'published': published, 'expected': expected, 'delivered': delivered,
-                                           'lost': lost, 'duplicates': duplicates, 'pending_left': pending_left,
+                                           'lost': lost, 'expiring_lost': len(expiring_lost),
+                                           'duplicates': duplicates, 'pending_left': pending_left,
                                            'out_of_order_keys': len(disorder)}))
 
 
@@ -507,6 +633,7 @@ def main():
     p.add_argument('--host', required=True)
     p.add_argument('--port', type=int, required=True)
     p.add_argument('--data-dir', required=True)
+    p.add_argument('--http-port', type=int, required=True)
     p.add_argument('--minutes', type=float, default=float(os.environ.get('SOAK_MINUTES', 30)))
     p.add_argument('--rate', type=float, default=float(os.environ.get('SOAK_RATE', 10)))
     p.add_argument('--every', type=float, default=float(os.environ.get('SOAK_EVERY', 40)))
