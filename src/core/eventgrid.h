@@ -252,6 +252,10 @@ extern void eg_db_hold_for_ddl(Oid dboid);
 extern void eg_db_release_holds(bool dropped);
 extern void eg_db_want(EgDbSlot *db, bool upkeep, TimestampTz at);
 extern bool eg_db_leaving(void);
+
+/* names.c: a topic's or domain topic's name, 3 to EG_TOPIC_NAME_MAX letters, digits and hyphens. */
+#define EG_TOPIC_NAME_MAX 50
+extern bool eg_is_topic_name(const char *s);
 extern void eg_wake_launcher(void);
 
 /* Wakes every delivery worker of this process's database now (no-op for those not running). */

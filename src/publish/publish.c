@@ -55,7 +55,6 @@ static LocalTransactionId row_lxid = InvalidLocalTransactionId;
 static CommandId row_cid = InvalidCommandId;
 static int64 row_no = 0;
 
-#define EG_MAX_DOMAIN_TOPIC_NAME 50	/* characters of a domain topic's name (eventgrid._is_topic_name()) */
 
 /*
  * At most the first 64 bytes of s (cut at a character boundary), with "..."
@@ -541,8 +540,6 @@ domain_topic_of(Jsonb *jb, EgSchema schema, const char *domain, int64 row)
 	JsonbValue *v = getKeyJsonValueFromContainer(&jb->root, field, strlen(field), NULL);
 	char	   *name;
 	char	   *which = row > 0 ? psprintf("event %lld of the statement", (long long) row) : pstrdup("the event");
-	size_t		len;
-	bool		ok;
 
 	if (v == NULL || v->type != jbvString || v->val.string.len == 0)
 		ereport(ERROR,
@@ -564,17 +561,12 @@ domain_topic_of(Jsonb *jb, EgSchema schema, const char *domain, int64 row)
 					 errhint("Nothing of the statement was published.")));
 		name += strlen(prefix);
 	}
-	len = strlen(name);
-	ok = len >= 3 && len <= EG_MAX_DOMAIN_TOPIC_NAME;
-	for (size_t i = 0; ok && i < len; i++)
-		ok = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
-			(name[i] >= '0' && name[i] <= '9') || name[i] == '-';
-	if (!ok)
+	if (!eg_is_topic_name(name))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s names an invalid domain topic of domain \"%s\"", which, quote_prefix(domain)),
 				 errdetail("Its \"%s\" must be a domain topic name: 3 to %d letters, digits and hyphens%s.", field,
-						   EG_MAX_DOMAIN_TOPIC_NAME,
+						   EG_TOPIC_NAME_MAX,
 						   schema == EG_SCHEMA_EVENTGRID ? ", alone or as /domains/{domain}/topics/{name}" : ""),
 				 errhint("Nothing of the statement was published.")));
 	return name;

@@ -68,14 +68,9 @@ eg_publish_count(const char *database, const char *topic, int status, double lat
 	ListCell   *lc;
 	PublishCount *c;
 	MemoryContext old;
-	size_t		len = strlen(topic);
 
-	/* no topic has another name (3-50 letters, digits, hyphens): the rest is counted as none */
-	for (size_t i = 0; i < len; i++)
-		if (!((topic[i] >= 'a' && topic[i] <= 'z') || (topic[i] >= 'A' && topic[i] <= 'Z') ||
-			  (topic[i] >= '0' && topic[i] <= '9') || topic[i] == '-'))
-			len = 0;
-	if (len < 3 || len > 50 || list_length(counts) >= EG_HTTP_COUNT_KEYS)
+	/* what is no topic's name is counted as none */
+	if (!eg_is_topic_name(topic) || list_length(counts) >= EG_HTTP_COUNT_KEYS)
 		topic = "";
 	foreach(lc, counts)
 	{
