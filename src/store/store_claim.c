@@ -424,6 +424,7 @@ typedef struct EgAdvance
 			   *old_after_txids;
 	int64	   *transfer;		/* ordered subscriptions whose batch moves into the retries */
 	int			ntransfer;
+	bool		lease_wait;		/* such a batch waits for this worker's own first attempts in flight */
 } EgAdvance;
 
 static void
@@ -444,6 +445,7 @@ advance_init(EgAdvance *a, int cap)
 	a->old_after_txids = palloc(cap * sizeof(uint64));
 	a->transfer = palloc(cap * sizeof(int64));
 	a->ntransfer = 0;
+	a->lease_wait = false;
 }
 
 /*
@@ -578,6 +580,8 @@ cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget
 			{
 				if (!DatumGetBool(SPI_getbinval(first, tt->tupdesc, CS_LEASED, &isnull)))
 					a->transfer[a->ntransfer++] = sub;
+				else
+					a->lease_wait = true;	/* moved once they are recorded: look again soon */
 				i = j;
 				continue;
 			}
@@ -764,7 +768,13 @@ eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 	}
 	owner_arg = Int32GetDatum(lease_owner);
 	eg_store_run(&count_positions, &owner_arg, true, SPI_OK_SELECT);
-	*locked = eg_int64_col(SPI_tuptable, 0, 1, 0) > nseen + nskip;
+	/*
+	 * Positions another session holds, and an ordered batch that waits for
+	 * this worker's own first attempts of it to be recorded (nothing else
+	 * would bring the worker back to it: found stalled in test 071): the
+	 * worker looks again a little later.
+	 */
+	*locked = eg_int64_col(SPI_tuptable, 0, 1, 0) > nseen + nskip || a.lease_wait;
 	if (nchunks == 0)
 		return 0;
 	*rows = load_chunks(written, nchunks, now, lease_owner, &n);
