@@ -81,6 +81,7 @@ extern int	eg_http_connection_timeout_s;
 extern int	eg_http_request_timeout_s;	/* eventgrid.http_request_timeout: a whole request's deadline */
 extern int	eg_http_max_connections_per_address;
 extern int	eg_http_max_requests_in_flight;
+extern char *eg_debug_pause_points;	/* eventgrid.debug_pause_points (pause.c) */
 #define EG_HTTP_MAX_IN_FLIGHT_LIMIT 256	/* upper bound of eventgrid.http_max_requests_in_flight */
 
 /* eventgrid.attempt_history: which delivery attempts the history keeps. */
@@ -225,6 +226,10 @@ extern const char *eg_log_database;
 
 /* settings.c: defines the GUCs (_PG_init) */
 extern void eg_define_gucs(void);
+
+/* pause.c: where tests hold a worker (eventgrid.debug_pause_points) */
+#define EG_PAUSE_LOCK_CLASS 1162301520	/* the advisory lock's first key ("EGPP") */
+extern void eg_pause_point(const char *name);
 
 /*
  * databases.c: describes one of eventgrid's dynamic background workers: entry point

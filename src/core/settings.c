@@ -44,6 +44,7 @@ int			eg_http_connection_timeout_s = 30;
 int			eg_http_request_timeout_s = 10;
 int			eg_http_max_connections_per_address = 32;
 int			eg_http_max_requests_in_flight = 32;
+char	   *eg_debug_pause_points = NULL;
 
 static const struct config_enum_entry history_modes[] = {
 	{"all", EG_HISTORY_ALL, false},
@@ -338,6 +339,11 @@ eg_define_gucs(void)
 							   PGC_SIGHUP, 0, check_entra_authority, NULL, NULL);
 	if (process_shared_preload_libraries_in_progress)
 		define_http_gucs();
+	DefineCustomStringVariable("eventgrid.debug_pause_points",
+							   gettext_noop("Developer option for tests: comma-separated names of pause points where the workers wait while a session holds the point's advisory lock (pause.c)."),
+							   gettext_noop("The lock is pg_advisory_lock(1162301520, hashtext(name)) in the worker's database. Empty (the default): no point pauses, at no cost."),
+							   &eg_debug_pause_points, "",
+							   PGC_SIGHUP, GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL | GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
 	MarkGUCPrefixReservedCompat("eventgrid");
 }
 

@@ -481,6 +481,7 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 	*more = false;
 	*locked = false;
 	*next_due_at = 0;
+	eg_pause_point("claim-begin");	/* tests: before the claim's first snapshot */
 	if (!eg_begin_work("eventgrid: claiming deliveries"))
 		return -1;
 
@@ -515,6 +516,7 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 	for (int i = 0; i < nr; i++)
 		retry_bytes += rrows[i].bytes;
 	/* chunk numbers of a claim that fails are not used again: no harm */
+	eg_pause_point("claim-scan");	/* tests: the claim's first snapshot taken, the scan's not yet */
 	nf = eg_store_claim_first(eg_now(), scan_limit(byte_budget - retry_bytes), Max(byte_budget - retry_bytes, 1),
 							  eg_dw.lease_owner, skip, nskip, &eg_dw.next_chunk_no, &frows, more, locked,
 							  &busy_positions);

@@ -333,6 +333,7 @@ eg_validate_endpoints(void)
 	MemoryContextReset(cxt);
 	if (!eg_begin_work("eventgrid: looking up endpoint validations"))
 		return false;
+	eg_pause_point("validations-due");	/* tests: the unit's first snapshot taken, the look's not yet */
 	n = eg_store_due_validations(eg_now(), EG_VALIDATIONS_PER_ROUND, cxt, &v, &pending);
 	eg_end_work();
 	if (n == 0)
@@ -345,6 +346,7 @@ eg_validate_endpoints(void)
 		eg_validation_send(v, n, origin);
 		MemoryContextSwitchTo(old);
 	}
+	eg_pause_point("validations-sent");
 
 	/* cut short to leave: nothing is recorded, the same handshakes go again next time */
 	if (eg_db_leaving())

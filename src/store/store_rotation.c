@@ -391,6 +391,7 @@ eg_store_truncate(int event_table, TimestampTz now)
 	{
 		if (must_empty)
 			eg_store_run(&set_aside, args, false, SPI_OK_SELECT);
+		eg_pause_point("truncate-lock");	/* tests: between the first look and the lock */
 		if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
 			why = pstrdup("another session holds a lock on the table");
 		else
