@@ -8,7 +8,9 @@
 #  - the rotation's second look at what holds an event table, under its
 #    lock: a transaction that began before and commits between the first
 #    look and the lock has rows a paused subscription still owes; read
-#    with the old snapshot, the table was emptied and the event lost;
+#    with the old snapshot, the table was emptied and the event lost; the
+#    same with a queue subscription, whose event the delivery worker made
+#    receivable meanwhile (a reference into the table): never received;
 #  - the look for due endpoint validations: a subscription created while the
 #    upkeep worker's unit of work began is validated in that same round;
 #  - the clean cuts of an ordered subscription's batch: a transaction of the
@@ -81,6 +83,33 @@ free('validations-sent');
 sql("ALTER SYSTEM RESET eventgrid.debug_pause_points; SELECT pg_reload_conf()");
 ok(wait_for_sql($node, "SELECT provisioning_state FROM eventgrid.event_subscription_validation WHERE subscription = 'validated'", 'Succeeded', 30),
 	'the endpoint answered: Succeeded');
+
+# --- the same look racing a queue subscription's references (item 11 of the
+# issue: a pull event published with a rotation of 1 s was never
+# receivable once): the publisher commits after the first look, and the
+# delivery worker makes its event receivable (a reference into the table,
+# the position moved past it) before the lock is taken; only the second look
+# sees the reference.
+sql("SELECT eventgrid.create_topic('jobs', 'CloudEventSchemaV1_0', 'namespace')");
+sql("SELECT eventgrid.create_event_subscription('jobs', 'workers', delivery_mode => 'queue')");
+hold('truncate-lock');
+my $job = $node->background_psql('postgres');
+$job->query_safe("BEGIN; INSERT INTO eventgrid.events (topic, event) VALUES ('jobs',"
+	  . " '{\"specversion\": \"1.0\", \"id\": \"job-1\", \"source\": \"/jobs\", \"type\": \"Job\", \"data\": {}}')");
+$offset = -s $node->logfile;
+pause_at('truncate-lock');
+ok(waiting_at('truncate-lock', $offset), 'queue: the upkeep worker looked at the table and waits before locking it');
+$job->query_safe('COMMIT');
+$job->quit;
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.queue_batches", '1', 30),
+	'queue: meanwhile the delivery worker made the event receivable (a reference into the table)');
+my $freed_at = sql("SELECT clock_timestamp()");
+free('truncate-lock');
+sql("ALTER SYSTEM RESET eventgrid.debug_pause_points; SELECT pg_reload_conf()");
+ok(wait_for_sql($node, "SELECT max(last_try_at) > '$freed_at' FROM eventgrid.event_tables", 't', 30),
+	'queue: the upkeep worker went on (a later round tried the tables)');
+is(sql("SELECT string_agg(event->>'id', ',') FROM eventgrid.receive('jobs', 'workers', 10, 10)"), 'job-1',
+	'queue: the event is received (the second look saw its reference; with the first look\'s snapshot, the table was emptied under it)');
 
 # --- the clean cuts of an ordered subscription's batch
 # A batch of two overlapping transactions: A (the lower txid) commits 1,100
