@@ -51,6 +51,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -386,7 +387,16 @@ class Soak:
 
     # --- measurements
     def worker_memory_kb(self):
-        total, n = 0, 0
+        """The delivery workers' RssAnon (kB), how many there are, and what
+        their memory contexts hold (kB: PostgreSQL's palloc, from
+        pg_log_backend_memory_contexts() in the server log); RssAnon also
+        counts what malloc keeps after a peak and libcurl's and OpenSSL's
+        memory."""
+        total, n, pids = 0, 0, []
+        try:
+            log_from = os.path.getsize(self.args.log)
+        except OSError:
+            log_from = None
         for db in DATABASES:
             for (pid,) in self.sql(db, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'"
                                        " AND datname = current_database()"):
@@ -396,9 +406,20 @@ class Soak:
                             if line.startswith('RssAnon:'):
                                 total += int(line.split()[1])
                                 n += 1
+                                pids.append(pid)
                 except OSError:
                     pass
-        return total, n
+                self.sql(db, 'SELECT pg_log_backend_memory_contexts(%d)' % pid)
+        contexts = 0
+        if log_from is not None:
+            time.sleep(3)
+            with open(self.args.log, errors='replace') as f:
+                f.seek(log_from)
+                for line in f:
+                    m = re.search(r'\[(\d+)\] LOG:  Grand total: (\d+) bytes', line)
+                    if m and int(m.group(1)) in pids:
+                        contexts += int(m.group(2)) // 1024
+        return total, n, contexts
 
     def queue(self):
         return sum(self.sql(db, 'SELECT coalesce(sum(pending), 0)::bigint FROM eventgrid.delivery_statistics')[0][0]
@@ -412,7 +433,7 @@ class Soak:
         return rows[0][0] if rows else None
 
     def pg_ctl(self, *args):
-        subprocess.run(['pg_ctl', '-D', self.args.data_dir, '-w', '-t', '120'] + list(args),
+        subprocess.run(['pg_ctl', '-D', self.args.data_dir, '-l', self.args.log, '-w', '-t', '120'] + list(args),
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
     def actions(self):
@@ -524,8 +545,8 @@ class Soak:
             t.start()
         time.sleep(60)
         mem_start, queue_start = self.worker_memory_kb(), self.queue()
-        self.note('after a minute: delivery workers %d kB RssAnon (%d workers), %d pending' %
-                  (mem_start[0], mem_start[1], queue_start))
+        self.note('after a minute: delivery workers %d kB RssAnon (%d workers; %d kB in memory contexts), %d pending' %
+                  (mem_start + (queue_start,)))
         trouble = threading.Thread(target=self.trouble, daemon=True)
         trouble.start()
         self.stop.wait(a.minutes * 60 - 60)
@@ -534,8 +555,8 @@ class Soak:
             t.join(timeout=360)
         trouble.join(timeout=360)
         mem_end_busy, queue_end = self.worker_memory_kb(), self.queue()
-        self.note('trouble over: delivery workers %d kB RssAnon (%d workers), %d pending' %
-                  (mem_end_busy[0], mem_end_busy[1], queue_end))
+        self.note('trouble over: delivery workers %d kB RssAnon (%d workers; %d kB in memory contexts), %d pending' %
+                  (mem_end_busy + (queue_end,)))
         STATE['calm'] = True
         # the retries still waiting come due: the workers' clock moves ahead
         offset = 0
@@ -605,9 +626,9 @@ class Soak:
                                         sum(1 for e in expiring_owed if ('sub-expiring', e) in ARRIVALS.first),
                                         sum(1 for e in expiring_owed if e in expired_dead),
                                         len(expiring_lost), len(expired_dead))),
-            ('delivery workers RssAnon after 1 min, kB (workers)', '%d (%d)' % mem_start),
-            ('delivery workers RssAnon when the trouble stopped, kB (workers)', '%d (%d)' % mem_end_busy),
-            ('delivery workers RssAnon at the end, kB (workers)', '%d (%d)' % mem_end),
+            ('delivery workers RssAnon after 1 min, kB (workers; in memory contexts, kB)', '%d (%d; %d)' % mem_start),
+            ('delivery workers RssAnon when the trouble stopped, kB (workers; in memory contexts, kB)', '%d (%d; %d)' % mem_end_busy),
+            ('delivery workers RssAnon at the end, kB (workers; in memory contexts, kB)', '%d (%d; %d)' % mem_end),
             ('pending after 1 min', queue_start),
             ('pending when the trouble stopped', queue_end),
             ('pending at the end (clock moved %d s ahead to drain)' % offset, pending_left),
@@ -633,12 +654,16 @@ def main():
     p.add_argument('--host', required=True)
     p.add_argument('--port', type=int, required=True)
     p.add_argument('--data-dir', required=True)
+    p.add_argument('--log', help='the server log (restarts append to it; memory contexts are read from it)')
     p.add_argument('--http-port', type=int, required=True)
     p.add_argument('--minutes', type=float, default=float(os.environ.get('SOAK_MINUTES', 30)))
     p.add_argument('--rate', type=float, default=float(os.environ.get('SOAK_RATE', 10)))
     p.add_argument('--every', type=float, default=float(os.environ.get('SOAK_EVERY', 40)))
     p.add_argument('--drain-seconds', type=float, default=900)
-    Soak(p.parse_args()).run()
+    args = p.parse_args()
+    if not args.log:  # bench/soak.sh's: server.log beside the data directory
+        args.log = os.path.join(os.path.dirname(os.path.abspath(args.data_dir)), 'server.log')
+    Soak(args).run()
 
 
 if __name__ == '__main__':

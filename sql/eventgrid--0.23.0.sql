@@ -1,4 +1,4 @@
--- eventgrid 0.22.0: the full install script of this version.
+-- eventgrid 0.23.0: the full install script of this version.
 --
 -- Made by scripts/install-script.sh from what the upgrade scripts build
 -- (sql/eventgrid--A--B.sql, from the oldest full script on): edit those,
@@ -3549,6 +3549,48 @@ CREATE FUNCTION eventgrid._wake_worker_at_commit() RETURNS void
 
 COMMENT ON FUNCTION eventgrid._wake_worker_at_commit() IS 'Internal: sets the delivery worker''s latch when the current transaction commits; no-op without shared_preload_libraries.';
 
+CREATE FUNCTION eventgrid._wal_source_check_connection(connection text, owner_role oid) RETURNS text
+    LANGUAGE c STRICT
+    AS 'MODULE_PATHNAME', 'eventgrid_wal_source_check_connection';
+
+COMMENT ON FUNCTION eventgrid._wal_source_check_connection(connection text, owner_role oid) IS 'Internal: checks a WAL source''s libpq connection string (it parses; for a role that is not a superuser, it carries a password, as postgres_fdw''s password_required) and returns it with the password masked as ********. Errors: 22023, 28000.';
+
+CREATE FUNCTION eventgrid._wal_source_drop_slot(connection text, slot_name text) RETURNS boolean
+    LANGUAGE c STRICT
+    AS 'MODULE_PATHNAME', 'eventgrid_wal_source_drop_slot';
+
+COMMENT ON FUNCTION eventgrid._wal_source_drop_slot(connection text, slot_name text) IS 'Internal: drops a WAL source''s replication slot on the source (waiting up to 10 s for its worker to let it go); true when it was dropped, false when there was none. Errors: 08001 the source cannot be reached, 55006 the slot stays in use.';
+
+CREATE FUNCTION eventgrid._wal_source_named(name text) RETURNS bigint
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint;
+BEGIN
+    PERFORM eventgrid._check_not_null('WAL source name', name);
+    SELECT w.id INTO sid FROM eventgrid.wal_source_definitions w WHERE w.name = _wal_source_named.name;
+    IF sid IS NULL THEN
+        RAISE EXCEPTION 'WAL source "%" does not exist', name
+            USING ERRCODE = 'undefined_object', HINT = 'The view eventgrid.wal_sources lists them.';
+    END IF;
+    RETURN sid;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._wal_source_named(name text) IS 'Internal: the id of the WAL source of that name. Errors: 22004, 42704.';
+
+CREATE FUNCTION eventgrid._wal_source_origin_lsn(source_id bigint) RETURNS pg_lsn
+    LANGUAGE c STRICT
+    AS 'MODULE_PATHNAME', 'eventgrid_wal_source_origin_lsn';
+
+COMMENT ON FUNCTION eventgrid._wal_source_origin_lsn(source_id bigint) IS 'Internal: the source position whose events are committed here (the replication origin eventgrid_wal_source_<id>), or NULL before the first.';
+
+CREATE FUNCTION eventgrid._wal_source_stop(source_id bigint, drop_origin boolean) RETURNS void
+    LANGUAGE c STRICT
+    AS 'MODULE_PATHNAME', 'eventgrid_wal_source_stop';
+
+COMMENT ON FUNCTION eventgrid._wal_source_stop(source_id bigint, drop_origin boolean) IS 'Internal: stops the worker of a WAL source (waiting up to 10 s for it to go) and, with drop_origin, drops its replication origin.';
+
 CREATE FUNCTION eventgrid._worker_pids(OUT worker text, OUT pid integer) RETURNS SETOF record
     LANGUAGE c
     AS 'MODULE_PATHNAME', 'eventgrid_worker_pids';
@@ -3828,6 +3870,56 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) IS 'Creates a topic, with two new access keys for HTTP publishers (eventgrid.topic_keys). name: 3-50 letters, digits, hyphens. input_schema: EventGridSchema (default), CloudEventSchemaV1_0 or CustomEventSchema. topic_type: custom (default; the topic delivery profile) or namespace (CloudEvents 1.0 only; its subscriptions get the namespace delivery profile). Requires eventgrid_admin. Errors: 22004 NULL, 42602 bad name, 22023 bad schema or type, 42710 exists. SPEC 1.';
 
+CREATE FUNCTION eventgrid.create_wal_source(name text, connection text, publication text, slot_name text DEFAULT NULL::text, message_prefix text DEFAULT 'eventgrid'::text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    sid bigint;
+    slot text := coalesce(slot_name, 'eventgrid_' || lower(replace(name, '-', '_')));
+BEGIN
+    PERFORM eventgrid._check_not_null('WAL source name', name);
+    PERFORM eventgrid._check_not_null('connection', connection);
+    PERFORM eventgrid._check_not_null('publication', publication);
+    PERFORM eventgrid._check_not_null('message_prefix', message_prefix);
+    IF name !~ '^[A-Za-z0-9-]{3,50}$' THEN
+        RAISE EXCEPTION 'invalid WAL source name %', eventgrid._quote(name)
+            USING ERRCODE = 'invalid_name',
+                  HINT = 'A WAL source name has 3 to 50 characters: letters, digits and hyphens.';
+    END IF;
+    IF publication = '' OR length(publication) > 63 THEN
+        RAISE EXCEPTION 'publication must be 1 to 63 characters, got %', eventgrid._quote(publication)
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'The name of a publication of the source database.';
+    END IF;
+    IF slot !~ '^[a-z0-9_]{1,63}$' THEN
+        RAISE EXCEPTION 'invalid slot_name %', eventgrid._quote(slot)
+            USING ERRCODE = 'invalid_name',
+                  HINT = 'A replication slot name has 1 to 63 lower-case letters, digits and underscores.';
+    END IF;
+    IF message_prefix = '' OR length(message_prefix) > 200 THEN
+        RAISE EXCEPTION 'message_prefix must be 1 to 200 characters, got %', eventgrid._quote(message_prefix)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The prefix of pg_logical_emit_message() taken as events (default eventgrid).';
+    END IF;
+    IF EXISTS (SELECT 1 FROM eventgrid.wal_source_definitions w WHERE w.name = create_wal_source.name) THEN
+        RAISE EXCEPTION 'WAL source "%" already exists', name USING ERRCODE = 'duplicate_object';
+    END IF;
+    IF EXISTS (SELECT 1 FROM eventgrid.wal_source_definitions w WHERE w.slot_name = slot
+                  AND w.connection = create_wal_source.connection) THEN
+        RAISE EXCEPTION 'WAL source of slot "%" on that connection already exists', slot
+            USING ERRCODE = 'duplicate_object', HINT = 'Give each WAL source of one source database a slot of its own.';
+    END IF;
+    PERFORM eventgrid._wal_source_check_connection(connection, current_user::regrole::oid);
+    INSERT INTO eventgrid.wal_source_definitions (name, connection, publication, slot_name, message_prefix, owner_role)
+    VALUES (name, connection, publication, slot, message_prefix, current_user::regrole::oid)
+    RETURNING id INTO sid;
+    INSERT INTO eventgrid.wal_source_status (source_id) VALUES (sid);
+    PERFORM eventgrid._wake_worker_at_commit();
+    RETURN sid;
+END $_$;
+
+COMMENT ON FUNCTION eventgrid.create_wal_source(name text, connection text, publication text, slot_name text, message_prefix text) IS 'Creates a WAL source: a background worker of this server reads the source database''s write-ahead log through the logical replication slot slot_name (default eventgrid_<name>, hyphens as underscores; created with pgoutput if missing, else resumed) for publication, and publishes the pg_logical_emit_message(true, message_prefix, ''{"topic": ..., "events": [...]}'') messages and the changes of the tables mapped with publish_table_changes(..., source => name). name: 3-50 letters, digits and hyphens. connection: a libpq connection string to the source (PostgreSQL 14 or later, with wal_level = logical, a role with REPLICATION); for a role that is not a superuser it must hold a password. Mappings made in the same transaction are in place before it first reads. Returns its id. Requires eventgrid_admin. Errors: 22004 NULL, 42602 name or slot_name, 22023, 42710 exists, 28000 no password. SPEC 16.';
+
 CREATE FUNCTION eventgrid.delivery_outcome(http_status integer) RETURNS text
     LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
     AS 'MODULE_PATHNAME', 'eventgrid_delivery_outcome';
@@ -3921,6 +4013,25 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid.drop_topic(name text) IS 'Drops a topic with its event subscriptions and their pending deliveries and retries, and stops the publications of table changes to it. Dead letters are kept. Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such topic, 42809 a domain (drop_domain() drops those).';
 
+CREATE FUNCTION eventgrid.drop_wal_source(name text, drop_slot boolean DEFAULT true) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    w eventgrid.wal_source_definitions;
+BEGIN
+    PERFORM eventgrid._check_not_null('drop_slot', drop_slot);
+    SELECT * INTO w FROM eventgrid.wal_source_definitions d
+     WHERE d.id = eventgrid._wal_source_named(drop_wal_source.name) FOR UPDATE;
+    DELETE FROM eventgrid.wal_source_definitions d WHERE d.id = w.id;
+    PERFORM eventgrid._wal_source_stop(w.id, true);
+    IF drop_slot THEN
+        PERFORM eventgrid._wal_source_drop_slot(w.connection, w.slot_name);
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid.drop_wal_source(name text, drop_slot boolean) IS 'Drops a WAL source: its worker stops, its table mappings and its position here go, and with drop_slot (the default) its replication slot is dropped on the source, so that the source keeps no WAL for it. The slot is dropped before this transaction commits: a rollback keeps the source, which then makes a new slot and reads from there. Requires eventgrid_admin. Errors: 22004, 42704 no such source, 08001 the source cannot be reached (drop_slot => false drops the source here alone). SPEC 16.';
+
 CREATE FUNCTION eventgrid.grant_event_replication(role_name name) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -3992,6 +4103,20 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid.pause_delivery(topic text, subscription text) IS 'Pauses delivery: both NULL everything (as the GUC eventgrid.delivery_paused, which stays), a topic its event subscriptions, a subscription itself. The delivery workers claim nothing more for it: its events wait at its position and its retries stay due (nothing is lost; time-to-live runs); requests already sent finish. Pausing what is paused does nothing. Logged once. Shown in delivery_statistics.paused. Requires eventgrid_admin. Errors: 22004 a subscription without its topic, 42704 no such topic or subscription.';
 
+CREATE FUNCTION eventgrid.pause_wal_source(name text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._wal_source_named(name);
+BEGIN
+    UPDATE eventgrid.wal_source_definitions d SET paused = true WHERE d.id = sid;
+    UPDATE eventgrid.wal_source_status s SET state = 'paused', updated_at = now() WHERE s.source_id = sid;
+    PERFORM eventgrid._wal_source_stop(sid, false);
+END $$;
+
+COMMENT ON FUNCTION eventgrid.pause_wal_source(name text) IS 'Pauses a WAL source: its worker stops reading (the slot keeps the source''s WAL from then on: watch its size). Requires eventgrid_admin. Errors: 22004, 42704. SPEC 16.';
+
 CREATE FUNCTION eventgrid.probation_duration(outcome text, probation integer DEFAULT 1) RETURNS interval
     LANGUAGE c IMMUTABLE PARALLEL SAFE
     AS 'MODULE_PATHNAME', 'eventgrid_probation_duration';
@@ -4058,6 +4183,41 @@ CREATE FUNCTION eventgrid.publish_table_changes(source_table regclass, topic tex
     AS 'MODULE_PATHNAME', 'eventgrid_publish_table_changes';
 
 COMMENT ON FUNCTION eventgrid.publish_table_changes(source_table regclass, topic text, operations text[], columns text[], update_columns text[], event_type_prefix text) IS 'Publishes the changes of a table to a topic: every row an INSERT, UPDATE or DELETE on it changes becomes one event, in the changing transaction (statement triggers with transition tables; COPY and INSERT ... ON CONFLICT included; TRUNCATE publishes nothing). A partitioned table''s publication covers its partitions, also those created or attached later, and writes that name a partition. operations: any of INSERT, UPDATE, DELETE (all three). columns: the columns an event carries (NULL: all). update_columns: an UPDATE publishes a row only when one of these changed (NULL: when any column changed). Renamed columns are followed; dropped ones leave the lists. event_type_prefix: 1-200 characters (NULL: <schema>.<table>); event types <prefix>.Inserted, .Updated, .Deleted. Called again for the same table and topic it replaces the settings. The role current at the call (not the session user) needs eventgrid_admin, TRIGGER on the table (or owning it) and SELECT on the columns carried and compared; tables of schema eventgrid are refused, and so is a call during a security-restricted operation (an index expression, ANALYZE). Errors: 22004 NULL, 42704 no such topic, 22023, 42809 not a table, 42501, 42703.';
+
+CREATE FUNCTION eventgrid.publish_table_changes(table_name text, topic text, source text, operations text[] DEFAULT ARRAY['INSERT'::text, 'UPDATE'::text, 'DELETE'::text], columns text[] DEFAULT NULL::text[], update_columns text[] DEFAULT NULL::text[], event_type_prefix text DEFAULT NULL::text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    sid bigint := eventgrid._wal_source_named(source);
+BEGIN
+    PERFORM eventgrid._check_not_null('table_name', table_name);
+    PERFORM eventgrid._check_not_null('topic', topic);
+    PERFORM eventgrid._check_not_null('operations', operations);
+    IF table_name !~ '^[^.]+\.[^.]+$' OR length(table_name) > 127 THEN
+        RAISE EXCEPTION 'table_name must be schema.table as the source names it, got %', eventgrid._quote(table_name)
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'For example public.orders (names as they are, unquoted).';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = publish_table_changes.topic) THEN
+        RAISE EXCEPTION 'topic "%" does not exist', topic USING ERRCODE = 'undefined_object';
+    END IF;
+    IF cardinality(operations) = 0 OR array_position(operations, NULL) IS NOT NULL
+       OR NOT operations <@ ARRAY['INSERT', 'UPDATE', 'DELETE'] THEN
+        RAISE EXCEPTION 'operations must be one or more of INSERT, UPDATE and DELETE, got %', operations::text
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF event_type_prefix IS NOT NULL AND (length(event_type_prefix) NOT BETWEEN 1 AND 200) THEN
+        RAISE EXCEPTION 'event_type_prefix must be 1 to 200 characters' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO eventgrid.wal_source_tables AS m (source_id, table_name, topic, operations, columns, update_columns,
+                                                  event_type_prefix)
+    VALUES (sid, table_name, topic, operations, columns, update_columns, event_type_prefix)
+    ON CONFLICT ON CONSTRAINT wal_source_tables_pkey DO UPDATE
+       SET operations = EXCLUDED.operations, columns = EXCLUDED.columns, update_columns = EXCLUDED.update_columns,
+           event_type_prefix = EXCLUDED.event_type_prefix;
+END $_$;
+
+COMMENT ON FUNCTION eventgrid.publish_table_changes(table_name text, topic text, source text, operations text[], columns text[], update_columns text[], event_type_prefix text) IS 'Publishes the changes of a table of a WAL source to a topic (SPEC 16): each row an INSERT, UPDATE or DELETE there changes becomes one event, with the same subject, event types and data as in-database table changes; the table is named as the source names it (schema.table) and must be in the source''s publication. data.old is the whole row when the source table has REPLICA IDENTITY FULL, else its key columns; a large value an UPDATE left unchanged is not in the WAL and is left out of data.new. Called again for the same table and topic it replaces the settings; takes effect for the transactions the source''s worker reads from then on. Requires eventgrid_admin. Errors: 22004, 42704 no such source or topic, 22023. SPEC 16.';
 
 CREATE FUNCTION eventgrid.purge_dead_letters(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text, reason text DEFAULT NULL::text, dead_lettered_after timestamp with time zone DEFAULT NULL::timestamp with time zone, dead_lettered_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -4301,6 +4461,20 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION eventgrid.resume_delivery(topic text, subscription text) IS 'Resumes what pause_delivery() paused at the same level: a subscription, a topic (its subscriptions paused one by one stay paused), or, both NULL, every pause. The delivery workers take up the waiting events and due retries at once. Logged once. Requires eventgrid_admin. Errors: 22004, 42704.';
+
+CREATE FUNCTION eventgrid.resume_wal_source(name text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._wal_source_named(name);
+BEGIN
+    UPDATE eventgrid.wal_source_definitions d SET paused = false WHERE d.id = sid;
+    UPDATE eventgrid.wal_source_status s SET state = 'connecting', updated_at = now() WHERE s.source_id = sid;
+    PERFORM eventgrid._wake_worker_at_commit();
+END $$;
+
+COMMENT ON FUNCTION eventgrid.resume_wal_source(name text) IS 'Resumes a paused WAL source: its worker starts again and reads on from where it stopped. Requires eventgrid_admin. Errors: 22004, 42704. SPEC 16.';
 
 CREATE FUNCTION eventgrid.retry_delay(attempt integer, http_status integer DEFAULT NULL::integer, topic_type text DEFAULT 'custom'::text) RETURNS interval
     LANGUAGE c IMMUTABLE PARALLEL SAFE
@@ -5763,6 +5937,100 @@ CREATE VIEW eventgrid.topic_statistics AS
 
 COMMENT ON VIEW eventgrid.topic_statistics IS 'Per topic: input schema, number of event subscriptions, events still in the event tables (delivered or not: a table is emptied as a whole), and events that matched no event subscription (counted by the delivery worker within about a second).';
 
+CREATE TABLE eventgrid.wal_source_definitions (
+    id bigint NOT NULL,
+    name text NOT NULL,
+    connection text NOT NULL,
+    publication text NOT NULL,
+    slot_name text NOT NULL,
+    message_prefix text NOT NULL,
+    paused boolean DEFAULT false NOT NULL,
+    owner_role oid NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT wal_source_definitions_message_prefix_check CHECK ((message_prefix <> ''::text)),
+    CONSTRAINT wal_source_definitions_name_check CHECK ((name ~ '^[A-Za-z0-9-]{3,50}$'::text)),
+    CONSTRAINT wal_source_definitions_publication_check CHECK ((publication <> ''::text)),
+    CONSTRAINT wal_source_definitions_slot_name_check CHECK ((slot_name ~ '^[a-z0-9_]{1,63}$'::text))
+);
+
+COMMENT ON TABLE eventgrid.wal_source_definitions IS 'WAL sources (create_wal_source()): the source database''s libpq connection string (a password in it is never shown: the view wal_sources masks it), its publication, the logical replication slot read there, the message prefix taken as events, whether it is paused, and the role that created it (a non-superuser''s connection must authenticate with a password). Read by the WAL source workers. SPEC 16.';
+
+ALTER TABLE eventgrid.wal_source_definitions ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
+    SEQUENCE NAME eventgrid.wal_source_definitions_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE eventgrid.wal_source_rejects (
+    id bigint NOT NULL,
+    source text NOT NULL,
+    commit_lsn pg_lsn,
+    reason text NOT NULL,
+    content text,
+    rejected_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.wal_source_rejects IS 'What a WAL source read and could not publish (an unknown topic, an invalid event, a message that is not JSON, over 1 MB, or not transactional): the source, the commit LSN of its transaction there (NULL: not in one), why, and the content (its first 4 kB). Never stops the stream; the rest of the transaction is published. SPEC 16.';
+
+ALTER TABLE eventgrid.wal_source_rejects ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
+    SEQUENCE NAME eventgrid.wal_source_rejects_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE eventgrid.wal_source_status (
+    source_id bigint NOT NULL,
+    state text DEFAULT 'connecting'::text NOT NULL,
+    source_lsn pg_lsn,
+    events_published bigint DEFAULT 0 NOT NULL,
+    rejects bigint DEFAULT 0 NOT NULL,
+    last_error text,
+    last_error_time timestamp with time zone,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT wal_source_status_state_check CHECK ((state = ANY (ARRAY['connecting'::text, 'streaming'::text, 'paused'::text, 'failing'::text])))
+);
+
+COMMENT ON TABLE eventgrid.wal_source_status IS 'Internal: what each WAL source''s worker last reported (state, the source''s WAL end, counts, the last error); the view wal_sources shows it. SPEC 16.';
+
+CREATE TABLE eventgrid.wal_source_tables (
+    source_id bigint NOT NULL,
+    table_name text NOT NULL,
+    topic text NOT NULL,
+    operations text[] NOT NULL,
+    columns text[],
+    update_columns text[],
+    event_type_prefix text
+);
+
+COMMENT ON TABLE eventgrid.wal_source_tables IS 'Tables of WAL sources whose changes are published (publish_table_changes(..., source => ...)): the table as the source names it (schema.table), the topic, and the options of in-database table changes. SPEC 16.';
+
+CREATE VIEW eventgrid.wal_sources AS
+ SELECT d.name,
+    eventgrid._wal_source_check_connection(d.connection, (10)::oid) AS connection,
+    d.publication,
+    d.slot_name,
+        CASE
+            WHEN d.paused THEN 'paused'::text
+            ELSE COALESCE(s.state, 'connecting'::text)
+        END AS state,
+    eventgrid._wal_source_origin_lsn(d.id) AS confirmed_lsn,
+    s.source_lsn,
+    ((s.source_lsn - eventgrid._wal_source_origin_lsn(d.id)))::bigint AS lag_bytes,
+    COALESCE(s.events_published, (0)::bigint) AS events_published,
+    COALESCE(s.rejects, (0)::bigint) AS rejects,
+    s.last_error,
+    s.last_error_time
+   FROM (eventgrid.wal_source_definitions d
+     LEFT JOIN eventgrid.wal_source_status s ON ((s.source_id = d.id)));
+
+COMMENT ON VIEW eventgrid.wal_sources IS 'WAL sources (SPEC 16): name, connection (its password as ********), publication, slot_name, state (connecting, streaming, paused, failing), confirmed_lsn (the source position whose events are committed here), source_lsn (the source''s WAL end last reported), lag_bytes, events_published, rejects (rows in wal_source_rejects), and the last error with its time.';
+
 CREATE VIEW eventgrid.worker_metrics AS
  SELECT _worker_metrics.delivery_workers_running,
     _worker_metrics.upkeep_workers_running,
@@ -5938,6 +6206,21 @@ ALTER TABLE ONLY eventgrid.topics
 ALTER TABLE ONLY eventgrid.unknown_topic_events
     ADD CONSTRAINT unknown_topic_events_pkey PRIMARY KEY (source, topic);
 
+ALTER TABLE ONLY eventgrid.wal_source_definitions
+    ADD CONSTRAINT wal_source_definitions_name_key UNIQUE (name);
+
+ALTER TABLE ONLY eventgrid.wal_source_definitions
+    ADD CONSTRAINT wal_source_definitions_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY eventgrid.wal_source_rejects
+    ADD CONSTRAINT wal_source_rejects_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY eventgrid.wal_source_status
+    ADD CONSTRAINT wal_source_status_pkey PRIMARY KEY (source_id);
+
+ALTER TABLE ONLY eventgrid.wal_source_tables
+    ADD CONSTRAINT wal_source_tables_pkey PRIMARY KEY (source_id, table_name, topic);
+
 CREATE UNIQUE INDEX delivery_properties_header_key ON eventgrid.delivery_properties USING btree (subscription_id, lower(header));
 
 CREATE INDEX event_subscriptions_expiration_time_idx ON eventgrid.event_subscriptions USING btree (expiration_time) WHERE (expiration_time IS NOT NULL);
@@ -6075,6 +6358,15 @@ ALTER TABLE ONLY eventgrid.topic_counters
 
 ALTER TABLE ONLY eventgrid.topic_positions
     ADD CONSTRAINT topic_positions_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.wal_source_status
+    ADD CONSTRAINT wal_source_status_source_id_fkey FOREIGN KEY (source_id) REFERENCES eventgrid.wal_source_definitions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.wal_source_tables
+    ADD CONSTRAINT wal_source_tables_source_id_fkey FOREIGN KEY (source_id) REFERENCES eventgrid.wal_source_definitions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.wal_source_tables
+    ADD CONSTRAINT wal_source_tables_topic_fkey FOREIGN KEY (topic) REFERENCES eventgrid.topics(name) ON DELETE CASCADE;
 
 GRANT USAGE ON SCHEMA eventgrid TO PUBLIC;
 
@@ -6452,6 +6744,18 @@ REVOKE ALL ON FUNCTION eventgrid._wake_receivers_at_commit(subscription_ids bigi
 
 REVOKE ALL ON FUNCTION eventgrid._wake_worker_at_commit() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._wal_source_check_connection(connection text, owner_role oid) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._wal_source_check_connection(connection text, owner_role oid) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._wal_source_drop_slot(connection text, slot_name text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._wal_source_named(name text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._wal_source_origin_lsn(source_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._wal_source_origin_lsn(source_id bigint) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid._wal_source_stop(source_id bigint, drop_origin boolean) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._worker_pids(OUT worker text, OUT pid integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._worker_metrics(OUT delivery_workers_running integer, OUT upkeep_workers_running integer, OUT waiting_for_worker_slot_seconds double precision) FROM PUBLIC;
@@ -6479,6 +6783,9 @@ GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text,
 REVOKE ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) TO eventgrid_admin;
 
+REVOKE ALL ON FUNCTION eventgrid.create_wal_source(name text, connection text, publication text, slot_name text, message_prefix text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.create_wal_source(name text, connection text, publication text, slot_name text, message_prefix text) TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid.delivery_outcome(http_status integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.delivery_outcome(http_status integer) TO eventgrid_admin;
 GRANT ALL ON FUNCTION eventgrid.delivery_outcome(http_status integer) TO eventgrid_publisher;
@@ -6495,6 +6802,9 @@ GRANT ALL ON FUNCTION eventgrid.drop_event_subscription(topic text, name text) T
 REVOKE ALL ON FUNCTION eventgrid.drop_topic(name text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.drop_topic(name text) TO eventgrid_admin;
 
+REVOKE ALL ON FUNCTION eventgrid.drop_wal_source(name text, drop_slot boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.drop_wal_source(name text, drop_slot boolean) TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid.grant_event_replication(role_name name) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid.grant_receive(topic text, subscription text, role_name text) FROM PUBLIC;
@@ -6503,12 +6813,18 @@ GRANT ALL ON FUNCTION eventgrid.grant_receive(topic text, subscription text, rol
 REVOKE ALL ON FUNCTION eventgrid.pause_delivery(topic text, subscription text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.pause_delivery(topic text, subscription text) TO eventgrid_admin;
 
+REVOKE ALL ON FUNCTION eventgrid.pause_wal_source(name text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.pause_wal_source(name text) TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid.probation_duration(outcome text, probation integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.probation_duration(outcome text, probation integer) TO eventgrid_admin;
 GRANT ALL ON FUNCTION eventgrid.probation_duration(outcome text, probation integer) TO eventgrid_publisher;
 
 REVOKE ALL ON FUNCTION eventgrid.publish_table_changes(source_table regclass, topic text, operations text[], columns text[], update_columns text[], event_type_prefix text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.publish_table_changes(source_table regclass, topic text, operations text[], columns text[], update_columns text[], event_type_prefix text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.publish_table_changes(table_name text, topic text, source text, operations text[], columns text[], update_columns text[], event_type_prefix text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.publish_table_changes(table_name text, topic text, source text, operations text[], columns text[], update_columns text[], event_type_prefix text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.purge_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.purge_dead_letters(topic text, subscription text, reason text, dead_lettered_after timestamp with time zone, dead_lettered_before timestamp with time zone) TO eventgrid_admin;
@@ -6533,6 +6849,9 @@ GRANT ALL ON FUNCTION eventgrid.remove_signing_secret(topic text, subscription t
 
 REVOKE ALL ON FUNCTION eventgrid.resume_delivery(topic text, subscription text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.resume_delivery(topic text, subscription text) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.resume_wal_source(name text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.resume_wal_source(name text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.retry_delay(attempt integer, http_status integer, topic_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.retry_delay(attempt integer, http_status integer, topic_type text) TO eventgrid_admin;
@@ -6681,6 +7000,10 @@ GRANT SELECT ON TABLE eventgrid.topic_publish_metrics TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.topic_statistics TO eventgrid_admin;
 
+GRANT SELECT,DELETE ON TABLE eventgrid.wal_source_rejects TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.wal_sources TO eventgrid_admin;
+
 GRANT SELECT ON TABLE eventgrid.worker_metrics TO pg_monitor;
 GRANT SELECT ON TABLE eventgrid.worker_metrics TO eventgrid_admin;
 
@@ -6761,3 +7084,8 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.topic_counters', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.topic_positions', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.topics', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.unknown_topic_events', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.wal_source_definitions', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.wal_source_definitions_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.wal_source_rejects', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.wal_source_rejects_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.wal_source_tables', '');
