@@ -78,6 +78,10 @@ typedef struct EgChange
 	 */
 	int64		skeleton_size;	/* -1 until the first event */
 	int64		values_size;	/* of the event being built */
+	const char *id;				/* the event's id, or NULL: a random UUID (a WAL source's are derived) */
+	/* columns left out of the new and the old row being built (by attnum - 1), or NULL: none */
+	const bool *absent_new;
+	const bool *absent_old;
 	StringInfoData text;		/* scratch for the text of one value */
 	/* the batch being filled, its events in batch_cxt */
 	Datum	   *events;
@@ -95,9 +99,13 @@ extern HeapTuple eg_tc_publication(Relation rel, const char *topic, const char *
 extern bool eg_tc_in_array(Datum array, bool isnull, const char *name);
 extern char *eg_tc_rfc3339(TimestampTz ts);
 extern AttrNumber eg_tc_column_number(TupleDesc desc, const char *name);
-extern void eg_tc_prepare_columns(EgChange *c, Relation rel, Datum columns, bool columns_null, Datum watched,
+extern void eg_tc_prepare_columns(EgChange *c, TupleDesc desc, Datum columns, bool columns_null, Datum watched,
 								  bool watched_null, Datum keys, bool keys_null);
 extern bool eg_tc_unchanged(EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot, MemoryContext row_cxt);
 extern Jsonb *eg_tc_build_event(EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot, int64 *size);
+
+/* table_change_trigger.c: a batch of built events, stored as COPY stores rows */
+extern void eg_tc_add_event(EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot, MemoryContext row_cxt);
+extern void eg_tc_flush(EgChange *c);
 
 #endif							/* EVENTGRID_TABLE_CHANGE_H */

@@ -197,7 +197,7 @@ json_has_nul_escape(const char *text)
  * sizes are added to c->values_size.
  */
 static JsonbValue *
-push_row(JsonbParseState **st, EgChange *c, TupleTableSlot *slot, bool watched)
+push_row(JsonbParseState **st, EgChange *c, TupleTableSlot *slot, bool watched, const bool *absent)
 {
 	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
 	for (int i = 0; i < c->ncols; i++)
@@ -209,6 +209,8 @@ push_row(JsonbParseState **st, EgChange *c, TupleTableSlot *slot, bool watched)
 		char	   *json_text;
 
 		if (watched ? !col->watched : !col->published)
+			continue;
+		if (absent && absent[col->attnum - 1])
 			continue;
 		d = slot_getattr(slot, col->attnum, &isnull);
 		if (isnull)
@@ -281,7 +283,7 @@ watched_object(EgChange *c, TupleTableSlot *slot)
 {
 	JsonbParseState *st = NULL;
 
-	return JsonbValueToJsonb(push_row(&st, c, slot, true));
+	return JsonbValueToJsonb(push_row(&st, c, slot, true, NULL));
 }
 
 /* /<schema>/<table>, then each primary key value, percent-encoded. */
@@ -322,12 +324,12 @@ push_data(JsonbParseState **st, EgChange *c, TupleTableSlot *newslot, TupleTable
 {
 	push_key(st, "new");
 	if (newslot)
-		push_row(st, c, newslot, false);
+		push_row(st, c, newslot, false, c->absent_new);
 	else
 		push_null_value(st);
 	push_key(st, "old");
 	if (oldslot)
-		push_row(st, c, oldslot, false);
+		push_row(st, c, oldslot, false, c->absent_old);
 	else
 		push_null_value(st);
 	push_string(st, "table", c->table_name);
@@ -360,7 +362,7 @@ eg_tc_build_event(EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot,
 	{
 		/* the id's text is 36 characters in every event: in the skeleton */
 		c->values_size += string_text_size(c, subject);
-		push_string(&st, "id", random_uuid());
+		push_string(&st, "id", c->id ? c->id : random_uuid());
 		push_key(&st, "data");
 		pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
 		push_data(&st, c, newslot, oldslot);
@@ -424,12 +426,11 @@ column_cmp(const void *a, const void *b)
 	return memcmp(x, y, xl);
 }
 
-/* The columns of rel, and how each goes into events. */
+/* The columns of a relation (desc), and how each goes into events. */
 void
-eg_tc_prepare_columns(EgChange *c, Relation rel, Datum columns, bool columns_null, Datum watched,
-				bool watched_null, Datum keys, bool keys_null)
+eg_tc_prepare_columns(EgChange *c, TupleDesc desc, Datum columns, bool columns_null, Datum watched,
+					  bool watched_null, Datum keys, bool keys_null)
 {
-	TupleDesc	desc = RelationGetDescr(rel);
 	Datum	   *key_names = NULL;
 	bool	   *key_nulls;
 	int			nkey_names = 0;

@@ -74,8 +74,8 @@ row_text(HeapTuple row, TupleDesc desc, int col)
  * INSERT trigger stores such rows as they are, and its wake-up at commit
  * is asked for here.
  */
-static void
-flush(EgChange *c)
+void
+eg_tc_flush(EgChange *c)
 {
 	char		name[NAMEDATALEN];
 	Relation	rel;
@@ -277,9 +277,9 @@ skipped_olds(EgChange *c, Tuplestorestate *olds, Tuplestorestate *news, TupleTab
 	return gone;
 }
 
-/* Builds the event of one row change (table_change_event.c) and adds it to the batch. */
-static void
-add_event(EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot, MemoryContext row_cxt)
+/* Builds the event of one row change (table_change_event.c) and adds it to the batch (stored by eg_tc_flush() once full). */
+void
+eg_tc_add_event(EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot, MemoryContext row_cxt)
 {
 	MemoryContext old = MemoryContextSwitchTo(row_cxt);
 	int64		size;
@@ -291,7 +291,7 @@ add_event(EgChange *c, TupleTableSlot *newslot, TupleTableSlot *oldslot, MemoryC
 	MemoryContextSwitchTo(old);
 	c->sizes[c->n] = Int32GetDatum((int32) size);
 	if (++c->n == EG_TC_BATCH)
-		flush(c);
+		eg_tc_flush(c);
 	MemoryContextReset(row_cxt);
 }
 
@@ -352,7 +352,7 @@ prepare_change(EgChange *c, Relation rel, HeapTuple pubrow, TupleDesc pubdesc)
 	c->table_name = row_text(pubrow, pubdesc, 7);
 	c->schema = strcmp(input_schema, "CloudEventSchemaV1_0") == 0 ? IN_CLOUDEVENTS
 		: strcmp(input_schema, "CustomEventSchema") == 0 ? IN_CUSTOM : IN_EVENTGRID;
-	eg_tc_prepare_columns(c, rel, columns, columns_null, watched, watched_null, keys, keys_null);
+	eg_tc_prepare_columns(c, RelationGetDescr(rel), columns, columns_null, watched, watched_null, keys, keys_null);
 
 	/* events name the published table, also for a write that named one of its partitions */
 	c->head = psprintf("/%s/%s", eg_uri_escape(c->schema_name, strlen(c->schema_name)),
@@ -397,18 +397,18 @@ publish_updates(EgChange *c, TriggerData *td, const char *type_prefix, TupleTabl
 			i++;
 		i++;
 		if (!eg_tc_unchanged(c, newslot, oldslot, row_cxt))
-			add_event(c, newslot, oldslot, row_cxt);
+			eg_tc_add_event(c, newslot, oldslot, row_cxt);
 	}
 	if (gone)
 	{
-		flush(c);
+		eg_tc_flush(c);
 		c->operation = "DELETE";
 		c->event_type = psprintf("%s.Deleted", type_prefix);
 		c->skeleton_size = -1;
 		tuplestore_rescan(td->tg_oldtable);
 		for (i = 0; i < nold && tuplestore_gettupleslot(td->tg_oldtable, true, false, oldslot); i++)
 			if (gone[i])
-				add_event(c, NULL, oldslot, row_cxt);
+				eg_tc_add_event(c, NULL, oldslot, row_cxt);
 	}
 }
 
@@ -456,17 +456,17 @@ eventgrid_table_change_trigger(PG_FUNCTION_ARGS)
 	{
 		tuplestore_rescan(td->tg_newtable);
 		while (tuplestore_gettupleslot(td->tg_newtable, true, false, newslot))
-			add_event(&c, newslot, NULL, row_cxt);
+			eg_tc_add_event(&c, newslot, NULL, row_cxt);
 	}
 	else if (strcmp(c.operation, "DELETE") == 0)
 	{
 		tuplestore_rescan(td->tg_oldtable);
 		while (tuplestore_gettupleslot(td->tg_oldtable, true, false, oldslot))
-			add_event(&c, NULL, oldslot, row_cxt);
+			eg_tc_add_event(&c, NULL, oldslot, row_cxt);
 	}
 	else
 		publish_updates(&c, td, type_prefix, newslot, oldslot, row_cxt);
-	flush(&c);
+	eg_tc_flush(&c);
 	for (int i = 0; i < c.nslots; i++)
 		ExecDropSingleTupleTableSlot(c.slots[i]);
 	if (newslot)
