@@ -3909,16 +3909,17 @@ BEGIN
         RAISE EXCEPTION 'WAL source of slot "%" on that connection already exists', slot
             USING ERRCODE = 'duplicate_object', HINT = 'Give each WAL source of one source database a slot of its own.';
     END IF;
-    PERFORM eventgrid._wal_source_check_connection(connection, current_user::regrole::oid);
+    -- the role that called (SET ROLE's, else the session's): a superuser's may use any authentication
+    PERFORM eventgrid._wal_source_check_connection(connection, eventgrid._caller()::text::regrole::oid);
     INSERT INTO eventgrid.wal_source_definitions (name, connection, publication, slot_name, message_prefix, owner_role)
-    VALUES (name, connection, publication, slot, message_prefix, current_user::regrole::oid)
+    VALUES (name, connection, publication, slot, message_prefix, eventgrid._caller()::text::regrole::oid)
     RETURNING id INTO sid;
     INSERT INTO eventgrid.wal_source_status (source_id) VALUES (sid);
     PERFORM eventgrid._wake_worker_at_commit();
     RETURN sid;
 END $_$;
 
-COMMENT ON FUNCTION eventgrid.create_wal_source(name text, connection text, publication text, slot_name text, message_prefix text) IS 'Creates a WAL source: a background worker of this server reads the source database''s write-ahead log through the logical replication slot slot_name (default eventgrid_<name>, hyphens as underscores; created with pgoutput if missing, else resumed) for publication, and publishes the pg_logical_emit_message(true, message_prefix, ''{"topic": ..., "events": [...]}'') messages and the changes of the tables mapped with publish_table_changes(..., source => name). name: 3-50 letters, digits and hyphens. connection: a libpq connection string to the source (PostgreSQL 14 or later, with wal_level = logical, a role with REPLICATION); for a role that is not a superuser it must hold a password. Mappings made in the same transaction are in place before it first reads. Returns its id. Requires eventgrid_admin. Errors: 22004 NULL, 42602 name or slot_name, 22023, 42710 exists, 28000 no password. SPEC 16.';
+COMMENT ON FUNCTION eventgrid.create_wal_source(name text, connection text, publication text, slot_name text, message_prefix text) IS 'Creates a WAL source: a background worker of this server reads the source database''s write-ahead log through the logical replication slot slot_name (default eventgrid_<name>, hyphens as underscores; created with pgoutput if missing, else resumed) for publication, and publishes the pg_logical_emit_message(true, message_prefix, ''{"topic": ..., "events": [...]}'') messages and the changes of the tables mapped with publish_table_changes(..., source => name). name: 3-50 letters, digits and hyphens. connection: a libpq connection string to the source (PostgreSQL 14 or later, with wal_level = logical, a role with REPLICATION); for a role that is not a superuser it must hold a password. Mappings made in the same transaction are in place before it first reads. Returns its id. Requires eventgrid_admin. Errors: 22004 NULL, 42602 name or slot_name, 22023, 42710 exists, 28000 no password. SPEC 19.';
 
 CREATE FUNCTION eventgrid.delivery_outcome(http_status integer) RETURNS text
     LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
@@ -4030,7 +4031,7 @@ BEGIN
     END IF;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.drop_wal_source(name text, drop_slot boolean) IS 'Drops a WAL source: its worker stops, its table mappings and its position here go, and with drop_slot (the default) its replication slot is dropped on the source, so that the source keeps no WAL for it. The slot is dropped before this transaction commits: a rollback keeps the source, which then makes a new slot and reads from there. Requires eventgrid_admin. Errors: 22004, 42704 no such source, 08001 the source cannot be reached (drop_slot => false drops the source here alone). SPEC 16.';
+COMMENT ON FUNCTION eventgrid.drop_wal_source(name text, drop_slot boolean) IS 'Drops a WAL source: its worker stops, its table mappings and its position here go, and with drop_slot (the default) its replication slot is dropped on the source, so that the source keeps no WAL for it. The slot is dropped before this transaction commits: a rollback keeps the source, which then makes a new slot and reads from there. Requires eventgrid_admin. Errors: 22004, 42704 no such source, 08001 the source cannot be reached (drop_slot => false drops the source here alone). SPEC 19.';
 
 CREATE FUNCTION eventgrid.grant_event_replication(role_name name) RETURNS void
     LANGUAGE plpgsql
@@ -4115,7 +4116,7 @@ BEGIN
     PERFORM eventgrid._wal_source_stop(sid, false);
 END $$;
 
-COMMENT ON FUNCTION eventgrid.pause_wal_source(name text) IS 'Pauses a WAL source: its worker stops reading (the slot keeps the source''s WAL from then on: watch its size). Requires eventgrid_admin. Errors: 22004, 42704. SPEC 16.';
+COMMENT ON FUNCTION eventgrid.pause_wal_source(name text) IS 'Pauses a WAL source: its worker stops reading (the slot keeps the source''s WAL from then on: watch its size). Requires eventgrid_admin. Errors: 22004, 42704. SPEC 19.';
 
 CREATE FUNCTION eventgrid.probation_duration(outcome text, probation integer DEFAULT 1) RETURNS interval
     LANGUAGE c IMMUTABLE PARALLEL SAFE
@@ -4217,7 +4218,7 @@ BEGIN
            event_type_prefix = EXCLUDED.event_type_prefix;
 END $_$;
 
-COMMENT ON FUNCTION eventgrid.publish_table_changes(table_name text, topic text, source text, operations text[], columns text[], update_columns text[], event_type_prefix text) IS 'Publishes the changes of a table of a WAL source to a topic (SPEC 16): each row an INSERT, UPDATE or DELETE there changes becomes one event, with the same subject, event types and data as in-database table changes; the table is named as the source names it (schema.table) and must be in the source''s publication. data.old is the whole row when the source table has REPLICA IDENTITY FULL, else its key columns; a large value an UPDATE left unchanged is not in the WAL and is left out of data.new. Called again for the same table and topic it replaces the settings; takes effect for the transactions the source''s worker reads from then on. Requires eventgrid_admin. Errors: 22004, 42704 no such source or topic, 22023. SPEC 16.';
+COMMENT ON FUNCTION eventgrid.publish_table_changes(table_name text, topic text, source text, operations text[], columns text[], update_columns text[], event_type_prefix text) IS 'Publishes the changes of a table of a WAL source to a topic (SPEC 19): each row an INSERT, UPDATE or DELETE there changes becomes one event, with the same subject, event types and data as in-database table changes; the table is named as the source names it (schema.table) and must be in the source''s publication. data.old is the whole row when the source table has REPLICA IDENTITY FULL, else its key columns; a large value an UPDATE left unchanged is not in the WAL and is left out of data.new. Called again for the same table and topic it replaces the settings; takes effect for the transactions the source''s worker reads from then on. Requires eventgrid_admin. Errors: 22004, 42704 no such source or topic, 22023. SPEC 19.';
 
 CREATE FUNCTION eventgrid.purge_dead_letters(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text, reason text DEFAULT NULL::text, dead_lettered_after timestamp with time zone DEFAULT NULL::timestamp with time zone, dead_lettered_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -4474,7 +4475,7 @@ BEGIN
     PERFORM eventgrid._wake_worker_at_commit();
 END $$;
 
-COMMENT ON FUNCTION eventgrid.resume_wal_source(name text) IS 'Resumes a paused WAL source: its worker starts again and reads on from where it stopped. Requires eventgrid_admin. Errors: 22004, 42704. SPEC 16.';
+COMMENT ON FUNCTION eventgrid.resume_wal_source(name text) IS 'Resumes a paused WAL source: its worker starts again and reads on from where it stopped. Requires eventgrid_admin. Errors: 22004, 42704. SPEC 19.';
 
 CREATE FUNCTION eventgrid.retry_delay(attempt integer, http_status integer DEFAULT NULL::integer, topic_type text DEFAULT 'custom'::text) RETURNS interval
     LANGUAGE c IMMUTABLE PARALLEL SAFE
@@ -5953,7 +5954,7 @@ CREATE TABLE eventgrid.wal_source_definitions (
     CONSTRAINT wal_source_definitions_slot_name_check CHECK ((slot_name ~ '^[a-z0-9_]{1,63}$'::text))
 );
 
-COMMENT ON TABLE eventgrid.wal_source_definitions IS 'WAL sources (create_wal_source()): the source database''s libpq connection string (a password in it is never shown: the view wal_sources masks it), its publication, the logical replication slot read there, the message prefix taken as events, whether it is paused, and the role that created it (a non-superuser''s connection must authenticate with a password). Read by the WAL source workers. SPEC 16.';
+COMMENT ON TABLE eventgrid.wal_source_definitions IS 'WAL sources (create_wal_source()): the source database''s libpq connection string (a password in it is never shown: the view wal_sources masks it), its publication, the logical replication slot read there, the message prefix taken as events, whether it is paused, and the role that created it (a non-superuser''s connection must authenticate with a password). Read by the WAL source workers. SPEC 19.';
 
 ALTER TABLE eventgrid.wal_source_definitions ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
     SEQUENCE NAME eventgrid.wal_source_definitions_id_seq
@@ -5973,7 +5974,7 @@ CREATE TABLE eventgrid.wal_source_rejects (
     rejected_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
-COMMENT ON TABLE eventgrid.wal_source_rejects IS 'What a WAL source read and could not publish (an unknown topic, an invalid event, a message that is not JSON, over 1 MB, or not transactional): the source, the commit LSN of its transaction there (NULL: not in one), why, and the content (its first 4 kB). Never stops the stream; the rest of the transaction is published. SPEC 16.';
+COMMENT ON TABLE eventgrid.wal_source_rejects IS 'What a WAL source read and could not publish (an unknown topic, an invalid event, a message that is not JSON, over 1 MB, or not transactional): the source, the commit LSN of its transaction there (NULL: not in one), why, and the content (its first 4 kB). Never stops the stream; the rest of the transaction is published. SPEC 19.';
 
 ALTER TABLE eventgrid.wal_source_rejects ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
     SEQUENCE NAME eventgrid.wal_source_rejects_id_seq
@@ -5996,7 +5997,7 @@ CREATE TABLE eventgrid.wal_source_status (
     CONSTRAINT wal_source_status_state_check CHECK ((state = ANY (ARRAY['connecting'::text, 'streaming'::text, 'paused'::text, 'failing'::text])))
 );
 
-COMMENT ON TABLE eventgrid.wal_source_status IS 'Internal: what each WAL source''s worker last reported (state, the source''s WAL end, counts, the last error); the view wal_sources shows it. SPEC 16.';
+COMMENT ON TABLE eventgrid.wal_source_status IS 'Internal: what each WAL source''s worker last reported (state, the source''s WAL end, counts, the last error); the view wal_sources shows it. SPEC 19.';
 
 CREATE TABLE eventgrid.wal_source_tables (
     source_id bigint NOT NULL,
@@ -6008,7 +6009,7 @@ CREATE TABLE eventgrid.wal_source_tables (
     event_type_prefix text
 );
 
-COMMENT ON TABLE eventgrid.wal_source_tables IS 'Tables of WAL sources whose changes are published (publish_table_changes(..., source => ...)): the table as the source names it (schema.table), the topic, and the options of in-database table changes. SPEC 16.';
+COMMENT ON TABLE eventgrid.wal_source_tables IS 'Tables of WAL sources whose changes are published (publish_table_changes(..., source => ...)): the table as the source names it (schema.table), the topic, and the options of in-database table changes. SPEC 19.';
 
 CREATE VIEW eventgrid.wal_sources AS
  SELECT d.name,
@@ -6029,7 +6030,7 @@ CREATE VIEW eventgrid.wal_sources AS
    FROM (eventgrid.wal_source_definitions d
      LEFT JOIN eventgrid.wal_source_status s ON ((s.source_id = d.id)));
 
-COMMENT ON VIEW eventgrid.wal_sources IS 'WAL sources (SPEC 16): name, connection (its password as ********), publication, slot_name, state (connecting, streaming, paused, failing), confirmed_lsn (the source position whose events are committed here), source_lsn (the source''s WAL end last reported), lag_bytes, events_published, rejects (rows in wal_source_rejects), and the last error with its time.';
+COMMENT ON VIEW eventgrid.wal_sources IS 'WAL sources (SPEC 19): name, connection (its password as ********), publication, slot_name, state (connecting, streaming, paused, failing), confirmed_lsn (the source position whose events are committed here), source_lsn (the source''s WAL end last reported), lag_bytes, events_published, rejects (rows in wal_source_rejects), and the last error with its time.';
 
 CREATE VIEW eventgrid.worker_metrics AS
  SELECT _worker_metrics.delivery_workers_running,

@@ -14,6 +14,7 @@
  * Each step is its own unit of work (worker.c).
  */
 #include "store/store.h"
+#include "publish/wal_source.h"
 #include "store/worker.h"
 #include "delivery/validation.h"
 
@@ -154,6 +155,12 @@ upkeep(void)
 
 	/* endpoint validations (validation.c): sent outside a unit of work, 30 s at most */
 	used |= eg_validate_endpoints();
+
+	/* a worker for each WAL source that has none (SPEC 19; they stay when this worker leaves) */
+	if (!eg_begin_work("eventgrid: starting WAL source workers"))
+		return used;
+	eg_wal_sources_start();
+	eg_end_work();
 
 	if (GetCurrentTimestamp() - backlog_at >= (TimestampTz) EG_BACKLOG_INTERVAL_MS * 1000)
 	{

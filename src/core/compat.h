@@ -182,4 +182,15 @@ eg_materialized_srf(FunctionCallInfo fcinfo)
 }
 #endif
 
+/*
+ * Makes this session's transactions record their progress in replication
+ * origin node (a WAL source's, publish/wal_source_worker.c): 16 added who
+ * may share it (0: this process alone).
+ */
+#if PG_VERSION_NUM >= 160000
+#define eg_replorigin_session_setup(node) replorigin_session_setup((node), 0)
+#else
+#define eg_replorigin_session_setup(node) replorigin_session_setup(node)
+#endif
+
 #endif							/* EG_COMPAT_H */

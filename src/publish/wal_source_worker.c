@@ -1,0 +1,544 @@
+/*
+ * wal_source_worker.c - a WAL source's background worker (SPEC 19): one
+ * per source, "eventgrid WAL source <name> [<database>]", started by the
+ * upkeep worker (eg_wal_sources_start()) for each source that is not
+ * paused and has none; it holds an advisory lock for its whole life, so
+ * that there is never a second one.
+ *
+ * It connects to the source with libpq's replication connection
+ * (replication=database), creates the slot if missing (pgoutput), and
+ * streams from where the source's replication origin here says its
+ * events were last committed (START_REPLICATION ... (proto_version '1',
+ * publication_names ..., messages 'true')).  Each XLogData message's
+ * pgoutput content goes to wal_source_decode.c; a keepalive that asks
+ * for one, and every 10 s, is answered with the source position whose
+ * events are durable here (every local commit is flushed before it is
+ * reported).  Any error: the connection is closed, the state is "failing"
+ * with the message, and it tries again after 1 s, doubling to 30 s.
+ * pause_wal_source() and drop_wal_source() stop it (SIGTERM).
+ */
+#include "publish/wal_source.h"
+#include "store/store.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "executor/spi.h"
+#include "libpq-fe.h"
+#include "libpq/pqformat.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "replication/origin.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/pg_lsn.h"
+#include "utils/snapmgr.h"
+
+#define EG_WAL_FEEDBACK_MS 10000	/* standby status updates at least this often */
+#define EG_WAL_STATUS_MS 1000		/* the source's WAL end written to wal_source_status at most this often */
+#define EG_WAL_BACKOFF_MIN_MS 1000
+#define EG_WAL_BACKOFF_MAX_MS 30000
+
+PGDLLEXPORT void eventgrid_wal_source_main(Datum arg);
+
+static PGconn *conn = NULL;
+static MemoryContext source_cxt = NULL;
+
+void
+eg_wal_origin_name(int64 id, char *buf)
+{
+	snprintf(buf, EG_WAL_ORIGIN_NAME_LEN, "eventgrid_wal_source_" INT64_FORMAT, id);
+}
+
+static EgStatement definition_stmt = {
+	.name = "WAL source definition",
+	.sql =
+	"SELECT d.name, d.connection, d.publication, d.slot_name, d.message_prefix, d.paused, d.owner_role"
+	"  FROM eventgrid.wal_source_definitions d WHERE d.id = $1",
+	.nargs = 1,
+	.types = {INT8OID},
+};
+
+static EgStatement status_stmt = {
+	.name = "WAL source state",
+	.sql =
+	"UPDATE eventgrid.wal_source_status SET state = $2, updated_at = now(),"
+	"       source_lsn = coalesce($3, source_lsn),"
+	"       last_error = CASE WHEN $4 IS NULL THEN last_error ELSE $4 END,"
+	"       last_error_time = CASE WHEN $4 IS NULL THEN last_error_time ELSE now() END"
+	" WHERE source_id = $1",
+	.nargs = 4,
+	.types = {INT8OID, TEXTOID, PG_LSNOID, TEXTOID},
+};
+
+static EgStatement starting_stmt = {
+	.name = "WAL sources without a worker",
+	.sql =
+	"SELECT d.id, d.name FROM eventgrid.wal_source_definitions d"
+	" WHERE NOT d.paused AND NOT EXISTS ("
+	"   SELECT 1 FROM pg_catalog.pg_locks l"
+	"    WHERE l.locktype = 'advisory' AND l.database = $1 AND l.classid = $2"
+	"      AND l.objid = (d.id % 4294967296)::pg_catalog.oid AND l.objsubid = 2)"
+	" ORDER BY d.id",
+	.nargs = 2,
+	.types = {OIDOID, OIDOID},
+};
+
+/* Writes the source's state (and the source's WAL end, an error: NULL for none) in a transaction of its own. */
+static void
+set_status(int64 id, const char *state, XLogRecPtr source_lsn, const char *error)
+{
+	Datum		args[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+
+	args[0] = Int64GetDatum(id);
+	args[1] = CStringGetTextDatum(state);
+	args[2] = LSNGetDatum(source_lsn);
+	if (XLogRecPtrIsInvalid(source_lsn))
+		nulls[2] = 'n';
+	args[3] = error ? CStringGetTextDatum(error) : (Datum) 0;
+	if (error == NULL)
+		nulls[3] = 'n';
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "eventgrid: SPI_connect failed");
+	eg_store_run_nulls(&status_stmt, args, nulls, false, SPI_OK_UPDATE);
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+}
+
+/* Waits for the source's socket (and the latch: interrupts are served). */
+static void
+wait_socket(int io_flag, long timeout_ms)
+{
+	int			rc = WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH | io_flag |
+									   (timeout_ms >= 0 ? WL_TIMEOUT : 0),
+									   PQsocket(conn), timeout_ms, PG_WAIT_EXTENSION);
+
+	if (rc & WL_LATCH_SET)
+	{
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+static void
+source_error(EgWalSource *src, const char *what)
+{
+	ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+					errmsg("eventgrid: WAL source \"%s\": %s: %s", src->name, what,
+						   pchomp(PQerrorMessage(conn)))));
+}
+
+/*
+ * Connects to the source (libpq's replication connection, interruptible);
+ * for an owner that is not a superuser, only with a password used.
+ */
+static void
+source_connect(EgWalSource *src, const char *conninfo, bool owner_superuser)
+{
+	const char *keys[] = {"dbname", "replication", "fallback_application_name", NULL};
+	const char *vals[] = {conninfo, "database", "eventgrid", NULL};
+	PostgresPollingStatusType status = PGRES_POLLING_WRITING;
+
+	conn = PQconnectStartParams(keys, vals, 1);
+	if (conn == NULL)
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
+	if (PQstatus(conn) != CONNECTION_BAD)
+		do
+		{
+			wait_socket(status == PGRES_POLLING_READING ? WL_SOCKET_READABLE : WL_SOCKET_WRITEABLE, -1);
+			status = PQconnectPoll(conn);
+		} while (status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED);
+	if (PQstatus(conn) != CONNECTION_OK)
+		ereport(ERROR, (errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+						errmsg("eventgrid: WAL source \"%s\": could not connect to the source: %s", src->name,
+							   pchomp(PQerrorMessage(conn))),
+						errhint("Check the connection string (eventgrid.wal_sources shows it without its password), "
+								"the source's pg_hba.conf and that its role has REPLICATION.")));
+	if (!owner_superuser && !PQconnectionUsedPassword(conn))
+		ereport(ERROR, (errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
+						errmsg("eventgrid: WAL source \"%s\": the source did not ask for the password", src->name),
+						errdetail("The source was created by a role that is not a superuser: its connection must authenticate with a password."),
+						errhint("Use password authentication on the source (scram-sha-256), as postgres_fdw requires.")));
+	if (PQserverVersion(conn) < 140000)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("eventgrid: WAL source \"%s\": the source runs PostgreSQL %d; WAL sources need 14 or later",
+							   src->name, PQserverVersion(conn) / 10000)));
+}
+
+/* Runs one command on the source (interruptible); its last result, which the caller clears. */
+static PGresult *
+source_exec(EgWalSource *src, const char *sql, ExecStatusType expected)
+{
+	PGresult   *last = NULL;
+
+	if (!PQsendQuery(conn, sql))
+		source_error(src, "could not send a command");
+	for (;;)
+	{
+		PGresult   *r;
+
+		while (PQisBusy(conn))
+		{
+			wait_socket(WL_SOCKET_READABLE, -1);
+			if (!PQconsumeInput(conn))
+				source_error(src, "the connection failed");
+		}
+		r = PQgetResult(conn);
+		if (r == NULL)
+			break;
+		if (last)
+			PQclear(last);
+		last = r;
+		if (PQresultStatus(r) == PGRES_COPY_BOTH)
+			break;
+	}
+	if (last == NULL || PQresultStatus(last) != expected)
+	{
+		char	   *msg = pstrdup(last ? pchomp(PQresultErrorMessage(last)) : "no result");
+		char	   *state = last && PQresultErrorField(last, PG_DIAG_SQLSTATE)
+			? pstrdup(PQresultErrorField(last, PG_DIAG_SQLSTATE)) : NULL;
+
+		if (last)
+			PQclear(last);
+		ereport(ERROR, (errcode(state && strcmp(state, "42704") == 0 ? ERRCODE_UNDEFINED_OBJECT
+								: ERRCODE_CONNECTION_FAILURE),
+						errmsg("eventgrid: WAL source \"%s\": the source refused a command: %s", src->name, msg)));
+	}
+	return last;
+}
+
+/* Tells the source that its WAL up to flushed is done with here. */
+static void
+send_feedback(EgWalSource *src, XLogRecPtr flushed)
+{
+	StringInfoData s;
+
+	initStringInfo(&s);
+	pq_sendbyte(&s, 'r');
+	pq_sendint64(&s, flushed);	/* written */
+	pq_sendint64(&s, flushed);	/* flushed */
+	pq_sendint64(&s, flushed);	/* applied */
+	pq_sendint64(&s, GetCurrentTimestamp());
+	pq_sendbyte(&s, 0);
+	if (PQputCopyData(conn, s.data, s.len) <= 0 || PQflush(conn) != 0)
+		source_error(src, "could not send a status update");
+	pfree(s.data);
+}
+
+/*
+ * Reads the source's definition, sets up its replication origin, connects
+ * and streams until an error (or SIGTERM).  Does not return normally.
+ */
+static void
+stream(int64 id, EgWalSource *src)
+{
+	Datum		arg = Int64GetDatum(id);
+	char		origin_name[EG_WAL_ORIGIN_NAME_LEN];
+	char	   *connection;
+	char	   *publication;
+	char	   *slot;
+	bool		owner_superuser;
+	RepOriginId origin;
+	XLogRecPtr	start;
+	XLogRecPtr	flushed;
+	XLogRecPtr	reported;
+	XLogRecPtr	source_lsn = InvalidXLogRecPtr;
+	XLogRecPtr	status_lsn = InvalidXLogRecPtr;
+	TimestampTz feedback_at;
+	TimestampTz status_at = 0;
+	PGresult   *res;
+	MemoryContext msg_cxt;
+	bool		paused;
+
+	MemoryContextReset(source_cxt);
+	MemoryContextSwitchTo(source_cxt);
+	eg_wal_origin_name(id, origin_name);
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "eventgrid: SPI_connect failed");
+	eg_store_run(&definition_stmt, &arg, false, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		proc_exit(0);			/* dropped */
+	{
+		HeapTuple	row = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		MemoryContext old = MemoryContextSwitchTo(source_cxt);
+
+		src->name = SPI_getvalue(row, desc, 1);
+		connection = SPI_getvalue(row, desc, 2);
+		publication = SPI_getvalue(row, desc, 3);
+		slot = SPI_getvalue(row, desc, 4);
+		src->message_prefix = SPI_getvalue(row, desc, 5);
+		paused = DatumGetBool(SPI_getbinval(row, desc, 6, &isnull));
+		owner_superuser = superuser_arg(DatumGetObjectId(SPI_getbinval(row, desc, 7, &isnull)));
+		MemoryContextSwitchTo(old);
+	}
+	if (paused)
+		proc_exit(0);
+	origin = replorigin_by_name(origin_name, true);
+	if (origin == InvalidRepOriginId)
+		origin = replorigin_create(origin_name);
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(source_cxt);
+	if (replorigin_session_origin == InvalidRepOriginId)
+	{
+		StartTransactionCommand();
+		eg_replorigin_session_setup(origin);
+		replorigin_session_origin = origin;
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(source_cxt);
+	}
+	start = replorigin_session_get_progress(false);
+	flushed = start;
+	reported = start;
+	pgstat_report_activity(STATE_RUNNING, "eventgrid: connecting to the WAL source");
+	set_status(id, "connecting", InvalidXLogRecPtr, NULL);
+	MemoryContextSwitchTo(source_cxt);
+
+	source_connect(src, connection, owner_superuser);
+	res = source_exec(src, "IDENTIFY_SYSTEM", PGRES_TUPLES_OK);
+	src->system_identifier = pstrdup(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	src->database = pstrdup(PQdb(conn) ? PQdb(conn) : "");
+	res = source_exec(src, psprintf("SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = %s",
+									quote_literal_cstr(publication)), PGRES_TUPLES_OK);
+	if (PQntuples(res) == 0)
+	{
+		PQclear(res);
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+						errmsg("eventgrid: WAL source \"%s\": the source database has no publication \"%s\"",
+							   src->name, publication),
+						errhint("Create it on the source: CREATE PUBLICATION %s (FOR TABLE ... to publish their changes; "
+								"with no table it carries messages only).", quote_identifier(publication))));
+	}
+	PQclear(res);
+	res = source_exec(src, psprintf("SELECT plugin FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
+									quote_literal_cstr(slot)), PGRES_TUPLES_OK);
+	if (PQntuples(res) == 0)
+	{
+		PQclear(res);
+		res = source_exec(src, psprintf(PQserverVersion(conn) >= 150000
+										? "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'nothing')"
+										: "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput NOEXPORT_SNAPSHOT",
+										quote_identifier(slot)), PGRES_TUPLES_OK);
+		ereport(LOG, (errmsg("eventgrid: WAL source \"%s\": created the replication slot \"%s\" on the source at %s",
+							 src->name, slot, PQgetvalue(res, 0, 1))));
+	}
+	else if (strcmp(PQgetvalue(res, 0, 0), "pgoutput") != 0)
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						errmsg("eventgrid: WAL source \"%s\": the slot \"%s\" on the source is not a pgoutput slot",
+							   src->name, slot),
+						errhint("Drop it on the source, or give the WAL source another slot_name.")));
+	PQclear(res);
+	res = source_exec(src, psprintf("START_REPLICATION SLOT %s LOGICAL %X/%X (proto_version '1', publication_names %s, messages 'true')",
+									quote_identifier(slot), LSN_FORMAT_ARGS(start),
+									quote_literal_cstr(quote_identifier(publication))), PGRES_COPY_BOTH);
+	PQclear(res);
+	eg_wal_reset_relations();
+	src->in_txn = false;
+	memset(&src->txn, 0, sizeof(src->txn));
+	set_status(id, "streaming", InvalidXLogRecPtr, NULL);
+	pgstat_report_activity(STATE_RUNNING, "eventgrid: streaming from the WAL source");
+	ereport(LOG, (errmsg("eventgrid: WAL source \"%s\": streaming from %X/%X", src->name, LSN_FORMAT_ARGS(start))));
+	feedback_at = GetCurrentTimestamp();
+	msg_cxt = AllocSetContextCreate(source_cxt, "eventgrid WAL source message", ALLOCSET_DEFAULT_SIZES);
+
+	for (;;)
+	{
+		char	   *buf;
+		int			len;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		len = PQgetCopyData(conn, &buf, 1);
+		if (len > 0)
+		{
+			StringInfoData s;
+			char		kind;
+
+			MemoryContextSwitchTo(msg_cxt);
+			s.data = buf;
+			s.len = len;
+			s.maxlen = len;
+			s.cursor = 0;
+			kind = pq_getmsgbyte(&s);
+			if (kind == 'w')
+			{
+				XLogRecPtr	end;
+
+				(void) pq_getmsgint64(&s);	/* where the data starts */
+				end = pq_getmsgint64(&s);
+				(void) pq_getmsgint64(&s);	/* the source's clock */
+				source_lsn = Max(source_lsn, end);
+				end = eg_wal_apply(src, &s);
+				if (!XLogRecPtrIsInvalid(end) && !src->txn.local_open)
+					flushed = Max(flushed, end);	/* committed (and flushed) here, or nothing to commit */
+			}
+			else if (kind == 'k')
+			{
+				XLogRecPtr	end = pq_getmsgint64(&s);
+
+				(void) pq_getmsgint64(&s);
+				source_lsn = Max(source_lsn, end);
+				/*
+				 * Between transactions, all the source sent before this is
+				 * applied: what it decoded and did not send (other tables'
+				 * changes) is done with too, and its slot may move on.
+				 */
+				if (!src->in_txn)
+					flushed = Max(flushed, end);
+				if (pq_getmsgbyte(&s))
+				{
+					send_feedback(src, flushed);
+					reported = flushed;
+					feedback_at = GetCurrentTimestamp();
+				}
+			}
+			PQfreemem(buf);
+			MemoryContextSwitchTo(source_cxt);
+			MemoryContextReset(msg_cxt);
+			continue;
+		}
+		if (len == -1)
+		{
+			res = PQgetResult(conn);
+			if (res)
+				PQclear(res);
+			ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+							errmsg("eventgrid: WAL source \"%s\": the source ended the replication stream", src->name)));
+		}
+		if (len < -1)
+			source_error(src, "the replication stream failed");
+
+		/* nothing to read now */
+		if (GetCurrentTimestamp() - feedback_at >= (TimestampTz) EG_WAL_FEEDBACK_MS * 1000 || flushed > reported)
+		{
+			send_feedback(src, flushed);
+			feedback_at = GetCurrentTimestamp();
+			reported = flushed;
+		}
+		if (source_lsn != status_lsn && !src->in_txn &&
+			GetCurrentTimestamp() - status_at >= (TimestampTz) EG_WAL_STATUS_MS * 1000)
+		{
+			set_status(id, "streaming", source_lsn, NULL);
+			MemoryContextSwitchTo(source_cxt);
+			status_lsn = source_lsn;
+			status_at = GetCurrentTimestamp();
+		}
+		wait_socket(WL_SOCKET_READABLE, 1000);
+		if (!PQconsumeInput(conn))
+			source_error(src, "the connection failed");
+	}
+}
+
+/*
+ * The worker: bgw_main_arg the source's id, bgw_extra the database's OID.
+ * Leaves when another worker has the source, when the source is paused or
+ * dropped, and on SIGTERM; any error is retried with backoff.
+ */
+void
+eventgrid_wal_source_main(Datum arg)
+{
+	int64		id = DatumGetInt64(arg);
+	Oid			dboid;
+	LOCKTAG		tag;
+	sigjmp_buf	local_sigjmp_buf;
+	long		backoff_ms = EG_WAL_BACKOFF_MIN_MS;
+	EgWalSource src = {0};
+
+	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, EG_WAL_SOURCE_LOCK_CLASS, (uint32) id, 2);
+	if (LockAcquire(&tag, ExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+		proc_exit(0);			/* another worker has it */
+	source_cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid WAL source", ALLOCSET_DEFAULT_SIZES);
+
+	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
+	{
+		ErrorData  *edata;
+		char	   *message;
+
+		error_context_stack = NULL;
+		HOLD_INTERRUPTS();
+		MemoryContextSwitchTo(TopMemoryContext);
+		edata = CopyErrorData();
+		EmitErrorReport();
+		AbortCurrentTransaction();
+		FlushErrorState();
+		if (conn)
+			PQfinish(conn);
+		conn = NULL;
+		src.in_txn = false;
+		src.txn.local_open = false;
+		replorigin_session_origin_lsn = InvalidXLogRecPtr;
+		replorigin_session_origin_timestamp = 0;
+		message = edata->message;
+		RESUME_INTERRUPTS();
+		if (edata->hint)
+			message = psprintf("%s (%s)", edata->message, edata->hint);
+		set_status(id, "failing", InvalidXLogRecPtr, message);
+		FreeErrorData(edata);
+		pgstat_report_activity(STATE_IDLE, "eventgrid: waiting to reconnect to the WAL source");
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, backoff_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		backoff_ms = Min(backoff_ms * 2, EG_WAL_BACKOFF_MAX_MS);
+	}
+	PG_exception_stack = &local_sigjmp_buf;
+	src.id = id;
+	stream(id, &src);
+}
+
+/* See wal_source.h.  In the upkeep worker's unit of work. */
+void
+eg_wal_sources_start(void)
+{
+	Datum		args[2] = {ObjectIdGetDatum(MyDatabaseId), ObjectIdGetDatum(EG_WAL_SOURCE_LOCK_CLASS)};
+	const char *db = get_database_name(MyDatabaseId);
+
+	eg_store_run(&starting_stmt, args, false, SPI_OK_SELECT);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		BackgroundWorker w;
+		BackgroundWorkerHandle *handle;
+		bool		isnull;
+		int64		sid = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		char	   *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+
+		memset(&w, 0, sizeof(w));
+		w.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+		w.bgw_start_time = BgWorkerStart_RecoveryFinished;
+		w.bgw_restart_time = BGW_NEVER_RESTART;
+		snprintf(w.bgw_library_name, BGW_MAXLEN, "eventgrid");
+		snprintf(w.bgw_function_name, BGW_MAXLEN, "eventgrid_wal_source_main");
+		snprintf(w.bgw_name, BGW_MAXLEN, "eventgrid WAL source %s [%s]", name, db);
+		snprintf(w.bgw_type, BGW_MAXLEN, "eventgrid WAL source");
+		w.bgw_main_arg = Int64GetDatum(sid);
+		memcpy(w.bgw_extra, &MyDatabaseId, sizeof(Oid));
+		if (!RegisterDynamicBackgroundWorker(&w, &handle))
+			ereport(LOG, (errmsg("eventgrid: no background worker slot for WAL source \"%s\"", name),
+						  errhint("Raise max_worker_processes.")));
+	}
+}

@@ -1,0 +1,206 @@
+# WAL sources (SPEC 16; issue "Events from any PostgreSQL"): an
+# application's server with nothing of eventgrid installed publishes by
+# pg_logical_emit_message() and by ordinary writes to its tables, and this
+# server's WAL source worker reads them from its write-ahead log.
+#   - the source is a plain cluster (wal_level = logical), reached over TCP
+#     with password authentication (scram-sha-256) as a role with
+#     REPLICATION and nothing else, as a managed service has it; the WAL
+#     source is created by an eventgrid_admin that is not a superuser (its
+#     connection must carry a password; the view masks it);
+#   - row changes of a mapped table become table change events (subject,
+#     type, data.new, data.old: the key columns without REPLICA IDENTITY
+#     FULL, the whole row with it), with ids derived from the source's
+#     commit, its commit time as eventTime; a transactional message with
+#     the prefix becomes its events, keeping their ids; what cannot be
+#     published (unknown topic, not JSON, not transactional) is a reject,
+#     and the rest of its transaction is published; other prefixes are not
+#     ours;
+#   - exactly once, in commit order, through a kill -9 of the WAL source
+#     worker (the delivery server's crash restart), a restart of the source
+#     and a pause: every change counted once (events_published and at the
+#     receiver), each key's events in order;
+#   - dropping the source drops its slot on the source.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../lib";
+use EventGridTest;
+use JSON::PP qw(decode_json);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+# --- the application's server: no eventgrid, logical WAL, password over TCP
+my $app = PostgreSQL::Test::Cluster->new('app');
+$app->init(allows_streaming => 'logical');
+$app->append_conf('postgresql.conf', "listen_addresses = '127.0.0.1'\npassword_encryption = 'scram-sha-256'\n");
+$app->start;
+$app->safe_psql('postgres', q{
+	CREATE TABLE public.orders (id int PRIMARY KEY, region text, note text);
+	CREATE TABLE public.audit (id int PRIMARY KEY, what text);
+	CREATE TABLE public.txlog (t int);
+	ALTER TABLE public.audit REPLICA IDENTITY FULL;
+	CREATE PUBLICATION app_pub FOR TABLE public.orders, public.audit;
+	CREATE ROLE app_repl LOGIN REPLICATION PASSWORD 'repl-secret-42';
+});
+# the role may connect over TCP with its password only
+my $hba = $app->data_dir . '/pg_hba.conf';
+open(my $fh, '<', $hba) or die;
+my $rules = join('', <$fh>);
+close $fh;
+open($fh, '>', $hba) or die;
+print $fh "host postgres app_repl 127.0.0.1/32 scram-sha-256\n" . $rules;
+close $fh;
+$app->reload;
+my $port = $app->port;
+my $conn = "host=127.0.0.1 port=$port dbname=postgres user=app_repl password=repl-secret-42";
+
+# --- the delivery server
+my $node = new_node('walsrc', restart_after_crash => 'on');
+my $r = start_receiver();
+sub sql { return $node->safe_psql('postgres', shift) }
+sql(q{CREATE ROLE ops LOGIN; GRANT eventgrid_admin TO ops;});
+sub ops { return $node->safe_psql('postgres', 'SET ROLE ops; ' . shift) }
+sql("SELECT eventgrid.create_topic('orders')");
+sql("SELECT eventgrid.create_topic('audit')");
+sql("SELECT eventgrid.create_event_subscription('orders', 'hook', '$r->{url}/status/200/orders', ordering_key => 'subject')");
+sql("SELECT eventgrid.create_event_subscription('audit', 'hook', '$r->{url}/status/200/audit')");
+
+like(sql_error($node, "SELECT eventgrid.create_wal_source('app', 'host=127.0.0.1 port=$port dbname=postgres user=app_repl', 'app_pub')", 'ops'),
+	qr/28000.*must connect with a password/s, 'a WAL source of a role that is not a superuser without a password: 28000');
+like(sql_error($node, "SELECT eventgrid.create_wal_source('a', '$conn', 'app_pub')", 'ops'),
+	qr/42602.*invalid WAL source name/s, 'a name of 1 character: 42602');
+like(sql_error($node, "SELECT eventgrid.create_wal_source('app', 'not a connection string', 'app_pub')", 'ops'),
+	qr/22023|invalid connection string/s, 'a connection string that does not parse: 22023');
+ops("BEGIN; SELECT eventgrid.create_wal_source('app', '$conn', 'app_pub');"
+	  . " SELECT eventgrid.publish_table_changes('public.orders', 'orders', source => 'app');"
+	  . " SELECT eventgrid.publish_table_changes('public.audit', 'audit', source => 'app', operations => ARRAY['UPDATE', 'DELETE']);"
+	  . " COMMIT;");
+ok(wait_for_sql($node, "SET ROLE ops; SELECT state FROM eventgrid.wal_sources WHERE name = 'app'", 'streaming', 60),
+	'the WAL source streams');
+like(ops("SELECT connection FROM eventgrid.wal_sources"), qr/password=\*{8}/, 'the view masks the password');
+unlike(ops("SELECT connection FROM eventgrid.wal_sources"), qr/repl-secret/, 'and never shows it');
+is($app->safe_psql('postgres', "SELECT plugin FROM pg_replication_slots WHERE slot_name = 'eventgrid_app'"), 'pgoutput',
+	'its slot eventgrid_app was made on the source');
+like(sql_error($node, "SELECT * FROM eventgrid.wal_source_definitions", 'ops'), qr/permission denied/,
+	'the stored connection string is not readable by an admin');
+
+# --- table changes and messages
+my $event = sub { my ($id, $subject) = @_; return qq({"id": "$id", "subject": "$subject", "eventType": "App.Note", "eventTime": "2024-05-01T12:00:00Z", "data": {"n": 1}}) };
+$app->safe_psql('postgres', "BEGIN;"
+	  . " INSERT INTO public.orders VALUES (1, 'eu', 'first'), (2, 'us', 'second'), (3, 'eu', 'third');"
+	  . " SELECT pg_logical_emit_message(true, 'eventgrid', '{\"topic\": \"orders\", \"events\": [" . $event->('m-1', '/notes/1') . "]}');"
+	  . " SELECT pg_logical_emit_message(true, 'eventgrid', '{\"topic\": \"nowhere\", \"events\": [" . $event->('m-x', '/x') . "]}');"
+	  . " SELECT pg_logical_emit_message(true, 'eventgrid', 'not json');"
+	  . " SELECT pg_logical_emit_message(true, 'other', '{\"topic\": \"orders\", \"event\": " . $event->('m-other', '/o') . "}');"
+	  . " COMMIT;");
+$app->safe_psql('postgres', "SELECT pg_logical_emit_message(false, 'eventgrid', '{\"topic\": \"orders\", \"event\": " . $event->('m-nt', '/nt') . "}')");
+$app->safe_psql('postgres', "UPDATE public.orders SET note = 'changed' WHERE id = 2");
+$app->safe_psql('postgres', "DELETE FROM public.orders WHERE id = 3");
+$app->safe_psql('postgres', "SELECT pg_logical_emit_message(true, 'eventgrid', '{\"topic\": \"orders\", \"event\": " . $event->('m-2', '/notes/2') . "}')");
+$app->safe_psql('postgres', "INSERT INTO public.audit VALUES (1, 'a'); UPDATE public.audit SET what = 'b' WHERE id = 1; DELETE FROM public.audit WHERE id = 1");
+
+my @got = map { my $b = decode_json($_->{body}); @$b } wait_for_requests($r, '/status/200/orders', 7);
+is(scalar(@got), 7, 'seven events on orders: three inserts, a message, an update, a delete, a message');
+is(join(',', map { $_->{eventType} } @got),
+	'public.orders.Inserted,public.orders.Inserted,public.orders.Inserted,App.Note,public.orders.Updated,public.orders.Deleted,App.Note',
+	'in commit order, the first transaction\'s in its own order');
+is(join(',', map { $_->{subject} } @got), '/public/orders/1,/public/orders/2,/public/orders/3,/notes/1,/public/orders/2,/public/orders/3,/notes/2',
+	'subjects: the key values, as in-database table changes');
+is_deeply($got[0]{data}, { operation => 'INSERT', schema => 'public', table => 'orders', old => undef,
+		new => { id => 1, region => 'eu', note => 'first' } }, 'an insert carries the new row, typed (id a number)');
+is_deeply($got[4]{data}{old}, { id => 2 }, 'an update without REPLICA IDENTITY FULL: data.old is the key');
+is($got[4]{data}{new}{note}, 'changed', 'and data.new the new row');
+is_deeply($got[5]{data}{old}, { id => 3 }, 'a delete: data.old is the key');
+is($got[3]{id}, 'm-1', 'a message\'s event keeps its id');
+like($got[0]{id}, qr/^[0-9a-f]{8}-[0-9a-f]{4}-3[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/, 'a change\'s id is a UUID');
+isnt($got[0]{id}, $got[1]{id}, 'one per change');
+is(scalar(grep { $_->{id} eq 'm-other' || $_->{id} eq 'm-nt' } @got), 0,
+	'another prefix is not ours; a message that is not transactional is not published');
+is(ops("SELECT string_agg(reason, ' | ' ORDER BY id) FROM eventgrid.wal_source_rejects"),
+	join(' | ', 'topic "nowhere" does not exist', 'invalid input syntax for type json',
+		'the message is not transactional: pg_logical_emit_message(true, ...) publishes with its transaction'),
+	'the rejects: the unknown topic, the text that is not JSON, the message outside a transaction')
+  or diag(ops("SELECT reason FROM eventgrid.wal_source_rejects"));
+my @audit = map { my $b = decode_json($_->{body}); @$b } wait_for_requests($r, '/status/200/audit', 2);
+is(join(',', map { $_->{eventType} } @audit), 'public.audit.Updated,public.audit.Deleted', 'operations: only those mapped');
+is_deeply($audit[0]{data}{old}, { id => 1, what => 'a' }, 'REPLICA IDENTITY FULL: data.old is the whole row');
+is($audit[0]{subject}, '/public/audit', 'a table whose every column is its identity: the subject names the table');
+my $commit_time = $app->safe_psql('postgres', "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD')");
+like($got[0]{eventTime}, qr/^$commit_time/, 'eventTime is the source commit\'s time');
+
+# --- exactly once, in commit order, through faults
+my $n_before = ops("SELECT events_published FROM eventgrid.wal_sources");
+my $bg = $app->background_psql('postgres');
+# transactions of 10 changes each (public.txlog, not published, counts those committed)
+my $writer = q{DO $$ BEGIN
+	FOR t IN 1 .. 200 LOOP
+		IF t = 1 THEN
+			INSERT INTO public.orders SELECT 100 + k, 'eu', 'v0' FROM generate_series(1, 10) k;
+		ELSE
+			UPDATE public.orders SET note = 'v' || t WHERE id BETWEEN 101 AND 110;
+		END IF;
+		INSERT INTO public.txlog VALUES (t);
+		COMMIT;
+		PERFORM pg_sleep(0.01);
+	END LOOP; END $$;};
+$bg->query_until(qr/started/, "\\echo started\n$writer\n");
+sleep 1;
+my $pid = sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid WAL source'");
+ok($pid, "the WAL source worker runs (pid $pid)");
+kill 'KILL', $pid;
+sleep 1;
+$app->restart;    # the source restarts mid-stream too (its writer with it)
+eval { $bg->quit };
+my $first = $app->safe_psql('postgres', 'SELECT count(*) FROM public.txlog');
+cmp_ok($first, '>', 0, "$first transactions committed before the source restarted");
+$bg = $app->background_psql('postgres');
+$bg->query_safe($writer =~ s/FOR t IN 1 \.\. 200/FOR t IN 201 .. 300/r);
+$bg->quit;
+my $changes = 10 * $app->safe_psql('postgres', 'SELECT count(*) FROM public.txlog');
+ok(wait_for_sql($node, "SET ROLE ops; SELECT events_published - $n_before FROM eventgrid.wal_sources", $changes, 120),
+	"after a kill -9 of the worker and a restart of the source: each change published once ($changes)")
+  or diag(ops("SELECT * FROM eventgrid.wal_sources"));
+my @all = map { my $b = decode_json($_->{body}); @$b } wait_for_requests($r, '/status/200/orders', 7 + $changes, 120);
+my %seen;
+$seen{ $_->{id} }++ for @all;
+is(scalar(keys %seen), 7 + $changes, 'every change arrived');
+my $out_of_order = 0;
+my %last;
+for my $e (grep { ($_->{subject} // '') =~ m{^/public/orders/1\d\d$} } @all)
+{
+	my ($v) = ($e->{data}{new}{note} // '') =~ /^v(\d+)$/;
+	next unless defined $v;
+	$out_of_order++ if defined $last{ $e->{subject} } && $v < $last{ $e->{subject} };
+	$last{ $e->{subject} } = $v;
+}
+is($out_of_order, 0, 'each key\'s changes in commit order (an ordered subscription)');
+is($last{'/public/orders/105'}, 300, 'up to the last');
+
+# --- pause and resume
+ops("SELECT eventgrid.pause_wal_source('app')");
+is(ops("SELECT state FROM eventgrid.wal_sources"), 'paused', 'paused');
+ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'eventgrid WAL source'", '0', 30),
+	'its worker is gone');
+my $published = ops("SELECT events_published FROM eventgrid.wal_sources");
+$app->safe_psql('postgres', "INSERT INTO public.orders VALUES (500, 'eu', 'while paused')");
+sleep 1;
+is(ops("SELECT events_published FROM eventgrid.wal_sources"), $published, 'nothing read while paused');
+ops("SELECT eventgrid.resume_wal_source('app')");
+my $arrived = 0;
+for (1 .. scaled(60) * 10)
+{
+	last if $arrived = grep { ($_->{body} // '') =~ /"while paused"/ } requests($r, '/status/200/orders');
+	usleep(100_000);
+}
+ok($arrived, 'resumed: what was written meanwhile is published');
+
+# --- drop: the slot goes on the source
+ops("SELECT eventgrid.drop_wal_source('app')");
+is($app->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots"), '0', 'dropped: its slot is gone from the source');
+is(ops("SELECT count(*) FROM eventgrid.wal_sources"), '0', 'and the source from the view');
+
+$node->stop;
+$app->stop;
+done_testing();
