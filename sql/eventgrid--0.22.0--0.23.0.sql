@@ -34,11 +34,12 @@ CREATE TABLE eventgrid.wal_source_status (
     source_lsn pg_lsn,
     events_published bigint NOT NULL DEFAULT 0,
     rejects bigint NOT NULL DEFAULT 0,
+    last_commit_time timestamptz,
     last_error text,
     last_error_time timestamptz,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
-COMMENT ON TABLE eventgrid.wal_source_status IS 'Internal: what each WAL source''s worker last reported (state, the source''s WAL end, counts, the last error); the view wal_sources shows it. SPEC 19.';
+COMMENT ON TABLE eventgrid.wal_source_status IS 'Internal: what each WAL source''s worker last reported (state, the source''s WAL end, counts, the source commit time of the last transaction it published, the last error); the views wal_sources and wal_source_metrics show it. SPEC 19.';
 REVOKE ALL ON eventgrid.wal_source_status FROM PUBLIC;
 
 CREATE TABLE eventgrid.wal_source_tables (
@@ -90,7 +91,7 @@ CREATE FUNCTION eventgrid._wal_source_origin_lsn(source_id bigint) RETURNS pg_ls
     AS 'MODULE_PATHNAME', 'eventgrid_wal_source_origin_lsn';
 COMMENT ON FUNCTION eventgrid._wal_source_origin_lsn(bigint) IS 'Internal: the source position whose events are committed here (the replication origin eventgrid_wal_source_<id>), or NULL before the first.';
 REVOKE ALL ON FUNCTION eventgrid._wal_source_origin_lsn(bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION eventgrid._wal_source_origin_lsn(bigint) TO eventgrid_admin;  -- the view wal_sources
+GRANT EXECUTE ON FUNCTION eventgrid._wal_source_origin_lsn(bigint) TO eventgrid_admin, pg_monitor;  -- the views wal_sources, wal_source_metrics
 
 CREATE FUNCTION eventgrid._wal_source_stop(source_id bigint, drop_origin boolean) RETURNS void
     LANGUAGE c STRICT
@@ -228,6 +229,7 @@ CREATE FUNCTION eventgrid.publish_table_changes(table_name text, topic text, sou
     AS $$
 DECLARE
     sid bigint := eventgrid._wal_source_named(source);
+    ops text[];
 BEGIN
     PERFORM eventgrid._check_not_null('table_name', table_name);
     PERFORM eventgrid._check_not_null('topic', topic);
@@ -236,25 +238,31 @@ BEGIN
         RAISE EXCEPTION 'table_name must be schema.table as the source names it, got %', eventgrid._quote(table_name)
             USING ERRCODE = 'invalid_parameter_value', HINT = 'For example public.orders (names as they are, unquoted).';
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = publish_table_changes.topic) THEN
-        RAISE EXCEPTION 'topic "%" does not exist', topic USING ERRCODE = 'undefined_object';
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = publish_table_changes.topic FOR KEY SHARE) THEN
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'Create it first with eventgrid.create_topic().';
     END IF;
-    IF cardinality(operations) = 0 OR array_position(operations, NULL) IS NOT NULL
-       OR NOT operations <@ ARRAY['INSERT', 'UPDATE', 'DELETE'] THEN
-        RAISE EXCEPTION 'operations must be one or more of INSERT, UPDATE and DELETE, got %', operations::text
-            USING ERRCODE = 'invalid_parameter_value';
+    IF EXISTS (SELECT 1 FROM eventgrid.domains d WHERE d.name = publish_table_changes.topic) THEN
+        RAISE EXCEPTION '% is an event domain: table changes are published to a topic', eventgrid._quote(topic)
+            USING ERRCODE = 'wrong_object_type', HINT = 'Publish them to a topic of their own (eventgrid.create_topic()).';
+    END IF;
+    SELECT array_agg(DISTINCT upper(o) ORDER BY upper(o)) INTO ops FROM unnest(operations) o;
+    IF ops IS NULL OR NOT ops <@ ARRAY['INSERT', 'UPDATE', 'DELETE'] OR array_position(ops, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'operations must be one or more of INSERT, UPDATE and DELETE, got %', eventgrid._quote(operations::text)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'TRUNCATE publishes nothing; pass for example ARRAY[''INSERT'', ''UPDATE''].';
     END IF;
     IF event_type_prefix IS NOT NULL AND (length(event_type_prefix) NOT BETWEEN 1 AND 200) THEN
         RAISE EXCEPTION 'event_type_prefix must be 1 to 200 characters' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     INSERT INTO eventgrid.wal_source_tables AS m (source_id, table_name, topic, operations, columns, update_columns,
                                                   event_type_prefix)
-    VALUES (sid, table_name, topic, operations, columns, update_columns, event_type_prefix)
+    VALUES (sid, table_name, topic, ops, columns, update_columns, event_type_prefix)
     ON CONFLICT ON CONSTRAINT wal_source_tables_pkey DO UPDATE
        SET operations = EXCLUDED.operations, columns = EXCLUDED.columns, update_columns = EXCLUDED.update_columns,
            event_type_prefix = EXCLUDED.event_type_prefix;
 END $$;
-COMMENT ON FUNCTION eventgrid.publish_table_changes(text, text, text, text[], text[], text[], text) IS 'Publishes the changes of a table of a WAL source to a topic (SPEC 19): each row an INSERT, UPDATE or DELETE there changes becomes one event, with the same subject, event types and data as in-database table changes; the table is named as the source names it (schema.table) and must be in the source''s publication. data.old is the whole row when the source table has REPLICA IDENTITY FULL, else its key columns; a large value an UPDATE left unchanged is not in the WAL and is left out of data.new. Called again for the same table and topic it replaces the settings; takes effect for the transactions the source''s worker reads from then on. Requires eventgrid_admin. Errors: 22004, 42704 no such source or topic, 22023. SPEC 19.';
+COMMENT ON FUNCTION eventgrid.publish_table_changes(text, text, text, text[], text[], text[], text) IS 'Publishes the changes of a table of a WAL source to a topic (SPEC 19): each row an INSERT, UPDATE or DELETE there changes becomes one event, with the same subject, event types and data as in-database table changes; the table is named as the source names it (schema.table) and must be in the source''s publication. data.old is the whole row when the source table has REPLICA IDENTITY FULL, else its key columns; a large value an UPDATE left unchanged is not in the WAL and is left out of data.new. Called again for the same table and topic it replaces the settings; takes effect for the transactions the source''s worker reads from then on. Requires eventgrid_admin. Errors: 22004, 42704 no such source or topic, 42809 an event domain, 22023. SPEC 19.';
 REVOKE ALL ON FUNCTION eventgrid.publish_table_changes(text, text, text, text[], text[], text[], text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION eventgrid.publish_table_changes(text, text, text, text[], text[], text[], text) TO eventgrid_admin;
 
@@ -266,13 +274,30 @@ CREATE VIEW eventgrid.wal_sources AS
     CASE WHEN d.paused THEN 'paused' ELSE coalesce(s.state, 'connecting') END AS state,
     eventgrid._wal_source_origin_lsn(d.id) AS confirmed_lsn,
     s.source_lsn,
-    (s.source_lsn - eventgrid._wal_source_origin_lsn(d.id))::bigint AS lag_bytes,
+    greatest(s.source_lsn - eventgrid._wal_source_origin_lsn(d.id), 0)::bigint AS lag_bytes,
+    CASE WHEN s.source_lsn > eventgrid._wal_source_origin_lsn(d.id) AND s.last_commit_time IS NOT NULL
+         THEN greatest(extract(epoch FROM now() - s.last_commit_time), 0) ELSE 0 END::double precision AS lag_seconds,
     coalesce(s.events_published, 0) AS events_published,
     coalesce(s.rejects, 0) AS rejects,
     s.last_error,
     s.last_error_time
    FROM eventgrid.wal_source_definitions d
    LEFT JOIN eventgrid.wal_source_status s ON s.source_id = d.id;
-COMMENT ON VIEW eventgrid.wal_sources IS 'WAL sources (SPEC 19): name, connection (its password as ********), publication, slot_name, state (connecting, streaming, paused, failing), confirmed_lsn (the source position whose events are committed here), source_lsn (the source''s WAL end last reported), lag_bytes, events_published, rejects (rows in wal_source_rejects), and the last error with its time.';
+COMMENT ON VIEW eventgrid.wal_sources IS 'WAL sources (SPEC 19): name, connection (its password as ********), publication, slot_name, state (connecting, streaming, paused, failing), confirmed_lsn (the source position whose events are committed here), source_lsn (the source''s WAL end last reported), lag_bytes (source_lsn less confirmed_lsn), lag_seconds (while lag_bytes is above 0: how long ago the source committed the last transaction published here; else 0), events_published, rejects (rows in wal_source_rejects), and the last error with its time.';
 REVOKE ALL ON eventgrid.wal_sources FROM PUBLIC;
 GRANT SELECT ON eventgrid.wal_sources TO eventgrid_admin;
+
+CREATE VIEW eventgrid.wal_source_metrics AS
+ SELECT d.name AS wal_source,
+    CASE WHEN d.paused THEN 'paused' ELSE coalesce(s.state, 'connecting') END AS state,
+    (NOT d.paused AND s.state = 'streaming')::integer AS streaming,
+    coalesce(greatest(s.source_lsn - eventgrid._wal_source_origin_lsn(d.id), 0), 0)::bigint AS lag_bytes,
+    CASE WHEN s.source_lsn > eventgrid._wal_source_origin_lsn(d.id) AND s.last_commit_time IS NOT NULL
+         THEN greatest(extract(epoch FROM now() - s.last_commit_time), 0) ELSE 0 END::double precision AS lag_seconds,
+    coalesce(s.events_published, 0) AS events_published_total,
+    coalesce(s.rejects, 0) AS rejects_total
+   FROM eventgrid.wal_source_definitions d
+   LEFT JOIN eventgrid.wal_source_status s ON s.source_id = d.id;
+COMMENT ON VIEW eventgrid.wal_source_metrics IS 'What the Prometheus exporter reads of each WAL source (SPEC 19; monitoring/postgres_exporter.yml): its name and state, 1 while streaming, lag_bytes, lag_seconds, and the counters events_published_total and rejects_total; no connection string. Readable by pg_monitor.';
+REVOKE ALL ON eventgrid.wal_source_metrics FROM PUBLIC;
+GRANT SELECT ON eventgrid.wal_source_metrics TO pg_monitor, eventgrid_admin;

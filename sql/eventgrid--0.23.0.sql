@@ -4191,6 +4191,7 @@ CREATE FUNCTION eventgrid.publish_table_changes(table_name text, topic text, sou
     AS $_$
 DECLARE
     sid bigint := eventgrid._wal_source_named(source);
+    ops text[];
 BEGIN
     PERFORM eventgrid._check_not_null('table_name', table_name);
     PERFORM eventgrid._check_not_null('topic', topic);
@@ -4199,26 +4200,32 @@ BEGIN
         RAISE EXCEPTION 'table_name must be schema.table as the source names it, got %', eventgrid._quote(table_name)
             USING ERRCODE = 'invalid_parameter_value', HINT = 'For example public.orders (names as they are, unquoted).';
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = publish_table_changes.topic) THEN
-        RAISE EXCEPTION 'topic "%" does not exist', topic USING ERRCODE = 'undefined_object';
+    IF NOT EXISTS (SELECT 1 FROM eventgrid.topics t WHERE t.name = publish_table_changes.topic FOR KEY SHARE) THEN
+        RAISE EXCEPTION 'topic % does not exist', eventgrid._quote(topic)
+            USING ERRCODE = 'undefined_object', HINT = 'Create it first with eventgrid.create_topic().';
     END IF;
-    IF cardinality(operations) = 0 OR array_position(operations, NULL) IS NOT NULL
-       OR NOT operations <@ ARRAY['INSERT', 'UPDATE', 'DELETE'] THEN
-        RAISE EXCEPTION 'operations must be one or more of INSERT, UPDATE and DELETE, got %', operations::text
-            USING ERRCODE = 'invalid_parameter_value';
+    IF EXISTS (SELECT 1 FROM eventgrid.domains d WHERE d.name = publish_table_changes.topic) THEN
+        RAISE EXCEPTION '% is an event domain: table changes are published to a topic', eventgrid._quote(topic)
+            USING ERRCODE = 'wrong_object_type', HINT = 'Publish them to a topic of their own (eventgrid.create_topic()).';
+    END IF;
+    SELECT array_agg(DISTINCT upper(o) ORDER BY upper(o)) INTO ops FROM unnest(operations) o;
+    IF ops IS NULL OR NOT ops <@ ARRAY['INSERT', 'UPDATE', 'DELETE'] OR array_position(ops, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'operations must be one or more of INSERT, UPDATE and DELETE, got %', eventgrid._quote(operations::text)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'TRUNCATE publishes nothing; pass for example ARRAY[''INSERT'', ''UPDATE''].';
     END IF;
     IF event_type_prefix IS NOT NULL AND (length(event_type_prefix) NOT BETWEEN 1 AND 200) THEN
         RAISE EXCEPTION 'event_type_prefix must be 1 to 200 characters' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     INSERT INTO eventgrid.wal_source_tables AS m (source_id, table_name, topic, operations, columns, update_columns,
                                                   event_type_prefix)
-    VALUES (sid, table_name, topic, operations, columns, update_columns, event_type_prefix)
+    VALUES (sid, table_name, topic, ops, columns, update_columns, event_type_prefix)
     ON CONFLICT ON CONSTRAINT wal_source_tables_pkey DO UPDATE
        SET operations = EXCLUDED.operations, columns = EXCLUDED.columns, update_columns = EXCLUDED.update_columns,
            event_type_prefix = EXCLUDED.event_type_prefix;
 END $_$;
 
-COMMENT ON FUNCTION eventgrid.publish_table_changes(table_name text, topic text, source text, operations text[], columns text[], update_columns text[], event_type_prefix text) IS 'Publishes the changes of a table of a WAL source to a topic (SPEC 19): each row an INSERT, UPDATE or DELETE there changes becomes one event, with the same subject, event types and data as in-database table changes; the table is named as the source names it (schema.table) and must be in the source''s publication. data.old is the whole row when the source table has REPLICA IDENTITY FULL, else its key columns; a large value an UPDATE left unchanged is not in the WAL and is left out of data.new. Called again for the same table and topic it replaces the settings; takes effect for the transactions the source''s worker reads from then on. Requires eventgrid_admin. Errors: 22004, 42704 no such source or topic, 22023. SPEC 19.';
+COMMENT ON FUNCTION eventgrid.publish_table_changes(table_name text, topic text, source text, operations text[], columns text[], update_columns text[], event_type_prefix text) IS 'Publishes the changes of a table of a WAL source to a topic (SPEC 19): each row an INSERT, UPDATE or DELETE there changes becomes one event, with the same subject, event types and data as in-database table changes; the table is named as the source names it (schema.table) and must be in the source''s publication. data.old is the whole row when the source table has REPLICA IDENTITY FULL, else its key columns; a large value an UPDATE left unchanged is not in the WAL and is left out of data.new. Called again for the same table and topic it replaces the settings; takes effect for the transactions the source''s worker reads from then on. Requires eventgrid_admin. Errors: 22004, 42704 no such source or topic, 42809 an event domain, 22023. SPEC 19.';
 
 CREATE FUNCTION eventgrid.purge_dead_letters(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text, reason text DEFAULT NULL::text, dead_lettered_after timestamp with time zone DEFAULT NULL::timestamp with time zone, dead_lettered_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -5965,6 +5972,41 @@ ALTER TABLE eventgrid.wal_source_definitions ALTER COLUMN id ADD GENERATED BY DE
     CACHE 1
 );
 
+CREATE TABLE eventgrid.wal_source_status (
+    source_id bigint NOT NULL,
+    state text DEFAULT 'connecting'::text NOT NULL,
+    source_lsn pg_lsn,
+    events_published bigint DEFAULT 0 NOT NULL,
+    rejects bigint DEFAULT 0 NOT NULL,
+    last_commit_time timestamp with time zone,
+    last_error text,
+    last_error_time timestamp with time zone,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT wal_source_status_state_check CHECK ((state = ANY (ARRAY['connecting'::text, 'streaming'::text, 'paused'::text, 'failing'::text])))
+);
+
+COMMENT ON TABLE eventgrid.wal_source_status IS 'Internal: what each WAL source''s worker last reported (state, the source''s WAL end, counts, the source commit time of the last transaction it published, the last error); the views wal_sources and wal_source_metrics show it. SPEC 19.';
+
+CREATE VIEW eventgrid.wal_source_metrics AS
+ SELECT d.name AS wal_source,
+        CASE
+            WHEN d.paused THEN 'paused'::text
+            ELSE COALESCE(s.state, 'connecting'::text)
+        END AS state,
+    (((NOT d.paused) AND (s.state = 'streaming'::text)))::integer AS streaming,
+    (COALESCE(GREATEST((s.source_lsn - eventgrid._wal_source_origin_lsn(d.id)), (0)::numeric), (0)::numeric))::bigint AS lag_bytes,
+    (
+        CASE
+            WHEN ((s.source_lsn > eventgrid._wal_source_origin_lsn(d.id)) AND (s.last_commit_time IS NOT NULL)) THEN GREATEST(EXTRACT(epoch FROM (now() - s.last_commit_time)), (0)::numeric)
+            ELSE (0)::numeric
+        END)::double precision AS lag_seconds,
+    COALESCE(s.events_published, (0)::bigint) AS events_published_total,
+    COALESCE(s.rejects, (0)::bigint) AS rejects_total
+   FROM (eventgrid.wal_source_definitions d
+     LEFT JOIN eventgrid.wal_source_status s ON ((s.source_id = d.id)));
+
+COMMENT ON VIEW eventgrid.wal_source_metrics IS 'What the Prometheus exporter reads of each WAL source (SPEC 19; monitoring/postgres_exporter.yml): its name and state, 1 while streaming, lag_bytes, lag_seconds, and the counters events_published_total and rejects_total; no connection string. Readable by pg_monitor.';
+
 CREATE TABLE eventgrid.wal_source_rejects (
     id bigint NOT NULL,
     source text NOT NULL,
@@ -5984,20 +6026,6 @@ ALTER TABLE eventgrid.wal_source_rejects ALTER COLUMN id ADD GENERATED BY DEFAUL
     NO MAXVALUE
     CACHE 1
 );
-
-CREATE TABLE eventgrid.wal_source_status (
-    source_id bigint NOT NULL,
-    state text DEFAULT 'connecting'::text NOT NULL,
-    source_lsn pg_lsn,
-    events_published bigint DEFAULT 0 NOT NULL,
-    rejects bigint DEFAULT 0 NOT NULL,
-    last_error text,
-    last_error_time timestamp with time zone,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT wal_source_status_state_check CHECK ((state = ANY (ARRAY['connecting'::text, 'streaming'::text, 'paused'::text, 'failing'::text])))
-);
-
-COMMENT ON TABLE eventgrid.wal_source_status IS 'Internal: what each WAL source''s worker last reported (state, the source''s WAL end, counts, the last error); the view wal_sources shows it. SPEC 19.';
 
 CREATE TABLE eventgrid.wal_source_tables (
     source_id bigint NOT NULL,
@@ -6022,7 +6050,12 @@ CREATE VIEW eventgrid.wal_sources AS
         END AS state,
     eventgrid._wal_source_origin_lsn(d.id) AS confirmed_lsn,
     s.source_lsn,
-    ((s.source_lsn - eventgrid._wal_source_origin_lsn(d.id)))::bigint AS lag_bytes,
+    (GREATEST((s.source_lsn - eventgrid._wal_source_origin_lsn(d.id)), (0)::numeric))::bigint AS lag_bytes,
+    (
+        CASE
+            WHEN ((s.source_lsn > eventgrid._wal_source_origin_lsn(d.id)) AND (s.last_commit_time IS NOT NULL)) THEN GREATEST(EXTRACT(epoch FROM (now() - s.last_commit_time)), (0)::numeric)
+            ELSE (0)::numeric
+        END)::double precision AS lag_seconds,
     COALESCE(s.events_published, (0)::bigint) AS events_published,
     COALESCE(s.rejects, (0)::bigint) AS rejects,
     s.last_error,
@@ -6030,7 +6063,7 @@ CREATE VIEW eventgrid.wal_sources AS
    FROM (eventgrid.wal_source_definitions d
      LEFT JOIN eventgrid.wal_source_status s ON ((s.source_id = d.id)));
 
-COMMENT ON VIEW eventgrid.wal_sources IS 'WAL sources (SPEC 19): name, connection (its password as ********), publication, slot_name, state (connecting, streaming, paused, failing), confirmed_lsn (the source position whose events are committed here), source_lsn (the source''s WAL end last reported), lag_bytes, events_published, rejects (rows in wal_source_rejects), and the last error with its time.';
+COMMENT ON VIEW eventgrid.wal_sources IS 'WAL sources (SPEC 19): name, connection (its password as ********), publication, slot_name, state (connecting, streaming, paused, failing), confirmed_lsn (the source position whose events are committed here), source_lsn (the source''s WAL end last reported), lag_bytes (source_lsn less confirmed_lsn), lag_seconds (while lag_bytes is above 0: how long ago the source committed the last transaction published here; else 0), events_published, rejects (rows in wal_source_rejects), and the last error with its time.';
 
 CREATE VIEW eventgrid.worker_metrics AS
  SELECT _worker_metrics.delivery_workers_running,
@@ -6754,6 +6787,7 @@ REVOKE ALL ON FUNCTION eventgrid._wal_source_named(name text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._wal_source_origin_lsn(source_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._wal_source_origin_lsn(source_id bigint) TO eventgrid_admin;
+GRANT ALL ON FUNCTION eventgrid._wal_source_origin_lsn(source_id bigint) TO pg_monitor;
 
 REVOKE ALL ON FUNCTION eventgrid._wal_source_stop(source_id bigint, drop_origin boolean) FROM PUBLIC;
 
@@ -7000,6 +7034,9 @@ GRANT SELECT ON TABLE eventgrid.topic_publish_metrics TO pg_monitor;
 GRANT SELECT ON TABLE eventgrid.topic_publish_metrics TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.topic_statistics TO eventgrid_admin;
+
+GRANT SELECT ON TABLE eventgrid.wal_source_metrics TO pg_monitor;
+GRANT SELECT ON TABLE eventgrid.wal_source_metrics TO eventgrid_admin;
 
 GRANT SELECT,DELETE ON TABLE eventgrid.wal_source_rejects TO eventgrid_admin;
 

@@ -120,10 +120,10 @@ static EgStatement counts_stmt = {
 	.name = "WAL source counts",
 	.sql =
 	"UPDATE eventgrid.wal_source_status SET state = 'streaming', events_published = events_published + $2,"
-	"       rejects = rejects + $3, updated_at = now()"
+	"       rejects = rejects + $3, last_commit_time = coalesce($4, last_commit_time), updated_at = now()"
 	" WHERE source_id = $1",
-	.nargs = 3,
-	.types = {INT8OID, INT8OID, INT8OID},
+	.nargs = 4,
+	.types = {INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID},
 };
 
 void
@@ -476,13 +476,17 @@ reject(EgWalSource *src, const char *reason, const char *content, int len, bool 
 static void
 commit_local(EgWalSource *src, XLogRecPtr end_lsn, TimestampTz commit_time)
 {
-	Datum		args[3];
+	Datum		args[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
 
 	flush_pending();
 	args[0] = Int64GetDatum(src->id);
 	args[1] = Int64GetDatum(src->txn.events);
 	args[2] = Int64GetDatum(src->txn.rejects);
-	eg_store_run(&counts_stmt, args, false, SPI_OK_UPDATE);
+	args[3] = TimestampTzGetDatum(commit_time);
+	if (XLogRecPtrIsInvalid(end_lsn))
+		nulls[3] = 'n';
+	eg_store_run_nulls(&counts_stmt, args, nulls, false, SPI_OK_UPDATE);
 	if (!XLogRecPtrIsInvalid(end_lsn))
 	{
 		replorigin_session_origin_lsn = end_lsn;
@@ -522,6 +526,8 @@ apply_message(EgWalSource *src, StringInfo msg)
 	content = pq_getmsgbytes(msg, len);
 	if (strcmp(prefix, src->message_prefix) != 0)
 		return;
+	if (!src->in_txn)
+		memset(&src->txn, 0, sizeof(src->txn));	/* counted on its own, not with the last transaction */
 	if (!pg_verifymbstr(content, len, true))
 		reject(src, "the message is not UTF-8 text", NULL, 0, src->in_txn);
 	else if ((flags & 1) == 0 || !src->in_txn)

@@ -60,7 +60,9 @@ static EgStatement definition_stmt = {
 	.name = "WAL source definition",
 	.sql =
 	"SELECT d.name, d.connection, d.publication, d.slot_name, d.message_prefix, d.paused, d.owner_role"
-	"  FROM eventgrid.wal_source_definitions d WHERE d.id = $1",
+	"  FROM eventgrid.wal_source_definitions d WHERE d.id = $1"
+	/* behind a drop or pause in progress: a worker started meanwhile then finds it gone or paused */
+	"   FOR SHARE",
 	.nargs = 1,
 	.types = {INT8OID},
 };

@@ -30,6 +30,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
+use File::Spec;
+use HTTP::Tiny;
+use IPC::Run;
 
 # --- the application's server: no eventgrid, logical WAL, password over TCP
 my $app = PostgreSQL::Test::Cluster->new('app');
@@ -65,7 +68,7 @@ sub ops { return $node->safe_psql('postgres', 'SET ROLE ops; ' . shift) }
 sql("SELECT eventgrid.create_topic('orders')");
 sql("SELECT eventgrid.create_topic('audit')");
 sql("SELECT eventgrid.create_event_subscription('orders', 'hook', '$r->{url}/status/200/orders', ordering_key => 'subject')");
-sql("SELECT eventgrid.create_event_subscription('audit', 'hook', '$r->{url}/status/200/audit')");
+sql("SELECT eventgrid.create_event_subscription('audit', 'hook', '$r->{url}/status/200/audit', ordering_key => 'subject')");
 
 like(sql_error($node, "SELECT eventgrid.create_wal_source('app', 'host=127.0.0.1 port=$port dbname=postgres user=app_repl', 'app_pub')", 'ops'),
 	qr/28000.*must connect with a password/s, 'a WAL source of a role that is not a superuser without a password: 28000');
@@ -77,6 +80,13 @@ ops("BEGIN; SELECT eventgrid.create_wal_source('app', '$conn', 'app_pub');"
 	  . " SELECT eventgrid.publish_table_changes('public.orders', 'orders', source => 'app');"
 	  . " SELECT eventgrid.publish_table_changes('public.audit', 'audit', source => 'app', operations => ARRAY['UPDATE', 'DELETE']);"
 	  . " COMMIT;");
+sql("SELECT eventgrid.create_domain('tenants')");
+like(sql_error($node, "SELECT eventgrid.publish_table_changes('public.orders', 'tenants', source => 'app')", 'ops'),
+	qr/42809.*event domain/s, 'an event domain: 42809');
+like(sql_error($node, "SELECT eventgrid.publish_table_changes('orders', 'orders', source => 'app')", 'ops'),
+	qr/22023.*schema\.table/s, 'a table name without its schema: 22023');
+like(sql_error($node, "SELECT eventgrid.publish_table_changes('public.orders', 'orders', source => 'nope')", 'ops'),
+	qr/42704.*WAL source "nope" does not exist/s, 'an unknown source: 42704');
 ok(wait_for_sql($node, "SET ROLE ops; SELECT state FROM eventgrid.wal_sources WHERE name = 'app'", 'streaming', 60),
 	'the WAL source streams');
 like(ops("SELECT connection FROM eventgrid.wal_sources"), qr/password=\*{8}/, 'the view masks the password');
@@ -126,6 +136,7 @@ is(ops("SELECT string_agg(reason, ' | ' ORDER BY id) FROM eventgrid.wal_source_r
 my @audit = map { my $b = decode_json($_->{body}); @$b } wait_for_requests($r, '/status/200/audit', 2);
 is(join(',', map { $_->{eventType} } @audit), 'public.audit.Updated,public.audit.Deleted', 'operations: only those mapped');
 is_deeply($audit[0]{data}{old}, { id => 1, what => 'a' }, 'REPLICA IDENTITY FULL: data.old is the whole row');
+is(ops("SELECT events_published || ' ' || rejects FROM eventgrid.wal_sources"), '9 3', 'counted once each: 9 events, 3 rejects');
 is($audit[0]{subject}, '/public/audit', 'a table whose every column is its identity: the subject names the table');
 my $commit_time = $app->safe_psql('postgres', "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD')");
 like($got[0]{eventTime}, qr/^$commit_time/, 'eventTime is the source commit\'s time');
@@ -195,6 +206,34 @@ for (1 .. scaled(60) * 10)
 	usleep(100_000);
 }
 ok($arrived, 'resumed: what was written meanwhile is published');
+
+# --- what Debian's prometheus-postgres-exporter shows with monitoring/'s queries, as a pg_monitor role
+is(ops("SELECT lag_bytes || ' ' || lag_seconds FROM eventgrid.wal_sources"), '0 0', 'caught up: no lag in bytes or seconds');
+sql('CREATE ROLE exporter LOGIN IN ROLE pg_monitor');
+my $monitoring = File::Spec->rel2abs("$FindBin::RealBin/../../monitoring");
+my $mport = PostgreSQL::Test::Cluster::get_free_port();
+my $exporter = IPC::Run::start(
+	[ 'env', sprintf('DATA_SOURCE_NAME=host=%s port=%d user=exporter dbname=postgres sslmode=disable', $node->host, $node->port),
+		'prometheus-postgres-exporter', "--web.listen-address=127.0.0.1:$mport",
+		"--extend.query-path=$monitoring/postgres_exporter.yml", '--auto-discover-databases', '--include-databases=postgres' ],
+	'>', \my $eout, '2>', \my $eerr);
+my $scraped = '';
+for (1 .. 100)
+{
+	my $res = HTTP::Tiny->new(timeout => 5)->get("http://127.0.0.1:$mport/metrics");
+	if ($res->{success} && $res->{content} =~ /^eventgrid_wal_source/m)
+	{
+		$scraped = $res->{content};
+		last;
+	}
+	usleep(200_000);
+}
+$exporter->kill_kill;
+like($scraped, qr/^eventgrid_wal_source_streaming\{[^}]*wal_source="app"[^}]*\} 1$/m, 'the exporter shows the WAL source streaming');
+my ($scraped_n) = $scraped =~ /^eventgrid_wal_source_events_published_total\{[^}]*wal_source="app"[^}]*\} (\S+)$/m;
+is($scraped_n, ops("SELECT events_published FROM eventgrid.wal_sources"), 'and the events it published');
+like($scraped, qr/^eventgrid_wal_source_rejects_total\{[^}]*wal_source="app"[^}]*\} 3$/m, 'and its rejects');
+unlike($scraped, qr/repl-secret/, 'and never the password');
 
 # --- drop: the slot goes on the source
 ops("SELECT eventgrid.drop_wal_source('app')");
