@@ -80,11 +80,11 @@ COMMENT ON FUNCTION eventgrid._wal_source_check_connection(text, oid) IS 'Intern
 REVOKE ALL ON FUNCTION eventgrid._wal_source_check_connection(text, oid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION eventgrid._wal_source_check_connection(text, oid) TO eventgrid_admin;  -- the view wal_sources
 
-CREATE FUNCTION eventgrid._wal_source_drop_slot(connection text, slot_name text) RETURNS boolean
+CREATE FUNCTION eventgrid._wal_source_drop_slot(connection text, slot_name text, owner_role oid) RETURNS boolean
     LANGUAGE c STRICT
     AS 'MODULE_PATHNAME', 'eventgrid_wal_source_drop_slot';
-COMMENT ON FUNCTION eventgrid._wal_source_drop_slot(text, text) IS 'Internal: drops a WAL source''s replication slot on the source (waiting up to 10 s for its worker to let it go); true when it was dropped, false when there was none. Errors: 08001 the source cannot be reached, 55006 the slot stays in use.';
-REVOKE ALL ON FUNCTION eventgrid._wal_source_drop_slot(text, text) FROM PUBLIC;
+COMMENT ON FUNCTION eventgrid._wal_source_drop_slot(text, text, oid) IS 'Internal: drops a WAL source''s replication slot on the source (waiting up to 10 s for its worker to let it go); true when it was dropped, false when there was none. A source of a role that is not a superuser is reached only with a password used, as its worker. Errors: 08001 the source cannot be reached, 28000 it did not ask for the password, 55006 the slot stays in use.';
+REVOKE ALL ON FUNCTION eventgrid._wal_source_drop_slot(text, text, oid) FROM PUBLIC;
 
 CREATE FUNCTION eventgrid._wal_source_origin_lsn(source_id bigint) RETURNS pg_lsn
     LANGUAGE c STRICT
@@ -183,10 +183,10 @@ BEGIN
     DELETE FROM eventgrid.wal_source_definitions d WHERE d.id = w.id;
     PERFORM eventgrid._wal_source_stop(w.id, true);
     IF drop_slot THEN
-        PERFORM eventgrid._wal_source_drop_slot(w.connection, w.slot_name);
+        PERFORM eventgrid._wal_source_drop_slot(w.connection, w.slot_name, w.owner_role);
     END IF;
 END $$;
-COMMENT ON FUNCTION eventgrid.drop_wal_source(text, boolean) IS 'Drops a WAL source: its worker stops, its table mappings and its position here go, and with drop_slot (the default) its replication slot is dropped on the source, so that the source keeps no WAL for it. The slot is dropped before this transaction commits: a rollback keeps the source, which then makes a new slot and reads from there. Requires eventgrid_admin. Errors: 22004, 42704 no such source, 08001 the source cannot be reached (drop_slot => false drops the source here alone). SPEC 19.';
+COMMENT ON FUNCTION eventgrid.drop_wal_source(text, boolean) IS 'Drops a WAL source: its worker stops, its table mappings and its position here go, and with drop_slot (the default) its replication slot is dropped on the source, so that the source keeps no WAL for it. The slot is dropped before this transaction commits: a rollback keeps the source, which then makes a new slot and reads from there. Requires eventgrid_admin. Errors: 22004, 42704 no such source, 08001 the source cannot be reached, 28000 a source of a role that is not a superuser did not ask for the password (drop_slot => false drops the source here alone). SPEC 19.';
 REVOKE ALL ON FUNCTION eventgrid.drop_wal_source(text, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION eventgrid.drop_wal_source(text, boolean) TO eventgrid_admin;
 

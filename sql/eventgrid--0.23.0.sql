@@ -3555,11 +3555,11 @@ CREATE FUNCTION eventgrid._wal_source_check_connection(connection text, owner_ro
 
 COMMENT ON FUNCTION eventgrid._wal_source_check_connection(connection text, owner_role oid) IS 'Internal: checks a WAL source''s libpq connection string (it parses; for a role that is not a superuser, it carries a password, as postgres_fdw''s password_required) and returns it with the password masked as ********. Errors: 22023, 28000.';
 
-CREATE FUNCTION eventgrid._wal_source_drop_slot(connection text, slot_name text) RETURNS boolean
+CREATE FUNCTION eventgrid._wal_source_drop_slot(connection text, slot_name text, owner_role oid) RETURNS boolean
     LANGUAGE c STRICT
     AS 'MODULE_PATHNAME', 'eventgrid_wal_source_drop_slot';
 
-COMMENT ON FUNCTION eventgrid._wal_source_drop_slot(connection text, slot_name text) IS 'Internal: drops a WAL source''s replication slot on the source (waiting up to 10 s for its worker to let it go); true when it was dropped, false when there was none. Errors: 08001 the source cannot be reached, 55006 the slot stays in use.';
+COMMENT ON FUNCTION eventgrid._wal_source_drop_slot(connection text, slot_name text, owner_role oid) IS 'Internal: drops a WAL source''s replication slot on the source (waiting up to 10 s for its worker to let it go); true when it was dropped, false when there was none. A source of a role that is not a superuser is reached only with a password used, as its worker. Errors: 08001 the source cannot be reached, 28000 it did not ask for the password, 55006 the slot stays in use.';
 
 CREATE FUNCTION eventgrid._wal_source_named(name text) RETURNS bigint
     LANGUAGE plpgsql STABLE
@@ -4027,11 +4027,11 @@ BEGIN
     DELETE FROM eventgrid.wal_source_definitions d WHERE d.id = w.id;
     PERFORM eventgrid._wal_source_stop(w.id, true);
     IF drop_slot THEN
-        PERFORM eventgrid._wal_source_drop_slot(w.connection, w.slot_name);
+        PERFORM eventgrid._wal_source_drop_slot(w.connection, w.slot_name, w.owner_role);
     END IF;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.drop_wal_source(name text, drop_slot boolean) IS 'Drops a WAL source: its worker stops, its table mappings and its position here go, and with drop_slot (the default) its replication slot is dropped on the source, so that the source keeps no WAL for it. The slot is dropped before this transaction commits: a rollback keeps the source, which then makes a new slot and reads from there. Requires eventgrid_admin. Errors: 22004, 42704 no such source, 08001 the source cannot be reached (drop_slot => false drops the source here alone). SPEC 19.';
+COMMENT ON FUNCTION eventgrid.drop_wal_source(name text, drop_slot boolean) IS 'Drops a WAL source: its worker stops, its table mappings and its position here go, and with drop_slot (the default) its replication slot is dropped on the source, so that the source keeps no WAL for it. The slot is dropped before this transaction commits: a rollback keeps the source, which then makes a new slot and reads from there. Requires eventgrid_admin. Errors: 22004, 42704 no such source, 08001 the source cannot be reached, 28000 a source of a role that is not a superuser did not ask for the password (drop_slot => false drops the source here alone). SPEC 19.';
 
 CREATE FUNCTION eventgrid.grant_event_replication(role_name name) RETURNS void
     LANGUAGE plpgsql
@@ -6781,7 +6781,7 @@ REVOKE ALL ON FUNCTION eventgrid._wake_worker_at_commit() FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._wal_source_check_connection(connection text, owner_role oid) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._wal_source_check_connection(connection text, owner_role oid) TO eventgrid_admin;
 
-REVOKE ALL ON FUNCTION eventgrid._wal_source_drop_slot(connection text, slot_name text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION eventgrid._wal_source_drop_slot(connection text, slot_name text, owner_role oid) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._wal_source_named(name text) FROM PUBLIC;
 

@@ -151,17 +151,21 @@ eventgrid_wal_source_stop(PG_FUNCTION_ARGS)
 PG_FUNCTION_INFO_V1(eventgrid_wal_source_drop_slot);
 
 /*
- * SQL: eventgrid._wal_source_drop_slot(connection text, slot_name text) ->
- * boolean: drops the slot on the source (a plain connection; the slot may
- * stay active for a moment after its worker is gone: tried for up to
- * 10 s); false when there is none.  08001 when the source cannot be
- * reached, 55006 when the slot stays in use.
+ * SQL: eventgrid._wal_source_drop_slot(connection text, slot_name text,
+ * owner oid) -> boolean: drops the slot on the source (a plain connection;
+ * the slot may stay active for a moment after its worker is gone: tried
+ * for up to 10 s); false when there is none.  As the worker, a source that
+ * a role other than a superuser created is reached only with a password
+ * used (else an admin could drop any slot of a server that trusts local
+ * connections).  08001 when the source cannot be reached, 28000 when it
+ * did not ask for the password, 55006 when the slot stays in use.
  */
 Datum
 eventgrid_wal_source_drop_slot(PG_FUNCTION_ARGS)
 {
 	char	   *conninfo = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	char	   *slot = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	Oid			owner = PG_GETARG_OID(2);
 	const char *keys[] = {"dbname", "fallback_application_name", "connect_timeout", NULL};
 	const char *vals[] = {conninfo, "eventgrid", "10", NULL};
 	PGconn	   *c = PQconnectdbParams(keys, vals, 1);
@@ -178,6 +182,14 @@ eventgrid_wal_source_drop_slot(PG_FUNCTION_ARGS)
 		ereport(ERROR, (errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 						errmsg("could not connect to the WAL source's database to drop its slot \"%s\": %s", slot, msg),
 						errhint("drop_wal_source(name, drop_slot => false) drops the source here alone; then drop the slot on the source.")));
+	}
+	if (!superuser_arg(owner) && !PQconnectionUsedPassword(c))
+	{
+		PQfinish(c);
+		ereport(ERROR, (errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
+						errmsg("the WAL source's database did not ask for the password: its slot \"%s\" is not dropped", slot),
+						errdetail("The source was created by a role that is not a superuser: its connection must authenticate with a password."),
+						errhint("drop_wal_source(name, drop_slot => false) drops the source here alone.")));
 	}
 	for (int tries = 0;; tries++)
 	{

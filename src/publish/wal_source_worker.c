@@ -239,10 +239,11 @@ send_feedback(EgWalSource *src, XLogRecPtr flushed)
 
 /*
  * Reads the source's definition, sets up its replication origin, connects
- * and streams until an error (or SIGTERM).  Does not return normally.
+ * and streams until an error (or SIGTERM); once streaming, the backoff of
+ * the next failure starts at 1 s again.  Does not return normally.
  */
 static void
-stream(int64 id, EgWalSource *src)
+stream(int64 id, EgWalSource *src, long *backoff_ms)
 {
 	Datum		arg = Int64GetDatum(id);
 	char		origin_name[EG_WAL_ORIGIN_NAME_LEN];
@@ -354,6 +355,7 @@ stream(int64 id, EgWalSource *src)
 	src->in_txn = false;
 	memset(&src->txn, 0, sizeof(src->txn));
 	set_status(id, "streaming", InvalidXLogRecPtr, NULL);
+	*backoff_ms = EG_WAL_BACKOFF_MIN_MS;	/* connected: the next failure waits 1 s again */
 	pgstat_report_activity(STATE_RUNNING, "eventgrid: streaming from the WAL source");
 	ereport(LOG, (errmsg("eventgrid: WAL source \"%s\": streaming from %X/%X", src->name, LSN_FORMAT_ARGS(start))));
 	feedback_at = GetCurrentTimestamp();
@@ -463,8 +465,9 @@ eventgrid_wal_source_main(Datum arg)
 	Oid			dboid;
 	LOCKTAG		tag;
 	sigjmp_buf	local_sigjmp_buf;
-	long		backoff_ms = EG_WAL_BACKOFF_MIN_MS;
-	EgWalSource src = {0};
+	static long backoff_ms = EG_WAL_BACKOFF_MIN_MS; /* static: kept across the longjmp */
+	static char *last_message = NULL;
+	static EgWalSource src;
 
 	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -486,7 +489,12 @@ eventgrid_wal_source_main(Datum arg)
 		HOLD_INTERRUPTS();
 		MemoryContextSwitchTo(TopMemoryContext);
 		edata = CopyErrorData();
-		EmitErrorReport();
+		/* the same error again (a source down for a while) is not logged again */
+		if (last_message == NULL || strcmp(last_message, edata->message) != 0)
+			EmitErrorReport();
+		if (last_message)
+			pfree(last_message);
+		last_message = pstrdup(edata->message);
 		AbortCurrentTransaction();
 		FlushErrorState();
 		if (conn)
@@ -510,7 +518,7 @@ eventgrid_wal_source_main(Datum arg)
 	}
 	PG_exception_stack = &local_sigjmp_buf;
 	src.id = id;
-	stream(id, &src);
+	stream(id, &src, &backoff_ms);
 }
 
 /* See wal_source.h.  In the upkeep worker's unit of work. */

@@ -179,14 +179,15 @@ $seen{ $_->{id} }++ for @all;
 is(scalar(keys %seen), 7 + $changes, 'every change arrived');
 my $out_of_order = 0;
 my %last;
-for my $e (grep { ($_->{subject} // '') =~ m{^/public/orders/1\d\d$} } @all)
+my %first;
+for my $e (grep { ($_->{subject} // '') =~ m{^/public/orders/1\d\d$} && !$first{ $_->{id} }++ } @all)
 {
 	my ($v) = ($e->{data}{new}{note} // '') =~ /^v(\d+)$/;
 	next unless defined $v;
 	$out_of_order++ if defined $last{ $e->{subject} } && $v < $last{ $e->{subject} };
 	$last{ $e->{subject} } = $v;
 }
-is($out_of_order, 0, 'each key\'s changes in commit order (an ordered subscription)');
+is($out_of_order, 0, 'each key\'s changes in commit order (an ordered subscription; first arrivals: a crash may send again)');
 is($last{'/public/orders/105'}, 300, 'up to the last');
 
 # --- pause and resume
@@ -234,6 +235,22 @@ my ($scraped_n) = $scraped =~ /^eventgrid_wal_source_events_published_total\{[^}
 is($scraped_n, ops("SELECT events_published FROM eventgrid.wal_sources"), 'and the events it published');
 like($scraped, qr/^eventgrid_wal_source_rejects_total\{[^}]*wal_source="app"[^}]*\} 3$/m, 'and its rejects');
 unlike($scraped, qr/repl-secret/, 'and never the password');
+
+# --- an admin's source on a server that does not ask for the password (the application's,
+# trusting its local connections, as its superuser): the worker refuses it, and
+# drop_wal_source() does not drop a slot through it
+my $superuser = sql('SELECT current_user');
+ops("SELECT eventgrid.create_wal_source('trusting', 'host=" . $app->host . " port=" . $app->port
+	  . " dbname=postgres user=$superuser password=not-asked', 'app_pub')");
+ok(wait_for_sql($node, "SET ROLE ops; SELECT state || ': ' || (last_error LIKE '%did not ask for the password%')"
+		  . " FROM eventgrid.wal_sources WHERE name = 'trusting'", 'failing: true', 60),
+	'a source that does not ask for the password: failing, and says why');
+is($app->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'eventgrid_trusting'"), '0',
+	'no slot was made through it');
+like(sql_error($node, "SELECT eventgrid.drop_wal_source('trusting')", 'ops'), qr/28000.*did not ask for the password/s,
+	'dropping it with its slot: 28000, nothing is dropped through that connection');
+ops("SELECT eventgrid.drop_wal_source('trusting', drop_slot => false)");
+is(ops("SELECT string_agg(name, ',') FROM eventgrid.wal_sources"), 'app', 'drop_slot => false drops it here alone');
 
 # --- drop: the slot goes on the source
 ops("SELECT eventgrid.drop_wal_source('app')");
