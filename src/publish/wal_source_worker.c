@@ -19,6 +19,7 @@
  */
 #include "publish/wal_source.h"
 #include "store/store.h"
+#include "store/worker.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -474,6 +475,12 @@ eventgrid_wal_source_main(Datum arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	/*
+	 * As the other workers: no database or role default changes what its
+	 * statements run (search_path) or what a commit means (synchronous_commit
+	 * on: the source is told a position is done only once it is flushed here).
+	 */
+	eg_pin_settings();
 
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, EG_WAL_SOURCE_LOCK_CLASS, (uint32) id, 2);
 	if (LockAcquire(&tag, ExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)

@@ -27,7 +27,7 @@
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
-#define EG_WORK_MEM "64MB"		/* the workers' work_mem: see pin_settings() */
+#define EG_WORK_MEM "64MB"		/* the workers' work_mem: see eg_pin_settings() */
 #define EG_LOCK_TIMEOUT "10s"
 #define EG_NOT_READY_RETRY_MS 10000 /* extension missing, or of another version */
 #define EG_ERROR_BACKOFF_MIN_MS 100
@@ -68,8 +68,8 @@ static uint64 seen_wakes = 0;	/* eg_my_db->wakes when this worker last looked fo
  * first-attempt claim sorts nothing wide in SQL: its rows are put in order
  * in C.
  */
-static void
-pin_settings(void)
+void
+eg_pin_settings(void)
 {
 	static const char *const settings[][2] = {
 		{"search_path", "pg_catalog, pg_temp"},
@@ -197,7 +197,7 @@ eg_worker_start(Datum dboid, const char *kind, int number)
 	eg_worker_kind = number > 0 && eg_delivery_workers > 1 ? psprintf("%s %d", kind, number) : kind;
 	pgstat_report_appname(psprintf("eventgrid %s [%s]", eg_worker_kind, dbname));
 	eg_log_database = dbname;
-	pin_settings();
+	eg_pin_settings();
 	eg_round_cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid round", ALLOCSET_DEFAULT_SIZES);
 
 	eg_my_db = eg_db_find(MyDatabaseId, true);

@@ -16,6 +16,8 @@ extern int	eg_error_streak;	/* units of work failed in a row */
 extern TimestampTz eg_db_retry_at;	/* no database work before this */
 extern uint64 eg_units_committed;	/* units of work committed so far */
 
+/* the settings every eventgrid worker's statements depend on (search_path, synchronous_commit, ...): see worker.c */
+extern void eg_pin_settings(void);
 extern void eg_worker_start(Datum dboid, const char *kind, int number);
 extern void eg_worker_saw_wakes(void);
 extern void eg_worker_busy(void);

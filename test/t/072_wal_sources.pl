@@ -64,10 +64,16 @@ my $node = new_node('walsrc', restart_after_crash => 'on');
 my $r = start_receiver();
 sub sql { return $node->safe_psql('postgres', shift) }
 sql(q{CREATE ROLE ops LOGIN; GRANT eventgrid_admin TO ops;});
+# a database default search_path with a schema of someone's first: the worker's statements
+# (status updates call now()) must still run only the built-in functions
+sql(q{CREATE SCHEMA evil; CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE plpgsql
+	AS $$ BEGIN RAISE EXCEPTION 'evil.now() ran'; END $$; GRANT USAGE ON SCHEMA evil TO PUBLIC;
+	ALTER DATABASE postgres SET search_path = evil, pg_catalog, public;});
 sub ops { return $node->safe_psql('postgres', 'SET ROLE ops; ' . shift) }
 sql("SELECT eventgrid.create_topic('orders')");
 sql("SELECT eventgrid.create_topic('audit')");
-sql("SELECT eventgrid.create_event_subscription('orders', 'hook', '$r->{url}/status/200/orders', ordering_key => 'subject')");
+# one ordering key for every event (data.schema): delivered one at a time, in publish order
+sql("SELECT eventgrid.create_event_subscription('orders', 'hook', '$r->{url}/status/200/orders', ordering_key => 'data.schema')");
 sql("SELECT eventgrid.create_event_subscription('audit', 'hook', '$r->{url}/status/200/audit', ordering_key => 'subject')");
 
 like(sql_error($node, "SELECT eventgrid.create_wal_source('app', 'host=127.0.0.1 port=$port dbname=postgres user=app_repl', 'app_pub')", 'ops'),
@@ -97,7 +103,7 @@ like(sql_error($node, "SELECT * FROM eventgrid.wal_source_definitions", 'ops'), 
 	'the stored connection string is not readable by an admin');
 
 # --- table changes and messages
-my $event = sub { my ($id, $subject) = @_; return qq({"id": "$id", "subject": "$subject", "eventType": "App.Note", "eventTime": "2024-05-01T12:00:00Z", "data": {"n": 1}}) };
+my $event = sub { my ($id, $subject) = @_; return qq({"id": "$id", "subject": "$subject", "eventType": "App.Note", "eventTime": "2024-05-01T12:00:00Z", "data": {"schema": "public", "n": 1}}) };
 $app->safe_psql('postgres', "BEGIN;"
 	  . " INSERT INTO public.orders VALUES (1, 'eu', 'first'), (2, 'us', 'second'), (3, 'eu', 'third');"
 	  . " SELECT pg_logical_emit_message(true, 'eventgrid', '{\"topic\": \"orders\", \"events\": [" . $event->('m-1', '/notes/1') . "]}');"
@@ -187,7 +193,7 @@ for my $e (grep { ($_->{subject} // '') =~ m{^/public/orders/1\d\d$} && !$first{
 	$out_of_order++ if defined $last{ $e->{subject} } && $v < $last{ $e->{subject} };
 	$last{ $e->{subject} } = $v;
 }
-is($out_of_order, 0, 'each key\'s changes in commit order (an ordered subscription; first arrivals: a crash may send again)');
+is($out_of_order, 0, 'each row\'s changes in commit order (first arrivals: a crash may send again)');
 is($last{'/public/orders/105'}, 300, 'up to the last');
 
 # --- pause and resume
@@ -256,6 +262,10 @@ is(ops("SELECT string_agg(name, ',') FROM eventgrid.wal_sources"), 'app', 'drop_
 ops("SELECT eventgrid.drop_wal_source('app')");
 is($app->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots"), '0', 'dropped: its slot is gone from the source');
 is(ops("SELECT count(*) FROM eventgrid.wal_sources"), '0', 'and the source from the view');
+
+# (a client's line names its application before ERROR; a worker's does not)
+unlike(slurp_file($node->logfile), qr/^\S+ \S+ UTC \[\d+\] ERROR:  evil\.now\(\) ran/m,
+	'the worker never ran a function of the database\'s search_path');
 
 $node->stop;
 $app->stop;
