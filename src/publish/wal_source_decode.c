@@ -119,9 +119,10 @@ static EgStatement publish_stmt = {
 static EgStatement counts_stmt = {
 	.name = "WAL source counts",
 	.sql =
-	"UPDATE eventgrid.wal_source_status SET state = 'streaming', events_published = events_published + $2,"
-	"       rejects = rejects + $3, last_commit_time = coalesce($4, last_commit_time), updated_at = now()"
-	" WHERE source_id = $1",
+	"INSERT INTO eventgrid.wal_source_status AS s (source_id, state, events_published, rejects, last_commit_time)"
+	" VALUES ($1, 'streaming', $2, $3, $4)"
+	" ON CONFLICT (source_id) DO UPDATE SET state = 'streaming', events_published = s.events_published + $2,"
+	"       rejects = s.rejects + $3, last_commit_time = coalesce($4, s.last_commit_time), updated_at = now()",
 	.nargs = 4,
 	.types = {INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID},
 };
@@ -486,7 +487,7 @@ commit_local(EgWalSource *src, XLogRecPtr end_lsn, TimestampTz commit_time)
 	args[3] = TimestampTzGetDatum(commit_time);
 	if (XLogRecPtrIsInvalid(end_lsn))
 		nulls[3] = 'n';
-	eg_store_run_nulls(&counts_stmt, args, nulls, false, SPI_OK_UPDATE);
+	eg_store_run_nulls(&counts_stmt, args, nulls, false, SPI_OK_INSERT);
 	if (!XLogRecPtrIsInvalid(end_lsn))
 	{
 		replorigin_session_origin_lsn = end_lsn;

@@ -71,11 +71,13 @@ static EgStatement definition_stmt = {
 static EgStatement status_stmt = {
 	.name = "WAL source state",
 	.sql =
-	"UPDATE eventgrid.wal_source_status SET state = $2, updated_at = now(),"
-	"       source_lsn = coalesce($3, source_lsn),"
-	"       last_error = CASE WHEN $4 IS NULL THEN last_error ELSE $4 END,"
-	"       last_error_time = CASE WHEN $4 IS NULL THEN last_error_time ELSE now() END"
-	" WHERE source_id = $1",
+	/* (a source restored by pg_restore has no status row yet: made here) */
+	"INSERT INTO eventgrid.wal_source_status AS s (source_id, state, source_lsn, last_error, last_error_time)"
+	" VALUES ($1, $2, $3, $4, CASE WHEN $4 IS NULL THEN NULL ELSE now() END)"
+	" ON CONFLICT (source_id) DO UPDATE SET state = $2, updated_at = now(),"
+	"       source_lsn = coalesce($3, s.source_lsn),"
+	"       last_error = CASE WHEN $4 IS NULL THEN s.last_error ELSE $4 END,"
+	"       last_error_time = CASE WHEN $4 IS NULL THEN s.last_error_time ELSE now() END",
 	.nargs = 4,
 	.types = {INT8OID, TEXTOID, PG_LSNOID, TEXTOID},
 };
@@ -112,7 +114,7 @@ set_status(int64 id, const char *state, XLogRecPtr source_lsn, const char *error
 	PushActiveSnapshot(GetTransactionSnapshot());
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "eventgrid: SPI_connect failed");
-	eg_store_run_nulls(&status_stmt, args, nulls, false, SPI_OK_UPDATE);
+	eg_store_run_nulls(&status_stmt, args, nulls, false, SPI_OK_INSERT);
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
