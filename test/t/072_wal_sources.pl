@@ -214,6 +214,23 @@ for (1 .. scaled(60) * 10)
 }
 ok($arrived, 'resumed: what was written meanwhile is published');
 
+# --- a column added on the source mid-stream appears in the events after it
+$app->safe_psql('postgres', "BEGIN; SELECT pg_logical_emit_message(true, 'eventgrid', '{\"topic\": \"orders\", \"event\": "
+	  . $event->('m-rolled-back', '/rb') . "}'); ROLLBACK;");
+$app->safe_psql('postgres', "ALTER TABLE public.orders ADD COLUMN qty int; INSERT INTO public.orders VALUES (600, 'us', 'added', 7)");
+my $added;
+for (1 .. scaled(60) * 10)
+{
+	($added) = grep { $_->{data}{new} && ($_->{data}{new}{id} // 0) == 600 }
+	  map { my $b = decode_json($_->{body}); @$b } requests($r, '/status/200/orders');
+	last if $added;
+	usleep(100_000);
+}
+is_deeply($added ? $added->{data}{new} : undef, { id => 600, region => 'us', note => 'added', qty => 7 },
+	'a column added on the source appears in the next events, and nothing stopped');
+is(scalar(grep { ($_->{body} // '') =~ /m-rolled-back/ } requests($r, '/status/200/orders')), 0,
+	'a message of a transaction that rolled back is not published (it would have come first: one ordering key)');
+
 # --- what Debian's prometheus-postgres-exporter shows with monitoring/'s queries, as a pg_monitor role
 is(ops("SELECT lag_bytes || ' ' || lag_seconds FROM eventgrid.wal_sources"), '0 0', 'caught up: no lag in bytes or seconds');
 sql('CREATE ROLE exporter LOGIN IN ROLE pg_monitor');
