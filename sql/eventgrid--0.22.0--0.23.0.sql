@@ -78,7 +78,8 @@ CREATE FUNCTION eventgrid._wal_source_check_connection(connection text, owner_ro
     AS 'MODULE_PATHNAME', 'eventgrid_wal_source_check_connection';
 COMMENT ON FUNCTION eventgrid._wal_source_check_connection(text, oid) IS 'Internal: checks a WAL source''s libpq connection string (it parses; for a role that is not a superuser, it carries a password, as postgres_fdw''s password_required) and returns it with the password masked as ********. Errors: 22023, 28000.';
 REVOKE ALL ON FUNCTION eventgrid._wal_source_check_connection(text, oid) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION eventgrid._wal_source_check_connection(text, oid) TO eventgrid_admin;  -- the view wal_sources
+-- the view wal_sources, and wal_source_metrics on it (it only parses and masks the text it is given)
+GRANT EXECUTE ON FUNCTION eventgrid._wal_source_check_connection(text, oid) TO eventgrid_admin, pg_monitor;
 
 CREATE FUNCTION eventgrid._wal_source_drop_slot(connection text, slot_name text, owner_role oid) RETURNS boolean
     LANGUAGE c STRICT
@@ -130,7 +131,7 @@ BEGIN
     PERFORM eventgrid._check_not_null('connection', connection);
     PERFORM eventgrid._check_not_null('publication', publication);
     PERFORM eventgrid._check_not_null('message_prefix', message_prefix);
-    IF name !~ '^[A-Za-z0-9-]{3,50}$' THEN
+    IF NOT eventgrid._is_topic_name(name) THEN  -- the same shape as a topic's name
         RAISE EXCEPTION 'invalid WAL source name %', eventgrid._quote(name)
             USING ERRCODE = 'invalid_name',
                   HINT = 'A WAL source name has 3 to 50 characters: letters, digits and hyphens.';
@@ -288,16 +289,14 @@ REVOKE ALL ON eventgrid.wal_sources FROM PUBLIC;
 GRANT SELECT ON eventgrid.wal_sources TO eventgrid_admin;
 
 CREATE VIEW eventgrid.wal_source_metrics AS
- SELECT d.name AS wal_source,
-    CASE WHEN d.paused THEN 'paused' ELSE coalesce(s.state, 'connecting') END AS state,
-    (NOT d.paused AND s.state = 'streaming')::integer AS streaming,
-    coalesce(greatest(s.source_lsn - eventgrid._wal_source_origin_lsn(d.id), 0), 0)::bigint AS lag_bytes,
-    CASE WHEN s.source_lsn > eventgrid._wal_source_origin_lsn(d.id) AND s.last_commit_time IS NOT NULL
-         THEN greatest(extract(epoch FROM now() - s.last_commit_time), 0) ELSE 0 END::double precision AS lag_seconds,
-    coalesce(s.events_published, 0) AS events_published_total,
-    coalesce(s.rejects, 0) AS rejects_total
-   FROM eventgrid.wal_source_definitions d
-   LEFT JOIN eventgrid.wal_source_status s ON s.source_id = d.id;
+ SELECT w.name AS wal_source,
+    w.state,
+    (w.state = 'streaming')::integer AS streaming,
+    coalesce(w.lag_bytes, 0) AS lag_bytes,
+    w.lag_seconds,
+    w.events_published AS events_published_total,
+    w.rejects AS rejects_total
+   FROM eventgrid.wal_sources w;
 COMMENT ON VIEW eventgrid.wal_source_metrics IS 'What the Prometheus exporter reads of each WAL source (SPEC 19; monitoring/postgres_exporter.yml): its name and state, 1 while streaming, lag_bytes, lag_seconds, and the counters events_published_total and rejects_total; no connection string. Readable by pg_monitor.';
 REVOKE ALL ON eventgrid.wal_source_metrics FROM PUBLIC;
 GRANT SELECT ON eventgrid.wal_source_metrics TO pg_monitor, eventgrid_admin;

@@ -3882,7 +3882,7 @@ BEGIN
     PERFORM eventgrid._check_not_null('connection', connection);
     PERFORM eventgrid._check_not_null('publication', publication);
     PERFORM eventgrid._check_not_null('message_prefix', message_prefix);
-    IF name !~ '^[A-Za-z0-9-]{3,50}$' THEN
+    IF NOT eventgrid._is_topic_name(name) THEN  -- the same shape as a topic's name
         RAISE EXCEPTION 'invalid WAL source name %', eventgrid._quote(name)
             USING ERRCODE = 'invalid_name',
                   HINT = 'A WAL source name has 3 to 50 characters: letters, digits and hyphens.';
@@ -5987,23 +5987,41 @@ CREATE TABLE eventgrid.wal_source_status (
 
 COMMENT ON TABLE eventgrid.wal_source_status IS 'Internal: what each WAL source''s worker last reported (state, the source''s WAL end, counts, the source commit time of the last transaction it published, the last error); the views wal_sources and wal_source_metrics show it. SPEC 19.';
 
-CREATE VIEW eventgrid.wal_source_metrics AS
- SELECT d.name AS wal_source,
+CREATE VIEW eventgrid.wal_sources AS
+ SELECT d.name,
+    eventgrid._wal_source_check_connection(d.connection, (10)::oid) AS connection,
+    d.publication,
+    d.slot_name,
         CASE
             WHEN d.paused THEN 'paused'::text
             ELSE COALESCE(s.state, 'connecting'::text)
         END AS state,
-    (((NOT d.paused) AND (s.state = 'streaming'::text)))::integer AS streaming,
-    (COALESCE(GREATEST((s.source_lsn - eventgrid._wal_source_origin_lsn(d.id)), (0)::numeric), (0)::numeric))::bigint AS lag_bytes,
+    eventgrid._wal_source_origin_lsn(d.id) AS confirmed_lsn,
+    s.source_lsn,
+    (GREATEST((s.source_lsn - eventgrid._wal_source_origin_lsn(d.id)), (0)::numeric))::bigint AS lag_bytes,
     (
         CASE
             WHEN ((s.source_lsn > eventgrid._wal_source_origin_lsn(d.id)) AND (s.last_commit_time IS NOT NULL)) THEN GREATEST(EXTRACT(epoch FROM (now() - s.last_commit_time)), (0)::numeric)
             ELSE (0)::numeric
         END)::double precision AS lag_seconds,
-    COALESCE(s.events_published, (0)::bigint) AS events_published_total,
-    COALESCE(s.rejects, (0)::bigint) AS rejects_total
+    COALESCE(s.events_published, (0)::bigint) AS events_published,
+    COALESCE(s.rejects, (0)::bigint) AS rejects,
+    s.last_error,
+    s.last_error_time
    FROM (eventgrid.wal_source_definitions d
      LEFT JOIN eventgrid.wal_source_status s ON ((s.source_id = d.id)));
+
+COMMENT ON VIEW eventgrid.wal_sources IS 'WAL sources (SPEC 19): name, connection (its password as ********), publication, slot_name, state (connecting, streaming, paused, failing), confirmed_lsn (the source position whose events are committed here), source_lsn (the source''s WAL end last reported), lag_bytes (source_lsn less confirmed_lsn), lag_seconds (while lag_bytes is above 0: how long ago the source committed the last transaction published here; else 0), events_published, rejects (rows in wal_source_rejects), and the last error with its time.';
+
+CREATE VIEW eventgrid.wal_source_metrics AS
+ SELECT w.name AS wal_source,
+    w.state,
+    ((w.state = 'streaming'::text))::integer AS streaming,
+    COALESCE(w.lag_bytes, (0)::bigint) AS lag_bytes,
+    w.lag_seconds,
+    w.events_published AS events_published_total,
+    w.rejects AS rejects_total
+   FROM eventgrid.wal_sources w;
 
 COMMENT ON VIEW eventgrid.wal_source_metrics IS 'What the Prometheus exporter reads of each WAL source (SPEC 19; monitoring/postgres_exporter.yml): its name and state, 1 while streaming, lag_bytes, lag_seconds, and the counters events_published_total and rejects_total; no connection string. Readable by pg_monitor.';
 
@@ -6038,32 +6056,6 @@ CREATE TABLE eventgrid.wal_source_tables (
 );
 
 COMMENT ON TABLE eventgrid.wal_source_tables IS 'Tables of WAL sources whose changes are published (publish_table_changes(..., source => ...)): the table as the source names it (schema.table), the topic, and the options of in-database table changes. SPEC 19.';
-
-CREATE VIEW eventgrid.wal_sources AS
- SELECT d.name,
-    eventgrid._wal_source_check_connection(d.connection, (10)::oid) AS connection,
-    d.publication,
-    d.slot_name,
-        CASE
-            WHEN d.paused THEN 'paused'::text
-            ELSE COALESCE(s.state, 'connecting'::text)
-        END AS state,
-    eventgrid._wal_source_origin_lsn(d.id) AS confirmed_lsn,
-    s.source_lsn,
-    (GREATEST((s.source_lsn - eventgrid._wal_source_origin_lsn(d.id)), (0)::numeric))::bigint AS lag_bytes,
-    (
-        CASE
-            WHEN ((s.source_lsn > eventgrid._wal_source_origin_lsn(d.id)) AND (s.last_commit_time IS NOT NULL)) THEN GREATEST(EXTRACT(epoch FROM (now() - s.last_commit_time)), (0)::numeric)
-            ELSE (0)::numeric
-        END)::double precision AS lag_seconds,
-    COALESCE(s.events_published, (0)::bigint) AS events_published,
-    COALESCE(s.rejects, (0)::bigint) AS rejects,
-    s.last_error,
-    s.last_error_time
-   FROM (eventgrid.wal_source_definitions d
-     LEFT JOIN eventgrid.wal_source_status s ON ((s.source_id = d.id)));
-
-COMMENT ON VIEW eventgrid.wal_sources IS 'WAL sources (SPEC 19): name, connection (its password as ********), publication, slot_name, state (connecting, streaming, paused, failing), confirmed_lsn (the source position whose events are committed here), source_lsn (the source''s WAL end last reported), lag_bytes (source_lsn less confirmed_lsn), lag_seconds (while lag_bytes is above 0: how long ago the source committed the last transaction published here; else 0), events_published, rejects (rows in wal_source_rejects), and the last error with its time.';
 
 CREATE VIEW eventgrid.worker_metrics AS
  SELECT _worker_metrics.delivery_workers_running,
@@ -6780,6 +6772,7 @@ REVOKE ALL ON FUNCTION eventgrid._wake_worker_at_commit() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._wal_source_check_connection(connection text, owner_role oid) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._wal_source_check_connection(connection text, owner_role oid) TO eventgrid_admin;
+GRANT ALL ON FUNCTION eventgrid._wal_source_check_connection(connection text, owner_role oid) TO pg_monitor;
 
 REVOKE ALL ON FUNCTION eventgrid._wal_source_drop_slot(connection text, slot_name text, owner_role oid) FROM PUBLIC;
 
@@ -7035,12 +7028,12 @@ GRANT SELECT ON TABLE eventgrid.topic_publish_metrics TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.topic_statistics TO eventgrid_admin;
 
+GRANT SELECT ON TABLE eventgrid.wal_sources TO eventgrid_admin;
+
 GRANT SELECT ON TABLE eventgrid.wal_source_metrics TO pg_monitor;
 GRANT SELECT ON TABLE eventgrid.wal_source_metrics TO eventgrid_admin;
 
 GRANT SELECT,DELETE ON TABLE eventgrid.wal_source_rejects TO eventgrid_admin;
-
-GRANT SELECT ON TABLE eventgrid.wal_sources TO eventgrid_admin;
 
 GRANT SELECT ON TABLE eventgrid.worker_metrics TO pg_monitor;
 GRANT SELECT ON TABLE eventgrid.worker_metrics TO eventgrid_admin;

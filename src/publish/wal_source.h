@@ -62,6 +62,12 @@ extern XLogRecPtr eg_wal_apply(EgWalSource *src, StringInfo msg);
 /* Forgets the relations the stream described (a new connection describes them again). */
 extern void eg_wal_reset_relations(void);
 
+/*
+ * wal_source_worker.c: opens a unit of work (eg_store_begin(), committed by
+ * eg_store_commit()); when the extension is missing or of another version
+ * than the library, the worker leaves instead.
+ */
+extern void eg_wal_begin(const char *activity);
 /* wal_source_worker.c: the upkeep worker starts a worker for each unpaused source that has none */
 extern void eg_wal_sources_start(void);
 

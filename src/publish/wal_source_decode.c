@@ -188,10 +188,7 @@ open_local(EgWalSource *src)
 {
 	if (src->txn.local_open)
 		return;
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "eventgrid: SPI_connect failed");
+	eg_wal_begin("eventgrid: publishing a WAL source's transaction");
 	vals_cxt = AllocSetContextCreate(TopTransactionContext, "eventgrid WAL source values", ALLOCSET_DEFAULT_SIZES);
 	row_cxt = AllocSetContextCreate(TopTransactionContext, "eventgrid WAL source row", ALLOCSET_DEFAULT_SIZES);
 	mappings = NIL;
@@ -493,9 +490,7 @@ commit_local(EgWalSource *src, XLogRecPtr end_lsn, TimestampTz commit_time)
 		replorigin_session_origin_lsn = end_lsn;
 		replorigin_session_origin_timestamp = commit_time;
 	}
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
+	eg_store_commit();
 	replorigin_session_origin_lsn = InvalidXLogRecPtr;
 	replorigin_session_origin_timestamp = 0;
 	src->txn.local_open = false;

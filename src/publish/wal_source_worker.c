@@ -110,14 +110,21 @@ set_status(int64 id, const char *state, XLogRecPtr source_lsn, const char *error
 	args[3] = error ? CStringGetTextDatum(error) : (Datum) 0;
 	if (error == NULL)
 		nulls[3] = 'n';
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "eventgrid: SPI_connect failed");
+	eg_wal_begin("eventgrid: writing a WAL source's state");
 	eg_store_run_nulls(&status_stmt, args, nulls, false, SPI_OK_INSERT);
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
+	eg_store_commit();
+}
+
+/* See wal_source.h. */
+void
+eg_wal_begin(const char *activity)
+{
+	if (eg_store_begin(activity))
+		return;
+	/* the upkeep worker starts it again once the extension is there, in this library's version */
+	ereport(LOG, (errmsg("eventgrid: a WAL source worker of database \"%s\" leaves: the extension is not ready there",
+						 get_database_name(MyDatabaseId))));
+	proc_exit(0);
 }
 
 /* Waits for the source's socket (and the latch: interrupts are served). */
@@ -269,10 +276,7 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 	MemoryContextReset(source_cxt);
 	MemoryContextSwitchTo(source_cxt);
 	eg_wal_origin_name(id, origin_name);
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "eventgrid: SPI_connect failed");
+	eg_wal_begin("eventgrid: reading a WAL source's definition");
 	eg_store_run(&definition_stmt, &arg, false, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		proc_exit(0);			/* dropped */
@@ -296,9 +300,7 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 	origin = replorigin_by_name(origin_name, true);
 	if (origin == InvalidRepOriginId)
 		origin = replorigin_create(origin_name);
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
+	eg_store_commit();
 	MemoryContextSwitchTo(source_cxt);
 	if (replorigin_session_origin == InvalidRepOriginId)
 	{
