@@ -459,22 +459,22 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 }
 
 /*
- * The worker: bgw_main_arg the source's id, bgw_extra the database's OID.
+ * The worker: bgw_main_arg the database's OID, bgw_extra the source's id.
  * Leaves when another worker has the source, when the source is paused or
  * dropped, and on SIGTERM; any error is retried with backoff.
  */
 void
 eventgrid_wal_source_main(Datum arg)
 {
-	int64		id = DatumGetInt64(arg);
-	Oid			dboid;
+	Oid			dboid = DatumGetObjectId(arg);
+	int64		id;
 	LOCKTAG		tag;
 	sigjmp_buf	local_sigjmp_buf;
 	static long backoff_ms = EG_WAL_BACKOFF_MIN_MS; /* static: kept across the longjmp */
 	static char *last_message = NULL;
 	static EgWalSource src;
 
-	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+	memcpy(&id, MyBgworkerEntry->bgw_extra, sizeof(id));
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
@@ -548,16 +548,11 @@ eg_wal_sources_start(void)
 		int64		sid = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 		char	   *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
 
-		memset(&w, 0, sizeof(w));
-		w.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-		w.bgw_start_time = BgWorkerStart_RecoveryFinished;
-		w.bgw_restart_time = BGW_NEVER_RESTART;
-		snprintf(w.bgw_library_name, BGW_MAXLEN, "eventgrid");
-		snprintf(w.bgw_function_name, BGW_MAXLEN, "eventgrid_wal_source_main");
+		/* as the other workers (the database in bgw_main_arg); the source's id in bgw_extra */
+		eg_worker_spec(&w, "eventgrid_wal_source_main", "WAL source", MyDatabaseId, db, 0);
 		snprintf(w.bgw_name, BGW_MAXLEN, "eventgrid WAL source %s [%s]", name, db);
-		snprintf(w.bgw_type, BGW_MAXLEN, "eventgrid WAL source");
-		w.bgw_main_arg = Int64GetDatum(sid);
-		memcpy(w.bgw_extra, &MyDatabaseId, sizeof(Oid));
+		memcpy(w.bgw_extra, &sid, sizeof(sid));
+		w.bgw_notify_pid = 0;	/* started and left alone: nobody waits for it */
 		if (!RegisterDynamicBackgroundWorker(&w, &handle))
 			ereport(LOG, (errmsg("eventgrid: no background worker slot for WAL source \"%s\"", name),
 						  errhint("Raise max_worker_processes.")));
