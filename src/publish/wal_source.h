@@ -6,7 +6,8 @@
  * pg_logical_emit_message() messages with the source's prefix, and the
  * changes of mapped tables.  wal_source_worker.c runs the connection and
  * the stream, wal_source_decode.c turns pgoutput's messages into events,
- * wal_source_functions.c holds the SQL-callable helpers.
+ * wal_source_backfill.c publishes the rows the tables held before the
+ * stream (backfill), wal_source_functions.c holds the SQL-callable helpers.
  */
 #ifndef EVENTGRID_WAL_SOURCE_H
 #define EVENTGRID_WAL_SOURCE_H
@@ -14,7 +15,9 @@
 #include "core/eventgrid.h"
 
 #include "access/xlogdefs.h"
+#include "libpq-fe.h"
 #include "lib/stringinfo.h"
+#include "replication/logicalproto.h"
 
 /*
  * The advisory lock (two keys: this class, the source's id) a source's
@@ -46,6 +49,8 @@ typedef struct EgWalSource
 	char	   *message_prefix;
 	char	   *system_identifier;	/* the source's, for events' ids */
 	char	   *database;		/* the source's database name, for CloudEvents' source */
+	char	   *slot;			/* the replication slot read on the source */
+	const char *state;			/* what its unit of work reports: backfilling, streaming */
 	EgWalTxn	txn;
 	bool		in_txn;			/* between BEGIN and COMMIT */
 } EgWalSource;
@@ -63,11 +68,49 @@ extern XLogRecPtr eg_wal_apply(EgWalSource *src, StringInfo msg);
 extern void eg_wal_reset_relations(void);
 
 /*
+ * wal_source_decode.c, for the backfill: describes a table read by query
+ * (as the stream's 'R' message does: relid a number the stream does not
+ * use, the columns' names and type OIDs, keys the primary key's columns by
+ * index); publishes one row of it as a BACKFILL event of the mapping to
+ * topic, with the given id; writes a reject; and commits what was
+ * published (no replication origin progress: the backfill is before it).
+ * The row's text values are in row (LOGICALREP_COLUMN_TEXT or _NULL).
+ */
+extern void eg_wal_describe_table(EgWalSource *src, uint32 relid, const char *nspname, const char *relname,
+								  int natts, char **attnames, Oid *atttyps, Bitmapset *keys);
+extern void eg_wal_backfill_row(EgWalSource *src, uint32 relid, const char *topic,
+								LogicalRepTupleData *row, const char *id);
+extern void eg_wal_reject(EgWalSource *src, const char *reason, const char *content, int len, bool in_txn);
+/* Opens the transaction here that eg_wal_commit_backfill() commits, if nothing did yet. */
+extern void eg_wal_open(EgWalSource *src);
+extern void eg_wal_commit_backfill(EgWalSource *src);
+/* A UUID (version 3 layout, of MD5) derived from key: the ids of a source's table changes and backfilled rows. */
+extern char *eg_wal_uuid(const char *key);
+
+/*
+ * wal_source_backfill.c: whether source id has tables left to backfill
+ * (in a unit of work); and the backfill itself, on the source's
+ * replication connection inside the repeatable read transaction that holds
+ * the snapshot to read (the slot's, or a new one after a restart).  Each
+ * chunk of rows is one transaction here with the table's progress.
+ */
+extern bool eg_wal_backfill_pending(int64 id);
+/* Before the slot is made: an ERROR (with the GRANT to run) when the source's role may not read a table to backfill. */
+extern void eg_wal_backfill_check(EgWalSource *src);
+extern void eg_wal_backfill(EgWalSource *src);
+
+/*
  * wal_source_worker.c: opens a unit of work (eg_store_begin(), committed by
  * eg_store_commit()); when the extension is missing or of another version
  * than the library, the worker leaves instead.
  */
 extern void eg_wal_begin(const char *activity);
+/*
+ * wal_source_worker.c: runs one command on the source's connection
+ * (interruptible); its last result, of status expected (else an ERROR),
+ * which the caller clears.
+ */
+extern PGresult *eg_wal_source_exec(EgWalSource *src, const char *sql, ExecStatusType expected);
 /* wal_source_worker.c: the upkeep worker starts a worker for each unpaused source that has none */
 extern void eg_wal_sources_start(void);
 

@@ -120,11 +120,11 @@ static EgStatement counts_stmt = {
 	.name = "WAL source counts",
 	.sql =
 	"INSERT INTO eventgrid.wal_source_status AS s (source_id, state, events_published, rejects, last_commit_time)"
-	" VALUES ($1, 'streaming', $2, $3, $4)"
-	" ON CONFLICT (source_id) DO UPDATE SET state = 'streaming', events_published = s.events_published + $2,"
+	" VALUES ($1, $5, $2, $3, $4)"
+	" ON CONFLICT (source_id) DO UPDATE SET state = $5, events_published = s.events_published + $2,"
 	"       rejects = s.rejects + $3, last_commit_time = coalesce($4, s.last_commit_time), updated_at = now()",
-	.nargs = 4,
-	.types = {INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID},
+	.nargs = 5,
+	.types = {INT8OID, INT8OID, INT8OID, TIMESTAMPTZOID, TEXTOID},
 };
 
 void
@@ -136,12 +136,11 @@ eg_wal_reset_relations(void)
 	relations = NULL;
 }
 
-/* 'R': a relation's description, kept until the next one of it or the next connection */
+/* A relation's description (made in rel_cxt), kept until the next one of it or the next connection. */
 static void
-describe_relation(StringInfo msg)
+describe(LogicalRepRelation *rel)
 {
 	MemoryContext old = MemoryContextSwitchTo(rel_cxt);
-	LogicalRepRelation *rel = logicalrep_read_rel(msg);
 	EgWalRel   *r;
 	bool		found;
 
@@ -180,6 +179,49 @@ describe_relation(StringInfo msg)
 	r->oldslot = MakeSingleTupleTableSlot(r->desc, &TTSOpsVirtual);
 	r->generation = ++generations;
 	MemoryContextSwitchTo(old);
+}
+
+static void open_local(EgWalSource *src);
+
+/* 'R': the stream describes a relation */
+static void
+describe_relation(StringInfo msg)
+{
+	MemoryContext old = MemoryContextSwitchTo(rel_cxt);
+	LogicalRepRelation *rel = logicalrep_read_rel(msg);
+
+	MemoryContextSwitchTo(old);
+	describe(rel);
+}
+
+/* See wal_source.h.  In the open transaction here (the types are looked up). */
+void
+eg_wal_describe_table(EgWalSource *src, uint32 relid, const char *nspname, const char *relname,
+					  int natts, char **attnames, Oid *atttyps, Bitmapset *keys)
+{
+	MemoryContext old;
+	LogicalRepRelation *rel;
+
+	if (rel_cxt == NULL)
+		eg_wal_reset_relations();
+	open_local(src);
+	old = MemoryContextSwitchTo(rel_cxt);
+	rel = palloc0(sizeof(LogicalRepRelation));
+	rel->remoteid = relid;
+	rel->nspname = pstrdup(nspname);
+	rel->relname = pstrdup(relname);
+	rel->natts = natts;
+	rel->attnames = palloc(Max(natts, 1) * sizeof(char *));
+	rel->atttyps = palloc(Max(natts, 1) * sizeof(Oid));
+	for (int i = 0; i < natts; i++)
+	{
+		rel->attnames[i] = pstrdup(attnames[i]);
+		rel->atttyps[i] = atttyps[i];
+	}
+	rel->replident = REPLICA_IDENTITY_DEFAULT;
+	rel->attkeys = bms_copy(keys);
+	MemoryContextSwitchTo(old);
+	describe(rel);
 }
 
 /* Opens this source transaction's transaction here, at its first event or reject. */
@@ -232,6 +274,15 @@ read_mappings(EgWalSource *src)
 	mappings_read = true;
 }
 
+/* Lets go of a change builder's slots (they pin the event table's row type until dropped). */
+static void
+drop_slots(EgChange *c)
+{
+	for (int i = 0; i < c->nslots; i++)
+		ExecDropSingleTupleTableSlot(c->slots[i]);
+	c->nslots = 0;
+}
+
 /* Stores the events built so far (in the order their changes came). */
 static void
 flush_pending(void)
@@ -275,6 +326,8 @@ change_of(EgWalSource *src, EgWalMapping *m, EgWalRel *r)
 		return m->change;
 	if (m->change == pending)
 		flush_pending();
+	if (m->change)
+		drop_slots(m->change);
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	c = palloc0(sizeof(EgChange));
 	c->topic = m->topic;
@@ -332,11 +385,10 @@ fill_slot(EgWalRel *r, LogicalRepTupleData *tup, TupleTableSlot *slot, bool *abs
 	MemoryContextSwitchTo(old);
 }
 
-/* The id of the source transaction's change number index: a UUID (version 3 layout) of MD5. */
-static char *
-change_id(EgWalSource *src, int index)
+/* See wal_source.h. */
+char *
+eg_wal_uuid(const char *key)
 {
-	char	   *key = psprintf("%s/%X/%X/%d", src->system_identifier, LSN_FORMAT_ARGS(src->txn.commit_lsn), index);
 	char	   *hex = text_to_cstring(DatumGetTextPP(DirectFunctionCall1(md5_text, CStringGetTextDatum(key))));
 	static const char variant[] = "89ab";
 
@@ -344,10 +396,21 @@ change_id(EgWalSource *src, int index)
 					variant[(hex[16] >= 'a' ? hex[16] - 'a' + 10 : hex[16] - '0') & 3], hex + 17, hex + 20);
 }
 
-/* A row change ('I', 'U', 'D') of relation relid: an event for each mapping that takes it. */
+/* The id of the source transaction's change number index. */
+static char *
+change_id(EgWalSource *src, int index)
+{
+	return eg_wal_uuid(psprintf("%s/%X/%X/%d", src->system_identifier, LSN_FORMAT_ARGS(src->txn.commit_lsn), index));
+}
+
+/*
+ * A row change ('I', 'U', 'D') of relation relid: an event for each mapping
+ * that takes it; or a backfilled row (BACKFILL, newtup the row): an event
+ * of the mapping to topic alone, its id given.
+ */
 static void
 apply_change(EgWalSource *src, LogicalRepRelId relid, const char *operation, LogicalRepTupleData *newtup,
-			 LogicalRepTupleData *oldtup)
+			 LogicalRepTupleData *oldtup, const char *topic, const char *given_id)
 {
 	EgWalRel   *r = relations ? hash_search(relations, &relid, HASH_FIND, NULL) : NULL;
 	int			index = src->txn.changes++;
@@ -369,7 +432,7 @@ apply_change(EgWalSource *src, LogicalRepRelId relid, const char *operation, Log
 		EgChange   *c;
 
 		if (strcmp(m->table_name, r->qualified) != 0 ||
-			!eg_tc_in_array(m->operations, false, operation))
+			(topic ? strcmp(m->topic, topic) != 0 : !eg_tc_in_array(m->operations, false, operation)))
 			continue;
 		c = change_of(src, m, r);
 		if (newslot == NULL && oldslot == NULL)
@@ -411,7 +474,7 @@ apply_change(EgWalSource *src, LogicalRepRelId relid, const char *operation, Log
 					}
 				MemoryContextSwitchTo(old);
 			}
-			id = MemoryContextStrdup(vals_cxt, change_id(src, index));
+			id = MemoryContextStrdup(vals_cxt, given_id ? given_id : change_id(src, index));
 		}
 		/* update_columns: compared when the old row is whole (REPLICA IDENTITY FULL) */
 		if (strcmp(operation, "UPDATE") == 0 && oldtup && full && !m->update_columns_null &&
@@ -427,7 +490,8 @@ apply_change(EgWalSource *src, LogicalRepRelId relid, const char *operation, Log
 			c->event_type = MemoryContextStrdup(TopTransactionContext,
 												psprintf("%s.%s", prefix,
 														 strcmp(operation, "INSERT") == 0 ? "Inserted"
-														 : strcmp(operation, "UPDATE") == 0 ? "Updated" : "Deleted"));
+														 : strcmp(operation, "UPDATE") == 0 ? "Updated"
+														 : strcmp(operation, "DELETE") == 0 ? "Deleted" : "Backfilled"));
 			c->skeleton_size = -1;
 		}
 		if (pending != c)
@@ -444,9 +508,9 @@ apply_change(EgWalSource *src, LogicalRepRelId relid, const char *operation, Log
 	}
 }
 
-/* Writes a reject (its content cut to its first 4 kB) in this source transaction's transaction. */
-static void
-reject(EgWalSource *src, const char *reason, const char *content, int len, bool in_txn)
+/* See wal_source.h: a reject (its content cut to its first 4 kB) in this source transaction's transaction. */
+void
+eg_wal_reject(EgWalSource *src, const char *reason, const char *content, int len, bool in_txn)
 {
 	Datum		args[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
@@ -474,10 +538,12 @@ reject(EgWalSource *src, const char *reason, const char *content, int len, bool 
 static void
 commit_local(EgWalSource *src, XLogRecPtr end_lsn, TimestampTz commit_time)
 {
-	Datum		args[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Datum		args[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	ListCell   *lc;
 
 	flush_pending();
+	args[4] = CStringGetTextDatum(src->state);
 	args[0] = Int64GetDatum(src->id);
 	args[1] = Int64GetDatum(src->txn.events);
 	args[2] = Int64GetDatum(src->txn.rejects);
@@ -485,6 +551,9 @@ commit_local(EgWalSource *src, XLogRecPtr end_lsn, TimestampTz commit_time)
 	if (XLogRecPtrIsInvalid(end_lsn))
 		nulls[3] = 'n';
 	eg_store_run_nulls(&counts_stmt, args, nulls, false, SPI_OK_INSERT);
+	foreach(lc, mappings)
+		if (((EgWalMapping *) lfirst(lc))->change)
+			drop_slots(((EgWalMapping *) lfirst(lc))->change);
 	if (!XLogRecPtrIsInvalid(end_lsn))
 	{
 		replorigin_session_origin_lsn = end_lsn;
@@ -498,6 +567,30 @@ commit_local(EgWalSource *src, XLogRecPtr end_lsn, TimestampTz commit_time)
 	mappings_read = false;
 	pending = NULL;
 	vals_cxt = row_cxt = NULL;	/* went with the transaction */
+}
+
+/* See wal_source.h. */
+void
+eg_wal_open(EgWalSource *src)
+{
+	open_local(src);
+}
+
+/* See wal_source.h. */
+void
+eg_wal_backfill_row(EgWalSource *src, uint32 relid, const char *topic, LogicalRepTupleData *row, const char *id)
+{
+	open_local(src);
+	apply_change(src, relid, "BACKFILL", row, NULL, topic, id);
+}
+
+/* See wal_source.h.  Opens the transaction if nothing did: the caller's progress is committed. */
+void
+eg_wal_commit_backfill(EgWalSource *src)
+{
+	open_local(src);
+	commit_local(src, InvalidXLogRecPtr, 0);
+	memset(&src->txn, 0, sizeof(src->txn));
 }
 
 /*
@@ -525,12 +618,12 @@ apply_message(EgWalSource *src, StringInfo msg)
 	if (!src->in_txn)
 		memset(&src->txn, 0, sizeof(src->txn));	/* counted on its own, not with the last transaction */
 	if (!pg_verifymbstr(content, len, true))
-		reject(src, "the message is not UTF-8 text", NULL, 0, src->in_txn);
+		eg_wal_reject(src, "the message is not UTF-8 text", NULL, 0, src->in_txn);
 	else if ((flags & 1) == 0 || !src->in_txn)
-		reject(src, "the message is not transactional: pg_logical_emit_message(true, ...) publishes with its transaction",
+		eg_wal_reject(src, "the message is not transactional: pg_logical_emit_message(true, ...) publishes with its transaction",
 			   content, len, false);
 	else if (len > EG_MAX_EVENT_BYTES)
-		reject(src, psprintf("the message is over 1 MB (%d bytes): publish at most 1048576 bytes of events at once", len),
+		eg_wal_reject(src, psprintf("the message is over 1 MB (%d bytes): publish at most 1048576 bytes of events at once", len),
 			   content, len, true);
 	else
 	{
@@ -590,7 +683,7 @@ apply_message(EgWalSource *src, StringInfo msg)
 			RollbackAndReleaseCurrentSubTransaction();
 			MemoryContextSwitchTo(old);
 			CurrentResourceOwner = owner;
-			reject(src, edata->message, text, len, true);
+			eg_wal_reject(src, edata->message, text, len, true);
 			FreeErrorData(edata);
 		}
 		PG_END_TRY();
@@ -652,19 +745,19 @@ eg_wal_apply(EgWalSource *src, StringInfo msg)
 			}
 		case LOGICAL_REP_MSG_INSERT:
 			relid = logicalrep_read_insert(msg, &newtup);
-			apply_change(src, relid, "INSERT", &newtup, NULL);
+			apply_change(src, relid, "INSERT", &newtup, NULL, NULL, NULL);
 			break;
 		case LOGICAL_REP_MSG_UPDATE:
 			{
 				bool		has_old;
 
 				relid = logicalrep_read_update(msg, &has_old, &oldtup, &newtup);
-				apply_change(src, relid, "UPDATE", &newtup, has_old ? &oldtup : NULL);
+				apply_change(src, relid, "UPDATE", &newtup, has_old ? &oldtup : NULL, NULL, NULL);
 				break;
 			}
 		case LOGICAL_REP_MSG_DELETE:
 			relid = logicalrep_read_delete(msg, &oldtup);
-			apply_change(src, relid, "DELETE", NULL, &oldtup);
+			apply_change(src, relid, "DELETE", NULL, &oldtup, NULL, NULL);
 			break;
 		case LOGICAL_REP_MSG_TRUNCATE:
 			{

@@ -6,7 +6,9 @@
  * that there is never a second one.
  *
  * It connects to the source with libpq's replication connection
- * (replication=database), creates the slot if missing (pgoutput), and
+ * (replication=database), creates the slot if missing (pgoutput; for a
+ * backfill inside a repeatable read transaction that keeps the slot's
+ * snapshot, in which wal_source_backfill.c then reads the tables), and
  * streams from where the source's replication origin here says its
  * events were last committed (START_REPLICATION ... (proto_version '1',
  * publication_names ..., messages 'true')).  Each XLogData message's
@@ -157,8 +159,10 @@ source_error(EgWalSource *src, const char *what)
 static void
 source_connect(EgWalSource *src, const char *conninfo, bool owner_superuser)
 {
-	const char *keys[] = {"dbname", "replication", "fallback_application_name", NULL};
-	const char *vals[] = {conninfo, "database", "eventgrid", NULL};
+	/* values in the forms this server's input functions read, whatever the source's defaults (as PostgreSQL's apply worker) */
+	const char *keys[] = {"dbname", "replication", "fallback_application_name", "options", NULL};
+	const char *vals[] = {conninfo, "database", "eventgrid",
+	"-c datestyle=ISO -c intervalstyle=postgres -c extra_float_digits=3", NULL};
 	PostgresPollingStatusType status = PGRES_POLLING_WRITING;
 
 	conn = PQconnectStartParams(keys, vals, 1);
@@ -187,9 +191,9 @@ source_connect(EgWalSource *src, const char *conninfo, bool owner_superuser)
 							   src->name, PQserverVersion(conn) / 10000)));
 }
 
-/* Runs one command on the source (interruptible); its last result, which the caller clears. */
-static PGresult *
-source_exec(EgWalSource *src, const char *sql, ExecStatusType expected)
+/* See wal_source.h. */
+PGresult *
+eg_wal_source_exec(EgWalSource *src, const char *sql, ExecStatusType expected)
 {
 	PGresult   *last = NULL;
 
@@ -272,6 +276,8 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 	PGresult   *res;
 	MemoryContext msg_cxt;
 	bool		paused;
+	bool		backfill;
+	bool		in_snapshot = false;
 
 	MemoryContextReset(source_cxt);
 	MemoryContextSwitchTo(source_cxt);
@@ -290,6 +296,7 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 		connection = SPI_getvalue(row, desc, 2);
 		publication = SPI_getvalue(row, desc, 3);
 		slot = SPI_getvalue(row, desc, 4);
+		src->slot = slot;
 		src->message_prefix = SPI_getvalue(row, desc, 5);
 		paused = DatumGetBool(SPI_getbinval(row, desc, 6, &isnull));
 		owner_superuser = superuser_arg(DatumGetObjectId(SPI_getbinval(row, desc, 7, &isnull)));
@@ -300,6 +307,7 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 	origin = replorigin_by_name(origin_name, true);
 	if (origin == InvalidRepOriginId)
 		origin = replorigin_create(origin_name);
+	backfill = eg_wal_backfill_pending(id);
 	eg_store_commit();
 	MemoryContextSwitchTo(source_cxt);
 	if (replorigin_session_origin == InvalidRepOriginId)
@@ -318,11 +326,11 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 	MemoryContextSwitchTo(source_cxt);
 
 	source_connect(src, connection, owner_superuser);
-	res = source_exec(src, "IDENTIFY_SYSTEM", PGRES_TUPLES_OK);
+	res = eg_wal_source_exec(src, "IDENTIFY_SYSTEM", PGRES_TUPLES_OK);
 	src->system_identifier = pstrdup(PQgetvalue(res, 0, 0));
 	PQclear(res);
 	src->database = pstrdup(PQdb(conn) ? PQdb(conn) : "");
-	res = source_exec(src, psprintf("SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = %s",
+	res = eg_wal_source_exec(src, psprintf("SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = %s",
 									quote_literal_cstr(publication)), PGRES_TUPLES_OK);
 	if (PQntuples(res) == 0)
 	{
@@ -334,15 +342,28 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 								"with no table it carries messages only).", quote_identifier(publication))));
 	}
 	PQclear(res);
-	res = source_exec(src, psprintf("SELECT plugin FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
+	res = eg_wal_source_exec(src, psprintf("SELECT plugin FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
 									quote_literal_cstr(slot)), PGRES_TUPLES_OK);
 	if (PQntuples(res) == 0)
 	{
 		PQclear(res);
-		res = source_exec(src, psprintf(PQserverVersion(conn) >= 150000
-										? "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'nothing')"
-										: "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput NOEXPORT_SNAPSHOT",
+		/*
+		 * A backfill reads the tables as of the slot's start: in the
+		 * repeatable read transaction the slot is made in, with its
+		 * snapshot (as the apply worker's table synchronization does).
+		 */
+		if (backfill)
+		{
+			eg_wal_backfill_check(src);	/* what would fail it: before the slot's snapshot is taken */
+			PQclear(eg_wal_source_exec(src, "BEGIN READ ONLY ISOLATION LEVEL REPEATABLE READ", PGRES_COMMAND_OK));
+		}
+		res = eg_wal_source_exec(src, psprintf(PQserverVersion(conn) >= 150000
+										? (backfill ? "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'use')"
+										   : "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'nothing')")
+										: (backfill ? "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput USE_SNAPSHOT"
+										   : "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput NOEXPORT_SNAPSHOT"),
 										quote_identifier(slot)), PGRES_TUPLES_OK);
+		in_snapshot = backfill;
 		ereport(LOG, (errmsg("eventgrid: WAL source \"%s\": created the replication slot \"%s\" on the source at %s",
 							 src->name, slot, PQgetvalue(res, 0, 1))));
 	}
@@ -352,7 +373,21 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 							   src->name, slot),
 						errhint("Drop it on the source, or give the WAL source another slot_name.")));
 	PQclear(res);
-	res = source_exec(src, psprintf("START_REPLICATION SLOT %s LOGICAL %X/%X (proto_version '1', publication_names %s, messages 'true')",
+	if (backfill)
+	{
+		/* after a restart, or into a slot that was there: a snapshot of now (README says what that means) */
+		if (!in_snapshot)
+			PQclear(eg_wal_source_exec(src, "BEGIN READ ONLY ISOLATION LEVEL REPEATABLE READ", PGRES_COMMAND_OK));
+		src->state = "backfilling";
+		set_status(id, "backfilling", InvalidXLogRecPtr, NULL);
+		MemoryContextSwitchTo(source_cxt);
+		pgstat_report_activity(STATE_RUNNING, "eventgrid: backfilling from the WAL source");
+		eg_wal_backfill(src);
+		MemoryContextSwitchTo(source_cxt);
+		PQclear(eg_wal_source_exec(src, "COMMIT", PGRES_COMMAND_OK));
+	}
+	src->state = "streaming";
+	res = eg_wal_source_exec(src, psprintf("START_REPLICATION SLOT %s LOGICAL %X/%X (proto_version '1', publication_names %s, messages 'true')",
 									quote_identifier(slot), LSN_FORMAT_ARGS(start),
 									quote_literal_cstr(quote_identifier(publication))), PGRES_COPY_BOTH);
 	PQclear(res);
@@ -529,6 +564,7 @@ eventgrid_wal_source_main(Datum arg)
 	}
 	PG_exception_stack = &local_sigjmp_buf;
 	src.id = id;
+	src.state = "connecting";
 	stream(id, &src, &backoff_ms);
 }
 

@@ -22,7 +22,7 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(scaled new_node start_receiver start_python_server start_nginx requests wait_for_requests advance_clock
   eg_event wait_for_sql planned_wait wait_recorded sql_error start_workers restart_workers worker_count
-  openssl make_ca issue_certificate cpu_ticks);
+  openssl make_ca issue_certificate cpu_ticks source_cluster received_events wait_for_events);
 
 my $json = JSON::PP->new->canonical;
 my $clock_offset = 0;
@@ -363,6 +363,52 @@ sub sql_error
 	my ($ret, $out, $err) =
 	  $node->psql('postgres', "\\set VERBOSITY verbose\n" . ($user ? "SET ROLE $user;\n" : '') . $sql);
 	return $ret == 0 ? 'no error' : $err;
+}
+
+# A WAL source's server (SPEC 19): a plain cluster (no eventgrid) with
+# wal_level = logical, started after $setup (SQL: its tables and
+# publication) and reachable over TCP by the role app_repl (LOGIN
+# REPLICATION and nothing else) with its password only (scram-sha-256), as
+# a managed service has it.  Returns the cluster and app_repl's libpq
+# connection string.
+sub source_cluster
+{
+	my ($name, $setup) = @_;
+	my $app = PostgreSQL::Test::Cluster->new($name);
+	$app->init(allows_streaming => 'logical');
+	$app->append_conf('postgresql.conf', "listen_addresses = '127.0.0.1'\npassword_encryption = 'scram-sha-256'\n");
+	$app->start;
+	$app->safe_psql('postgres', $setup . "; CREATE ROLE app_repl LOGIN REPLICATION PASSWORD 'repl-secret-42';");
+	my $hba = $app->data_dir . '/pg_hba.conf';
+	open(my $fh, '<', $hba) or die "$hba: $!";
+	my $rules = join('', <$fh>);
+	close $fh;
+	open($fh, '>', $hba) or die "$hba: $!";
+	print $fh "host postgres app_repl 127.0.0.1/32 scram-sha-256\n" . $rules;
+	close $fh;
+	$app->reload;
+	return ($app, "host=127.0.0.1 port=" . $app->port . " dbname=postgres user=app_repl password=repl-secret-42");
+}
+
+# The events of every batch the receiver got so far at $path (each request's body is an array).
+sub received_events
+{
+	my ($r, $path) = @_;
+	return map { my $b = $json->decode($_->{body}); @$b } requests($r, $path);
+}
+
+# Waits until at least $n events arrived at $path (at most $secs seconds); the events.
+sub wait_for_events
+{
+	my ($r, $path, $n, $secs) = @_;
+	my @got;
+	for (1 .. scaled($secs // 60) * 10)
+	{
+		@got = received_events($r, $path);
+		last if @got >= $n;
+		usleep(100_000);
+	}
+	return @got;
 }
 
 1;

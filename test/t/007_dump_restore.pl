@@ -34,11 +34,27 @@ sql('postgres', "SELECT eventgrid.create_event_subscription('ns-shop', 'ns-sub',
 # an event domain with a domain topic's subscription (0.20.0)
 sql('postgres', "SELECT eventgrid.create_domain('tenants')");
 sql('postgres', "SELECT eventgrid.create_event_subscription('tenants/t-one', 'hook', '$u/status/200/t-one')");
+# a WAL source (0.23.0) with a table mapping, and a reject
+my ($app, $conn) = source_cluster('app', 'CREATE TABLE public.orders (id int PRIMARY KEY); CREATE PUBLICATION app_pub FOR TABLE public.orders');
+sql('postgres', "SELECT eventgrid.create_topic('app-orders')");
+sql('postgres', "SELECT eventgrid.create_event_subscription('app-orders', 'hook', '$u/status/200/app-orders')");
+sql('postgres', "BEGIN; SELECT eventgrid.create_wal_source('app', '$conn', 'app_pub');"
+	  . " SELECT eventgrid.publish_table_changes('public.orders', 'app-orders', source => 'app'); COMMIT;");
+ok(wait_for_sql($node, "SELECT state FROM eventgrid.wal_sources", 'streaming'), 'a WAL source streams before the dump');
+$app->safe_psql('postgres', "INSERT INTO public.orders VALUES (1); SELECT pg_logical_emit_message(false, 'eventgrid', 'x')");
+is(scalar(wait_for_requests($r, '/status/200/app-orders', 1)), 1, 'its table change is delivered');
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.wal_source_rejects", '1'), 'and its reject recorded');
+my $wal_sources = "SELECT string_agg(concat_ws(' ', w.name, w.connection, w.publication, w.slot_name, m.table_name, m.topic,"
+  . " (SELECT string_agg(reason, ',') FROM eventgrid.wal_source_rejects)), ';')"
+  . " FROM eventgrid.wal_sources w JOIN eventgrid.wal_source_definitions d USING (name) JOIN eventgrid.wal_source_tables m ON m.source_id = d.id";
+my $wal_sources_before = sql('postgres', $wal_sources);
+ok(wait_for_sql($node, "SELECT coalesce(sum(pending), 0) FROM eventgrid.delivery_statistics", '0'), 'nothing pending');
+
 my $profile = "SELECT string_agg(concat_ws(' ', t.name, t.topic_type, s.name, s.max_delivery_count, s.event_time_to_live,"
   . " s.advanced_filters, s.enable_advanced_filtering_on_arrays, s.expiration_time AT TIME ZONE 'UTC'), '; ' ORDER BY s.id)"
   . " FROM eventgrid.event_subscriptions s JOIN eventgrid.topics t ON t.name = s.topic";
 my $profile_before = sql('postgres', $profile);
-like($profile_before, qr/ns-shop namespace ns-sub 3 P1DT2H \[\{.*NumberIn.*\}\] t 2100-01-01 00:00:00; tenants custom hook f$/,
+like($profile_before, qr/ns-shop namespace ns-sub 3 P1DT2H \[\{.*NumberIn.*\}\] t 2100-01-01 00:00:00; tenants custom hook f; app-orders custom hook f$/,
 	'namespace profile, advanced filters and expiration time (0.19.0) before the dump');
 sql('postgres', "SELECT eventgrid.publish('shop', '[" . join(',', map { eg_event("before-$_") } 1 .. 3) . "]')");
 ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.dead_letters", '3'), 'three dead letters before the dump');
@@ -54,7 +70,7 @@ my $snapshot = "SELECT (SELECT count(*) FROM eventgrid.topics) || '/' || (SELECT
   . " || '/' || (SELECT count(*) FROM eventgrid.retries) || '/' || (SELECT count(*) FROM eventgrid.dead_letters)"
   . " || '/' || (SELECT sum(dead_lettered) FROM eventgrid.subscription_counters)";
 my $before = sql('postgres', $snapshot);
-is($before, '3/4/2/21/0/3/3', 'configuration, queue and dead letters before the dump');
+is($before, '4/5/2/21/0/3/3', 'configuration, queue and dead letters before the dump');
 my $history = "SELECT count(*) || '/' || string_agg(DISTINCT outcome, ',' ORDER BY outcome) FROM eventgrid.delivery_attempts";
 my $history_before = sql('postgres', $history);
 like($history_before, qr{^[1-9]\d*/}, "attempt history before the dump ($history_before)");
@@ -77,6 +93,8 @@ $node->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $node->connstr('postgre
 # what reaches the receiver is the restored database's
 sql('postgres', "SELECT eventgrid.pause_delivery('shop', 'billing')");
 sql('postgres', "SELECT eventgrid.pause_delivery('tenants')");
+# and a WAL source moves: its slot is read by one database at a time
+sql('postgres', "SELECT eventgrid.pause_wal_source('app')");
 
 # the worker moves to the new database: eventgrid.database_name, then restart
 $node->append_conf('postgresql.conf', "eventgrid.database_name = 'restored'\n");
@@ -110,6 +128,19 @@ cmp_ok(sql('restored', "SELECT pg_sequence_last_value('eventgrid.events_id_seq')
 	'new event ids follow the restored ones');
 ok(scalar(grep { $json->decode($_->{body})->[0]{id} eq 'after-1' } wait_for_requests($r, '/status/200/billing', 14, 30)),
 	'a new event is delivered from the restored database');
+
+# the WAL source: its definition (with the password its connection needs), mapping and rejects; it streams from the restored database
+is(sql('restored', $wal_sources), $wal_sources_before, 'the WAL source, its table mapping and its rejects restored');
+ok(wait_for_sql($node, "SELECT state FROM eventgrid.wal_sources", 'streaming', 60, 'restored'),
+	'the restored WAL source connects (its password restored) and streams');
+$app->safe_psql('postgres', 'INSERT INTO public.orders VALUES (2)');
+my $from_restored = 0;
+for (1 .. scaled(60) * 10)
+{
+	last if $from_restored = grep { $_->{subject} eq '/public/orders/2' } received_events($r, '/status/200/app-orders');
+	select(undef, undef, undef, 0.1);
+}
+ok($from_restored, 'a change on the source after the restore is published from the restored database');
 
 $node->stop;
 done_testing();

@@ -35,29 +35,14 @@ use HTTP::Tiny;
 use IPC::Run;
 
 # --- the application's server: no eventgrid, logical WAL, password over TCP
-my $app = PostgreSQL::Test::Cluster->new('app');
-$app->init(allows_streaming => 'logical');
-$app->append_conf('postgresql.conf', "listen_addresses = '127.0.0.1'\npassword_encryption = 'scram-sha-256'\n");
-$app->start;
-$app->safe_psql('postgres', q{
+my ($app, $conn) = source_cluster('app', q{
 	CREATE TABLE public.orders (id int PRIMARY KEY, region text, note text);
 	CREATE TABLE public.audit (id int PRIMARY KEY, what text);
 	CREATE TABLE public.txlog (t int);
 	ALTER TABLE public.audit REPLICA IDENTITY FULL;
 	CREATE PUBLICATION app_pub FOR TABLE public.orders, public.audit;
-	CREATE ROLE app_repl LOGIN REPLICATION PASSWORD 'repl-secret-42';
 });
-# the role may connect over TCP with its password only
-my $hba = $app->data_dir . '/pg_hba.conf';
-open(my $fh, '<', $hba) or die;
-my $rules = join('', <$fh>);
-close $fh;
-open($fh, '>', $hba) or die;
-print $fh "host postgres app_repl 127.0.0.1/32 scram-sha-256\n" . $rules;
-close $fh;
-$app->reload;
 my $port = $app->port;
-my $conn = "host=127.0.0.1 port=$port dbname=postgres user=app_repl password=repl-secret-42";
 
 # --- the delivery server
 my $node = new_node('walsrc', restart_after_crash => 'on');
@@ -222,7 +207,7 @@ my $added;
 for (1 .. scaled(60) * 10)
 {
 	($added) = grep { $_->{data}{new} && ($_->{data}{new}{id} // 0) == 600 }
-	  map { my $b = decode_json($_->{body}); @$b } requests($r, '/status/200/orders');
+	  received_events($r, '/status/200/orders');
 	last if $added;
 	usleep(100_000);
 }

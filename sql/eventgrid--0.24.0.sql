@@ -1,4 +1,4 @@
--- eventgrid 0.23.0: the full install script of this version.
+-- eventgrid 0.24.0: the full install script of this version.
 --
 -- Made by scripts/install-script.sh from what the upgrade scripts build
 -- (sql/eventgrid--A--B.sql, from the oldest full script on): edit those,
@@ -3870,7 +3870,7 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) IS 'Creates a topic, with two new access keys for HTTP publishers (eventgrid.topic_keys). name: 3-50 letters, digits, hyphens. input_schema: EventGridSchema (default), CloudEventSchemaV1_0 or CustomEventSchema. topic_type: custom (default; the topic delivery profile) or namespace (CloudEvents 1.0 only; its subscriptions get the namespace delivery profile). Requires eventgrid_admin. Errors: 22004 NULL, 42602 bad name, 22023 bad schema or type, 42710 exists. SPEC 1.';
 
-CREATE FUNCTION eventgrid.create_wal_source(name text, connection text, publication text, slot_name text DEFAULT NULL::text, message_prefix text DEFAULT 'eventgrid'::text) RETURNS bigint
+CREATE FUNCTION eventgrid.create_wal_source(name text, connection text, publication text, slot_name text DEFAULT NULL::text, message_prefix text DEFAULT 'eventgrid'::text, backfill boolean DEFAULT false) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
@@ -3882,6 +3882,7 @@ BEGIN
     PERFORM eventgrid._check_not_null('connection', connection);
     PERFORM eventgrid._check_not_null('publication', publication);
     PERFORM eventgrid._check_not_null('message_prefix', message_prefix);
+    PERFORM eventgrid._check_not_null('backfill', backfill);
     IF NOT eventgrid._is_topic_name(name) THEN  -- the same shape as a topic's name
         RAISE EXCEPTION 'invalid WAL source name %', eventgrid._quote(name)
             USING ERRCODE = 'invalid_name',
@@ -3911,15 +3912,15 @@ BEGIN
     END IF;
     -- the role that called (SET ROLE's, else the session's): a superuser's may use any authentication
     PERFORM eventgrid._wal_source_check_connection(connection, eventgrid._caller()::text::regrole::oid);
-    INSERT INTO eventgrid.wal_source_definitions (name, connection, publication, slot_name, message_prefix, owner_role)
-    VALUES (name, connection, publication, slot, message_prefix, eventgrid._caller()::text::regrole::oid)
+    INSERT INTO eventgrid.wal_source_definitions (name, connection, publication, slot_name, message_prefix, owner_role, backfill)
+    VALUES (name, connection, publication, slot, message_prefix, eventgrid._caller()::text::regrole::oid, backfill)
     RETURNING id INTO sid;
     INSERT INTO eventgrid.wal_source_status (source_id) VALUES (sid);
     PERFORM eventgrid._wake_worker_at_commit();
     RETURN sid;
 END $_$;
 
-COMMENT ON FUNCTION eventgrid.create_wal_source(name text, connection text, publication text, slot_name text, message_prefix text) IS 'Creates a WAL source: a background worker of this server reads the source database''s write-ahead log through the logical replication slot slot_name (default eventgrid_<name>, hyphens as underscores; created with pgoutput if missing, else resumed) for publication, and publishes the pg_logical_emit_message(true, message_prefix, ''{"topic": ..., "events": [...]}'') messages and the changes of the tables mapped with publish_table_changes(..., source => name). name: 3-50 letters, digits and hyphens. connection: a libpq connection string to the source (PostgreSQL 14 or later, with wal_level = logical, a role with REPLICATION); for a role that is not a superuser it must hold a password. Mappings made in the same transaction are in place before it first reads. Returns its id. Requires eventgrid_admin. Errors: 22004 NULL, 42602 name or slot_name, 22023, 42710 exists, 28000 no password. SPEC 19.';
+COMMENT ON FUNCTION eventgrid.create_wal_source(name text, connection text, publication text, slot_name text, message_prefix text, backfill boolean) IS 'Creates a WAL source: a background worker of this server reads the source database''s write-ahead log through the logical replication slot slot_name (default eventgrid_<name>, hyphens as underscores; created with pgoutput if missing, else resumed) for publication, and publishes the pg_logical_emit_message(true, message_prefix, ''{"topic": ..., "events": [...]}'') messages and the changes of the tables mapped with publish_table_changes(..., source => name). name: 3-50 letters, digits and hyphens. connection: a libpq connection string to the source (PostgreSQL 14 or later, with wal_level = logical, a role with REPLICATION); for a role that is not a superuser it must hold a password. Mappings made in the same transaction are in place before it first reads; with backfill, every row their tables hold is published first (<prefix>.Backfilled events, data.operation BACKFILL), as of the snapshot the slot is made at: each row is in the backfill or in a later change (state backfilling, progress in wal_sources.backfilled_rows; a restart goes on after the last row published). Returns its id. Requires eventgrid_admin. Errors: 22004 NULL, 42602 name or slot_name, 22023, 42710 exists, 28000 no password. SPEC 19.';
 
 CREATE FUNCTION eventgrid.delivery_outcome(http_status integer) RETURNS text
     LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
@@ -4217,15 +4218,18 @@ BEGIN
     IF event_type_prefix IS NOT NULL AND (length(event_type_prefix) NOT BETWEEN 1 AND 200) THEN
         RAISE EXCEPTION 'event_type_prefix must be 1 to 200 characters' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- mapped in the transaction that created a source with backfill: its rows are backfilled
     INSERT INTO eventgrid.wal_source_tables AS m (source_id, table_name, topic, operations, columns, update_columns,
-                                                  event_type_prefix)
-    VALUES (sid, table_name, topic, ops, columns, update_columns, event_type_prefix)
+                                                  event_type_prefix, backfill_state)
+    SELECT sid, table_name, topic, ops, columns, update_columns, event_type_prefix,
+           CASE WHEN d.backfill AND d.created_xact = pg_current_xact_id() THEN 'pending' END
+      FROM eventgrid.wal_source_definitions d WHERE d.id = sid
     ON CONFLICT ON CONSTRAINT wal_source_tables_pkey DO UPDATE
        SET operations = EXCLUDED.operations, columns = EXCLUDED.columns, update_columns = EXCLUDED.update_columns,
            event_type_prefix = EXCLUDED.event_type_prefix;
 END $_$;
 
-COMMENT ON FUNCTION eventgrid.publish_table_changes(table_name text, topic text, source text, operations text[], columns text[], update_columns text[], event_type_prefix text) IS 'Publishes the changes of a table of a WAL source to a topic (SPEC 19): each row an INSERT, UPDATE or DELETE there changes becomes one event, with the same subject, event types and data as in-database table changes; the table is named as the source names it (schema.table) and must be in the source''s publication. data.old is the whole row when the source table has REPLICA IDENTITY FULL, else its key columns; a large value an UPDATE left unchanged is not in the WAL and is left out of data.new. Called again for the same table and topic it replaces the settings; takes effect for the transactions the source''s worker reads from then on. Requires eventgrid_admin. Errors: 22004, 42704 no such source or topic, 42809 an event domain, 22023. SPEC 19.';
+COMMENT ON FUNCTION eventgrid.publish_table_changes(table_name text, topic text, source text, operations text[], columns text[], update_columns text[], event_type_prefix text) IS 'Publishes the changes of a table of a WAL source to a topic (SPEC 19): each row an INSERT, UPDATE or DELETE there changes becomes one event, with the same subject, event types and data as in-database table changes; the table is named as the source names it (schema.table) and must be in the source''s publication. data.old is the whole row when the source table has REPLICA IDENTITY FULL, else its key columns; a large value an UPDATE left unchanged is not in the WAL and is left out of data.new. Called again for the same table and topic it replaces the settings; takes effect for the transactions the source''s worker reads from then on. Mapped in the transaction that created the source with backfill => true, the table''s existing rows are published first. Requires eventgrid_admin. Errors: 22004, 42704 no such source or topic, 42809 an event domain, 22023. SPEC 19.';
 
 CREATE FUNCTION eventgrid.purge_dead_letters(topic text DEFAULT NULL::text, subscription text DEFAULT NULL::text, reason text DEFAULT NULL::text, dead_lettered_after timestamp with time zone DEFAULT NULL::timestamp with time zone, dead_lettered_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -5955,13 +5959,15 @@ CREATE TABLE eventgrid.wal_source_definitions (
     paused boolean DEFAULT false NOT NULL,
     owner_role oid NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    backfill boolean DEFAULT false NOT NULL,
+    created_xact xid8 DEFAULT pg_current_xact_id(),
     CONSTRAINT wal_source_definitions_message_prefix_check CHECK ((message_prefix <> ''::text)),
     CONSTRAINT wal_source_definitions_name_check CHECK ((name ~ '^[A-Za-z0-9-]{3,50}$'::text)),
     CONSTRAINT wal_source_definitions_publication_check CHECK ((publication <> ''::text)),
     CONSTRAINT wal_source_definitions_slot_name_check CHECK ((slot_name ~ '^[a-z0-9_]{1,63}$'::text))
 );
 
-COMMENT ON TABLE eventgrid.wal_source_definitions IS 'WAL sources (create_wal_source()): the source database''s libpq connection string (a password in it is never shown: the view wal_sources masks it), its publication, the logical replication slot read there, the message prefix taken as events, whether it is paused, and the role that created it (a non-superuser''s connection must authenticate with a password). Read by the WAL source workers. SPEC 19.';
+COMMENT ON TABLE eventgrid.wal_source_definitions IS 'WAL sources (create_wal_source()): the source database''s libpq connection string (a password in it is never shown: the view wal_sources masks it), its publication, the logical replication slot read there, the message prefix taken as events, whether it is paused, the role that created it (a non-superuser''s connection must authenticate with a password), whether the tables mapped in its creating transaction (created_xact) are backfilled. Read by the WAL source workers. SPEC 19.';
 
 ALTER TABLE eventgrid.wal_source_definitions ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
     SEQUENCE NAME eventgrid.wal_source_definitions_id_seq
@@ -5982,10 +5988,26 @@ CREATE TABLE eventgrid.wal_source_status (
     last_error text,
     last_error_time timestamp with time zone,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT wal_source_status_state_check CHECK ((state = ANY (ARRAY['connecting'::text, 'streaming'::text, 'paused'::text, 'failing'::text])))
+    CONSTRAINT wal_source_status_state_check CHECK ((state = ANY (ARRAY['connecting'::text, 'backfilling'::text, 'streaming'::text, 'paused'::text, 'failing'::text])))
 );
 
 COMMENT ON TABLE eventgrid.wal_source_status IS 'Internal: what each WAL source''s worker last reported (state, the source''s WAL end, counts, the source commit time of the last transaction it published, the last error); the views wal_sources and wal_source_metrics show it. SPEC 19.';
+
+CREATE TABLE eventgrid.wal_source_tables (
+    source_id bigint NOT NULL,
+    table_name text NOT NULL,
+    topic text NOT NULL,
+    operations text[] NOT NULL,
+    columns text[],
+    update_columns text[],
+    event_type_prefix text,
+    backfill_state text,
+    backfill_after text[],
+    backfilled_rows bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT wal_source_tables_backfill_state_check CHECK ((backfill_state = ANY (ARRAY['pending'::text, 'done'::text])))
+);
+
+COMMENT ON TABLE eventgrid.wal_source_tables IS 'Tables of WAL sources whose changes are published (publish_table_changes(..., source => ...)): the table as the source names it (schema.table), the topic, the options of in-database table changes, and its backfill''s progress (pending or done, the primary key of the last row published, the rows published). SPEC 19.';
 
 CREATE VIEW eventgrid.wal_sources AS
  SELECT d.name,
@@ -6007,11 +6029,14 @@ CREATE VIEW eventgrid.wal_sources AS
     COALESCE(s.events_published, (0)::bigint) AS events_published,
     COALESCE(s.rejects, (0)::bigint) AS rejects,
     s.last_error,
-    s.last_error_time
+    s.last_error_time,
+    (COALESCE(( SELECT sum(m.backfilled_rows) AS sum
+           FROM eventgrid.wal_source_tables m
+          WHERE (m.source_id = d.id)), (0)::numeric))::bigint AS backfilled_rows
    FROM (eventgrid.wal_source_definitions d
      LEFT JOIN eventgrid.wal_source_status s ON ((s.source_id = d.id)));
 
-COMMENT ON VIEW eventgrid.wal_sources IS 'WAL sources (SPEC 19): name, connection (its password as ********), publication, slot_name, state (connecting, streaming, paused, failing), confirmed_lsn (the source position whose events are committed here), source_lsn (the source''s WAL end last reported), lag_bytes (source_lsn less confirmed_lsn), lag_seconds (while lag_bytes is above 0: how long ago the source committed the last transaction published here; else 0), events_published, rejects (rows in wal_source_rejects), and the last error with its time.';
+COMMENT ON VIEW eventgrid.wal_sources IS 'WAL sources (SPEC 19): name, connection (its password as ********), publication, slot_name, state (connecting, backfilling, streaming, paused, failing), confirmed_lsn (the source position whose events are committed here), source_lsn (the source''s WAL end last reported), lag_bytes (source_lsn less confirmed_lsn), lag_seconds (while lag_bytes is above 0: how long ago the source committed the last transaction published here; else 0), events_published, rejects (rows in wal_source_rejects), the last error with its time, and backfilled_rows (rows of the source''s tables published by its backfill so far: create_wal_source(..., backfill => true)).';
 
 CREATE VIEW eventgrid.wal_source_metrics AS
  SELECT w.name AS wal_source,
@@ -6020,10 +6045,11 @@ CREATE VIEW eventgrid.wal_source_metrics AS
     COALESCE(w.lag_bytes, (0)::bigint) AS lag_bytes,
     w.lag_seconds,
     w.events_published AS events_published_total,
-    w.rejects AS rejects_total
+    w.rejects AS rejects_total,
+    w.backfilled_rows AS backfilled_rows_total
    FROM eventgrid.wal_sources w;
 
-COMMENT ON VIEW eventgrid.wal_source_metrics IS 'What the Prometheus exporter reads of each WAL source (SPEC 19; monitoring/postgres_exporter.yml): its name and state, 1 while streaming, lag_bytes, lag_seconds, and the counters events_published_total and rejects_total; no connection string. Readable by pg_monitor.';
+COMMENT ON VIEW eventgrid.wal_source_metrics IS 'What the Prometheus exporter reads of each WAL source (SPEC 19; monitoring/postgres_exporter.yml): its name and state, 1 while streaming, lag_bytes, lag_seconds, and the counters events_published_total, rejects_total and backfilled_rows_total; no connection string. Readable by pg_monitor.';
 
 CREATE TABLE eventgrid.wal_source_rejects (
     id bigint NOT NULL,
@@ -6044,18 +6070,6 @@ ALTER TABLE eventgrid.wal_source_rejects ALTER COLUMN id ADD GENERATED BY DEFAUL
     NO MAXVALUE
     CACHE 1
 );
-
-CREATE TABLE eventgrid.wal_source_tables (
-    source_id bigint NOT NULL,
-    table_name text NOT NULL,
-    topic text NOT NULL,
-    operations text[] NOT NULL,
-    columns text[],
-    update_columns text[],
-    event_type_prefix text
-);
-
-COMMENT ON TABLE eventgrid.wal_source_tables IS 'Tables of WAL sources whose changes are published (publish_table_changes(..., source => ...)): the table as the source names it (schema.table), the topic, and the options of in-database table changes. SPEC 19.';
 
 CREATE VIEW eventgrid.worker_metrics AS
  SELECT _worker_metrics.delivery_workers_running,
@@ -6811,8 +6825,8 @@ GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text,
 REVOKE ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) TO eventgrid_admin;
 
-REVOKE ALL ON FUNCTION eventgrid.create_wal_source(name text, connection text, publication text, slot_name text, message_prefix text) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.create_wal_source(name text, connection text, publication text, slot_name text, message_prefix text) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.create_wal_source(name text, connection text, publication text, slot_name text, message_prefix text, backfill boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.create_wal_source(name text, connection text, publication text, slot_name text, message_prefix text, backfill boolean) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.delivery_outcome(http_status integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.delivery_outcome(http_status integer) TO eventgrid_admin;
