@@ -142,6 +142,28 @@ eg_chroot_run() {
         eg-chroot "$root" "$@"
 }
 
+# Installs the Debian packages $2... that chroot $1 lacks (quietly: apt's
+# output is shown only if it fails), with /proc mounted in a private mount
+# namespace as eg_chroot_run does.
+eg_chroot_install() {
+    local root=$1
+    shift
+    cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+    unshare --mount --propagation private -- bash -c '
+        root=$1; shift
+        mount -t proc proc "$root/proc" &&
+        exec chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+            DEBIAN_FRONTEND=noninteractive bash -c '"'"'
+            missing=""
+            for p in "$@"; do
+                dpkg-query -W -f="\${Status}" "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+            done
+            [ -z "$missing" ] && exit 0
+            { apt-get update -qq && apt-get install -y -qq --no-install-recommends $missing; } >/tmp/apt.log 2>&1 \
+                || { tail -n 40 /tmp/apt.log >&2; exit 1; }'"'"' eg-install "$@"' \
+        eg-chroot "$root" "$@"
+}
+
 # Copies the source tree (without .git and build output) to $1/root/eventgrid.
 eg_chroot_copy_tree() {
     rm -rf "$1/root/eventgrid"

@@ -6,7 +6,8 @@
 # tests (test/t/) against real throwaway PostgreSQL clusters with the library
 # preloaded and a real HTTP receiver on 127.0.0.1.  Exits non-zero on any
 # failure; pg_regress and prove report each suite, and a last line sums
-# them up.
+# them up.  A WAL source test needs a server of another PostgreSQL major:
+# it comes from a chroot of the Debian suite that ships it (below).
 #
 #   ./scripts/test.sh           on this machine's PostgreSQL
 #   ./scripts/test.sh --pg 17   the same suite inside a chroot of the Debian
@@ -28,6 +29,21 @@ EG_MAKE_FLAGS="WERROR=1"
 EG_EXTRA_PACKAGES="libipc-run-perl nginx-light openssl nodejs node-express node-cors node-basic-auth prometheus prometheus-postgres-exporter python3-azure"   # the TAP tests: IPC::Run, a TLS receiver, its certificates, the Standard Webhooks verifier, the OAuth 2.0 token server (express, cors, basic-auth: what test/oauth/node_modules does not hold), and for monitoring Prometheus (with promtool), the exporter and the Azure SDK
 eg_setup "$@"
 work=$EG_WORK
+# a WAL source's server of another PostgreSQL major (test/t/074): that
+# major's server from the chroot of the Debian suite that ships it, made
+# once and kept (scripts/chroot.sh), which the test runs as user postgres
+# in a user namespace (unshare --root); not inside a chroot's own suite
+if [ -z "${EG_IN_CHROOT:-}" ]; then
+    other=17
+    [ "$PG_MAJOR" = 17 ] && other=15
+    echo "== a PostgreSQL $other server for the WAL source of another major (the $(eg_suite_of_major $other) chroot)"
+    if root=$(eg_chroot_ensure "$(eg_suite_of_major $other)") && eg_chroot_install "$root" "postgresql-$other" \
+        && runuser -u postgres -- unshare --map-current-user --root="$root" /bin/true; then
+        export EG_OTHER_MAJOR=$other EG_OTHER_MAJOR_ROOT=$root
+    else
+        echo "== no PostgreSQL $other server from a chroot here: test/t/074 is skipped" >&2
+    fi
+fi
 # a failed run's directory stays (its logs, the clusters' logs, the diffs)
 trap '[ "${status:-1}" -eq 0 ] && rm -rf "$work"' EXIT
 echo "== running tests in $work"

@@ -90,6 +90,7 @@ typedef struct EgChange
 	MemoryContext batch_cxt;
 	TupleTableSlot **slots;		/* for storing a batch: nslots made so far, as many as a batch needed */
 	int			nslots;
+	MemoryContext slot_cxt;		/* where they are made (NULL: the current context; a WAL source: the transaction's) */
 } EgChange;
 
 /* table_change_lookup.c */

@@ -125,10 +125,15 @@ eg_tc_flush(EgChange *c)
 	InitResultRelInfo(rri, rel, 1, NULL, 0);
 	ExecOpenIndices(rri, false);
 	/* every batch of the statement goes to the same event table (its transaction's): slots are kept */
-	if (c->slots == NULL)
-		c->slots = MemoryContextAlloc(CurrentMemoryContext, EG_TC_BATCH * sizeof(TupleTableSlot *));
-	for (; c->nslots < c->n; c->nslots++)
-		c->slots[c->nslots] = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
+	{
+		MemoryContext old = MemoryContextSwitchTo(c->slot_cxt ? c->slot_cxt : CurrentMemoryContext);
+
+		if (c->slots == NULL)
+			c->slots = palloc(EG_TC_BATCH * sizeof(TupleTableSlot *));
+		for (; c->nslots < c->n; c->nslots++)
+			c->slots[c->nslots] = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
+		MemoryContextSwitchTo(old);
+	}
 	slots = c->slots;
 	for (int i = 0; i < c->n; i++)
 	{

@@ -349,6 +349,8 @@ change_of(EgWalSource *src, EgWalMapping *m, EgWalRel *r)
 	c->events = palloc(EG_TC_BATCH * sizeof(Datum));
 	c->sizes = palloc(EG_TC_BATCH * sizeof(Datum));
 	c->batch_cxt = AllocSetContextCreate(TopTransactionContext, "eventgrid WAL source batch", ALLOCSET_DEFAULT_SIZES);
+	/* the slots for storing live until commit_local() drops them, not in one message's context */
+	c->slot_cxt = TopTransactionContext;
 	MemoryContextSwitchTo(old);
 	m->change = c;
 	m->relid = r->relid;

@@ -271,4 +271,5 @@ unlike(slurp_file($node->logfile), qr/^\S+ \S+ UTC \[\d+\] ERROR:  evil\.now\(\)
 
 $node->stop;
 $app->stop;
+unlike(slurp_file($node->logfile), qr/terminated by signal (11|6)/, 'no worker crashed (a kill -9 aside)');
 done_testing();

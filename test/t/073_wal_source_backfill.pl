@@ -157,4 +157,5 @@ is(join(',', sort @{ $seen{1800} // [] }), 'BACKFILL,UPDATE', 'a row changed bef
 is($app->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ('eventgrid_app', 'eventgrid_app2')"),
 	2, 'both slots on the source');
 
+unlike(slurp_file($node->logfile), qr/terminated by signal (11|6)/, 'no worker crashed (a kill -9 aside)');
 done_testing();
