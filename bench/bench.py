@@ -50,6 +50,11 @@ Measures, in one run against one cluster and one nginx sink on 127.0.0.1:
     call by 8 consumers against a plain SKIP LOCKED queue table read as pgmq
     reads and, when BENCH_PGMQ_SQL names its install script, pgmq itself
     (read + delete), and commit-to-receive latency for a waiting consumer
+ 25. WAL sources (bench/wal_sources.py): an application's server with no
+    eventgrid read by a WAL source: its bulk INSERT into a published table
+    against an unpublished one (and in-database table changes beside),
+    source commit to committed here in changes/s, and source commit to
+    webhook arrival at 1,000 changes/s
  9. isolation: a healthy subscription's latency beside 500 subscriptions to a
     port where nothing listens and 200 to an endpoint that accepts and never
     answers (30 s response timeout), and the worker's peak descriptors and
@@ -83,6 +88,7 @@ from monitoring import Monitoring
 from replication import Replication
 from pull import Pull
 from http_publish import HttpPublish
+from wal_sources import WalSources
 
 EVENT_BYTES = 1000  # approximate size of one published event
 
@@ -91,8 +97,8 @@ def env_int(name, default):
     return int(os.environ.get(name, default))
 
 
-def arrival_receiver(arrivals):
-    """A receiver on 127.0.0.1 (any free port) that notes when each event id first arrives."""
+def arrival_receiver(arrivals, key="id"):
+    """A receiver on 127.0.0.1 (any free port) that notes when each event id (or another member, key) first arrives."""
     lock = threading.Lock()
 
     class Receiver(BaseHTTPRequestHandler):
@@ -106,7 +112,7 @@ def arrival_receiver(arrivals):
             body = self.rfile.read(int(self.headers["Content-Length"]))
             with lock:
                 for e in json.loads(body):
-                    arrivals.setdefault(e["id"], now)
+                    arrivals.setdefault(e[key], now)
             self.send_response(204)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -156,17 +162,17 @@ class ArrivalProcess:
     """arrival_receiver in a process of its own, so that the publisher's threads in
     this one never delay its clock readings (the GIL); arrivals() collects them."""
 
-    def __init__(self):
+    def __init__(self, key="id"):
         import multiprocessing
         self._parent, child = multiprocessing.Pipe()
-        self._proc = multiprocessing.Process(target=ArrivalProcess._serve, args=(child,), daemon=True)
+        self._proc = multiprocessing.Process(target=ArrivalProcess._serve, args=(child, key), daemon=True)
         self._proc.start()
         self.port = self._parent.recv()
 
     @staticmethod
-    def _serve(conn):
+    def _serve(conn, key):
         arrivals = {}
-        server = arrival_receiver(arrivals)
+        server = arrival_receiver(arrivals, key)
         conn.send(server.server_address[1])
         conn.recv()                  # asked for the arrivals
         server.shutdown()
@@ -1000,7 +1006,7 @@ def main():
     ap.add_argument("--tls-log", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,23", help="comma-separated figure numbers (2 runs 2-4)")
+    ap.add_argument("--only", default="1,2,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,23,25", help="comma-separated figure numbers (2 runs 2-4)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     b = Bench(args)
@@ -1043,6 +1049,8 @@ def main():
         Monitoring(b).run()
     if "18" in only:
         Replication(b, ArrivalProcess, cluster_cpu, publish_at_rate).run()
+    if "25" in only:
+        WalSources(b, ArrivalProcess).run()
     if "8" in only:
         cases = os.environ.get("BENCH_STEADY_CASES", "plain,rr").split(",")
         if "plain" in cases:

@@ -35,7 +35,7 @@ def env_int(name, default):
 
 
 class Cluster:
-    def __init__(self, work, name, port, extra, cluster_cpu):
+    def __init__(self, work, name, port, extra, cluster_cpu, preload=True):
         self.cluster_cpu = cluster_cpu
         self.dir = os.path.join(work, name)
         self.port = port
@@ -43,13 +43,14 @@ class Cluster:
         subprocess.run(["initdb", "-D", f"{self.dir}/data", "-A", "trust", "-U", "postgres"],
                        check=True, stdout=subprocess.DEVNULL)
         with open(f"{self.dir}/data/postgresql.conf", "a") as f:
-            f.write(f"shared_preload_libraries = 'eventgrid'\nport = {port}\nlisten_addresses = ''\n"
+            f.write(("shared_preload_libraries = 'eventgrid'\n" if preload else "") + f"port = {port}\nlisten_addresses = ''\n"
                     f"unix_socket_directories = '{self.dir}'\nshared_buffers = 512MB\nmax_wal_size = 4GB\n"
                     f"eventgrid.delivery_workers = 1\neventgrid.max_concurrent_requests = 64\n{extra}")
         subprocess.run(["pg_ctl", "-D", f"{self.dir}/data", "-l", f"{self.dir}/server.log", "-w", "start"],
                        check=True, stdout=subprocess.DEVNULL)
         self.conn = self.connect()
-        self.q("CREATE EXTENSION eventgrid")
+        if preload:
+            self.q("CREATE EXTENSION eventgrid")
 
     def connect(self):
         c = psycopg2.connect(host=self.dir, port=self.port, user="postgres", dbname="postgres")

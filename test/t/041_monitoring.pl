@@ -74,6 +74,9 @@ sql("SELECT eventgrid.create_event_subscription('alerts-ce', 'pager-ce', '$u/sta
 sql("SELECT eventgrid.create_topic('jobs', 'CloudEventSchemaV1_0', 'namespace')");
 
 # over HTTP: two publishes to inbound (a topic no one subscribes to) and one with a wrong key (PublishFailCount), counted by the listener
+# a WAL source (messages only) streaming from a plain cluster: the dashboard's WAL source panels
+my ($app, $app_conn) = source_cluster('app', 'CREATE PUBLICATION app_pub');
+sql("SELECT eventgrid.create_wal_source('app', '$app_conn', 'app_pub')");
 sql("SELECT eventgrid.create_topic('inbound')");
 my $inbound_key = sql("SELECT key1 FROM eventgrid.topic_keys WHERE topic = 'inbound'");
 my $http = HTTP::Tiny->new(timeout => 10);

@@ -181,6 +181,37 @@ for my $e (grep { ($_->{subject} // '') =~ m{^/public/orders/1\d\d$} && !$first{
 is($out_of_order, 0, 'each row\'s changes in commit order (first arrivals: a crash may send again)');
 is($last{'/public/orders/105'}, 300, 'up to the last');
 
+# --- a cut connection and a kill -9 of this server's postmaster, mid-stream
+$n_before = ops("SELECT events_published FROM eventgrid.wal_sources");
+my $txns_before = $app->safe_psql('postgres', 'SELECT count(*) FROM public.txlog');
+$bg = $app->background_psql('postgres');
+$bg->query_until(qr/started/, "\\echo started\n" . ($writer =~ s/FOR t IN 1 \.\. 200/FOR t IN 301 .. 500/r) . "\n");
+sleep 1;
+is($app->safe_psql('postgres', "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_replication WHERE application_name = 'eventgrid'"),
+	'1', 'the source cuts the WAL source\'s connection (its walsender terminated)');
+sleep 1;
+$node->kill9;    # this server's postmaster, with its workers after it
+sleep 2;
+$node->start;
+$bg->query_safe('SELECT 1');    # the writer is done
+$bg->quit;
+$changes = 10 * ($app->safe_psql('postgres', 'SELECT count(*) FROM public.txlog') - $txns_before);
+is($changes, 2000, 'the writer committed its 200 transactions meanwhile');
+ok(wait_for_sql($node, "SET ROLE ops; SELECT events_published - $n_before FROM eventgrid.wal_sources", $changes, 120),
+	"after a cut connection and a kill -9 of the postmaster: each change published once ($changes)")
+  or diag(ops("SELECT * FROM eventgrid.wal_sources"));
+my $distinct_before = scalar(keys %seen);
+for (1 .. scaled(120) * 10)
+{
+	%seen = ();
+	$seen{ $_->{id} }++ for received_events($r, '/status/200/orders');
+	last if keys(%seen) >= $distinct_before + $changes;
+	usleep(100_000);
+}
+is(scalar(keys %seen), $distinct_before + $changes, 'every change arrived');
+my %v500 = map { ($_->{subject} => 1) } grep { ($_->{data}{new}{note} // '') eq 'v500' } received_events($r, '/status/200/orders');
+is(scalar(keys %v500), 10, 'each row\'s last change among them');
+
 # --- pause and resume
 ops("SELECT eventgrid.pause_wal_source('app')");
 is(ops("SELECT state FROM eventgrid.wal_sources"), 'paused', 'paused');
