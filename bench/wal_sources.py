@@ -17,13 +17,16 @@ both).  The WAL source is made by the superuser (no password needed).
 25b. source commit to committed here: BENCH_WAL_ROWS changes written while
      the source is paused, in transactions of 1,000 rows and of one row
      (BENCH_WAL_SINGLE, 20,000), then resumed: changes/s until every one
-     is published here (delivery paused meanwhile).
+     is published here (delivery paused meanwhile).  BENCH_WAL_PERF names
+     a directory for a perf record -g of the WAL source worker and the
+     walsender during each drain.
 25c. source commit to webhook arrival at 1,000 changes/s (single-row
      transactions from 4 connections for BENCH_LATENCY_SECONDS, 20): p50
      and p99 at a receiver in a process of its own.
 """
 import os
 import statistics
+import subprocess
 import threading
 import time
 
@@ -67,6 +70,11 @@ class WalSources:
         raise RuntimeError(f"waited {timeout} s for {sql}")
 
     @staticmethod
+    def delivery_paused(dlv, value):
+        dlv.q(f"ALTER SYSTEM SET eventgrid.delivery_paused = {value}")
+        dlv.q("SELECT pg_reload_conf()")
+
+    @staticmethod
     def published(dlv):
         return dlv.q("SELECT events_published FROM eventgrid.wal_sources")[0][0]
 
@@ -79,7 +87,7 @@ class WalSources:
         n = env_int("BENCH_WAL_ROWS", 100000)
         ins = "INSERT INTO {} SELECT g, repeat('x', 500) FROM generate_series(1, %s) g"
         # delivery paused: the application's cost of being read, not of the delivery server's work on the same 2 cores
-        dlv.q("ALTER SYSTEM SET eventgrid.delivery_paused = on; SELECT pg_reload_conf()")
+        self.delivery_paused(dlv, "on")
         times = {"plain_t": [], "published_t": []}
         for _ in range(3):
             for t in ("plain_t", "published_t"):
@@ -93,26 +101,26 @@ class WalSources:
         self.b.report("wal_bulk_plain_s", f"25a application: INSERT ... SELECT of {n:,} rows, no publication", plain, "s")
         self.b.report("wal_bulk_published_s", "  the same into a table a WAL source publishes", published, "s")
         self.b.report("wal_bulk_ratio", "  published / plain (time)", published / plain, "x", "<= 1.1")
-        dlv.q("ALTER SYSTEM SET eventgrid.delivery_paused = off; SELECT pg_reload_conf()")
+        self.delivery_paused(dlv, "off")
         # in-database table changes on the delivery server, for comparison
         dlv.q("CREATE TABLE tc_plain (id int PRIMARY KEY, pad text)")
         dlv.q("CREATE TABLE tc_published (id int PRIMARY KEY, pad text)")
         dlv.q("SELECT eventgrid.publish_table_changes('tc_published', 'changes', operations => ARRAY['INSERT'])")
-        dlv.q("ALTER SYSTEM SET eventgrid.delivery_paused = on; SELECT pg_reload_conf()")
+        self.delivery_paused(dlv, "on")
         tc = {"tc_plain": [], "tc_published": []}
         for _ in range(3):
             for t in ("tc_plain", "tc_published"):
                 dlv.q(f"TRUNCATE {t}")
                 dlv.q("CHECKPOINT")
                 tc[t].append(self.timed(dlv, ins.format(t), (n,)))
-        dlv.q("ALTER SYSTEM SET eventgrid.delivery_paused = off; SELECT pg_reload_conf()")
+        self.delivery_paused(dlv, "off")
         ratio = statistics.median(tc["tc_published"]) / statistics.median(tc["tc_plain"])
         self.b.report("wal_bulk_trigger_ratio", "  in-database table changes (trigger): published / plain", ratio, "x")
 
     def throughput(self, app, dlv):
         n = env_int("BENCH_WAL_ROWS", 100000)
         single = env_int("BENCH_WAL_SINGLE", 20000)
-        dlv.q("ALTER SYSTEM SET eventgrid.delivery_paused = on; SELECT pg_reload_conf()")
+        self.delivery_paused(dlv, "on")
         for label, rows, per_txn in (("1,000-row transactions", n, 1000), ("single-row transactions", single, 1)):
             app.q("TRUNCATE published_t")
             dlv.q("SELECT eventgrid.pause_wal_source('app')")
@@ -127,11 +135,26 @@ class WalSources:
                           (k + 1, k + per_txn))
             start = time.time()
             dlv.q("SELECT eventgrid.resume_wal_source('app')")
+            perf = self.perf(app, dlv, f"{per_txn}") if os.environ.get("BENCH_WAL_PERF") else None
             end = self.wait(dlv, f"SELECT events_published >= {before + rows} FROM eventgrid.wal_sources", 1200)
+            if perf:
+                perf.send_signal(2)
+                perf.wait()
             key = "wal_throughput_batched" if per_txn > 1 else "wal_throughput_single"
             self.b.report(key, f"25b source commit to committed here, {rows:,} changes in {label}",
                           rows / (end - start), "changes/s", ">= 50000" if per_txn > 1 else "")
-        dlv.q("ALTER SYSTEM SET eventgrid.delivery_paused = off; SELECT pg_reload_conf()")
+        self.delivery_paused(dlv, "off")
+
+    def perf(self, app, dlv, tag):
+        """BENCH_WAL_PERF=<directory>: perf record -g of the WAL source worker and the source's
+        walsender until the drain ends (perf-<tag>.data there)."""
+        self.wait(dlv, "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'eventgrid WAL source'", 30)
+        self.wait(app, "SELECT count(*) = 1 FROM pg_stat_replication", 30)
+        pids = [dlv.q("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid WAL source'")[0][0],
+                app.q("SELECT pid FROM pg_stat_replication")[0][0]]
+        out = os.path.join(os.environ["BENCH_WAL_PERF"], f"perf-{tag}.data")
+        return subprocess.Popen(["perf", "record", "-g", "-F", "999", "-o", out, "-p", ",".join(map(str, pids))],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def latency(self, app, dlv, receiver):
         seconds = env_int("BENCH_LATENCY_SECONDS", 20)

@@ -91,6 +91,7 @@ typedef struct EgChange
 	TupleTableSlot **slots;		/* for storing a batch: nslots made so far, as many as a batch needed */
 	int			nslots;
 	MemoryContext slot_cxt;		/* where they are made (NULL: the current context; a WAL source: the transaction's) */
+	TupleDesc	slot_desc;		/* theirs: the event table's, copied */
 } EgChange;
 
 /* table_change_lookup.c */

@@ -129,9 +129,13 @@ eg_tc_flush(EgChange *c)
 		MemoryContext old = MemoryContextSwitchTo(c->slot_cxt ? c->slot_cxt : CurrentMemoryContext);
 
 		if (c->slots == NULL)
+		{
 			c->slots = palloc(EG_TC_BATCH * sizeof(TupleTableSlot *));
+			/* a copy that is not reference-counted: a slot made on it pins nothing in the resource owner */
+			c->slot_desc = CreateTupleDescCopy(desc);
+		}
 		for (; c->nslots < c->n; c->nslots++)
-			c->slots[c->nslots] = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
+			c->slots[c->nslots] = MakeSingleTupleTableSlot(c->slot_desc, &TTSOpsHeapTuple);
 		MemoryContextSwitchTo(old);
 	}
 	slots = c->slots;

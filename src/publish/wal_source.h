@@ -37,6 +37,7 @@ typedef struct EgWalTxn
 	TimestampTz commit_time;
 	int			changes;		/* row changes the source sent for it so far */
 	bool		local_open;		/* a transaction here holds its events */
+	XLogRecPtr	local_end;		/* the end of its commit here (InvalidXLogRecPtr: none yet) */
 	int64		events;			/* events stored */
 	int64		rejects;		/* rows written to wal_source_rejects */
 } EgWalTxn;

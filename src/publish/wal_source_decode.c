@@ -562,6 +562,7 @@ commit_local(EgWalSource *src, XLogRecPtr end_lsn, TimestampTz commit_time)
 		replorigin_session_origin_timestamp = commit_time;
 	}
 	eg_store_commit();
+	src->txn.local_end = XactLastCommitEnd;
 	replorigin_session_origin_lsn = InvalidXLogRecPtr;
 	replorigin_session_origin_timestamp = 0;
 	src->txn.local_open = false;

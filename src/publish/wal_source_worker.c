@@ -14,8 +14,8 @@
  * publication_names ..., messages 'true')).  Each XLogData message's
  * pgoutput content goes to wal_source_decode.c; a keepalive that asks
  * for one, and every 10 s, is answered with the source position whose
- * events are durable here (every local commit is flushed before it is
- * reported).  Any error: the connection is closed, the state is "failing"
+ * events are durable here (local commits are asynchronous, as the apply
+ * worker's: a position is reported once its commit here is flushed).  Any error: the connection is closed, the state is "failing"
  * with the message, and it tries again after 1 s, doubling to 30 s.
  * pause_wal_source() and drop_wal_source() stop it (SIGTERM).
  */
@@ -24,6 +24,7 @@
 #include "store/worker.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
@@ -52,6 +53,23 @@ PGDLLEXPORT void eventgrid_wal_source_main(Datum arg);
 
 static PGconn *conn = NULL;
 static MemoryContext source_cxt = NULL;
+
+/*
+ * Source positions done with here, in the order read, each with the end of
+ * the local commit that must be flushed before the source may be told (as
+ * PostgreSQL's apply worker keeps its lsn_mapping): this worker commits
+ * asynchronously, and the WAL writer flushes within wal_writer_delay.  A
+ * position that needed no commit here has local InvalidXLogRecPtr: it is
+ * told once the marks before it are.
+ */
+typedef struct EgFlushMark
+{
+	XLogRecPtr	remote;
+	XLogRecPtr	local;
+} EgFlushMark;
+static EgFlushMark *marks = NULL;
+static int	nmarks = 0;
+static int	maxmarks = 0;
 
 void
 eg_wal_origin_name(int64 id, char *buf)
@@ -233,6 +251,38 @@ eg_wal_source_exec(EgWalSource *src, const char *sql, ExecStatusType expected)
 	return last;
 }
 
+/* Notes that the source's WAL up to remote is done with here once the local WAL up to local is flushed. */
+static void
+mark_done(XLogRecPtr remote, XLogRecPtr local)
+{
+	if (nmarks == maxmarks)
+	{
+		maxmarks = Max(64, maxmarks * 2);
+		marks = marks ? repalloc(marks, maxmarks * sizeof(EgFlushMark))
+			: MemoryContextAlloc(TopMemoryContext, maxmarks * sizeof(EgFlushMark));
+	}
+	marks[nmarks].remote = remote;
+	marks[nmarks].local = local;
+	nmarks++;
+}
+
+/* The source position whose work here is flushed (at least flushed); forgets the marks it passed. */
+static XLogRecPtr
+flushed_position(XLogRecPtr flushed)
+{
+	XLogRecPtr	local_flush = GetFlushRecPtr(NULL);
+	int			done = 0;
+
+	for (; done < nmarks && marks[done].local <= local_flush; done++)
+		flushed = Max(flushed, marks[done].remote);
+	if (done > 0)
+	{
+		memmove(marks, marks + done, (nmarks - done) * sizeof(EgFlushMark));
+		nmarks -= done;
+	}
+	return flushed;
+}
+
 /* Tells the source that its WAL up to flushed is done with here. */
 static void
 send_feedback(EgWalSource *src, XLogRecPtr flushed)
@@ -392,6 +442,7 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 									quote_literal_cstr(quote_identifier(publication))), PGRES_COPY_BOTH);
 	PQclear(res);
 	eg_wal_reset_relations();
+	nmarks = 0;					/* (those of a connection before: the new one starts at the origin's position) */
 	src->in_txn = false;
 	memset(&src->txn, 0, sizeof(src->txn));
 	set_status(id, "streaming", InvalidXLogRecPtr, NULL);
@@ -434,7 +485,7 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 				source_lsn = Max(source_lsn, end);
 				end = eg_wal_apply(src, &s);
 				if (!XLogRecPtrIsInvalid(end) && !src->txn.local_open)
-					flushed = Max(flushed, end);	/* committed (and flushed) here, or nothing to commit */
+					mark_done(end, src->txn.local_end);	/* committed here (or nothing to commit) */
 			}
 			else if (kind == 'k')
 			{
@@ -448,9 +499,10 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 				 * changes) is done with too, and its slot may move on.
 				 */
 				if (!src->in_txn)
-					flushed = Max(flushed, end);
+					mark_done(end, InvalidXLogRecPtr);
 				if (pq_getmsgbyte(&s))
 				{
+					flushed = flushed_position(flushed);
 					send_feedback(src, flushed);
 					reported = flushed;
 					feedback_at = GetCurrentTimestamp();
@@ -473,6 +525,7 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 			source_error(src, "the replication stream failed");
 
 		/* nothing to read now */
+		flushed = flushed_position(flushed);
 		if (GetCurrentTimestamp() - feedback_at >= (TimestampTz) EG_WAL_FEEDBACK_MS * 1000 || flushed > reported)
 		{
 			send_feedback(src, flushed);
@@ -516,10 +569,16 @@ eventgrid_wal_source_main(Datum arg)
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	/*
 	 * As the other workers: no database or role default changes what its
-	 * statements run (search_path) or what a commit means (synchronous_commit
-	 * on: the source is told a position is done only once it is flushed here).
+	 * statements run (search_path) or what a commit means.
 	 */
 	eg_pin_settings();
+	/*
+	 * It commits asynchronously, as PostgreSQL's apply worker does: the
+	 * source is told a position is done only once the local commit is
+	 * flushed (mark_done()), and a commit lost in a crash here takes its
+	 * origin progress with it, so that the source sends it again.
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, EG_WAL_SOURCE_LOCK_CLASS, (uint32) id, 2);
 	if (LockAcquire(&tag, ExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
