@@ -74,9 +74,9 @@ eg_build_and_install() {
 }
 
 # Copies the source tree into directory $1, without .git, dist/ and what
-# builds and test runs leave (the tests, the chroots and the packages copy it).
+# builds and test runs leave, JIT bitcode included (the tests, the chroots and the packages copy it).
 eg_copy_source_to() {
-    (cd "$EG_SRC" && tar --exclude=./.git --exclude=./dist --exclude='*.o' --exclude='*.so' \
+    (cd "$EG_SRC" && tar --exclude=./.git --exclude=./dist --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
         --exclude=tmp_check --exclude=results --exclude=log -cf - .) | tar -C "$1" -xf -
 }
 

@@ -15,8 +15,11 @@
  * pgoutput content goes to wal_source_decode.c; a keepalive that asks
  * for one, and every 10 s, is answered with the source position whose
  * events are durable here (local commits are asynchronous, as the apply
- * worker's: a position is reported once its commit here is flushed).  Any error: the connection is closed, the state is "failing"
- * with the message, and it tries again after 1 s, doubling to 30 s.
+ * worker's: a position is reported once its commit here is flushed).
+ * Any error: the connection is closed, the state is "failing" with the
+ * message, and it tries again after 1 s, doubling to 30 s; a slot gone
+ * after the source was read from it is such an error (a new one would
+ * skip what the source wrote meanwhile).
  * pause_wal_source() and drop_wal_source() stop it (SIGTERM).
  */
 #include "publish/wal_source.h"
@@ -394,6 +397,17 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 	PQclear(res);
 	res = eg_wal_source_exec(src, psprintf("SELECT plugin FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
 									quote_literal_cstr(slot)), PGRES_TUPLES_OK);
+	if (PQntuples(res) == 0 && !XLogRecPtrIsInvalid(start))
+	{
+		/* a new slot would start at its own creation: what the source wrote since would be lost */
+		PQclear(res);
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						errmsg("eventgrid: WAL source \"%s\": the replication slot \"%s\" is gone from the source",
+							   src->name, slot),
+						errdetail("The source's changes after %X/%X, the last position published here, are no longer kept for it.",
+								  LSN_FORMAT_ARGS(start)),
+						errhint("Drop the WAL source and create it again (with backfill => true its tables' rows are published first).")));
+	}
 	if (PQntuples(res) == 0)
 	{
 		PQclear(res);

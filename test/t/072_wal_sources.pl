@@ -291,6 +291,27 @@ like(sql_error($node, "SELECT eventgrid.drop_wal_source('trusting')", 'ops'), qr
 ops("SELECT eventgrid.drop_wal_source('trusting', drop_slot => false)");
 is(ops("SELECT string_agg(name, ',') FROM eventgrid.wal_sources"), 'app', 'drop_slot => false drops it here alone');
 
+# --- a slot gone from the source after the source was read from it: failing, never a new slot
+# (which would start at its own creation: the changes meanwhile would be lost)
+ops("SELECT eventgrid.create_wal_source('lost', '$conn', 'app_pub', message_prefix => 'lost')");
+ok(wait_for_sql($node, "SET ROLE ops; SELECT state FROM eventgrid.wal_sources WHERE name = 'lost'", 'streaming', 60),
+	'a second source streams');
+$app->safe_psql('postgres', "SELECT pg_logical_emit_message(true, 'lost', '{\"topic\": \"audit\", \"event\": "
+	  . $event->('m-lost', '/lost') . "}')");
+ok(wait_for_sql($node, "SET ROLE ops; SELECT events_published FROM eventgrid.wal_sources WHERE name = 'lost'", '1', 60),
+	'and published its message');
+ops("SELECT eventgrid.pause_wal_source('lost')");
+ok(wait_for_sql($app, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'eventgrid_lost' AND NOT active", '1', 30),
+	'paused: its slot is let go');
+$app->safe_psql('postgres', "SELECT pg_drop_replication_slot('eventgrid_lost')");
+ops("SELECT eventgrid.resume_wal_source('lost')");
+ok(wait_for_sql($node, "SET ROLE ops; SELECT state || ': ' || (last_error LIKE '%slot \"eventgrid_lost\" is gone from the source%')"
+		  . " FROM eventgrid.wal_sources WHERE name = 'lost'", 'failing: true', 60),
+	'its slot dropped on the source: failing, and says why');
+is($app->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'eventgrid_lost'"), '0',
+	'no new slot was made');
+ops("SELECT eventgrid.drop_wal_source('lost')");
+
 # --- drop: the slot goes on the source
 ops("SELECT eventgrid.drop_wal_source('app')");
 is($app->safe_psql('postgres', "SELECT count(*) FROM pg_replication_slots"), '0', 'dropped: its slot is gone from the source');
