@@ -1,0 +1,169 @@
+"""Figure 26 of the eventgrid benchmark (bench/subscriptions.sh runs it):
+scale in subscriptions (issue "Scale in subscriptions", docs/SPEC.md 17's
+figures).  One cluster; a busy topic with one event subscription, and a
+domain whose domain topics each have one subscription that receives
+nothing ("idle"), grown step by step to each size in BENCH_IDLE_SUBS
+(0,10000,100000).  At each size:
+
+  create     idle subscriptions created a second (create_event_subscription()
+             of a domain topic, one session, in one DO block per 1,000)
+  busy       BENCH_SUB_EVENTS (20,000) single events published to the busy
+             topic while it is paused, then resumed: delivered events/s, and
+             the ratio to the first size (target >= 0.9)
+  spread     the same number of events published to the domain, spread over
+             1,000 of its domain topics (or all, if fewer): delivered
+             events/s, and the ratio to busy (target >= 0.8)
+  idle CPU   nothing published for BENCH_IDLE_SETTLE (40) seconds, then for
+             BENCH_IDLE_SECONDS (10) more: CPU of every process of the
+             cluster, ms a second (target <= 5)
+  memory     the largest delivery worker's private memory (RssAnon, MB;
+             target <= 64)
+
+At the largest size, dropping 1,000 subscriptions: drops a second.  The
+last line is BENCH_RESULT with every figure.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import psycopg2
+
+EVENTS = int(os.environ.get("BENCH_SUB_EVENTS", "20000"))
+SIZES = [int(x) for x in os.environ.get("BENCH_IDLE_SUBS", "0,10000,100000").split(",")]
+IDLE_SECONDS = int(os.environ.get("BENCH_IDLE_SECONDS", "10"))
+SETTLE = int(os.environ.get("BENCH_IDLE_SETTLE", "40"))
+SPREAD = 1000
+
+
+def cluster_cpu(data_dir):
+    """CPU seconds used so far by the postmaster of data_dir and its children."""
+    with open(os.path.join(data_dir, "postmaster.pid")) as f:
+        postmaster = int(f.readline())
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(pid) == postmaster or int(fields[1]) == postmaster:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def rss_anon_mb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--host", required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--sink", required=True)
+    ap.add_argument("--data-dir", required=True)
+    args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)
+    conn = psycopg2.connect(host=args.host, port=args.port, dbname="postgres")
+    conn.autocommit = True
+    cur = conn.cursor()
+
+    def one(sql, params=None):
+        cur.execute(sql, params)
+        return cur.fetchone()[0]
+
+    def delivered(topic):
+        return one("SELECT coalesce(sum(c.delivered), 0) FROM eventgrid.subscription_counters c"
+                   " JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id WHERE s.topic = %s", (topic,))
+
+    def drain(topic, want, limit=1800):
+        t0 = time.monotonic()
+        while delivered(topic) < want:
+            if time.monotonic() - t0 > limit:
+                return None
+            time.sleep(0.05)
+        return time.monotonic() - t0
+
+    def publish_paused(topic, events_sql, before):
+        cur.execute("SELECT eventgrid.pause_delivery(%s)", (topic,))
+        cur.execute(events_sql)
+        t0 = time.monotonic()
+        cur.execute("SELECT eventgrid.resume_delivery(%s)", (topic,))
+        d = drain(topic, before + EVENTS)
+        return EVENTS / d if d else None, time.monotonic() - t0
+
+    cur.execute("CREATE EXTENSION IF NOT EXISTS eventgrid")
+    cur.execute("SELECT eventgrid.create_topic('busy')")
+    cur.execute("SELECT eventgrid.create_event_subscription('busy', 'hook', %s)", (args.sink + "/busy",))
+    cur.execute("SELECT eventgrid.create_domain('tenants')")
+    print(f"figure 26: scale in subscriptions, {EVENTS:,} events a case, sizes {SIZES}")
+    rows = []
+    made = 0
+    first_busy = None
+    for n in SIZES:
+        t0 = time.monotonic()
+        while made < n:
+            k = min(1000, n - made)
+            cur.execute("""DO $$ BEGIN FOR i IN %s .. %s LOOP
+                             PERFORM eventgrid.create_event_subscription('tenants/t-' || i, 'hook', %s || '/t' || i);
+                           END LOOP; END $$""", (made + 1, made + k, args.sink))
+            made += k
+        created = time.monotonic() - t0
+        create_rate = (n - (rows[-1]["subscriptions"] if rows else 0)) / created if created > 0.01 else None
+        cur.execute("ANALYZE eventgrid.event_subscriptions, eventgrid.subscription_positions")
+        before = delivered("busy")
+        busy, _ = publish_paused("busy", f"INSERT INTO eventgrid.events (topic, event) SELECT 'busy',"
+                                 f" jsonb_build_object('id', 'b-' || g, 'subject', '/b', 'eventType', 'T',"
+                                 f" 'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('n', g))"
+                                 f" FROM generate_series(1, {EVENTS}) g", before)
+        first_busy = first_busy or busy
+        spread = None
+        if n > 0:
+            tenants = min(n, SPREAD)
+            before = delivered("tenants")
+            # publish() of 1,000 events a call, each naming its domain topic
+            spread, _ = publish_paused("tenants", f"DO $$ BEGIN FOR k IN 0 .. {EVENTS // 1000 - 1} LOOP"
+                                       f" PERFORM eventgrid.publish('tenants', (SELECT jsonb_agg(jsonb_build_object("
+                                       f"'id', 's-' || g, 'subject', '/s', 'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z',"
+                                       f" 'topic', 't-' || (g % {tenants} + 1), 'data', jsonb_build_object('n', g)))"
+                                       f" FROM generate_series(k * 1000 + 1, k * 1000 + 1000) g)); END LOOP; END $$", before)
+        # nothing published since: the event tables are emptied by their rotation (3 x 10 s), the upkeep worker goes idle
+        time.sleep(SETTLE)
+        c0 = cluster_cpu(args.data_dir)
+        time.sleep(IDLE_SECONDS)
+        idle_ms = (cluster_cpu(args.data_dir) - c0) / IDLE_SECONDS * 1000
+        cur.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'")
+        mem = max([rss_anon_mb(r[0]) for r in cur.fetchall()] or [0])
+        row = {"subscriptions": n, "create_per_s": create_rate and round(create_rate), "busy_events_per_s": busy and round(busy),
+               "busy_ratio": busy and first_busy and round(busy / first_busy, 2), "spread_events_per_s": spread and round(spread),
+               "spread_ratio": spread and busy and round(spread / busy, 2), "idle_cpu_ms_per_s": round(idle_ms, 1),
+               "worker_rss_anon_mb": round(mem, 1)}
+        rows.append(row)
+        print(f"  {n:>9,} idle subscriptions: created {row['create_per_s']}/s; busy topic {row['busy_events_per_s']} events/s"
+              f" ({row['busy_ratio']} of the first, target >= 0.9); spread over {min(n, SPREAD) if n else 0} domain topics"
+              f" {row['spread_events_per_s']} events/s ({row['spread_ratio']} of busy, target >= 0.8);"
+              f" idle CPU {row['idle_cpu_ms_per_s']} ms/s (target <= 5); largest worker RssAnon {row['worker_rss_anon_mb']} MB (target <= 64)")
+    if made >= 1000:
+        t0 = time.monotonic()
+        cur.execute("""DO $$ BEGIN FOR i IN 1 .. 1000 LOOP
+                         PERFORM eventgrid.drop_event_subscription('tenants/t-' || i, 'hook');
+                       END LOOP; END $$""")
+        drop_rate = 1000 / (time.monotonic() - t0)
+        print(f"  dropping 1,000 of {made:,}: {drop_rate:,.0f}/s (target >= 1,000)")
+        rows.append({"drop_per_s": round(drop_rate)})
+    print("BENCH_RESULT " + json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()
