@@ -23,6 +23,9 @@ ALTER TABLE eventgrid.wal_source_tables
     ADD COLUMN backfilled_rows bigint NOT NULL DEFAULT 0;
 COMMENT ON TABLE eventgrid.wal_source_tables IS 'Tables of WAL sources whose changes are published (publish_table_changes(..., source => ...)): the table as the source names it (schema.table), the topic, the options of in-database table changes, and its backfill''s progress (pending or done, the primary key of the last row published, the rows published). SPEC 19.';
 
+-- the source position the worker is done with (published and flushed here, or
+-- nothing to publish): beyond the origin's, which moves only with a commit here
+ALTER TABLE eventgrid.wal_source_status ADD COLUMN confirmed_lsn pg_lsn;
 ALTER TABLE eventgrid.wal_source_status DROP CONSTRAINT wal_source_status_state_check;
 ALTER TABLE eventgrid.wal_source_status ADD CONSTRAINT wal_source_status_state_check
     CHECK (state IN ('connecting', 'backfilling', 'streaming', 'paused', 'failing'));
@@ -138,10 +141,10 @@ CREATE OR REPLACE VIEW eventgrid.wal_sources AS
     d.publication,
     d.slot_name,
     CASE WHEN d.paused THEN 'paused' ELSE coalesce(s.state, 'connecting') END AS state,
-    eventgrid._wal_source_origin_lsn(d.id) AS confirmed_lsn,
+    greatest(eventgrid._wal_source_origin_lsn(d.id), s.confirmed_lsn) AS confirmed_lsn,
     s.source_lsn,
-    greatest(s.source_lsn - eventgrid._wal_source_origin_lsn(d.id), 0)::bigint AS lag_bytes,
-    CASE WHEN s.source_lsn > eventgrid._wal_source_origin_lsn(d.id) AND s.last_commit_time IS NOT NULL
+    greatest(s.source_lsn - greatest(eventgrid._wal_source_origin_lsn(d.id), s.confirmed_lsn), 0)::bigint AS lag_bytes,
+    CASE WHEN s.source_lsn > greatest(eventgrid._wal_source_origin_lsn(d.id), s.confirmed_lsn) AND s.last_commit_time IS NOT NULL
          THEN greatest(extract(epoch FROM now() - s.last_commit_time), 0) ELSE 0 END::double precision AS lag_seconds,
     coalesce(s.events_published, 0) AS events_published,
     coalesce(s.rejects, 0) AS rejects,
@@ -151,7 +154,7 @@ CREATE OR REPLACE VIEW eventgrid.wal_sources AS
         AS backfilled_rows
    FROM eventgrid.wal_source_definitions d
    LEFT JOIN eventgrid.wal_source_status s ON s.source_id = d.id;
-COMMENT ON VIEW eventgrid.wal_sources IS 'WAL sources (SPEC 19): name, connection (its password as ********), publication, slot_name, state (connecting, backfilling, streaming, paused, failing), confirmed_lsn (the source position whose events are committed here), source_lsn (the source''s WAL end last reported), lag_bytes (source_lsn less confirmed_lsn), lag_seconds (while lag_bytes is above 0: how long ago the source committed the last transaction published here; else 0), events_published, rejects (rows in wal_source_rejects), the last error with its time, and backfilled_rows (rows of the source''s tables published by its backfill so far: create_wal_source(..., backfill => true)).';
+COMMENT ON VIEW eventgrid.wal_sources IS 'WAL sources (SPEC 19): name, connection (its password as ********), publication, slot_name, state (connecting, backfilling, streaming, paused, failing), confirmed_lsn (the source position whose events are committed here: the last source transaction published, or beyond it what had nothing to publish), source_lsn (the source''s WAL end last reported), lag_bytes (source_lsn less confirmed_lsn), lag_seconds (while lag_bytes is above 0: how long ago the source committed the last transaction published here; else 0), events_published, rejects (rows in wal_source_rejects), the last error with its time, and backfilled_rows (rows of the source''s tables published by its backfill so far: create_wal_source(..., backfill => true)).';
 REVOKE ALL ON eventgrid.wal_sources FROM PUBLIC;
 GRANT SELECT ON eventgrid.wal_sources TO eventgrid_admin;
 

@@ -5988,6 +5988,7 @@ CREATE TABLE eventgrid.wal_source_status (
     last_error text,
     last_error_time timestamp with time zone,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    confirmed_lsn pg_lsn,
     CONSTRAINT wal_source_status_state_check CHECK ((state = ANY (ARRAY['connecting'::text, 'backfilling'::text, 'streaming'::text, 'paused'::text, 'failing'::text])))
 );
 
@@ -6018,12 +6019,12 @@ CREATE VIEW eventgrid.wal_sources AS
             WHEN d.paused THEN 'paused'::text
             ELSE COALESCE(s.state, 'connecting'::text)
         END AS state,
-    eventgrid._wal_source_origin_lsn(d.id) AS confirmed_lsn,
+    GREATEST(eventgrid._wal_source_origin_lsn(d.id), s.confirmed_lsn) AS confirmed_lsn,
     s.source_lsn,
-    (GREATEST((s.source_lsn - eventgrid._wal_source_origin_lsn(d.id)), (0)::numeric))::bigint AS lag_bytes,
+    (GREATEST((s.source_lsn - GREATEST(eventgrid._wal_source_origin_lsn(d.id), s.confirmed_lsn)), (0)::numeric))::bigint AS lag_bytes,
     (
         CASE
-            WHEN ((s.source_lsn > eventgrid._wal_source_origin_lsn(d.id)) AND (s.last_commit_time IS NOT NULL)) THEN GREATEST(EXTRACT(epoch FROM (now() - s.last_commit_time)), (0)::numeric)
+            WHEN ((s.source_lsn > GREATEST(eventgrid._wal_source_origin_lsn(d.id), s.confirmed_lsn)) AND (s.last_commit_time IS NOT NULL)) THEN GREATEST(EXTRACT(epoch FROM (now() - s.last_commit_time)), (0)::numeric)
             ELSE (0)::numeric
         END)::double precision AS lag_seconds,
     COALESCE(s.events_published, (0)::bigint) AS events_published,
@@ -6036,7 +6037,7 @@ CREATE VIEW eventgrid.wal_sources AS
    FROM (eventgrid.wal_source_definitions d
      LEFT JOIN eventgrid.wal_source_status s ON ((s.source_id = d.id)));
 
-COMMENT ON VIEW eventgrid.wal_sources IS 'WAL sources (SPEC 19): name, connection (its password as ********), publication, slot_name, state (connecting, backfilling, streaming, paused, failing), confirmed_lsn (the source position whose events are committed here), source_lsn (the source''s WAL end last reported), lag_bytes (source_lsn less confirmed_lsn), lag_seconds (while lag_bytes is above 0: how long ago the source committed the last transaction published here; else 0), events_published, rejects (rows in wal_source_rejects), the last error with its time, and backfilled_rows (rows of the source''s tables published by its backfill so far: create_wal_source(..., backfill => true)).';
+COMMENT ON VIEW eventgrid.wal_sources IS 'WAL sources (SPEC 19): name, connection (its password as ********), publication, slot_name, state (connecting, backfilling, streaming, paused, failing), confirmed_lsn (the source position whose events are committed here: the last source transaction published, or beyond it what had nothing to publish), source_lsn (the source''s WAL end last reported), lag_bytes (source_lsn less confirmed_lsn), lag_seconds (while lag_bytes is above 0: how long ago the source committed the last transaction published here; else 0), events_published, rejects (rows in wal_source_rejects), the last error with its time, and backfilled_rows (rows of the source''s tables published by its backfill so far: create_wal_source(..., backfill => true)).';
 
 CREATE VIEW eventgrid.wal_source_metrics AS
  SELECT w.name AS wal_source,

@@ -95,14 +95,14 @@ static EgStatement status_stmt = {
 	.name = "WAL source state",
 	.sql =
 	/* (a source restored by pg_restore has no status row yet: made here) */
-	"INSERT INTO eventgrid.wal_source_status AS s (source_id, state, source_lsn, last_error, last_error_time)"
-	" VALUES ($1, $2, $3, $4, CASE WHEN $4 IS NULL THEN NULL ELSE now() END)"
+	"INSERT INTO eventgrid.wal_source_status AS s (source_id, state, source_lsn, last_error, last_error_time, confirmed_lsn)"
+	" VALUES ($1, $2, $3, $4, CASE WHEN $4 IS NULL THEN NULL ELSE now() END, $5)"
 	" ON CONFLICT (source_id) DO UPDATE SET state = $2, updated_at = now(),"
-	"       source_lsn = coalesce($3, s.source_lsn),"
+	"       source_lsn = coalesce($3, s.source_lsn), confirmed_lsn = coalesce($5, s.confirmed_lsn),"
 	"       last_error = CASE WHEN $4 IS NULL THEN s.last_error ELSE $4 END,"
 	"       last_error_time = CASE WHEN $4 IS NULL THEN s.last_error_time ELSE now() END",
-	.nargs = 4,
-	.types = {INT8OID, TEXTOID, PG_LSNOID, TEXTOID},
+	.nargs = 5,
+	.types = {INT8OID, TEXTOID, PG_LSNOID, TEXTOID, PG_LSNOID},
 };
 
 static EgStatement starting_stmt = {
@@ -118,12 +118,16 @@ static EgStatement starting_stmt = {
 	.types = {OIDOID, OIDOID},
 };
 
-/* Writes the source's state (and the source's WAL end, an error: NULL for none) in a transaction of its own. */
+/*
+ * Writes the source's state (and the source's WAL end, an error, the
+ * position done with here: InvalidXLogRecPtr or NULL for none) in a
+ * transaction of its own.
+ */
 static void
-set_status(int64 id, const char *state, XLogRecPtr source_lsn, const char *error)
+set_status(int64 id, const char *state, XLogRecPtr source_lsn, const char *error, XLogRecPtr confirmed)
 {
-	Datum		args[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Datum		args[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 
 	args[0] = Int64GetDatum(id);
 	args[1] = CStringGetTextDatum(state);
@@ -133,6 +137,9 @@ set_status(int64 id, const char *state, XLogRecPtr source_lsn, const char *error
 	args[3] = error ? CStringGetTextDatum(error) : (Datum) 0;
 	if (error == NULL)
 		nulls[3] = 'n';
+	args[4] = LSNGetDatum(confirmed);
+	if (XLogRecPtrIsInvalid(confirmed))
+		nulls[4] = 'n';
 	eg_wal_begin("eventgrid: writing a WAL source's state");
 	eg_store_run_nulls(&status_stmt, args, nulls, false, SPI_OK_INSERT);
 	eg_store_commit();
@@ -324,6 +331,7 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 	XLogRecPtr	reported;
 	XLogRecPtr	source_lsn = InvalidXLogRecPtr;
 	XLogRecPtr	status_lsn = InvalidXLogRecPtr;
+	XLogRecPtr	status_flushed = InvalidXLogRecPtr;
 	TimestampTz feedback_at;
 	TimestampTz status_at = 0;
 	PGresult   *res;
@@ -375,7 +383,7 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 	flushed = start;
 	reported = start;
 	pgstat_report_activity(STATE_RUNNING, "eventgrid: connecting to the WAL source");
-	set_status(id, "connecting", InvalidXLogRecPtr, NULL);
+	set_status(id, "connecting", InvalidXLogRecPtr, NULL, InvalidXLogRecPtr);
 	MemoryContextSwitchTo(source_cxt);
 
 	source_connect(src, connection, owner_superuser);
@@ -443,7 +451,7 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 		if (!in_snapshot)
 			PQclear(eg_wal_source_exec(src, "BEGIN READ ONLY ISOLATION LEVEL REPEATABLE READ", PGRES_COMMAND_OK));
 		src->state = "backfilling";
-		set_status(id, "backfilling", InvalidXLogRecPtr, NULL);
+		set_status(id, "backfilling", InvalidXLogRecPtr, NULL, InvalidXLogRecPtr);
 		MemoryContextSwitchTo(source_cxt);
 		pgstat_report_activity(STATE_RUNNING, "eventgrid: backfilling from the WAL source");
 		eg_wal_backfill(src);
@@ -459,7 +467,7 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 	nmarks = 0;					/* (those of a connection before: the new one starts at the origin's position) */
 	src->in_txn = false;
 	memset(&src->txn, 0, sizeof(src->txn));
-	set_status(id, "streaming", InvalidXLogRecPtr, NULL);
+	set_status(id, "streaming", InvalidXLogRecPtr, NULL, InvalidXLogRecPtr);
 	*backoff_ms = EG_WAL_BACKOFF_MIN_MS;	/* connected: the next failure waits 1 s again */
 	pgstat_report_activity(STATE_RUNNING, "eventgrid: streaming from the WAL source");
 	ereport(LOG, (errmsg("eventgrid: WAL source \"%s\": streaming from %X/%X", src->name, LSN_FORMAT_ARGS(start))));
@@ -546,12 +554,13 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 			feedback_at = GetCurrentTimestamp();
 			reported = flushed;
 		}
-		if (source_lsn != status_lsn && !src->in_txn &&
+		if ((source_lsn != status_lsn || flushed != status_flushed) && !src->in_txn &&
 			GetCurrentTimestamp() - status_at >= (TimestampTz) EG_WAL_STATUS_MS * 1000)
 		{
-			set_status(id, "streaming", source_lsn, NULL);
+			set_status(id, "streaming", source_lsn, NULL, flushed);
 			MemoryContextSwitchTo(source_cxt);
 			status_lsn = source_lsn;
+			status_flushed = flushed;
 			status_at = GetCurrentTimestamp();
 		}
 		wait_socket(WL_SOCKET_READABLE, 1000);
@@ -627,7 +636,7 @@ eventgrid_wal_source_main(Datum arg)
 		RESUME_INTERRUPTS();
 		if (edata->hint)
 			message = psprintf("%s (%s)", edata->message, edata->hint);
-		set_status(id, "failing", InvalidXLogRecPtr, message);
+		set_status(id, "failing", InvalidXLogRecPtr, message, InvalidXLogRecPtr);
 		FreeErrorData(edata);
 		pgstat_report_activity(STATE_IDLE, "eventgrid: waiting to reconnect to the WAL source");
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, backoff_ms, PG_WAIT_EXTENSION);

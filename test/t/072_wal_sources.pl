@@ -164,9 +164,17 @@ my $changes = 10 * $app->safe_psql('postgres', 'SELECT count(*) FROM public.txlo
 ok(wait_for_sql($node, "SET ROLE ops; SELECT events_published - $n_before FROM eventgrid.wal_sources", $changes, 120),
 	"after a kill -9 of the worker and a restart of the source: each change published once ($changes)")
   or diag(ops("SELECT * FROM eventgrid.wal_sources"));
-my @all = map { my $b = decode_json($_->{body}); @$b } wait_for_requests($r, '/status/200/orders', 7 + $changes, 120);
+# (a crash restart sends some deliveries again: the distinct ids count)
+my @all;
 my %seen;
-$seen{ $_->{id} }++ for @all;
+for (1 .. scaled(120) * 10)
+{
+	@all = received_events($r, '/status/200/orders');
+	%seen = ();
+	$seen{ $_->{id} }++ for @all;
+	last if keys(%seen) >= 7 + $changes;
+	usleep(100_000);
+}
 is(scalar(keys %seen), 7 + $changes, 'every change arrived');
 my $out_of_order = 0;
 my %last;
@@ -248,7 +256,11 @@ is(scalar(grep { ($_->{body} // '') =~ /m-rolled-back/ } requests($r, '/status/2
 	'a message of a transaction that rolled back is not published (it would have come first: one ordering key)');
 
 # --- what Debian's prometheus-postgres-exporter shows with monitoring/'s queries, as a pg_monitor role
-is(ops("SELECT lag_bytes || ' ' || lag_seconds FROM eventgrid.wal_sources"), '0 0', 'caught up: no lag in bytes or seconds');
+# (the source wrote WAL with nothing to publish after the last published commit: the rolled-back
+# message; the view's position goes past it once the worker has read it, within a status write)
+ok(wait_for_sql($node, "SET ROLE ops; SELECT lag_bytes || ' ' || lag_seconds FROM eventgrid.wal_sources", '0 0', 30),
+	'caught up: no lag in bytes or seconds, though the source wrote WAL with nothing to publish since')
+  or diag(ops("SELECT * FROM eventgrid.wal_sources"));
 sql('CREATE ROLE exporter LOGIN IN ROLE pg_monitor');
 my $monitoring = File::Spec->rel2abs("$FindBin::RealBin/../../monitoring");
 my $mport = PostgreSQL::Test::Cluster::get_free_port();
