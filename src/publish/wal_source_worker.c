@@ -141,7 +141,7 @@ set_status(int64 id, const char *state, XLogRecPtr source_lsn, const char *error
 	if (XLogRecPtrIsInvalid(confirmed))
 		nulls[4] = 'n';
 	eg_wal_begin("eventgrid: writing a WAL source's state");
-	eg_store_run_nulls(&status_stmt, args, nulls, false, SPI_OK_INSERT);
+	eg_store_run_nulls(&status_stmt, args, nulls, SPI_OK_INSERT);
 	eg_store_commit();
 }
 
@@ -311,40 +311,32 @@ send_feedback(EgWalSource *src, XLogRecPtr flushed)
 	pfree(s.data);
 }
 
-/*
- * Reads the source's definition, sets up its replication origin, connects
- * and streams until an error (or SIGTERM); once streaming, the backoff of
- * the next failure starts at 1 s again.  Does not return normally.
- */
-static void
-stream(int64 id, EgWalSource *src, long *backoff_ms)
+/* A WAL source's definition, as its worker reads it at each connection. */
+typedef struct EgWalDefinition
 {
-	Datum		arg = Int64GetDatum(id);
-	char		origin_name[EG_WAL_ORIGIN_NAME_LEN];
 	char	   *connection;
 	char	   *publication;
 	char	   *slot;
 	bool		owner_superuser;
-	RepOriginId origin;
-	XLogRecPtr	start;
-	XLogRecPtr	flushed;
-	XLogRecPtr	reported;
-	XLogRecPtr	source_lsn = InvalidXLogRecPtr;
-	XLogRecPtr	status_lsn = InvalidXLogRecPtr;
-	XLogRecPtr	status_flushed = InvalidXLogRecPtr;
-	TimestampTz feedback_at;
-	TimestampTz status_at = 0;
-	PGresult   *res;
-	MemoryContext msg_cxt;
-	bool		paused;
-	bool		backfill;
-	bool		in_snapshot = false;
+	bool		backfill;		/* tables wait for their backfill */
+} EgWalDefinition;
 
-	MemoryContextReset(source_cxt);
-	MemoryContextSwitchTo(source_cxt);
+/*
+ * Reads source id's definition into *def and src (in source_cxt), and sets
+ * up its replication origin; the worker exits when the source was dropped
+ * or paused.  Returns the origin's position: where the stream goes on.
+ */
+static XLogRecPtr
+read_definition(int64 id, EgWalSource *src, EgWalDefinition *def)
+{
+	Datum		arg = Int64GetDatum(id);
+	char		origin_name[EG_WAL_ORIGIN_NAME_LEN];
+	RepOriginId origin;
+	bool		paused;
+
 	eg_wal_origin_name(id, origin_name);
 	eg_wal_begin("eventgrid: reading a WAL source's definition");
-	eg_store_run(&definition_stmt, &arg, false, SPI_OK_SELECT);
+	eg_store_run(&definition_stmt, &arg, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		proc_exit(0);			/* dropped */
 	{
@@ -354,13 +346,13 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 		MemoryContext old = MemoryContextSwitchTo(source_cxt);
 
 		src->name = SPI_getvalue(row, desc, 1);
-		connection = SPI_getvalue(row, desc, 2);
-		publication = SPI_getvalue(row, desc, 3);
-		slot = SPI_getvalue(row, desc, 4);
-		src->slot = slot;
+		def->connection = SPI_getvalue(row, desc, 2);
+		def->publication = SPI_getvalue(row, desc, 3);
+		def->slot = SPI_getvalue(row, desc, 4);
+		src->slot = def->slot;
 		src->message_prefix = SPI_getvalue(row, desc, 5);
 		paused = DatumGetBool(SPI_getbinval(row, desc, 6, &isnull));
-		owner_superuser = superuser_arg(DatumGetObjectId(SPI_getbinval(row, desc, 7, &isnull)));
+		def->owner_superuser = superuser_arg(DatumGetObjectId(SPI_getbinval(row, desc, 7, &isnull)));
 		MemoryContextSwitchTo(old);
 	}
 	if (paused)
@@ -368,7 +360,7 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 	origin = replorigin_by_name(origin_name, true);
 	if (origin == InvalidRepOriginId)
 		origin = replorigin_create(origin_name);
-	backfill = eg_wal_backfill_pending(id);
+	def->backfill = eg_wal_backfill_pending(id);
 	eg_store_commit();
 	MemoryContextSwitchTo(source_cxt);
 	if (replorigin_session_origin == InvalidRepOriginId)
@@ -379,39 +371,46 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 		CommitTransactionCommand();
 		MemoryContextSwitchTo(source_cxt);
 	}
-	start = replorigin_session_get_progress(false);
-	flushed = start;
-	reported = start;
-	pgstat_report_activity(STATE_RUNNING, "eventgrid: connecting to the WAL source");
-	set_status(id, "connecting", InvalidXLogRecPtr, NULL, InvalidXLogRecPtr);
-	MemoryContextSwitchTo(source_cxt);
+	return replorigin_session_get_progress(false);
+}
 
-	source_connect(src, connection, owner_superuser);
+/*
+ * On the connected source: checks its publication, makes the slot when
+ * there is none (and none was there before: start, the origin's position,
+ * is invalid), and backfills when the definition says so (in the slot's
+ * snapshot when it was just made, else in one of now).
+ */
+static void
+prepare_slot(int64 id, EgWalSource *src, const EgWalDefinition *def, XLogRecPtr start)
+{
+	PGresult   *res;
+	bool		in_snapshot = false;
+
 	res = eg_wal_source_exec(src, "IDENTIFY_SYSTEM", PGRES_TUPLES_OK);
 	src->system_identifier = pstrdup(PQgetvalue(res, 0, 0));
 	PQclear(res);
 	src->database = pstrdup(PQdb(conn) ? PQdb(conn) : "");
 	res = eg_wal_source_exec(src, psprintf("SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = %s",
-									quote_literal_cstr(publication)), PGRES_TUPLES_OK);
+									quote_literal_cstr(def->publication)), PGRES_TUPLES_OK);
 	if (PQntuples(res) == 0)
 	{
 		PQclear(res);
 		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
 						errmsg("eventgrid: WAL source \"%s\": the source database has no publication \"%s\"",
-							   src->name, publication),
+							   src->name, def->publication),
 						errhint("Create it on the source: CREATE PUBLICATION %s (FOR TABLE ... to publish their changes; "
-								"with no table it carries messages only).", quote_identifier(publication))));
+								"with no table it carries messages only).", quote_identifier(def->publication))));
 	}
 	PQclear(res);
 	res = eg_wal_source_exec(src, psprintf("SELECT plugin FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
-									quote_literal_cstr(slot)), PGRES_TUPLES_OK);
+									quote_literal_cstr(def->slot)), PGRES_TUPLES_OK);
 	if (PQntuples(res) == 0 && !XLogRecPtrIsInvalid(start))
 	{
 		/* a new slot would start at its own creation: what the source wrote since would be lost */
 		PQclear(res);
 		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 						errmsg("eventgrid: WAL source \"%s\": the replication slot \"%s\" is gone from the source",
-							   src->name, slot),
+							   src->name, def->slot),
 						errdetail("The source's changes after %X/%X, the last position published here, are no longer kept for it.",
 								  LSN_FORMAT_ARGS(start)),
 						errhint("Drop the WAL source and create it again (with backfill => true its tables' rows are published first).")));
@@ -424,28 +423,28 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 		 * repeatable read transaction the slot is made in, with its
 		 * snapshot (as the apply worker's table synchronization does).
 		 */
-		if (backfill)
+		if (def->backfill)
 		{
 			eg_wal_backfill_check(src);	/* what would fail it: before the slot's snapshot is taken */
 			PQclear(eg_wal_source_exec(src, "BEGIN READ ONLY ISOLATION LEVEL REPEATABLE READ", PGRES_COMMAND_OK));
 		}
 		res = eg_wal_source_exec(src, psprintf(PQserverVersion(conn) >= 150000
-										? (backfill ? "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'use')"
+										? (def->backfill ? "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'use')"
 										   : "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'nothing')")
-										: (backfill ? "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput USE_SNAPSHOT"
+										: (def->backfill ? "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput USE_SNAPSHOT"
 										   : "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput NOEXPORT_SNAPSHOT"),
-										quote_identifier(slot)), PGRES_TUPLES_OK);
-		in_snapshot = backfill;
+										quote_identifier(def->slot)), PGRES_TUPLES_OK);
+		in_snapshot = def->backfill;
 		ereport(LOG, (errmsg("eventgrid: WAL source \"%s\": created the replication slot \"%s\" on the source at %s",
-							 src->name, slot, PQgetvalue(res, 0, 1))));
+							 src->name, def->slot, PQgetvalue(res, 0, 1))));
 	}
 	else if (strcmp(PQgetvalue(res, 0, 0), "pgoutput") != 0)
 		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 						errmsg("eventgrid: WAL source \"%s\": the slot \"%s\" on the source is not a pgoutput slot",
-							   src->name, slot),
+							   src->name, def->slot),
 						errhint("Drop it on the source, or give the WAL source another slot_name.")));
 	PQclear(res);
-	if (backfill)
+	if (def->backfill)
 	{
 		/* after a restart, or into a slot that was there: a snapshot of now (README says what that means) */
 		if (!in_snapshot)
@@ -458,10 +457,130 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 		MemoryContextSwitchTo(source_cxt);
 		PQclear(eg_wal_source_exec(src, "COMMIT", PGRES_COMMAND_OK));
 	}
+}
+
+/* Where the stream stands: what was read, flushed here, told the source, shown. */
+typedef struct EgStreamState
+{
+	XLogRecPtr	flushed;
+	XLogRecPtr	reported;
+	XLogRecPtr	source_lsn;
+	XLogRecPtr	status_lsn;
+	XLogRecPtr	status_flushed;
+	TimestampTz feedback_at;
+	TimestampTz status_at;
+} EgStreamState;
+
+/*
+ * One CopyData message of the stream (buf, len bytes): XLogData is
+ * applied (eg_wal_apply()), a keepalive marks what came before it done
+ * and, when the source asks, is answered.
+ */
+static void
+stream_message(EgWalSource *src, EgStreamState *st, char *buf, int len)
+{
+	StringInfoData s;
+	char		kind;
+
+	s.data = buf;
+	s.len = len;
+	s.maxlen = len;
+	s.cursor = 0;
+	kind = pq_getmsgbyte(&s);
+	if (kind == 'w')
+	{
+		XLogRecPtr	end;
+
+		(void) pq_getmsgint64(&s);	/* where the data starts */
+		end = pq_getmsgint64(&s);
+		(void) pq_getmsgint64(&s);	/* the source's clock */
+		st->source_lsn = Max(st->source_lsn, end);
+		end = eg_wal_apply(src, &s);
+		if (!XLogRecPtrIsInvalid(end) && !src->txn.local_open)
+			mark_done(end, src->txn.local_end); /* committed here (or nothing to commit) */
+	}
+	else if (kind == 'k')
+	{
+		XLogRecPtr	end = pq_getmsgint64(&s);
+
+		(void) pq_getmsgint64(&s);
+		st->source_lsn = Max(st->source_lsn, end);
+		/*
+		 * Between transactions, all the source sent before this is
+		 * applied: what it decoded and did not send (other tables'
+		 * changes) is done with too, and its slot may move on.
+		 */
+		if (!src->in_txn)
+			mark_done(end, InvalidXLogRecPtr);
+		if (pq_getmsgbyte(&s))
+		{
+			st->flushed = flushed_position(st->flushed);
+			send_feedback(src, st->flushed);
+			st->reported = st->flushed;
+			st->feedback_at = GetCurrentTimestamp();
+		}
+	}
+}
+
+/*
+ * With nothing to read: tells the source what is flushed here (every
+ * EG_WAL_FEEDBACK_MS, or as soon as it moved), writes the status between
+ * transactions (every EG_WAL_STATUS_MS), and waits for the socket.
+ */
+static void
+stream_idle(int64 id, EgWalSource *src, EgStreamState *st)
+{
+	st->flushed = flushed_position(st->flushed);
+	if (GetCurrentTimestamp() - st->feedback_at >= (TimestampTz) EG_WAL_FEEDBACK_MS * 1000 ||
+		st->flushed > st->reported)
+	{
+		send_feedback(src, st->flushed);
+		st->feedback_at = GetCurrentTimestamp();
+		st->reported = st->flushed;
+	}
+	if ((st->source_lsn != st->status_lsn || st->flushed != st->status_flushed) && !src->in_txn &&
+		GetCurrentTimestamp() - st->status_at >= (TimestampTz) EG_WAL_STATUS_MS * 1000)
+	{
+		set_status(id, "streaming", st->source_lsn, NULL, st->flushed);
+		MemoryContextSwitchTo(source_cxt);
+		st->status_lsn = st->source_lsn;
+		st->status_flushed = st->flushed;
+		st->status_at = GetCurrentTimestamp();
+	}
+	wait_socket(WL_SOCKET_READABLE, 1000);
+	if (!PQconsumeInput(conn))
+		source_error(src, "the connection failed");
+}
+
+/*
+ * Reads the source's definition, sets up its replication origin, connects
+ * and streams until an error (or SIGTERM); once streaming, the backoff of
+ * the next failure starts at 1 s again.  Does not return normally.
+ */
+static void
+stream(int64 id, EgWalSource *src, long *backoff_ms)
+{
+	EgWalDefinition def;
+	XLogRecPtr	start;
+	EgStreamState st = {0};
+	PGresult   *res;
+	MemoryContext msg_cxt;
+
+	MemoryContextReset(source_cxt);
+	MemoryContextSwitchTo(source_cxt);
+	start = read_definition(id, src, &def);
+	st.flushed = start;
+	st.reported = start;
+	pgstat_report_activity(STATE_RUNNING, "eventgrid: connecting to the WAL source");
+	set_status(id, "connecting", InvalidXLogRecPtr, NULL, InvalidXLogRecPtr);
+	MemoryContextSwitchTo(source_cxt);
+
+	source_connect(src, def.connection, def.owner_superuser);
+	prepare_slot(id, src, &def, start);
 	src->state = "streaming";
 	res = eg_wal_source_exec(src, psprintf("START_REPLICATION SLOT %s LOGICAL %X/%X (proto_version '1', publication_names %s, messages 'true')",
-									quote_identifier(slot), LSN_FORMAT_ARGS(start),
-									quote_literal_cstr(quote_identifier(publication))), PGRES_COPY_BOTH);
+									quote_identifier(def.slot), LSN_FORMAT_ARGS(start),
+									quote_literal_cstr(quote_identifier(def.publication))), PGRES_COPY_BOTH);
 	PQclear(res);
 	eg_wal_reset_relations();
 	nmarks = 0;					/* (those of a connection before: the new one starts at the origin's position) */
@@ -471,7 +590,7 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 	*backoff_ms = EG_WAL_BACKOFF_MIN_MS;	/* connected: the next failure waits 1 s again */
 	pgstat_report_activity(STATE_RUNNING, "eventgrid: streaming from the WAL source");
 	ereport(LOG, (errmsg("eventgrid: WAL source \"%s\": streaming from %X/%X", src->name, LSN_FORMAT_ARGS(start))));
-	feedback_at = GetCurrentTimestamp();
+	st.feedback_at = GetCurrentTimestamp();
 	msg_cxt = AllocSetContextCreate(source_cxt, "eventgrid WAL source message", ALLOCSET_DEFAULT_SIZES);
 
 	for (;;)
@@ -488,48 +607,8 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 		len = PQgetCopyData(conn, &buf, 1);
 		if (len > 0)
 		{
-			StringInfoData s;
-			char		kind;
-
 			MemoryContextSwitchTo(msg_cxt);
-			s.data = buf;
-			s.len = len;
-			s.maxlen = len;
-			s.cursor = 0;
-			kind = pq_getmsgbyte(&s);
-			if (kind == 'w')
-			{
-				XLogRecPtr	end;
-
-				(void) pq_getmsgint64(&s);	/* where the data starts */
-				end = pq_getmsgint64(&s);
-				(void) pq_getmsgint64(&s);	/* the source's clock */
-				source_lsn = Max(source_lsn, end);
-				end = eg_wal_apply(src, &s);
-				if (!XLogRecPtrIsInvalid(end) && !src->txn.local_open)
-					mark_done(end, src->txn.local_end);	/* committed here (or nothing to commit) */
-			}
-			else if (kind == 'k')
-			{
-				XLogRecPtr	end = pq_getmsgint64(&s);
-
-				(void) pq_getmsgint64(&s);
-				source_lsn = Max(source_lsn, end);
-				/*
-				 * Between transactions, all the source sent before this is
-				 * applied: what it decoded and did not send (other tables'
-				 * changes) is done with too, and its slot may move on.
-				 */
-				if (!src->in_txn)
-					mark_done(end, InvalidXLogRecPtr);
-				if (pq_getmsgbyte(&s))
-				{
-					flushed = flushed_position(flushed);
-					send_feedback(src, flushed);
-					reported = flushed;
-					feedback_at = GetCurrentTimestamp();
-				}
-			}
+			stream_message(src, &st, buf, len);
 			PQfreemem(buf);
 			MemoryContextSwitchTo(source_cxt);
 			MemoryContextReset(msg_cxt);
@@ -545,27 +624,7 @@ stream(int64 id, EgWalSource *src, long *backoff_ms)
 		}
 		if (len < -1)
 			source_error(src, "the replication stream failed");
-
-		/* nothing to read now */
-		flushed = flushed_position(flushed);
-		if (GetCurrentTimestamp() - feedback_at >= (TimestampTz) EG_WAL_FEEDBACK_MS * 1000 || flushed > reported)
-		{
-			send_feedback(src, flushed);
-			feedback_at = GetCurrentTimestamp();
-			reported = flushed;
-		}
-		if ((source_lsn != status_lsn || flushed != status_flushed) && !src->in_txn &&
-			GetCurrentTimestamp() - status_at >= (TimestampTz) EG_WAL_STATUS_MS * 1000)
-		{
-			set_status(id, "streaming", source_lsn, NULL, flushed);
-			MemoryContextSwitchTo(source_cxt);
-			status_lsn = source_lsn;
-			status_flushed = flushed;
-			status_at = GetCurrentTimestamp();
-		}
-		wait_socket(WL_SOCKET_READABLE, 1000);
-		if (!PQconsumeInput(conn))
-			source_error(src, "the connection failed");
+		stream_idle(id, src, &st);
 	}
 }
 
@@ -657,7 +716,7 @@ eg_wal_sources_start(void)
 	Datum		args[2] = {ObjectIdGetDatum(MyDatabaseId), ObjectIdGetDatum(EG_WAL_SOURCE_LOCK_CLASS)};
 	const char *db = get_database_name(MyDatabaseId);
 
-	eg_store_run(&starting_stmt, args, false, SPI_OK_SELECT);
+	eg_store_run(&starting_stmt, args, SPI_OK_SELECT);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		BackgroundWorker w;
