@@ -1,4 +1,4 @@
--- eventgrid 0.24.0: the full install script of this version.
+-- eventgrid 0.25.0: the full install script of this version.
 --
 -- Made by scripts/install-script.sh from what the upgrade scripts build
 -- (sql/eventgrid--A--B.sql, from the oldest full script on): edit those,
@@ -197,7 +197,7 @@ CREATE FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_sn
      e.source_event_id,
      e.domain_topic
     FROM eventgrid.events e
-   WHERE ((strpos(_chunk_events.topic, '/'::text) > 0) AND (e.topic = split_part(_chunk_events.topic, '/'::text, 1)) AND (e.domain_topic = substr(_chunk_events.topic, (strpos(_chunk_events.topic, '/'::text) + 1))) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid < _chunk_events.last_txid) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)),
+   WHERE ((strpos(_chunk_events.topic, '/'::text) > 0) AND (e.domain_topic IS NOT NULL) AND (((e.topic || '/'::text) || e.domain_topic) = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid < _chunk_events.last_txid) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)),
          CASE
              WHEN (_chunk_events.after_txid >= pg_snapshot_xmin(_chunk_events.done)) THEN _chunk_events.after_id
              ELSE (0)::bigint
@@ -231,7 +231,7 @@ CREATE FUNCTION eventgrid._chunk_events(topic text, done pg_snapshot, upto pg_sn
      e.source_event_id,
      e.domain_topic
     FROM eventgrid.events e
-   WHERE ((strpos(_chunk_events.topic, '/'::text) > 0) AND (e.topic = split_part(_chunk_events.topic, '/'::text, 1)) AND (e.domain_topic = substr(_chunk_events.topic, (strpos(_chunk_events.topic, '/'::text) + 1))) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid = _chunk_events.last_txid) AND (e.id <= _chunk_events.last_id) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)),
+   WHERE ((strpos(_chunk_events.topic, '/'::text) > 0) AND (e.domain_topic IS NOT NULL) AND (((e.topic || '/'::text) || e.domain_topic) = _chunk_events.topic) AND (e.txid >= pg_snapshot_xmin(_chunk_events.done)) AND (e.txid = _chunk_events.last_txid) AND (e.id <= _chunk_events.last_id) AND (ROW(e.txid, e.id) > ROW(GREATEST(_chunk_events.after_txid, pg_snapshot_xmin(_chunk_events.done)),
          CASE
              WHEN (_chunk_events.after_txid >= pg_snapshot_xmin(_chunk_events.done)) THEN _chunk_events.after_id
              ELSE (0)::bigint
@@ -328,7 +328,7 @@ CREATE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg
      e.source_event_id,
      e.domain_topic
     FROM eventgrid.events e
-   WHERE ((strpos(_unpassed_events.topic, '/'::text) > 0) AND (e.topic = split_part(_unpassed_events.topic, '/'::text, 1)) AND (e.domain_topic = substr(_unpassed_events.topic, (strpos(_unpassed_events.topic, '/'::text) + 1))) AND (e.txid >= pg_snapshot_xmin(_unpassed_events.done)) AND (ROW(e.txid, e.id) > ROW(GREATEST(_unpassed_events.after_txid, pg_snapshot_xmin(_unpassed_events.done)),
+   WHERE ((strpos(_unpassed_events.topic, '/'::text) > 0) AND (e.domain_topic IS NOT NULL) AND (((e.topic || '/'::text) || e.domain_topic) = _unpassed_events.topic) AND (e.txid >= pg_snapshot_xmin(_unpassed_events.done)) AND (ROW(e.txid, e.id) > ROW(GREATEST(_unpassed_events.after_txid, pg_snapshot_xmin(_unpassed_events.done)),
          CASE
              WHEN (_unpassed_events.after_txid >= pg_snapshot_xmin(_unpassed_events.done)) THEN _unpassed_events.after_id
              ELSE (0)::bigint
@@ -358,7 +358,7 @@ CREATE FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg
      e.source_event_id,
      e.domain_topic
     FROM eventgrid.events e
-   WHERE ((_unpassed_events.upto IS NOT NULL) AND (strpos(_unpassed_events.topic, '/'::text) > 0) AND (e.topic = split_part(_unpassed_events.topic, '/'::text, 1)) AND (e.domain_topic = substr(_unpassed_events.topic, (strpos(_unpassed_events.topic, '/'::text) + 1))) AND (e.txid >= GREATEST(pg_snapshot_xmin(_unpassed_events.done), pg_snapshot_xmin(_unpassed_events.upto))) AND (e.txid < _unpassed_events.after_txid) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.upto)));
+   WHERE ((_unpassed_events.upto IS NOT NULL) AND (strpos(_unpassed_events.topic, '/'::text) > 0) AND (e.domain_topic IS NOT NULL) AND (((e.topic || '/'::text) || e.domain_topic) = _unpassed_events.topic) AND (e.txid >= GREATEST(pg_snapshot_xmin(_unpassed_events.done), pg_snapshot_xmin(_unpassed_events.upto))) AND (e.txid < _unpassed_events.after_txid) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.done)) AND (NOT pg_visible_in_snapshot(e.txid, _unpassed_events.upto)));
 END;
 
 COMMENT ON FUNCTION eventgrid._unpassed_events(topic text, done pg_snapshot, upto pg_snapshot, after_txid xid8, after_id bigint) IS 'Internal: the events of a topic that a position (done, upto, last event) has not passed, before filters. Inlined by the planner; the upkeep worker''s backlog count and eventgrid._pending() read through it. topic is a subscription''s read_key: a topic or domain, or ''domain/topic'' (that domain topic''s events, through events_domain_topic_idx).';
@@ -1399,14 +1399,22 @@ COMMENT ON TABLE eventgrid.delivery_pauses IS 'Internal: what pause_delivery() p
 CREATE FUNCTION eventgrid._paused_subscriptions() RETURNS SETOF bigint
     LANGUAGE sql STABLE
     BEGIN ATOMIC
- SELECT s.id
-    FROM eventgrid.event_subscriptions s
-   WHERE (EXISTS ( SELECT 1
-            FROM eventgrid.delivery_pauses dp
-           WHERE ((dp.subscription_id = s.id) OR ((dp.subscription_id IS NULL) AND ((dp.topic IS NULL) OR (dp.topic = s.topic))))));
+ SELECT dp.subscription_id
+    FROM eventgrid.delivery_pauses dp
+   WHERE (dp.subscription_id IS NOT NULL)
+ UNION
+  SELECT s.id
+    FROM (eventgrid.delivery_pauses dp
+      JOIN eventgrid.event_subscriptions s ON ((s.topic = dp.topic)))
+   WHERE ((dp.subscription_id IS NULL) AND (dp.topic IS NOT NULL))
+ UNION
+  SELECT s.id
+    FROM (eventgrid.delivery_pauses dp
+      CROSS JOIN eventgrid.event_subscriptions s)
+   WHERE ((dp.subscription_id IS NULL) AND (dp.topic IS NULL));
 END;
 
-COMMENT ON FUNCTION eventgrid._paused_subscriptions() IS 'Internal: the ids of the event subscriptions pause_delivery() paused (itself, its topic or everything). The delivery workers'' claims and delivery_statistics use it.';
+COMMENT ON FUNCTION eventgrid._paused_subscriptions() IS 'Internal: the ids of the event subscriptions pause_delivery() paused (itself, its topic or domain, or everything), each once, read from eventgrid.delivery_pauses: its cost follows what is paused, not the number of subscriptions. The delivery workers'' claims and delivery_statistics use it.';
 
 CREATE TABLE eventgrid.endpoint_states (
     endpoint text NOT NULL,
@@ -1494,13 +1502,51 @@ COMMENT ON TABLE eventgrid.topic_positions IS 'Internal: how far the delivery wo
 CREATE FUNCTION eventgrid._event_table_holders(event_table smallint) RETURNS text[]
     LANGUAGE sql STABLE PARALLEL SAFE
     BEGIN ATOMIC
- SELECT array_agg(DISTINCT h.holder ORDER BY h.holder) AS array_agg
-    FROM ( SELECT format('event subscription %s of topic %s'::text, s.name, s.topic) AS holder
-            FROM (eventgrid.subscription_positions p
-              JOIN eventgrid.event_subscriptions s ON ((s.id = p.subscription_id)))
+ WITH RECURSIVE table_topics(topic) AS (
+         ( SELECT e.topic
+            FROM eventgrid.events e
+           WHERE (e.event_table = _event_table_holders.event_table)
+           ORDER BY e.topic
+          LIMIT 1)
+         UNION ALL
+          SELECT ( SELECT e.topic
+                    FROM eventgrid.events e
+                   WHERE ((e.event_table = _event_table_holders.event_table) AND (e.topic > r.topic))
+                   ORDER BY e.topic
+                  LIMIT 1) AS topic
+            FROM table_topics r
+           WHERE (r.topic IS NOT NULL)
+         ), table_domain_topics(read_key) AS (
+         ( SELECT ((e.topic || '/'::text) || e.domain_topic) AS "?column?"
+            FROM eventgrid.events e
+           WHERE ((e.event_table = _event_table_holders.event_table) AND (e.domain_topic IS NOT NULL))
+           ORDER BY ((e.topic || '/'::text) || e.domain_topic)
+          LIMIT 1)
+         UNION ALL
+          SELECT ( SELECT ((e.topic || '/'::text) || e.domain_topic)
+                    FROM eventgrid.events e
+                   WHERE ((e.event_table = _event_table_holders.event_table) AND (e.domain_topic IS NOT NULL) AND (((e.topic || '/'::text) || e.domain_topic) > d.read_key))
+                   ORDER BY ((e.topic || '/'::text) || e.domain_topic)
+                  LIMIT 1)
+            FROM table_domain_topics d
+           WHERE (d.read_key IS NOT NULL)
+         )
+  SELECT array_agg(DISTINCT h.holder ORDER BY h.holder) AS array_agg
+    FROM ( SELECT format('event subscription %s of topic %s'::text, s.name, s.read_key) AS holder
+            FROM ((table_topics k
+              JOIN eventgrid.event_subscriptions s ON (((s.topic = k.topic) AND (s.domain_topic IS NULL))))
+              JOIN eventgrid.subscription_positions p ON ((p.subscription_id = s.id)))
            WHERE (EXISTS ( SELECT 1
                     FROM eventgrid.events e
                    WHERE ((e.event_table = _event_table_holders.event_table) AND (e.topic = s.topic) AND (e.txid >= pg_snapshot_xmin(p.done)) AND (NOT pg_visible_in_snapshot(e.txid, p.done)))))
+         UNION ALL
+          SELECT format('event subscription %s of topic %s'::text, s.name, s.read_key) AS format
+            FROM ((table_domain_topics k
+              JOIN eventgrid.event_subscriptions s ON (((s.topic = split_part(k.read_key, '/'::text, 1)) AND (s.domain_topic = substr(k.read_key, (strpos(k.read_key, '/'::text) + 1))))))
+              JOIN eventgrid.subscription_positions p ON ((p.subscription_id = s.id)))
+           WHERE (EXISTS ( SELECT 1
+                    FROM eventgrid.events e
+                   WHERE ((e.event_table = _event_table_holders.event_table) AND (e.domain_topic IS NOT NULL) AND (((e.topic || '/'::text) || e.domain_topic) = s.read_key) AND (e.txid >= pg_snapshot_xmin(p.done)) AND (NOT pg_visible_in_snapshot(e.txid, p.done)))))
          UNION ALL
           SELECT format('first attempts in flight for topic %s'::text, split_part(c.topic, '/'::text, 1)) AS format
             FROM eventgrid.chunks_in_flight c
@@ -1509,7 +1555,8 @@ CREATE FUNCTION eventgrid._event_table_holders(event_table smallint) RETURNS tex
                    WHERE ((e.event_table = _event_table_holders.event_table) AND (e.topic = split_part(c.topic, '/'::text, 1)) AND (e.txid >= pg_snapshot_xmin(c.done)) AND (NOT pg_visible_in_snapshot(e.txid, c.done)))))
          UNION ALL
           SELECT format('unmatched count of topic %s'::text, tp.topic) AS format
-            FROM eventgrid.topic_positions tp
+            FROM (table_topics k
+              JOIN eventgrid.topic_positions tp ON ((tp.topic = k.topic)))
            WHERE (EXISTS ( SELECT 1
                     FROM eventgrid.events e
                    WHERE ((e.event_table = _event_table_holders.event_table) AND (e.topic = tp.topic) AND (e.txid >= pg_snapshot_xmin(tp.done)) AND (NOT pg_visible_in_snapshot(e.txid, tp.done)))))
@@ -1536,7 +1583,7 @@ CREATE FUNCTION eventgrid._event_table_holders(event_table smallint) RETURNS tex
                    WHERE (e.event_table = _event_table_holders.event_table))))) h;
 END;
 
-COMMENT ON FUNCTION eventgrid._event_table_holders(event_table smallint) IS 'Internal: what still needs events of event table eventgrid.events_<event_table> (event subscriptions, first attempts in flight, unmatched counts, queue event subscriptions'' events read there that a consumer held while the rotation copied the others, a logical replication subscriber''s initial copy in progress or possibly to come); NULL when it may be emptied.';
+COMMENT ON FUNCTION eventgrid._event_table_holders(event_table smallint) IS 'Internal: what still needs events of event table eventgrid.events_<event_table> (event subscriptions of the topics and domain topics it holds events of, first attempts in flight, unmatched counts, queue event subscriptions'' events read there that a consumer held while the rotation copied the others, a logical replication subscriber''s initial copy in progress or possibly to come); NULL when it may be emptied. Its cost follows the topics and domain topics the table holds, not the number of subscriptions (SPEC 17).';
 
 CREATE FUNCTION eventgrid._expiration_time_arg(expiration_time timestamp with time zone) RETURNS timestamp with time zone
     LANGUAGE plpgsql STABLE
@@ -3413,7 +3460,7 @@ CREATE FUNCTION eventgrid._subscriptions_changed_at_commit() RETURNS void
     LANGUAGE c
     AS 'MODULE_PATHNAME', 'eventgrid_subscriptions_changed_at_commit';
 
-COMMENT ON FUNCTION eventgrid._subscriptions_changed_at_commit() IS 'Internal: when the current transaction commits, tells the delivery workers that event subscriptions were paused, resumed, updated or dropped (requests they claimed and did not start yet go back unsent; their status lines read the pauses again), and wakes them; no-op without shared_preload_libraries.';
+COMMENT ON FUNCTION eventgrid._subscriptions_changed_at_commit() IS 'Internal: when the current transaction commits, tells the delivery workers that event subscriptions were created, paused, resumed, updated or dropped (requests they claimed and did not start yet go back unsent; their status lines read the pauses again; their next claims look at every topic with events, README "Scale in subscriptions"), and wakes them; no-op without shared_preload_libraries.';
 
 CREATE FUNCTION eventgrid._subscriptions_created() RETURNS trigger
     LANGUAGE plpgsql
@@ -3547,7 +3594,7 @@ CREATE FUNCTION eventgrid._wake_worker_at_commit() RETURNS void
     LANGUAGE c
     AS 'MODULE_PATHNAME', 'eventgrid_wake_worker_at_commit';
 
-COMMENT ON FUNCTION eventgrid._wake_worker_at_commit() IS 'Internal: sets the delivery worker''s latch when the current transaction commits; no-op without shared_preload_libraries.';
+COMMENT ON FUNCTION eventgrid._wake_worker_at_commit() IS 'Internal: sets the delivery workers'' latches when the current transaction commits, and counts as a change to event subscriptions (their next claims look at every topic with events); called by configuration changes that give them work without publishing. No-op without shared_preload_libraries.';
 
 CREATE FUNCTION eventgrid._wal_source_check_connection(connection text, owner_role oid) RETURNS text
     LANGUAGE c STRICT
@@ -3822,6 +3869,7 @@ BEGIN
     -- events of transactions that commit after this one's snapshot are for it
     INSERT INTO eventgrid.subscription_positions (subscription_id, since, done)
     VALUES (sid, pg_current_snapshot(), pg_current_snapshot());
+    PERFORM eventgrid._subscriptions_changed_at_commit();
     IF endpoint_validation = 'handshake' THEN
         -- nothing is delivered until the endpoint answers the handshake
         PERFORM eventgrid._start_validation(sid);
@@ -6266,19 +6314,21 @@ CREATE UNIQUE INDEX delivery_properties_header_key ON eventgrid.delivery_propert
 
 CREATE INDEX event_subscriptions_expiration_time_idx ON eventgrid.event_subscriptions USING btree (expiration_time) WHERE (expiration_time IS NOT NULL);
 
-CREATE INDEX events_domain_topic_idx ON ONLY eventgrid.events USING btree (topic, domain_topic, txid, id) WHERE (domain_topic IS NOT NULL);
+CREATE INDEX event_subscriptions_queue_idx ON eventgrid.event_subscriptions USING btree (id) WHERE (delivery_mode = 'queue'::text);
 
-CREATE INDEX events_0_topic_domain_topic_txid_id_idx ON eventgrid.events_0 USING btree (topic, domain_topic, txid, id) WHERE (domain_topic IS NOT NULL);
+CREATE INDEX events_read_key_idx ON ONLY eventgrid.events USING btree ((((topic || '/'::text) || domain_topic)), txid, id) WHERE (domain_topic IS NOT NULL);
+
+CREATE INDEX events_0_expr_txid_id_idx ON eventgrid.events_0 USING btree ((((topic || '/'::text) || domain_topic)), txid, id) WHERE (domain_topic IS NOT NULL);
 
 CREATE INDEX events_batch_idx ON ONLY eventgrid.events USING btree (topic, txid, id);
 
 CREATE INDEX events_0_topic_txid_id_idx ON eventgrid.events_0 USING btree (topic, txid, id);
 
-CREATE INDEX events_1_topic_domain_topic_txid_id_idx ON eventgrid.events_1 USING btree (topic, domain_topic, txid, id) WHERE (domain_topic IS NOT NULL);
+CREATE INDEX events_1_expr_txid_id_idx ON eventgrid.events_1 USING btree ((((topic || '/'::text) || domain_topic)), txid, id) WHERE (domain_topic IS NOT NULL);
 
 CREATE INDEX events_1_topic_txid_id_idx ON eventgrid.events_1 USING btree (topic, txid, id);
 
-CREATE INDEX events_2_topic_domain_topic_txid_id_idx ON eventgrid.events_2 USING btree (topic, domain_topic, txid, id) WHERE (domain_topic IS NOT NULL);
+CREATE INDEX events_2_expr_txid_id_idx ON eventgrid.events_2 USING btree ((((topic || '/'::text) || domain_topic)), txid, id) WHERE (domain_topic IS NOT NULL);
 
 CREATE INDEX events_2_topic_txid_id_idx ON eventgrid.events_2 USING btree (topic, txid, id);
 
@@ -6294,15 +6344,19 @@ CREATE INDEX retries_ordering_idx ON eventgrid.retries USING btree (subscription
 
 CREATE INDEX retries_subscription_idx ON eventgrid.retries USING btree (subscription_id);
 
-ALTER INDEX eventgrid.events_domain_topic_idx ATTACH PARTITION eventgrid.events_0_topic_domain_topic_txid_id_idx;
+CREATE INDEX subscription_positions_lease_owner_idx ON eventgrid.subscription_positions USING btree (lease_owner) WHERE (lease_owner IS NOT NULL);
+
+CREATE INDEX subscription_positions_system_identifier_idx ON eventgrid.subscription_positions USING btree (system_identifier);
+
+ALTER INDEX eventgrid.events_read_key_idx ATTACH PARTITION eventgrid.events_0_expr_txid_id_idx;
 
 ALTER INDEX eventgrid.events_batch_idx ATTACH PARTITION eventgrid.events_0_topic_txid_id_idx;
 
-ALTER INDEX eventgrid.events_domain_topic_idx ATTACH PARTITION eventgrid.events_1_topic_domain_topic_txid_id_idx;
+ALTER INDEX eventgrid.events_read_key_idx ATTACH PARTITION eventgrid.events_1_expr_txid_id_idx;
 
 ALTER INDEX eventgrid.events_batch_idx ATTACH PARTITION eventgrid.events_1_topic_txid_id_idx;
 
-ALTER INDEX eventgrid.events_domain_topic_idx ATTACH PARTITION eventgrid.events_2_topic_domain_topic_txid_id_idx;
+ALTER INDEX eventgrid.events_read_key_idx ATTACH PARTITION eventgrid.events_2_expr_txid_id_idx;
 
 ALTER INDEX eventgrid.events_batch_idx ATTACH PARTITION eventgrid.events_2_topic_txid_id_idx;
 

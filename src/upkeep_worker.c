@@ -110,9 +110,17 @@ upkeep(void)
 	}
 	note_subscriptions();
 	eg_end_work();
-	/* retries made here are due at once: the delivery workers may be asleep until their next due time */
+	/*
+	 * Retries made here are due at once: the delivery workers may be asleep
+	 * until their next due time; and the positions whose leases were taken
+	 * back (or that started afresh) are no worker's to look at again: their
+	 * next claims sweep.
+	 */
 	if (rebased > 0 || taken > 0)
+	{
+		eg_subscriptions_changed();
 		eg_wake_worker();
+	}
 
 	/* the slots a subscriber's initial copy may need the event tables for (store_rotation.c) */
 	if (!eg_begin_work("eventgrid: noting replication slots"))

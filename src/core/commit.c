@@ -98,6 +98,23 @@ wake_receivers(const EgSidSet *set, bool held_only)
 			eg_queue_broadcast(eg_queue_cv_index(MyDatabaseId, set->sids[i]));
 }
 
+/* See eventgrid.h. */
+void
+eg_subscriptions_changed(void)
+{
+	EgDbSlot   *db = eg_shared ? eg_db_find(MyDatabaseId, true) : NULL;
+
+	if (db == NULL)
+		return;
+	SpinLockAcquire(&eg_shared->mutex);
+	if (db->dboid == MyDatabaseId)
+	{
+		db->change_generation++;
+		db->no_subscriptions = false;
+	}
+	SpinLockRelease(&eg_shared->mutex);
+}
+
 static void
 eg_xact_callback(XactEvent event, void *arg)
 {
@@ -105,20 +122,7 @@ eg_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 			if (subscriptions_changed_at_commit)
-			{
-				EgDbSlot   *db = eg_db_find(MyDatabaseId, true);
-
-				if (db != NULL)
-				{
-					SpinLockAcquire(&eg_shared->mutex);
-					if (db->dboid == MyDatabaseId)
-					{
-						db->change_generation++;
-						db->no_subscriptions = false;
-					}
-					SpinLockRelease(&eg_shared->mutex);
-				}
-			}
+				eg_subscriptions_changed();
 			if (publications_changed_at_commit && eg_shared != NULL)
 				pg_atomic_fetch_add_u64(&eg_shared->publications_generation, 1);
 			if (wake_at_commit)
@@ -178,14 +182,21 @@ eg_wake_worker_at_commit(void)
 }
 
 /*
- * SQL: eventgrid._wake_worker_at_commit().  Called by the fan-out trigger:
- * sets the delivery workers' latches once when the current transaction
- * commits, so new deliveries start at once.  No-op when not preloaded.
+ * SQL: eventgrid._wake_worker_at_commit().  Called by configuration
+ * changes that give the delivery workers something to do without
+ * publishing (an endpoint validated, dead letters redelivered, a
+ * subscription created or updated): sets their latches once when the
+ * current transaction commits, and counts as a change to event
+ * subscriptions (eg_subscriptions_changed()), so that their next claim
+ * sweeps.  No-op when not preloaded.
  */
 Datum
 eventgrid_wake_worker_at_commit(PG_FUNCTION_ARGS)
 {
+	if (eg_shared == NULL)
+		PG_RETURN_VOID();
 	eg_wake_worker_at_commit();
+	subscriptions_changed_at_commit = true;
 	PG_RETURN_VOID();
 }
 

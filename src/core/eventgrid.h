@@ -277,6 +277,13 @@ extern void eg_extension_changed_at_commit(void);
 extern void eg_database_dropped_at_commit(void);
 /* Wakes the delivery workers once when the current transaction commits. */
 extern void eg_wake_worker_at_commit(void);
+
+/*
+ * Event subscriptions of this database changed (committed): the delivery
+ * workers' generation counter moves, so they follow the change and their
+ * next claim sweeps (store_claim_candidates.c).  No-op when not preloaded.
+ */
+extern void eg_subscriptions_changed(void);
 /* Likewise for a transaction that publishes events: no delivery worker while the database has no event subscription. */
 extern void eg_wake_for_events_at_commit(void);
 /*

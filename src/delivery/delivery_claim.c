@@ -23,7 +23,7 @@
 #define EG_CHUNK_MAX_ROWS 1000	/* first attempts per subscription per claim */
 #define EG_LEASE_MARGIN_MS 60000
 #define EG_ANALYZE_INTERVAL_MS 60000
-#define EG_CHUNK_MIN_ROWS 64		/* the least a claim reads of each subscription's events */
+#define EG_CHUNK_MIN_ROWS 8		/* the least a claim reads of each subscription's events */
 
 /* a request is allocated in its claim's context: 1 kB, not a 2 kB chunk (http.h) */
 StaticAssertDecl(sizeof(EgRequest) <= 1024, "EgRequest must fit a 1 kB allocation chunk");
@@ -468,6 +468,7 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 	int64	   *skip;
 	int			nskip = eg_targets_skip_list(&skip);
 	bool		transfer_locked;
+	EgClaimCandidates cand;
 
 	/* subscriptions whose outcomes cannot be recorded claim nothing new meanwhile */
 	if (eg_dw.poisoned_n > 0)
@@ -499,7 +500,8 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 	 * the last VACUUM, a fifth of an ordered drain's claims: bench figure
 	 * 20) is spared.
 	 */
-	if (eg_store_transfer_positions(eg_now(), &transfer_locked) > 0 || last_claim_had_retries)
+	eg_store_claim_candidates(eg_dw.lease_owner, GetCurrentTimestamp(), &cand);
+	if (eg_store_transfer_positions(eg_now(), &cand, &transfer_locked) > 0 || last_claim_had_retries)
 		due = 0;
 	else
 		due = eg_store_next_due();
@@ -518,7 +520,7 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 	/* chunk numbers of a claim that fails are not used again: no harm */
 	eg_pause_point("claim-scan");	/* tests: the claim's first snapshot taken, the scan's not yet */
 	nf = eg_store_claim_first(eg_now(), scan_limit(byte_budget - retry_bytes), Max(byte_budget - retry_bytes, 1),
-							  eg_dw.lease_owner, skip, nskip, &eg_dw.next_chunk_no, &frows, more, locked,
+							  eg_dw.lease_owner, &cand, skip, nskip, &eg_dw.next_chunk_no, &frows, more, locked,
 							  &busy_positions);
 	if (nr == EG_CLAIM_MAX_ROWS)
 		*more = true;
@@ -581,10 +583,15 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 }
 
 
-/* After an ERROR in a claim's unit of work: the claim is dropped (its leases rolled back with it). */
+/*
+ * After an ERROR in a unit of work: a claim being built is dropped (its
+ * leases rolled back with it), and the next one sweeps (what the claims
+ * kept may not be all there is to look at again).
+ */
 void
 eg_delivery_drop_claim(void)
 {
+	eg_store_claim_sweep();
 	if (eg_dw.claim_in_progress == NULL)
 		return;
 	free_built_requests();

@@ -173,6 +173,8 @@ follow_subscription_changes(void)
 	SpinLockRelease(&eg_shared->mutex);
 	if (generation == followed_generation)
 		return;
+	/* a subscription created, resumed or changed: its events may be older than the claims' last look */
+	eg_store_claim_sweep();
 	f.n = queued_and_ordered_subscriptions(&ids);
 	if (f.n > 0)
 	{

@@ -368,6 +368,13 @@ eg_validate_endpoints(void)
 					 : strcmp(states[i], "Failed") == 0
 					 ? errhint("eventgrid.event_subscription_validation says why; update_event_subscription(..., endpoint_validation => 'handshake') tries again.")
 					 : 0));
+	/* a validated endpoint's held events: the delivery workers' next claims sweep */
+	for (int i = 0; i < n; i++)
+		if (states[i] != NULL && strcmp(states[i], "Succeeded") == 0)
+		{
+			eg_subscriptions_changed();
+			break;
+		}
 	eg_wake_worker();
 	return true;
 }

@@ -82,7 +82,7 @@ eg_wal_backfill_pending(int64 id)
 {
 	Datum		arg = Int64GetDatum(id);
 
-	eg_store_run(&pending_stmt, &arg, true, SPI_OK_SELECT);
+	eg_store_run(&pending_stmt, &arg, SPI_OK_SELECT);
 	return SPI_processed > 0;
 }
 
@@ -95,7 +95,7 @@ read_pending(EgWalSource *src)
 	List	   *list = NIL;
 
 	eg_wal_begin("eventgrid: reading a WAL source's backfill");
-	eg_store_run(&pending_stmt, &arg, true, SPI_OK_SELECT);
+	eg_store_run(&pending_stmt, &arg, SPI_OK_SELECT);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		HeapTuple	row = SPI_tuptable->vals[i];
@@ -240,7 +240,7 @@ commit_chunk(EgWalSource *src, EgBackfill *b, char **after, int nafter, int64 ro
 	args[4] = Int64GetDatum(rows);
 	args[5] = BoolGetDatum(done);
 	eg_wal_open(src);
-	eg_store_run_nulls(&progress_stmt, args, nulls, false, SPI_OK_UPDATE);
+	eg_store_run_nulls(&progress_stmt, args, nulls, SPI_OK_UPDATE);
 	eg_wal_commit_backfill(src);
 }
 

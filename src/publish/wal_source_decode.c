@@ -247,7 +247,7 @@ read_mappings(EgWalSource *src)
 
 	if (mappings_read)
 		return;
-	eg_store_run(&mappings_stmt, &arg, false, SPI_OK_SELECT);
+	eg_store_run(&mappings_stmt, &arg, SPI_OK_SELECT);
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
@@ -528,7 +528,7 @@ eg_wal_reject(EgWalSource *src, const char *reason, const char *content, int len
 		args[3] = PointerGetDatum(cstring_to_text_with_len(content, pg_mbcliplen(content, len, EG_REJECT_CONTENT_BYTES)));
 	else
 		nulls[3] = 'n';
-	eg_store_run_nulls(&reject_stmt, args, nulls, false, SPI_OK_INSERT);
+	eg_store_run_nulls(&reject_stmt, args, nulls, SPI_OK_INSERT);
 	src->txn.rejects++;
 }
 
@@ -552,7 +552,7 @@ commit_local(EgWalSource *src, XLogRecPtr end_lsn, TimestampTz commit_time)
 	args[3] = TimestampTzGetDatum(commit_time);
 	if (XLogRecPtrIsInvalid(end_lsn))
 		nulls[3] = 'n';
-	eg_store_run_nulls(&counts_stmt, args, nulls, false, SPI_OK_INSERT);
+	eg_store_run_nulls(&counts_stmt, args, nulls, SPI_OK_INSERT);
 	foreach(lc, mappings)
 		if (((EgWalMapping *) lfirst(lc))->change)
 			drop_slots(((EgWalMapping *) lfirst(lc))->change);
@@ -670,7 +670,7 @@ apply_message(EgWalSource *src, StringInfo msg)
 								errmsg("the message has neither \"events\" nor \"event\"")));
 			args[0] = PointerGetDatum(cstring_to_text_with_len(topic.val.string.val, topic.val.string.len));
 			args[1] = JsonbPGetDatum(JsonbValueToJsonb(&events));
-			eg_store_run(&publish_stmt, args, false, SPI_OK_SELECT);
+			eg_store_run(&publish_stmt, args, SPI_OK_SELECT);
 			ReleaseCurrentSubTransaction();
 			MemoryContextSwitchTo(old);
 			CurrentResourceOwner = owner;

@@ -140,7 +140,7 @@ statement_context(void *arg)
 
 /* See store.h. */
 void
-eg_store_run_nulls(EgStatement *st, Datum *args, const char *nulls, bool read_only, int expected)
+eg_store_run_nulls(EgStatement *st, Datum *args, const char *nulls, int expected)
 {
 	ErrorContextCallback context;
 	int			rc;
@@ -149,7 +149,7 @@ eg_store_run_nulls(EgStatement *st, Datum *args, const char *nulls, bool read_on
 	context.arg = st;
 	context.previous = error_context_stack;
 	error_context_stack = &context;
-	rc = SPI_execute_plan(get_plan(st), args, nulls, read_only, 0);
+	rc = SPI_execute_plan(get_plan(st), args, nulls, false, 0);
 	error_context_stack = context.previous;
 	if (rc != expected)
 		elog(ERROR, "eventgrid: the %s statement failed: %s", st->name, SPI_result_code_string(rc));
@@ -157,9 +157,9 @@ eg_store_run_nulls(EgStatement *st, Datum *args, const char *nulls, bool read_on
 
 /* See store.h. */
 void
-eg_store_run(EgStatement *st, Datum *args, bool read_only, int expected)
+eg_store_run(EgStatement *st, Datum *args, int expected)
 {
-	eg_store_run_nulls(st, args, NULL, read_only, expected);
+	eg_store_run_nulls(st, args, NULL, expected);
 }
 
 Datum
@@ -420,7 +420,7 @@ eg_store_commit(void)
 void
 eg_store_no_flush_wait(void)
 {
-	eg_store_run(&no_sync, NULL, false, SPI_OK_UTILITY);
+	eg_store_run(&no_sync, NULL, SPI_OK_UTILITY);
 }
 
 /* See store.h. */

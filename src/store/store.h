@@ -74,15 +74,15 @@ typedef struct EgStatement
 
 /*
  * Runs st with args (none NULL, or as nulls says: 'n' for NULL, ' ' not);
- * an ERROR naming the statement unless SPI returns expected.  read_only
- * runs it with the snapshot its unit of work began with (SPI's read-only
- * mode): it sees nothing committed since, nor what the unit of work wrote
- * itself; otherwise it takes a new snapshot, as each statement of a READ
- * COMMITTED transaction does.  Read-only is for a first look only.
+ * an ERROR naming the statement unless SPI returns expected.  Every
+ * statement takes a new snapshot, as each statement of a READ COMMITTED
+ * transaction does: it sees what committed before it began and all its
+ * unit of work wrote (docs/ARCHITECTURE.md, "Snapshots").  There is no
+ * read-only mode: one statement run with the snapshot its unit began with
+ * saw neither, and a claim once read an older snapshot than its scan's.
  */
-extern void eg_store_run(EgStatement *st, Datum *args, bool read_only, int expected);
-extern void eg_store_run_nulls(EgStatement *st, Datum *args, const char *nulls, bool read_only,
-							   int expected);
+extern void eg_store_run(EgStatement *st, Datum *args, int expected);
+extern void eg_store_run_nulls(EgStatement *st, Datum *args, const char *nulls, int expected);
 
 /* Helpers for SPI results and array parameters (store.c). */
 extern char *eg_text_col(SPITupleTable *tt, int row, int col);
@@ -162,11 +162,49 @@ struct EgAuthRow
 };
 typedef struct EgAuthRow EgAuthRow;
 
+/*
+ * store_claim_candidates.c: the positions a claim looks at (SPEC 20), each
+ * list sorted: the push subscriptions' (claimed) and the queue ones'
+ * (transferred).  swept: the discovery looked at every read key with events.
+ */
+typedef struct EgClaimCandidates
+{
+	int64	   *push;
+	int			npush;
+	int64	   *queue;
+	int			nqueue;
+	bool		swept;
+} EgClaimCandidates;
+
+/*
+ * The candidates of a claim, in its unit of work, before anything else of
+ * it: positions whose read key has events the last discovery's snapshot
+ * did not see, and those kept since (a sweep: every read key with events in
+ * the event tables); not held, of this cluster, not leased by another
+ * worker than lease_owner.  now: the worker's clock (a sweep at least every
+ * 2 s).
+ */
+extern void eg_store_claim_candidates(int lease_owner, TimestampTz now, EgClaimCandidates *c);
+
+/*
+ * The next claim looks at the position of subscription_id (a queue
+ * subscription's when queue: transferred, not claimed), whatever its
+ * events.
+ */
+extern void eg_store_claim_keep(int64 subscription_id, bool queue);
+
+/*
+ * The next claim sweeps: after an ERROR in a unit of work (what was kept
+ * may be lost), and when event subscriptions were created, changed or
+ * resumed, or an endpoint validated.
+ */
+extern void eg_store_claim_sweep(void);
+
 /* store_claim.c */
 extern int	eg_store_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
 								   int64 lease_ms, EgClaimedRow **rows);
 extern int	eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
-								 const int64 *skip, int nskip,
+								 const EgClaimCandidates *cand, const int64 *skip, int nskip,
 								 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked, int *busy);
 extern TimestampTz eg_store_next_due(void);
 extern void eg_store_analyze(void);
@@ -175,7 +213,7 @@ extern void eg_store_analyze(void);
  * delivery worker's claim), expired events to dead letters (the upkeep
  * worker)
  */
-extern int64 eg_store_transfer_positions(TimestampTz now, bool *locked);
+extern int64 eg_store_transfer_positions(TimestampTz now, const EgClaimCandidates *cand, bool *locked);
 extern int64 eg_store_expire_queue(TimestampTz now);
 /* store_auth.c */
 extern bool eg_store_client_certificate(int64 sub_id, char **cert, char **key, TimestampTz *set_at);

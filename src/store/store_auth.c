@@ -29,7 +29,7 @@ eg_store_client_certificate(int64 sub_id, char **cert, char **key, TimestampTz *
 {
 	Datum		args[1] = {Int64GetDatum(sub_id)};
 
-	eg_store_run(&client_certificate, args, false, SPI_OK_SELECT);	/* a snapshot no older than the claim's */
+	eg_store_run(&client_certificate, args, SPI_OK_SELECT);	/* a snapshot no older than the claim's */
 	if (SPI_processed == 0)
 		return false;
 	*cert = eg_text_col(SPI_tuptable, 0, 1);
@@ -72,7 +72,7 @@ eg_store_delivery_authentication(int64 sub_id, EgAuthRow *row)
 {
 	Datum		args[1] = {Int64GetDatum(sub_id)};
 
-	eg_store_run(&delivery_authentication, args, false, SPI_OK_SELECT);	/* a snapshot no older than the claim's */
+	eg_store_run(&delivery_authentication, args, SPI_OK_SELECT);	/* a snapshot no older than the claim's */
 	if (SPI_processed == 0)
 		return false;
 	eg_auth_row_cols(SPI_tuptable, 0, 1, row);

@@ -103,7 +103,7 @@ cuts_of(int64 sub, Datum topic, Datum done, const char *upto, Datum after_txid, 
 	 * not one: a key's later event taken before its earlier, seen in test
 	 * 054 once in about forty runs).
 	 */
-	eg_store_run(&batch_cuts, args, false, SPI_OK_SELECT);
+	eg_store_run(&batch_cuts, args, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 
 	b = &cache[next_slot];

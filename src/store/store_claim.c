@@ -1,9 +1,10 @@
 /*
- * store_claim.c - claiming first attempts (SPEC sections 1, 2, 5 and 9)
- * from each event subscription's position, in three steps (scan which
- * events come next, move the positions past what is taken and write the
- * chunks, then load what the chunks deliver); due retries are claimed in
- * store_claim_retries.c, and both return the request columns of
+ * store_claim.c - claiming first attempts (SPEC sections 1, 2, 5, 9 and
+ * 20) from the positions of the claim's candidates
+ * (store_claim_candidates.c), in three steps: scan which events come next,
+ * move the positions past what is taken and write the chunks (here), then
+ * load what the chunks deliver (store_claim_load.c); due retries are
+ * claimed in store_claim_retries.c, and both return the request columns of
  * store_claim.h.  The claim's transaction commits before any network I/O;
  * delivery_claim.c turns the rows into requests.
  */
@@ -11,20 +12,21 @@
 #include "core/rate.h"
 
 #include "catalog/pg_type.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
-#include "utils/jsonb.h"
 
 /*
- * First attempts, step one: what to take.  For each position (locked; one
- * worker at a time) not in $2, the next events of its batch in (txid, id)
+ * First attempts, step one: what to take.  For each candidate position $4
+ * (store_claim_candidates.c: those whose read key has new events, and those
+ * the worker kept), locked (one worker at a time), not in $2, the next events of its batch in (txid, id)
  * order: those of transactions that were in progress at "done", and those
  * that began after it, both visible in "upto" (a new snapshot when no batch
  * is open).  At most $1 per subscription, each with whether the
  * subscription's filters take it and its size; a position with nothing
  * left in its batch gives one row with no event.  Rows are narrow and
  * unordered: scan_positions() orders them, cut_positions() cuts them at the
- * byte budget and moves the positions (advance), load_chunks() then reads
+ * byte budget and moves the positions (advance), eg_claim_load_chunks() (store_claim_load.c) then reads
  * what is to be sent.  done and upto come as text, once per position.  The
  * row comparison after the position's last event is raised to the scalar
  * bound beside it: the B-tree scan starts at the row comparison, and one of
@@ -60,9 +62,10 @@ static EgStatement claim_scan = {
 	"         ARRAY(SELECT pg_snapshot_xip(p.done)) AS done_xip, p.upto IS NULL AS fresh,"
 	"         coalesce(p.served_at, '-infinity') AS turn, p.lease_owner IS NOT NULL AS leased"
 	"    FROM eventgrid.subscription_positions p CROSS JOIN snap"
-	"   WHERE p.system_identifier = snap.sysid AND p.subscription_id <> ALL ($2)"
-	"     AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._held_subscriptions() ps)"
-	"     AND p.subscription_id NOT IN (" EG_SQL_TRANSFERRED_SUBSCRIPTIONS ")"
+	"   WHERE p.subscription_id = ANY ($4) AND p.subscription_id <> ALL ($2)"
+	"     AND p.system_identifier = snap.sysid"
+	"     AND NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions hs"
+	"                      WHERE hs.id = p.subscription_id AND " EG_SQL_HELD("hs") ")"
 	/* an ordered subscription's, while another worker holds first attempts of it (tested on p itself: EvalPlanQual sees a lease taken since the snapshot) */
 	"     AND (p.lease_owner IS NULL OR p.lease_owner = $3)"
 	"   ORDER BY p.subscription_id"
@@ -87,22 +90,24 @@ static EgStatement claim_scan = {
 	"         WHERE s.domain_topic IS NULL AND e.topic = s.topic"
 	"           " EG_SQL_SCAN_AFTER_XMAX
 	"         ORDER BY e.txid, e.id LIMIT $1)"
-	/* a domain topic's subscription (SPEC 18): its events only, through events_domain_topic_idx */
+	/* a domain topic's subscription (SPEC 18): its events only, through events_read_key_idx */
 	"       UNION ALL"
 	"       (SELECT e.txid, e.id, e.event, e.event_bytes FROM eventgrid.events e"
 	"         WHERE cardinality(pos.done_xip) > 0 AND s.domain_topic IS NOT NULL"
-	"           AND e.topic = s.topic AND e.domain_topic = s.domain_topic AND e.txid = ANY (pos.done_xip)"
+	"           AND e.domain_topic IS NOT NULL AND " EG_SQL_EVENT_READ_KEY " = s.read_key"
+	"           AND e.txid = ANY (pos.done_xip)"
 	"           " EG_SQL_SCAN_DONE_XIP
 	"         ORDER BY e.txid, e.id LIMIT $1)"
 	"       UNION ALL"
 	"       (SELECT e.txid, e.id, e.event, e.event_bytes FROM eventgrid.events e"
-	"         WHERE s.domain_topic IS NOT NULL AND e.topic = s.topic AND e.domain_topic = s.domain_topic"
+	"         WHERE s.domain_topic IS NOT NULL"
+	"           AND e.domain_topic IS NOT NULL AND " EG_SQL_EVENT_READ_KEY " = s.read_key"
 	"           " EG_SQL_SCAN_AFTER_XMAX
 	"         ORDER BY e.txid, e.id LIMIT $1)"
 	"     ) u ORDER BY u.txid, u.id LIMIT $1"
 	"   ) e ON true",
-	.nargs = 3,
-	.types = {INT4OID, INT8ARRAYOID, INT4OID},
+	.nargs = 4,
+	.types = {INT4OID, INT8ARRAYOID, INT4OID, INT8ARRAYOID},
 };
 enum
 {
@@ -121,23 +126,6 @@ enum
 	CS_RATE,
 	CS_ORDERED,				/* an ordered subscription's (SPEC 13) */
 	CS_LEASED				/* its first attempts are in flight (this worker's: others are not scanned) */
-};
-
-/*
- * positions of this cluster not held (paused, endpoint not validated), not
- * transferred (queue) and not leased by another worker (ordered), to tell
- * whether the scan skipped any that another session holds
- */
-static EgStatement count_positions = {
-	.name = "position count",
-	.sql =
-	"SELECT count(*) FROM eventgrid.subscription_positions p"
-	" WHERE p.system_identifier = eventgrid._system_identifier()"
-	"   AND p.subscription_id NOT IN (SELECT ps FROM eventgrid._held_subscriptions() ps)"
-	"   AND p.subscription_id NOT IN (" EG_SQL_TRANSFERRED_SUBSCRIPTIONS ")"
-	"   AND (p.lease_owner IS NULL OR p.lease_owner = $1)",
-	.nargs = 1,
-	.types = {INT4OID},
 };
 
 /*
@@ -192,77 +180,6 @@ static EgStatement advance = {
 	.generic = true,
 };
 
-/*
- * First attempts, step three: the deliveries of the chunks $1 just written
- * by lease owner $2, read the way recovery reads a chunk (the events of its
- * range in its batch that its subscription's filters take), with what their
- * requests need; expired by the clock $3.  Unordered: load_chunks() orders
- * them by chunk and (txid, id), so that the wide rows with their events
- * are not sorted here.  An event that goes in its topic's own schema comes
- * as jsonb, and json_texts() makes its JSON text once for all the
- * subscriptions that get it; otherwise the converted text comes.
- */
-static EgStatement claim_load = {
-	.name = "chunk load",
-	.sql =
-	"WITH c AS MATERIALIZED ("
-	"  SELECT c.* FROM eventgrid.chunks_in_flight c WHERE c.lease_owner = $2 AND c.chunk = ANY ($1)"
-	"), " PROPS("ARRAY(SELECT c.subscription_id FROM c)")
-	", " KEYS("ARRAY(SELECT c.subscription_id FROM c)")
-	", " CERTS("ARRAY(SELECT c.subscription_id FROM c)")
-	", " AUTHS("ARRAY(SELECT c.subscription_id FROM c)")
-	" SELECT c.chunk, s.id, e.txid, e.id,"
-	"       (e.publish_time + make_interval(mins => s.event_ttl) <= $3),"
-	"       coalesce(e.event_bytes, 0), s.topic_type = 'namespace', s.topic,"
-	"       CASE WHEN t.input_schema = s.event_delivery_schema THEN e.event END, e.publish_time,"
-	"       s.ordering_key IS NOT NULL, k.h,"
-	"       k.h IS NOT NULL AND EXISTS (SELECT 1 FROM eventgrid.ordering_keys ok"
-	"                                    WHERE ok.subscription_id = s.id AND ok.ordering_key_hash = k.h),"
-	REQUEST_COLS("e.event", "e.id",
-				 "CASE WHEN t.input_schema = s.event_delivery_schema THEN NULL"
-				 " ELSE eventgrid.convert_event(e.event, t.input_schema, s.event_delivery_schema,"
-				 "                              e.publish_time)::text END", "e.source")
-	"  FROM c JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
-	"  JOIN eventgrid.topics t ON t.name = s.topic"
-	EG_SQL_CHUNK_EVENTS
-	/* the ordering key (SPEC 13), hashed as eventgrid.retries.ordering_key_hash */
-	"  CROSS JOIN LATERAL (SELECT CASE WHEN s.ordering_key IS NOT NULL"
-	"                             THEN hashtextextended(eventgrid._ordering_key(e.event, s.ordering_key), 0) END AS h) k"
-	"  LEFT JOIN props pr ON pr.subscription_id = s.id"
-	"  LEFT JOIN keys kk ON kk.subscription_id = s.id"
-	"  LEFT JOIN certs cc ON cc.subscription_id = s.id"
-	"  LEFT JOIN auths au ON au.subscription_id = s.id",
-	.nargs = 3,
-	.types = {INT8ARRAYOID, INT4OID, TIMESTAMPTZOID},
-};
-enum
-{
-	CL_CHUNK = 1,
-	CL_SUBSCRIPTION_ID,
-	CL_TXID,
-	CL_EVENT_ID,
-	CL_EXPIRED,
-	CL_BYTES,
-	CL_NAMESPACE,
-	CL_TOPIC,
-	CL_EVENT_JSONB,			/* the event when it goes in its topic's own schema */
-	CL_PUBLISH_TIME,
-	CL_ORDERED,				/* of an ordered subscription */
-	CL_KEY_HASH,			/* its ordering key's hash, or NULL */
-	CL_PARKED,				/* its key waits in the retries */
-	CL_REQUEST				/* REQUEST_COLS from here */
-};
-
-/*
- * A chunk whose events the filters no longer take (the subscription was
- * changed between the steps of a claim) has nothing to send.
- */
-static EgStatement drop_chunks = {
-	.name = "empty chunk removal",
-	.sql = "DELETE FROM eventgrid.chunks_in_flight WHERE lease_owner = $2 AND chunk = ANY ($1)",
-	.nargs = 2,
-	.types = {INT8ARRAYOID, INT4OID},
-};
 
 /* A scanned row of a first-attempt claim, with the keys it is ordered by. */
 typedef struct EgScanRow
@@ -290,102 +207,24 @@ cmp_scan_rows(const void *a, const void *b)
 	return cmp_event_key(x->txid, x->id, y->txid, y->id);
 }
 
-/* A delivery read by claim_load, with the keys it is ordered by. */
-typedef struct EgLoadRow
-{
-	int64		chunk;
-	uint64		txid;
-	int64		id;
-	HeapTuple	tuple;
-	Datum		event;			/* the event as jsonb (json_texts()) */
-} EgLoadRow;
-
-static int
-cmp_load_rows(const void *a, const void *b)
-{
-	const EgLoadRow *x = a;
-	const EgLoadRow *y = b;
-
-	if (x->chunk != y->chunk)
-		return x->chunk < y->chunk ? -1 : 1;
-	return cmp_event_key(x->txid, x->id, y->txid, y->id);
-}
-
-static int
-cmp_load_events(const void *a, const void *b)
-{
-	const EgLoadRow *x = *(EgLoadRow *const *) a;
-	const EgLoadRow *y = *(EgLoadRow *const *) b;
-
-	return cmp_event_key(x->txid, x->id, y->txid, y->id);
-}
-
-/*
- * The JSON text of the rows out[0..n) (claim_load's, in the order of load)
- * that came as jsonb, made once per event: with fan-out, every
- * subscription that gets an event in the topic's own schema gets the same
- * text, which jsonb's own output function makes.
- */
-static void
-json_texts(SPITupleTable *tt, EgLoadRow *load, EgClaimedRow *out, int n)
-{
-	EgLoadRow **by_event = palloc(Max(n, 1) * sizeof(EgLoadRow *));
-	int			m = 0;
-
-	for (int i = 0; i < n; i++)
-	{
-		bool		isnull;
-
-		load[i].event = SPI_getbinval(tt->vals[i], tt->tupdesc, CL_EVENT_JSONB, &isnull);
-		if (!isnull)
-			by_event[m++] = &load[i];
-	}
-	qsort(by_event, m, sizeof(EgLoadRow *), cmp_load_events);
-	for (int i = 0; i < m;)
-	{
-		int			j = i;
-		Jsonb	   *jb = DatumGetJsonbP(by_event[i]->event);
-		char	   *text = JsonbToCString(NULL, &jb->root, VARSIZE(jb));
-		int			len = strlen(text);
-
-		/*
-		 * Held until the claim commits: no more than the text itself (its
-		 * buffer may have room to spare), and not the unpacked copy of an
-		 * event that came compressed or out of line.
-		 */
-		text = repalloc(text, len + 1);
-		if ((Pointer) jb != DatumGetPointer(by_event[i]->event))
-			pfree(jb);
-
-		while (j < m && cmp_load_events(&by_event[j], &by_event[i]) == 0)
-		{
-			EgClaimedRow *r = &out[by_event[j] - load];	/* out and load share their order */
-
-			r->payload.json = text;
-			r->payload.len = len;
-			j++;
-		}
-		i = j;
-	}
-	pfree(by_event);
-}
-
 /*
  * Step one: runs claim_scan and returns its rows (*n of them) grouped by
  * subscription in turn order (never served first), events in (txid, id)
  * order.
  */
 static EgScanRow *
-scan_positions(int limit, const int64 *skip, int nskip, int lease_owner, int *n)
+scan_positions(int limit, const int64 *skip, int nskip, int lease_owner, const EgClaimCandidates *cand,
+			   int *n)
 {
-	Datum		args[3];
+	Datum		args[4];
 	SPITupleTable *tt;
 	EgScanRow  *scan;
 
 	args[0] = Int32GetDatum(limit);
 	args[1] = eg_int8_array(skip, nskip);
 	args[2] = Int32GetDatum(lease_owner);
-	eg_store_run(&claim_scan, args, false, SPI_OK_SELECT);
+	args[3] = eg_int8_array(cand->push, cand->npush);
+	eg_store_run(&claim_scan, args, SPI_OK_SELECT);
 	*n = (int) SPI_processed;
 	tt = SPI_tuptable;
 	scan = palloc(Max(*n, 1) * sizeof(EgScanRow));
@@ -483,12 +322,12 @@ ordered_prefix(int64 sub, const EgScanRow *scan, int taken, HeapTuple first, Tup
  * position), and fills *a with how the positions move and which chunks
  * (numbered from *next_chunk) are written; written[] gets the chunk
  * numbers.  Returns the number of chunks, *more whether a position has
- * more to give at once (not one that waits for its rate), *nseen how many
- * positions the scan gave, *nbusy how many of them had events.
+ * more to give at once (not one that waits for its rate), *nbusy how many
+ * positions had events.
  */
 static int
 cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget, TimestampTz now,
-			  int64 *next_chunk, EgAdvance *a, Datum *written, bool *more, int *nseen, int *nbusy)
+			  int64 *next_chunk, EgAdvance *a, Datum *written, bool *more, int *nbusy)
 {
 	int64		before = 0;
 	int			nchunks = 0;
@@ -511,7 +350,6 @@ cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget
 
 		while (j < n && scan[j].subscription_id == sub)
 			j++;
-		(*nseen)++;
 		if (scan[i].txid != 0)
 		{
 			scanned = j - i;
@@ -553,6 +391,8 @@ cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget
 			(scanned > 0 && taken == 0))
 		{
 			*more = *more || (scanned > 0 && !rate_cut);
+			if (scanned > 0)
+				eg_store_claim_keep(sub, false);	/* its events wait for the budget or the rate */
 			i = j;
 			continue;
 		}
@@ -578,6 +418,7 @@ cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget
 			taken = safe;
 			if (taken == 0)
 			{
+				eg_store_claim_keep(sub, false);
 				if (!DatumGetBool(SPI_getbinval(first, tt->tupdesc, CS_LEASED, &isnull)))
 					a->transfer[a->ntransfer++] = sub;
 				else
@@ -595,6 +436,13 @@ cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget
 		 */
 		*more = *more || (!complete && !rate_cut) ||
 			(complete && !DatumGetBool(SPI_getbinval(first, tt->tupdesc, CS_FRESH, &isnull)));
+
+		/*
+		 * Settled only when done becomes this claim's snapshot: a batch left
+		 * open, or an old one completed, is looked at again by this worker.
+		 */
+		if (!complete || !DatumGetBool(SPI_getbinval(first, tt->tupdesc, CS_FRESH, &isnull)))
+			eg_store_claim_keep(sub, false);
 		a->sub_ids[k] = Int64GetDatum(sub);
 		a->complete[k] = BoolGetDatum(complete);
 		a->dones[k] = PointerGetDatum(DatumGetTextPP(SPI_getbinval(first, tt->tupdesc, CS_DONE, &isnull)));
@@ -639,88 +487,90 @@ run_advance(const EgAdvance *a, TimestampTz now, int lease_owner)
 	args[9] = Int32GetDatum(lease_owner);
 	args[10] = eg_xid8_array(a->old_after_txids, n);
 	args[11] = eg_make_array(a->old_after_ids, NULL, n, INT8OID);
-	eg_store_run(&advance, args, false, SPI_OK_INSERT);
+	eg_store_run(&advance, args, SPI_OK_INSERT);
 }
 
-/*
- * Step three: what the chunks written[0..nchunks) deliver, ordered by chunk
- * and (txid, id); *n rows.  A chunk that gave nothing (its subscription's
- * filters were changed between the steps) is not in flight.
- */
-static EgClaimedRow *
-load_chunks(Datum *written, int nchunks, TimestampTz now, int lease_owner, int *n)
+/* The ids of the positions the scan gave (scan is grouped by subscription), sorted. */
+static int64 *
+scanned_ids(const EgScanRow *scan, int n, int *nids)
 {
-	Datum		args[3];
-	SPITupleTable *tt;
-	EgLoadRow  *load;
-	EgClaimedRow *out;
-	int			nempty = 0;
+	int64	   *ids = palloc(Max(n, 1) * sizeof(int64));
 
-	args[0] = eg_make_array(written, NULL, nchunks, INT8OID);
-	args[1] = Int32GetDatum(lease_owner);
-	args[2] = TimestampTzGetDatum(now);
-	eg_store_run(&claim_load, args, false, SPI_OK_SELECT);
-	*n = (int) SPI_processed;
-	tt = SPI_tuptable;
-	load = palloc(Max(*n, 1) * sizeof(EgLoadRow));
-	for (int i = 0; i < *n; i++)
-	{
-		load[i].tuple = tt->vals[i];
-		load[i].chunk = eg_int64_col(tt, i, CL_CHUNK, 0);
-		load[i].txid = (uint64) eg_int64_col(tt, i, CL_TXID, 0);
-		load[i].id = eg_int64_col(tt, i, CL_EVENT_ID, 0);
-	}
-	qsort(load, *n, sizeof(EgLoadRow), cmp_load_rows);
-	out = palloc0(Max(*n, 1) * sizeof(EgClaimedRow));
-	for (int i = 0; i < *n; i++)
-	{
-		EgClaimedRow *r = &out[i];
-		bool		isnull;
-
-		tt->vals[i] = load[i].tuple;
-		r->chunk = load[i].chunk;
-		r->txid = load[i].txid;
-		r->event_id = load[i].id;
-		r->subscription_id = eg_int64_col(tt, i, CL_SUBSCRIPTION_ID, 0);
-		r->expired = eg_bool_col(tt, i, CL_EXPIRED);
-		r->bytes = eg_int32_col(tt, i, CL_BYTES, 0) + EG_DELIVERY_OVERHEAD_BYTES;
-		r->profile = eg_bool_col(tt, i, CL_NAMESPACE) ? EG_PROFILE_NAMESPACE : EG_PROFILE_CUSTOM;
-		r->topic = eg_text_col(tt, i, CL_TOPIC);
-		if (i > 0 && r->topic && out[i - 1].topic && strcmp(r->topic, out[i - 1].topic) == 0)
-		{
-			pfree((char *) r->topic);
-			r->topic = out[i - 1].topic;
-		}
-		r->publish_time = eg_timestamp_col(tt, i, CL_PUBLISH_TIME);
-		r->ordered = eg_bool_col(tt, i, CL_ORDERED);
-		(void) SPI_getbinval(tt->vals[i], tt->tupdesc, CL_KEY_HASH, &isnull);
-		r->keyed = !isnull;
-		r->key_hash = r->keyed ? eg_int64_col(tt, i, CL_KEY_HASH, 0) : 0;
-		r->parked = eg_bool_col(tt, i, CL_PARKED);
-		eg_claim_request_cols(tt, i, CL_REQUEST, r, i > 0 ? &out[i - 1] : NULL);
-	}
-	json_texts(tt, load, out, *n);
-
-	for (int c = 0, i = 0; c < nchunks; c++)
-	{
-		int64		no = DatumGetInt64(written[c]);
-
-		while (i < *n && out[i].chunk < no)
-			i++;
-		if (i >= *n || out[i].chunk != no)
-			written[nempty++] = written[c];
-	}
-	if (nempty > 0)
-	{
-		args[0] = eg_make_array(written, NULL, nempty, INT8OID);
-		args[1] = Int32GetDatum(lease_owner);
-		eg_store_run(&drop_chunks, args, false, SPI_OK_DELETE);
-	}
-	return out;
+	*nids = 0;
+	for (int i = 0; i < n; i++)
+		if (i == 0 || scan[i].subscription_id != scan[i - 1].subscription_id)
+			ids[(*nids)++] = scan[i].subscription_id;
+	qsort(ids, *nids, sizeof(int64), eg_cmp_int64);
+	return ids;
 }
 
 /*
- * Claims first attempts: for every event subscription whose position no
+ * Of the candidates $1 the scan did not give, those still to be claimed
+ * from (of this cluster, not held, not another worker's lease): another
+ * session held their positions.  The others (dropped, paused since) are
+ * let go.
+ */
+static EgStatement still_wanted = {
+	.name = "claim candidates held elsewhere",
+	.sql =
+	"SELECT coalesce(array_agg(p.subscription_id), '{}')"
+	"  FROM eventgrid.subscription_positions p JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
+	" WHERE p.subscription_id = ANY ($1) AND p.system_identifier = eventgrid._system_identifier()"
+	"   AND (p.lease_owner IS NULL OR p.lease_owner = $2) AND NOT " EG_SQL_HELD("s"),
+	.nargs = 2,
+	.types = {INT8ARRAYOID, INT4OID},
+	.generic = true,
+};
+
+/*
+ * The candidates the scan did not give are kept for the next claim: those
+ * whose endpoint is backed up (in skip), and those another session holds;
+ * returns whether another session held one.
+ */
+static bool
+keep_unscanned(const EgClaimCandidates *cand, const EgScanRow *scan, int n, const int64 *skip, int nskip,
+			   int lease_owner)
+{
+	int			nids;
+	int64	   *ids = scanned_ids(scan, n, &nids);
+	int64	   *missing = palloc(Max(cand->npush, 1) * sizeof(int64));
+	int			nmissing = 0;
+	Datum		args[2];
+	bool		isnull;
+	Datum	   *elems;
+	int			nheld;
+
+	for (int i = 0, j = 0; i < cand->npush; i++)
+	{
+		int64		sub = cand->push[i];
+		bool		skipped = false;
+
+		while (j < nids && ids[j] < sub)
+			j++;
+		if (j < nids && ids[j] == sub)
+			continue;
+		for (int k = 0; k < nskip && !skipped; k++)
+			skipped = skip[k] == sub;
+		if (skipped)
+			eg_store_claim_keep(sub, false);
+		else
+			missing[nmissing++] = sub;
+	}
+	pfree(ids);
+	if (nmissing == 0)
+		return false;
+	args[0] = eg_int8_array(missing, nmissing);
+	args[1] = Int32GetDatum(lease_owner);
+	eg_store_run(&still_wanted, args, SPI_OK_SELECT);
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)),
+					  INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &elems, NULL, &nheld);
+	for (int i = 0; i < nheld; i++)
+		eg_store_claim_keep(DatumGetInt64(elems[i]), false);
+	return nheld > 0;
+}
+
+/*
+ * Claims first attempts: for every candidate position (cand->push) that no
  * other session holds, the next events of its snapshot batch, at most limit
  * per subscription, cut where the events to deliver reach byte_budget bytes
  * (at least one event).  Subscriptions take turns by when they were last
@@ -730,53 +580,54 @@ load_chunks(Datum *written, int nchunks, TimestampTz now, int lease_owner, int *
  * per subscription), in this unit of work; the deliveries are then read
  * from those chunks.  Returns the deliveries, ordered by chunk and then
  * (txid, id); *more says whether a position has more to give at once,
- * *locked that another session holds a position.  The nskip event
- * subscriptions in skip are left out (their endpoint is backed up).
- * *busy: how many positions had events.  *rows stay valid until
+ * *locked that another session holds a candidate's position.  The nskip
+ * event subscriptions in skip are left out (their endpoint is backed up).
+ * Positions not settled (eg_store_claim_keep()) are looked at again by the
+ * next claim.  *busy: how many positions had events.  *rows stay valid until
  * eg_store_commit().
  */
 int
 eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
-					 const int64 *skip, int nskip,
+					 const EgClaimCandidates *cand, const int64 *skip, int nskip,
 					 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked, int *busy)
 {
 	int			n;
-	int			nseen = 0;
 	int			nchunks;
 	EgScanRow  *scan;
 	SPITupleTable *tt;
 	EgAdvance	a;
 	Datum	   *written;
-	Datum		owner_arg;
 
 	*more = false;
+	*locked = false;
+	*busy = 0;
 	*rows = palloc0(sizeof(EgClaimedRow));	/* none yet: never a NULL for memcpy */
-	scan = scan_positions(limit, skip, nskip, lease_owner, &n);
+	if (cand->npush == 0)
+		return 0;
+	scan = scan_positions(limit, skip, nskip, lease_owner, cand, &n);
 	tt = SPI_tuptable;
+	*locked = keep_unscanned(cand, scan, n, skip, nskip, lease_owner);
 	advance_init(&a, n);
 	written = palloc(Max(n, 1) * sizeof(Datum));
-	*busy = 0;
-	nchunks = cut_positions(scan, n, tt, limit, Max(byte_budget, 1), now, next_chunk, &a, written, more, &nseen, busy);
+	nchunks = cut_positions(scan, n, tt, limit, Max(byte_budget, 1), now, next_chunk, &a, written, more, busy);
 	if (a.n > 0)
 		run_advance(&a, now, lease_owner);
 	for (int i = 0; i < a.ntransfer; i++)
 	{
 		Datum		args[2] = {Int64GetDatum(a.transfer[i]), TimestampTzGetDatum(now)};
 
-		eg_store_run(&ordered_transfer, args, false, SPI_OK_SELECT);
+		eg_store_run(&ordered_transfer, args, SPI_OK_SELECT);
 		*more = true;			/* its retries are due at once */
 	}
-	owner_arg = Int32GetDatum(lease_owner);
-	eg_store_run(&count_positions, &owner_arg, true, SPI_OK_SELECT);
+
 	/*
-	 * Positions another session holds, and an ordered batch that waits for
-	 * this worker's own first attempts of it to be recorded (nothing else
-	 * would bring the worker back to it: found stalled in test 071): the
-	 * worker looks again a little later.
+	 * An ordered batch that waits for this worker's own first attempts of
+	 * it to be recorded (nothing else would bring the worker back to it:
+	 * found stalled in test 071): the worker looks again a little later.
 	 */
-	*locked = eg_int64_col(SPI_tuptable, 0, 1, 0) > nseen + nskip || a.lease_wait;
+	*locked = *locked || a.lease_wait;
 	if (nchunks == 0)
 		return 0;
-	*rows = load_chunks(written, nchunks, now, lease_owner, &n);
+	*rows = eg_claim_load_chunks(written, nchunks, now, lease_owner, &n);
 	return n;
 }

@@ -1,6 +1,7 @@
 /*
- * store_claim.h - what the two claims share (store_claim.c, first attempts;
- * store_claim_retries.c, due retries): the columns each returns for a
+ * store_claim.h - what the two claims share (store_claim.c and
+ * store_claim_load.c, first attempts; store_claim_retries.c, due retries):
+ * the columns each returns for a
  * request, as SQL fragments, the enum naming them, and the function that
  * reads them from a result row.
  */
@@ -116,5 +117,15 @@ enum RequestCol
  */
 extern void eg_claim_request_cols(SPITupleTable *tt, int row, int first, EgClaimedRow *r,
 								  const EgClaimedRow *prev);
+
+/*
+ * First attempts, step three (store_claim_load.c): what the chunks
+ * written[0..nchunks) of lease owner lease_owner deliver, ordered by chunk
+ * and (txid, id); *n rows, valid until eg_store_commit(); expired by the
+ * clock now.  A chunk that gives nothing (its subscription's filters were
+ * changed between the steps) is no longer in flight.
+ */
+extern EgClaimedRow *eg_claim_load_chunks(Datum *written, int nchunks, TimestampTz now, int lease_owner,
+										  int *n);
 
 #endif							/* EVENTGRID_STORE_CLAIM_H */

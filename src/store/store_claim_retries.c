@@ -123,7 +123,7 @@ rate_limit_retries(EgClaimedRow *out, const int *rates, int n, TimestampTz now)
 
 		args[0] = eg_make_array(released, NULL, nreleased, INT8OID);
 		args[1] = TimestampTzGetDatum(eg_rate_next_at);
-		eg_store_run(&release_retries, args, false, SPI_OK_UPDATE);
+		eg_store_run(&release_retries, args, SPI_OK_UPDATE);
 	}
 	return kept;
 }
@@ -151,7 +151,7 @@ eg_store_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_
 	args[2] = Int32GetDatum(lease_owner);
 	args[3] = Int64GetDatum(lease_ms);
 	args[4] = Int64GetDatum(Max(byte_budget, 1));
-	eg_store_run(&claim_retries, args, false, SPI_OK_SELECT);
+	eg_store_run(&claim_retries, args, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	tt = SPI_tuptable;
 	out = palloc0(Max(n, 1) * sizeof(EgClaimedRow));
@@ -203,7 +203,7 @@ eg_store_next_due(void)
 	TimestampTz t;
 
 	/* a new snapshot: retries made due since the claim began (another worker's promotion) count */
-	eg_store_run(&next_due, NULL, false, SPI_OK_SELECT);
+	eg_store_run(&next_due, NULL, SPI_OK_SELECT);
 	t = eg_timestamp_col(SPI_tuptable, 0, 1);
 	return t == 0 ? DT_NOEND : t;
 }

@@ -6,6 +6,7 @@
  * letters and dropped events behind the per-minute summary in the log.
  */
 #include "store/store.h"
+#include "store/store_sql.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -66,8 +67,8 @@ static EgStatement any_subscription = {
 
 /*
  * Does this database have an event subscription?  Read in a snapshot of its
- * own, taken now (read_only false: in READ COMMITTED, SPI takes a new one),
- * not the unit's, which is older than the caller's look at the subscription
+ * own, taken now (as every store statement's is: store.h), not the unit's,
+ * which is older than the caller's look at the subscription
  * changes (note_subscriptions() in upkeep_worker.c): a subscription created
  * in between was seen as absent and as not changed since, and the next
  * publishing commits woke no delivery worker (test 052).
@@ -75,7 +76,7 @@ static EgStatement any_subscription = {
 bool
 eg_store_has_subscriptions(void)
 {
-	eg_store_run(&any_subscription, NULL, false, SPI_OK_SELECT);
+	eg_store_run(&any_subscription, NULL, SPI_OK_SELECT);
 	return eg_bool_col(SPI_tuptable, 0, 1);
 }
 
@@ -92,14 +93,14 @@ static EgStatement refresh_grants = {
 void
 eg_store_refresh_receive_grants(void)
 {
-	eg_store_run(&refresh_grants, NULL, false, SPI_OK_SELECT);
+	eg_store_run(&refresh_grants, NULL, SPI_OK_SELECT);
 }
 
 /* Counts the events that no event subscription takes, per topic (SPEC 9). */
 void
 eg_store_count_unmatched(void)
 {
-	eg_store_run(&unmatched, NULL, false, SPI_OK_UPDATE);
+	eg_store_run(&unmatched, NULL, SPI_OK_UPDATE);
 }
 
 /*
@@ -131,18 +132,20 @@ static EgStatement pauses = {
 int64
 eg_store_pauses(bool *all)
 {
-	eg_store_run(&pauses, NULL, true, SPI_OK_SELECT);
+	eg_store_run(&pauses, NULL, SPI_OK_SELECT);
 	*all = eg_bool_col(SPI_tuptable, 0, 2);
 	return eg_int64_col(SPI_tuptable, 0, 1, 0);
 }
 
-/* each position, with what backlog_events takes */
+/*
+ * each position of the topics and domain topics with events in the event
+ * tables (the others have none to count), with what backlog_events takes
+ */
 static EgStatement backlog_positions = {
 	.name = "position list",
 	.sql =
-	"SELECT s.read_key, p.done, p.upto, p.after_txid, p.after_id"
-	"  FROM eventgrid.subscription_positions p"
-	"  JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id",
+	"WITH RECURSIVE " EG_SQL_READ_KEYS("true")
+	"SELECT s.read_key, p.done, p.upto, p.after_txid, p.after_id FROM" EG_SQL_KEYED_POSITIONS,
 };
 
 /*
@@ -176,10 +179,10 @@ eg_store_backlog(TimestampTz now)
 
 	args[0] = TimestampTzGetDatum(now);
 	args[1] = Int64GetDatum(EG_BACKLOG_COUNT_LIMIT);
-	eg_store_run(&backlog_retries, args, true, SPI_OK_SELECT);
+	eg_store_run(&backlog_retries, args, SPI_OK_SELECT);
 	retries = eg_int64_col(SPI_tuptable, 0, 1, 0);
 
-	eg_store_run(&backlog_positions, NULL, true, SPI_OK_SELECT);
+	eg_store_run(&backlog_positions, NULL, SPI_OK_SELECT);
 	positions = SPI_tuptable;
 	for (uint64 i = 0; i < positions->numvals && events < EG_BACKLOG_COUNT_LIMIT; i++)
 	{
@@ -193,7 +196,7 @@ eg_store_backlog(TimestampTz now)
 			nulls[k] = isnull ? 'n' : ' ';
 		}
 		args[5] = Int64GetDatum(EG_BACKLOG_COUNT_LIMIT - events);
-		eg_store_run_nulls(&backlog_events, args, nulls, true, SPI_OK_SELECT);
+		eg_store_run_nulls(&backlog_events, args, nulls, SPI_OK_SELECT);
 		events += eg_int64_col(SPI_tuptable, 0, 1, 0);
 		SPI_freetuptable(SPI_tuptable);
 	}
@@ -226,7 +229,7 @@ eg_store_finals(int64 after_dead_letter_id)
 	Datum		arg = Int64GetDatum(after_dead_letter_id);
 	EgFinals	f;
 
-	eg_store_run(&finals, &arg, true, SPI_OK_SELECT);
+	eg_store_run(&finals, &arg, SPI_OK_SELECT);
 	f.last_dead_letter_id = eg_int64_col(SPI_tuptable, 0, 1, 0);
 	f.dropped = eg_int64_col(SPI_tuptable, 0, 2, 0);
 	f.by_reason = eg_text_col(SPI_tuptable, 0, 3);
@@ -260,7 +263,7 @@ eg_store_subscription_states(const int64 *ids, int n, EgSubscriptionState *state
 		COL_ID = 1, COL_GONE, COL_HELD, COL_ENDPOINT
 	};
 
-	eg_store_run(&subscription_states, &arg, true, SPI_OK_SELECT);
+	eg_store_run(&subscription_states, &arg, SPI_OK_SELECT);
 	for (uint64 i = 0; i < SPI_processed && i < (uint64) n; i++)
 	{
 		states[i].id = eg_int64_col(SPI_tuptable, i, COL_ID, 0);
@@ -279,9 +282,9 @@ eg_store_subscription_states(const int64 *ids, int n, EgSubscriptionState *state
 static EgStatement delivery_wanted = {
 	.name = "delivery due time",
 	.sql =
+	"WITH RECURSIVE " EG_SQL_READ_KEYS("true")
 	"SELECT CASE WHEN EXISTS (SELECT 1 FROM eventgrid.chunks_in_flight)"
-	"              OR EXISTS (SELECT 1 FROM eventgrid.subscription_positions p"
-	"                           JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
+	"              OR EXISTS (SELECT 1 FROM" EG_SQL_KEYED_POSITIONS
 	"                          WHERE s.id NOT IN (SELECT h FROM eventgrid._held_subscriptions() h)"
 	"                            AND EXISTS (SELECT 1 FROM eventgrid._unpassed_events(s.read_key, p.done, p.upto,"
 	"                                                                                p.after_txid, p.after_id) e))"
@@ -299,7 +302,7 @@ eg_store_delivery_wanted(TimestampTz now)
 	Datum		arg = TimestampTzGetDatum(now);
 	TimestampTz t;
 
-	eg_store_run(&delivery_wanted, &arg, true, SPI_OK_SELECT);
+	eg_store_run(&delivery_wanted, &arg, SPI_OK_SELECT);
 	t = eg_timestamp_col(SPI_tuptable, 0, 1);
 	return t == 0 ? DT_NOEND : t;
 }
@@ -331,7 +334,7 @@ eg_store_upkeep_due(TimestampTz now, int64 history_period_ms)
 
 	args[0] = TimestampTzGetDatum(now);
 	args[1] = Int64GetDatum(history_period_ms);
-	eg_store_run(&upkeep_due, args, true, SPI_OK_SELECT);
+	eg_store_run(&upkeep_due, args, SPI_OK_SELECT);
 	t = eg_timestamp_col(SPI_tuptable, 0, 1);
 	return t == 0 ? DT_NOEND : t;
 }
@@ -388,7 +391,7 @@ eg_store_expiring_certificates(TimestampTz before, char ***topics, char ***names
 {
 	Datum		args[1] = {TimestampTzGetDatum(before)};
 
-	eg_store_run(&expiring_certificates, args, true, SPI_OK_SELECT);
+	eg_store_run(&expiring_certificates, args, SPI_OK_SELECT);
 	return subscription_times(topics, names, not_after);
 }
 
@@ -407,7 +410,7 @@ eg_store_drop_expired(EgExpired **expired, TimestampTz *next)
 {
 	int			n;
 
-	eg_store_run(&drop_expired, NULL, false, SPI_OK_SELECT);
+	eg_store_run(&drop_expired, NULL, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	*expired = palloc0(Max(n, 1) * sizeof(EgExpired));
 	for (int i = 0; i < n; i++)
@@ -418,7 +421,7 @@ eg_store_drop_expired(EgExpired **expired, TimestampTz *next)
 		(*expired)[i].owed = eg_int64_col(SPI_tuptable, i, 4, 0);
 		(*expired)[i].skipped = eg_bool_col(SPI_tuptable, i, 5);
 	}
-	eg_store_run(&next_expiration, NULL, false, SPI_OK_SELECT);
+	eg_store_run(&next_expiration, NULL, SPI_OK_SELECT);
 	*next = eg_timestamp_col(SPI_tuptable, 0, 1);
 	if (*next == 0)
 		*next = DT_NOEND;

@@ -43,7 +43,7 @@ eg_store_load_health(EgHealth **rows)
 	int			n;
 	EgHealth   *out;
 
-	eg_store_run(&health_load, NULL, true, SPI_OK_SELECT);
+	eg_store_run(&health_load, NULL, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	tt = SPI_tuptable;
 	out = palloc0(Max(n, 1) * sizeof(EgHealth));
@@ -127,7 +127,7 @@ eg_store_save_health(const EgHealth *rows, int n, TimestampTz now)
 	args[6] = eg_make_array(until, until_null, n, TIMESTAMPTZOID);
 	args[7] = eg_make_array(probations, NULL, n, INT4OID);
 	args[8] = TimestampTzGetDatum(now);
-	eg_store_run(&health_save, args, false, SPI_OK_INSERT);
+	eg_store_run(&health_save, args, SPI_OK_INSERT);
 }
 
 static EgStatement health_forget = {
@@ -141,6 +141,6 @@ static EgStatement health_forget = {
 void
 eg_store_forget_health(void)
 {
-	eg_store_run(&health_forget, NULL, false, SPI_OK_DELETE);
+	eg_store_run(&health_forget, NULL, SPI_OK_DELETE);
 }
 

@@ -214,6 +214,6 @@ eg_store_record_metrics(EgOutcome *const *outcomes, int n)
 		args[1] = eg_make_array(kinds, NULL, m, TEXTOID);
 		args[2] = eg_make_array(labels, NULL, m, TEXTOID);
 		args[3] = eg_make_array(values, NULL, m, FLOAT8OID);
-		eg_store_run(&add_metrics, args, false, SPI_OK_INSERT);
+		eg_store_run(&add_metrics, args, SPI_OK_INSERT);
 	}
 }

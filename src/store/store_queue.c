@@ -10,6 +10,7 @@
 #include "store/store_sql.h"
 
 #include "catalog/pg_type_d.h"
+#include "utils/array.h"
 #include "utils/timestamp.h"
 
 static EgStatement expire_queue = {
@@ -30,7 +31,7 @@ eg_store_expire_queue(TimestampTz now)
 {
 	Datum		arg = TimestampTzGetDatum(now);
 
-	eg_store_run(&expire_queue, &arg, false, SPI_OK_SELECT);
+	eg_store_run(&expire_queue, &arg, SPI_OK_SELECT);
 	return eg_int64_col(SPI_tuptable, 0, 1, 0);
 }
 
@@ -38,9 +39,10 @@ eg_store_expire_queue(TimestampTz now)
  * Queue subscriptions (SPEC 14) are not claimed at all: what becomes
  * visible to them is written as references into eventgrid.queue_batches,
  * where consumers receive it from (eventgrid._position_to_queue()).  This
- * finds the positions of this cluster's queue subscriptions that are not
- * held (paused) and have events to pass, and locks those no other session
- * holds; a claim that finds nothing new holds nothing.  Always the
+ * finds, among the candidates $1 (store_claim_candidates.c), the positions
+ * of this cluster, not held, that have events to pass, and locks those no other session holds; a
+ * claim that finds nothing new holds nothing.  Returns the ids locked
+ * (none: one row, NULL) and the ids another session holds.  Always the
  * generic plan: planning it (with _unpassed_events() inlined over the
  * event tables) took longer than running it.
  */
@@ -50,9 +52,8 @@ static EgStatement transferred_positions = {
 	"WITH cand AS MATERIALIZED ("
 	"  SELECT p.subscription_id FROM eventgrid.subscription_positions p"
 	"    JOIN eventgrid.event_subscriptions s ON s.id = p.subscription_id"
-	"   WHERE s.delivery_mode = 'queue'"
-	"     AND p.system_identifier = eventgrid._system_identifier()"
-	"     AND p.subscription_id NOT IN (SELECT h FROM eventgrid._held_subscriptions() h)"
+	"   WHERE p.subscription_id = ANY ($1) AND s.delivery_mode = 'queue'"
+	"     AND p.system_identifier = eventgrid._system_identifier() AND NOT " EG_SQL_HELD("s")
 	"     AND EXISTS (SELECT 1 FROM eventgrid._unpassed_events(s.read_key, p.done, p.upto, p.after_txid, p.after_id) e"
 	"                  WHERE pg_visible_in_snapshot(e.txid, pg_current_snapshot()))"
 	"), locked AS MATERIALIZED ("
@@ -60,10 +61,12 @@ static EgStatement transferred_positions = {
 	"   WHERE p.subscription_id IN (SELECT c.subscription_id FROM cand c)"
 	"   ORDER BY p.subscription_id FOR UPDATE OF p SKIP LOCKED"
 	")"
-	/* one row at least: the ids locked (NULL: none), and how many others hold */
-	"SELECT l.subscription_id, x.skipped"
-	"  FROM (SELECT (SELECT count(*) FROM cand) - (SELECT count(*) FROM locked) AS skipped) x"
-	"  LEFT JOIN locked l ON true ORDER BY l.subscription_id",
+	"SELECT l.subscription_id,"
+	"       ARRAY(SELECT c.subscription_id FROM cand c"
+	"              WHERE c.subscription_id NOT IN (SELECT k.subscription_id FROM locked k))"
+	"  FROM (SELECT 1) x LEFT JOIN locked l ON true ORDER BY l.subscription_id",
+	.nargs = 1,
+	.types = {INT8ARRAYOID},
 	.generic = true,
 };
 
@@ -75,23 +78,42 @@ static EgStatement transfer = {
 };
 
 /*
- * Makes the events newly visible to queue subscriptions receivable at now,
- * 100 references a row in eventgrid.queue_batches, no copy of any event
- * (consumers waiting in receive() are woken at commit); returns how many,
- * and sets *locked when another session held such a subscription's
- * position that had events to pass (tried again at the next claim).  In
- * the claim's unit of work, before the retries are claimed.
+ * Makes the events newly visible to the queue subscriptions among the
+ * candidates cand receivable at now, 100 references a row in
+ * eventgrid.queue_batches, no copy of any event (consumers waiting in
+ * receive() are woken at commit); returns how many, and sets *locked when
+ * another session held such a subscription's position that had events to
+ * pass (kept for the next claim: eg_store_claim_keep()).  In the claim's
+ * unit of work, before the retries are claimed.
  */
 int64
-eg_store_transfer_positions(TimestampTz now, bool *locked)
+eg_store_transfer_positions(TimestampTz now, const EgClaimCandidates *cand, bool *locked)
 {
 	int			n;
 	int64	   *sids;
 	int64		moved = 0;
+	Datum		arg;
+	bool		isnull;
+	Datum		held;
 
-	eg_store_run(&transferred_positions, NULL, false, SPI_OK_SELECT);
+	*locked = false;
+	if (cand->nqueue == 0)
+		return 0;
+	arg = eg_int8_array(cand->queue, cand->nqueue);
+	eg_store_run(&transferred_positions, &arg, SPI_OK_SELECT);
 	n = (int) SPI_processed;
-	*locked = eg_int64_col(SPI_tuptable, 0, 2, 0) > 0;
+	held = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	if (!isnull)
+	{
+		ArrayType  *a = DatumGetArrayTypeP(held);
+		Datum	   *elems;
+		int			nheld;
+
+		deconstruct_array(a, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &elems, NULL, &nheld);
+		for (int i = 0; i < nheld; i++)
+			eg_store_claim_keep(DatumGetInt64(elems[i]), true);
+		*locked = nheld > 0;
+	}
 	sids = palloc(n * sizeof(int64));
 	for (int i = 0; i < n; i++)
 		sids[i] = eg_int64_col(SPI_tuptable, i, 1, 0);
@@ -101,7 +123,7 @@ eg_store_transfer_positions(TimestampTz now, bool *locked)
 
 		if (sids[i] == 0)
 			continue;			/* none locked */
-		eg_store_run(&transfer, args, false, SPI_OK_SELECT);
+		eg_store_run(&transfer, args, SPI_OK_SELECT);
 		moved += eg_int64_col(SPI_tuptable, 0, 1, 0);
 	}
 	pfree(sids);

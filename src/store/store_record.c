@@ -108,7 +108,7 @@ eg_store_mark_in_flight(int lease_owner, int64 wave, const int64 *retry_ids, int
 		args[0] = Int32GetDatum(lease_owner);
 		args[1] = Int64GetDatum(wave);
 		args[2] = eg_int8_array(retry_ids, nretries);
-		eg_store_run(&in_flight, args, false, SPI_OK_INSERT);
+		eg_store_run(&in_flight, args, SPI_OK_INSERT);
 	}
 	if (nmarks > 0)
 	{
@@ -126,7 +126,7 @@ eg_store_mark_in_flight(int lease_owner, int64 wave, const int64 *retry_ids, int
 		args[1] = eg_int8_array(chunks, nmarks);
 		args[2] = eg_xid8_array(txids, nmarks);
 		args[3] = eg_int8_array(ids, nmarks);
-		eg_store_run(&sent_marks, args, false, SPI_OK_UPDATE);
+		eg_store_run(&sent_marks, args, SPI_OK_UPDATE);
 	}
 }
 
@@ -140,7 +140,7 @@ eg_store_forget_waves(int lease_owner, const int64 *waves, int n)
 		return;
 	args[0] = Int32GetDatum(lease_owner);
 	args[1] = eg_int8_array(waves, n);
-	eg_store_run(&waves_done, args, false, SPI_OK_DELETE);
+	eg_store_run(&waves_done, args, SPI_OK_DELETE);
 }
 
 /*
@@ -615,7 +615,7 @@ record_attempts(const EgAttempt *attempts, int n)
 		args[13] = (Datum) 0;
 		argnulls[13] = 'n';
 	}
-	eg_store_run_nulls(&record_attempts_st, args, argnulls, false, SPI_OK_INSERT);
+	eg_store_run_nulls(&record_attempts_st, args, argnulls, SPI_OK_INSERT);
 }
 
 /*
@@ -639,7 +639,7 @@ park_parked_keys(SPITupleTable *tt, int n, TimestampTz *earliest)
 	}
 	(void) eg_key_arrays(tt, n, 1, 0, args);
 	args[3] = eg_make_array(dues, NULL, n, TIMESTAMPTZOID);
-	eg_store_run(&park_keys, args, false, SPI_OK_SELECT);
+	eg_store_run(&park_keys, args, SPI_OK_SELECT);
 }
 
 /*
@@ -680,8 +680,8 @@ eg_store_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 
 			earliest = o->next_at;
 	}
 	args[0] = eg_make_array(subs, NULL, n, INT8OID);
-	eg_store_run(&lock_subscriptions, args, false, SPI_OK_SELECT);
-	eg_store_run(&lock_counters, args, false, SPI_OK_SELECT);
+	eg_store_run(&lock_subscriptions, args, SPI_OK_SELECT);
+	eg_store_run(&lock_counters, args, SPI_OK_SELECT);
 	eg_store_record_metrics(outcomes, n);
 
 	if (nfirst > 0 || nchunks > 0)
@@ -695,7 +695,7 @@ eg_store_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 
 		args[10] = Int32GetDatum(lease_owner);
 		args[11] = eg_int8_array(chunks, nchunks);
 		first_counts_args(outcomes, n, &args[12]);
-		eg_store_run(&record_first, args, false, SPI_OK_SELECT);
+		eg_store_run(&record_first, args, SPI_OK_SELECT);
 		if (SPI_processed > 0)
 			park_parked_keys(SPI_tuptable, (int) SPI_processed, &earliest);
 	}
@@ -705,14 +705,14 @@ eg_store_record(EgOutcome *const *outcomes, int n, int lease_owner, const int64 
 
 		args[0] = eg_make_array(a->ids, NULL, a->n, INT8OID);
 		outcome_args(a, &args[1], true);
-		eg_store_run(&record_retries, args, false, SPI_OK_SELECT);
+		eg_store_run(&record_retries, args, SPI_OK_SELECT);
 		if (SPI_processed > 0)
 		{
 			TimestampTz now = eg_now();
 
 			(void) eg_key_arrays(SPI_tuptable, (int) SPI_processed, 1, 0, args);
 			args[3] = TimestampTzGetDatum(now);
-			eg_store_run(&promote_keys, args, false, SPI_OK_SELECT);
+			eg_store_run(&promote_keys, args, SPI_OK_SELECT);
 			if (eg_int32_col(SPI_tuptable, 0, 1, 0) > 0 && now < earliest)
 				earliest = now;
 		}

@@ -184,7 +184,7 @@ start_recovered_keys(SPITupleTable *tt, int n, TimestampTz now)
 	if (eg_key_arrays(tt, n, 2, 5, args) == 0)
 		return;
 	args[3] = TimestampTzGetDatum(now);
-	eg_store_run(&start_recovered, args, false, SPI_OK_SELECT);
+	eg_store_run(&start_recovered, args, SPI_OK_SELECT);
 }
 
 /*
@@ -217,36 +217,36 @@ eg_store_recover(int starting_pid, TimestampTz now, bool history, uint64 *charge
 	{
 		bool		stale;
 
-		eg_store_run(&stale_owners, args, true, SPI_OK_SELECT);
+		eg_store_run(&stale_owners, args, SPI_OK_SELECT);
 		stale = eg_bool_col(SPI_tuptable, 0, 1);
 		if (!stale)
 			return;
 	}
-	eg_store_run(&recovery_lock, NULL, false, SPI_OK_UTILITY);
+	eg_store_run(&recovery_lock, NULL, SPI_OK_UTILITY);
 
 	/* who runs is read again by each statement, after its snapshot */
 	pgstat_clear_snapshot();
-	eg_store_run(&recover_chunks, args, false, SPI_OK_SELECT);
+	eg_store_run(&recover_chunks, args, SPI_OK_SELECT);
 	*released = SPI_processed;
 	for (uint64 i = 0; i < SPI_processed; i++)
 		if (eg_int32_col(SPI_tuptable, (int) i, 1, 0) > 0)
 			(*charged)++;
 	start_recovered_keys(SPI_tuptable, (int) SPI_processed, now);
 	pgstat_clear_snapshot();
-	eg_store_run(&forget_in_flight, args, false, SPI_OK_SELECT);
+	eg_store_run(&forget_in_flight, args, SPI_OK_SELECT);
 	sent_args[0] = args[0];
 	sent_args[1] = args[1];
 	sent_args[2] = args[2];
 	sent_args[3] = Int32GetDatum(EG_MAX_DELIVERY_ATTEMPTS);
 	sent_args[4] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	Assert(!isnull);
-	eg_store_run(&release_sent, sent_args, false, SPI_OK_SELECT);
+	eg_store_run(&release_sent, sent_args, SPI_OK_SELECT);
 	sent = (uint64) eg_int64_col(SPI_tuptable, 0, 1, 0);
 	*released += sent;
 	*charged += sent;
 	if (starting_pid != 0)
 	{
-		eg_store_run(&release_unsent, args, false, SPI_OK_UPDATE);
+		eg_store_run(&release_unsent, args, SPI_OK_UPDATE);
 		*released += SPI_processed;
 	}
 	if (*released > 0)
@@ -259,12 +259,18 @@ eg_store_recover(int starting_pid, TimestampTz now, bool history, uint64 *charge
 						   (unsigned long long) *charged)));
 }
 
-/* positions whose snapshots belong to another cluster (a restored dump) */
+/*
+ * positions whose snapshots belong to another cluster (a restored dump):
+ * the lowest and highest system identifier of the positions, two probes of
+ * subscription_positions_system_identifier_idx, not a scan of every one
+ */
 static EgStatement foreign = {
 	.name = "foreign position lookup",
 	.sql =
-	"SELECT EXISTS (SELECT 1 FROM eventgrid.subscription_positions p"
-	"                WHERE p.system_identifier <> eventgrid._system_identifier())"
+	"SELECT coalesce((SELECT min(p.system_identifier) FROM eventgrid.subscription_positions p)"
+	"                  <> eventgrid._system_identifier(), false)"
+	"    OR coalesce((SELECT max(p.system_identifier) FROM eventgrid.subscription_positions p)"
+	"                  <> eventgrid._system_identifier(), false)"
 	"    OR EXISTS (SELECT 1 FROM eventgrid.topic_positions p"
 	"                WHERE p.system_identifier <> eventgrid._system_identifier())",
 };
@@ -370,13 +376,13 @@ eg_store_rebase(TimestampTz now)
 	Datum		arg = TimestampTzGetDatum(now);
 	uint64		made;
 
-	eg_store_run(&foreign, NULL, true, SPI_OK_SELECT);
+	eg_store_run(&foreign, NULL, SPI_OK_SELECT);
 	if (!eg_bool_col(SPI_tuptable, 0, 1))
 		return 0;
-	eg_store_run(&rebase_pending, &arg, false, SPI_OK_INSERT);
+	eg_store_run(&rebase_pending, &arg, SPI_OK_INSERT);
 	made = SPI_processed;
-	eg_store_run(&start_keys, &arg, false, SPI_OK_SELECT);
-	eg_store_run(&rebase_queue, &arg, false, SPI_OK_SELECT);
+	eg_store_run(&start_keys, &arg, SPI_OK_SELECT);
+	eg_store_run(&rebase_queue, &arg, SPI_OK_SELECT);
 	if (eg_int64_col(SPI_tuptable, 0, 1, 0) > 0)
 	{
 		made += eg_int64_col(SPI_tuptable, 0, 1, 0);
@@ -384,7 +390,7 @@ eg_store_rebase(TimestampTz now)
 	}
 	if (SPI_execute("TRUNCATE eventgrid.events_0, eventgrid.events_1, eventgrid.events_2", false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "eventgrid: emptying the event tables failed");
-	eg_store_run(&rebase_positions, NULL, false, SPI_OK_UPDATE);
+	eg_store_run(&rebase_positions, NULL, SPI_OK_UPDATE);
 	ereport(LOG,
 			(errmsg("eventgrid: positions restored from another cluster start afresh; %llu pending deliveries became retries or receivable queue events",
 					(unsigned long long) made)));

@@ -54,12 +54,81 @@
 #define EG_SQL_STALE_OWNER(col) "(" col " = $1 OR " col " <> ALL (" EG_SQL_LIVE_WORKERS "))"
 
 /*
- * the ids of the event subscriptions whose positions the claim does not
- * take events from but makes receivable where they are
- * (eventgrid._position_to_queue()): queue ones (SPEC 14: pull delivery),
- * whose events consumers read through eventgrid.queue_batches
+ * Whether event subscription s (a row of eventgrid.event_subscriptions) is
+ * held: paused by pause_delivery() (itself, its topic or domain, or
+ * everything), its endpoint not validated, or expired on the workers'
+ * clock; what eventgrid._held_subscriptions() lists, asked of one
+ * subscription (a claim's cost must not be that of every paused one).
  */
-#define EG_SQL_TRANSFERRED_SUBSCRIPTIONS \
-	"SELECT o.id FROM eventgrid.event_subscriptions o WHERE o.delivery_mode = 'queue'"
+#define EG_SQL_HELD(s) \
+	"(EXISTS (SELECT 1 FROM eventgrid.delivery_pauses dp" \
+	"          WHERE dp.subscription_id = " s ".id" \
+	"             OR (dp.subscription_id IS NULL AND (dp.topic IS NULL OR dp.topic = " s ".topic)))" \
+	" OR EXISTS (SELECT 1 FROM eventgrid.endpoint_validations v" \
+	"             WHERE v.subscription_id = " s ".id AND v.state <> 'Succeeded')" \
+	" OR coalesce(" s ".expiration_time <= eventgrid._now(), false))"
+
+/*
+ * A domain topic's read key ('domain/topic', event_subscriptions.read_key)
+ * of event e: the expression events_read_key_idx is on, so that only that
+ * index serves a domain topic's events (the planner, which knows nothing of
+ * a freshly emptied event table, took the (topic, txid, id) index as often
+ * when the two were both on offer).
+ */
+#define EG_SQL_EVENT_READ_KEY "(e.topic || '/' || e.domain_topic)"
+
+/*
+ * The topics (table_topics) and domain topics (table_domain_topics, by
+ * read key) that the events where cond holds (of event e: e.g. one event
+ * table's) are of, as CTEs of a WITH RECURSIVE: loose scans of the (topic,
+ * txid, id) and read key indexes, a descent per topic or domain topic,
+ * whatever the number of events or event subscriptions (SPEC 20).  What
+ * walked every subscription walks these instead: the subscriptions of
+ * other topics and domain topics have no events.
+ */
+#define EG_SQL_READ_KEYS(cond) \
+	"table_topics(topic) AS (" \
+	"  SELECT x.topic FROM (" \
+	"    WITH RECURSIVE r(topic) AS (" \
+	"      (SELECT e.topic FROM eventgrid.events e WHERE " cond " ORDER BY e.topic LIMIT 1)" \
+	"      UNION ALL" \
+	"      SELECT (SELECT e.topic FROM eventgrid.events e" \
+	"               WHERE " cond " AND e.topic > r.topic ORDER BY e.topic LIMIT 1)" \
+	"        FROM r WHERE r.topic IS NOT NULL)" \
+	"    SELECT r.topic FROM r WHERE r.topic IS NOT NULL) x" \
+	"), table_domain_topics(read_key) AS (" \
+	"  SELECT x.read_key FROM (" \
+	"    WITH RECURSIVE r(read_key) AS (" \
+	"      (SELECT " EG_SQL_EVENT_READ_KEY " FROM eventgrid.events e" \
+	"        WHERE " cond " AND e.domain_topic IS NOT NULL ORDER BY " EG_SQL_EVENT_READ_KEY " LIMIT 1)" \
+	"      UNION ALL" \
+	"      SELECT (SELECT " EG_SQL_EVENT_READ_KEY " FROM eventgrid.events e" \
+	"               WHERE " cond " AND e.domain_topic IS NOT NULL AND " EG_SQL_EVENT_READ_KEY " > r.read_key" \
+	"               ORDER BY " EG_SQL_EVENT_READ_KEY " LIMIT 1)" \
+	"        FROM r WHERE r.read_key IS NOT NULL)" \
+	"    SELECT r.read_key FROM r WHERE r.read_key IS NOT NULL) x" \
+	") "
+
+/*
+ * The subscription s of domain topic read key k (its topic and domain
+ * topic: the unique index on (topic, domain_topic, name)).
+ */
+#define EG_SQL_READ_KEY_SUBSCRIPTION(s, k) \
+	s ".topic = split_part(" k ", '/', 1) AND " s ".domain_topic = substr(" k ", strpos(" k ", '/') + 1)"
+
+/*
+ * The event subscriptions s (with their positions p) of the topics and
+ * domain topics of EG_SQL_READ_KEYS: a FROM list.  A topic's (or a
+ * domain's, every domain topic's events) by the topic, a domain topic's by
+ * both names.
+ */
+#define EG_SQL_KEYED_POSITIONS \
+	" (SELECT s.id FROM table_topics k JOIN eventgrid.event_subscriptions s" \
+	"     ON s.topic = k.topic AND s.domain_topic IS NULL" \
+	"  UNION ALL" \
+	"  SELECT s.id FROM table_domain_topics k JOIN eventgrid.event_subscriptions s" \
+	"     ON " EG_SQL_READ_KEY_SUBSCRIPTION("s", "k.read_key") ") ks" \
+	" JOIN eventgrid.event_subscriptions s ON s.id = ks.id" \
+	" JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id "
 
 #endif							/* EVENTGRID_STORE_SQL_H */

@@ -69,16 +69,16 @@ eg_store_due_validations(TimestampTz now, int limit, MemoryContext cxt, EgValida
 	EgValidation *out;
 
 	args[0] = TimestampTzGetDatum(now);
-	eg_store_run(&expire_manual, args, false, SPI_OK_SELECT);
+	eg_store_run(&expire_manual, args, SPI_OK_SELECT);
 	args[1] = Int32GetDatum(limit);
 	/* new snapshots: they follow expire_manual's writes in this unit of work */
-	eg_store_run(&due, args, false, SPI_OK_SELECT);
+	eg_store_run(&due, args, SPI_OK_SELECT);
 	n = (int) SPI_processed;
 	tt = SPI_tuptable;
 	*rows = NULL;
 	if (n == 0)
 	{
-		eg_store_run(&pending_count, NULL, false, SPI_OK_SELECT);
+		eg_store_run(&pending_count, NULL, SPI_OK_SELECT);
 		*pending = eg_int64_col(SPI_tuptable, 0, 1, 0);
 		return 0;
 	}
@@ -139,6 +139,6 @@ eg_store_record_validation(const EgValidation *v, const char *origin)
 		args[7] = CStringGetTextDatum(v->error);
 	else
 		nulls[7] = 'n';
-	eg_store_run_nulls(&record, args, nulls, false, SPI_OK_SELECT);
+	eg_store_run_nulls(&record, args, nulls, SPI_OK_SELECT);
 	return eg_text_col(SPI_tuptable, 0, 1);
 }

@@ -1,0 +1,121 @@
+# Scale in subscriptions (SPEC 20): a delivery worker's claim looks at the
+# event subscriptions whose topic or domain topic has new events, and at
+# those it kept, not at every position (src/store/store_claim_candidates.c).
+#   - beside 3,000 idle domain-topic subscriptions, the first-attempt claims
+#     of a busy topic's events return rows for what has events only:
+#     pg_stat_statements (track = all) counts the rows of the workers' own
+#     statements; a claim that scanned every position gave 3,001 rows a
+#     claim;
+#   - every event still reaches every subscription in the cases the
+#     candidates must cover: a domain's events spread over a few of its
+#     domain topics (theirs and the domain-scope subscription's, no other
+#     domain topic's); a subscription whose creating transaction commits
+#     after the events it is owed (their transaction was in progress at its
+#     snapshot and committed before a claim looked); one resumed after a
+#     pause; a rate-limited one whose events wait at its position while the
+#     delivery workers are terminated and start again (what they kept is
+#     gone: the new ones sweep);
+#   - the upkeep's look at what holds an event table and the backlog count
+#     read the topics and domain topics the tables hold: the idle domain
+#     topics' subscriptions do not keep the tables from being emptied.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../lib";
+use EventGridTest;
+use JSON::PP qw(decode_json);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $idle = 3000;
+my $node = new_node('scale_subs',
+	shared_preload_libraries => "'eventgrid,pg_stat_statements'",
+	'pg_stat_statements.track' => "'all'",
+	'eventgrid.delivery_workers' => 2,
+	'eventgrid.event_table_rotation' => "'2s'");
+my $r = start_receiver();
+my $u = $r->{url};
+sub sql { return $node->safe_psql('postgres', shift) }
+
+sql("CREATE EXTENSION pg_stat_statements");
+sql("SELECT eventgrid.create_topic('busy')");
+sql("SELECT eventgrid.create_event_subscription('busy', 'hook', '$u/busy')");
+sql("SELECT eventgrid.create_domain('tenants')");
+sql("SELECT eventgrid.create_event_subscription('tenants', 'all', '$u/all', max_events_per_batch => 100)");
+sql("DO \$\$ BEGIN FOR i IN 1 .. $idle LOOP"
+	  . " PERFORM eventgrid.create_event_subscription('tenants/t-' || i, 'hook', '$u/t-' || i); END LOOP; END \$\$");
+is(sql("SELECT count(*) FROM eventgrid.event_subscriptions"), $idle + 2, "$idle domain topics' subscriptions beside a busy topic's");
+sql("VACUUM ANALYZE");
+
+# --- the busy topic's claims: rows for what has events, whatever the idle subscriptions
+sql("SELECT pg_stat_statements_reset()");
+sql("SELECT eventgrid.publish('busy', '[" . eg_event("b$_") . "]')") for 1 .. 20;
+is(scalar(wait_for_requests($r, '/busy', 20, 60)), 20, 'the busy topic\'s 20 events, published one a transaction, arrived');
+my ($calls, $rows) = split /\|/, sql(
+	"SELECT coalesce(sum(calls), 0), coalesce(sum(rows), 0) FROM pg_stat_statements"
+	  . " WHERE query LIKE '%p.subscription_id = ANY (\$4)%' AND query LIKE '%FOR UPDATE OF p SKIP LOCKED%'");
+cmp_ok($calls, '>', 0, "the workers' first-attempt claims ran ($calls) and are counted");
+cmp_ok($rows, '<=', 20 + 2 * $calls,
+	"they returned $rows rows in all: the busy topic's events and position, none for the $idle idle subscriptions");
+cmp_ok(sql("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE '%AS all_keys%'"),
+	'>=', $calls, 'each claim looked for its candidates first');
+
+# --- a domain's events spread over a few of its domain topics
+sql("SELECT eventgrid.publish('tenants', (SELECT jsonb_agg(jsonb_build_object('id', 's-' || g, 'subject', '/s',"
+	  . " 'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z', 'topic', 't-' || (ARRAY[7, 1500, $idle])[g % 3 + 1],"
+	  . " 'data', '{}'::jsonb)) FROM generate_series(1, 30) g))");
+is(scalar(wait_for_requests($r, "/t-$_", 10, 60)), 10, "domain topic t-$_ got its 10 events") for (7, 1500, $idle);
+my @all;
+for (1 .. scaled(60) * 10)
+{
+	@all = map { @{ decode_json($_->{body}) } } requests($r, '/all');
+	last if @all >= 30;
+	select(undef, undef, undef, 0.1);
+}
+is(scalar(@all), 30, 'the domain-scope subscription got all 30');
+is(scalar(requests($r, '/t-8')) + scalar(requests($r, '/t-1')), 0, 'other domain topics got nothing');
+
+# --- a subscription committed after the events it is owed
+sql("SELECT eventgrid.create_topic('late')");
+my $pub = $node->background_psql('postgres');
+$pub->query_safe("BEGIN; SELECT eventgrid.publish('late', '[" . eg_event('owed') . "]')");
+my $creator = $node->background_psql('postgres');
+# its snapshot sees the publisher in progress: the event is for it
+$creator->query_safe("BEGIN; SELECT eventgrid.create_event_subscription('late', 'sub', '$u/late')");
+$pub->query_safe('COMMIT');
+$pub->quit;
+# a claim looks (and passes the published transaction) before the subscription commits
+sql("SELECT eventgrid.publish('busy', '[" . eg_event('b21') . "]')");
+is(scalar(wait_for_requests($r, '/busy', 21, 60)), 21, 'a claim ran after the publisher committed');
+$creator->query_safe('COMMIT');
+$creator->quit;
+my @late = wait_for_requests($r, '/late', 1, 60);
+is(scalar(@late), 1, 'the event of the transaction in progress at the subscription\'s snapshot reached it');
+
+# --- resumed after a pause
+sql("SELECT eventgrid.pause_delivery('tenants/t-42', 'hook')");
+sql("SELECT eventgrid.publish('tenants', '[" . eg_event('p1', topic => 't-42') . "]')");
+sleep(scaled(1));
+is(scalar(requests($r, '/t-42')), 0, 'nothing is delivered to a paused domain topic subscription');
+sql("SELECT eventgrid.resume_delivery('tenants/t-42', 'hook')");
+is(scalar(wait_for_requests($r, '/t-42', 1, 60)), 1, 'resumed, its event arrives');
+
+# --- a rate-limited subscription's events wait at its position; its workers are replaced meanwhile
+sql("SELECT eventgrid.create_event_subscription('tenants/t-99', 'slow', '$u/slow', max_events_per_second => 4)");
+sql("SELECT eventgrid.publish('tenants', (SELECT jsonb_agg(jsonb_build_object('id', 'r-' || g, 'subject', '/r',"
+	  . " 'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z', 'topic', 't-99', 'data', '{}'::jsonb))"
+	  . " FROM generate_series(1, 16) g))");
+ok(wait_for_requests($r, '/slow', 2, 30) >= 2, 'the rate-limited subscription is being served');
+sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'eventgrid delivery worker'");
+is(scalar(wait_for_requests($r, '/slow', 16, 90)), 16,
+	'all 16 arrived: the positions the terminated workers kept were found again');
+is(scalar(requests($r, '/t-99')), 16, 'and t-99\'s own subscription got them too');
+
+# --- the idle subscriptions hold no event table
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.events", '0', 60),
+	'every event table was emptied: the idle domain topics\' subscriptions hold none');
+is(sql("SELECT count(*) FROM eventgrid.event_tables WHERE waiting_for IS NOT NULL AND cardinality(waiting_for) > 0"), '0',
+	'event_tables names nothing that holds a table');
+
+done_testing();
