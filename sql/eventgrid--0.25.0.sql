@@ -1583,7 +1583,7 @@ CREATE FUNCTION eventgrid._event_table_holders(event_table smallint) RETURNS tex
                    WHERE (e.event_table = _event_table_holders.event_table))))) h;
 END;
 
-COMMENT ON FUNCTION eventgrid._event_table_holders(event_table smallint) IS 'Internal: what still needs events of event table eventgrid.events_<event_table> (event subscriptions of the topics and domain topics it holds events of, first attempts in flight, unmatched counts, queue event subscriptions'' events read there that a consumer held while the rotation copied the others, a logical replication subscriber''s initial copy in progress or possibly to come); NULL when it may be emptied. Its cost follows the topics and domain topics the table holds, not the number of subscriptions (SPEC 17).';
+COMMENT ON FUNCTION eventgrid._event_table_holders(event_table smallint) IS 'Internal: what still needs events of event table eventgrid.events_<event_table> (event subscriptions of the topics and domain topics it holds events of, first attempts in flight, unmatched counts, queue event subscriptions'' events read there that a consumer held while the rotation copied the others, a logical replication subscriber''s initial copy in progress or possibly to come); NULL when it may be emptied. Its cost follows the topics and domain topics the table holds, not the number of subscriptions (SPEC 20).';
 
 CREATE FUNCTION eventgrid._expiration_time_arg(expiration_time timestamp with time zone) RETURNS timestamp with time zone
     LANGUAGE plpgsql STABLE
