@@ -94,12 +94,17 @@ def main():
                    " AND (%s::text[] IS NULL OR s.domain_topic = ANY (%s::text[]))", (topic, domain_topics, domain_topics))
 
     def drain(topic, want, limit=1800, domain_topics=None):
+        # polled every 50 ms, or ten times as long as a poll takes (summing
+        # 1,000 domain topics' counters beside 100,000 subscriptions takes
+        # about 15 ms: every 50 ms it was a third of a core of the two)
         t0 = time.monotonic()
-        while delivered(topic, domain_topics) < want:
+        while True:
+            p0 = time.monotonic()
+            if delivered(topic, domain_topics) >= want:
+                return time.monotonic() - t0
             if time.monotonic() - t0 > limit:
                 return None
-            time.sleep(0.05)
-        return time.monotonic() - t0
+            time.sleep(max(0.05, 10 * (time.monotonic() - p0)))
 
     def publish_paused(topic, events_sql, before, domain_topics=None):
         cur.execute("SELECT eventgrid.pause_delivery(%s)", (topic,))

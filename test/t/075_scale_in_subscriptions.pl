@@ -1,7 +1,10 @@
 # Scale in subscriptions (SPEC 20): a delivery worker's claim looks at the
 # event subscriptions whose topic or domain topic has new events, and at
 # those it kept, not at every position (src/store/store_claim_candidates.c).
-#   - beside 3,000 idle domain-topic subscriptions, the first-attempt claims
+#   - the README's example runs as written: 100,000 domain topics'
+#     subscriptions made in one statement, an event to one of them goes to
+#     its webhook only;
+#   - beside those and 3,000 more idle domain-topic subscriptions, the first-attempt claims
 #     of a busy topic's events return rows for what has events only:
 #     pg_stat_statements (track = all) counts the rows of the workers' own
 #     statements; a claim that scanned every position gave 3,001 rows a
@@ -39,13 +42,27 @@ my $u = $r->{url};
 sub sql { return $node->safe_psql('postgres', shift) }
 
 sql("CREATE EXTENSION pg_stat_statements");
+
+# --- the README's 100,000-tenant domain, as written ("Scale in subscriptions")
+my $readme = slurp_file("$FindBin::RealBin/../../README.md");
+my ($example) = $readme =~ /```sql\n(SELECT eventgrid\.create_domain\('saas'\);\n-- a webhook per tenant.*?)```/s;
+ok(defined $example, 'the README\'s scale example is found');
+$node->safe_psql('postgres', $example, timeout => scaled(600));
+is(sql("SELECT count(*) FROM eventgrid.event_subscriptions WHERE topic = 'saas'"), '100000',
+	'it made 100,000 domain topics\' subscriptions');
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.retries r JOIN eventgrid.event_subscriptions s ON s.id = r.subscription_id"
+	  . " WHERE s.topic = 'saas' AND s.domain_topic = 'tenant-42' AND r.attempts >= 1", '1', 60),
+	'its event went to tenant-42\'s webhook only (an attempt made: the example host does not resolve here)');
+is(sql("SELECT count(*) FROM eventgrid.retries r JOIN eventgrid.event_subscriptions s ON s.id = r.subscription_id"
+	  . " WHERE s.topic = 'saas' AND s.domain_topic <> 'tenant-42'"), '0', 'no other tenant\'s');
 sql("SELECT eventgrid.create_topic('busy')");
 sql("SELECT eventgrid.create_event_subscription('busy', 'hook', '$u/busy')");
 sql("SELECT eventgrid.create_domain('tenants')");
 sql("SELECT eventgrid.create_event_subscription('tenants', 'all', '$u/all', max_events_per_batch => 100)");
 sql("DO \$\$ BEGIN FOR i IN 1 .. $idle LOOP"
 	  . " PERFORM eventgrid.create_event_subscription('tenants/t-' || i, 'hook', '$u/t-' || i); END LOOP; END \$\$");
-is(sql("SELECT count(*) FROM eventgrid.event_subscriptions"), $idle + 2, "$idle domain topics' subscriptions beside a busy topic's");
+is(sql("SELECT count(*) FROM eventgrid.event_subscriptions WHERE topic <> 'saas'"), $idle + 2,
+	"$idle domain topics' subscriptions beside a busy topic's");
 sql("VACUUM ANALYZE");
 
 # --- the busy topic's claims: rows for what has events, whatever the idle subscriptions
@@ -57,7 +74,8 @@ my ($calls, $rows) = split /\|/, sql(
 	  . " WHERE query LIKE '%p.subscription_id = ANY (\$4)%' AND query LIKE '%FOR UPDATE OF p SKIP LOCKED%'");
 cmp_ok($calls, '>', 0, "the workers' first-attempt claims ran ($calls) and are counted");
 cmp_ok($rows, '<=', 20 + 2 * $calls,
-	"they returned $rows rows in all: the busy topic's events and position, none for the $idle idle subscriptions");
+	"they returned $rows rows in all: the busy topic's events and position, none for the " . ($idle + 100000)
+	  . " idle subscriptions");
 cmp_ok(sql("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE '%AS all_keys%'"),
 	'>=', $calls, 'each claim looked for its candidates first');
 
