@@ -19,18 +19,19 @@
 /*
  * First attempts, step one: what to take.  For each candidate position $4
  * (store_claim_candidates.c: those whose read key has new events, and those
- * the worker kept), locked (one worker at a time), not in $2, the next events of its batch in (txid, id)
- * order: those of transactions that were in progress at "done", and those
- * that began after it, both visible in "upto" (a new snapshot when no batch
- * is open).  At most $1 per subscription, each with whether the
- * subscription's filters take it and its size; a position with nothing
- * left in its batch gives one row with no event.  Rows are narrow and
- * unordered: scan_positions() orders them, cut_positions() cuts them at the
- * byte budget and moves the positions (advance), eg_claim_load_chunks() (store_claim_load.c) then reads
- * what is to be sent.  done and upto come as text, once per position.  The
- * row comparison after the position's last event is raised to the scalar
- * bound beside it: the B-tree scan starts at the row comparison, and one of
- * (0, 0) (no last event) read the topic's entries from the table's start.
+ * the worker kept), locked (one worker at a time), not in $2, the next
+ * events of its batch in (txid, id) order: those of transactions that were
+ * in progress at "done", and those that began after it, both visible in
+ * "upto" (a new snapshot when no batch is open).  At most $1 per
+ * subscription, each with whether the subscription's filters take it and
+ * its size; a position with nothing left in its batch gives one row with
+ * no event.  Rows are narrow and unordered: scan_positions() orders them,
+ * cut_positions() cuts them at the byte budget and moves the positions
+ * (advance), eg_claim_load_chunks() (store_claim_load.c) then reads what is
+ * to be sent.  done and upto come as text, once per position.  The row
+ * comparison after the position's last event is raised to the scalar bound
+ * beside it: the B-tree scan starts at the row comparison, and one of (0,
+ * 0) (no last event) read the topic's entries from the table's start.
  */
 /*
  * The rest of a position's batch, read in (txid, id) order: events of the
