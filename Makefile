@@ -45,6 +45,13 @@ PG_CFLAGS += -Werror
 endif
 
 PG_CONFIG ?= pg_config
+# A Debian package build (dpkg-buildpackage sets DEB_HOST_ARCH) makes no
+# JIT bitcode (debian/rules says why): pg_buildext drops the MAKEVARS that
+# debian/rules exports, so the Makefile says it itself, before PGXS's
+# Makefile.global sets with_llvm.
+ifdef DEB_HOST_ARCH
+override with_llvm = no
+endif
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
