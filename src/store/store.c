@@ -185,6 +185,26 @@ eg_int8_array(const int64 *values, int n)
 		d[i] = Int64GetDatum(values[i]);
 	return eg_make_array(d, NULL, n, INT8OID);
 }
+/* See store.h. */
+int64 *
+eg_int8_array_col(SPITupleTable *tt, int row, int col, int *n)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tt->vals[row], tt->tupdesc, col, &isnull);
+	Datum	   *elems;
+	int64	   *ids;
+
+	*n = 0;
+	if (isnull)
+		return palloc(sizeof(int64));
+	deconstruct_array(DatumGetArrayTypeP(d), INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+					  &elems, NULL, n);
+	ids = palloc(Max(*n, 1) * sizeof(int64));
+	for (int i = 0; i < *n; i++)
+		ids[i] = DatumGetInt64(elems[i]);
+	return ids;
+}
+
 /* A timestamptz column; NULL reads as 0. */
 TimestampTz
 eg_timestamp_col(SPITupleTable *tt, int row, int col)

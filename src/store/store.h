@@ -92,6 +92,8 @@ extern bool eg_bool_col(SPITupleTable *tt, int row, int col);
 extern TimestampTz eg_timestamp_col(SPITupleTable *tt, int row, int col);
 extern Datum eg_make_array(Datum *values, bool *nulls, int n, Oid elemtype);
 extern Datum eg_int8_array(const int64 *values, int n);
+/* An int8[] column of result row row as a palloc'd array (never NULL) of *n ids; NULL reads as none. */
+extern int64 *eg_int8_array_col(SPITupleTable *tt, int row, int col, int *n);
 extern Datum eg_xid8_array(const uint64 *values, int n);
 extern Datum eg_text_array(const char *const *values, int n);
 extern Oid	eg_store_table(const char *name);

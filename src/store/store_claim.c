@@ -12,7 +12,6 @@
 #include "core/rate.h"
 
 #include "catalog/pg_type.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -537,8 +536,7 @@ keep_unscanned(const EgClaimCandidates *cand, const EgScanRow *scan, int n, cons
 	int64	   *missing = palloc(Max(cand->npush, 1) * sizeof(int64));
 	int			nmissing = 0;
 	Datum		args[2];
-	bool		isnull;
-	Datum	   *elems;
+	int64	   *held;
 	int			nheld;
 
 	for (int i = 0, j = 0; i < cand->npush; i++)
@@ -563,10 +561,9 @@ keep_unscanned(const EgClaimCandidates *cand, const EgScanRow *scan, int n, cons
 	args[0] = eg_int8_array(missing, nmissing);
 	args[1] = Int32GetDatum(lease_owner);
 	eg_store_run(&still_wanted, args, SPI_OK_SELECT);
-	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)),
-					  INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &elems, NULL, &nheld);
+	held = eg_int8_array_col(SPI_tuptable, 0, 1, &nheld);
 	for (int i = 0; i < nheld; i++)
-		eg_store_claim_keep(DatumGetInt64(elems[i]), false);
+		eg_store_claim_keep(held[i], false);
 	return nheld > 0;
 }
 

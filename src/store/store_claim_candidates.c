@@ -191,26 +191,6 @@ merge_kept(int64 *found, int nfound, EgKept *k, int *n)
 	return ids;
 }
 
-/* An int8[] result column as a palloc'd array of *n ids. */
-static int64 *
-id_array(SPITupleTable *tt, int col, int *n)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tt->vals[0], tt->tupdesc, col, &isnull);
-	Datum	   *elems;
-	int64	   *ids;
-
-	*n = 0;
-	if (isnull)
-		return palloc(sizeof(int64));
-	deconstruct_array(DatumGetArrayTypeP(d), INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
-					  &elems, NULL, n);
-	ids = palloc(Max(*n, 1) * sizeof(int64));
-	for (int i = 0; i < *n; i++)
-		ids[i] = DatumGetInt64(elems[i]);
-	return ids;
-}
-
 /* See store.h. */
 void
 eg_store_claim_candidates(int lease_owner, TimestampTz now, EgClaimCandidates *c)
@@ -241,9 +221,9 @@ eg_store_claim_candidates(int lease_owner, TimestampTz now, EgClaimCandidates *c
 	 * before its unit commits sweeps (eg_store_claim_sweep()), so nothing
 	 * it dropped is lost.
 	 */
-	found = id_array(tt, 2, &nfound);
+	found = eg_int8_array_col(tt, 0, 2, &nfound);
 	c->push = merge_kept(found, nfound, &kept[0], &c->npush);
-	found = id_array(tt, 3, &nfound);
+	found = eg_int8_array_col(tt, 0, 3, &nfound);
 	c->queue = merge_kept(found, nfound, &kept[1], &c->nqueue);
 	eg_store_claim_sweep();
 	since = MemoryContextStrdup(TopMemoryContext, eg_text_col(tt, 0, 1));

@@ -10,7 +10,6 @@
 #include "store/store_sql.h"
 
 #include "catalog/pg_type_d.h"
-#include "utils/array.h"
 #include "utils/timestamp.h"
 
 static EgStatement expire_queue = {
@@ -93,8 +92,8 @@ eg_store_transfer_positions(TimestampTz now, const EgClaimCandidates *cand, bool
 	int64	   *sids;
 	int64		moved = 0;
 	Datum		arg;
-	bool		isnull;
-	Datum		held;
+	int64	   *held;
+	int			nheld;
 
 	*locked = false;
 	if (cand->nqueue == 0)
@@ -102,18 +101,10 @@ eg_store_transfer_positions(TimestampTz now, const EgClaimCandidates *cand, bool
 	arg = eg_int8_array(cand->queue, cand->nqueue);
 	eg_store_run(&transferred_positions, &arg, SPI_OK_SELECT);
 	n = (int) SPI_processed;
-	held = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
-	if (!isnull)
-	{
-		ArrayType  *a = DatumGetArrayTypeP(held);
-		Datum	   *elems;
-		int			nheld;
-
-		deconstruct_array(a, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &elems, NULL, &nheld);
-		for (int i = 0; i < nheld; i++)
-			eg_store_claim_keep(DatumGetInt64(elems[i]), true);
-		*locked = nheld > 0;
-	}
+	held = eg_int8_array_col(SPI_tuptable, 0, 2, &nheld);
+	for (int i = 0; i < nheld; i++)
+		eg_store_claim_keep(held[i], true);
+	*locked = nheld > 0;
 	sids = palloc(n * sizeof(int64));
 	for (int i = 0; i < n; i++)
 		sids[i] = eg_int64_col(SPI_tuptable, i, 1, 0);
