@@ -46,6 +46,9 @@ int			eg_http_max_connections_per_address = 32;
 int			eg_http_max_requests_in_flight = 32;
 char	   *eg_debug_pause_points = NULL;
 
+/* eventgrid.metrics_per_topic: read by the metric views (SQL), not by C */
+static bool metrics_per_topic = false;
+
 static const struct config_enum_entry history_modes[] = {
 	{"all", EG_HISTORY_ALL, false},
 	{"failures", EG_HISTORY_FAILURES, false},
@@ -277,6 +280,11 @@ eg_define_gucs(void)
 							 gettext_noop("Publishing goes on; deliveries wait and their time-to-live keeps running."),
 							 &eg_delivery_paused, false,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("eventgrid.metrics_per_topic",
+							 gettext_noop("Makes the per-subscription metric views give one row per topic, so that a Prometheus scrape's series follow the topics."),
+							 gettext_noop("event_subscription_metrics, event_subscription_metric_labels and event_subscription_histograms: a domain counts as one topic, event_subscription is empty. Set it for the exporter's role."),
+							 &metrics_per_topic, false,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("eventgrid.max_bytes_in_flight",
 							gettext_noop("Memory each delivery worker's deliveries may hold at once (their records, request bodies and headers): claimed, in flight, or awaiting their outcome."),
 							gettext_noop("Bounds the worker's memory; an event larger than this still goes, alone."),

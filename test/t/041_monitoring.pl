@@ -285,6 +285,62 @@ is(prom_rows('eventgrid_delivery_latency_seconds_bucket{event_subscription="fulf
 is(prom_rows('eventgrid_destination_processing_duration_seconds_bucket{event_subscription="hanging",le="30"}', 'le'),
 	'30=0', 'a request that timed out has no processing duration');
 
+# metrics per topic (eventgrid.metrics_per_topic, set for a second exporter's
+# role as monitoring/README.md shows): the same file's queries give one
+# series per topic, with the sums of its subscriptions
+sql("CREATE ROLE exporter_per_topic LOGIN IN ROLE pg_monitor");
+sql("ALTER ROLE exporter_per_topic SET eventgrid.metrics_per_topic = on");
+my $topic_port = PostgreSQL::Test::Cluster::get_free_port();
+(my $topic_dsn = $dsn) =~ s/user=exporter/user=exporter_per_topic/;
+my ($tout, $terr) = ('', '');
+my $topic_exporter = IPC::Run::start(
+	[ 'env', "DATA_SOURCE_NAME=$topic_dsn", 'prometheus-postgres-exporter',
+		"--web.listen-address=127.0.0.1:$topic_port",
+		"--extend.query-path=$monitoring/postgres_exporter.yml",
+		'--auto-discover-databases', '--include-databases=postgres' ],
+	'>', \$tout, '2>', \$terr);
+# the exporter's text as {metric}{"label=value,..."} = value, eventgrid_* only
+sub scrape_series
+{
+	my ($port) = @_;
+	my $res = HTTP::Tiny->new(timeout => 30)->get("http://127.0.0.1:$port/metrics");
+	return undef unless $res->{success};
+	my %series;
+	for my $line (split /\n/, $res->{content})
+	{
+		next unless $line =~ /^((?:eventgrid_|pg_exporter_last_scrape_error)\w*)\{?(.*?)\}? (\S+)$/;
+		my ($name, $labels, $value) = ($1, $2, $3);
+		my %l = $labels =~ /(\w+)="([^"]*)"/g;
+		delete @l{qw(database server)};
+		$series{$name}{ join(',', map { "$_=$l{$_}" } sort keys %l) } = $value;
+	}
+	return \%series;
+}
+my $per_topic;
+ok(eventually(60, sub { $per_topic = scrape_series($topic_port); $per_topic && $per_topic->{eventgrid_pending_events} }),
+	'the per-topic exporter answers') or diag("exporter: $terr");
+is($per_topic->{pg_exporter_last_scrape_error}{''}, 0, 'every query runs per topic (no scrape error)');
+my @subscription_labels = grep { /event_subscription=[^,]/ }
+	map { keys %{ $per_topic->{$_} } } grep { /^eventgrid_(pending|matched|delivery|dead|dropped|destination|oldest|event_subscription_(paused|endpoint))/ } keys %$per_topic;
+is(scalar @subscription_labels, 0, 'no series names an event subscription') or diag(join("\n", @subscription_labels[0 .. 4]));
+is(join(',', map { s/^event_subscription=,topic=//r . '=' . $per_topic->{eventgrid_matched_events_total}{$_} }
+		sort keys %{ $per_topic->{eventgrid_matched_events_total} }),
+	sql("SELECT string_agg(topic || '=' || n, ',' ORDER BY topic) FROM (SELECT s.topic, sum(coalesce(c.matched, 0)) n
+	       FROM eventgrid.event_subscriptions s LEFT JOIN eventgrid.subscription_counters c ON c.subscription_id = s.id
+	      GROUP BY s.topic) x"),
+	'matched events: one series per topic, the sum of its subscriptions');
+is($per_topic->{eventgrid_dead_lettered_total}{'event_subscription=,reason=NonRetriableError,topic=shop'},
+	sql("SELECT count(*) FROM eventgrid.dead_letters WHERE topic = 'shop' AND dead_letter_reason = 'NonRetriableError'"),
+	'dead letters of a topic by reason, summed');
+is($per_topic->{eventgrid_delivery_latency_seconds_count}{'event_subscription=,topic=shop'},
+	sql("SELECT sum(delivered) FROM eventgrid.delivery_statistics WHERE topic = 'shop'"),
+	'a topic\'s latency histogram counts every delivery of its subscriptions');
+is(scalar(grep { /topic=shop$/ } keys %{ $per_topic->{eventgrid_delivery_latency_seconds_bucket} }), 19,
+	'with its 19 buckets');
+is($per_topic->{eventgrid_event_subscription_paused}{'event_subscription=,topic=shop'}, 0,
+	'a topic with a paused subscription among others is not paused');
+$topic_exporter->kill_kill;
+
 ok(eventually(30, sub { my $a = promql('ALERTS{alertname="EventgridDeadLetters",alertstate="firing"}');
 	$a && (join(',', sort map { $_->{metric}{event_subscription} } @$a) eq 'hanging,looping,refusing') }),
 	'the dead-letter alert fires in Prometheus for the subscriptions that dead-lettered');

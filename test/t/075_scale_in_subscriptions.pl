@@ -116,6 +116,29 @@ sql("SELECT eventgrid.pause_delivery('tenants/t-42', 'hook')");
 sql("SELECT eventgrid.publish('tenants', '[" . eg_event('p1', topic => 't-42') . "]')");
 sleep(scaled(1));
 is(scalar(requests($r, '/t-42')), 0, 'nothing is delivered to a paused domain topic subscription');
+# --- what is pending, among 200,000 subscriptions: computed for those that may
+# have something (the paused one's event; saas/tenant-42's retry), the same as
+# each subscription's own backlog
+ok(wait_for_sql($node, "SELECT string_agg(topic || '/' || coalesce(domain_topic, '') || '=' || pending, ',' ORDER BY topic)
+          FROM eventgrid.delivery_statistics WHERE pending > 0 AND topic IN ('tenants', 'saas')",
+	'saas/tenant-42=1,tenants/t-42=1', 30), 'delivery_statistics: the paused subscription\'s event and the retry are pending');
+is(sql("SELECT string_agg(topic || '=' || pending_events, ',' ORDER BY topic) FROM eventgrid.event_subscription_metrics
+         WHERE pending_events > 0 AND topic LIKE '%-42'"),
+	'saas/tenant-42=1,tenants/t-42=1', 'event_subscription_metrics: the same');
+is(sql("SELECT count(*) FROM eventgrid.event_subscriptions s
+         WHERE (s.id IN (SELECT id FROM eventgrid.event_subscriptions ORDER BY random() LIMIT 300)
+                OR s.read_key IN ('saas/tenant-42', 'tenants/t-42', 'busy'))
+           AND eventgrid._pending(s.id) <> (SELECT d.pending FROM eventgrid.delivery_statistics d
+                                             WHERE d.topic = s.topic AND d.subscription = s.name
+                                               AND d.domain_topic IS NOT DISTINCT FROM s.domain_topic)"),
+	'0', 'for 300 subscriptions at random and those with events, the view\'s pending is the subscription\'s own backlog');
+is(sql("SET eventgrid.metrics_per_topic = on;
+        SELECT string_agg(topic || '/' || event_subscription || '=' || pending_events || '/' || paused, ',' ORDER BY topic)
+          FROM eventgrid.event_subscription_metrics WHERE topic IN ('saas', 'tenants')"),
+	'saas/=1/0,tenants/=1/0', 'per topic: one row a domain, its pending events summed, those of paused subscriptions too');
+is(sql("SET eventgrid.metrics_per_topic = on; SELECT count(*) FROM eventgrid.event_subscription_histograms"),
+	sql("SELECT 32 * count(DISTINCT topic) FROM eventgrid.event_subscriptions"),
+	'per topic: 32 buckets a topic, not a subscription');
 sql("SELECT eventgrid.resume_delivery('tenants/t-42', 'hook')");
 is(scalar(wait_for_requests($r, '/t-42', 1, 60)), 1, 'resumed, its event arrives');
 

@@ -1,4 +1,4 @@
--- eventgrid 0.25.0: the full install script of this version.
+-- eventgrid 0.26.0: the full install script of this version.
 --
 -- Made by scripts/install-script.sh from what the upgrade scripts build
 -- (sql/eventgrid--A--B.sql, from the oldest full script on): edit those,
@@ -600,6 +600,88 @@ CREATE FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, O
 END;
 
 COMMENT ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) IS 'Internal: in one pass, the deliveries of an event subscription not finished yet (pending: events its position has not passed, first attempts in flight, retries, and of a queue subscription its unsettled events in eventgrid.queue_events and eventgrid.queue_batches; eventgrid._pending() returns it), the publish time of the oldest of their events (oldest), and since when the delivery due longest has been due (due_since: an event not attempted yet since its publish, a retry since its next attempt time if that has come); NULL times when there is none.';
+
+CREATE FUNCTION eventgrid._backlogged_subscriptions() RETURNS SETOF bigint
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ WITH RECURSIVE table_topics(topic) AS (
+         ( SELECT e.topic
+            FROM eventgrid.events e
+           ORDER BY e.topic
+          LIMIT 1)
+         UNION ALL
+          SELECT ( SELECT e.topic
+                    FROM eventgrid.events e
+                   WHERE (e.topic > r.topic)
+                   ORDER BY e.topic
+                  LIMIT 1) AS topic
+            FROM table_topics r
+           WHERE (r.topic IS NOT NULL)
+         ), table_domain_topics(read_key) AS (
+         ( SELECT ((e.topic || '/'::text) || e.domain_topic) AS "?column?"
+            FROM eventgrid.events e
+           WHERE (e.domain_topic IS NOT NULL)
+           ORDER BY ((e.topic || '/'::text) || e.domain_topic)
+          LIMIT 1)
+         UNION ALL
+          SELECT ( SELECT ((e.topic || '/'::text) || e.domain_topic)
+                    FROM eventgrid.events e
+                   WHERE ((e.domain_topic IS NOT NULL) AND (((e.topic || '/'::text) || e.domain_topic) > d.read_key))
+                   ORDER BY ((e.topic || '/'::text) || e.domain_topic)
+                  LIMIT 1)
+            FROM table_domain_topics d
+           WHERE (d.read_key IS NOT NULL)
+         ), retried(id) AS (
+         ( SELECT r.subscription_id
+            FROM eventgrid.retries r
+           ORDER BY r.subscription_id
+          LIMIT 1)
+         UNION ALL
+          SELECT ( SELECT r.subscription_id
+                    FROM eventgrid.retries r
+                   WHERE (r.subscription_id > x.id)
+                   ORDER BY r.subscription_id
+                  LIMIT 1) AS subscription_id
+            FROM retried x
+           WHERE (x.id IS NOT NULL)
+         ), queued(id) AS (
+         ( SELECT q.subscription_id
+            FROM eventgrid.queue_events q
+           ORDER BY q.subscription_id
+          LIMIT 1)
+         UNION ALL
+          SELECT ( SELECT q.subscription_id
+                    FROM eventgrid.queue_events q
+                   WHERE (q.subscription_id > x.id)
+                   ORDER BY q.subscription_id
+                  LIMIT 1) AS subscription_id
+            FROM queued x
+           WHERE (x.id IS NOT NULL)
+         )
+  SELECT s.id
+    FROM (table_topics k
+      JOIN eventgrid.event_subscriptions s ON (((s.topic = k.topic) AND (s.domain_topic IS NULL))))
+ UNION
+  SELECT s.id
+    FROM (table_domain_topics k
+      JOIN eventgrid.event_subscriptions s ON (((s.topic = split_part(k.read_key, '/'::text, 1)) AND (s.domain_topic = substr(k.read_key, (strpos(k.read_key, '/'::text) + 1))))))
+ UNION
+  SELECT c.subscription_id
+    FROM eventgrid.chunks_in_flight c
+ UNION
+  SELECT x.id
+    FROM retried x
+   WHERE (x.id IS NOT NULL)
+ UNION
+  SELECT x.id
+    FROM queued x
+   WHERE (x.id IS NOT NULL)
+ UNION
+  SELECT b.subscription_id
+    FROM eventgrid.queue_batches b;
+END;
+
+COMMENT ON FUNCTION eventgrid._backlogged_subscriptions() IS 'Internal: the ids of the event subscriptions that may have a backlog (eventgrid._backlog()): whose topic or domain topic has events in the event tables, or with first attempts in flight, retries, or queue events or batches not settled; any other has nothing pending. Loose scans of indexes: its cost follows the topics with events and the subscriptions with work, not how many subscriptions exist. event_subscription_metrics and delivery_statistics compute backlogs for these only.';
 
 CREATE FUNCTION eventgrid._batch_events(topic text, event_table smallint, txids xid8[], event_ids bigint[]) RETURNS SETOF eventgrid.events
     LANGUAGE sql STABLE
@@ -1466,19 +1548,25 @@ CREATE FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_
  SELECT s.read_key AS topic,
      s.name AS event_subscription,
      COALESCE(c.matched, (0)::bigint) AS matched_events_total,
-     (COALESCE(c.delivered, (0)::bigint) + (( SELECT COALESCE(sum(x.acknowledged), (0)::numeric) AS "coalesce"
+     (((COALESCE(c.delivered, (0)::bigint))::numeric + ( SELECT COALESCE(sum(x.acknowledged), (0)::numeric) AS "coalesce"
             FROM eventgrid.queue_counters x
-           WHERE (x.subscription_id = s.id)))::bigint) AS delivery_success_total,
-     b.pending AS pending_events,
+           WHERE (x.subscription_id = s.id))))::bigint AS delivery_success_total,
+     COALESCE(b.pending, (0)::bigint) AS pending_events,
      COALESCE((EXTRACT(epoch FROM (eventgrid._now() - b.oldest)))::double precision, (0)::double precision) AS oldest_pending_event_age_seconds,
      COALESCE((EXTRACT(epoch FROM (eventgrid._now() - b.due_since)))::double precision, (0)::double precision) AS overdue_seconds,
      ((s.id IN ( SELECT p.p
             FROM eventgrid._paused_subscriptions() p(p))))::integer AS paused,
      ((COALESCE(h.state, 'healthy'::text) <> 'healthy'::text))::integer AS endpoint_on_probation
-    FROM (((eventgrid.event_subscriptions s
+    FROM ((((eventgrid.event_subscriptions s
       LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)))
       LEFT JOIN eventgrid.endpoint_states h ON ((h.endpoint = s.endpoint)))
-      CROSS JOIN LATERAL eventgrid._backlog(s.id) b(pending, oldest, due_since));
+      LEFT JOIN eventgrid._backlogged_subscriptions() a(id) ON ((a.id = s.id)))
+      LEFT JOIN LATERAL ( SELECT x.pending,
+             x.oldest,
+             x.due_since
+            FROM eventgrid._backlog(s.id) x(pending, oldest, due_since)
+           WHERE (a.id IS NOT NULL)
+          OFFSET 0) b ON (true));
 END;
 
 COMMENT ON FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) IS 'Internal: the rows of the view eventgrid.event_subscription_metrics, for pg_monitor and eventgrid_admin.';
@@ -2134,6 +2222,12 @@ CREATE FUNCTION eventgrid._log(message text) RETURNS void
     AS 'MODULE_PATHNAME', 'eventgrid_log';
 
 COMMENT ON FUNCTION eventgrid._log(message text) IS 'Internal: writes message to the server log (LOG), without the STATEMENT and CONTEXT lines.';
+
+CREATE FUNCTION eventgrid._metrics_per_topic() RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN (COALESCE(current_setting('eventgrid.metrics_per_topic'::text, true), 'off'::text))::boolean;
+
+COMMENT ON FUNCTION eventgrid._metrics_per_topic() IS 'Internal: whether the GUC eventgrid.metrics_per_topic is on in this session (off when the library is not loaded): event_subscription_metrics, event_subscription_metric_labels and event_subscription_histograms then give one row per topic.';
 
 CREATE FUNCTION eventgrid._random_bytes(n integer) RETURNS bytea
     LANGUAGE c STRICT
@@ -5221,7 +5315,7 @@ COMMENT ON TABLE eventgrid.delivery_properties IS 'Custom delivery properties (H
 CREATE VIEW eventgrid.delivery_statistics AS
  SELECT s.topic,
     s.name AS subscription,
-    eventgrid._pending(s.id) AS pending,
+    COALESCE(b.pending, (0)::bigint) AS pending,
     ( SELECT count(*) AS count
            FROM eventgrid.retries r
           WHERE (r.subscription_id = s.id)) AS retrying,
@@ -5255,8 +5349,13 @@ CREATE VIEW eventgrid.delivery_statistics AS
         END AS lock_expired,
     s.expiration_time,
     s.domain_topic
-   FROM ((eventgrid.event_subscriptions s
+   FROM ((((eventgrid.event_subscriptions s
      LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)))
+     LEFT JOIN eventgrid._backlogged_subscriptions() a(id) ON ((a.id = s.id)))
+     LEFT JOIN LATERAL ( SELECT x.pending
+           FROM eventgrid._backlog(s.id) x(pending, oldest, due_since)
+          WHERE (a.id IS NOT NULL)
+         OFFSET 0) b ON (true))
      LEFT JOIN LATERAL ( SELECT (sum(x.received))::bigint AS received,
             (sum(x.acknowledged))::bigint AS acknowledged,
             (sum(x.released))::bigint AS released,
@@ -5473,7 +5572,7 @@ CREATE VIEW eventgrid.event_subscription_histograms AS
     sum(x.n) OVER (PARTITION BY x.id, x.histogram ORDER BY x.le) AS bucket,
     x.total AS sum,
     sum(x.n) OVER (PARTITION BY x.id, x.histogram) AS count
-   FROM ( SELECT s.id,
+   FROM ( SELECT (s.id)::text AS id,
             s.read_key AS topic,
             s.name,
             h.histogram,
@@ -5490,48 +5589,142 @@ CREATE VIEW eventgrid.event_subscription_histograms AS
                             ELSE (b.le)::text
                         END AS le) l(le_text))
              LEFT JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = (h.kind || '_bucket'::text)) AND (m.label = l.le_text))))
-             LEFT JOIN eventgrid.subscription_metric_counts ms ON (((ms.subscription_id = s.id) AND (ms.metric = (h.kind || '_sum'::text)) AND (ms.label = ''::text))))) x;
+             LEFT JOIN eventgrid.subscription_metric_counts ms ON (((ms.subscription_id = s.id) AND (ms.metric = (h.kind || '_sum'::text)) AND (ms.label = ''::text))))
+          WHERE (NOT eventgrid._metrics_per_topic())
+        UNION ALL
+         SELECT t.topic AS id,
+            t.topic,
+            ''::text AS name,
+            h.histogram,
+            b.le,
+            l.le_text,
+            COALESCE(m.value, (0)::double precision) AS n,
+            COALESCE(ms.value, (0)::double precision) AS total
+           FROM (((((( SELECT DISTINCT s.topic
+                   FROM eventgrid.event_subscriptions s
+                  WHERE eventgrid._metrics_per_topic()) t
+             CROSS JOIN ( VALUES ('destination_processing_duration_seconds'::text,'processing'::text), ('delivery_latency_seconds'::text,'latency'::text)) h(histogram, kind))
+             CROSS JOIN LATERAL unnest(eventgrid._histogram_buckets(h.histogram)) b(le))
+             CROSS JOIN LATERAL ( SELECT
+                        CASE
+                            WHEN (b.le = 'Infinity'::double precision) THEN '+Inf'::text
+                            ELSE (b.le)::text
+                        END AS le) l(le_text))
+             LEFT JOIN ( SELECT s.topic,
+                    c.metric,
+                    c.label,
+                    sum(c.value) AS value
+                   FROM (eventgrid.subscription_metric_counts c
+                     JOIN eventgrid.event_subscriptions s ON ((s.id = c.subscription_id)))
+                  WHERE ((c.metric = ANY (ARRAY['processing_bucket'::text, 'latency_bucket'::text])) AND eventgrid._metrics_per_topic())
+                  GROUP BY s.topic, c.metric, c.label) m ON (((m.topic = t.topic) AND (m.metric = (h.kind || '_bucket'::text)) AND (m.label = l.le_text))))
+             LEFT JOIN ( SELECT s.topic,
+                    c.metric,
+                    sum(c.value) AS value
+                   FROM (eventgrid.subscription_metric_counts c
+                     JOIN eventgrid.event_subscriptions s ON ((s.id = c.subscription_id)))
+                  WHERE ((c.metric = ANY (ARRAY['processing_sum'::text, 'latency_sum'::text])) AND (c.label = ''::text) AND eventgrid._metrics_per_topic())
+                  GROUP BY s.topic, c.metric) ms ON (((ms.topic = t.topic) AND (ms.metric = (h.kind || '_sum'::text)))))) x;
 
-COMMENT ON VIEW eventgrid.event_subscription_histograms IS 'Prometheus histograms per event subscription, one row per bucket: histogram destination_processing_duration_seconds (each request that got an HTTP answer, from sending to the answer: DestinationProcessingDurationInMs) or delivery_latency_seconds (each event delivered, from publish to the successful answer); le (the bucket''s upper bound in seconds, +Inf last), bucket (observations up to le, cumulative), sum (seconds in all) and count (observations; the +Inf bucket). Kept by the delivery workers as they record outcomes, not computed from the attempt history. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+COMMENT ON VIEW eventgrid.event_subscription_histograms IS 'Prometheus histograms per event subscription, one row per bucket: histogram destination_processing_duration_seconds (each request that got an HTTP answer, from sending to the answer: DestinationProcessingDurationInMs) or delivery_latency_seconds (each event delivered, from publish to the successful answer); le (the bucket''s upper bound in seconds, +Inf last), bucket (observations up to le, cumulative), sum (seconds in all) and count (observations; the +Inf bucket). Kept by the delivery workers as they record outcomes, not computed from the attempt history. With the GUC eventgrid.metrics_per_topic on, one histogram per topic (a domain for all its domain topics), event_subscription '''', summed over its subscriptions (SPEC 20). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
 
 CREATE VIEW eventgrid.event_subscription_metric_labels AS
- SELECT s.read_key AS topic,
-    s.name AS event_subscription,
+ WITH per_subscription AS (
+         SELECT s.read_key AS topic,
+            s.name AS event_subscription,
+            'delivery_attempt_fail_total'::text AS metric,
+            m.label,
+            m.value
+           FROM (eventgrid.event_subscriptions s
+             JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = 'attempt_fail'::text))))
+        UNION ALL
+         SELECT s.read_key AS topic,
+            s.name AS event_subscription,
+            (k.metric || '_total'::text) AS metric,
+            r.reason AS label,
+            COALESCE(m.value, (0)::double precision) AS value
+           FROM (((eventgrid.event_subscriptions s
+             CROSS JOIN ( VALUES ('dead_lettered'::text), ('dropped'::text)) k(metric))
+             CROSS JOIN LATERAL unnest(
+                CASE s.delivery_mode
+                    WHEN 'queue'::text THEN ARRAY['MaxDeliveryCountExceeded'::text, 'TimeToLiveExceeded'::text, 'Rejected'::text]
+                    ELSE ARRAY['MaxDeliveryAttemptsExceeded'::text, 'TimeToLiveExceeded'::text, 'NonRetriableError'::text]
+                END) r(reason))
+             LEFT JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = k.metric) AND (m.label = r.reason))))
+        )
+ SELECT p.topic,
+    p.event_subscription,
+    p.metric,
+    p.label,
+    p.value
+   FROM per_subscription p
+  WHERE (NOT eventgrid._metrics_per_topic())
+UNION ALL
+ SELECT s.topic,
+    ''::text AS event_subscription,
     'delivery_attempt_fail_total'::text AS metric,
     m.label,
-    m.value
+    sum(m.value) AS value
    FROM (eventgrid.event_subscriptions s
      JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = 'attempt_fail'::text))))
+  WHERE eventgrid._metrics_per_topic()
+  GROUP BY s.topic, m.label
 UNION ALL
- SELECT s.read_key AS topic,
-    s.name AS event_subscription,
+ SELECT r.topic,
+    ''::text AS event_subscription,
     (k.metric || '_total'::text) AS metric,
     r.reason AS label,
     COALESCE(m.value, (0)::double precision) AS value
-   FROM (((eventgrid.event_subscriptions s
+   FROM ((( SELECT DISTINCT t.topic,
+            x.reason
+           FROM (( SELECT DISTINCT s.topic,
+                    s.delivery_mode
+                   FROM eventgrid.event_subscriptions s
+                  WHERE eventgrid._metrics_per_topic()) t
+             CROSS JOIN LATERAL unnest(
+                CASE t.delivery_mode
+                    WHEN 'queue'::text THEN ARRAY['MaxDeliveryCountExceeded'::text, 'TimeToLiveExceeded'::text, 'Rejected'::text]
+                    ELSE ARRAY['MaxDeliveryAttemptsExceeded'::text, 'TimeToLiveExceeded'::text, 'NonRetriableError'::text]
+                END) x(reason))) r
      CROSS JOIN ( VALUES ('dead_lettered'::text), ('dropped'::text)) k(metric))
-     CROSS JOIN LATERAL unnest(
-        CASE s.delivery_mode
-            WHEN 'queue'::text THEN ARRAY['MaxDeliveryCountExceeded'::text, 'TimeToLiveExceeded'::text, 'Rejected'::text]
-            ELSE ARRAY['MaxDeliveryAttemptsExceeded'::text, 'TimeToLiveExceeded'::text, 'NonRetriableError'::text]
-        END) r(reason))
-     LEFT JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = k.metric) AND (m.label = r.reason))));
+     LEFT JOIN ( SELECT s.topic,
+            c.metric,
+            c.label,
+            sum(c.value) AS value
+           FROM (eventgrid.subscription_metric_counts c
+             JOIN eventgrid.event_subscriptions s ON ((s.id = c.subscription_id)))
+          WHERE ((c.metric = ANY (ARRAY['dead_lettered'::text, 'dropped'::text])) AND eventgrid._metrics_per_topic())
+          GROUP BY s.topic, c.metric, c.label) m ON (((m.topic = r.topic) AND (m.metric = k.metric) AND (m.label = r.reason))));
 
-COMMENT ON VIEW eventgrid.event_subscription_metric_labels IS 'Prometheus counters per event subscription and label: delivery_attempt_fail_total by outcome (label: the lastDeliveryOutcome of each failed attempt, one per event; DeliveryAttemptFailCount; a row once an attempt failed so), dead_lettered_total and dropped_total by reason (label: deadLetterReason; DeadLetteredCount, DroppedEventCount; every reason always, 0 until it happens). Counted from 0.9.0 on. Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+COMMENT ON VIEW eventgrid.event_subscription_metric_labels IS 'Prometheus counters per event subscription and label: delivery_attempt_fail_total by outcome (label: the lastDeliveryOutcome of each failed attempt, one per event; DeliveryAttemptFailCount; a row once an attempt failed so), dead_lettered_total and dropped_total by reason (label: deadLetterReason; DeadLetteredCount, DroppedEventCount; every reason always, 0 until it happens). Counted from 0.9.0 on. With the GUC eventgrid.metrics_per_topic on, one row per topic (a domain for all its domain topics), metric and label, with event_subscription '''' and the sum (SPEC 20). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
 
 CREATE VIEW eventgrid.event_subscription_metrics AS
- SELECT _event_subscription_metrics.topic,
-    _event_subscription_metrics.event_subscription,
-    _event_subscription_metrics.matched_events_total,
-    _event_subscription_metrics.delivery_success_total,
-    _event_subscription_metrics.pending_events,
-    _event_subscription_metrics.oldest_pending_event_age_seconds,
-    _event_subscription_metrics.overdue_seconds,
-    _event_subscription_metrics.paused,
-    _event_subscription_metrics.endpoint_on_probation
-   FROM eventgrid._event_subscription_metrics() _event_subscription_metrics(topic, event_subscription, matched_events_total, delivery_success_total, pending_events, oldest_pending_event_age_seconds, overdue_seconds, paused, endpoint_on_probation);
+ SELECT m.topic,
+    m.event_subscription,
+    m.matched_events_total,
+    m.delivery_success_total,
+    m.pending_events,
+    m.oldest_pending_event_age_seconds,
+    m.overdue_seconds,
+    m.paused,
+    m.endpoint_on_probation
+   FROM eventgrid._event_subscription_metrics() m(topic, event_subscription, matched_events_total, delivery_success_total, pending_events, oldest_pending_event_age_seconds, overdue_seconds, paused, endpoint_on_probation)
+  WHERE (NOT eventgrid._metrics_per_topic())
+UNION ALL
+ SELECT split_part(m.topic, '/'::text, 1) AS topic,
+    ''::text AS event_subscription,
+    (sum(m.matched_events_total))::bigint AS matched_events_total,
+    (sum(m.delivery_success_total))::bigint AS delivery_success_total,
+    (sum(m.pending_events))::bigint AS pending_events,
+    COALESCE(max(m.oldest_pending_event_age_seconds) FILTER (WHERE (m.paused = 0)), (0)::double precision) AS oldest_pending_event_age_seconds,
+    COALESCE(max(m.overdue_seconds) FILTER (WHERE (m.paused = 0)), (0)::double precision) AS overdue_seconds,
+    min(m.paused) AS paused,
+    (sum(m.endpoint_on_probation))::integer AS endpoint_on_probation
+   FROM eventgrid._event_subscription_metrics() m(topic, event_subscription, matched_events_total, delivery_success_total, pending_events, oldest_pending_event_age_seconds, overdue_seconds, paused, endpoint_on_probation)
+  WHERE eventgrid._metrics_per_topic()
+  GROUP BY (split_part(m.topic, '/'::text, 1));
 
-COMMENT ON VIEW eventgrid.event_subscription_metrics IS 'Prometheus metrics per event subscription: counters matched_events_total (MatchedEventCount) and delivery_success_total (events delivered, DeliverySuccessCount); gauges pending_events (deliveries not finished, as delivery_statistics.pending), oldest_pending_event_age_seconds (since the oldest of them was published; 0 when none), overdue_seconds (how long the delivery due longest has been due: an event not attempted yet since its publish, a retry since its next attempt time; 0 when none is due; grows when nothing delivers), paused (1 when pause_delivery() holds it) and endpoint_on_probation (1 while its endpoint is on probation or probing, SPEC 6). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+COMMENT ON VIEW eventgrid.event_subscription_metrics IS 'Prometheus metrics per event subscription: counters matched_events_total (MatchedEventCount) and delivery_success_total (events delivered, DeliverySuccessCount); gauges pending_events (deliveries not finished, as delivery_statistics.pending), oldest_pending_event_age_seconds (since the oldest of them was published; 0 when none), overdue_seconds (how long the delivery due longest has been due: an event not attempted yet since its publish, a retry since its next attempt time; 0 when none is due; grows when nothing delivers), paused (1 when pause_delivery() holds it) and endpoint_on_probation (1 while its endpoint is on probation or probing, SPEC 6). With the GUC eventgrid.metrics_per_topic on, one row per topic (a domain for all its domain topics) with event_subscription '''': the sums, the oldest age and overdue time of its subscriptions not paused, paused 1 when every one is, endpoint_on_probation the number on probation (SPEC 20). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
 
 CREATE TABLE eventgrid.receive_grants (
     topic text NOT NULL,
@@ -6560,6 +6753,9 @@ GRANT SELECT ON TABLE eventgrid.subscription_positions TO eventgrid_admin;
 REVOKE ALL ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._backlog(subscription_id bigint, OUT pending bigint, OUT oldest timestamp with time zone, OUT due_since timestamp with time zone) TO eventgrid_admin;
 
+REVOKE ALL ON FUNCTION eventgrid._backlogged_subscriptions() FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._backlogged_subscriptions() TO eventgrid_admin;
+
 REVOKE ALL ON FUNCTION eventgrid._batch_events(topic text, event_table smallint, txids xid8[], event_ids bigint[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._bind_receive_grant() FROM PUBLIC;
@@ -6707,6 +6903,10 @@ REVOKE ALL ON FUNCTION eventgrid._lock_token_keys(lock_tokens text[], OUT ids bi
 REVOKE ALL ON FUNCTION eventgrid._lock_token_results(sid bigint, lock_tokens text[], done text[], operation text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._log(message text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._metrics_per_topic() FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._metrics_per_topic() TO pg_monitor;
+GRANT ALL ON FUNCTION eventgrid._metrics_per_topic() TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._random_bytes(n integer) FROM PUBLIC;
 
