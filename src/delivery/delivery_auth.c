@@ -51,13 +51,25 @@ typedef struct EgTokenUse
 /* subscription id -> the credentials set at set_at */
 typedef struct AuthEntry
 {
-	int64		subscription_id;	/* hash key */
+	EgSubscriptionCacheEntry key;	/* subscription id */
 	TimestampTz set_at;
-	EgTokenUse *use;
+	EgTokenUse *use;			/* kept in uses: requests in flight may name it */
 	char	   *entra_tenant;	/* Entra ID's tenant (TopMemoryContext), or NULL */
 } AuthEntry;
 
-static HTAB *auths = NULL;
+static void
+evict_auth(void *entry)
+{
+	AuthEntry  *e = entry;
+
+	if (e->entra_tenant != NULL)
+		pfree(e->entra_tenant);
+	e->entra_tenant = NULL;
+}
+
+static EgSubscriptionCache auths = {
+	"eventgrid delivery authentications", sizeof(AuthEntry), evict_auth
+};
 static EgTokenUse *uses = NULL;
 static uint64 round_no = 1;
 static TimestampTz round_now = 0;
@@ -137,8 +149,7 @@ eg_auth_for(int64 sub_id, TimestampTz set_at)
 	EgAuthRow	row;
 	EgCredentials c;
 
-	e = eg_subscription_cache_entry(&auths, "eventgrid delivery authentications", sizeof(AuthEntry), sub_id,
-									set_at, &found);
+	e = eg_subscription_cache_entry(&auths, sub_id, set_at, &found);
 	if (e == NULL)
 		return NULL;
 	if (found && e->set_at == set_at)
@@ -169,7 +180,7 @@ eg_auth_for(int64 sub_id, TimestampTz set_at)
 	 */
 	if (set_at == 0 || !eg_store_delivery_authentication(sub_id, &row))
 	{
-		hash_search(auths, &sub_id, HASH_REMOVE, NULL);
+		eg_subscription_cache_remove(&auths, sub_id);
 		return NULL;
 	}
 	eg_auth_credentials(&row, &c);

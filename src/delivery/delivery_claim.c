@@ -39,13 +39,31 @@ static int	busy_positions = 1;
  */
 typedef struct ClientCertEntry
 {
-	int64		subscription_id;	/* hash key */
+	EgSubscriptionCacheEntry key;	/* subscription id */
 	TimestampTz set_at;
 	EgClientCert *cert;
 } ClientCertEntry;
 
-static HTAB *client_certs = NULL;
 static List *retired_certs = NIL;	/* of EgClientCert *, in TopMemoryContext */
+
+/* An evicted entry's certificate is retired like a replaced one. */
+static void
+evict_client_cert(void *entry)
+{
+	ClientCertEntry *e = entry;
+	MemoryContext old;
+
+	if (e->cert == NULL)
+		return;
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	retired_certs = lappend(retired_certs, e->cert);
+	MemoryContextSwitchTo(old);
+	e->cert = NULL;
+}
+
+static EgSubscriptionCache client_certs = {
+	"eventgrid client certificates", sizeof(ClientCertEntry), evict_client_cert
+};
 
 static void
 free_client_cert(EgClientCert *c)
@@ -69,7 +87,6 @@ client_cert_for(int64 sub_id, TimestampTz set_at)
 	char	   *cert;
 	char	   *key;
 	TimestampTz loaded_at;
-	MemoryContext old;
 
 	if (retired_certs != NIL && eg_http_in_flight() == 0 && eg_targets_queued() == 0 &&
 		eg_dw.built_head == NULL)
@@ -81,22 +98,19 @@ client_cert_for(int64 sub_id, TimestampTz set_at)
 		list_free(retired_certs);
 		retired_certs = NIL;
 	}
-	e = eg_subscription_cache_entry(&client_certs, "eventgrid client certificates", sizeof(ClientCertEntry),
-									sub_id, set_at, &found);
+	e = eg_subscription_cache_entry(&client_certs, sub_id, set_at, &found);
 	if (e == NULL)
 		return NULL;
 	if (found && e->set_at == set_at)
 		return e->cert;
 
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	if (found && e->cert != NULL)
-		retired_certs = lappend(retired_certs, e->cert);
-	MemoryContextSwitchTo(old);
+	if (found)
+		evict_client_cert(e);
 	e->cert = NULL;
 	e->set_at = set_at;
 	if (set_at == 0)
 	{
-		hash_search(client_certs, &sub_id, HASH_REMOVE, NULL);
+		eg_subscription_cache_remove(&client_certs, sub_id);
 		return NULL;
 	}
 	/*
@@ -105,7 +119,7 @@ client_cert_for(int64 sub_id, TimestampTz set_at)
 	 */
 	if (!eg_store_client_certificate(sub_id, &cert, &key, &loaded_at))
 	{
-		hash_search(client_certs, &sub_id, HASH_REMOVE, NULL);
+		eg_subscription_cache_remove(&client_certs, sub_id);
 		return NULL;
 	}
 	e->set_at = loaded_at;

@@ -212,6 +212,31 @@ for (1 .. 100)
 ok($warned, 'a certificate that expires within 7 days is warned about, with a hint');
 unlike(slurp_file($node->logfile), qr/"batched" of topic "mtls" expires/, 'one that expires later is not');
 
+# --- more subscriptions with certificates than a worker keeps (1,024, least
+# recently used out first): each evicted one is loaded again when named
+sql("SELECT eventgrid.create_topic('mtls-many')");
+sql("DO \$\$ BEGIN FOR i IN 1 .. 1100 LOOP"
+	  . " PERFORM eventgrid.create_event_subscription('mtls-many', 'sub-' || i, 'https://127.0.0.1:$strict/many/' || i);"
+	  . " PERFORM eventgrid.set_client_certificate('mtls-many', 'sub-' || i,"
+	  . "   CASE WHEN i % 2 = 0 THEN " . pem('alice.pem') . " ELSE " . pem('carol.pem') . " END,"
+	  . "   CASE WHEN i % 2 = 0 THEN " . pem('alice.key') . " ELSE " . pem('carol.key') . " END);"
+	  . " END LOOP; END \$\$");
+for my $round (1 .. 2)
+{
+	sql("INSERT INTO eventgrid.events (topic, event) VALUES ('mtls-many', '" . eg_event("many-$round") . "')");
+	ok(wait_for_sql($node, "SELECT sum(delivered) FROM eventgrid.delivery_statistics WHERE topic = 'mtls-many'",
+			1100 * $round, 120), "round $round: each of 1,100 subscriptions delivered its event");
+}
+my %many;
+for (grep { $_->[1] =~ m{^/many/(\d+)$} && $_->[2] eq '204' } logged())
+{
+	my ($i) = $_->[1] =~ m{(\d+)$};
+	$many{ $_->[4] eq ($i % 2 ? 'CN=carol' : 'CN=alice') ? 'right' : 'wrong' }++;
+}
+is($many{wrong} // 0, 0, 'no request went with another subscription\'s certificate');
+cmp_ok($many{right} // 0, '>=', 2200, 'each went with its own, in both rounds');
+sql("SELECT eventgrid.drop_topic('mtls-many')");
+
 # --- pg_dump keeps it; the restored database delivers with it -------------------
 my $dump = "$dir/mtls.dump";
 $node->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $node->connstr('postgres') ], 'pg_dump');
