@@ -32,6 +32,7 @@ import sys
 import time
 
 import psycopg2
+import yaml
 
 EVENTS = int(os.environ.get("BENCH_SUB_EVENTS", "50000"))
 SIZES = [int(x) for x in os.environ.get("BENCH_IDLE_SUBS", "0,10000,100000").split(",")]
@@ -76,6 +77,7 @@ def main():
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--sink", required=True)
     ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--exporter-queries", required=True)
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
     conn = psycopg2.connect(host=args.host, port=args.port, dbname="postgres")
@@ -118,6 +120,33 @@ def main():
     cur.execute("SELECT eventgrid.create_topic('busy')")
     cur.execute("SELECT eventgrid.create_event_subscription('busy', 'hook', %s)", (args.sink + "/busy",))
     cur.execute("SELECT eventgrid.create_domain('tenants')")
+    queries = [b["query"] for b in yaml.safe_load(open(args.exporter_queries)).values()]
+
+    def timed(sql, params=None):
+        t0 = time.monotonic()
+        cur.execute(sql, params)
+        cur.fetchall()
+        return round((time.monotonic() - t0) * 1000, 1)
+
+    def scrape(per_topic):
+        # every query of monitoring/postgres_exporter.yml, as a scrape runs
+        # them (counted in the server: the rows are not sent here)
+        cur.execute("SET eventgrid.metrics_per_topic = %s", ("on" if per_topic else "off",))
+        t0 = time.monotonic()
+        rows = sum(one(f"SELECT count(*) FROM ({q}) q") for q in queries)
+        took = time.monotonic() - t0
+        cur.execute("RESET eventgrid.metrics_per_topic")
+        return round(took, 2), rows
+
+    def reads(n):
+        looks = {"statistics_topic_ms": timed("SELECT * FROM eventgrid.delivery_statistics WHERE topic = 'busy'"),
+                 "statistics_domain_topic_ms": timed("SELECT * FROM eventgrid.delivery_statistics"
+                                                     " WHERE topic = 'tenants' AND domain_topic = 't-42'"),
+                 "statistics_domain_ms": timed("SELECT * FROM eventgrid.delivery_statistics WHERE topic = 'tenants'")}
+        looks["scrape_s"], looks["scrape_rows"] = scrape(False)
+        looks["scrape_per_topic_s"], looks["scrape_per_topic_rows"] = scrape(True)
+        return looks
+
     print(f"figure 26: scale in subscriptions, {EVENTS:,} events a case, sizes {SIZES}")
     rows = []
     made = 0
@@ -152,6 +181,8 @@ def main():
                                        f" 'topic', 't-' || (g % {tenants} + 1), 'data', jsonb_build_object('n', g)))"
                                        f" FROM generate_series(k * 1000 + 1, k * 1000 + 1000) g)); END LOOP; END $$", before,
                                        spread_topics)
+        # what operators read, right after the drains (events still in the event tables)
+        looks = reads(n)
         # nothing published since: the event tables are emptied by their rotation (3 x 10 s), the upkeep worker goes idle
         time.sleep(SETTLE)
         c0 = cluster_cpu(args.data_dir)
@@ -162,12 +193,16 @@ def main():
         row = {"subscriptions": n, "create_per_s": create_rate and round(create_rate), "busy_events_per_s": busy and round(busy),
                "busy_ratio": busy and first_busy and round(busy / first_busy, 2), "spread_events_per_s": spread and round(spread),
                "spread_ratio": spread and busy and round(spread / busy, 2), "idle_cpu_ms_per_s": round(idle_ms, 1),
-               "worker_rss_anon_mb": round(mem, 1)}
+               "worker_rss_anon_mb": round(mem, 1), **looks}
         rows.append(row)
         print(f"  {n:>9,} idle subscriptions: created {row['create_per_s']}/s; busy topic {row['busy_events_per_s']} events/s"
               f" ({row['busy_ratio']} of the first, target >= 0.9); spread over {min(n, SPREAD) if n else 0} domain topics"
               f" {row['spread_events_per_s']} events/s ({row['spread_ratio']} of busy, target >= 0.8);"
               f" idle CPU {row['idle_cpu_ms_per_s']} ms/s (target <= 5); largest worker RssAnon {row['worker_rss_anon_mb']} MB (target <= 64)")
+        print(f"            delivery_statistics of one topic {looks['statistics_topic_ms']} ms, of one domain topic"
+              f" {looks['statistics_domain_topic_ms']} ms, of the whole domain {looks['statistics_domain_ms']} ms (target <= 50 ms"
+              f" for one topic); the exporter's queries per subscription {looks['scrape_s']} s ({looks['scrape_rows']:,} rows),"
+              f" per topic {looks['scrape_per_topic_s']} s ({looks['scrape_per_topic_rows']:,} rows) (target <= 5 s)")
     if made >= 1000:
         t0 = time.monotonic()
         cur.execute("""DO $$ BEGIN FOR i IN 1 .. 1000 LOOP

@@ -10,7 +10,7 @@
 # 204, keep-alive) on 127.0.0.1, and runs bench/subscriptions.py.
 set -euo pipefail
 . "$(dirname "$0")/../scripts/common.sh"
-EG_EXTRA_PACKAGES="nginx-light python3-psycopg2"
+EG_EXTRA_PACKAGES="nginx-light python3-psycopg2 python3-yaml"
 eg_setup "$@"
 work=$EG_WORK
 port=55438
@@ -42,4 +42,4 @@ http {
 CONF
 nginx -c "$work/nginx.conf" -p "$work"
 eg_as_postgres /usr/bin/python3 "$work/bench/subscriptions.py" --host "$work" --port $port --sink "http://127.0.0.1:$sink_port" \
-    --data-dir "$work/data"
+    --data-dir "$work/data" --exporter-queries "$work/monitoring/postgres_exporter.yml"

@@ -23,13 +23,15 @@
 #define EG_CHUNK_MAX_ROWS 1000	/* first attempts per subscription per claim */
 #define EG_LEASE_MARGIN_MS 60000
 #define EG_ANALYZE_INTERVAL_MS 60000
-#define EG_CHUNK_MIN_ROWS 8		/* the least a claim reads of each subscription's events */
+#define EG_CHUNK_MIN_ROWS 64		/* the least a claim reads of each subscription's events */
+#define EG_CLAIM_MIN_POSITIONS 16	/* the fewest positions a claim looks at (if it has as many) */
 
 /* a request is allocated in its claim's context: 1 kB, not a 2 kB chunk (http.h) */
 StaticAssertDecl(sizeof(EgRequest) <= 1024, "EgRequest must fit a 1 kB allocation chunk");
 
-/* positions that had events at the last claim (scan_limit) */
+/* positions that had events at the last claim, and the events they gave (claim_size) */
 static int	busy_positions = 1;
+static int	busy_rows = 0;
 
 /*
  * Client certificates (mutual TLS), loaded once per change: subscription
@@ -133,22 +135,32 @@ client_cert_for(int64 sub_id, TimestampTz set_at)
 }
 
 /*
- * How many events a claim reads of each subscription: what the byte budget
- * could take, shared among the subscriptions that had events last time,
- * between EG_CHUNK_MIN_ROWS and EG_CHUNK_MAX_ROWS.  The budget cuts the
- * claim anyway; reading 1,000 rows of every one of 128 busy subscriptions
- * for a budget of a few thousand deliveries only cost memory (the scan's
- * rows exist at once) and time.  The estimate takes the smallest a
- * delivery can be (EG_DELIVERY_OVERHEAD_BYTES), so it reads rather too
- * many than too few; what it leaves is read at the next claim, at once
- * (the batch is not complete).
+ * How much a claim reads, from what the byte budget could take (taking the
+ * smallest a delivery can be, EG_DELIVERY_OVERHEAD_BYTES, so it reads
+ * rather too many than too few; what it leaves is read at the next claim,
+ * at once).  Of each subscription: that shared among the subscriptions
+ * that had events last time, between EG_CHUNK_MIN_ROWS and
+ * EG_CHUNK_MAX_ROWS (reading 1,000 rows of every one of 128 busy
+ * subscriptions for a budget of a few thousand deliveries only cost memory
+ * and time).  Of how many positions: as many as the budget could take at
+ * the events each gave last time, at least EG_CLAIM_MIN_POSITIONS; the
+ * others wait for their turn, at the next claim.  A domain's events spread
+ * over 1,000 domain topics are then taken many of a domain topic at a
+ * time, a chunk and a position moved for each many, rather than a few of
+ * each of the 1,000 (SPEC 20).
  */
-static int
-scan_limit(int64 budget)
+static EgClaimSize
+claim_size(int64 budget)
 {
-	int64		rows = Max(budget, 0) / EG_DELIVERY_OVERHEAD_BYTES / Max(busy_positions, 1);
+	int64		budget_rows = Max(budget, 0) / EG_DELIVERY_OVERHEAD_BYTES;
+	int64		rows = budget_rows / Max(busy_positions, 1);
+	int64		each = Max(busy_rows / Max(busy_positions, 1), 1);
+	EgClaimSize size;
 
-	return (int) Max(EG_CHUNK_MIN_ROWS, Min(rows, EG_CHUNK_MAX_ROWS));
+	size.rows_per_position = (int) Max(EG_CHUNK_MIN_ROWS, Min(rows, EG_CHUNK_MAX_ROWS));
+	size.positions = (int) Max(EG_CLAIM_MIN_POSITIONS, Min(budget_rows / each, INT_MAX));
+	size.busy = size.scanned = 0;
+	return size;
 }
 
 /* Adds req to the requests built by the claim, in order. */
@@ -483,6 +495,7 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 	int			nskip = eg_targets_skip_list(&skip);
 	bool		transfer_locked;
 	EgClaimCandidates cand;
+	EgClaimSize size;
 
 	/* subscriptions whose outcomes cannot be recorded claim nothing new meanwhile */
 	if (eg_dw.poisoned_n > 0)
@@ -533,9 +546,11 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 		retry_bytes += rrows[i].bytes;
 	/* chunk numbers of a claim that fails are not used again: no harm */
 	eg_pause_point("claim-scan");	/* tests: the claim's first snapshot taken, the scan's not yet */
-	nf = eg_store_claim_first(eg_now(), scan_limit(byte_budget - retry_bytes), Max(byte_budget - retry_bytes, 1),
-							  eg_dw.lease_owner, &cand, skip, nskip, &eg_dw.next_chunk_no, &frows, more, locked,
-							  &busy_positions);
+	size = claim_size(byte_budget - retry_bytes);
+	nf = eg_store_claim_first(eg_now(), &size, Max(byte_budget - retry_bytes, 1), eg_dw.lease_owner, &cand, skip,
+							  nskip, &eg_dw.next_chunk_no, &frows, more, locked);
+	busy_positions = size.busy;
+	busy_rows = size.scanned;
 	if (nr == EG_CLAIM_MAX_ROWS)
 		*more = true;
 	if (transfer_locked)

@@ -179,6 +179,21 @@ typedef struct EgClaimCandidates
 } EgClaimCandidates;
 
 /*
+ * How much a first-attempt claim reads (eg_store_claim_first()): at most
+ * rows_per_position events of each position, of at most positions
+ * positions, taken in turn (the least recently served first); it says how
+ * many positions had events (busy) and how many events it read of them
+ * (scanned).
+ */
+typedef struct EgClaimSize
+{
+	int			rows_per_position;
+	int			positions;
+	int			busy;
+	int			scanned;
+} EgClaimSize;
+
+/*
  * The candidates of a claim, in its unit of work, before anything else of
  * it: positions whose read key has events the last discovery's snapshot
  * did not see, and those kept since (a sweep: every read key with events in
@@ -205,9 +220,9 @@ extern void eg_store_claim_sweep(void);
 /* store_claim.c */
 extern int	eg_store_claim_retries(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
 								   int64 lease_ms, EgClaimedRow **rows);
-extern int	eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
+extern int	eg_store_claim_first(TimestampTz now, EgClaimSize *size, int64 byte_budget, int lease_owner,
 								 const EgClaimCandidates *cand, const int64 *skip, int nskip,
-								 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked, int *busy);
+								 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked);
 extern TimestampTz eg_store_next_due(void);
 extern void eg_store_analyze(void);
 /*

@@ -68,7 +68,9 @@ static EgStatement claim_scan = {
 	"                      WHERE hs.id = p.subscription_id AND " EG_SQL_HELD("hs") ")"
 	/* an ordered subscription's, while another worker holds first attempts of it (tested on p itself: EvalPlanQual sees a lease taken since the snapshot) */
 	"     AND (p.lease_owner IS NULL OR p.lease_owner = $3)"
-	"   ORDER BY p.subscription_id"
+	/* in turn, at most $5 (those left are kept for the next claim) */
+	"   ORDER BY coalesce(p.served_at, '-infinity'), p.subscription_id"
+	"   LIMIT $5"
 	"   FOR UPDATE OF p SKIP LOCKED"
 	")"
 	" SELECT pos.subscription_id, pos.turn, e.txid, e.id,"
@@ -106,8 +108,8 @@ static EgStatement claim_scan = {
 	"         ORDER BY e.txid, e.id LIMIT $1)"
 	"     ) u ORDER BY u.txid, u.id LIMIT $1"
 	"   ) e ON true",
-	.nargs = 4,
-	.types = {INT4OID, INT8ARRAYOID, INT4OID, INT8ARRAYOID},
+	.nargs = 5,
+	.types = {INT4OID, INT8ARRAYOID, INT4OID, INT8ARRAYOID, INT4OID},
 };
 enum
 {
@@ -213,17 +215,18 @@ cmp_scan_rows(const void *a, const void *b)
  * order.
  */
 static EgScanRow *
-scan_positions(int limit, const int64 *skip, int nskip, int lease_owner, const EgClaimCandidates *cand,
-			   int *n)
+scan_positions(const EgClaimSize *size, const int64 *skip, int nskip, int lease_owner,
+			   const EgClaimCandidates *cand, int *n)
 {
-	Datum		args[4];
+	Datum		args[5];
 	SPITupleTable *tt;
 	EgScanRow  *scan;
 
-	args[0] = Int32GetDatum(limit);
+	args[0] = Int32GetDatum(size->rows_per_position);
 	args[1] = eg_int8_array(skip, nskip);
 	args[2] = Int32GetDatum(lease_owner);
 	args[3] = eg_int8_array(cand->push, cand->npush);
+	args[4] = Int32GetDatum(Max(size->positions, 1));
 	eg_store_run(&claim_scan, args, SPI_OK_SELECT);
 	*n = (int) SPI_processed;
 	tt = SPI_tuptable;
@@ -322,12 +325,12 @@ ordered_prefix(int64 sub, const EgScanRow *scan, int taken, HeapTuple first, Tup
  * position), and fills *a with how the positions move and which chunks
  * (numbered from *next_chunk) are written; written[] gets the chunk
  * numbers.  Returns the number of chunks, *more whether a position has
- * more to give at once (not one that waits for its rate), *nbusy how many
- * positions had events.
+ * more to give at once (not one that waits for its rate), size->busy how
+ * many positions had events and size->scanned how many events they gave.
  */
 static int
-cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget, TimestampTz now,
-			  int64 *next_chunk, EgAdvance *a, Datum *written, bool *more, int *nbusy)
+cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, EgClaimSize *size, int64 budget, TimestampTz now,
+			  int64 *next_chunk, EgAdvance *a, Datum *written, bool *more)
 {
 	int64		before = 0;
 	int			nchunks = 0;
@@ -353,7 +356,8 @@ cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget
 		if (scan[i].txid != 0)
 		{
 			scanned = j - i;
-			(*nbusy)++;
+			size->busy++;
+			size->scanned += scanned;
 		}
 		if (scan[i].rate > 0 && scanned > 0)
 		{
@@ -396,7 +400,7 @@ cut_positions(EgScanRow *scan, int n, SPITupleTable *tt, int limit, int64 budget
 			i = j;
 			continue;
 		}
-		complete = taken == scanned && scanned < limit;
+		complete = taken == scanned && scanned < size->rows_per_position;
 
 		/*
 		 * An ordered subscription's batch that this claim cannot take whole
@@ -525,11 +529,13 @@ static EgStatement still_wanted = {
 /*
  * The candidates the scan did not give are kept for the next claim: those
  * whose endpoint is backed up (in skip), and those another session holds;
- * returns whether another session held one.
+ * returns whether another session held one.  When the scan gave as many
+ * positions as it may (positions: *cut), every one it did not give is kept,
+ * to be looked at in its turn (one dropped or paused since is let go then).
  */
 static bool
 keep_unscanned(const EgClaimCandidates *cand, const EgScanRow *scan, int n, const int64 *skip, int nskip,
-			   int lease_owner)
+			   int lease_owner, int positions, bool *cut)
 {
 	int			nids;
 	int64	   *ids = scanned_ids(scan, n, &nids);
@@ -539,6 +545,7 @@ keep_unscanned(const EgClaimCandidates *cand, const EgScanRow *scan, int n, cons
 	int64	   *held;
 	int			nheld;
 
+	*cut = nids >= positions;
 	for (int i = 0, j = 0; i < cand->npush; i++)
 	{
 		int64		sub = cand->push[i];
@@ -550,7 +557,7 @@ keep_unscanned(const EgClaimCandidates *cand, const EgScanRow *scan, int n, cons
 			continue;
 		for (int k = 0; k < nskip && !skipped; k++)
 			skipped = skip[k] == sub;
-		if (skipped)
+		if (skipped || *cut)
 			eg_store_claim_keep(sub, false);
 		else
 			missing[nmissing++] = sub;
@@ -568,11 +575,12 @@ keep_unscanned(const EgClaimCandidates *cand, const EgScanRow *scan, int n, cons
 }
 
 /*
- * Claims first attempts: for every candidate position (cand->push) that no
- * other session holds, the next events of its snapshot batch, at most limit
- * per subscription, cut where the events to deliver reach byte_budget bytes
- * (at least one event).  Subscriptions take turns by when they were last
- * served (never served first).  Events the subscription's filters leave out
+ * Claims first attempts: for the candidate positions (cand->push) that no
+ * other session holds, at most size->positions of them in turn (by when
+ * they were last served, never served first), the next events of its
+ * snapshot batch, at most size->rows_per_position per subscription, cut
+ * where the events to deliver reach byte_budget bytes (at least one
+ * event).  Events the subscription's filters leave out
  * are passed over.  Positions move past what was taken, and what is to be
  * delivered is written as chunks in flight numbered from *next_chunk (one
  * per subscription), in this unit of work; the deliveries are then read
@@ -581,13 +589,14 @@ keep_unscanned(const EgClaimCandidates *cand, const EgScanRow *scan, int n, cons
  * *locked that another session holds a candidate's position.  The nskip
  * event subscriptions in skip are left out (their endpoint is backed up).
  * Positions not settled (eg_store_claim_keep()) are looked at again by the
- * next claim.  *busy: how many positions had events.  *rows stay valid until
+ * next claim.  size->busy and size->scanned: how many positions had events
+ * and how many they gave.  *rows stay valid until
  * eg_store_commit().
  */
 int
-eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_owner,
+eg_store_claim_first(TimestampTz now, EgClaimSize *size, int64 byte_budget, int lease_owner,
 					 const EgClaimCandidates *cand, const int64 *skip, int nskip,
-					 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked, int *busy)
+					 int64 *next_chunk, EgClaimedRow **rows, bool *more, bool *locked)
 {
 	int			n;
 	int			nchunks;
@@ -595,19 +604,23 @@ eg_store_claim_first(TimestampTz now, int limit, int64 byte_budget, int lease_ow
 	SPITupleTable *tt;
 	EgAdvance	a;
 	Datum	   *written;
+	bool		cut;
 
 	*more = false;
 	*locked = false;
-	*busy = 0;
+	size->busy = 0;
+	size->scanned = 0;
 	*rows = palloc0(sizeof(EgClaimedRow));	/* none yet: never a NULL for memcpy */
 	if (cand->npush == 0)
 		return 0;
-	scan = scan_positions(limit, skip, nskip, lease_owner, cand, &n);
+	scan = scan_positions(size, skip, nskip, lease_owner, cand, &n);
 	tt = SPI_tuptable;
-	*locked = keep_unscanned(cand, scan, n, skip, nskip, lease_owner);
+	*locked = keep_unscanned(cand, scan, n, skip, nskip, lease_owner, Max(size->positions, 1), &cut);
 	advance_init(&a, n);
 	written = palloc(Max(n, 1) * sizeof(Datum));
-	nchunks = cut_positions(scan, n, tt, limit, Max(byte_budget, 1), now, next_chunk, &a, written, more, busy);
+	nchunks = cut_positions(scan, n, tt, size, Max(byte_budget, 1), now, next_chunk, &a, written, more);
+	/* the positions left for their turn are looked at at once */
+	*more = *more || (cut && cand->npush > size->positions);
 	if (a.n > 0)
 		run_advance(&a, now, lease_owner);
 	for (int i = 0; i < a.ntransfer; i++)
