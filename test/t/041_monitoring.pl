@@ -116,12 +116,18 @@ sql("SELECT eventgrid.set_client_certificate('shop', 'fulfilment', \$pem\$" . sl
 my ($exporter_port, $prom_port) = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 2;
 my $dsn = sprintf('host=%s port=%d user=exporter dbname=postgres sslmode=disable', $node->host, $node->port);
 my ($eout, $eerr, $pout, $perr) = ('', '', '', '');
-my $exporter = IPC::Run::start(
-	[ 'env', "DATA_SOURCE_NAME=$dsn", 'prometheus-postgres-exporter',
-		"--web.listen-address=127.0.0.1:$exporter_port",
-		"--extend.query-path=$monitoring/postgres_exporter.yml",
-		'--auto-discover-databases', '--include-databases=postgres' ],
-	'>', \$eout, '2>', \$eerr);
+# the exporter as monitoring/README.md starts it, on port, as the role of dsn
+sub start_exporter
+{
+	my ($dsn, $port, $out, $err) = @_;
+	return IPC::Run::start(
+		[ 'env', "DATA_SOURCE_NAME=$dsn", 'prometheus-postgres-exporter',
+			"--web.listen-address=127.0.0.1:$port",
+			"--extend.query-path=$monitoring/postgres_exporter.yml",
+			'--auto-discover-databases', '--include-databases=postgres' ],
+		'>', $out, '2>', $err);
+}
+my $exporter = start_exporter($dsn, $exporter_port, \$eout, \$eerr);
 open(my $pc, '>', "$dir/prometheus.yml") or die;
 print $pc <<"EOF";
 global:
@@ -293,12 +299,7 @@ sql("ALTER ROLE exporter_per_topic SET eventgrid.metrics_per_topic = on");
 my $topic_port = PostgreSQL::Test::Cluster::get_free_port();
 (my $topic_dsn = $dsn) =~ s/user=exporter/user=exporter_per_topic/;
 my ($tout, $terr) = ('', '');
-my $topic_exporter = IPC::Run::start(
-	[ 'env', "DATA_SOURCE_NAME=$topic_dsn", 'prometheus-postgres-exporter',
-		"--web.listen-address=127.0.0.1:$topic_port",
-		"--extend.query-path=$monitoring/postgres_exporter.yml",
-		'--auto-discover-databases', '--include-databases=postgres' ],
-	'>', \$tout, '2>', \$terr);
+my $topic_exporter = start_exporter($topic_dsn, $topic_port, \$tout, \$terr);
 # the exporter's text as {metric}{"label=value,..."} = value, eventgrid_* only
 sub scrape_series
 {
