@@ -66,9 +66,9 @@ REVOKE ALL ON FUNCTION eventgrid._backlogged_subscriptions() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION eventgrid._backlogged_subscriptions() TO eventgrid_admin;
 
 -- event_subscription_metrics: a backlog only where there may be one (a
--- scrape of 100,000 idle subscriptions took 16 s).  OFFSET 0 keeps the
--- planner from pulling the test up into a join filter, which would call
--- _backlog() for every subscription and filter afterwards.
+-- scrape of 100,000 idle subscriptions took 16 s), computed for those and
+-- joined, and the queue subscriptions' acknowledgements summed once, not
+-- looked up per subscription (1,000,000 subscriptions: 0.4 s).
 CREATE OR REPLACE FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) RETURNS SETOF record
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -76,9 +76,7 @@ BEGIN ATOMIC
     SELECT s.read_key AS topic,
            s.name AS event_subscription,
            COALESCE(c.matched, 0) AS matched_events_total,
-           (COALESCE(c.delivered, 0) + (SELECT COALESCE(sum(x.acknowledged), 0)
-                                          FROM eventgrid.queue_counters x
-                                         WHERE x.subscription_id = s.id))::bigint AS delivery_success_total,
+           (COALESCE(c.delivered, 0) + COALESCE(q.acknowledged, 0))::bigint AS delivery_success_total,
            COALESCE(b.pending, 0) AS pending_events,
            COALESCE(EXTRACT(epoch FROM eventgrid._now() - b.oldest)::double precision, 0) AS oldest_pending_event_age_seconds,
            COALESCE(EXTRACT(epoch FROM eventgrid._now() - b.due_since)::double precision, 0) AS overdue_seconds,
@@ -86,15 +84,20 @@ BEGIN ATOMIC
            (COALESCE(h.state, 'healthy') <> 'healthy')::integer AS endpoint_on_probation
       FROM eventgrid.event_subscriptions s
       LEFT JOIN eventgrid.subscription_counters c ON c.subscription_id = s.id
+      LEFT JOIN (SELECT x.subscription_id, sum(x.acknowledged) AS acknowledged
+                   FROM eventgrid.queue_counters x GROUP BY x.subscription_id) q ON q.subscription_id = s.id
       LEFT JOIN eventgrid.endpoint_states h ON h.endpoint = s.endpoint
-      LEFT JOIN eventgrid._backlogged_subscriptions() a(id) ON a.id = s.id
-      LEFT JOIN LATERAL (SELECT x.pending, x.oldest, x.due_since
-                           FROM eventgrid._backlog(s.id) x(pending, oldest, due_since)
-                          WHERE a.id IS NOT NULL OFFSET 0) b ON true;
+      LEFT JOIN (SELECT a.id, x.pending, x.oldest, x.due_since
+                   FROM eventgrid._backlogged_subscriptions() a(id)
+                  CROSS JOIN LATERAL eventgrid._backlog(a.id) x(pending, oldest, due_since)) b ON b.id = s.id;
 END;
 
--- delivery_statistics: the same (its pending column called _pending() per
--- subscription, which planned _backlog() again at every call: 3 ms each)
+-- delivery_statistics: a backlog only where there may be one too (its
+-- pending column called _pending() per subscription, which planned
+-- _backlog() again at every call: 3 ms each), tested per row, so that a
+-- look at one topic computes that topic's only.  OFFSET 0 keeps the
+-- planner from pulling the test up into a join filter, which would call
+-- _backlog() for every row and filter afterwards.
 CREATE OR REPLACE VIEW eventgrid.delivery_statistics AS
 SELECT s.topic,
     s.name AS subscription,

@@ -1548,9 +1548,7 @@ CREATE FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_
  SELECT s.read_key AS topic,
      s.name AS event_subscription,
      COALESCE(c.matched, (0)::bigint) AS matched_events_total,
-     (((COALESCE(c.delivered, (0)::bigint))::numeric + ( SELECT COALESCE(sum(x.acknowledged), (0)::numeric) AS "coalesce"
-            FROM eventgrid.queue_counters x
-           WHERE (x.subscription_id = s.id))))::bigint AS delivery_success_total,
+     (((COALESCE(c.delivered, (0)::bigint))::numeric + COALESCE(q.acknowledged, (0)::numeric)))::bigint AS delivery_success_total,
      COALESCE(b.pending, (0)::bigint) AS pending_events,
      COALESCE((EXTRACT(epoch FROM (eventgrid._now() - b.oldest)))::double precision, (0)::double precision) AS oldest_pending_event_age_seconds,
      COALESCE((EXTRACT(epoch FROM (eventgrid._now() - b.due_since)))::double precision, (0)::double precision) AS overdue_seconds,
@@ -1559,14 +1557,17 @@ CREATE FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_
      ((COALESCE(h.state, 'healthy'::text) <> 'healthy'::text))::integer AS endpoint_on_probation
     FROM ((((eventgrid.event_subscriptions s
       LEFT JOIN eventgrid.subscription_counters c ON ((c.subscription_id = s.id)))
+      LEFT JOIN ( SELECT x.subscription_id,
+             sum(x.acknowledged) AS acknowledged
+            FROM eventgrid.queue_counters x
+           GROUP BY x.subscription_id) q ON ((q.subscription_id = s.id)))
       LEFT JOIN eventgrid.endpoint_states h ON ((h.endpoint = s.endpoint)))
-      LEFT JOIN eventgrid._backlogged_subscriptions() a(id) ON ((a.id = s.id)))
-      LEFT JOIN LATERAL ( SELECT x.pending,
+      LEFT JOIN ( SELECT a.id,
+             x.pending,
              x.oldest,
              x.due_since
-            FROM eventgrid._backlog(s.id) x(pending, oldest, due_since)
-           WHERE (a.id IS NOT NULL)
-          OFFSET 0) b ON (true));
+            FROM (eventgrid._backlogged_subscriptions() a(id)
+              CROSS JOIN LATERAL eventgrid._backlog(a.id) x(pending, oldest, due_since))) b ON ((b.id = s.id)));
 END;
 
 COMMENT ON FUNCTION eventgrid._event_subscription_metrics(OUT topic text, OUT event_subscription text, OUT matched_events_total bigint, OUT delivery_success_total bigint, OUT pending_events bigint, OUT oldest_pending_event_age_seconds double precision, OUT overdue_seconds double precision, OUT paused integer, OUT endpoint_on_probation integer) IS 'Internal: the rows of the view eventgrid.event_subscription_metrics, for pg_monitor and eventgrid_admin.';
