@@ -6,6 +6,11 @@
 
 \echo Use "ALTER EXTENSION eventgrid UPDATE TO '0.26.0'" to load this file. \quit
 
+-- The upkeep worker forgets the health of endpoint URLs no subscription
+-- uses any more, at every round: without an index that read every
+-- subscription (1,000,000 of them in a second's round).
+CREATE INDEX event_subscriptions_endpoint_idx ON eventgrid.event_subscriptions (endpoint);
+
 -- The event subscriptions that may have a backlog: those whose topic or
 -- domain topic has events in the event tables, and those with first
 -- attempts in flight, retries, or (queue subscriptions) events or batches

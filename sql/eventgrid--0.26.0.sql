@@ -6506,6 +6506,8 @@ ALTER TABLE ONLY eventgrid.wal_source_tables
 
 CREATE UNIQUE INDEX delivery_properties_header_key ON eventgrid.delivery_properties USING btree (subscription_id, lower(header));
 
+CREATE INDEX event_subscriptions_endpoint_idx ON eventgrid.event_subscriptions USING btree (endpoint);
+
 CREATE INDEX event_subscriptions_expiration_time_idx ON eventgrid.event_subscriptions USING btree (expiration_time) WHERE (expiration_time IS NOT NULL);
 
 CREATE INDEX event_subscriptions_queue_idx ON eventgrid.event_subscriptions USING btree (id) WHERE (delivery_mode = 'queue'::text);
