@@ -138,7 +138,7 @@ def main():
         cur.execute("RESET eventgrid.metrics_per_topic")
         return round(took, 2), rows
 
-    def reads(n):
+    def reads():
         looks = {"statistics_topic_ms": timed("SELECT * FROM eventgrid.delivery_statistics WHERE topic = 'busy'"),
                  "statistics_domain_topic_ms": timed("SELECT * FROM eventgrid.delivery_statistics"
                                                      " WHERE topic = 'tenants' AND domain_topic = 't-42'"),
@@ -182,7 +182,7 @@ def main():
                                        f" FROM generate_series(k * 1000 + 1, k * 1000 + 1000) g)); END LOOP; END $$", before,
                                        spread_topics)
         # what operators read, right after the drains (events still in the event tables)
-        looks = reads(n)
+        looks = reads()
         # nothing published since: the event tables are emptied by their rotation (3 x 10 s), the upkeep worker goes idle
         time.sleep(SETTLE)
         c0 = cluster_cpu(args.data_dir)

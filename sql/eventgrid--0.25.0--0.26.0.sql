@@ -185,6 +185,18 @@ CREATE OR REPLACE VIEW eventgrid.event_subscription_metrics AS
   GROUP BY 1;
 COMMENT ON VIEW eventgrid.event_subscription_metrics IS 'Prometheus metrics per event subscription: counters matched_events_total (MatchedEventCount) and delivery_success_total (events delivered, DeliverySuccessCount); gauges pending_events (deliveries not finished, as delivery_statistics.pending), oldest_pending_event_age_seconds (since the oldest of them was published; 0 when none), overdue_seconds (how long the delivery due longest has been due: an event not attempted yet since its publish, a retry since its next attempt time; 0 when none is due; grows when nothing delivers), paused (1 when pause_delivery() holds it) and endpoint_on_probation (1 while its endpoint is on probation or probing, SPEC 6). With the GUC eventgrid.metrics_per_topic on, one row per topic (a domain for all its domain topics) with event_subscription '''': the sums, the oldest age and overdue time of its subscriptions not paused, paused 1 when every one is, endpoint_on_probation the number on probation (SPEC 20). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
 
+-- the reasons a subscription's dead_lettered_total and dropped_total are
+-- always reported by (0 until one happens), for both views' branches
+CREATE FUNCTION eventgrid._dead_letter_reasons(delivery_mode text) RETURNS text[]
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN CASE delivery_mode
+               WHEN 'queue' THEN ARRAY['MaxDeliveryCountExceeded', 'TimeToLiveExceeded', 'Rejected']
+               ELSE ARRAY['MaxDeliveryAttemptsExceeded', 'TimeToLiveExceeded', 'NonRetriableError']
+           END;
+COMMENT ON FUNCTION eventgrid._dead_letter_reasons(delivery_mode text) IS 'Internal: the deadLetterReason values event_subscription_metric_labels reports for a subscription of this delivery_mode (queue: MaxDeliveryCountExceeded, TimeToLiveExceeded, Rejected; push: MaxDeliveryAttemptsExceeded, TimeToLiveExceeded, NonRetriableError), each always, 0 until it happens.';
+REVOKE ALL ON FUNCTION eventgrid._dead_letter_reasons(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION eventgrid._dead_letter_reasons(text) TO pg_monitor, eventgrid_admin;
+
 CREATE OR REPLACE VIEW eventgrid.event_subscription_metric_labels AS
  WITH per_subscription AS (
  SELECT s.read_key AS topic,
@@ -202,11 +214,7 @@ UNION ALL
     COALESCE(m.value, (0)::double precision) AS value
    FROM (((eventgrid.event_subscriptions s
      CROSS JOIN ( VALUES ('dead_lettered'::text), ('dropped'::text)) k(metric))
-     CROSS JOIN LATERAL unnest(
-        CASE s.delivery_mode
-            WHEN 'queue'::text THEN ARRAY['MaxDeliveryCountExceeded'::text, 'TimeToLiveExceeded'::text, 'Rejected'::text]
-            ELSE ARRAY['MaxDeliveryAttemptsExceeded'::text, 'TimeToLiveExceeded'::text, 'NonRetriableError'::text]
-        END) r(reason))
+     CROSS JOIN LATERAL unnest(eventgrid._dead_letter_reasons(s.delivery_mode)) r(reason))
      LEFT JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = k.metric) AND (m.label = r.reason))))
  )
  SELECT p.topic, p.event_subscription, p.metric, p.label, p.value
@@ -223,11 +231,7 @@ UNION ALL
    FROM (SELECT DISTINCT t.topic, x.reason
            FROM (SELECT DISTINCT s.topic, s.delivery_mode FROM eventgrid.event_subscriptions s
                   WHERE eventgrid._metrics_per_topic()) t
-          CROSS JOIN LATERAL unnest(
-             CASE t.delivery_mode
-                 WHEN 'queue' THEN ARRAY['MaxDeliveryCountExceeded', 'TimeToLiveExceeded', 'Rejected']
-                 ELSE ARRAY['MaxDeliveryAttemptsExceeded', 'TimeToLiveExceeded', 'NonRetriableError']
-             END) x(reason)) r
+          CROSS JOIN LATERAL unnest(eventgrid._dead_letter_reasons(t.delivery_mode)) x(reason)) r
   CROSS JOIN (VALUES ('dead_lettered'), ('dropped')) k(metric)
    LEFT JOIN (SELECT s.topic, c.metric, c.label, sum(c.value) AS value
                 FROM eventgrid.subscription_metric_counts c

@@ -1280,6 +1280,12 @@ END;
 
 COMMENT ON FUNCTION eventgrid._dead_letter_notification(target_topic text, topic text, subscription text, event jsonb, input_schema text, dead_lettered boolean, reason text, attempts integer, outcome text, http_status integer, publish_time timestamp with time zone, attempted_at timestamp with time zone, event_source text) IS 'Internal: the notification event of an event dead-lettered (or, dead_lettered false, dropped) by an event subscription whose dead_letter_topic is target_topic, in that topic''s input schema, with what the dead letter records (the event''s id, subject and type cut to 1,024 characters each) and the event itself (up to 900 kB), so that it always fits the 1 MB event limit; no row for a notification that itself ended undelivered (event_source ''(dead-letter notification)'', which the delivery workers give the notifications they publish and publishers cannot write), or when the topic is gone. The delivery workers publish it in the transaction that records the dead letter.';
 
+CREATE FUNCTION eventgrid._dead_letter_reasons(delivery_mode text) RETURNS text[]
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN CASE delivery_mode WHEN 'queue'::text THEN ARRAY['MaxDeliveryCountExceeded'::text, 'TimeToLiveExceeded'::text, 'Rejected'::text] ELSE ARRAY['MaxDeliveryAttemptsExceeded'::text, 'TimeToLiveExceeded'::text, 'NonRetriableError'::text] END;
+
+COMMENT ON FUNCTION eventgrid._dead_letter_reasons(delivery_mode text) IS 'Internal: the deadLetterReason values event_subscription_metric_labels reports for a subscription of this delivery_mode (queue: MaxDeliveryCountExceeded, TimeToLiveExceeded, Rejected; push: MaxDeliveryAttemptsExceeded, TimeToLiveExceeded, NonRetriableError), each always, 0 until it happens.';
+
 CREATE FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_serves_until timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) RETURNS SETOF record
     LANGUAGE c
     AS 'MODULE_PATHNAME', 'eventgrid_delivery_tokens';
@@ -5646,11 +5652,7 @@ CREATE VIEW eventgrid.event_subscription_metric_labels AS
             COALESCE(m.value, (0)::double precision) AS value
            FROM (((eventgrid.event_subscriptions s
              CROSS JOIN ( VALUES ('dead_lettered'::text), ('dropped'::text)) k(metric))
-             CROSS JOIN LATERAL unnest(
-                CASE s.delivery_mode
-                    WHEN 'queue'::text THEN ARRAY['MaxDeliveryCountExceeded'::text, 'TimeToLiveExceeded'::text, 'Rejected'::text]
-                    ELSE ARRAY['MaxDeliveryAttemptsExceeded'::text, 'TimeToLiveExceeded'::text, 'NonRetriableError'::text]
-                END) r(reason))
+             CROSS JOIN LATERAL unnest(eventgrid._dead_letter_reasons(s.delivery_mode)) r(reason))
              LEFT JOIN eventgrid.subscription_metric_counts m ON (((m.subscription_id = s.id) AND (m.metric = k.metric) AND (m.label = r.reason))))
         )
  SELECT p.topic,
@@ -5682,11 +5684,7 @@ UNION ALL
                     s.delivery_mode
                    FROM eventgrid.event_subscriptions s
                   WHERE eventgrid._metrics_per_topic()) t
-             CROSS JOIN LATERAL unnest(
-                CASE t.delivery_mode
-                    WHEN 'queue'::text THEN ARRAY['MaxDeliveryCountExceeded'::text, 'TimeToLiveExceeded'::text, 'Rejected'::text]
-                    ELSE ARRAY['MaxDeliveryAttemptsExceeded'::text, 'TimeToLiveExceeded'::text, 'NonRetriableError'::text]
-                END) x(reason))) r
+             CROSS JOIN LATERAL unnest(eventgrid._dead_letter_reasons(t.delivery_mode)) x(reason))) r
      CROSS JOIN ( VALUES ('dead_lettered'::text), ('dropped'::text)) k(metric))
      LEFT JOIN ( SELECT s.topic,
             c.metric,
@@ -6824,6 +6822,10 @@ GRANT SELECT(name) ON TABLE eventgrid.topics TO eventgrid_publisher;
 GRANT SELECT(input_schema) ON TABLE eventgrid.topics TO eventgrid_publisher;
 
 REVOKE ALL ON FUNCTION eventgrid._dead_letter_notification(target_topic text, topic text, subscription text, event jsonb, input_schema text, dead_lettered boolean, reason text, attempts integer, outcome text, http_status integer, publish_time timestamp with time zone, attempted_at timestamp with time zone, event_source text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._dead_letter_reasons(delivery_mode text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid._dead_letter_reasons(delivery_mode text) TO pg_monitor;
+GRANT ALL ON FUNCTION eventgrid._dead_letter_reasons(delivery_mode text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_serves_until timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid._delivery_tokens(OUT token_endpoint text, OUT client_id text, OUT scope text, OUT audience text, OUT token_obtained_at timestamp with time zone, OUT token_expires_at timestamp with time zone, OUT token_serves_until timestamp with time zone, OUT token_requests bigint, OUT token_failures bigint, OUT last_failure_at timestamp with time zone, OUT last_error text) TO eventgrid_admin;
