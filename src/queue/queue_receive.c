@@ -23,7 +23,11 @@
 #include "core/eventgrid.h"
 #include "queue/queue.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
+#include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -31,8 +35,9 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "utils/builtins.h"
-#include "utils/inval.h"
+#include "utils/fmgroids.h"
 #include "utils/resowner.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
@@ -193,6 +198,36 @@ look_for_subscription(void *arg)
 	return false;
 }
 
+/*
+ * The OID of extension eventgrid as committed now (InvalidOid: none), read
+ * from pg_extension with the latest snapshot.  Not get_extension_oid():
+ * the commit of DROP EXTENSION wakes the sleep before it sends its catalog
+ * invalidations, and PostgreSQL 18 keeps extensions by name in a catalog
+ * cache, whose entry would still show the dropped extension then.
+ */
+static Oid
+extension_oid_now(void)
+{
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tup;
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	Oid			oid = InvalidOid;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
+				CStringGetDatum("eventgrid"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, snapshot, 1, &key);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+		oid = ((Form_pg_extension) GETSTRUCT(tup))->oid;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	UnregisterSnapshot(snapshot);
+	return oid;
+}
+
 static pg_noreturn void
 extension_gone(void)
 {
@@ -207,7 +242,7 @@ extension_gone(void)
  * extension went away meanwhile, the error that says so (55000): a sleep woken by
  * the commit of DROP EXTENSION may look before that commit's catalog
  * invalidations arrive, see the extension still there, and then find its
- * tables gone.
+ * tables gone (extension_oid_now() reads what has committed).
  */
 static void
 look_while_there(bool (*look) (void *arg), void *arg, Oid extension)
@@ -225,8 +260,7 @@ look_while_there(bool (*look) (void *arg), void *arg, Oid extension)
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
-		AcceptInvalidationMessages();
-		if (get_extension_oid("eventgrid", true) != extension)
+		if (extension_oid_now() != extension)
 			extension_gone();
 		ReThrowError(edata);
 	}
@@ -242,8 +276,7 @@ look_while_there(bool (*look) (void *arg), void *arg, Oid extension)
 static void
 still_there(Oid extension, Look *l)
 {
-	AcceptInvalidationMessages();
-	if (get_extension_oid("eventgrid", true) != extension)
+	if (extension_oid_now() != extension)
 		extension_gone();
 	look_while_there(look_for_subscription, l, extension);
 	if (!l->exists)

@@ -20,7 +20,9 @@
 #    (each commit wakes only its own subscription's waiters);
 #  - a waiting receive() holds no lock: drop_event_subscription() and DROP
 #    EXTENSION run at once (lock_timeout 5 s), and the waiting consumer gets
-#    a clear error (42704, 55000) as soon as they commit.
+#    a clear error (42704, 55000) as soon as they commit, also when it
+#    wakes before the DROP's catalog invalidations are sent (gdb holds the
+#    dropping backend there).
 use strict;
 use warnings;
 use FindBin;
@@ -232,5 +234,51 @@ is($dret . $derr, '0', 'DROP EXTENSION ran at once beside a waiting receive()');
 $w->finish;
 like($$werr, qr/55000: extension eventgrid was dropped while eventgrid.receive\(\) waited/,
 	sprintf('the waiting consumer was told at once (%.1f s)', time() - $t0));
+
+# --- the commit of DROP EXTENSION wakes a waiting consumer before it sends
+# its catalog invalidations.  gdb holds the dropping backend right there
+# (in eventgrid's commit callback, after the wake); the consumer processes
+# another session's invalidation of event_subscriptions (ANALYZE) but
+# still has the extension in its catalog cache (PostgreSQL 18 caches
+# extensions by name): it must say 55000 all the same, at once
+sql("CREATE EXTENSION eventgrid; SELECT eventgrid.create_topic('quiet', 'CloudEventSchemaV1_0', 'namespace');"
+	  . " SELECT eventgrid.create_event_subscription('quiet', 'qd3', delivery_mode => 'queue')");
+($w, $wout, $werr) = wait_in_psql(undef, 'quiet', 'qd3', 60);
+@w = waiting_pids('quiet', 'qd3', 1);
+my $go = "${PostgreSQL::Test::Utils::tmp_check}/057_dropper_go";
+my ($drop_out, $drop_err) = ('', '');
+my $dropper = IPC::Run::start([ 'psql', '-X', '-At', '-d', $node->connstr('postgres'),
+	'-c', 'SELECT pg_sleep(3600) /* the dropper */', '-c', 'ANALYZE eventgrid.event_subscriptions', '-c', 'DROP EXTENSION eventgrid' ],
+	'>', \$drop_out, '2>', \$drop_err);
+wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(3600) /* the dropper */%'", '1');
+my $dropper_pid = sql("SELECT pid FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(3600) /* the dropper */%'");
+my ($gdb_out, $gdb_err) = ('', '');
+my $gdb = IPC::Run::start([ 'gdb', '-p', $dropper_pid, '-batch', '-nx',
+	'-ex', 'handle SIGUSR1 nostop noprint pass', '-ex', 'handle SIGUSR2 nostop noprint pass',
+	'-ex', 'handle SIGINT nostop noprint pass', '-ex', 'break eg_db_extension_changed', '-ex', 'continue',
+	'-ex', 'info symbol $pc', '-ex', "shell for i in \$(seq 600); do [ -e $go ] && break; sleep 0.1; done", '-ex', 'detach' ],
+	'>', \$gdb_out, '2>', \$gdb_err);
+for (1 .. 600)
+{
+	$gdb->pump_nb;
+	last if $gdb_out =~ /Breakpoint 1 at/;
+	usleep(100_000);
+}
+sql("SELECT pg_cancel_backend($dropper_pid)");	# ends the pg_sleep; ANALYZE and DROP EXTENSION follow
+$t0 = time();
+$w->finish;
+my $waited = time() - $t0;
+my $still_held = $gdb->pumpable ? 1 : 0;	# gdb lets go once told to (or after 60 s)
+open(my $fh, '>', $go) or die "$go: $!";
+close $fh;
+$gdb->finish;
+$dropper->finish;
+ok($gdb_out =~ /^eg_db_extension_changed( \+ \d+)? in section/m, 'gdb held the commit of DROP EXTENSION after its wake')
+	or diag("$gdb_out $gdb_err");
+ok($still_held, 'the waiting consumer returned while DROP EXTENSION was held there');
+like($$werr, qr/55000: extension eventgrid was dropped while eventgrid.receive\(\) waited/,
+	sprintf('woken before the invalidations of DROP EXTENSION: 55000 (%.1f s)', $waited));
+like($drop_out . $drop_err, qr/canceling statement due to user request/, 'the dropper ran ANALYZE and DROP EXTENSION after its pg_sleep');
+is(sql("SELECT count(*) FROM pg_extension WHERE extname = 'eventgrid'"), '0', 'and the extension is gone');
 
 done_testing();
