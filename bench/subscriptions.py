@@ -19,6 +19,11 @@ nothing ("idle"), grown step by step to each size in BENCH_IDLE_SUBS
   memory     the largest delivery worker's private memory (RssAnon, MB;
              target <= 64)
 
+BENCH_SUB_PERF=<directory>: a perf record -g (999 Hz) of eventgrid's
+background workers during each drain, perf-<size>-busy.data and
+perf-<size>-spread.data there, and the statements that took the most time
+in that drain (pg_stat_statements, track = all), statements-<size>-*.txt.
+
 At the largest size, dropping 1,000 subscriptions: drops a second; then
 pg_dump (custom format) of the database and pg_restore into a new one:
 seconds each (target <= 120).  The last line is BENCH_RESULT with every
@@ -108,12 +113,35 @@ def main():
                 return None
             time.sleep(max(0.05, 10 * (time.monotonic() - p0)))
 
-    def publish_paused(topic, events_sql, before, domain_topics=None):
+    def perf(tag):
+        # BENCH_SUB_PERF=<directory>: perf record -g of eventgrid's background
+        # workers (delivery and upkeep) while a drain runs, perf-<tag>.data there
+        if not os.environ.get("BENCH_SUB_PERF"):
+            return None
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        cur.execute("SELECT pg_stat_statements_reset()")
+        cur.execute("SELECT string_agg(pid::text, ',') FROM pg_stat_activity WHERE backend_type LIKE 'eventgrid %%'")
+        out = os.path.join(os.environ["BENCH_SUB_PERF"], f"perf-{tag}.data")
+        return subprocess.Popen(["perf", "record", "-g", "-F", "999", "-o", out, "-p", cur.fetchone()[0]],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def publish_paused(topic, events_sql, before, domain_topics=None, tag=None):
         cur.execute("SELECT eventgrid.pause_delivery(%s)", (topic,))
         cur.execute(events_sql)
+        recorder = perf(tag) if tag else None
         t0 = time.monotonic()
         cur.execute("SELECT eventgrid.resume_delivery(%s)", (topic,))
         d = drain(topic, before + EVENTS, domain_topics=domain_topics)
+        if recorder:
+            recorder.send_signal(2)
+            recorder.wait()
+            # and the statements that took the time, beside the profile
+            cur.execute("SELECT calls, round(total_exec_time), round(mean_exec_time::numeric, 3), rows,"
+                        " regexp_replace(left(query, 160), '\\s+', ' ', 'g')"
+                        " FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 15")
+            with open(os.path.join(os.environ["BENCH_SUB_PERF"], f"statements-{tag}.txt"), "w") as f:
+                for r in cur.fetchall():
+                    f.write("\t".join(map(str, r)) + "\n")
         return EVENTS / d if d else None, time.monotonic() - t0
 
     cur.execute("CREATE EXTENSION IF NOT EXISTS eventgrid")
@@ -167,7 +195,7 @@ def main():
         busy, _ = publish_paused("busy", f"INSERT INTO eventgrid.events (topic, event) SELECT 'busy',"
                                  f" jsonb_build_object('id', 'b-' || g, 'subject', '/b', 'eventType', 'T',"
                                  f" 'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('n', g))"
-                                 f" FROM generate_series(1, {EVENTS}) g", before)
+                                 f" FROM generate_series(1, {EVENTS}) g", before, tag=f"{n}-busy")
         first_busy = first_busy or busy
         spread = None
         if n > 0:
@@ -180,7 +208,7 @@ def main():
                                        f"'id', 's-' || g, 'subject', '/s', 'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z',"
                                        f" 'topic', 't-' || (g % {tenants} + 1), 'data', jsonb_build_object('n', g)))"
                                        f" FROM generate_series(k * 1000 + 1, k * 1000 + 1000) g)); END LOOP; END $$", before,
-                                       spread_topics)
+                                       spread_topics, tag=f"{n}-spread")
         # what operators read, right after the drains (events still in the event tables)
         looks = reads()
         # nothing published since: the event tables are emptied by their rotation (3 x 10 s), the upkeep worker goes idle

@@ -21,11 +21,17 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
+# BENCH_SUB_PERF=<directory> (bench/subscriptions.py): profiles, and the
+# statements' times from pg_stat_statements
+statements=""
+[ -n "${BENCH_SUB_PERF:-}" ] && statements="shared_preload_libraries = 'eventgrid,pg_stat_statements'
+pg_stat_statements.track = all"
 eg_start_cluster "$work" $port <<CONF
 shared_buffers = 1GB
 max_wal_size = 8GB
 eventgrid.delivery_workers = 2
 eventgrid.max_concurrent_requests = 64
+$statements
 CONF
 cat > "$work/nginx.conf" <<CONF
 worker_processes 1;

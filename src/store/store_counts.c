@@ -16,7 +16,9 @@
  * Published and unmatched events: per topic, the events visible in a new
  * snapshot and not in its position's are counted, and of them those that
  * no event subscription takes (a filter, or a subscription created after
- * the event); the position moves on.
+ * the event); the position moves on.  A domain's event is taken only by a
+ * subscription of the whole domain or of the event's own domain topic
+ * (two lookups, each bounded by the index on (topic, domain_topic, name)).
  */
 static EgStatement unmatched = {
 	.name = "unmatched count",
@@ -35,7 +37,7 @@ static EgStatement unmatched = {
 	"         CASE WHEN EXISTS ("
 	"           SELECT 1 FROM eventgrid.event_subscriptions s"
 	"             JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
-	"            WHERE s.topic = tp.topic AND s.included_event_types IS NULL"
+	"            WHERE s.topic = tp.topic AND s.domain_topic IS NULL AND s.included_event_types IS NULL"
 	"              AND s.subject_begins_with IS NULL AND s.subject_ends_with IS NULL"
 	"              AND s.advanced_filters IS NULL"
 	"              AND pg_snapshot_xmax(p.since) <= pg_snapshot_xmin(tp.done))"
@@ -46,7 +48,16 @@ static EgStatement unmatched = {
 	"             AND eventgrid._in_batch(e.txid, tp.done, snap.s)"
 	"             AND NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s"
 	"                               JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
-	"                              WHERE s.topic = e.topic AND NOT pg_visible_in_snapshot(e.txid, p.since)"
+	"                              WHERE s.topic = e.topic AND s.domain_topic IS NULL"
+	"                                AND NOT pg_visible_in_snapshot(e.txid, p.since)"
+	"                                AND eventgrid._matches(e.event, s.included_event_types_lower,"
+	"                                      s.subject_begins_with, s.subject_ends_with,"
+	"                                      s.is_subject_case_sensitive, s.advanced_filters,"
+	"                                      s.enable_advanced_filtering_on_arrays))"
+	"             AND NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s"
+	"                               JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
+	"                              WHERE s.topic = e.topic AND s.domain_topic = e.domain_topic"
+	"                                AND NOT pg_visible_in_snapshot(e.txid, p.since)"
 	"                                AND eventgrid._matches(e.event, s.included_event_types_lower,"
 	"                                      s.subject_begins_with, s.subject_ends_with,"
 	"                                      s.is_subject_case_sensitive, s.advanced_filters,"

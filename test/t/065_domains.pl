@@ -179,6 +179,25 @@ is(sql("SELECT domain || ':' || domain_topics || ':' || domain_scope_subscriptio
 		  . "|| ':' || auto_create_topic_with_first_subscription FROM eventgrid.domain_statistics ORDER BY domain"),
 	"saas:2:1:4:true\nsaas-ce:1:1:0:false", 'domain_statistics counts domain topics and subscriptions');
 
+# --- unmatched events of a domain: only a subscription of the event's own
+# domain topic, or of the whole domain, takes it
+sql("SELECT eventgrid.create_domain('solo')");
+sql("SELECT eventgrid.create_event_subscription('solo/top-1', 'hook', '$u/status/200/solo-t1')");
+sql("SELECT eventgrid.create_event_subscription('solo/top-3', 'shipped', '$u/status/200/solo-t3', "
+	  . "included_event_types => ARRAY['Shop.OrderShipped'])");
+sql("SET ROLE app; SELECT eventgrid.publish('solo', '[" . join(',', eg('s-1', 'top-1'), eg('s-2', 'top-2'), eg('s-3', 'top-3'), eg('s-4', 'top-1')) . "]')");
+wait_for_requests($r, '/status/200/solo-t1', 2);
+ok(wait_for_sql($node, "SELECT unmatched_events FROM eventgrid.topic_statistics WHERE topic = 'solo'", '2'),
+	'an event for a domain topic without a subscription, and one its subscription filters out, are unmatched; top-1\'s are not')
+	or diag(sql("SELECT unmatched_events FROM eventgrid.topic_statistics WHERE topic = 'solo'"));
+sql("SELECT eventgrid.create_event_subscription('solo', 'all', '$u/status/200/solo-all')");
+sql("SET ROLE app; SELECT eventgrid.publish('solo', '[" . join(',', eg('s-5', 'top-2'), eg('s-6', 'top-3')) . "]')");
+wait_for_requests($r, '/status/200/solo-all', 2);
+ok(wait_for_sql($node, "SELECT publish_success_total FROM eventgrid.topic_metrics WHERE topic = 'solo'", '6'), 'six counted as published');
+is(sql("SELECT unmatched_events FROM eventgrid.topic_statistics WHERE topic = 'solo'"), '2',
+	'with a subscription of the whole domain, nothing more is unmatched');
+sql("SELECT eventgrid.drop_domain('solo')");
+
 # --- auto-delete, drop_domain_topic, expiration; dead letters kept -----------------
 sql("SELECT eventgrid.drop_event_subscription('saas/tenant-b', 'shipped')");
 is(sql("SELECT subscriptions FROM eventgrid.domain_topics WHERE domain_topic = 'tenant-b'"), '1', 'one subscription left');
