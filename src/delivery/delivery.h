@@ -13,6 +13,8 @@
 #include "core/outcome.h"
 #include "store/store.h"
 
+#include "lib/ilist.h"
+
 struct EgClaim;
 
 /* Retries handed to HTTP together, recorded as one in-flight record. */
@@ -59,6 +61,8 @@ typedef struct EgClaim
 	MemoryContext cxt;
 	EgDelivery *rows;
 	int			unrecorded;
+	uint64		no;				/* claims are numbered as they are made, from 1 */
+	dlist_node	alive;			/* in eg_dw.claims_alive, oldest first */
 } EgClaim;
 
 /* What one delivery worker keeps between loop rounds. */
@@ -91,6 +95,8 @@ typedef struct EgDeliveryWorker
 
 	/* a claim being turned into requests (in order); freed if its transaction fails */
 	EgClaim    *claim_in_progress;
+	uint64		claims_made;	/* the number of the last claim made */
+	dlist_head	claims_alive;	/* claims some of whose rows are not recorded yet, oldest first */
 	EgRequest  *built_head;
 	EgRequest  *built_tail;
 	TimestampTz last_analyze;
@@ -101,6 +107,8 @@ extern EgDeliveryWorker eg_dw;
 /* delivery_claim.c */
 extern int	eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next_due_at);
 extern void eg_delivery_drop_claim(void);
+extern void eg_delivery_claim_gone(EgClaim *claim);
+extern uint64 eg_delivery_oldest_claim(void);
 
 /* delivery_record.c */
 extern void eg_delivery_push(EgDelivery *d);

@@ -10,9 +10,13 @@
  * once per change (eg_auth_for, in the claim's unit of work); subscriptions
  * with the same token endpoint, client, scope and audience share one
  * EgTokenUse, and the workers of a database share the token itself through
- * shared memory (http/token.c).  A request of such a subscription waits in
- * its host's queue while its token is asked for (the queue passes it over:
- * other requests, of other subscriptions, go meanwhile); the token request
+ * shared memory (http/token.c).  A worker keeps the credentials of at most
+ * EG_SUBSCRIPTION_CACHE_MAX subscriptions (least recently used out); a use
+ * no cached subscription names is retired, freed once the claims whose
+ * requests may name it are gone (subscription_cache.c).  A request of such
+ * a subscription waits in its host's queue while its token is asked for
+ * (the queue passes it over: other requests, of other subscriptions, go
+ * meanwhile); the token request
  * is sent through the HTTP thread like a delivery, so it never holds one
  * up.  A token that cannot be had fails the requests waiting for it, each
  * an attempt with the token endpoint's answer as its error
@@ -45,6 +49,7 @@ typedef struct EgTokenUse
 	EgAuthState checked;		/* and said this */
 	char		error[EG_TOKEN_ERROR_MAX];	/* the last token request's failure */
 	TimestampTz logged_at;		/* a failure was last logged then */
+	int			entries;		/* subscriptions of the cache (auths) that name it */
 	struct EgTokenUse *next;
 } EgTokenUse;
 
@@ -57,6 +62,8 @@ typedef struct AuthEntry
 	char	   *entra_tenant;	/* Entra ID's tenant (TopMemoryContext), or NULL */
 } AuthEntry;
 
+static void release_use(EgTokenUse *u);
+
 static void
 evict_auth(void *entry)
 {
@@ -65,6 +72,9 @@ evict_auth(void *entry)
 	if (e->entra_tenant != NULL)
 		pfree(e->entra_tenant);
 	e->entra_tenant = NULL;
+	if (e->use != NULL)
+		release_use(e->use);
+	e->use = NULL;
 }
 
 static EgSubscriptionCache auths = {
@@ -88,6 +98,47 @@ clear_free(char *s)
 		return;
 	explicit_bzero(s, strlen(s));
 	pfree(s);
+}
+
+/* Frees u, a retired use, unless its token request is in flight (false: asked again later). */
+static bool
+free_use(void *item)
+{
+	EgTokenUse *u = item;
+
+	if (u->fetch != NULL)
+		return false;
+	clear_free(u->auth_line);
+	clear_free((char *) u->cred.client_secret);
+	clear_free((char *) u->cred.token_endpoint);
+	clear_free((char *) u->cred.client_id);
+	clear_free((char *) u->cred.scope);
+	clear_free((char *) u->cred.audience);
+	pfree(u);
+	return true;
+}
+
+/*
+ * A subscription of the cache no longer names u: once none does, u leaves
+ * the list of uses and is retired (requests of live claims may still name
+ * it; its token stays in shared memory for the next use of the same
+ * credentials).
+ */
+static void
+release_use(EgTokenUse *u)
+{
+	EgTokenUse **p;
+
+	if (--u->entries > 0)
+		return;
+	for (p = &uses; *p != NULL; p = &(*p)->next)
+		if (*p == u)
+		{
+			*p = u->next;
+			break;
+		}
+	u->next = NULL;
+	eg_retire(u, free_use);
 }
 
 /* The EgTokenUse of credentials c, made when first needed; c's secret replaces the one it had. */
@@ -148,10 +199,17 @@ eg_auth_for(int64 sub_id, TimestampTz set_at)
 	bool		found;
 	EgAuthRow	row;
 	EgCredentials c;
+	EgTokenUse *u;
 
 	e = eg_subscription_cache_entry(&auths, sub_id, set_at, &found);
 	if (e == NULL)
 		return NULL;
+	if (!found)
+	{
+		e->set_at = 0;			/* loaded below; an ERROR meanwhile leaves it to be loaded again */
+		e->use = NULL;
+		e->entra_tenant = NULL;
+	}
 	if (found && e->set_at == set_at)
 	{
 		char	   *endpoint;
@@ -166,13 +224,9 @@ eg_auth_for(int64 sub_id, TimestampTz set_at)
 		if (same)
 			return e->use;
 	}
-	if (found && e->entra_tenant != NULL)
-	{
+	if (e->entra_tenant != NULL)
 		pfree(e->entra_tenant);
-		e->entra_tenant = NULL;
-	}
-	else if (!found)
-		e->entra_tenant = NULL;
+	e->entra_tenant = NULL;
 	/*
 	 * Read in a snapshot no older than the claim's: removed since the claim
 	 * read it, none; replaced, the new credentials (which the next claim
@@ -180,11 +234,16 @@ eg_auth_for(int64 sub_id, TimestampTz set_at)
 	 */
 	if (set_at == 0 || !eg_store_delivery_authentication(sub_id, &row))
 	{
+		evict_auth(e);
 		eg_subscription_cache_remove(&auths, sub_id);
 		return NULL;
 	}
 	eg_auth_credentials(&row, &c);
-	e->use = use_of(&c);
+	u = use_of(&c);
+	u->entries++;
+	if (e->use != NULL)
+		release_use(e->use);
+	e->use = u;
 	e->set_at = row.set_at;
 	e->entra_tenant = strcmp(row.method, "entra") == 0 ? top_strdup(row.tenant_id) : NULL;
 	explicit_bzero(row.client_secret, strlen(row.client_secret));
@@ -270,10 +329,11 @@ eg_auth_state(EgRequest *req)
 				break;
 			case EG_TOKEN_FETCH:
 				start_fetch(u);
-				state = EG_AUTH_WAIT;
+				/* the token taken when this worker's last request ended may still serve */
+				state = u->auth_line != NULL && round_now < u->refresh_at ? EG_AUTH_READY : EG_AUTH_WAIT;
 				break;
 			case EG_TOKEN_FETCHING:
-				state = EG_AUTH_WAIT;
+				state = u->auth_line != NULL && round_now < u->refresh_at ? EG_AUTH_READY : EG_AUTH_WAIT;
 				break;
 			default:
 				strlcpy(u->error, looked_up->error, sizeof(u->error));
@@ -330,9 +390,14 @@ eg_auth_token_finished(EgRequest *req)
 	u->checked_round = 0;
 	if (eg_token_answer(&u->cred, req, &token, &len, &expires_in, error, sizeof(error)))
 	{
-		eg_token_store(&u->cred, token, len, expires_in);
+		if (looked_up == NULL)
+			looked_up = MemoryContextAlloc(TopMemoryContext, sizeof(EgToken));
+		eg_token_store(&u->cred, token, len, expires_in, looked_up);
 		explicit_bzero(token, len);
 		pfree(token);
+		/* this worker's requests go with it even if its slot is another's by the next round */
+		if (looked_up->len > 0)
+			take_token(u);
 		ereport(DEBUG1,
 				(errmsg("eventgrid: got a bearer token from %s for client \"%s\", good for " INT64_FORMAT " s",
 						u->cred.token_endpoint, u->cred.client_id, expires_in)));

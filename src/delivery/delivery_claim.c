@@ -35,9 +35,9 @@ static int	busy_rows = 0;
 
 /*
  * Client certificates (mutual TLS), loaded once per change: subscription
- * id -> the certificate set at set_at.  A replaced one is freed only when
- * no request of this worker exists (requests point at it until libcurl
- * copies it as they start).
+ * id -> the certificate set at set_at.  A replaced or evicted one is
+ * retired (subscription_cache.c): requests of the claims alive then point
+ * at it until libcurl copies it as they start.
  */
 typedef struct ClientCertEntry
 {
@@ -46,35 +46,31 @@ typedef struct ClientCertEntry
 	EgClientCert *cert;
 } ClientCertEntry;
 
-static List *retired_certs = NIL;	/* of EgClientCert *, in TopMemoryContext */
+static bool
+free_client_cert(void *item)
+{
+	EgClientCert *c = item;
 
-/* An evicted entry's certificate is retired like a replaced one. */
+	explicit_bzero(c->key, c->key_len);
+	pfree(c->key);
+	pfree(c->cert);
+	pfree(c);
+	return true;
+}
+
 static void
 evict_client_cert(void *entry)
 {
 	ClientCertEntry *e = entry;
-	MemoryContext old;
 
-	if (e->cert == NULL)
-		return;
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	retired_certs = lappend(retired_certs, e->cert);
-	MemoryContextSwitchTo(old);
+	if (e->cert != NULL)
+		eg_retire(e->cert, free_client_cert);
 	e->cert = NULL;
 }
 
 static EgSubscriptionCache client_certs = {
 	"eventgrid client certificates", sizeof(ClientCertEntry), evict_client_cert
 };
-
-static void
-free_client_cert(EgClientCert *c)
-{
-	explicit_bzero(c->key, c->key_len);
-	pfree(c->key);
-	pfree(c->cert);
-	pfree(c);
-}
 
 /*
  * The client certificate of subscription sub_id as set at set_at (0: it has
@@ -90,16 +86,6 @@ client_cert_for(int64 sub_id, TimestampTz set_at)
 	char	   *key;
 	TimestampTz loaded_at;
 
-	if (retired_certs != NIL && eg_http_in_flight() == 0 && eg_targets_queued() == 0 &&
-		eg_dw.built_head == NULL)
-	{
-		ListCell   *lc;
-
-		foreach(lc, retired_certs)
-			free_client_cert(lfirst(lc));
-		list_free(retired_certs);
-		retired_certs = NIL;
-	}
 	e = eg_subscription_cache_entry(&client_certs, sub_id, set_at, &found);
 	if (e == NULL)
 		return NULL;
@@ -362,6 +348,8 @@ new_claim(const EgClaimedRow *rows, int n)
 	claim->cxt = AllocSetContextCreate(TopMemoryContext, "eventgrid claim", ALLOCSET_DEFAULT_SIZES);
 	claim->rows = MemoryContextAllocZero(claim->cxt, n * sizeof(EgDelivery));
 	claim->unrecorded = n;
+	claim->no = ++eg_dw.claims_made;
+	dlist_push_tail(&eg_dw.claims_alive, &claim->alive);
 	for (int i = 0; i < n; i++)
 	{
 		EgDelivery *d = &claim->rows[i];
@@ -575,6 +563,7 @@ eg_delivery_claim(int64 byte_budget, bool *more, bool *locked, TimestampTz *next
 	memcpy(rows + nr, frows, nf * sizeof(EgClaimedRow));
 
 	order_chunks(rows + nr, nf);
+	eg_retired_sweep();
 	claim = new_claim(rows, n);
 	eg_dw.claim_in_progress = claim;
 
@@ -624,7 +613,32 @@ eg_delivery_drop_claim(void)
 	if (eg_dw.claim_in_progress == NULL)
 		return;
 	free_built_requests();
-	MemoryContextDelete(eg_dw.claim_in_progress->cxt);
-	pfree(eg_dw.claim_in_progress);
+	eg_delivery_claim_gone(eg_dw.claim_in_progress);
 	eg_dw.claim_in_progress = NULL;
+}
+
+/*
+ * Claim claim is gone (every row recorded, or its transaction failed): its
+ * memory, and with it its requests, freed.
+ */
+void
+eg_delivery_claim_gone(EgClaim *claim)
+{
+	dlist_delete(&claim->alive);
+	MemoryContextDelete(claim->cxt);
+	pfree(claim);
+}
+
+/*
+ * The number of the oldest claim still alive (eg_dw.claims_made + 1 when
+ * none is): what a claim's requests point at (client certificates, bearer
+ * token uses) may be freed once every claim up to the last one made when
+ * it was let go is gone (subscription_cache.c).
+ */
+uint64
+eg_delivery_oldest_claim(void)
+{
+	if (dlist_is_empty(&eg_dw.claims_alive))
+		return eg_dw.claims_made + 1;
+	return dlist_head_element(EgClaim, alive, &eg_dw.claims_alive)->no;
 }

@@ -248,10 +248,7 @@ release_claim_row(EgDelivery *d)
 	if (d->chunk != NULL && d->chunk->ordered)
 		eg_ordering_chunk_gone(d->chunk);
 	if (--claim->unrecorded == 0)
-	{
-		MemoryContextDelete(claim->cxt);
-		pfree(claim);
-	}
+		eg_delivery_claim_gone(claim);
 }
 
 /*

@@ -4,9 +4,26 @@
  * (delivery_claim.c) and delivery authentication (delivery_auth.c).  Each
  * keeps at most EG_SUBSCRIPTION_CACHE_MAX entries: a worker's memory does
  * not grow with the number of subscriptions (SPEC 20); one evicted is
- * loaded again when a claim names it.
+ * loaded again when a claim names it.  What an evicted or replaced entry
+ * held is retired: freed once every claim alive then is gone (their
+ * requests point at it), whether or not requests of later claims are in
+ * flight, so that a worker that is never idle frees them too.
  */
 #include "delivery/subscription_cache.h"
+#include "delivery/delivery.h"
+
+#include "utils/memutils.h"
+
+typedef struct EgRetired
+{
+	void	   *item;
+	bool		(*release) (void *item);
+	uint64		last_claim;		/* the last claim made when it was retired */
+} EgRetired;
+
+static EgRetired *retired = NULL;	/* in TopMemoryContext, oldest first */
+static int	retired_n = 0;
+static int	retired_cap = 0;
 
 /*
  * The entry of subscription sub_id in cache, made when set_at is not 0 and
@@ -68,4 +85,37 @@ eg_subscription_cache_remove(EgSubscriptionCache *cache, int64 sub_id)
 	dlist_delete(&e->lru);
 	hash_search(cache->table, &sub_id, HASH_REMOVE, NULL);
 	cache->n--;
+}
+
+/* See subscription_cache.h. */
+void
+eg_retire(void *item, bool (*release) (void *item))
+{
+	if (retired_n == retired_cap)
+	{
+		retired_cap = retired_cap == 0 ? 16 : retired_cap * 2;
+		retired = retired == NULL
+			? MemoryContextAlloc(TopMemoryContext, retired_cap * sizeof(EgRetired))
+			: repalloc(retired, retired_cap * sizeof(EgRetired));
+	}
+	retired[retired_n].item = item;
+	retired[retired_n].release = release;
+	retired[retired_n].last_claim = eg_dw.claims_made;
+	retired_n++;
+}
+
+/* See subscription_cache.h: called as each claim is made. */
+void
+eg_retired_sweep(void)
+{
+	uint64		oldest = eg_delivery_oldest_claim();
+	int			kept = 0;
+
+	for (int i = 0; i < retired_n; i++)
+	{
+		if (retired[i].last_claim < oldest && retired[i].release(retired[i].item))
+			continue;
+		retired[kept++] = retired[i];
+	}
+	retired_n = kept;
 }

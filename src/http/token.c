@@ -306,29 +306,43 @@ eg_token_lookup(const EgCredentials *c, EgToken *out, bool may_renew)
 	return state;
 }
 
-/* The token endpoint gave a token for c, good for expires_in_s seconds. */
+/*
+ * The token endpoint gave a token for c, good for expires_in_s seconds: it
+ * is shared, and copied to *out as eg_token_lookup() would (out->len 0:
+ * unusable, too long).  The caller uses the copy: with more sets of
+ * credentials than EG_TOKEN_SLOTS in use, the slot may be taken over by
+ * others before this process looks again.
+ */
 void
-eg_token_store(const EgCredentials *c, const char *token, int len, int64 expires_in_s)
+eg_token_store(const EgCredentials *c, const char *token, int len, int64 expires_in_s, EgToken *out)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz lifetime = expires_in_s * USECS_PER_SEC;
 	TimestampTz margin = Min(lifetime / 10, 60 * USECS_PER_SEC);
 	EgTokenSlot *s;
 
+	out->len = 0;
+	out->error[0] = '\0';
 	if (!fits(c) || len <= 0 || len > EG_TOKEN_MAX_BYTES)
 		return;
+	memcpy(out->text, token, len);
+	out->text[len] = '\0';
+	out->len = len;
+	out->refresh_at = now + lifetime - margin;
+	out->renew_at = out->refresh_at - Min((lifetime - margin) / 10, 30 * USECS_PER_SEC);
 	LWLockAcquire(tokens->lock, LW_EXCLUSIVE);
+	out->generation = tokens->next_generation++;
 	s = find_slot(c, true);
 	if (s != NULL)
 	{
 		memcpy(s->token, token, len);
 		s->token[len] = '\0';
 		s->len = len;
-		s->generation = tokens->next_generation++;
+		s->generation = out->generation;
 		s->obtained_at = now;
 		s->expires_at = now + lifetime;
-		s->refresh_at = now + lifetime - margin;
-		s->renew_at = s->refresh_at - Min((lifetime - margin) / 10, 30 * USECS_PER_SEC);
+		s->refresh_at = out->refresh_at;
+		s->renew_at = out->renew_at;
 		s->last_used = now;
 		s->failed_at = 0;
 		s->error[0] = '\0';

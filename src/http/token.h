@@ -63,7 +63,8 @@ extern void eg_token_shmem_init(void);
 extern char *eg_entra_token_endpoint(const char *tenant_id);
 extern bool eg_token_same_client(const EgCredentials *a, const EgCredentials *b);
 extern EgTokenState eg_token_lookup(const EgCredentials *c, EgToken *out, bool may_renew);
-extern void eg_token_store(const EgCredentials *c, const char *token, int len, int64 expires_in_s);
+extern void eg_token_store(const EgCredentials *c, const char *token, int len, int64 expires_in_s,
+						   EgToken *out);
 extern void eg_token_failed(const EgCredentials *c, const char *error);
 extern void eg_token_drop(const EgCredentials *c, uint64 generation);
 extern void eg_token_release_fetches(void);

@@ -356,17 +356,17 @@ eg_token_get_now(const EgCredentials *c, const char *ca_file, EgToken *out)
 		eg_token_request_prepare(&req, c);
 		eg_http_perform(&req, ca_file, eg_response_timeout_ms);
 		eg_http_end_token_request(&req);
-		if (eg_token_answer(c, &req, &token, &len, &expires_in, out->error, sizeof(out->error)))
-		{
-			eg_token_store(c, token, len, expires_in);
-			explicit_bzero(token, len);
-		}
-		else
+		if (!eg_token_answer(c, &req, &token, &len, &expires_in, out->error, sizeof(out->error)))
 		{
 			eg_token_failed(c, out->error);
 			free(req.answer);
 			return false;
 		}
+		eg_token_store(c, token, len, expires_in, out);
+		explicit_bzero(token, len);
+		pfree(token);
 		free(req.answer);
+		if (out->len > 0)
+			return true;	/* the copy: the slot may be another's by the next look */
 	}
 }

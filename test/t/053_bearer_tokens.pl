@@ -24,6 +24,10 @@
 #  - a validation handshake carries the token;
 #  - a client certificate and a bearer token together, through nginx
 #    demanding the certificate in front of the receiver;
+#  - 2,100 subscriptions with a client each (more than the workers keep,
+#    and than the 64 token slots of shared memory): two rounds, every
+#    request with a token of its own client, at most a token request per
+#    client, worker and round;
 #  - no secret or token in the server log, the attempt history, the views or
 #    a dump; pg_dump/pg_restore keeps the credentials; the metrics view
 #    counts token requests and failures; remove_delivery_authentication().
@@ -43,7 +47,8 @@ use Time::HiRes qw(time usleep);
 my $dir = PostgreSQL::Test::Utils::tempdir;
 my $json = JSON::PP->new;
 my $tenant = '11111111-2222-3333-4444-555555555555';
-my %secret = (orders => 'orders-secret-7f3a9c21', 'entra-app' => 'entra-secret-51d2e8b4');
+my %secret = (orders => 'orders-secret-7f3a9c21', 'entra-app' => 'entra-secret-51d2e8b4',
+	map { ("many-$_" => "many-secret-$_") } 1 .. 2100);    # a client each, more than the workers keep (below)
 
 # --- the token server and the receiver
 make_ca($dir, 'server-ca', 30);
@@ -401,6 +406,38 @@ is((grep { ($_->{reason} // '') eq 'no bearer token' } received('/hook/entra-app
 # --- metrics
 my $metrics = $node->safe_psql('postgres', "SET ROLE pg_monitor; SELECT string_agg(client_id || ':' || (token_requests_total > 0) || ':' || (token_failures_total > 0), ',' ORDER BY client_id, token_failures_total) FROM eventgrid.delivery_token_metrics WHERE client_id = 'entra-app' OR token_failures_total > 0");
 like($metrics, qr/^entra-app:true:false,orders:true:true/, 'delivery_token_metrics counts token requests and failures for pg_monitor');
+
+# --- more subscriptions with credentials of their own than the two workers
+# keep (1,024 each, least recently used out first): 2,100, so one worker
+# meets more than it keeps in each round; a use of credentials no kept
+# subscription names is freed once no claim's request may name it
+$node->safe_psql('postgres', qq{
+	SELECT eventgrid.create_topic('many');
+	DO \$\$ BEGIN FOR i IN 1 .. 2100 LOOP
+	  PERFORM eventgrid.create_event_subscription('many', 'sub-' || i, '$hook/many-' || i);
+	  PERFORM eventgrid.set_oauth2_authentication('many', 'sub-' || i, '$token_endpoint', 'many-' || i, 'many-secret-' || i);
+	END LOOP; END \$\$;
+});
+for my $round (1 .. 2)
+{
+	$node->safe_psql('postgres', "INSERT INTO eventgrid.events (topic, event) VALUES ('many', '{\"id\": \"many-$round\","
+		  . " \"subject\": \"s\", \"eventType\": \"t\", \"eventTime\": \"2024-05-01T12:00:00Z\", \"data\": {}, \"dataVersion\": \"1\"}')");
+	ok(wait_for_sql($node, "SELECT sum(delivered) FROM eventgrid.delivery_statistics WHERE topic = 'many'", 2100 * $round, 180),
+		"round $round: each of 2,100 subscriptions delivered its event");
+}
+my %many;
+for my $r (grep { $_->{path} =~ m{^/hook/many-\d+$} } jsonl('receiver.jsonl'))
+{
+	$many{ $r->{status} == 200 ? 'verified' : 'refused' }++;
+}
+is($many{refused} // 0, 0, 'no request carried a token of another client (the receiver checks the path\'s client)');
+is($many{verified} // 0, 4200, 'each carried one of its own, in both rounds');
+# 64 token slots in shared memory for 2,100 sets of credentials: a worker
+# uses the token it asked for even when the slot is another's by then (it
+# asked again and again when it only looked in the slot: 268,000 requests)
+my $asked = grep { ($_->{client_id} // '') =~ /^many-/ } jsonl('token_requests.jsonl');
+cmp_ok($asked, '<=', 2 * 2 * 2100, "at most one token request per client, worker and round ($asked)");
+$node->safe_psql('postgres', "SELECT eventgrid.drop_topic('many')");
 
 # --- a token endpoint that quotes the secret back, in each form the request sent it in
 my $echo_secret = 'echo&secret=42/+x';
