@@ -18,7 +18,10 @@
  * no event subscription takes (a filter, or a subscription created after
  * the event); the position moves on.  A domain's event is taken only by a
  * subscription of the whole domain or of the event's own domain topic
- * (two lookups, each bounded by the index on (topic, domain_topic, name)).
+ * (two lookups, each bounded by the index on (topic, domain_topic, name)),
+ * and the events of a domain topic that a subscription without filters
+ * takes whole are not looked at one by one (covered: a look per domain
+ * topic with events, not per event).
  */
 static EgStatement unmatched = {
 	.name = "unmatched count",
@@ -28,6 +31,21 @@ static EgStatement unmatched = {
 	"  SELECT p.topic, p.done FROM eventgrid.topic_positions p"
 	"   WHERE p.system_identifier = eventgrid._system_identifier()"
 	"   ORDER BY p.topic FOR UPDATE SKIP LOCKED"
+	"), covered AS MATERIALIZED ("
+	"  SELECT d.topic, d.domain_topic"
+	"    FROM (SELECT DISTINCT e.topic, e.domain_topic FROM tp CROSS JOIN snap"
+	"            JOIN eventgrid.events e ON e.topic = tp.topic"
+	"           WHERE e.domain_topic IS NOT NULL AND e.txid >= pg_snapshot_xmin(tp.done)"
+	"             AND e.txid < pg_snapshot_xmax(snap.s)"
+	"             AND eventgrid._in_batch(e.txid, tp.done, snap.s)) d"
+	"    JOIN tp ON tp.topic = d.topic"
+	"   WHERE EXISTS ("
+	"           SELECT 1 FROM eventgrid.event_subscriptions s"
+	"             JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
+	"            WHERE s.topic = d.topic AND s.domain_topic = d.domain_topic AND s.included_event_types IS NULL"
+	"              AND s.subject_begins_with IS NULL AND s.subject_ends_with IS NULL"
+	"              AND s.advanced_filters IS NULL"
+	"              AND pg_snapshot_xmax(p.since) <= pg_snapshot_xmin(tp.done))"
 	"), n AS ("
 	"  SELECT tp.topic,"
 	"         (SELECT count(*) FROM eventgrid.events e"
@@ -46,6 +64,8 @@ static EgStatement unmatched = {
 	"           WHERE e.topic = tp.topic AND e.txid >= pg_snapshot_xmin(tp.done)"
 	"             AND e.txid < pg_snapshot_xmax(snap.s)"
 	"             AND eventgrid._in_batch(e.txid, tp.done, snap.s)"
+	"             AND NOT EXISTS (SELECT 1 FROM covered c"
+	"                              WHERE c.topic = e.topic AND c.domain_topic = e.domain_topic)"
 	"             AND NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s"
 	"                               JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
 	"                              WHERE s.topic = e.topic AND s.domain_topic IS NULL"
