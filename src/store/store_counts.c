@@ -147,6 +147,12 @@ static EgStatement backlog_retries = {
 	.types = {TIMESTAMPTZOID, INT8OID},
 };
 
+/* whether anything is paused: the count below is planned for every subscription */
+static EgStatement any_pause = {
+	.name = "pause check",
+	.sql = "SELECT EXISTS (SELECT 1 FROM eventgrid.delivery_pauses)",
+};
+
 /* what pause_delivery() paused: how many event subscriptions, and whether everything */
 static EgStatement pauses = {
 	.name = "pause count",
@@ -158,11 +164,19 @@ static EgStatement pauses = {
 /*
  * How many event subscriptions pause_delivery() paused (itself, its topic or
  * everything); *all: whether it paused everything.  For the delivery
- * workers' status line.
+ * workers' status line, every second while they deliver.  Nothing paused
+ * (the usual case) is one probe: the count's plan, made for as many rows
+ * as there are subscriptions, set up a hash table that size at each run
+ * even with nothing paused (7-270 ms a run beside 1,000,000 subscriptions,
+ * pg_stat_statements in the bench, figure 26).
  */
 int64
 eg_store_pauses(bool *all)
 {
+	*all = false;
+	eg_store_run(&any_pause, NULL, SPI_OK_SELECT);
+	if (!eg_bool_col(SPI_tuptable, 0, 1))
+		return 0;
 	eg_store_run(&pauses, NULL, SPI_OK_SELECT);
 	*all = eg_bool_col(SPI_tuptable, 0, 2);
 	return eg_int64_col(SPI_tuptable, 0, 1, 0);
