@@ -198,8 +198,9 @@ def main():
             made += k
         created = time.monotonic() - t0
         create_rate = (n - (rows[-1]["subscriptions"] if rows else 0)) / created if created > 0.01 else None
-        # steady state: what creating them left for autovacuum is done before measuring
+        # steady state: what creating them left for autovacuum and the checkpointer is done before measuring
         cur.execute("VACUUM (ANALYZE)")
+        cur.execute("CHECKPOINT")
         before = delivered("busy")
         busy, _ = publish_paused("busy", f"INSERT INTO eventgrid.events (topic, event) SELECT 'busy',"
                                  f" jsonb_build_object('id', 'b-' || g, 'subject', '/b', 'eventType', 'T',"
