@@ -12,16 +12,42 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+/* an event e of the round: visible in the new snapshot, not in the topic's position's */
+#define EG_SQL_IN_ROUND(e) \
+	" AND " e ".txid >= pg_snapshot_xmin(tp.done) AND " e ".txid < pg_snapshot_xmax(snap.s)" \
+	" AND eventgrid._in_batch(" e ".txid, tp.done, snap.s)"
+/* subscription s has no filter */
+#define EG_SQL_NO_FILTER \
+	" s.included_event_types IS NULL AND s.subject_begins_with IS NULL" \
+	" AND s.subject_ends_with IS NULL AND s.advanced_filters IS NULL"
+/* a subscription of scope <domain_topic> takes every event of the round */
+#define EG_SQL_TAKES_ALL(domain_topic) \
+	" EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s" \
+	"           JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id" \
+	"          WHERE s.topic = tp.topic AND " domain_topic " AND" EG_SQL_NO_FILTER \
+	"            AND pg_snapshot_xmax(p.since) <= pg_snapshot_xmin(tp.done))"
+/* a subscription of scope <domain_topic> existing before event e takes it */
+#define EG_SQL_TAKES(domain_topic) \
+	" EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s" \
+	"           JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id" \
+	"          WHERE s.topic = e.topic AND " domain_topic \
+	"            AND NOT pg_visible_in_snapshot(e.txid, p.since)" \
+	"            AND eventgrid._matches(e.event, s.included_event_types_lower," \
+	"                  s.subject_begins_with, s.subject_ends_with," \
+	"                  s.is_subject_case_sensitive, s.advanced_filters," \
+	"                  s.enable_advanced_filtering_on_arrays))"
+
 /*
  * Published and unmatched events: per topic, the events visible in a new
  * snapshot and not in its position's are counted, and of them those that
  * no event subscription takes (a filter, or a subscription created after
  * the event); the position moves on.  A domain's event is taken only by a
- * subscription of the whole domain or of the event's own domain topic
- * (two lookups, each bounded by the index on (topic, domain_topic, name)),
- * and the events of a domain topic that a subscription without filters
- * takes whole are not looked at one by one (covered: a look per domain
- * topic with events, not per event).
+ * subscription of the whole domain or of the event's own domain topic.
+ * Nothing is looked at one by one where a subscription without filters
+ * takes everything: of the topic or domain (one look), or of a domain
+ * topic with events in the round (one look per domain topic, a gate on
+ * that domain topic's own count, which reads it through the index on
+ * (topic, domain_topic, txid, id)).
  */
 static EgStatement unmatched = {
 	.name = "unmatched count",
@@ -31,57 +57,22 @@ static EgStatement unmatched = {
 	"  SELECT p.topic, p.done FROM eventgrid.topic_positions p"
 	"   WHERE p.system_identifier = eventgrid._system_identifier()"
 	"   ORDER BY p.topic FOR UPDATE SKIP LOCKED"
-	"), covered AS MATERIALIZED ("
-	"  SELECT d.topic, d.domain_topic"
-	"    FROM (SELECT DISTINCT e.topic, e.domain_topic FROM tp CROSS JOIN snap"
-	"            JOIN eventgrid.events e ON e.topic = tp.topic"
-	"           WHERE e.domain_topic IS NOT NULL AND e.txid >= pg_snapshot_xmin(tp.done)"
-	"             AND e.txid < pg_snapshot_xmax(snap.s)"
-	"             AND eventgrid._in_batch(e.txid, tp.done, snap.s)) d"
-	"    JOIN tp ON tp.topic = d.topic"
-	"   WHERE EXISTS ("
-	"           SELECT 1 FROM eventgrid.event_subscriptions s"
-	"             JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
-	"            WHERE s.topic = d.topic AND s.domain_topic = d.domain_topic AND s.included_event_types IS NULL"
-	"              AND s.subject_begins_with IS NULL AND s.subject_ends_with IS NULL"
-	"              AND s.advanced_filters IS NULL"
-	"              AND pg_snapshot_xmax(p.since) <= pg_snapshot_xmin(tp.done))"
 	"), n AS ("
 	"  SELECT tp.topic,"
+	"         (SELECT count(*) FROM eventgrid.events e WHERE e.topic = tp.topic" EG_SQL_IN_ROUND("e") ") AS published,"
+	"         CASE WHEN" EG_SQL_TAKES_ALL("s.domain_topic IS NULL") " THEN 0 ELSE"
 	"         (SELECT count(*) FROM eventgrid.events e"
-	"           WHERE e.topic = tp.topic AND e.txid >= pg_snapshot_xmin(tp.done)"
-	"             AND e.txid < pg_snapshot_xmax(snap.s)"
-	"             AND eventgrid._in_batch(e.txid, tp.done, snap.s)) AS published,"
-	"         CASE WHEN EXISTS ("
-	"           SELECT 1 FROM eventgrid.event_subscriptions s"
-	"             JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
-	"            WHERE s.topic = tp.topic AND s.domain_topic IS NULL AND s.included_event_types IS NULL"
-	"              AND s.subject_begins_with IS NULL AND s.subject_ends_with IS NULL"
-	"              AND s.advanced_filters IS NULL"
-	"              AND pg_snapshot_xmax(p.since) <= pg_snapshot_xmin(tp.done))"
-	"         THEN 0 ELSE"
-	"         (SELECT count(*) FROM eventgrid.events e"
-	"           WHERE e.topic = tp.topic AND e.txid >= pg_snapshot_xmin(tp.done)"
-	"             AND e.txid < pg_snapshot_xmax(snap.s)"
-	"             AND eventgrid._in_batch(e.txid, tp.done, snap.s)"
-	"             AND NOT EXISTS (SELECT 1 FROM covered c"
-	"                              WHERE c.topic = e.topic AND c.domain_topic = e.domain_topic)"
-	"             AND NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s"
-	"                               JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
-	"                              WHERE s.topic = e.topic AND s.domain_topic IS NULL"
-	"                                AND NOT pg_visible_in_snapshot(e.txid, p.since)"
-	"                                AND eventgrid._matches(e.event, s.included_event_types_lower,"
-	"                                      s.subject_begins_with, s.subject_ends_with,"
-	"                                      s.is_subject_case_sensitive, s.advanced_filters,"
-	"                                      s.enable_advanced_filtering_on_arrays))"
-	"             AND NOT EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s"
-	"                               JOIN eventgrid.subscription_positions p ON p.subscription_id = s.id"
-	"                              WHERE s.topic = e.topic AND s.domain_topic = e.domain_topic"
-	"                                AND NOT pg_visible_in_snapshot(e.txid, p.since)"
-	"                                AND eventgrid._matches(e.event, s.included_event_types_lower,"
-	"                                      s.subject_begins_with, s.subject_ends_with,"
-	"                                      s.is_subject_case_sensitive, s.advanced_filters,"
-	"                                      s.enable_advanced_filtering_on_arrays))) END AS unmatched"
+	"           WHERE e.topic = tp.topic AND e.domain_topic IS NULL" EG_SQL_IN_ROUND("e")
+	"             AND NOT" EG_SQL_TAKES("s.domain_topic IS NULL") ")"
+	"       + (SELECT coalesce(sum(u.n), 0)"
+	"            FROM (SELECT DISTINCT e.domain_topic FROM eventgrid.events e"
+	"                   WHERE e.topic = tp.topic AND e.domain_topic IS NOT NULL" EG_SQL_IN_ROUND("e") ") g"
+	"            CROSS JOIN LATERAL ("
+	"              SELECT count(*) AS n FROM eventgrid.events e"
+	"               WHERE NOT" EG_SQL_TAKES_ALL("s.domain_topic = g.domain_topic")
+	"                 AND e.topic = tp.topic AND e.domain_topic = g.domain_topic" EG_SQL_IN_ROUND("e")
+	"                 AND NOT" EG_SQL_TAKES("s.domain_topic IS NULL")
+	"                 AND NOT" EG_SQL_TAKES("s.domain_topic = e.domain_topic") ") u) END AS unmatched"
 	"    FROM tp CROSS JOIN snap"
 	"), counted AS ("
 	"  UPDATE eventgrid.topic_counters c"
