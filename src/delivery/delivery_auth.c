@@ -258,6 +258,15 @@ eg_auth_new_round(void)
 	round_now = GetCurrentTimestamp();
 }
 
+/* looked_up, made when first needed */
+static EgToken *
+token_buffer(void)
+{
+	if (looked_up == NULL)
+		looked_up = MemoryContextAlloc(TopMemoryContext, sizeof(EgToken));
+	return looked_up;
+}
+
 /* Takes the token looked_up holds as this worker's for u. */
 static void
 take_token(EgTokenUse *u)
@@ -298,6 +307,7 @@ eg_auth_state(EgRequest *req)
 {
 	EgTokenUse *u = req->token_use;
 	EgAuthState state;
+	bool		serves;			/* the token this worker took serves still */
 
 	if (u == NULL)
 		return EG_AUTH_READY;
@@ -308,15 +318,14 @@ eg_auth_state(EgRequest *req)
 			req->token_waited = true;
 		return u->checked;
 	}
-	if (u->auth_line != NULL && round_now < u->refresh_at && (round_now < u->renew_at || u->fetch != NULL))
+	serves = u->auth_line != NULL && round_now < u->refresh_at;
+	if (serves && (round_now < u->renew_at || u->fetch != NULL))
 		return EG_AUTH_READY;	/* (the same for the whole round: nothing here changes within one) */
 	if (u->fetch != NULL)
 		state = EG_AUTH_WAIT;
 	else
 	{
-		if (looked_up == NULL)
-			looked_up = MemoryContextAlloc(TopMemoryContext, sizeof(EgToken));
-		switch (eg_token_lookup(&u->cred, looked_up, true))
+		switch (eg_token_lookup(&u->cred, token_buffer(), true))
 		{
 			case EG_TOKEN_READY:
 				take_token(u);
@@ -330,10 +339,10 @@ eg_auth_state(EgRequest *req)
 			case EG_TOKEN_FETCH:
 				start_fetch(u);
 				/* the token taken when this worker's last request ended may still serve */
-				state = u->auth_line != NULL && round_now < u->refresh_at ? EG_AUTH_READY : EG_AUTH_WAIT;
+				state = serves ? EG_AUTH_READY : EG_AUTH_WAIT;
 				break;
 			case EG_TOKEN_FETCHING:
-				state = u->auth_line != NULL && round_now < u->refresh_at ? EG_AUTH_READY : EG_AUTH_WAIT;
+				state = serves ? EG_AUTH_READY : EG_AUTH_WAIT;
 				break;
 			default:
 				strlcpy(u->error, looked_up->error, sizeof(u->error));
@@ -390,9 +399,7 @@ eg_auth_token_finished(EgRequest *req)
 	u->checked_round = 0;
 	if (eg_token_answer(&u->cred, req, &token, &len, &expires_in, error, sizeof(error)))
 	{
-		if (looked_up == NULL)
-			looked_up = MemoryContextAlloc(TopMemoryContext, sizeof(EgToken));
-		eg_token_store(&u->cred, token, len, expires_in, looked_up);
+		eg_token_store(&u->cred, token, len, expires_in, token_buffer());
 		explicit_bzero(token, len);
 		pfree(token);
 		/* this worker's requests go with it even if its slot is another's by the next round */
