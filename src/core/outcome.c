@@ -141,6 +141,8 @@ eg_outcome_of(EgTransport transport, int http_status)
 		case 429:
 		case 503:
 			return EG_OUTCOME_BUSY;
+		case 507:				/* Insufficient Storage; a destination that is full (SPEC 21) */
+			return EG_OUTCOME_FULL;
 		default:
 			return EG_OUTCOME_GENERIC_ERROR;
 	}

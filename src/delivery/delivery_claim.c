@@ -12,6 +12,7 @@
 #include "delivery/delivery.h"
 #include "delivery/subscription_cache.h"
 #include "delivery/auth.h"
+#include "http/redis_stream.h"
 #include "http/signing.h"
 #include "delivery/endpoint.h"
 #include "store/worker.h"
@@ -190,9 +191,22 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 	int			max_events = 1;
 	int64		max_bytes = 0;
 	EgTarget   *target = NULL;
-	const EgClientCert *client_cert = client_cert_for(rows[from].subscription_id,
-													  rows[from].client_cert_set_at);
-	struct EgTokenUse *token_use = eg_auth_for(rows[from].subscription_id, rows[from].auth_set_at);
+	EgRedisDest redis;
+	bool		to_redis = eg_is_redis_url(rows[from].endpoint);	/* a RedisStream destination (SPEC 21) */
+	const EgClientCert *client_cert = to_redis ? NULL :
+		client_cert_for(rows[from].subscription_id, rows[from].client_cert_set_at);
+	struct EgTokenUse *token_use = to_redis ? NULL :
+		eg_auth_for(rows[from].subscription_id, rows[from].auth_set_at);
+
+	char	   *redis_user = NULL;
+	char	   *redis_password = NULL;
+
+	/* the constraint on event_subscriptions.endpoint took only endpoints that parse */
+	if (to_redis && eg_redis_parse(rows[from].endpoint, &redis) != NULL)
+		elog(ERROR, "eventgrid: the endpoint of event subscription \"%s\" is not a RedisStream endpoint",
+			 rows[from].subscription_name);
+	if (to_redis)
+		eg_store_destination_credentials(rows[from].subscription_id, &redis_user, &redis_password);
 
 	for (int k = from; k < to; k++)
 	{
@@ -213,7 +227,8 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 			send[nsend++] = d;
 		}
 	}
-	if (rows[from].max_events_per_batch > 0 || rows[from].preferred_batch_kb > 0)
+	/* a Redis stream takes one entry per event: its requests are pipelined instead */
+	if (!to_redis && (rows[from].max_events_per_batch > 0 || rows[from].preferred_batch_kb > 0))
 	{
 		max_events = rows[from].max_events_per_batch > 0
 			? rows[from].max_events_per_batch : eg_default_max_events_per_batch;
@@ -253,7 +268,7 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 		spec.custom_headers = first->custom_headers;
 		spec.signing_keys = first->signing_keys;
 		spec.webhook_id = NULL;
-		if (spec.signing_keys)
+		if (spec.signing_keys && !to_redis)
 		{
 			int64	   *ids = palloc(sizeof(int64) * take);
 
@@ -262,7 +277,14 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 			spec.webhook_id = eg_webhook_id(first->subscription_id, ids, take);
 			pfree(ids);
 		}
-		unsendable = eg_request_build(req, &spec, &parts[k], take, scratch);
+		if (to_redis)
+		{
+			unsendable = eg_redis_request_build(req, &redis, first->output_event_id, &parts[k]);
+			if (unsendable == EG_OUTCOME_NONE && redis_password != NULL)
+				eg_redis_request_auth(req, redis_user, redis_password);
+		}
+		else
+			unsendable = eg_request_build(req, &spec, &parts[k], take, scratch);
 		if (unsendable == EG_OUTCOME_NONE)
 		{
 			if (target == NULL)
@@ -299,6 +321,8 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 		}
 		k += take;
 	}
+	if (redis_password != NULL)
+		explicit_bzero(redis_password, strlen(redis_password));
 	pfree(send);
 	pfree(parts);
 	pfree(rowno);

@@ -41,6 +41,7 @@
  * http_options.c.
  */
 #include "http/http.h"
+#include "http/redis_stream.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -231,9 +232,12 @@ total_time_ms(CURL *easy)
 #endif
 }
 
-/* Thread side: frees what libcurl owned and hands the request back. */
-static void
-finish(EgRequest *req, EgTransport transport, int http_status)
+/*
+ * Thread side: frees what libcurl owned and hands the request back (also
+ * redis_stream.c's requests, which libcurl never held).
+ */
+void
+eg_http_finish(EgRequest *req, EgTransport transport, int http_status)
 {
 	if (req->easy)
 	{
@@ -340,14 +344,20 @@ request_options(CURL *h, EgRequest *req)
 static void
 start(EgRequest *req)
 {
-	CURL	   *h = idle_n > 0 ? idle_handles[--idle_n] : new_handle();
+	CURL	   *h;
 	CURLcode	rc = CURLE_OK;
 
+	if (eg_is_redis_url(req->url))
+	{
+		eg_redis_send(req);		/* a RedisStream destination's: through hiredis */
+		return;
+	}
+	h = idle_n > 0 ? idle_handles[--idle_n] : new_handle();
 	req->easy = h;
 	if (h == NULL)
 	{
 		snprintf(req->errbuf, sizeof(req->errbuf), "could not set up the transfer: out of memory");
-		finish(req, EG_TRANSPORT_SOCKET, 0);
+		eg_http_finish(req, EG_TRANSPORT_SOCKET, 0);
 		return;
 	}
 	rc = request_options(h, req);
@@ -359,7 +369,7 @@ start(EgRequest *req)
 	{
 		snprintf(req->errbuf, sizeof(req->errbuf), "could not set up the transfer: %s",
 				 rc != CURLE_OK ? curl_easy_strerror(rc) : "curl_multi_add_handle failed");
-		finish(req, EG_TRANSPORT_SOCKET, 0);
+		eg_http_finish(req, EG_TRANSPORT_SOCKET, 0);
 	}
 }
 
@@ -479,10 +489,17 @@ http_thread_main(void *arg)
 					req->http_version = version == CURL_HTTP_VERSION_2_0 ? 2 : version != 0 ? 1 : 0;
 			}
 			req->retry_after_s = transport == EG_TRANSPORT_OK ? retry_after_s(msg->easy_handle) : 0;
-			finish(req, transport, (int) status);
+			eg_http_finish(req, transport, (int) status);
 		}
-		/* sleeps until socket activity, a timeout, or curl_multi_wakeup() */
-		curl_multi_poll(multi, NULL, 0, 1000, NULL);
+		/* sleeps until socket activity (libcurl's or Redis's), a timeout, or curl_multi_wakeup() */
+		{
+			struct curl_waitfd *fds;
+			int			timeout_ms = 1000;
+			int			nfds = eg_redis_wait_fds(&fds, &timeout_ms);
+
+			curl_multi_poll(multi, fds, nfds, timeout_ms, NULL);
+			eg_redis_after_wait(fds, nfds);
+		}
 	}
 	return NULL;
 }
@@ -549,6 +566,7 @@ eg_http_shutdown(void)
 		curl_multi_wakeup(multi);
 		pthread_join(http_thread, NULL);
 		thread_started = false;
+		eg_redis_close_all();
 	}
 	while (idle_n > 0)
 		curl_easy_cleanup(idle_handles[--idle_n]);

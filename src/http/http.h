@@ -97,6 +97,7 @@ extern void eg_http_perform(EgRequest *req, const char *ca_file, long timeout_ms
  */
 extern const char *eg_header_problem(const char *name, const char *value, bool custom);
 extern int	eg_control_char_at(const char *s, int len);
+extern const char *eg_to_utf8(const char *text, int len, int *out_len);
 extern char *eg_printable_copy(const char *text, int len);
 extern const char *eg_content_type(const char *delivery_schema, int nevents);
 extern void eg_build_body(StringInfo buf, const char *delivery_schema,

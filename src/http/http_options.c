@@ -117,4 +117,11 @@ eg_http_free_body(EgRequest *req)
 	eg_http_free_headers(req);
 	free(req->body);
 	req->body = NULL;
+	/* a request that ends unsent (a Redis request's AUTH: redis_stream.c) */
+	if (req->auth_line != NULL)
+	{
+		explicit_bzero(req->auth_line, strlen(req->auth_line));
+		free(req->auth_line);
+		req->auth_line = NULL;
+	}
 }

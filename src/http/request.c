@@ -76,8 +76,8 @@ eg_printable_copy(const char *text, int len)
  * conversion cannot map.  Runs in a transaction (the first call looks the
  * conversion up in the catalog).
  */
-static const char *
-to_utf8(const char *text, int len, int *out_len)
+const char *
+eg_to_utf8(const char *text, int len, int *out_len)
 {
 	static Oid	proc = InvalidOid;
 	int			encoding = GetDatabaseEncoding();
@@ -110,13 +110,13 @@ to_utf8(const char *text, int len, int *out_len)
 	return (char *) dst;
 }
 
-/* A header value as UTF-8 (see to_utf8), or NULL. */
+/* A header value as UTF-8 (see eg_to_utf8), or NULL. */
 static const char *
 header_utf8(const char *value)
 {
 	int			len;
 
-	return to_utf8(value, strlen(value), &len);
+	return eg_to_utf8(value, strlen(value), &len);
 }
 
 static bool
@@ -304,7 +304,7 @@ eg_request_build(EgRequest *req, const EgRequestSpec *spec,
 
 	resetStringInfo(scratch);
 	eg_build_body(scratch, spec->schema, events, nevents);
-	body = to_utf8(scratch->data, scratch->len, &body_len);
+	body = eg_to_utf8(scratch->data, scratch->len, &body_len);
 	if (body == NULL)
 		return EG_OUTCOME_INVALID_ENCODING;
 	/* signed before the body is copied out, so that an error leaks nothing */

@@ -6,7 +6,8 @@
  *                     due retries; store_claim_cols.c, the request columns
  *                     both read);
  *   store_queue.c     queue subscriptions' events into their queue, expiry;
- *   store_auth.c      client certificates and delivery authentication;
+ *   store_auth.c      client certificates, delivery authentication and
+ *                     destination credentials;
  *   store_record.c    requests in flight and recording outcomes and attempts;
  *   store_recovery.c  taking back what stopped workers left, and positions
  *                     restored from another cluster;
@@ -234,6 +235,7 @@ extern int64 eg_store_transfer_positions(TimestampTz now, const EgClaimCandidate
 extern int64 eg_store_expire_queue(TimestampTz now);
 /* store_auth.c */
 extern bool eg_store_client_certificate(int64 sub_id, char **cert, char **key, TimestampTz *set_at);
+extern bool eg_store_destination_credentials(int64 sub_id, char **user, char **password);
 extern bool eg_store_delivery_authentication(int64 sub_id, EgAuthRow *row);
 extern void eg_auth_row_cols(SPITupleTable *tt, int row, int first, EgAuthRow *a);
 

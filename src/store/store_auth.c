@@ -2,7 +2,7 @@
  * store_auth.c - the credentials a delivery worker loads once per change
  * of an event subscription (its claims name when they were set): client
  * certificates (SPEC 12, mutual TLS) and delivery authentication (bearer
- * tokens).
+ * tokens); and a destination's credentials (SPEC 21), read with each claim.
  */
 #include "store/store.h"
 #include "store/store_sql.h"
@@ -77,5 +77,32 @@ eg_store_delivery_authentication(int64 sub_id, EgAuthRow *row)
 		return false;
 	eg_auth_row_cols(SPI_tuptable, 0, 1, row);
 	row->set_at = eg_timestamp_col(SPI_tuptable, 0, 8);
+	return true;
+}
+
+static EgStatement destination_credentials = {
+	.name = "destination credentials",
+	.sql = "SELECT c.user_name, c.password FROM eventgrid.destination_credentials c"
+	" WHERE c.subscription_id = $1",
+	.nargs = 1,
+	.types = {INT8OID},
+};
+
+/*
+ * The credentials of event subscription sub_id's destination (SPEC 21: a
+ * Redis server's user name, or NULL, and password), texts valid until the
+ * unit of work ends (the caller clears them); false when it has none.  In
+ * a unit of work.
+ */
+bool
+eg_store_destination_credentials(int64 sub_id, char **user, char **password)
+{
+	Datum		args[1] = {Int64GetDatum(sub_id)};
+
+	eg_store_run(&destination_credentials, args, SPI_OK_SELECT);	/* a snapshot no older than the claim's */
+	if (SPI_processed == 0)
+		return false;
+	*user = eg_text_col(SPI_tuptable, 0, 1);
+	*password = eg_text_col(SPI_tuptable, 0, 2);
 	return true;
 }

@@ -1,4 +1,4 @@
--- eventgrid 0.26.0: the full install script of this version.
+-- eventgrid 0.27.0: the full install script of this version.
 --
 -- Made by scripts/install-script.sh from what the upgrade scripts build
 -- (sql/eventgrid--A--B.sql, from the oldest full script on): edit those,
@@ -244,7 +244,7 @@ CREATE FUNCTION eventgrid._endpoint_problem(endpoint text) RETURNS text
     LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
     AS 'MODULE_PATHNAME', 'eventgrid_endpoint_problem';
 
-COMMENT ON FUNCTION eventgrid._endpoint_problem(endpoint text) IS 'Internal: NULL when libcurl''s URL parser accepts the endpoint (http or https, a host, port 1-65535, no user name or password, at most 2048 bytes), else why not.';
+COMMENT ON FUNCTION eventgrid._endpoint_problem(endpoint text) IS 'Internal: NULL when the endpoint can be delivered to, else why not: an http(s) URL libcurl''s URL parser accepts (a host, port 1-65535, no user name or password, at most 2048 bytes), or a RedisStream endpoint redis://host[:port][/db]?stream=<key>[&maxlen=N][&mkstream=false] (parsed by the same parser; no user name or password).';
 
 CREATE FUNCTION eventgrid._is_schema(v text) RETURNS boolean
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -422,9 +422,11 @@ CASE
     WHEN (domain_topic IS NULL) THEN topic
     ELSE ((topic || '/'::text) || domain_topic)
 END) STORED,
+    endpoint_type text DEFAULT 'WebHook'::text NOT NULL,
     CONSTRAINT event_subscriptions_advanced_filters_check CHECK (((advanced_filters IS NULL) OR eventgrid._check_advanced_filters(advanced_filters))),
     CONSTRAINT event_subscriptions_delivery_mode_check CHECK ((((delivery_mode = 'push'::text) AND (endpoint IS NOT NULL) AND (receive_lock_duration IS NULL)) OR ((delivery_mode = 'queue'::text) AND (endpoint IS NULL) AND (topic_type = 'namespace'::text) AND ((receive_lock_duration >= 60) AND (receive_lock_duration <= 300)) AND (ordering_key IS NULL) AND (max_events_per_batch IS NULL) AND (preferred_batch_size_in_kilobytes IS NULL) AND (max_events_per_second IS NULL)))),
     CONSTRAINT event_subscriptions_endpoint_check CHECK ((eventgrid._endpoint_problem(endpoint) IS NULL)),
+    CONSTRAINT event_subscriptions_endpoint_type_check CHECK (((endpoint_type = ANY (ARRAY['WebHook'::text, 'RedisStream'::text])) AND ((endpoint IS NULL) OR ((endpoint_type = 'RedisStream'::text) = starts_with(endpoint, 'redis://'::text))))),
     CONSTRAINT event_subscriptions_event_ttl_check CHECK (((event_ttl >= 1) AND (event_ttl <=
 CASE
     WHEN (topic_type = 'namespace'::text) THEN 10080
@@ -477,6 +479,8 @@ COMMENT ON COLUMN eventgrid.event_subscriptions.expiration_time IS 'When the eve
 COMMENT ON COLUMN eventgrid.event_subscriptions.domain_topic IS 'Of a subscription of a domain (topic): the domain topic it is scoped to, NULL at domain scope (it sees every domain topic''s events). Functions name it ''domain/topic''. SPEC 18.';
 
 COMMENT ON COLUMN eventgrid.event_subscriptions.read_key IS 'Internal: what the subscription reads of the event tables: its topic, or ''domain/topic'' for a domain-topic subscription (eventgrid._unpassed_events(), eventgrid._chunk_events()).';
+
+COMMENT ON COLUMN eventgrid.event_subscriptions.endpoint_type IS 'Where a push event subscription delivers (SPEC 21): WebHook (HTTP POSTs to endpoint, an http(s) URL) or RedisStream (an XADD per event to the Redis stream endpoint names, a redis:// URL). A queue event subscription keeps WebHook and has no endpoint.';
 
 CREATE TABLE eventgrid.queue_batches (
     id bigint NOT NULL,
@@ -831,13 +835,47 @@ DECLARE
     problem text := eventgrid._endpoint_problem(endpoint);
 BEGIN
     IF problem IS NOT NULL THEN
-        RAISE EXCEPTION 'invalid endpoint %: %', eventgrid._quote(endpoint), problem
+        -- a credential in a URL that could not be parsed is not shown
+        RAISE EXCEPTION 'invalid endpoint %: %',
+                        eventgrid._quote(regexp_replace(endpoint, '^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@', '\1***@')), problem
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Use an absolute http:// or https:// URL of at most 2048 bytes with a host and no user name or password; send credentials as a secret delivery property.';
+                  HINT = CASE WHEN starts_with(endpoint, 'redis') THEN
+                      'A RedisStream endpoint is redis://[[user]:password@]host[:port][/db]?stream=<key>, with maxlen=<entries> and mkstream=false optional.'
+                  ELSE 'Use an absolute http:// or https:// URL of at most 2048 bytes with a host and no user name or password; send credentials as a secret delivery property.' END;
     END IF;
 END $$;
 
 COMMENT ON FUNCTION eventgrid._check_endpoint(endpoint text) IS 'Internal: raises 22023 with libcurl''s reason when the endpoint is not usable.';
+
+CREATE FUNCTION eventgrid._check_endpoint_type(endpoint_type text, endpoint text, endpoint_validation text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF endpoint_type IN ('StorageQueue', 'RabbitMQ') THEN
+        RAISE EXCEPTION 'endpoint_type % is not available yet', endpoint_type
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'This version delivers to WebHook and RedisStream endpoints.';
+    END IF;
+    IF endpoint_type IS NULL OR endpoint_type NOT IN ('WebHook', 'RedisStream') THEN
+        RAISE EXCEPTION 'endpoint_type must be WebHook or RedisStream, got %', coalesce(eventgrid._quote(endpoint_type), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'WebHook (the default) POSTs to an http(s) URL; RedisStream XADDs each event to the stream a redis:// URL names.';
+    END IF;
+    IF endpoint IS NOT NULL AND (endpoint_type = 'RedisStream') <> starts_with(endpoint, 'redis://') THEN
+        RAISE EXCEPTION 'an endpoint of type % must be %', endpoint_type,
+                        CASE endpoint_type WHEN 'RedisStream' THEN 'a redis:// URL' ELSE 'an http:// or https:// URL' END
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass the endpoint_type that goes with the endpoint: RedisStream for redis://host:port/db?stream=<key>, WebHook for http(s).';
+    END IF;
+    IF endpoint_type <> 'WebHook' AND endpoint_validation = 'handshake' THEN
+        RAISE EXCEPTION 'endpoint_validation handshake is for WebHook endpoints only'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A destination such as a Redis stream does not answer a validation handshake: omit endpoint_validation.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_endpoint_type(endpoint_type text, endpoint text, endpoint_validation text) IS 'Internal: checks a push event subscription''s endpoint_type (WebHook or RedisStream, 22023; StorageQueue and RabbitMQ 0A000), that its endpoint''s scheme goes with it (redis:// for RedisStream, 22023), and that only a WebHook is validated by a handshake (22023).';
 
 CREATE FUNCTION eventgrid._check_endpoint_validation(v text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -896,6 +934,20 @@ END $$;
 COMMENT ON FUNCTION eventgrid._check_event_publications() IS 'Internal: ddl_command_end event trigger on CREATE and ALTER PUBLICATION: refuses (22023) a publication that names an event table (eventgrid.events_0, _1, _2) by itself, and one of eventgrid.events that publishes UPDATE, DELETE or TRUNCATE or publishes the event tables one by one (publish_via_partition_root = false); warns about publications of every table or of schema eventgrid that replicate TRUNCATE.';
 
 COMMENT ON FUNCTION eventgrid._check_install_database() IS 'Internal: run first by the install script; warns when the library is not preloaded (nothing is delivered until it is). Every database where the extension is created is served.';
+
+CREATE FUNCTION eventgrid._check_no_endpoint_type(endpoint_type text, name text, topic text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF endpoint_type IS NOT NULL THEN
+        RAISE EXCEPTION 'event subscription "%" of topic "%" is a queue event subscription: it has no endpoint type', name, topic
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Consumers receive a queue event subscription''s events with receive(); omit endpoint_type.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_no_endpoint_type(endpoint_type text, name text, topic text) IS 'Internal: 22023 when an endpoint_type is given for a queue event subscription (pull delivery has no endpoint).';
 
 CREATE FUNCTION eventgrid._check_not_null(field text, val anyelement) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -1473,6 +1525,12 @@ BEGIN
 END $_$;
 
 COMMENT ON FUNCTION eventgrid._duration_minutes(field text, v text) IS 'Internal: minutes of an ISO 8601 duration of minute precision (weeks, days, hours, minutes) from PT1M to P7D; raises 22023 naming the field and the range otherwise.';
+
+CREATE FUNCTION eventgrid._endpoint_credentials(endpoint text, OUT endpoint text, OUT user_name text, OUT password text) RETURNS record
+    LANGUAGE c IMMUTABLE STRICT
+    AS 'MODULE_PATHNAME', 'eventgrid_endpoint_credentials';
+
+COMMENT ON FUNCTION eventgrid._endpoint_credentials(endpoint text, OUT endpoint text, OUT user_name text, OUT password text) IS 'Internal: a RedisStream endpoint with a user name and password (redis://[user]:password@host...) as the endpoint without them (libcurl''s form of the URL) and the two, decoded; any other endpoint as it is, with NULLs.';
 
 CREATE TABLE eventgrid.delivery_pauses (
     topic text,
@@ -3888,7 +3946,7 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid.create_event_publication(name text, topics text[]) IS 'Creates the publication a delivery server subscribes to (README "Scaling out"): CREATE PUBLICATION name FOR TABLE eventgrid.events (id, topic, event, publish_time, event_bytes) [WHERE (topic IN (topics))] WITH (publish = ''insert'', publish_via_partition_root = true). topics: NULL for every topic, else the topics whose events this publication carries (row filter; for splitting topics across delivery servers). Needs the privileges of CREATE PUBLICATION (the owner of eventgrid.events: a superuser). Errors: 22004 NULL name, 22023 empty name or topics list, 42704 unknown topic; 42710 a publication of that name exists.';
 
-CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT 'none'::text, dead_letter_topic text DEFAULT NULL::text, ordering_key text DEFAULT NULL::text, delivery_mode text DEFAULT 'push'::text, receive_lock_duration integer DEFAULT NULL::integer, expiration_time timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
+CREATE FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT false, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT false, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT false, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT 'none'::text, dead_letter_topic text DEFAULT NULL::text, ordering_key text DEFAULT NULL::text, delivery_mode text DEFAULT 'push'::text, receive_lock_duration integer DEFAULT NULL::integer, expiration_time timestamp with time zone DEFAULT NULL::timestamp with time zone, endpoint_type text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -3899,6 +3957,8 @@ DECLARE
     ttl integer;
     sid bigint;
     dt text;
+    cred_user text;
+    cred_password text;
 BEGIN
     PERFORM eventgrid._check_not_null('topic', topic);
     -- 'domain/topic': a subscription at domain-topic scope (SPEC 18)
@@ -3925,6 +3985,15 @@ BEGIN
         ordering_key);
     IF delivery_mode = 'queue' THEN
         receive_lock_duration := coalesce(receive_lock_duration, 60);
+        PERFORM eventgrid._check_no_endpoint_type(endpoint_type, name, topic);
+    ELSE
+        endpoint_type := coalesce(endpoint_type, 'WebHook');
+        IF endpoint_type = 'RedisStream' THEN
+            -- its user name and password go where secrets go, not into the stored endpoint
+            SELECT c.endpoint, c.user_name, c.password INTO endpoint, cred_user, cred_password
+              FROM eventgrid._endpoint_credentials(endpoint) c;
+        END IF;
+        PERFORM eventgrid._check_endpoint_type(endpoint_type, endpoint, endpoint_validation);
     END IF;
     IF NOT eventgrid._is_subscription_name(name) THEN
         RAISE EXCEPTION 'invalid event subscription name %', eventgrid._quote(name)
@@ -3958,15 +4027,19 @@ BEGIN
          subject_ends_with, is_subject_case_sensitive, max_delivery_attempts, event_ttl,
          max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, topic_type,
          advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic, ordering_key,
-         delivery_mode, receive_lock_duration, expiration_time, domain_topic)
+         delivery_mode, receive_lock_duration, expiration_time, domain_topic, endpoint_type)
     VALUES (topic, name, endpoint, event_delivery_schema, included_event_types, subject_begins_with,
             subject_ends_with, is_subject_case_sensitive, coalesce(attempts, CASE ttype WHEN 'namespace' THEN 10 ELSE 30 END),
             coalesce(ttl, CASE ttype WHEN 'namespace' THEN 10080 ELSE 1440 END),
             max_events_per_batch, preferred_batch_size_in_kilobytes, deadletter, ttype,
             advanced_filters, enable_advanced_filtering_on_arrays, max_events_per_second, dead_letter_topic, ordering_key,
-            delivery_mode, receive_lock_duration, expiration_time, dt)
+            delivery_mode, receive_lock_duration, expiration_time, dt, coalesce(endpoint_type, 'WebHook'))
     RETURNING s.id INTO sid;
     INSERT INTO eventgrid.subscription_counters (subscription_id) VALUES (sid);
+    IF cred_password IS NOT NULL THEN
+        INSERT INTO eventgrid.destination_credentials (subscription_id, user_name, password)
+        VALUES (sid, cred_user, cred_password);
+    END IF;
     -- events of transactions that commit after this one's snapshot are for it
     INSERT INTO eventgrid.subscription_positions (subscription_id, since, done)
     VALUES (sid, pg_current_snapshot(), pg_current_snapshot());
@@ -3983,7 +4056,7 @@ BEGIN
     RETURN sid;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer, expiration_time timestamp with time zone) IS 'Creates an event subscription and returns its id. topic: a topic, a domain (domain scope: every domain topic''s events) or ''domain/topic'' (domain-topic scope: that domain topic''s events; created with it when the domain creates topics with their first subscription, else 42704; SPEC 18); names are unique per topic, domain or domain topic. endpoint (push): http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). ordering_key: a dotted field path (1-512 characters, as a dynamic delivery property''s source_field: subject, data.orderId, partitionkey) whose value (string, number or boolean) is each event''s key: events of one key are delivered in publish order, one request at a time across all delivery workers, the next only once the one before is delivered, dead-lettered or dropped; events without it go unordered (NULL: unordered; see README, Ordered delivery). delivery_mode: push (default: delivered to endpoint) or queue (pull delivery, namespace topics only: no endpoint, batching, rate limit, endpoint validation or ordering_key; consumers call receive(), see README, Pull delivery); receive_lock_duration: of a queue subscription, seconds 60-300 (60) a received event stays locked. expiration_time: when the event subscription expires (NULL or ''infinity'': never; else it must be in the future of the real clock): from then on nothing more is delivered or received for it, and the upkeep worker drops it as drop_event_subscription() would (its dead letters are kept; see README, Expiration). Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9, 13, 14, 17.';
+COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer, expiration_time timestamp with time zone, endpoint_type text) IS 'Creates an event subscription and returns its id. topic: a topic, a domain (domain scope: every domain topic''s events) or ''domain/topic'' (domain-topic scope: that domain topic''s events; created with it when the domain creates topics with their first subscription, else 42704; SPEC 18); names are unique per topic, domain or domain topic. endpoint (push): for endpoint_type WebHook (the default) an http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password); for RedisStream redis://[[user]:password@]host[:port][/db]?stream=<key>[&maxlen=N][&mkstream=false] (SPEC 21; the user name and password are stored apart, readable by the extension''s owner only; see README, Redis streams). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). ordering_key: a dotted field path (1-512 characters, as a dynamic delivery property''s source_field: subject, data.orderId, partitionkey) whose value (string, number or boolean) is each event''s key: events of one key are delivered in publish order, one request at a time across all delivery workers, the next only once the one before is delivered, dead-lettered or dropped; events without it go unordered (NULL: unordered; see README, Ordered delivery). delivery_mode: push (default: delivered to endpoint) or queue (pull delivery, namespace topics only: no endpoint, batching, rate limit, endpoint validation or ordering_key; consumers call receive(), see README, Pull delivery); receive_lock_duration: of a queue subscription, seconds 60-300 (60) a received event stays locked. expiration_time: when the event subscription expires (NULL or ''infinity'': never; else it must be in the future of the real clock): from then on nothing more is delivered or received for it, and the upkeep worker drops it as drop_event_subscription() would (its dead letters are kept; see README, Expiration). endpoint_type: WebHook (default) or RedisStream (each event XADDed to a Redis stream; no endpoint validation, batching or bearer tokens: see README, Redis streams); StorageQueue and RabbitMQ are refused with 0A000 (not available yet); a queue subscription takes none (22023). Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710, 0A000. SPEC 1, 4, 5, 7, 9, 13, 14, 17, 18, 21.';
 
 CREATE FUNCTION eventgrid.create_topic(name text, input_schema text DEFAULT 'EventGridSchema'::text, topic_type text DEFAULT 'custom'::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -4858,7 +4931,7 @@ CREATE FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, t
 
 COMMENT ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) IS 'Stops publishing the changes of a table to a topic (drops its triggers, from its partitions too); events already published stay queued. The role current at the call needs eventgrid_admin and TRIGGER on the table (or owning it). Errors: 22004 NULL, 42501, 42704 no such publication.';
 
-CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text, ordering_key text DEFAULT NULL::text, receive_lock_duration integer DEFAULT NULL::integer, expiration_time timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS void
+CREATE FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text DEFAULT NULL::text, event_delivery_schema text DEFAULT NULL::text, included_event_types text[] DEFAULT NULL::text[], subject_begins_with text DEFAULT NULL::text, subject_ends_with text DEFAULT NULL::text, is_subject_case_sensitive boolean DEFAULT NULL::boolean, max_delivery_attempts integer DEFAULT NULL::integer, event_ttl integer DEFAULT NULL::integer, max_events_per_batch integer DEFAULT NULL::integer, preferred_batch_size_in_kilobytes integer DEFAULT NULL::integer, deadletter boolean DEFAULT NULL::boolean, advanced_filters jsonb DEFAULT NULL::jsonb, enable_advanced_filtering_on_arrays boolean DEFAULT NULL::boolean, max_delivery_count integer DEFAULT NULL::integer, event_time_to_live text DEFAULT NULL::text, max_events_per_second integer DEFAULT NULL::integer, endpoint_validation text DEFAULT NULL::text, dead_letter_topic text DEFAULT NULL::text, ordering_key text DEFAULT NULL::text, receive_lock_duration integer DEFAULT NULL::integer, expiration_time timestamp with time zone DEFAULT NULL::timestamp with time zone, endpoint_type text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -4868,6 +4941,9 @@ DECLARE
     in_schema text;
     attempts integer;
     ttl integer;
+    cred_user text;
+    cred_password text;
+    new_endpoint boolean;
 BEGIN
     SELECT s.* INTO cur FROM eventgrid.event_subscriptions s WHERE s.id = sid;
     SELECT t.input_schema INTO in_schema FROM eventgrid.topics t WHERE t.name = cur.topic;
@@ -4876,8 +4952,24 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'delivery_mode cannot change: create a push event subscription beside it.';
     END IF;
+    IF cur.delivery_mode = 'queue' THEN
+        PERFORM eventgrid._check_no_endpoint_type(endpoint_type, name, topic);
+    END IF;
     -- NULL keeps a setting; an empty array, '' or 0 clears one that may be unset
+    endpoint_type := coalesce(endpoint_type, cur.endpoint_type);
+    IF endpoint IS NOT NULL AND endpoint_type = 'RedisStream' THEN
+        -- its user name and password go where secrets go, not into the stored endpoint
+        SELECT c.endpoint, c.user_name, c.password INTO endpoint, cred_user, cred_password
+          FROM eventgrid._endpoint_credentials(endpoint) c;
+    END IF;
+    new_endpoint := endpoint IS NOT NULL;
     endpoint := coalesce(endpoint, cur.endpoint);
+    IF cur.delivery_mode = 'push' THEN
+        PERFORM eventgrid._check_endpoint_type(endpoint_type, endpoint, endpoint_validation);
+        IF endpoint_type <> 'WebHook' THEN
+            endpoint_validation := 'none';  -- a destination is not validated by a handshake
+        END IF;
+    END IF;
     receive_lock_duration := coalesce(receive_lock_duration, cur.receive_lock_duration);
     event_delivery_schema := coalesce(event_delivery_schema, cur.event_delivery_schema);
     included_event_types := CASE WHEN included_event_types IS NULL THEN cur.included_event_types
@@ -4951,8 +5043,17 @@ BEGIN
            dead_letter_topic = update_event_subscription.dead_letter_topic,
            ordering_key = update_event_subscription.ordering_key,
            receive_lock_duration = update_event_subscription.receive_lock_duration,
-           expiration_time = update_event_subscription.expiration_time
+           expiration_time = update_event_subscription.expiration_time,
+           endpoint_type = update_event_subscription.endpoint_type
      WHERE s.id = sid;
+    IF new_endpoint THEN
+        -- a new endpoint brings its own credentials, or none
+        DELETE FROM eventgrid.destination_credentials c WHERE c.subscription_id = sid;
+        IF cred_password IS NOT NULL THEN
+            INSERT INTO eventgrid.destination_credentials (subscription_id, user_name, password)
+            VALUES (sid, cred_user, cred_password);
+        END IF;
+    END IF;
     IF event_delivery_schema <> cur.event_delivery_schema THEN
         -- a retry keeps the text it is sent as: made again in the new schema
         UPDATE eventgrid.retries r
@@ -4983,7 +5084,7 @@ BEGIN
     PERFORM eventgrid._subscriptions_changed_at_commit();
 END $$;
 
-COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer, expiration_time timestamp with time zone) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with, dead_letter_topic), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. ordering_key: a new path keys the events claimed from now on (those waiting keep their keys); '''' makes the subscription unordered and what waited for its key due at once. A changed endpoint is logged, without the URL. delivery_mode cannot change (a queue subscription refuses an endpoint, 22023); receive_lock_duration (60-300 seconds, queue subscriptions only) applies to the locks taken from then on. expiration_time: a new expiration time (in the future), or ''infinity'' to clear it (never expires). Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000. SPEC 1, 4, 5, 7, 9, 13, 14, 17.';
+COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer, expiration_time timestamp with time zone, endpoint_type text) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with, dead_letter_topic), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. ordering_key: a new path keys the events claimed from now on (those waiting keep their keys); '''' makes the subscription unordered and what waited for its key due at once. A changed endpoint is logged, without the URL. delivery_mode cannot change (a queue subscription refuses an endpoint, 22023); receive_lock_duration (60-300 seconds, queue subscriptions only) applies to the locks taken from then on. expiration_time: a new expiration time (in the future), or ''infinity'' to clear it (never expires). endpoint_type: WebHook or RedisStream, changed together with an endpoint of that type (a RedisStream subscription ends any endpoint validation); a new endpoint replaces the destination''s credentials with its own (or none). Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000, 0A000. SPEC 1, 4, 5, 7, 9, 13, 14, 17, 18, 21.';
 
 CREATE FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -5382,6 +5483,15 @@ CREATE VIEW eventgrid.delivery_token_metrics AS
    FROM eventgrid._delivery_tokens() d(token_endpoint, client_id, scope, audience, token_obtained_at, token_expires_at, token_serves_until, token_requests, token_failures, last_failure_at, last_error);
 
 COMMENT ON VIEW eventgrid.delivery_token_metrics IS 'Prometheus counters per token endpoint and client of delivery authentication: token_requests_total and token_failures_total (since the server started), and token_expiry_timestamp_seconds, when the token now kept expires (0: none). Readable by pg_monitor and eventgrid_admin. README "Monitoring".';
+
+CREATE TABLE eventgrid.destination_credentials (
+    subscription_id bigint NOT NULL,
+    user_name text,
+    password text NOT NULL,
+    set_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+COMMENT ON TABLE eventgrid.destination_credentials IS 'Internal: the user name (NULL: none) and password a destination''s connection authenticates with (SPEC 21: a Redis server''s AUTH), taken out of the endpoint URL given to create_event_subscription() or update_event_subscription(); readable by the extension''s owner only (never in a view); the delivery workers read them with each claim.';
 
 CREATE TABLE eventgrid.domain_topic_entries (
     domain text NOT NULL,
@@ -6403,6 +6513,9 @@ ALTER TABLE ONLY eventgrid.delivery_authentications
 ALTER TABLE ONLY eventgrid.delivery_pauses
     ADD CONSTRAINT delivery_pauses_topic_subscription_id_key UNIQUE NULLS NOT DISTINCT (topic, subscription_id);
 
+ALTER TABLE ONLY eventgrid.destination_credentials
+    ADD CONSTRAINT destination_credentials_pkey PRIMARY KEY (subscription_id);
+
 ALTER TABLE ONLY eventgrid.domain_topic_entries
     ADD CONSTRAINT domain_topic_entries_pkey PRIMARY KEY (domain, name);
 
@@ -6584,6 +6697,9 @@ ALTER TABLE ONLY eventgrid.delivery_pauses
 
 ALTER TABLE ONLY eventgrid.delivery_properties
     ADD CONSTRAINT delivery_properties_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY eventgrid.destination_credentials
+    ADD CONSTRAINT destination_credentials_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES eventgrid.event_subscriptions(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY eventgrid.domain_topic_entries
     ADD CONSTRAINT domain_topic_entries_domain_fkey FOREIGN KEY (domain) REFERENCES eventgrid.domains(name) ON DELETE CASCADE;
@@ -6771,11 +6887,15 @@ REVOKE ALL ON FUNCTION eventgrid._check_delivery_mode(delivery_mode text, topic_
 
 REVOKE ALL ON FUNCTION eventgrid._check_endpoint(endpoint text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._check_endpoint_type(endpoint_type text, endpoint text, endpoint_validation text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._check_endpoint_validation(v text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_event_publications() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_install_database() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._check_no_endpoint_type(endpoint_type text, name text, topic text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_not_null(field text, val anyelement) FROM PUBLIC;
 
@@ -6844,6 +6964,8 @@ REVOKE ALL ON FUNCTION eventgrid._drop_table_change_triggers(source_table regcla
 REVOKE ALL ON FUNCTION eventgrid._drop_topic(name text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._duration_minutes(field text, v text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._endpoint_credentials(endpoint text, OUT endpoint text, OUT user_name text, OUT password text) FROM PUBLIC;
 
 GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;
 
@@ -7079,8 +7201,8 @@ GRANT ALL ON FUNCTION eventgrid.create_domain_topic(domain text, name text) TO e
 
 REVOKE ALL ON FUNCTION eventgrid.create_event_publication(name text, topics text[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer, expiration_time timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer, expiration_time timestamp with time zone) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer, expiration_time timestamp with time zone, endpoint_type text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer, expiration_time timestamp with time zone, endpoint_type text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.create_topic(name text, input_schema text, topic_type text) TO eventgrid_admin;
@@ -7195,8 +7317,8 @@ GRANT ALL ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text
 REVOKE ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) TO eventgrid_admin;
 
-REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer, expiration_time timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer, expiration_time timestamp with time zone) TO eventgrid_admin;
+REVOKE ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer, expiration_time timestamp with time zone, endpoint_type text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer, expiration_time timestamp with time zone, endpoint_type text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) TO eventgrid_admin;
@@ -7355,6 +7477,7 @@ SELECT pg_catalog.pg_extension_config_dump('eventgrid.dead_letters_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_authentications', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_pauses', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.delivery_properties', '');
+SELECT pg_catalog.pg_extension_config_dump('eventgrid.destination_credentials', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.domain_topic_entries', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.domains', '');
 SELECT pg_catalog.pg_extension_config_dump('eventgrid.endpoint_validations', '');
