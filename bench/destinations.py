@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""Figure 27: destinations (bench/destinations.sh starts the servers).
+
+The same backlog of ~1 KB events (BENCH_DEST_EVENTS, 200,000), published
+while delivery is paused, drained through one event subscription to:
+  - a webhook (nginx, return 204): single events, and max_events_per_batch 100;
+  - a Redis stream (redis-server, no persistence): single events (each its
+    own XADD, pipelined per connection), and with max_events_per_batch 100
+    asked for (which a stream does not batch: the same entries);
+printed as events a second, the CPU of every PostgreSQL process and of the
+delivery workers per event, and Redis's own CPU per event.  Each case runs
+twice, alternately, and the better run is reported (the machine's other
+load moves single runs by a tenth).  BENCH_DEST_PERF=<directory>: perf
+record -g of the delivery workers during each case's first drain;
+BENCH_DEST_CASES: a comma-separated subset of webhook, webhook_batch100,
+redis, redis_batch100; BENCH_DEST_MAX_REQUESTS: eventgrid.max_concurrent_requests
+and eventgrid.max_requests_per_endpoint (64 and 32 otherwise).
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import Bench, env_int  # noqa: E402
+
+
+def redis_cpu(port):
+    out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "cpu"], capture_output=True, text=True).stdout
+    f = dict(line.strip().split(":", 1) for line in out.splitlines() if ":" in line)
+    return float(f["used_cpu_sys"]) + float(f["used_cpu_user"])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--host", required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--sink", required=True)
+    ap.add_argument("--redis", required=True)
+    ap.add_argument("--redis-port", type=int, required=True)
+    ap.add_argument("--data-dir", required=True)
+    args = ap.parse_args()
+    b = Bench(args)
+    b.setup()
+    n = env_int("BENCH_DEST_EVENTS", 200000)
+    perf_dir = os.environ.get("BENCH_DEST_PERF")
+
+    def drain(case, endpoint, endpoint_type, batch, first):
+        b.reset_queue()
+        b.q("SELECT eventgrid.create_topic('dest')")
+        b.q("SELECT eventgrid.create_event_subscription('dest', 'dest-sub', %s, max_events_per_batch => %s, endpoint_type => %s)",
+            (endpoint, batch, endpoint_type))
+        b.set_guc("eventgrid.delivery_paused", "on")
+        b.publish_backlog("dest", n)
+        b.q("CHECKPOINT")
+        workers = b.worker_pids()
+        cpu0, r0 = b.cluster_cpu(), redis_cpu(args.redis_port)
+        rec = None
+        if perf_dir and first:
+            rec = subprocess.Popen(["perf", "record", "-g", "-F", "999", "-o", os.path.join(perf_dir, f"perf-{case}.data"),
+                                    "-p", ",".join(map(str, workers))], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        b.set_guc("eventgrid.delivery_paused", "off")
+        t0 = time.time() - 0.3  # set_guc waited 0.3 s after the reload
+        t1 = b.wait_drained()
+        if rec:
+            rec.send_signal(2)
+            rec.wait()
+        cpu1, r1 = b.cluster_cpu(), redis_cpu(args.redis_port)
+        delivered, failed = b.q("SELECT c.delivered, c.failed_attempts + c.dead_lettered + c.dropped "
+                                "FROM eventgrid.subscription_counters c JOIN eventgrid.event_subscriptions s "
+                                "ON s.id = c.subscription_id WHERE s.name = 'dest-sub'")[0]
+        if delivered != n or failed != 0:
+            raise RuntimeError(f"{case}: {delivered} of {n} delivered, {failed} failures")
+        return {"rate": n / (t1 - t0),
+                "cpu": sum(v - cpu0.get(p, 0) for p, v in cpu1.items()) * 1e6 / n,
+                "worker": sum(cpu1.get(w, 0) - cpu0.get(w, 0) for w in workers) * 1e6 / n,
+                "redis": (r1 - r0) * 1e6 / n}
+
+    cases = [("webhook", args.sink + "/dest", "WebHook", None),
+             ("webhook_batch100", args.sink + "/dest", "WebHook", 100),
+             ("redis", args.redis + "/0?stream=bench", "RedisStream", None),
+             ("redis_batch100", args.redis + "/0?stream=bench&maxlen=100000", "RedisStream", 100)]
+    only = os.environ.get("BENCH_DEST_CASES")
+    if only:
+        cases = [c for c in cases if c[0] in only.split(",")]
+    # BENCH_DEST_MAX_REQUESTS: eventgrid.max_concurrent_requests and
+    # eventgrid.max_requests_per_endpoint both (64 and 32 by default)
+    if os.environ.get("BENCH_DEST_MAX_REQUESTS"):
+        b.set_guc("eventgrid.max_concurrent_requests", os.environ["BENCH_DEST_MAX_REQUESTS"])
+        b.set_guc("eventgrid.max_requests_per_endpoint", os.environ["BENCH_DEST_MAX_REQUESTS"])
+    best = {}
+    for rnd in range(2):
+        for case, endpoint, etype, batch in cases:
+            subprocess.run(["redis-cli", "-p", str(args.redis_port), "FLUSHALL"], capture_output=True)
+            r = drain(case, endpoint, etype, batch, rnd == 0)
+            print(f"# {case} run {rnd + 1}: {r['rate']:,.0f} events/s", flush=True)
+            if case not in best or r["rate"] > best[case]["rate"]:
+                best[case] = r
+    print(f"# {n:,} events of {b.event_size} bytes a drain; the better of two runs", flush=True)
+    for case, _, _, _ in cases:
+        r = best[case]
+        b.report(f"{case}_events_per_s", f"27 {case}: events a second", r["rate"], "events/s")
+        b.report(f"{case}_cpu_us", "  CPU of all PostgreSQL processes per event", r["cpu"], "µs")
+        b.report(f"{case}_worker_cpu_us", "  of which the delivery workers", r["worker"], "µs")
+        if case.startswith("redis"):
+            b.report(f"{case}_redis_cpu_us", "  redis-server's CPU per event", r["redis"], "µs")
+    if "redis" in best and "webhook" in best:
+        b.report("redis_over_webhook", "27 Redis stream / webhook, single events",
+                 best["redis"]["rate"] / best["webhook"]["rate"], "x")
+
+
+if __name__ == "__main__":
+    main()
