@@ -7,13 +7,16 @@ while delivery is paused, drained through one event subscription to:
   - a Redis stream (redis-server, no persistence): single events (each its
     own XADD, pipelined per connection), and with max_events_per_batch 100
     asked for (which a stream does not batch: the same entries);
+  - a Storage queue (Azurite's Queue service, an emulator in Node.js:
+    what it takes is the emulator's figure, not Azure's), signed with the
+    account key;
 printed as events a second, the CPU of every PostgreSQL process and of the
 delivery workers per event, and Redis's own CPU per event.  Each case runs
 twice, alternately, and the better run is reported (the machine's other
 load moves single runs by a tenth).  BENCH_DEST_PERF=<directory>: perf
 record -g of the delivery workers during each case's first drain;
 BENCH_DEST_CASES: a comma-separated subset of webhook, webhook_batch100,
-redis, redis_batch100; BENCH_DEST_MAX_REQUESTS: eventgrid.max_concurrent_requests
+redis, redis_batch100, storage_queue; BENCH_DEST_MAX_REQUESTS: eventgrid.max_concurrent_requests
 and eventgrid.max_requests_per_endpoint (64 and 32 otherwise).
 """
 import argparse
@@ -24,6 +27,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import Bench, env_int  # noqa: E402
+
+
+# Azurite's development account's well-known key
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
 def redis_cpu(port):
@@ -39,6 +46,7 @@ def main():
     ap.add_argument("--sink", required=True)
     ap.add_argument("--redis", required=True)
     ap.add_argument("--redis-port", type=int, required=True)
+    ap.add_argument("--queue", required=True, help="a Storage queue's URL (Azurite's development account)")
     ap.add_argument("--data-dir", required=True)
     args = ap.parse_args()
     b = Bench(args)
@@ -51,6 +59,8 @@ def main():
         b.q("SELECT eventgrid.create_topic('dest')")
         b.q("SELECT eventgrid.create_event_subscription('dest', 'dest-sub', %s, max_events_per_batch => %s, endpoint_type => %s)",
             (endpoint, batch, endpoint_type))
+        if endpoint_type == "StorageQueue":
+            b.q("SELECT eventgrid.set_storage_account_key('dest', 'dest-sub', %s)", (AZURITE_KEY,))
         b.set_guc("eventgrid.delivery_paused", "on")
         b.publish_backlog("dest", n)
         b.q("CHECKPOINT")
@@ -80,7 +90,8 @@ def main():
     cases = [("webhook", args.sink + "/dest", "WebHook", None),
              ("webhook_batch100", args.sink + "/dest", "WebHook", 100),
              ("redis", args.redis + "/0?stream=bench", "RedisStream", None),
-             ("redis_batch100", args.redis + "/0?stream=bench&maxlen=100000", "RedisStream", 100)]
+             ("redis_batch100", args.redis + "/0?stream=bench&maxlen=100000", "RedisStream", 100),
+             ("storage_queue", args.queue, "StorageQueue", None)]
     only = os.environ.get("BENCH_DEST_CASES")
     if only:
         cases = [c for c in cases if c[0] in only.split(",")]
@@ -93,6 +104,9 @@ def main():
     for rnd in range(2):
         for case, endpoint, etype, batch in cases:
             subprocess.run(["redis-cli", "-p", str(args.redis_port), "FLUSHALL"], capture_output=True)
+            account, queue = args.queue.rsplit("/", 1)
+            subprocess.run(["/usr/bin/python3", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test",
+                                                             "storage_queue.py"), account, "clear", queue], check=True)
             r = drain(case, endpoint, etype, batch, rnd == 0)
             print(f"# {case} run {rnd + 1}: {r['rate']:,.0f} events/s", flush=True)
             if case not in best or r["rate"] > best[case]["rate"]:

@@ -426,7 +426,7 @@ END) STORED,
     CONSTRAINT event_subscriptions_advanced_filters_check CHECK (((advanced_filters IS NULL) OR eventgrid._check_advanced_filters(advanced_filters))),
     CONSTRAINT event_subscriptions_delivery_mode_check CHECK ((((delivery_mode = 'push'::text) AND (endpoint IS NOT NULL) AND (receive_lock_duration IS NULL)) OR ((delivery_mode = 'queue'::text) AND (endpoint IS NULL) AND (topic_type = 'namespace'::text) AND ((receive_lock_duration >= 60) AND (receive_lock_duration <= 300)) AND (ordering_key IS NULL) AND (max_events_per_batch IS NULL) AND (preferred_batch_size_in_kilobytes IS NULL) AND (max_events_per_second IS NULL)))),
     CONSTRAINT event_subscriptions_endpoint_check CHECK ((eventgrid._endpoint_problem(endpoint) IS NULL)),
-    CONSTRAINT event_subscriptions_endpoint_type_check CHECK (((endpoint_type = ANY (ARRAY['WebHook'::text, 'RedisStream'::text])) AND ((endpoint IS NULL) OR ((endpoint_type = 'RedisStream'::text) = starts_with(endpoint, 'redis://'::text))))),
+    CONSTRAINT event_subscriptions_endpoint_type_check CHECK (((endpoint_type = ANY (ARRAY['WebHook'::text, 'RedisStream'::text, 'StorageQueue'::text])) AND ((endpoint IS NULL) OR ((endpoint_type = 'RedisStream'::text) = starts_with(endpoint, 'redis://'::text))))),
     CONSTRAINT event_subscriptions_event_ttl_check CHECK (((event_ttl >= 1) AND (event_ttl <=
 CASE
     WHEN (topic_type = 'namespace'::text) THEN 10080
@@ -480,7 +480,7 @@ COMMENT ON COLUMN eventgrid.event_subscriptions.domain_topic IS 'Of a subscripti
 
 COMMENT ON COLUMN eventgrid.event_subscriptions.read_key IS 'Internal: what the subscription reads of the event tables: its topic, or ''domain/topic'' for a domain-topic subscription (eventgrid._unpassed_events(), eventgrid._chunk_events()).';
 
-COMMENT ON COLUMN eventgrid.event_subscriptions.endpoint_type IS 'Where a push event subscription delivers (SPEC 21): WebHook (HTTP POSTs to endpoint, an http(s) URL) or RedisStream (an XADD per event to the Redis stream endpoint names, a redis:// URL). A queue event subscription keeps WebHook and has no endpoint.';
+COMMENT ON COLUMN eventgrid.event_subscriptions.endpoint_type IS 'Where a push event subscription delivers (SPEC 21): WebHook (HTTP POSTs to endpoint, an http(s) URL), RedisStream (an XADD per event to the Redis stream endpoint names, a redis:// URL) or StorageQueue (a Put Message per event to the Azure Storage queue endpoint names, an http(s) URL). A queue event subscription keeps WebHook and has no endpoint.';
 
 CREATE TABLE eventgrid.queue_batches (
     id bigint NOT NULL,
@@ -850,32 +850,42 @@ COMMENT ON FUNCTION eventgrid._check_endpoint(endpoint text) IS 'Internal: raise
 CREATE FUNCTION eventgrid._check_endpoint_type(endpoint_type text, endpoint text, endpoint_validation text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
+    AS $_$
 BEGIN
-    IF endpoint_type IN ('StorageQueue', 'RabbitMQ') THEN
+    IF endpoint_type = 'RabbitMQ' THEN
         RAISE EXCEPTION 'endpoint_type % is not available yet', endpoint_type
             USING ERRCODE = 'feature_not_supported',
-                  HINT = 'This version delivers to WebHook and RedisStream endpoints.';
+                  HINT = 'This version delivers to WebHook, RedisStream and StorageQueue endpoints.';
     END IF;
-    IF endpoint_type IS NULL OR endpoint_type NOT IN ('WebHook', 'RedisStream') THEN
-        RAISE EXCEPTION 'endpoint_type must be WebHook or RedisStream, got %', coalesce(eventgrid._quote(endpoint_type), 'NULL')
+    IF endpoint_type IS NULL OR endpoint_type NOT IN ('WebHook', 'RedisStream', 'StorageQueue') THEN
+        RAISE EXCEPTION 'endpoint_type must be WebHook, RedisStream or StorageQueue, got %', coalesce(eventgrid._quote(endpoint_type), 'NULL')
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'WebHook (the default) POSTs to an http(s) URL; RedisStream XADDs each event to the stream a redis:// URL names.';
+                  HINT = 'WebHook (the default) POSTs to an http(s) URL; RedisStream XADDs each event to the stream a redis:// URL names; StorageQueue puts each event on the Azure Storage queue an http(s) URL names.';
     END IF;
     IF endpoint IS NOT NULL AND (endpoint_type = 'RedisStream') <> starts_with(endpoint, 'redis://') THEN
         RAISE EXCEPTION 'an endpoint of type % must be %', endpoint_type,
                         CASE endpoint_type WHEN 'RedisStream' THEN 'a redis:// URL' ELSE 'an http:// or https:// URL' END
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Pass the endpoint_type that goes with the endpoint: RedisStream for redis://host:port/db?stream=<key>, WebHook for http(s).';
+                  HINT = 'Pass the endpoint_type that goes with the endpoint: RedisStream for redis://host:port/db?stream=<key>, WebHook or StorageQueue for http(s).';
+    END IF;
+    IF endpoint IS NOT NULL AND endpoint_type = 'StorageQueue'
+       AND endpoint !~ '^https?://([a-z0-9]{3,24}\.queue\.[^/?#]+/|[^/?#]+/[a-z0-9]{3,24}/)[a-z0-9](-?[a-z0-9]){2,62}(\?queueMessageTimeToLiveInSeconds=(-1|[1-9][0-9]{0,9}))?$' THEN
+        RAISE EXCEPTION 'a StorageQueue endpoint must be a queue''s URL'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'https://<account>.queue.core.windows.net/<queue> or, path-style (an emulator), http://127.0.0.1:10001/<account>/<queue>: an account name of 3-24 lower-case letters and digits, a queue name of 3-63 lower-case letters, digits and single hyphens; queueMessageTimeToLiveInSeconds=<-1 or 1-2147483647> and a SAS token may follow as its query.';
+    END IF;
+    IF endpoint_type = 'StorageQueue' AND substring(endpoint FROM 'queueMessageTimeToLiveInSeconds=([0-9]+)$')::bigint > 2147483647 THEN
+        RAISE EXCEPTION 'queueMessageTimeToLiveInSeconds must be -1 (never expires) or 1 to 2147483647 seconds'
+            USING ERRCODE = 'numeric_value_out_of_range';
     END IF;
     IF endpoint_type <> 'WebHook' AND endpoint_validation = 'handshake' THEN
         RAISE EXCEPTION 'endpoint_validation handshake is for WebHook endpoints only'
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'A destination such as a Redis stream does not answer a validation handshake: omit endpoint_validation.';
     END IF;
-END $$;
+END $_$;
 
-COMMENT ON FUNCTION eventgrid._check_endpoint_type(endpoint_type text, endpoint text, endpoint_validation text) IS 'Internal: checks a push event subscription''s endpoint_type (WebHook or RedisStream, 22023; StorageQueue and RabbitMQ 0A000), that its endpoint''s scheme goes with it (redis:// for RedisStream, 22023), and that only a WebHook is validated by a handshake (22023).';
+COMMENT ON FUNCTION eventgrid._check_endpoint_type(endpoint_type text, endpoint text, endpoint_validation text) IS 'Internal: checks a push event subscription''s endpoint_type (WebHook, RedisStream or StorageQueue, 22023; RabbitMQ 0A000), that its endpoint goes with it (redis:// for RedisStream; a queue''s URL for StorageQueue, with queueMessageTimeToLiveInSeconds -1 or 1-2147483647 as its only query once the SAS token is taken out: 22023, 22003), and that only a WebHook is validated by a handshake (22023).';
 
 CREATE FUNCTION eventgrid._check_endpoint_validation(v text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -3582,6 +3592,29 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid._stop_publishing_table_changes(caller regrole, source_table regclass, topic text) IS 'Internal: stop_publishing_table_changes() for role caller, the role current where it was called.';
 
+CREATE FUNCTION eventgrid._storage_queue_sas(given text, OUT endpoint text, OUT sas text) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE STRICT
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    base text := split_part(given, '?', 1);
+    params text[] := CASE WHEN strpos(given, '?') > 0
+                          THEN string_to_array(substr(given, strpos(given, '?') + 1), '&') ELSE '{}' END;
+    keep text[];
+BEGIN
+    keep := ARRAY(SELECT p FROM unnest(params) p WHERE p LIKE 'queueMessageTimeToLiveInSeconds=%');
+    sas := nullif(array_to_string(ARRAY(SELECT p FROM unnest(params) p
+                                         WHERE p NOT LIKE 'queueMessageTimeToLiveInSeconds=%' AND p <> ''), '&'), '');
+    endpoint := base || CASE WHEN cardinality(keep) > 0 THEN '?' || array_to_string(keep, '&') ELSE '' END;
+    IF sas IS NOT NULL AND sas !~ '(^|&)sig=' THEN
+        RAISE EXCEPTION 'the StorageQueue endpoint''s query is not a SAS token (it has no sig parameter)'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Its query takes queueMessageTimeToLiveInSeconds=<seconds> and a SAS token (sv=...&sig=...); an account key goes through set_storage_account_key().';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._storage_queue_sas(given text, OUT endpoint text, OUT sas text) IS 'Internal: a StorageQueue endpoint as given (given), split into the endpoint to store (its queueMessageTimeToLiveInSeconds kept) and the SAS token (every other query parameter; 22023 without sig), which goes to destination_credentials.';
+
 CREATE FUNCTION eventgrid._subscription_id(topic text, name text, lock boolean DEFAULT false) RETURNS bigint
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -3959,6 +3992,7 @@ DECLARE
     dt text;
     cred_user text;
     cred_password text;
+    cred_kind text;
 BEGIN
     PERFORM eventgrid._check_not_null('topic', topic);
     -- 'domain/topic': a subscription at domain-topic scope (SPEC 18)
@@ -3988,10 +4022,13 @@ BEGIN
         PERFORM eventgrid._check_no_endpoint_type(endpoint_type, name, topic);
     ELSE
         endpoint_type := coalesce(endpoint_type, 'WebHook');
+        -- a Redis password or a SAS token goes where secrets go, not into the stored endpoint
         IF endpoint_type = 'RedisStream' THEN
-            -- its user name and password go where secrets go, not into the stored endpoint
-            SELECT c.endpoint, c.user_name, c.password INTO endpoint, cred_user, cred_password
+            SELECT c.endpoint, c.user_name, c.password, 'password' INTO endpoint, cred_user, cred_password, cred_kind
               FROM eventgrid._endpoint_credentials(endpoint) c;
+        ELSIF endpoint_type = 'StorageQueue' THEN
+            SELECT c.endpoint, c.sas, 'sas' INTO endpoint, cred_password, cred_kind
+              FROM eventgrid._storage_queue_sas(endpoint) c;
         END IF;
         PERFORM eventgrid._check_endpoint_type(endpoint_type, endpoint, endpoint_validation);
     END IF;
@@ -4037,8 +4074,8 @@ BEGIN
     RETURNING s.id INTO sid;
     INSERT INTO eventgrid.subscription_counters (subscription_id) VALUES (sid);
     IF cred_password IS NOT NULL THEN
-        INSERT INTO eventgrid.destination_credentials (subscription_id, user_name, password)
-        VALUES (sid, cred_user, cred_password);
+        INSERT INTO eventgrid.destination_credentials (subscription_id, kind, user_name, secret)
+        VALUES (sid, cred_kind, cred_user, cred_password);
     END IF;
     -- events of transactions that commit after this one's snapshot are for it
     INSERT INTO eventgrid.subscription_positions (subscription_id, since, done)
@@ -4056,7 +4093,7 @@ BEGIN
     RETURN sid;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer, expiration_time timestamp with time zone, endpoint_type text) IS 'Creates an event subscription and returns its id. topic: a topic, a domain (domain scope: every domain topic''s events) or ''domain/topic'' (domain-topic scope: that domain topic''s events; created with it when the domain creates topics with their first subscription, else 42704; SPEC 18); names are unique per topic, domain or domain topic. endpoint (push): for endpoint_type WebHook (the default) an http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password); for RedisStream redis://[[user]:password@]host[:port][/db]?stream=<key>[&maxlen=N][&mkstream=false] (SPEC 21; the user name and password are stored apart, readable by the extension''s owner only; see README, Redis streams). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). ordering_key: a dotted field path (1-512 characters, as a dynamic delivery property''s source_field: subject, data.orderId, partitionkey) whose value (string, number or boolean) is each event''s key: events of one key are delivered in publish order, one request at a time across all delivery workers, the next only once the one before is delivered, dead-lettered or dropped; events without it go unordered (NULL: unordered; see README, Ordered delivery). delivery_mode: push (default: delivered to endpoint) or queue (pull delivery, namespace topics only: no endpoint, batching, rate limit, endpoint validation or ordering_key; consumers call receive(), see README, Pull delivery); receive_lock_duration: of a queue subscription, seconds 60-300 (60) a received event stays locked. expiration_time: when the event subscription expires (NULL or ''infinity'': never; else it must be in the future of the real clock): from then on nothing more is delivered or received for it, and the upkeep worker drops it as drop_event_subscription() would (its dead letters are kept; see README, Expiration). endpoint_type: WebHook (default) or RedisStream (each event XADDed to a Redis stream; no endpoint validation, batching or bearer tokens: see README, Redis streams); StorageQueue and RabbitMQ are refused with 0A000 (not available yet); a queue subscription takes none (22023). Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710, 0A000. SPEC 1, 4, 5, 7, 9, 13, 14, 17, 18, 21.';
+COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer, expiration_time timestamp with time zone, endpoint_type text) IS 'Creates an event subscription and returns its id. topic: a topic, a domain (domain scope: every domain topic''s events) or ''domain/topic'' (domain-topic scope: that domain topic''s events; created with it when the domain creates topics with their first subscription, else 42704; SPEC 18); names are unique per topic, domain or domain topic. endpoint (push): for endpoint_type WebHook (the default) an http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password); for RedisStream redis://[[user]:password@]host[:port][/db]?stream=<key>[&maxlen=N][&mkstream=false] (SPEC 21; the user name and password are stored apart, readable by the extension''s owner only; see README, Redis streams). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). ordering_key: a dotted field path (1-512 characters, as a dynamic delivery property''s source_field: subject, data.orderId, partitionkey) whose value (string, number or boolean) is each event''s key: events of one key are delivered in publish order, one request at a time across all delivery workers, the next only once the one before is delivered, dead-lettered or dropped; events without it go unordered (NULL: unordered; see README, Ordered delivery). delivery_mode: push (default: delivered to endpoint) or queue (pull delivery, namespace topics only: no endpoint, batching, rate limit, endpoint validation or ordering_key; consumers call receive(), see README, Pull delivery); receive_lock_duration: of a queue subscription, seconds 60-300 (60) a received event stays locked. expiration_time: when the event subscription expires (NULL or ''infinity'': never; else it must be in the future of the real clock): from then on nothing more is delivered or received for it, and the upkeep worker drops it as drop_event_subscription() would (its dead letters are kept; see README, Expiration). endpoint_type: WebHook (default), RedisStream (each event XADDed to a Redis stream; no endpoint validation, batching or bearer tokens: see README, Redis streams) or StorageQueue (endpoint: the queue''s URL, https://<account>.queue.core.windows.net/<queue> or path-style http://127.0.0.1:10001/<account>/<queue>, queueMessageTimeToLiveInSeconds and a SAS token as its query, the token stored apart; each event a message, base64 JSON; an account key through set_storage_account_key(), or a Microsoft Entra ID bearer token; see README, Storage queues); RabbitMQ is refused with 0A000 (not available yet); a queue subscription takes none (22023). Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710, 0A000. SPEC 1, 4, 5, 7, 9, 13, 14, 17, 18, 21.';
 
 CREATE FUNCTION eventgrid.create_topic(name text, input_schema text DEFAULT 'EventGridSchema'::text, topic_type text DEFAULT 'custom'::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -4925,6 +4962,37 @@ END $$;
 
 COMMENT ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text, secret text, previous_valid_for interval) IS 'Sets the Standard Webhooks signing secret of an event subscription and returns it; every request to it then carries webhook-id, webhook-timestamp and webhook-signature (v1, HMAC-SHA256 of "id.timestamp.body"). secret: "whsec_" and the base64 of 24-64 bytes; NULL generates one (32 bytes from pg_strong_random). previous_valid_for: 0-30 days (0); when more than 0, the secret being replaced keeps signing beside the new one for that long (both signatures in webhook-signature). Secrets are never shown (event_subscription_signing masks them). Requires eventgrid_admin. Errors: 22004 NULL, 42704 no such subscription, 22023 bad secret or interval.';
 
+CREATE FUNCTION eventgrid.set_storage_account_key(topic text, subscription text, account_key text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    sid bigint := eventgrid._subscription_id(topic, subscription, true);
+    key_bytes integer;
+BEGIN
+    PERFORM eventgrid._check_not_null('account_key', account_key);
+    IF (SELECT s.endpoint_type FROM eventgrid.event_subscriptions s WHERE s.id = sid) <> 'StorageQueue' THEN
+        RAISE EXCEPTION 'event subscription "%" of topic "%" is not a StorageQueue subscription', subscription, topic
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    BEGIN
+        key_bytes := octet_length(decode(account_key, 'base64'));
+    EXCEPTION WHEN invalid_parameter_value THEN
+        key_bytes := 0;
+    END;
+    IF key_bytes < 16 THEN
+        RAISE EXCEPTION 'account_key must be a storage account key: base64 of at least 16 bytes'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Copy key1 or key2 of the storage account (az storage account keys list), e.g. 88 characters ending in ==.';
+    END IF;
+    INSERT INTO eventgrid.destination_credentials AS c (subscription_id, kind, secret)
+    VALUES (sid, 'shared_key', account_key)
+    ON CONFLICT (subscription_id) DO UPDATE SET kind = 'shared_key', user_name = NULL, secret = EXCLUDED.secret,
+                                                set_at = clock_timestamp();
+END $$;
+
+COMMENT ON FUNCTION eventgrid.set_storage_account_key(topic text, subscription text, account_key text) IS 'Gives a StorageQueue event subscription its storage account''s key (SPEC 21): each Put Message is signed with it (Authorization: SharedKey); it replaces a SAS token the endpoint brought, and a later endpoint with a SAS token replaces it. account_key: the account''s key1 or key2, base64 of at least 16 bytes (22023). Stored in destination_credentials, which only the extension''s owner reads; no view shows it. Requires eventgrid_admin. Errors: 42704 no such subscription, 22023 not a StorageQueue subscription or not a key, 22004 NULL. SPEC 21.';
+
 CREATE FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) RETURNS void
     LANGUAGE c
     AS 'MODULE_PATHNAME', 'eventgrid_stop_publishing_table_changes';
@@ -4943,6 +5011,7 @@ DECLARE
     ttl integer;
     cred_user text;
     cred_password text;
+    cred_kind text;
     new_endpoint boolean;
 BEGIN
     SELECT s.* INTO cur FROM eventgrid.event_subscriptions s WHERE s.id = sid;
@@ -4957,10 +5026,13 @@ BEGIN
     END IF;
     -- NULL keeps a setting; an empty array, '' or 0 clears one that may be unset
     endpoint_type := coalesce(endpoint_type, cur.endpoint_type);
+    -- a Redis password or a SAS token goes where secrets go, not into the stored endpoint
     IF endpoint IS NOT NULL AND endpoint_type = 'RedisStream' THEN
-        -- its user name and password go where secrets go, not into the stored endpoint
-        SELECT c.endpoint, c.user_name, c.password INTO endpoint, cred_user, cred_password
+        SELECT c.endpoint, c.user_name, c.password, 'password' INTO endpoint, cred_user, cred_password, cred_kind
           FROM eventgrid._endpoint_credentials(endpoint) c;
+    ELSIF endpoint IS NOT NULL AND endpoint_type = 'StorageQueue' THEN
+        SELECT c.endpoint, c.sas, 'sas' INTO endpoint, cred_password, cred_kind
+          FROM eventgrid._storage_queue_sas(endpoint) c;
     END IF;
     new_endpoint := endpoint IS NOT NULL;
     endpoint := coalesce(endpoint, cur.endpoint);
@@ -5047,11 +5119,14 @@ BEGIN
            endpoint_type = update_event_subscription.endpoint_type
      WHERE s.id = sid;
     IF new_endpoint THEN
-        -- a new endpoint brings its own credentials, or none
-        DELETE FROM eventgrid.destination_credentials c WHERE c.subscription_id = sid;
+        -- a new endpoint brings its own credentials, or none; a Storage queue keeps an account key
+        -- (set_storage_account_key()) unless the endpoint brings a SAS token
+        DELETE FROM eventgrid.destination_credentials c
+         WHERE c.subscription_id = sid
+           AND (c.kind <> 'shared_key' OR cred_password IS NOT NULL OR endpoint_type <> 'StorageQueue');
         IF cred_password IS NOT NULL THEN
-            INSERT INTO eventgrid.destination_credentials (subscription_id, user_name, password)
-            VALUES (sid, cred_user, cred_password);
+            INSERT INTO eventgrid.destination_credentials (subscription_id, kind, user_name, secret)
+            VALUES (sid, cred_kind, cred_user, cred_password);
         END IF;
     END IF;
     IF event_delivery_schema <> cur.event_delivery_schema THEN
@@ -5084,7 +5159,7 @@ BEGIN
     PERFORM eventgrid._subscriptions_changed_at_commit();
 END $$;
 
-COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer, expiration_time timestamp with time zone, endpoint_type text) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with, dead_letter_topic), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. ordering_key: a new path keys the events claimed from now on (those waiting keep their keys); '''' makes the subscription unordered and what waited for its key due at once. A changed endpoint is logged, without the URL. delivery_mode cannot change (a queue subscription refuses an endpoint, 22023); receive_lock_duration (60-300 seconds, queue subscriptions only) applies to the locks taken from then on. expiration_time: a new expiration time (in the future), or ''infinity'' to clear it (never expires). endpoint_type: WebHook or RedisStream, changed together with an endpoint of that type (a RedisStream subscription ends any endpoint validation); a new endpoint replaces the destination''s credentials with its own (or none). Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000, 0A000. SPEC 1, 4, 5, 7, 9, 13, 14, 17, 18, 21.';
+COMMENT ON FUNCTION eventgrid.update_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, receive_lock_duration integer, expiration_time timestamp with time zone, endpoint_type text) IS 'Changes an event subscription in place (as az eventgrid event-subscription update); the arguments are create_event_subscription''s, with the same ranges, checks and SQLSTATEs. A NULL argument keeps the setting; to clear one pass an empty array (included_event_types: all types), an empty string (subject_begins_with, subject_ends_with, dead_letter_topic), [] (advanced_filters) or 0 (max_events_per_batch, preferred_batch_size_in_kilobytes: both cleared turns batching off; max_events_per_second: no rate limit). endpoint_validation: handshake validates the endpoint again (so does a new endpoint or delivery schema of a subscription that validates), none stops validating. The position, the first attempts in flight and the retries are kept, and the next claim uses the new settings: a new endpoint gets its own health state; with a new event_delivery_schema the retries are converted. ordering_key: a new path keys the events claimed from now on (those waiting keep their keys); '''' makes the subscription unordered and what waited for its key due at once. A changed endpoint is logged, without the URL. delivery_mode cannot change (a queue subscription refuses an endpoint, 22023); receive_lock_duration (60-300 seconds, queue subscriptions only) applies to the locks taken from then on. expiration_time: a new expiration time (in the future), or ''infinity'' to clear it (never expires). endpoint_type: WebHook, RedisStream or StorageQueue, changed together with an endpoint of that type (a destination that is not a WebHook ends any endpoint validation); a new endpoint replaces the destination''s credentials with its own (or none; a Storage queue keeps an account key unless the endpoint brings a SAS token). Requires eventgrid_admin. Errors: 22004, 42704, 22023, 22003, 54000, 0A000. SPEC 1, 4, 5, 7, 9, 13, 14, 17, 18, 21.';
 
 CREATE FUNCTION eventgrid.validate_event_subscription(topic text, subscription text, validation_code text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -5486,12 +5561,15 @@ COMMENT ON VIEW eventgrid.delivery_token_metrics IS 'Prometheus counters per tok
 
 CREATE TABLE eventgrid.destination_credentials (
     subscription_id bigint NOT NULL,
+    kind text NOT NULL,
     user_name text,
-    password text NOT NULL,
-    set_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+    secret text NOT NULL,
+    set_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT destination_credentials_check CHECK (((user_name IS NULL) OR (kind = 'password'::text))),
+    CONSTRAINT destination_credentials_kind_check CHECK ((kind = ANY (ARRAY['password'::text, 'sas'::text, 'shared_key'::text])))
 );
 
-COMMENT ON TABLE eventgrid.destination_credentials IS 'Internal: the user name (NULL: none) and password a destination''s connection authenticates with (SPEC 21: a Redis server''s AUTH), taken out of the endpoint URL given to create_event_subscription() or update_event_subscription(); readable by the extension''s owner only (never in a view); the delivery workers read them with each claim.';
+COMMENT ON TABLE eventgrid.destination_credentials IS 'Internal: the credentials a destination is reached with (SPEC 21): kind password (a Redis server''s AUTH: user_name, NULL for none, and secret) or sas (a Storage queue''s SAS token), both taken out of the endpoint URL given to create_event_subscription() or update_event_subscription(), or shared_key (a Storage account''s key, set_storage_account_key()); readable by the extension''s owner only (never in a view); the delivery workers read them with each claim.';
 
 CREATE TABLE eventgrid.domain_topic_entries (
     domain text NOT NULL,
@@ -7130,6 +7208,8 @@ REVOKE ALL ON FUNCTION eventgrid._start_validation(sid bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._stop_publishing_table_changes(caller regrole, source_table regclass, topic text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._storage_queue_sas(given text, OUT endpoint text, OUT sas text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._subscription_id(topic text, name text, lock boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._subscriptions_changed_at_commit() FROM PUBLIC;
@@ -7313,6 +7393,9 @@ GRANT ALL ON FUNCTION eventgrid.set_retry_policy(topic text, name text, max_deli
 
 REVOKE ALL ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text, secret text, previous_valid_for interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.set_signing_secret(topic text, subscription text, secret text, previous_valid_for interval) TO eventgrid_admin;
+
+REVOKE ALL ON FUNCTION eventgrid.set_storage_account_key(topic text, subscription text, account_key text) FROM PUBLIC;
+GRANT ALL ON FUNCTION eventgrid.set_storage_account_key(topic text, subscription text, account_key text) TO eventgrid_admin;
 
 REVOKE ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) FROM PUBLIC;
 GRANT ALL ON FUNCTION eventgrid.stop_publishing_table_changes(source_table regclass, topic text) TO eventgrid_admin;

@@ -13,6 +13,7 @@
 #include "delivery/subscription_cache.h"
 #include "delivery/auth.h"
 #include "http/redis_stream.h"
+#include "http/storage_queue.h"
 #include "http/signing.h"
 #include "delivery/endpoint.h"
 #include "store/worker.h"
@@ -176,6 +177,96 @@ free_built_requests(void)
 	eg_dw.built_tail = NULL;
 }
 
+/* Where one subscription's requests go (SPEC 21), set up once per run of its rows. */
+typedef enum DestinationKind
+{
+	DEST_WEBHOOK,
+	DEST_REDIS_STREAM,
+	DEST_STORAGE_QUEUE
+} DestinationKind;
+
+typedef struct Destination
+{
+	DestinationKind kind;
+	EgRedisDest redis;
+	EgStorageQueue storage;
+	char	   *cred_kind;		/* destination_credentials: password, sas or shared_key; NULL: none */
+	char	   *cred_user;
+	char	   *cred_secret;
+	char	   *put_url;		/* a Storage queue's Put Message URL (in the claim's context; may hold a SAS token) */
+} Destination;
+
+/*
+ * The destination of a subscription's rows (first: one of them): its kind
+ * by endpoint_type, its endpoint parsed (the table's constraints took only
+ * endpoints that parse), and its credentials read in the claim's unit of
+ * work.  A webhook has none of these.
+ */
+static void
+destination_open(Destination *dest, EgClaim *claim, const EgClaimedRow *first)
+{
+	const char *problem = NULL;
+
+	memset(dest, 0, sizeof(Destination));
+	if (first->endpoint_type != NULL && strcmp(first->endpoint_type, "RedisStream") == 0)
+	{
+		dest->kind = DEST_REDIS_STREAM;
+		problem = eg_redis_parse(first->endpoint, &dest->redis);
+	}
+	else if (first->endpoint_type != NULL && strcmp(first->endpoint_type, "StorageQueue") == 0)
+	{
+		dest->kind = DEST_STORAGE_QUEUE;
+		problem = eg_storage_parse(first->endpoint, &dest->storage);
+	}
+	else
+		return;
+	if (problem != NULL)
+		elog(ERROR, "eventgrid: the endpoint of event subscription \"%s\" is not a %s endpoint: %s",
+			 first->subscription_name, first->endpoint_type, problem);
+	eg_store_destination_credentials(first->subscription_id, &dest->cred_kind, &dest->cred_user, &dest->cred_secret);
+	if (dest->kind == DEST_STORAGE_QUEUE)
+	{
+		char	   *url = eg_storage_put_url(first->endpoint, &dest->storage,
+											 dest->cred_kind && strcmp(dest->cred_kind, "sas") == 0
+											 ? dest->cred_secret : NULL);
+
+		dest->put_url = MemoryContextStrdup(claim->cxt, url);
+		explicit_bzero(url, strlen(url));
+		pfree(url);
+	}
+}
+
+/*
+ * req's body and headers for events[0..n) of a destination that is not a
+ * webhook (a Redis stream entry; a Storage queue message, sent to its Put
+ * URL); EG_OUTCOME_NONE or why it may not be sent.
+ */
+static EgOutcomeCode
+destination_build(Destination *dest, EgRequest *req, const char *event_id, const EgEventPart *event,
+				  StringInfo scratch)
+{
+	EgOutcomeCode problem;
+
+	if (dest->kind == DEST_REDIS_STREAM)
+	{
+		problem = eg_redis_request_build(req, &dest->redis, event_id, event);
+		if (problem == EG_OUTCOME_NONE && dest->cred_secret != NULL)
+			eg_redis_request_auth(req, dest->cred_user, dest->cred_secret);
+		return problem;
+	}
+	return eg_storage_request_build(req, &dest->storage,
+									dest->cred_kind && strcmp(dest->cred_kind, "shared_key") == 0
+									? dest->cred_secret : NULL, event, scratch);
+}
+
+/* The secrets read for the destination are cleared (its Put URL lives on with the claim). */
+static void
+destination_close(Destination *dest)
+{
+	if (dest->cred_secret != NULL)
+		explicit_bzero(dest->cred_secret, strlen(dest->cred_secret));
+}
+
 /*
  * The claimed rows [from, to) of one subscription become requests: rows
  * that cannot be attempted are finished at once; the others go in batches
@@ -191,22 +282,16 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 	int			max_events = 1;
 	int64		max_bytes = 0;
 	EgTarget   *target = NULL;
-	EgRedisDest redis;
-	bool		to_redis = eg_is_redis_url(rows[from].endpoint);	/* a RedisStream destination (SPEC 21) */
-	const EgClientCert *client_cert = to_redis ? NULL :
+	Destination dest;
+	const EgClientCert *client_cert;
+	struct EgTokenUse *token_use;
+
+	destination_open(&dest, claim, &rows[from]);
+	/* a Redis stream has no HTTP; a Storage queue takes a bearer token when it has no key or SAS token */
+	client_cert = dest.kind != DEST_WEBHOOK ? NULL :
 		client_cert_for(rows[from].subscription_id, rows[from].client_cert_set_at);
-	struct EgTokenUse *token_use = to_redis ? NULL :
+	token_use = dest.kind == DEST_REDIS_STREAM || dest.cred_kind != NULL ? NULL :
 		eg_auth_for(rows[from].subscription_id, rows[from].auth_set_at);
-
-	char	   *redis_user = NULL;
-	char	   *redis_password = NULL;
-
-	/* the constraint on event_subscriptions.endpoint took only endpoints that parse */
-	if (to_redis && eg_redis_parse(rows[from].endpoint, &redis) != NULL)
-		elog(ERROR, "eventgrid: the endpoint of event subscription \"%s\" is not a RedisStream endpoint",
-			 rows[from].subscription_name);
-	if (to_redis)
-		eg_store_destination_credentials(rows[from].subscription_id, &redis_user, &redis_password);
 
 	for (int k = from; k < to; k++)
 	{
@@ -227,8 +312,8 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 			send[nsend++] = d;
 		}
 	}
-	/* a Redis stream takes one entry per event: its requests are pipelined instead */
-	if (!to_redis && (rows[from].max_events_per_batch > 0 || rows[from].preferred_batch_kb > 0))
+	/* a stream entry or a queue message is one event: a Redis stream's requests are pipelined instead */
+	if (dest.kind == DEST_WEBHOOK && (rows[from].max_events_per_batch > 0 || rows[from].preferred_batch_kb > 0))
 	{
 		max_events = rows[from].max_events_per_batch > 0
 			? rows[from].max_events_per_batch : eg_default_max_events_per_batch;
@@ -268,7 +353,7 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 		spec.custom_headers = first->custom_headers;
 		spec.signing_keys = first->signing_keys;
 		spec.webhook_id = NULL;
-		if (spec.signing_keys && !to_redis)
+		if (spec.signing_keys && dest.kind == DEST_WEBHOOK)
 		{
 			int64	   *ids = palloc(sizeof(int64) * take);
 
@@ -277,12 +362,8 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 			spec.webhook_id = eg_webhook_id(first->subscription_id, ids, take);
 			pfree(ids);
 		}
-		if (to_redis)
-		{
-			unsendable = eg_redis_request_build(req, &redis, first->output_event_id, &parts[k]);
-			if (unsendable == EG_OUTCOME_NONE && redis_password != NULL)
-				eg_redis_request_auth(req, redis_user, redis_password);
-		}
+		if (dest.kind != DEST_WEBHOOK)
+			unsendable = destination_build(&dest, req, first->output_event_id, &parts[k], scratch);
 		else
 			unsendable = eg_request_build(req, &spec, &parts[k], take, scratch);
 		if (unsendable == EG_OUTCOME_NONE)
@@ -290,7 +371,8 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 			if (target == NULL)
 				target = eg_target(first->endpoint);	/* one subscription: one endpoint */
 			req->target = target;
-			req->url = eg_target_url(target);
+			/* a Storage queue's requests go to its Put URL; the target (health, logs) is the endpoint */
+			req->url = dest.put_url ? dest.put_url : eg_target_url(target);
 			req->client_cert = client_cert;
 			req->token_use = token_use;
 			req->keep_body = token_use != NULL;	/* a 401 may send it again */
@@ -321,8 +403,7 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 		}
 		k += take;
 	}
-	if (redis_password != NULL)
-		explicit_bzero(redis_password, strlen(redis_password));
+	destination_close(&dest);
 	pfree(send);
 	pfree(parts);
 	pfree(rowno);

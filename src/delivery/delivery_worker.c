@@ -97,13 +97,25 @@ state_of(const EgFollowed *f, int64 sub)
 	return NULL;
 }
 
+/*
+ * The endpoint a request goes to as its subscription names it: its
+ * target's URL (a Storage queue's request is sent to a Put URL of its own,
+ * which may hold a SAS token, never logged), or its URL.
+ */
+static const char *
+request_endpoint(const EgRequest *req)
+{
+	return req->target != NULL ? eg_target_url(req->target) : req->url;
+}
+
 /* A waiting request that must not be sent now: its subscription dropped, held, or sent elsewhere. */
 static bool
 superseded(const EgRequest *req, void *arg)
 {
 	const EgSubscriptionState *st = state_of(arg, req->subscription_id);
+	const char *endpoint = request_endpoint(req);
 
-	return st != NULL && (st->gone || st->held || (req->url != NULL && strcmp(st->endpoint, req->url) != 0));
+	return st != NULL && (st->gone || st->held || (endpoint != NULL && strcmp(st->endpoint, endpoint) != 0));
 }
 
 /* What becomes of an ordered subscription's waiting requests, of which req is one (eg_ordering_follow). */
@@ -381,7 +393,7 @@ collect_finished(void)
 		}
 		if (req->transport != EG_TRANSPORT_OK)
 			ereport(DEBUG1,
-					(errmsg("eventgrid: delivery request to \"%s\" failed: %s", req->url,
+					(errmsg("eventgrid: delivery request to \"%s\" failed: %s", request_endpoint(req),
 							req->errbuf[0] ? req->errbuf : eg_outcome_name(eg_outcome_of(req->transport, 0)))));
 		eg_target_finished(req, now);
 		eg_delivery_remember_attempt(req, req->started_at);

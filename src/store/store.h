@@ -126,6 +126,7 @@ typedef struct EgClaimedRow
 	EgProfile	profile;		/* delivery profile of the subscription */
 	bool		expired;		/* time-to-live ran out before this attempt */
 	const char *endpoint;
+	const char *endpoint_type;	/* WebHook, RedisStream or StorageQueue (SPEC 21) */
 	const char *subscription_name;
 	const char *topic;			/* the subscription's topic */
 	const char *schema;			/* delivery schema */
@@ -235,7 +236,7 @@ extern int64 eg_store_transfer_positions(TimestampTz now, const EgClaimCandidate
 extern int64 eg_store_expire_queue(TimestampTz now);
 /* store_auth.c */
 extern bool eg_store_client_certificate(int64 sub_id, char **cert, char **key, TimestampTz *set_at);
-extern bool eg_store_destination_credentials(int64 sub_id, char **user, char **password);
+extern bool eg_store_destination_credentials(int64 sub_id, char **kind, char **user, char **secret);
 extern bool eg_store_delivery_authentication(int64 sub_id, EgAuthRow *row);
 extern void eg_auth_row_cols(SPITupleTable *tt, int row, int first, EgAuthRow *a);
 

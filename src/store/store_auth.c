@@ -82,27 +82,29 @@ eg_store_delivery_authentication(int64 sub_id, EgAuthRow *row)
 
 static EgStatement destination_credentials = {
 	.name = "destination credentials",
-	.sql = "SELECT c.user_name, c.password FROM eventgrid.destination_credentials c"
+	.sql = "SELECT c.kind, c.user_name, c.secret FROM eventgrid.destination_credentials c"
 	" WHERE c.subscription_id = $1",
 	.nargs = 1,
 	.types = {INT8OID},
 };
 
 /*
- * The credentials of event subscription sub_id's destination (SPEC 21: a
- * Redis server's user name, or NULL, and password), texts valid until the
- * unit of work ends (the caller clears them); false when it has none.  In
- * a unit of work.
+ * The credentials of event subscription sub_id's destination (SPEC 21):
+ * their kind (password: a Redis server's, with its user name or NULL;
+ * sas: a Storage queue's SAS token; shared_key: a Storage account's key)
+ * and secret, texts valid until the unit of work ends (the caller clears
+ * the secret); false when it has none.  In a unit of work.
  */
 bool
-eg_store_destination_credentials(int64 sub_id, char **user, char **password)
+eg_store_destination_credentials(int64 sub_id, char **kind, char **user, char **secret)
 {
 	Datum		args[1] = {Int64GetDatum(sub_id)};
 
 	eg_store_run(&destination_credentials, args, SPI_OK_SELECT);	/* a snapshot no older than the claim's */
 	if (SPI_processed == 0)
 		return false;
-	*user = eg_text_col(SPI_tuptable, 0, 1);
-	*password = eg_text_col(SPI_tuptable, 0, 2);
+	*kind = eg_text_col(SPI_tuptable, 0, 1);
+	*user = eg_text_col(SPI_tuptable, 0, 2);
+	*secret = eg_text_col(SPI_tuptable, 0, 3);
 	return true;
 }

@@ -87,7 +87,7 @@
 	" coalesce(" ev "->>'dataVersion', '')," \
 	" CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END," \
 	" " CUSTOM_HEADERS(ev) "," \
-	" kk.keys, " source ", cc.set_at, au.set_at"
+	" kk.keys, " source ", cc.set_at, au.set_at, s.endpoint_type"
 enum RequestCol
 {
 	RC_MAX_ATTEMPTS,
@@ -105,6 +105,7 @@ enum RequestCol
 	RC_SOURCE,
 	RC_CLIENT_CERT_SET_AT,
 	RC_AUTH_SET_AT,
+	RC_ENDPOINT_TYPE,
 	RC_COUNT
 };
 

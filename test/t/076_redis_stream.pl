@@ -2,7 +2,7 @@
 # here and read back with redis-cli:
 #   - endpoint_type on create_event_subscription() / update_event_subscription():
 #     the redis:// URL's rules (22023), the type goes with the scheme,
-#     StorageQueue and RabbitMQ 0A000, no handshake, none for a queue
+#     RabbitMQ 0A000, no handshake, none for a queue
 #     subscription; the column survives as stored;
 #   - each event one entry (fields id and event: the event's JSON object in
 #     the delivery schema), in publish order per subscription, a database
@@ -133,10 +133,10 @@ like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint
 	qr/22023.*endpoint of type WebHook must be an http/s, 'a redis:// endpoint needs endpoint_type RedisStream');
 like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => 'http://127.0.0.1/x', endpoint_type => 'RedisStream')"),
 	qr/22023.*endpoint of type RedisStream must be a redis:\/\/ URL/s, 'RedisStream needs a redis:// endpoint');
-like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => 'http://127.0.0.1/x', endpoint_type => 'StorageQueue')"),
-	qr/0A000.*not available yet/s, 'StorageQueue is not available yet');
+like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => 'http://127.0.0.1/x', endpoint_type => 'RabbitMQ')"),
+	qr/0A000.*not available yet/s, 'RabbitMQ is not available yet');
 like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => '$base/?stream=s', endpoint_type => 'redis')"),
-	qr/22023.*endpoint_type must be WebHook or RedisStream/s, 'an unknown endpoint type');
+	qr/22023.*endpoint_type must be WebHook, RedisStream or StorageQueue/s, 'an unknown endpoint type');
 like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => '$base/?stream=s', endpoint_type => 'RedisStream', endpoint_validation => 'handshake')"),
 	qr/22023.*handshake is for WebHook endpoints only/s, 'a destination is not validated by a handshake');
 
@@ -208,7 +208,7 @@ sql("SELECT eventgrid.create_event_subscription('orders', 'r-user', endpoint => 
 sql("SELECT eventgrid.create_event_subscription('orders', 'r-wrong', endpoint => 'redis://app:nope\@127.0.0.1:$rport/?stream=app:t', endpoint_type => 'RedisStream', deadletter => true)");
 is(sql("SELECT string_agg(endpoint, ' ' ORDER BY name) FROM eventgrid.event_subscriptions WHERE name IN ('r-pass', 'r-user')"),
 	"redis://127.0.0.1:$rport/?stream=open redis://127.0.0.1:$rport/2?stream=app:s", 'the stored endpoints hold no credentials');
-is(sql("SELECT string_agg(coalesce(c.user_name, '-') || ':' || c.password, ' ' ORDER BY s.name) FROM eventgrid.destination_credentials c "
+is(sql("SELECT string_agg(coalesce(c.user_name, '-') || ':' || c.secret, ' ' ORDER BY s.name) FROM eventgrid.destination_credentials c "
 	  . "JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"), '-:sesame app:app-secret app:nope',
 	'they are in destination_credentials');
 sql("CREATE ROLE redis_admin LOGIN IN ROLE eventgrid_admin");

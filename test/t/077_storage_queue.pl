@@ -1,0 +1,154 @@
+# StorageQueue destinations (SPEC 21), against Microsoft's Azure Storage
+# emulator (Azurite's Queue service, test/azurite) started here, the
+# messages read back with Microsoft's Python client (azure.storage.queue):
+#   - the endpoint: a queue's URL (path-style for the emulator), its
+#     queueMessageTimeToLiveInSeconds (22003 out of range), a SAS token in
+#     its query stored apart (22023 for a query that is not one), the
+#     queue name's rule; set_storage_account_key() (22023 for what is not
+#     a key or a subscription that is not a StorageQueue one); RabbitMQ
+#     0A000;
+#   - an account key: each event one message, base64 of the event's JSON
+#     object in the delivery schema, in order, with the time to live asked
+#     for; CloudEvents too;
+#   - a SAS token: delivered, and neither the stored endpoint, the views,
+#     the history nor the log shows its signature;
+#   - outcomes: a missing queue NotFound (dead-lettered after its one
+#     attempt), a wrong key Forbidden and a message over 64 KB
+#     PayloadTooLarge (both dead-lettered at once, NonRetriableError).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../lib";
+use EventGridTest;
+use JSON::PP qw(decode_json encode_json);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+my $node = new_node('storage');
+my $qport = PostgreSQL::Test::Cluster::get_free_port();
+my $qdir = PostgreSQL::Test::Utils::tempdir();
+my ($qout, $qerr) = ('', '');
+my $azurite = IPC::Run::start(
+	[ 'node', "$FindBin::RealBin/../azurite/azurite-queue.js", '--queueHost', '127.0.0.1', '--queuePort', $qport,
+		'--location', $qdir, '--skipApiVersionCheck', '--disableTelemetry' ],
+	'>', \$qout, '2>', \$qerr);
+END { if ($azurite) { $azurite->signal('TERM'); $azurite->finish } }
+for (1 .. 100)
+{
+	last if $qout =~ /successfully listens/;
+	usleep(100_000);
+	$azurite->pump_nb;
+}
+like($qout, qr/successfully listens/, 'Azurite\'s Queue service runs') or BAIL_OUT("Azurite: $qout $qerr");
+
+my $account = "http://127.0.0.1:$qport/devstoreaccount1";
+my $key = 'Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==';
+
+# Microsoft's Python client: create, sas, receive (test/storage_queue.py)
+sub client
+{
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ '/usr/bin/python3', "$FindBin::RealBin/../storage_queue.py", $account, @_ ], '>', \$out, '2>', \$err)
+	  or die "storage_queue.py @_: $err";
+	chomp $out;
+	return $out;
+}
+
+sub received { return map { decode_json($_) } grep { length } split /\n/, client('receive', shift) }
+
+sub sql { return $node->safe_psql('postgres', shift) }
+sub fails { return sql_error($node, @_) }
+
+sub publish
+{
+	my ($topic, @ids) = @_;
+	sql("INSERT INTO eventgrid.events (topic, event) VALUES "
+		  . join(',', map { "('$topic', '" . eg_event($_) . "')" } @ids));
+}
+
+client('create', $_) for qw(orders-q ce-q sas-q);
+sql("SELECT eventgrid.create_topic('orders')");
+sql("SELECT eventgrid.create_topic('ce-topic', 'CloudEventSchemaV1_0')");
+
+# --- the interface ------------------------------------------------------------
+for my $bad (
+	[ "$account", 'must be a queue' ],
+	[ "$account/Bad_Name", 'must be a queue' ],
+	[ "$account/orders-q/messages", 'must be a queue' ],
+	[ "$account/orders-q?foo=1", 'not a SAS token' ])
+{
+	like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', '$bad->[0]', endpoint_type => 'StorageQueue')"),
+		qr/22023.*\Q$bad->[1]\E/s, "refused: $bad->[0]");
+}
+like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', '$account/orders-q?queueMessageTimeToLiveInSeconds=9999999999', endpoint_type => 'StorageQueue')"),
+	qr/22003.*queueMessageTimeToLiveInSeconds must be/s, 'a time to live out of range');
+like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', 'amqp://127.0.0.1/', endpoint_type => 'RabbitMQ')"),
+	qr/0A000.*not available yet/s, 'RabbitMQ is not available yet');
+sql("SELECT eventgrid.create_event_subscription('orders', 'hook', 'http://127.0.0.1:1/x')");
+like(fails("SELECT eventgrid.set_storage_account_key('orders', 'hook', '$key')"), qr/22023.*not a StorageQueue subscription/s,
+	'set_storage_account_key() takes StorageQueue subscriptions only');
+sql("SELECT eventgrid.drop_event_subscription('orders', 'hook')");
+
+# --- an account key: one message per event, base64 JSON, in order, its TTL ------
+sql("SELECT eventgrid.create_event_subscription('orders', 'to-queue', '$account/orders-q?queueMessageTimeToLiveInSeconds=3600', "
+	  . "endpoint_type => 'StorageQueue', max_events_per_batch => 10)");
+like(fails("SELECT eventgrid.set_storage_account_key('orders', 'to-queue', 'not a key')"), qr/22023.*base64 of at least 16 bytes/s,
+	'what is not a key is refused');
+sql("SELECT eventgrid.set_storage_account_key('orders', 'to-queue', '$key')");
+sql("SELECT eventgrid.create_event_subscription('ce-topic', 'ce-queue', '$account/ce-q', endpoint_type => 'StorageQueue')");
+sql("SELECT eventgrid.set_storage_account_key('ce-topic', 'ce-queue', '$key')");
+publish('orders', 'o1', 'o2', 'o3');
+sql("INSERT INTO eventgrid.events (topic, event) VALUES ('ce-topic', '"
+	  . encode_json({ specversion => '1.0', id => 'c1', source => '/shop', type => 'Shop.Order', data => { n => 1 } }) . "')");
+ok(wait_for_sql($node, "SELECT sum(delivered) FROM eventgrid.delivery_statistics", '4'), 'delivered');
+my @got = received('orders-q');
+is(join(',', map { $_->{event}{id} } @got), 'o1,o2,o3', 'one message per event, in publish order (no batch array)');
+is($got[0]{event}{subject} . '|' . $got[0]{event}{data}{orderId}, '/orders/o1|o1', 'the event\'s JSON object, base64 in the message');
+is($got[0]{ttl}, 3600, 'queueMessageTimeToLiveInSeconds became the message\'s time to live');
+my @ce = received('ce-q');
+is(($ce[0]{event}{specversion} // '') . '|' . ($ce[0]{event}{id} // ''), '1.0|c1', 'a CloudEvents subscription\'s message is the CloudEvent');
+is($ce[0]{ttl}, 7 * 24 * 3600, 'without a time to live, the service\'s default (7 days)');
+is(sql("SELECT kind FROM eventgrid.destination_credentials"), "shared_key\nshared_key", 'the keys are stored apart');
+
+# --- a SAS token: delivered; its signature nowhere an admin or the log shows ------
+my $sas = client('sas', 'sas-q');
+like($sas, qr/sig=/, 'the client made a SAS token');
+sql("SELECT eventgrid.create_event_subscription('orders', 'sas-queue', '$account/sas-q?$sas', endpoint_type => 'StorageQueue')");
+is(sql("SELECT endpoint FROM eventgrid.event_subscriptions WHERE name = 'sas-queue'"), "$account/sas-q",
+	'the stored endpoint holds no SAS token');
+is(sql("SELECT kind || ' ' || (secret = '$sas') FROM eventgrid.destination_credentials c JOIN eventgrid.event_subscriptions s "
+	  . "ON s.id = c.subscription_id WHERE s.name = 'sas-queue'"), 'sas true', 'the token is in destination_credentials');
+publish('orders', 's1');
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'sas-queue'", '1'),
+	'delivered with the SAS token');
+is(join(',', map { $_->{event}{id} } received('sas-q')), 's1', 'the message is on the queue');
+my ($sig) = $sas =~ /sig=([^&]+)/;
+is(sql("SELECT count(*) FROM eventgrid.endpoint_health WHERE endpoint LIKE '%sig=%'"), '0', 'endpoint_health shows no signature');
+unlike(slurp_file($node->logfile) =~ s/statement: [^\n]*//gir, qr/\Q$sig\E/, 'nor the server log, but the statement that set it');
+
+# --- outcomes ----------------------------------------------------------------------
+sql("SELECT eventgrid.create_event_subscription('orders', 'no-queue', '$account/absent-q', endpoint_type => 'StorageQueue', "
+	  . "max_delivery_attempts => 1, deadletter => true)");
+sql("SELECT eventgrid.set_storage_account_key('orders', 'no-queue', '$key')");
+my $wrong = $key =~ s/^Eby8/Xby8/r;
+sql("SELECT eventgrid.create_event_subscription('orders', 'wrong-key', '$account/orders-q', endpoint_type => 'StorageQueue', deadletter => true)");
+sql("SELECT eventgrid.set_storage_account_key('orders', 'wrong-key', '$wrong')");
+publish('orders', 'x1');
+ok(wait_for_sql($node, "SELECT string_agg(subscription_name || ':' || last_delivery_outcome || ':' || dead_letter_reason || ':' || "
+	  . "coalesce(last_http_status_code::text, '-'), ',' ORDER BY subscription_name) FROM eventgrid.dead_letter_events",
+	'no-queue:NotFound:MaxDeliveryAttemptsExceeded:404,wrong-key:Forbidden:NonRetriableError:403'),
+	'a missing queue is NotFound; a wrong key Forbidden, not retried');
+like(sql("SELECT response_body FROM eventgrid.delivery_attempts WHERE subscription = 'no-queue'"), qr/QueueNotFound/,
+	'the history keeps the service\'s answer');
+sql("SELECT eventgrid.drop_event_subscription('orders', '$_')") for qw(no-queue wrong-key sas-queue);
+# over 64 KB once base64-encoded
+sql("SELECT eventgrid.update_event_subscription('orders', 'to-queue', deadletter => true)");
+sql("INSERT INTO eventgrid.events (topic, event) VALUES ('orders', jsonb_build_object('id', 'big', 'subject', '/big', "
+	  . "'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z', 'data', repeat('x', 60000)))");
+ok(wait_for_sql($node, "SELECT last_delivery_outcome || ':' || dead_letter_reason FROM eventgrid.dead_letter_events "
+	  . "WHERE subscription_name = 'to-queue'", 'PayloadTooLarge:NonRetriableError'),
+	'a message over the queue\'s 64 KB is PayloadTooLarge, not retried');
+
+done_testing();
