@@ -198,11 +198,12 @@ typedef struct Destination
 
 /*
  * The destination of a subscription's rows (first: one of them): its kind
- * by endpoint_type, its endpoint parsed (the table's constraints took only
- * endpoints that parse), and its credentials read in the claim's unit of
- * work.  A webhook has none of these.
+ * by endpoint_type, its endpoint parsed, and its credentials read in the
+ * claim's unit of work.  A webhook has none of these.  NULL, or why its
+ * endpoint does not parse (the table's constraints take only endpoints
+ * that do: a second line of defence, whose rows are not sent).
  */
-static void
+static const char *
 destination_open(Destination *dest, EgClaim *claim, const EgClaimedRow *first)
 {
 	const char *problem = NULL;
@@ -219,10 +220,9 @@ destination_open(Destination *dest, EgClaim *claim, const EgClaimedRow *first)
 		problem = eg_storage_parse(first->endpoint, &dest->storage);
 	}
 	else
-		return;
+		return NULL;
 	if (problem != NULL)
-		elog(ERROR, "eventgrid: the endpoint of event subscription \"%s\" is not a %s endpoint: %s",
-			 first->subscription_name, first->endpoint_type, problem);
+		return problem;
 	eg_store_destination_credentials(first->subscription_id, &dest->cred_kind, &dest->cred_user, &dest->cred_secret);
 	if (dest->kind == DEST_STORAGE_QUEUE)
 	{
@@ -234,10 +234,11 @@ destination_open(Destination *dest, EgClaim *claim, const EgClaimedRow *first)
 		explicit_bzero(url, strlen(url));
 		pfree(url);
 	}
+	return NULL;
 }
 
 /*
- * req's body and headers for events[0..n) of a destination that is not a
+ * req's body and headers for one event of a destination that is not a
  * webhook (a Redis stream entry; a Storage queue message, sent to its Put
  * URL); EG_OUTCOME_NONE or why it may not be sent.
  */
@@ -285,8 +286,8 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 	Destination dest;
 	const EgClientCert *client_cert;
 	struct EgTokenUse *token_use;
+	const char *unusable = destination_open(&dest, claim, &rows[from]);
 
-	destination_open(&dest, claim, &rows[from]);
 	/* a Redis stream has no HTTP; a Storage queue takes a bearer token when it has no key or SAS token */
 	client_cert = dest.kind != DEST_WEBHOOK ? NULL :
 		client_cert_for(rows[from].subscription_id, rows[from].client_cert_set_at);
@@ -303,6 +304,8 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 
 		if (action != EG_ACTION_UNDECIDED)
 			eg_delivery_finish_unattempted(d, action, reason, EG_OUTCOME_NONE);
+		else if (unusable != NULL)
+			eg_delivery_finish_unattempted(d, EG_ACTION_FINAL, EG_REASON_NON_RETRIABLE, EG_OUTCOME_INVALID_HEADER);
 		else
 		{
 			/* its key waits in the retries (SPEC 13): it goes behind, unsent, in its turn */
@@ -312,6 +315,11 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 			send[nsend++] = d;
 		}
 	}
+	if (unusable != NULL)
+		ereport(LOG,
+				(errmsg("eventgrid: the endpoint of event subscription \"%s\" is not a %s endpoint: %s",
+						rows[from].subscription_name, rows[from].endpoint_type, unusable),
+				 errdetail("Its events due in this claim were dead-lettered or dropped with outcome InvalidHeader.")));
 	/* a stream entry or a queue message is one event: a Redis stream's requests are pipelined instead */
 	if (dest.kind == DEST_WEBHOOK && (rows[from].max_events_per_batch > 0 || rows[from].preferred_batch_kb > 0))
 	{
