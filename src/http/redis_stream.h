@@ -4,7 +4,8 @@
  * event as an entry XADDed to stream S.  The request is built on the main
  * thread (one event per request, the command already in Redis's wire
  * format) and sent by the HTTP thread, which drives hiredis's asynchronous
- * connections beside libcurl's transfers (redis_stream.c).
+ * connections beside libcurl's transfers (redis_stream.c: the endpoint and
+ * the requests; redis_connections.c: the connections).
  */
 #ifndef EVENTGRID_REDIS_STREAM_H
 #define EVENTGRID_REDIS_STREAM_H
@@ -50,10 +51,10 @@ extern EgOutcomeCode eg_redis_request_build(EgRequest *req, const EgRedisDest *d
 extern void eg_redis_request_auth(EgRequest *req, const char *user, const char *password);
 
 /*
- * HTTP thread (http.c): hand over a request; the sockets to wait on
- * beside libcurl's (*timeout_ms lowered to the next deadline); what the
- * wait found; and, when the thread stops, every connection closed (their
- * requests finish as SocketError).
+ * redis_connections.c, for the HTTP thread (http.c): hand over a request;
+ * the sockets to wait on beside libcurl's (*timeout_ms lowered to the
+ * next deadline); what the wait found; and, when the thread stops, every
+ * connection closed (their requests finish as SocketError).
  */
 struct curl_waitfd;
 extern void eg_redis_send(EgRequest *req);

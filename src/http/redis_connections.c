@@ -1,0 +1,575 @@
+/*
+ * redis_connections.c - the RedisStream destination's connections (SPEC
+ * 21), on the HTTP thread: hiredis's asynchronous API driven beside
+ * libcurl.  A connection per endpoint (its URL before the '?') and
+ * credentials, whose socket joins libcurl's wait (curl_multi_poll's extra
+ * descriptors) with the events hiredis asks for.  Requests to a connection
+ * are pipelined; its replies come in order.  A connection authenticates
+ * first when its subscription has credentials (AUTH [user] password: they
+ * are part of the connection's key, so subscriptions with other
+ * credentials never share it), and a database other than 0 is SELECTed;
+ * nothing is written before those answers (an entry must never land in
+ * database 0, nor go unauthenticated).  Each request has
+ * eventgrid.response_timeout: a connection whose oldest request is past it
+ * is closed, and everything on it ends TimedOut.  What each reply means is
+ * redis_stream.c's file comment.
+ *
+ * Like the rest of the HTTP thread, nothing here calls into PostgreSQL:
+ * plain C, malloc and hiredis only.
+ */
+#include "http/redis_stream.h"
+
+#include <time.h>
+
+#include <curl/curl.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/async.h>
+
+/* ---- connections (the HTTP thread only) ---- */
+
+typedef struct RedisConn
+{
+	char	   *key;			/* the endpoint's URL before its '?', and its AUTH command (malloc'd) */
+	size_t		key_len;
+	redisAsyncContext *ac;		/* NULL once closed */
+	bool		want_read;
+	bool		want_write;
+	int			handshake;		/* AUTH and SELECT sent and not yet answered */
+	bool		ready;			/* the handshake is done: requests may be written */
+	bool		timed_out;		/* closed for a request past its time: its requests are TimedOut */
+	EgRequest  *waiting;		/* not written yet (before ready), in order */
+	EgRequest  *waiting_tail;
+	EgRequest  *sent;			/* written, awaiting replies, in order */
+	EgRequest  *sent_tail;
+} RedisConn;
+
+static RedisConn **conns = NULL;
+static int	nconns = 0;
+static int	conns_cap = 0;
+static struct curl_waitfd *wait_fds = NULL;
+static int	wait_cap = 0;
+
+/* Milliseconds on CLOCK_MONOTONIC (a request's start and deadline; the wall clock may step). */
+static double
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double) ts.tv_sec * 1000.0 + (double) ts.tv_nsec / 1e6;
+}
+
+static void
+push(EgRequest **head, EgRequest **tail, EgRequest *req)
+{
+	req->next = NULL;
+	if (*tail)
+		(*tail)->next = req;
+	else
+		*head = req;
+	*tail = req;
+}
+
+static EgRequest *
+pop(EgRequest **head, EgRequest **tail)
+{
+	EgRequest  *req = *head;
+
+	if (req)
+	{
+		*head = req->next;
+		if (*head == NULL)
+			*tail = NULL;
+		req->next = NULL;
+	}
+	return req;
+}
+
+/*
+ * Ends req: its duration (it held its start time since eg_redis_send), the
+ * answer text kept for the history, and back to the main thread.
+ */
+static void
+end_request(EgRequest *req, EgTransport transport, int status, const char *text)
+{
+	req->duration_ms = mono_ms() - req->duration_ms;
+	if (text != NULL)
+	{
+		if (transport == EG_TRANSPORT_OK)
+		{
+			req->response_head_len = (int) Min(strlen(text), (size_t) EG_RESPONSE_HEAD_BYTES);
+			memcpy(req->response_head, text, req->response_head_len);
+		}
+		else
+			snprintf(req->errbuf, sizeof(req->errbuf), "%s", text);
+	}
+	eg_http_finish(req, transport, status);
+}
+
+/* Ends every request of c not written yet as transport (SocketError or TimedOut). */
+static void
+end_waiting(RedisConn *c, EgTransport transport, int status, const char *text)
+{
+	EgRequest  *req;
+
+	while ((req = pop(&c->waiting, &c->waiting_tail)) != NULL)
+		end_request(req, transport, status, text);
+}
+
+/* The HTTP status an error reply is treated as (see the file's comment). */
+static int
+error_status(const char *err)
+{
+	static const struct
+	{
+		const char *prefix;
+		int			status;
+	}			map[] = {
+		{"NOAUTH", 401}, {"WRONGPASS", 401}, {"NOPERM", 401},
+		{"OOM", 507},
+		{"LOADING", 503}, {"BUSY", 503}, {"TRYAGAIN", 503}, {"MASTERDOWN", 503}, {"READONLY", 503},
+	};
+
+	for (int i = 0; i < (int) lengthof(map); i++)
+	{
+		size_t		n = strlen(map[i].prefix);
+
+		if (strncmp(err, map[i].prefix, n) == 0 && (err[n] == ' ' || err[n] == '\0'))
+			return map[i].status;
+	}
+	return 500;
+}
+
+/* hiredis: the reply to one XADD (NULL: the connection failed or was closed). */
+static void
+on_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+	RedisConn  *c = ac->data;
+	redisReply *reply = r;
+	EgRequest  *req = privdata;
+
+	/* replies come in order: req is the oldest written */
+	if (c->sent == req)
+		pop(&c->sent, &c->sent_tail);
+	else
+	{
+		for (EgRequest *p = c->sent; p != NULL; p = p->next)
+			if (p->next == req)
+			{
+				p->next = req->next;
+				if (c->sent_tail == req)
+					c->sent_tail = p;
+				break;
+			}
+		req->next = NULL;
+	}
+	if (reply == NULL)
+		end_request(req, c->timed_out ? EG_TRANSPORT_TIMEOUT : EG_TRANSPORT_SOCKET, 0,
+					c->timed_out ? "no reply from Redis within eventgrid.response_timeout"
+					: ac->errstr[0] ? ac->errstr : "the connection to Redis was closed");
+	else if (reply->type == REDIS_REPLY_ERROR)
+		end_request(req, EG_TRANSPORT_OK, error_status(reply->str), reply->str);
+	else if (reply->type == REDIS_REPLY_NIL)
+		end_request(req, EG_TRANSPORT_OK, 404, "the stream does not exist (mkstream=false)");
+	else
+		end_request(req, EG_TRANSPORT_OK, 201, NULL);
+}
+
+/* Writes req on c (ready): hiredis queues its bytes and calls on_reply with its answer. */
+static void
+write_request(RedisConn *c, EgRequest *req)
+{
+	if (c->ac == NULL ||
+		redisAsyncFormattedCommand(c->ac, on_reply, req, req->body, req->body_len) != REDIS_OK)
+	{
+		end_request(req, EG_TRANSPORT_SOCKET, 0, "the connection to Redis is closing");
+		return;
+	}
+	push(&c->sent, &c->sent_tail, req);
+}
+
+/*
+ * hiredis: the answer to AUTH or SELECT (a request of the handshake); once
+ * every one is answered, the requests that waited go.  A refusal ends them
+ * (and the connection): AUTH's as Unauthorized, SELECT's as NotFound (or
+ * what its error means, e.g. NOAUTH).
+ */
+static void
+handshake_reply(redisAsyncContext *ac, redisReply *reply, RedisConn *c, int refused_status)
+{
+	EgRequest  *req;
+
+	if (reply != NULL && reply->type == REDIS_REPLY_STATUS)
+	{
+		if (--c->handshake > 0)
+			return;
+		c->ready = true;
+		while ((req = pop(&c->waiting, &c->waiting_tail)) != NULL)
+			write_request(c, req);
+	}
+	else if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
+	{
+		int			status = error_status(reply->str);
+
+		/* nothing may be written on this connection */
+		end_waiting(c, EG_TRANSPORT_OK, status == 500 ? refused_status : status, reply->str);
+		redisAsyncDisconnect(ac);
+	}
+	else
+		end_waiting(c, c->timed_out ? EG_TRANSPORT_TIMEOUT : EG_TRANSPORT_SOCKET, 0,
+					ac->errstr[0] ? ac->errstr : "the connection to Redis was closed");
+}
+
+static void
+on_auth(redisAsyncContext *ac, void *r, void *privdata)
+{
+	handshake_reply(ac, r, privdata, 401);
+}
+
+static void
+on_select(redisAsyncContext *ac, void *r, void *privdata)
+{
+	handshake_reply(ac, r, privdata, 404);
+}
+
+static void
+on_connect(const redisAsyncContext *ac, int status)
+{
+	RedisConn  *c = ac->data;
+
+	if (status != REDIS_OK)
+	{
+		/* hiredis frees the context after this, and fails what it holds */
+		c->ac = NULL;
+		c->want_read = c->want_write = false;
+		end_waiting(c, EG_TRANSPORT_SOCKET, 0, ac->errstr[0] ? ac->errstr : "could not connect to Redis");
+	}
+}
+
+static void
+on_disconnect(const redisAsyncContext *ac, int status)
+{
+	RedisConn  *c = ac->data;
+
+	c->ac = NULL;
+	c->want_read = c->want_write = false;
+	end_waiting(c, c->timed_out ? EG_TRANSPORT_TIMEOUT : EG_TRANSPORT_SOCKET, 0,
+				ac->errstr[0] ? ac->errstr : "the connection to Redis was closed");
+}
+
+/* hiredis's event hooks: they only say which events the next wait asks for. */
+static void
+add_read(void *p)
+{
+	((RedisConn *) p)->want_read = true;
+}
+
+static void
+del_read(void *p)
+{
+	((RedisConn *) p)->want_read = false;
+}
+
+static void
+add_write(void *p)
+{
+	((RedisConn *) p)->want_write = true;
+}
+
+static void
+del_write(void *p)
+{
+	((RedisConn *) p)->want_write = false;
+}
+
+static void
+cleanup(void *p)
+{
+	((RedisConn *) p)->want_read = ((RedisConn *) p)->want_write = false;
+}
+
+/* Opens c's connection (its endpoint parsed again from the URL); false with req ended if it cannot. */
+static bool
+open_conn(RedisConn *c, EgRequest *req)
+{
+	EgRedisDest d;
+	const char *problem = eg_redis_parse(req->url, &d);
+	redisAsyncContext *ac;
+
+	if (problem != NULL)
+	{
+		end_request(req, EG_TRANSPORT_SOCKET, 0, problem);
+		return false;
+	}
+	ac = redisAsyncConnect(d.host, d.port);
+	if (ac == NULL || ac->err)
+	{
+		end_request(req, EG_TRANSPORT_SOCKET, 0, ac && ac->errstr[0] ? ac->errstr : "could not connect to Redis");
+		if (ac)
+			redisAsyncFree(ac);
+		return false;
+	}
+	c->ac = ac;
+	c->timed_out = false;
+	c->want_read = c->want_write = false;
+	ac->data = c;
+	ac->ev.data = c;
+	ac->ev.addRead = add_read;
+	ac->ev.delRead = del_read;
+	ac->ev.addWrite = add_write;
+	ac->ev.delWrite = del_write;
+	ac->ev.cleanup = cleanup;
+	/* the connect has begun: the first write tells when it is done */
+	c->want_write = true;
+	redisAsyncSetConnectCallback(ac, on_connect);
+	redisAsyncSetDisconnectCallback(ac, on_disconnect);
+	c->handshake = 0;
+	if (req->auth_line != NULL)
+	{
+		redisAsyncFormattedCommand(ac, on_auth, c, req->auth_line, strlen(req->auth_line));
+		c->handshake++;
+	}
+	if (d.db != 0)
+	{
+		char		db[16];
+		const char *argv[2] = {"SELECT", db};
+		size_t		lens[2];
+
+		snprintf(db, sizeof(db), "%d", d.db);
+		lens[0] = 6;
+		lens[1] = strlen(db);
+		redisAsyncCommandArgv(ac, on_select, c, 2, argv, lens);
+		c->handshake++;
+	}
+	c->ready = c->handshake == 0;
+	return true;
+}
+
+/* Forgets c, clearing its key (which holds its credentials). */
+static void
+free_conn(RedisConn *c)
+{
+	if (c->key != NULL)
+	{
+		explicit_bzero(c->key, c->key_len);
+		free(c->key);
+	}
+	free(c);
+}
+
+/*
+ * The connection of req's endpoint and credentials (opened if need be), or
+ * NULL with req ended.  Its key: the URL before the '?', a newline, and
+ * the AUTH command if any.
+ */
+static RedisConn *
+conn_for(EgRequest *req)
+{
+	const char *q = strchr(req->url, '?');
+	size_t		url_len = q ? (size_t) (q - req->url) : strlen(req->url);
+	size_t		auth_len = req->auth_line ? strlen(req->auth_line) : 0;
+	size_t		key_len = url_len + 1 + auth_len;
+	RedisConn  *c = NULL;
+
+	for (int i = 0; i < nconns; i++)
+		if (conns[i]->key_len == key_len && strncmp(conns[i]->key, req->url, url_len) == 0 &&
+			conns[i]->key[url_len] == '\n' &&
+			(auth_len == 0 || memcmp(conns[i]->key + url_len + 1, req->auth_line, auth_len) == 0))
+		{
+			c = conns[i];
+			break;
+		}
+	if (c == NULL)
+	{
+		if (nconns == conns_cap)
+		{
+			int			cap = Max(conns_cap * 2, 8);
+			RedisConn **grown = realloc(conns, cap * sizeof(RedisConn *));
+
+			if (grown == NULL)
+			{
+				end_request(req, EG_TRANSPORT_SOCKET, 0, "out of memory for a Redis connection");
+				return NULL;
+			}
+			conns = grown;
+			conns_cap = cap;
+		}
+		c = calloc(1, sizeof(RedisConn));
+		if (c == NULL || (c->key = malloc(key_len + 1)) == NULL)
+		{
+			free(c);
+			end_request(req, EG_TRANSPORT_SOCKET, 0, "out of memory for a Redis connection");
+			return NULL;
+		}
+		memcpy(c->key, req->url, url_len);
+		c->key[url_len] = '\n';
+		if (auth_len > 0)
+			memcpy(c->key + url_len + 1, req->auth_line, auth_len);
+		c->key[key_len] = '\0';
+		c->key_len = key_len;
+		conns[nconns++] = c;
+	}
+	if (c->ac == NULL && !open_conn(c, req))
+		return NULL;
+	return c;
+}
+
+/*
+ * HTTP thread: sends req (a RedisStream request: its body is the command);
+ * it comes back through eg_http_finish().
+ */
+void
+eg_redis_send(EgRequest *req)
+{
+	RedisConn  *c;
+
+	req->duration_ms = mono_ms();	/* its start, until it ends */
+	req->next = NULL;
+	c = conn_for(req);
+	if (c == NULL)
+		return;
+	if (c->ready)
+		write_request(c, req);
+	else
+		push(&c->waiting, &c->waiting_tail, req);
+}
+
+/*
+ * HTTP thread: closes c at once; what it holds ends TimedOut when c timed
+ * out, else SocketError (hiredis fails what it wrote; this, what waited).
+ */
+static void
+close_conn(RedisConn *c)
+{
+	redisAsyncContext *ac = c->ac;
+
+	if (ac != NULL)
+	{
+		c->ac = NULL;
+		redisAsyncFree(ac);		/* calls on_reply with NULL for each written request */
+	}
+	c->want_read = c->want_write = false;
+	end_waiting(c, c->timed_out ? EG_TRANSPORT_TIMEOUT : EG_TRANSPORT_SOCKET, 0,
+				c->timed_out ? "no reply from Redis within eventgrid.response_timeout"
+				: "the worker is stopping");
+}
+
+/* The deadline of c's oldest request (ms on CLOCK_MONOTONIC), or 0 for none. */
+static double
+oldest_deadline(const RedisConn *c)
+{
+	double		first = 0;
+
+	if (c->sent)
+		first = c->sent->duration_ms + c->sent->timeout_ms;
+	if (c->waiting && (first == 0 || c->waiting->duration_ms + c->waiting->timeout_ms < first))
+		first = c->waiting->duration_ms + c->waiting->timeout_ms;
+	return first;
+}
+
+/*
+ * HTTP thread: the sockets of the open connections, with the events hiredis
+ * wants, for curl_multi_poll's extra descriptors (*fds; their count is
+ * returned); *timeout_ms is lowered so that the wait ends by the next
+ * request's deadline.
+ */
+int
+eg_redis_wait_fds(struct curl_waitfd **fds, int *timeout_ms)
+{
+	int			n = 0;
+	double		now = mono_ms();
+
+	if (nconns > wait_cap)
+	{
+		struct curl_waitfd *grown = realloc(wait_fds, conns_cap * sizeof(struct curl_waitfd));
+
+		if (grown == NULL)
+		{
+			*fds = NULL;
+			*timeout_ms = Min(*timeout_ms, 10);
+			return 0;
+		}
+		wait_fds = grown;
+		wait_cap = conns_cap;
+	}
+	for (int i = 0; i < nconns; i++)
+	{
+		RedisConn  *c = conns[i];
+		double		deadline = oldest_deadline(c);
+
+		if (deadline > 0)
+			*timeout_ms = Max(0, Min(*timeout_ms, (int) (deadline - now) + 1));
+		if (c->ac == NULL || (!c->want_read && !c->want_write))
+			continue;
+		wait_fds[n].fd = c->ac->c.fd;
+		wait_fds[n].events = (c->want_read ? CURL_WAIT_POLLIN : 0) | (c->want_write ? CURL_WAIT_POLLOUT : 0);
+		wait_fds[n].revents = 0;
+		n++;
+	}
+	*fds = wait_fds;
+	return n;
+}
+
+/*
+ * HTTP thread: after the wait, hiredis reads and writes what is ready;
+ * connections whose oldest request is past its deadline are closed
+ * (TimedOut), and closed ones with nothing left are forgotten.
+ */
+void
+eg_redis_after_wait(struct curl_waitfd *fds, int n)
+{
+	double		now;
+
+	for (int k = 0; k < n; k++)
+	{
+		for (int i = 0; i < nconns; i++)
+		{
+			RedisConn  *c = conns[i];
+
+			if (c->ac == NULL || c->ac->c.fd != fds[k].fd)
+				continue;
+			if (fds[k].revents & CURL_WAIT_POLLIN)
+				redisAsyncHandleRead(c->ac);
+			if (c->ac != NULL && (fds[k].revents & CURL_WAIT_POLLOUT))
+				redisAsyncHandleWrite(c->ac);
+			break;
+		}
+	}
+	now = mono_ms();
+	for (int i = 0; i < nconns;)
+	{
+		RedisConn  *c = conns[i];
+		double		deadline = oldest_deadline(c);
+
+		if (deadline > 0 && deadline <= now)
+		{
+			c->timed_out = true;
+			close_conn(c);
+			c->timed_out = false;
+		}
+		if (c->ac == NULL && c->sent == NULL && c->waiting == NULL)
+		{
+			free_conn(c);
+			conns[i] = conns[--nconns];
+			continue;
+		}
+		i++;
+	}
+}
+
+/* The HTTP thread has stopped (or is stopping): every connection is closed and forgotten. */
+void
+eg_redis_close_all(void)
+{
+	for (int i = 0; i < nconns; i++)
+	{
+		close_conn(conns[i]);
+		free_conn(conns[i]);
+	}
+	free(conns);
+	conns = NULL;
+	nconns = conns_cap = 0;
+	free(wait_fds);
+	wait_fds = NULL;
+	wait_cap = 0;
+}
