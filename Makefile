@@ -33,10 +33,10 @@ PROVE_TESTS = test/t/075_scale_in_subscriptions.pl \
 
 EG_VERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/eventgrid.control)
 
-# libcurl (delivery), hiredis (RedisStream destinations), OpenSSL's
-# libcrypto, libmicrohttpd (the HTTP listener) and libpq (the listener's
-# connections to the databases)
-SHLIB_LINK += $(shell curl-config --libs) -lhiredis -lcrypto -lmicrohttpd -lpq -pthread
+# libcurl (delivery), hiredis (RedisStream destinations), librabbitmq
+# (RabbitMQ destinations), OpenSSL's libssl and libcrypto, libmicrohttpd
+# (the HTTP listener) and libpq (the listener's connections to the databases)
+SHLIB_LINK += $(shell curl-config --libs) -lhiredis -lrabbitmq -lssl -lcrypto -lmicrohttpd -lpq -pthread
 PG_CPPFLAGS += $(shell curl-config --cflags) -I$(libpq_srcdir) -I$(srcdir)/src -DEG_VERSION='"$(EG_VERSION)"'
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 # warnings are errors for us (scripts/test.sh, CI: make WERROR=1), never in a

@@ -11,7 +11,7 @@ PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
 PG_CONFIG=$PG_BINDIR/pg_config
 # what building and running eventgrid needs; the tests add libipc-run-perl
 # (EG_EXTRA_PACKAGES), the benchmark nginx and wrk
-EG_PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libcurl4-openssl-dev libmicrohttpd-dev libhiredis-dev libpq-dev libssl-dev python3 make gcc"
+EG_PACKAGES="postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libcurl4-openssl-dev libmicrohttpd-dev libhiredis-dev librabbitmq-dev libpq-dev libssl-dev python3 make gcc"
 
 # Re-runs the calling script through sudo when not root.
 eg_need_root() {

@@ -2,10 +2,10 @@
 # Builds the Debian packages of eventgrid with Debian's pg_buildext, one
 # binary package per PostgreSQL major: dist/postgresql-<major>-eventgrid_
 # <version>-1_<arch>.deb, depending on postgresql-<major> and the shared
-# libraries the module links (libcurl, libssl, libmicrohttpd, libhiredis, libpq), not on
+# libraries the module links (libcurl, libssl, libmicrohttpd, libhiredis, librabbitmq, libpq), not on
 # a compiler or headers.  Installs what building needs itself
 # (build-essential, debhelper, dpkg-dev, postgresql-server-dev-all and
-# -<major>, libcurl4-openssl-dev, libmicrohttpd-dev, libhiredis-dev, libpq-dev, libssl-dev).
+# -<major>, libcurl4-openssl-dev, libmicrohttpd-dev, libhiredis-dev, librabbitmq-dev, libpq-dev, libssl-dev).
 #
 #   ./scripts/package.sh                every major whose server headers are
 #                                       installed (or this system's major), or
@@ -57,7 +57,7 @@ if [ -z "${PG_MAJORS:-}" ]; then
     PG_MAJORS=$(ls -d /usr/include/postgresql/*/server 2>/dev/null | cut -d/ -f5 | sort -n | tr '\n' ' ')
     PG_MAJORS=${PG_MAJORS:-$PG_MAJOR}
 fi
-EG_PACKAGES="build-essential debhelper dpkg-dev postgresql-server-dev-all libcurl4-openssl-dev libmicrohttpd-dev libhiredis-dev libpq-dev libssl-dev python3"
+EG_PACKAGES="build-essential debhelper dpkg-dev postgresql-server-dev-all libcurl4-openssl-dev libmicrohttpd-dev libhiredis-dev librabbitmq-dev libpq-dev libssl-dev python3"
 for m in $PG_MAJORS; do EG_PACKAGES="$EG_PACKAGES postgresql-server-dev-$m"; done
 EG_EXTRA_PACKAGES=""
 eg_install_packages

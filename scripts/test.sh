@@ -26,7 +26,7 @@ elif [ $# -gt 0 ]; then
     exit 2
 fi
 EG_MAKE_FLAGS="WERROR=1"
-EG_EXTRA_PACKAGES="libipc-run-perl nginx-light openssl nodejs node-express node-cors node-basic-auth prometheus prometheus-postgres-exporter python3-azure gdb redis-server"   # the TAP tests: IPC::Run, a TLS receiver, its certificates, the Standard Webhooks verifier, the OAuth 2.0 token server (express, cors, basic-auth: what test/oauth/node_modules does not hold), for monitoring Prometheus (with promtool), the exporter, the Azure SDK, gdb (test 057 holds a backend in its commit), and a Redis server with its redis-cli (test 076, RedisStream destinations)
+EG_EXTRA_PACKAGES="libipc-run-perl nginx-light openssl nodejs node-express node-cors node-basic-auth prometheus prometheus-postgres-exporter python3-azure gdb redis-server rabbitmq-server python3-pika"   # the TAP tests: IPC::Run, a TLS receiver, its certificates, the Standard Webhooks verifier, the OAuth 2.0 token server (express, cors, basic-auth: what test/oauth/node_modules does not hold), for monitoring Prometheus (with promtool), the exporter, the Azure SDK, gdb (test 057 holds a backend in its commit), a Redis server with its redis-cli (test 076, RedisStream destinations), and a RabbitMQ broker with pika, its Python client (test 078, RabbitMQ destinations)
 eg_setup "$@"
 work=$EG_WORK
 # a WAL source's server of another PostgreSQL major (test/t/074): that

@@ -12,7 +12,7 @@
 #include "delivery/delivery.h"
 #include "delivery/subscription_cache.h"
 #include "delivery/auth.h"
-#include "http/redis_stream.h"
+#include "http/rabbitmq.h"
 #include "http/storage_queue.h"
 #include "http/signing.h"
 #include "delivery/endpoint.h"
@@ -182,7 +182,8 @@ typedef enum DestinationKind
 {
 	DEST_WEBHOOK,
 	DEST_REDIS_STREAM,
-	DEST_STORAGE_QUEUE
+	DEST_STORAGE_QUEUE,
+	DEST_RABBITMQ
 } DestinationKind;
 
 typedef struct Destination
@@ -190,6 +191,7 @@ typedef struct Destination
 	DestinationKind kind;
 	EgRedisDest redis;
 	EgStorageQueue storage;
+	EgAmqpDest	amqp;
 	char	   *cred_kind;		/* destination_credentials: password, sas or shared_key; NULL: none */
 	char	   *cred_user;
 	char	   *cred_secret;
@@ -219,6 +221,11 @@ destination_open(Destination *dest, EgClaim *claim, const EgClaimedRow *first)
 		dest->kind = DEST_STORAGE_QUEUE;
 		problem = eg_storage_parse(first->endpoint, &dest->storage);
 	}
+	else if (first->endpoint_type != NULL && strcmp(first->endpoint_type, "RabbitMQ") == 0)
+	{
+		dest->kind = DEST_RABBITMQ;
+		problem = eg_amqp_parse(first->endpoint, &dest->amqp);
+	}
 	else
 		return NULL;
 	if (problem != NULL)
@@ -238,16 +245,24 @@ destination_open(Destination *dest, EgClaim *claim, const EgClaimedRow *first)
 }
 
 /*
- * req's body and headers for one event of a destination that is not a
- * webhook (a Redis stream entry; a Storage queue message, sent to its Put
- * URL); EG_OUTCOME_NONE or why it may not be sent.
+ * req's body and headers for the events (one, but for a RabbitMQ batch) of
+ * a destination that is not a webhook (a Redis stream entry; a Storage
+ * queue message, sent to its Put URL; a RabbitMQ message); EG_OUTCOME_NONE
+ * or why it may not be sent.
  */
 static EgOutcomeCode
-destination_build(Destination *dest, EgRequest *req, const char *event_id, const EgEventPart *event,
-				  StringInfo scratch)
+destination_build(Destination *dest, EgRequest *req, const char *schema, const char *event_id,
+				  const EgEventPart *event, int nevents, StringInfo scratch)
 {
 	EgOutcomeCode problem;
 
+	if (dest->kind == DEST_RABBITMQ)
+	{
+		problem = eg_amqp_request_build(req, schema, event_id, event, nevents, scratch);
+		if (problem == EG_OUTCOME_NONE && dest->cred_secret != NULL)
+			eg_amqp_request_auth(req, dest->cred_user, dest->cred_secret);
+		return problem;
+	}
 	if (dest->kind == DEST_REDIS_STREAM)
 	{
 		problem = eg_redis_request_build(req, &dest->redis, event_id, event);
@@ -288,10 +303,10 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 	struct EgTokenUse *token_use;
 	const char *unusable = destination_open(&dest, claim, &rows[from]);
 
-	/* a Redis stream has no HTTP; a Storage queue takes a bearer token when it has no key or SAS token */
+	/* a broker has no HTTP; a Storage queue takes a bearer token when it has no key or SAS token */
 	client_cert = dest.kind != DEST_WEBHOOK ? NULL :
 		client_cert_for(rows[from].subscription_id, rows[from].client_cert_set_at);
-	token_use = dest.kind == DEST_REDIS_STREAM || dest.cred_kind != NULL ? NULL :
+	token_use = dest.kind == DEST_REDIS_STREAM || dest.kind == DEST_RABBITMQ || dest.cred_kind != NULL ? NULL :
 		eg_auth_for(rows[from].subscription_id, rows[from].auth_set_at);
 
 	for (int k = from; k < to; k++)
@@ -320,8 +335,11 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 				(errmsg("eventgrid: the endpoint of event subscription \"%s\" is not a %s endpoint: %s",
 						rows[from].subscription_name, rows[from].endpoint_type, unusable),
 				 errdetail("Its events due in this claim were dead-lettered or dropped with outcome InvalidHeader.")));
-	/* a stream entry or a queue message is one event: a Redis stream's requests are pipelined instead */
-	if (dest.kind == DEST_WEBHOOK && (rows[from].max_events_per_batch > 0 || rows[from].preferred_batch_kb > 0))
+	/*
+	 * a stream entry or a queue message is one event: a Redis stream's
+	 * requests are pipelined instead; a RabbitMQ message may be a batch
+	 */
+	if ((dest.kind == DEST_WEBHOOK || dest.kind == DEST_RABBITMQ) && (rows[from].max_events_per_batch > 0 || rows[from].preferred_batch_kb > 0))
 	{
 		max_events = rows[from].max_events_per_batch > 0
 			? rows[from].max_events_per_batch : eg_default_max_events_per_batch;
@@ -371,7 +389,8 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 			pfree(ids);
 		}
 		if (dest.kind != DEST_WEBHOOK)
-			unsendable = destination_build(&dest, req, first->output_event_id, &parts[k], scratch);
+			unsendable = destination_build(&dest, req, first->schema, first->output_event_id, &parts[k], take,
+										   scratch);
 		else
 			unsendable = eg_request_build(req, &spec, &parts[k], take, scratch);
 		if (unsendable == EG_OUTCOME_NONE)

@@ -19,7 +19,7 @@
  */
 #include "delivery/delivery.h"
 #include "delivery/endpoint.h"
-#include "http/redis_stream.h"
+#include "http/rabbitmq.h"
 #include "store/worker.h"
 
 #include "access/xact.h"
@@ -176,7 +176,7 @@ eg_delivery_remember_attempt(EgRequest *req, TimestampTz started)
 	a->attempt = ((EgDelivery *) req->items[0])->attempts + 1;
 	a->http_status = req->transport == EG_TRANSPORT_OK ? req->http_status : 0;
 	a->outcome = eg_outcome_of(req->transport, a->http_status);
-	if (eg_is_redis_url(req->url))
+	if (eg_is_broker_url(req->url))
 		a->http_status = 0;		/* a destination's reply, not an HTTP answer (redis_stream.c) */
 	if (req->transport == EG_TRANSPORT_HELD)
 	{

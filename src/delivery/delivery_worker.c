@@ -28,7 +28,7 @@
 #include "delivery/delivery.h"
 #include "core/rate.h"
 #include "delivery/auth.h"
-#include "http/redis_stream.h"
+#include "http/rabbitmq.h"
 #include "http/token.h"
 #include "delivery/endpoint.h"
 #include "store/worker.h"
@@ -405,7 +405,7 @@ collect_finished(void)
 			d->out.request_head = k == 0;
 			eg_delivery_decide(d, req->transport, req->http_status, req->retry_after_s, req->started_at, now);
 			/* a destination's reply is not an HTTP answer: no status in the history (redis_stream.c) */
-			if (eg_is_redis_url(req->url))
+			if (eg_is_broker_url(req->url))
 				d->out.http_status = 0;
 		}
 		if (req->keep_body)

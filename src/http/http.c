@@ -41,6 +41,7 @@
  * http_options.c.
  */
 #include "http/http.h"
+#include "http/rabbitmq.h"
 #include "http/redis_stream.h"
 
 #include <pthread.h>
@@ -70,6 +71,8 @@ static char *want_ca_file = NULL;	/* malloc'd; applied by the thread; NULL: unch
 
 /* Thread side only: the CA bundle new handles verify against ("" : the system's store). */
 static char *ca_file = NULL;		/* malloc'd */
+static struct curl_waitfd *wait_fds = NULL;	/* the thread's: Redis's and RabbitMQ's sockets */
+static int	wait_cap = 0;
 
 /* Thread side only: easy handles of finished transfers, ready for reuse. */
 static CURL **idle_handles = NULL;
@@ -352,6 +355,11 @@ start(EgRequest *req)
 		eg_redis_send(req);		/* a RedisStream destination's: through hiredis */
 		return;
 	}
+	if (eg_is_amqp_url(req->url))
+	{
+		eg_amqp_send(req, ca_file);	/* a RabbitMQ destination's: through librabbitmq */
+		return;
+	}
 	h = idle_n > 0 ? idle_handles[--idle_n] : new_handle();
 	req->easy = h;
 	if (h == NULL)
@@ -491,14 +499,38 @@ http_thread_main(void *arg)
 			req->retry_after_s = transport == EG_TRANSPORT_OK ? retry_after_s(msg->easy_handle) : 0;
 			eg_http_finish(req, transport, (int) status);
 		}
-		/* sleeps until socket activity (libcurl's or Redis's), a timeout, or curl_multi_wakeup() */
+		/* sleeps until socket activity (libcurl's, Redis's or RabbitMQ's), a timeout, or curl_multi_wakeup() */
 		{
-			struct curl_waitfd *fds;
+			struct curl_waitfd *redis_fds;
 			int			timeout_ms = 1000;
-			int			nfds = eg_redis_wait_fds(&fds, &timeout_ms);
+			int			nredis = eg_redis_wait_fds(&redis_fds, &timeout_ms);
+			int			cap = nredis + eg_amqp_fd_count();
+			int			nfds = nredis;
 
-			curl_multi_poll(multi, fds, nfds, timeout_ms, NULL);
-			eg_redis_after_wait(fds, nfds);
+			if (cap > wait_cap)
+			{
+				struct curl_waitfd *grown = realloc(wait_fds, cap * sizeof(struct curl_waitfd));
+
+				if (grown != NULL)
+				{
+					wait_fds = grown;
+					wait_cap = cap;
+				}
+			}
+			if (wait_cap < cap)
+			{
+				/* out of memory: no extra sockets, a short wait instead */
+				nredis = nfds = 0;
+				timeout_ms = Min(timeout_ms, 10);
+			}
+			else if (cap > 0)
+			{
+				memcpy(wait_fds, redis_fds, nredis * sizeof(struct curl_waitfd));
+				nfds = eg_amqp_wait_fds(wait_fds, nredis, wait_cap, &timeout_ms);
+			}
+			curl_multi_poll(multi, nfds > 0 ? wait_fds : NULL, nfds, timeout_ms, NULL);
+			eg_redis_after_wait(wait_fds, nredis);
+			eg_amqp_after_wait(nfds > nredis ? wait_fds + nredis : NULL, nfds - nredis);
 		}
 	}
 	return NULL;
@@ -567,6 +599,7 @@ eg_http_shutdown(void)
 		pthread_join(http_thread, NULL);
 		thread_started = false;
 		eg_redis_close_all();
+		eg_amqp_close_all();
 	}
 	while (idle_n > 0)
 		curl_easy_cleanup(idle_handles[--idle_n]);
@@ -580,6 +613,9 @@ eg_http_shutdown(void)
 	if (share)
 		curl_share_cleanup(share);
 	share = NULL;
+	free(wait_fds);
+	wait_fds = NULL;
+	wait_cap = 0;
 	free(ca_file);
 	ca_file = NULL;
 	free(want_ca_file);

@@ -22,6 +22,7 @@
  * keeps.  A connection that fails or closes ends its requests as
  * SocketError.
  */
+#include "http/rabbitmq.h"
 #include "http/redis_stream.h"
 #include "http/url.h"
 
@@ -210,8 +211,9 @@ eg_redis_parse(const char *url, EgRedisDest *d)
 
 /*
  * SQL: eventgrid._endpoint_credentials(endpoint text, OUT endpoint text,
- * OUT user_name text, OUT password text): a RedisStream endpoint with a
- * user name and password (redis://[user]:password@host...) split into the
+ * OUT user_name text, OUT password text): a RedisStream or RabbitMQ
+ * endpoint with a user name and password (redis://[user]:password@host...,
+ * amqp[s]://user:password@host...) split into the
  * endpoint without them (libcurl's form of the URL) and the two, decoded;
  * any other endpoint, or one libcurl cannot parse, as it is with NULLs
  * (the endpoint's check refuses it then).  The configuration functions
@@ -238,7 +240,7 @@ eventgrid_endpoint_credentials(PG_FUNCTION_ARGS)
 	h = curl_url();
 	if (h == NULL)
 		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("eventgrid: out of memory")));
-	if (eg_is_redis_url(url) &&
+	if ((eg_is_redis_url(url) || eg_is_amqp_url(url)) &&
 		curl_url_set(h, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK &&
 		curl_url_get(h, CURLUPART_PASSWORD, &password, CURLU_URLDECODE) == CURLUE_OK)
 	{

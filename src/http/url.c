@@ -7,6 +7,7 @@
  * API does the parsing: what it accepts here, the requests can use.
  */
 #include "http/url.h"
+#include "http/rabbitmq.h"
 #include "http/redis_stream.h"
 
 #include "fmgr.h"
@@ -57,7 +58,8 @@ url_parse_problem(const char *url, CURLUcode rc)
 
 /*
  * Why libcurl could not deliver to url, or NULL when it can (a redis://
- * URL: a RedisStream destination's, redis_stream.c's rule): scheme http or
+ * URL: a RedisStream destination's, redis_stream.c's rule; an amqp:// or
+ * amqps:// URL: a RabbitMQ destination's, rabbitmq.c's): scheme http or
  * https, "://" and a host, a port from 1 to 65535, no user name or password (they
  * would be shown in the catalog and in logs; send credentials as a secret
  * delivery property instead), and at most EG_MAX_ENDPOINT_BYTES bytes.
@@ -82,6 +84,12 @@ eg_endpoint_problem(const char *url)
 		EgRedisDest d;
 
 		return eg_redis_parse(url, &d);	/* a RedisStream destination (SPEC 21) */
+	}
+	if (eg_is_amqp_url(url))
+	{
+		EgAmqpDest d;
+
+		return eg_amqp_parse(url, &d);	/* a RabbitMQ destination (SPEC 21) */
 	}
 	h = curl_url();
 	if (h == NULL)
@@ -134,6 +142,15 @@ eg_url_host_key(const char *url)
 		if (eg_redis_parse(url, &d) != NULL)
 			return pstrdup(url);
 		return psprintf("redis://%s:%d", d.host, d.port);
+	}
+	if (eg_is_amqp_url(url))
+	{
+		EgAmqpDest d;
+
+		curl_url_cleanup(h);
+		if (eg_amqp_parse(url, &d) != NULL)
+			return pstrdup(url);
+		return psprintf("%s://%s:%d", d.tls ? "amqps" : "amqp", d.host, d.port);
 	}
 	if (h != NULL && curl_url_set(h, CURLUPART_URL, url, 0) == CURLUE_OK &&
 		curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&

@@ -126,7 +126,7 @@ typedef struct EgClaimedRow
 	EgProfile	profile;		/* delivery profile of the subscription */
 	bool		expired;		/* time-to-live ran out before this attempt */
 	const char *endpoint;
-	const char *endpoint_type;	/* WebHook, RedisStream or StorageQueue (SPEC 21) */
+	const char *endpoint_type;	/* WebHook, RedisStream, StorageQueue or RabbitMQ (SPEC 21) */
 	const char *subscription_name;
 	const char *topic;			/* the subscription's topic */
 	const char *schema;			/* delivery schema */

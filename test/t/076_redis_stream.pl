@@ -2,7 +2,7 @@
 # here and read back with redis-cli:
 #   - endpoint_type on create_event_subscription() / update_event_subscription():
 #     the redis:// URL's rules (22023), the type goes with the scheme,
-#     RabbitMQ 0A000, no handshake, none for a queue
+#     no handshake, none for a queue
 #     subscription; the column survives as stored;
 #   - each event one entry (fields id and event: the event's JSON object in
 #     the delivery schema), in publish order per subscription and per
@@ -134,10 +134,10 @@ like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint
 	qr/22023.*endpoint of type WebHook must be an http/s, 'a redis:// endpoint needs endpoint_type RedisStream');
 like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => 'http://127.0.0.1/x', endpoint_type => 'RedisStream')"),
 	qr/22023.*endpoint of type RedisStream must be a redis:\/\/ URL/s, 'RedisStream needs a redis:// endpoint');
-like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => 'http://127.0.0.1/x', endpoint_type => 'RabbitMQ')"),
-	qr/0A000.*not available yet/s, 'RabbitMQ is not available yet');
+like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => '$base/?stream=s', endpoint_type => 'RabbitMQ')"),
+	qr/22023.*endpoint of type RabbitMQ must be an amqp:\/\/ or amqps:\/\/ URL/s, 'a redis:// endpoint is not a RabbitMQ one');
 like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => '$base/?stream=s', endpoint_type => 'redis')"),
-	qr/22023.*endpoint_type must be WebHook, RedisStream or StorageQueue/s, 'an unknown endpoint type');
+	qr/22023.*endpoint_type must be WebHook, RedisStream, StorageQueue or RabbitMQ/s, 'an unknown endpoint type');
 like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => '$base/?stream=s', endpoint_type => 'RedisStream', endpoint_validation => 'handshake')"),
 	qr/22023.*handshake is for WebHook endpoints only/s, 'a destination is not validated by a handshake');
 

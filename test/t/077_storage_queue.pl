@@ -5,8 +5,7 @@
 #     queueMessageTimeToLiveInSeconds (22003 out of range), a SAS token in
 #     its query stored apart (22023 for a query that is not one), the
 #     queue name's rule; set_storage_account_key() (22023 for what is not
-#     a key or a subscription that is not a StorageQueue one); RabbitMQ
-#     0A000;
+#     a key or a subscription that is not a StorageQueue one);
 #   - an account key: each event one message, base64 of the event's JSON
 #     object in the delivery schema, in order, with the time to live asked
 #     for; CloudEvents too;
@@ -84,8 +83,8 @@ for my $bad (
 }
 like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', '$account/orders-q?queueMessageTimeToLiveInSeconds=9999999999', endpoint_type => 'StorageQueue')"),
 	qr/22003.*queueMessageTimeToLiveInSeconds must be/s, 'a time to live out of range');
-like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', 'amqp://127.0.0.1/', endpoint_type => 'RabbitMQ')"),
-	qr/0A000.*not available yet/s, 'RabbitMQ is not available yet');
+like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', 'http://127.0.0.1:10001/devstoreaccount1/q1', endpoint_type => 'RabbitMQ')"),
+	qr/22023.*endpoint of type RabbitMQ must be an amqp/s, 'a queue URL is not a RabbitMQ endpoint');
 sql("SELECT eventgrid.create_event_subscription('orders', 'hook', 'http://127.0.0.1:1/x')");
 like(fails("SELECT eventgrid.set_storage_account_key('orders', 'hook', '$key')"), qr/22023.*not a StorageQueue subscription/s,
 	'set_storage_account_key() takes StorageQueue subscriptions only');

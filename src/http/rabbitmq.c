@@ -1,0 +1,247 @@
+/*
+ * rabbitmq.c - the RabbitMQ destination (SPEC 21): its endpoint and its
+ * requests; rabbitmq_connections.c publishes them.
+ *
+ * The endpoint is amqp[s]://host[:port][/vhost]?exchange=X&routing_key=K,
+ * parsed by libcurl's URL API (the same parser as the webhooks' and Redis
+ * streams' URLs).  The port defaults to 5672 (amqps: 5671); the path is the
+ * virtual host, percent-decoded (none, or "/", is the default virtual host
+ * "/"; "/%2F" names it too); exchange defaults to the default exchange
+ * (""), which routes by queue name, and routing_key to "" (at least one of
+ * the two is given).  A stored endpoint holds no credentials:
+ * create_event_subscription() takes user:password out of the URL it was
+ * given (_endpoint_credentials()) into destination_credentials, and the
+ * worker reads them with each claim; without them the connection logs in
+ * as guest.
+ *
+ * Each event becomes one message, persistent (delivery mode 2), mandatory,
+ * with content type application/json (CloudEvents: application/cloudevents+json)
+ * and the event's id as message id; with batching (max_events_per_batch)
+ * a batch is one message holding the JSON array a webhook would get.
+ *
+ * What the broker says, as the HTTP status Event Grid's policy treats alike
+ * (outcome.c; the history records no HTTP status for it): a publisher
+ * confirm's ack is 201 (Delivered); a message returned as unroutable
+ * (mandatory) 404, a channel closed for a missing exchange (404
+ * NOT_FOUND) 404 (NotFound); a refused login or ACCESS_REFUSED 401
+ * (Unauthorized); a nack (a queue at its x-max-length with overflow
+ * reject-publish) 507 (Full); a channel closed for a message over the
+ * broker's max_message_size 413 (PayloadTooLarge); other closings 500
+ * (GenericError).  The broker's reply text is the answer the attempt
+ * history keeps.  A connection that fails or closes ends its unconfirmed
+ * requests as SocketError: they are retried.
+ */
+#include "http/rabbitmq.h"
+#include "http/url.h"
+
+#include <curl/curl.h>
+
+/* A query value decoded into out (of size cap, may be empty); false when it does not fit or holds a NUL. */
+static bool
+decode_value(const char *value, char *out, size_t cap)
+{
+	int			len = 0;
+	char	   *decoded = curl_easy_unescape(NULL, value, 0, &len);
+	bool		ok = decoded != NULL && (size_t) len < cap && memchr(decoded, '\0', len) == NULL;
+
+	if (ok)
+	{
+		memcpy(out, decoded, len);
+		out[len] = '\0';
+	}
+	curl_free(decoded);
+	return ok;
+}
+
+/* The query's parameters into d; NULL or why not. */
+static const char *
+parse_query(const char *query, EgAmqpDest *d)
+{
+	char		copy[EG_MAX_ENDPOINT_BYTES + 1];
+	char	   *save = NULL;
+	bool		seen_exchange = false,
+				seen_key = false;
+
+	if (query == NULL || strlen(query) > EG_MAX_ENDPOINT_BYTES)
+		return "the URL names no exchange or routing key: add ?exchange=<name>&routing_key=<key>";
+	strcpy(copy, query);
+	for (char *p = strtok_r(copy, "&", &save); p != NULL; p = strtok_r(NULL, "&", &save))
+	{
+		char	   *eq = strchr(p, '=');
+
+		if (eq == NULL)
+			return "a query parameter has no value (exchange= or routing_key=)";
+		*eq = '\0';
+		if (strcmp(p, "exchange") == 0 && !seen_exchange)
+		{
+			if (!decode_value(eq + 1, d->exchange, sizeof(d->exchange)))
+				return "the exchange is longer than 255 bytes or holds a NUL";
+			seen_exchange = true;
+		}
+		else if (strcmp(p, "routing_key") == 0 && !seen_key)
+		{
+			if (!decode_value(eq + 1, d->routing_key, sizeof(d->routing_key)))
+				return "the routing key is longer than 255 bytes or holds a NUL";
+			seen_key = true;
+		}
+		else
+			return "the query takes exchange and routing_key, each once";
+	}
+	if (!seen_exchange && !seen_key)
+		return "the URL names no exchange or routing key: add ?exchange=<name>&routing_key=<key>";
+	return NULL;
+}
+
+/*
+ * Parses a RabbitMQ endpoint into *d: scheme amqp or amqps (lower case),
+ * "://" and a host of at most 255 bytes, a port from 1 to 65535, a path
+ * that is empty or "/<vhost>" (percent-decoded, at most 255 bytes), no
+ * user name or password, no fragment, at most EG_MAX_ENDPOINT_BYTES
+ * bytes, and the query above.  NULL, or why not (a static string).
+ */
+const char *
+eg_amqp_parse(const char *url, EgAmqpDest *d)
+{
+	CURLU	   *h;
+	char	   *host = NULL,
+			   *port = NULL,
+			   *path = NULL,
+			   *query = NULL,
+			   *user = NULL,
+			   *password = NULL,
+			   *fragment = NULL;
+	const char *problem = NULL;
+	CURLUcode	rc;
+	size_t		after;
+
+	memset(d, 0, sizeof(EgAmqpDest));
+	if (strlen(url) > EG_MAX_ENDPOINT_BYTES)
+		return "the endpoint is longer than 2048 bytes";
+	if (!eg_is_amqp_url(url))
+		return "a RabbitMQ endpoint starts with amqp:// or amqps:// and a host";
+	d->tls = url[4] == 's';
+	d->port = d->tls ? EG_AMQPS_DEFAULT_PORT : EG_AMQP_DEFAULT_PORT;
+	after = d->tls ? 8 : 7;
+	if (url[after] == '/' || url[after] == '\0')
+		return "a RabbitMQ endpoint starts with amqp:// or amqps:// and a host";
+	for (const unsigned char *p = (const unsigned char *) url; *p; p++)
+		if (*p <= ' ' || *p == 0x7f)
+			return "the URL holds a space or a control character";
+	h = curl_url();
+	if (h == NULL)
+		return "out of memory";
+	if ((rc = curl_url_set(h, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME)) != CURLUE_OK)
+		problem = rc == CURLUE_BAD_PORT_NUMBER ? "Port number was not a decimal number between 1 and 65535"
+			: "libcurl cannot parse it as a URL";
+	else if (curl_url_get(h, CURLUPART_USER, &user, 0) == CURLUE_OK ||
+			 curl_url_get(h, CURLUPART_PASSWORD, &password, 0) == CURLUE_OK)
+		problem = "the URL holds a user name or password";
+	else if (curl_url_get(h, CURLUPART_FRAGMENT, &fragment, 0) == CURLUE_OK)
+		problem = "the URL holds a fragment (#...)";
+	else if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0' ||
+			 strlen(host) >= sizeof(d->host))
+		problem = "the URL has no host (or one longer than 255 bytes)";
+	else
+	{
+		strcpy(d->host, host);
+		/* IPv6: libcurl gives "[::1]"; a socket's address is "::1" */
+		if (d->host[0] == '[')
+		{
+			size_t		len = strlen(d->host);
+
+			memmove(d->host, d->host + 1, len - 2);
+			d->host[len - 2] = '\0';
+		}
+		if (curl_url_get(h, CURLUPART_PORT, &port, 0) == CURLUE_OK)
+		{
+			char	   *end = NULL;
+			long		n = strtol(port, &end, 10);
+
+			if (*end != '\0' || n < 1 || n > 65535)
+				problem = "Port number was not a decimal number between 1 and 65535";
+			else
+				d->port = (int) n;
+		}
+		strcpy(d->vhost, "/");
+		if (problem == NULL && curl_url_get(h, CURLUPART_PATH, &path, 0) == CURLUE_OK &&
+			strcmp(path, "/") != 0 && path[0] != '\0')
+		{
+			if (strchr(path + 1, '/') != NULL)
+				problem = "the path must be empty or /<virtual host> (a / inside the name is %2F)";
+			else if (!decode_value(path + 1, d->vhost, sizeof(d->vhost)) || d->vhost[0] == '\0')
+				problem = "the virtual host is longer than 255 bytes or holds a NUL";
+		}
+		if (problem == NULL)
+		{
+			curl_url_get(h, CURLUPART_QUERY, &query, 0);
+			problem = parse_query(query, d);
+		}
+	}
+	curl_free(host);
+	curl_free(port);
+	curl_free(path);
+	curl_free(query);
+	curl_free(user);
+	curl_free(password);
+	curl_free(fragment);
+	curl_url_cleanup(h);
+	return problem;
+}
+
+/* ---- the request (main thread) ---- */
+
+/*
+ * req's login as the HTTP thread reads it, in req->auth_line (malloc'd;
+ * cleared and freed with the request): the user name's length in decimal,
+ * ':', the user name, then the password.
+ */
+void
+eg_amqp_request_auth(EgRequest *req, const char *user, const char *password)
+{
+	size_t		ulen = strlen(user ? user : "guest");
+	size_t		plen = strlen(password);
+	char	   *line = malloc(ulen + plen + 24);
+
+	if (line == NULL)
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("eventgrid: out of memory for a RabbitMQ login")));
+	snprintf(line, ulen + plen + 24, "%zu:%s%s", ulen, user ? user : "guest", password);
+	req->auth_line = line;
+}
+
+EgOutcomeCode
+eg_amqp_request_build(EgRequest *req, const char *schema, const char *event_id,
+					  const EgEventPart *events, int nevents, StringInfo scratch)
+{
+	bool		cloud = strcmp(schema, "CloudEventSchemaV1_0") == 0;
+	const char *content_type = nevents > 1 ? eg_content_type(schema, nevents)
+		: cloud ? "application/cloudevents+json; charset=utf-8" : "application/json; charset=utf-8";
+	const char *message;
+	int			message_len;
+	size_t		head_len;
+
+	/* one event is the event itself (a queue message's shape), a batch the webhook's array */
+	resetStringInfo(scratch);
+	if (nevents > 1)
+		eg_build_body(scratch, schema, events, nevents);
+	else
+		appendBinaryStringInfo(scratch, events[0].json, events[0].len);
+	message = eg_to_utf8(scratch->data, scratch->len, &message_len);
+	if (message == NULL)
+		return EG_OUTCOME_INVALID_ENCODING;
+	if (nevents > 1 || event_id == NULL)
+		event_id = "";
+	head_len = strlen(content_type) + 1 + strlen(event_id) + 1;
+	req->body = malloc(head_len + message_len + 1);
+	if (req->body == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("eventgrid: out of memory for a %d-byte RabbitMQ message", message_len)));
+	memcpy(req->body, content_type, strlen(content_type) + 1);
+	memcpy(req->body + strlen(content_type) + 1, event_id, strlen(event_id) + 1);
+	memcpy(req->body + head_len, message, message_len);
+	req->body[head_len + message_len] = '\0';
+	req->body_len = head_len + message_len;
+	if (message != scratch->data)
+		pfree((char *) message);
+	return EG_OUTCOME_NONE;
+}
