@@ -1,30 +1,38 @@
 #!/usr/bin/env bash
-# Destinations (bench figure 27, bench/destinations.py says what it
-# measures): the same backlog drained to a webhook (nginx, return 204) and
-# to a Redis stream (redis-server) and to a Storage queue (Azurite's Queue
-# service, the emulator in test/azurite), single events and with batching
-# asked for, in one run.  On a fresh Debian machine (as root or through sudo):
-# installs what it needs (nginx-light, redis-server, python3-psycopg2,
-# nodejs, python3-azure),
+# Destinations (bench figures 27 and 28, bench/destinations.py says what it
+# measures): the same backlog drained to a webhook (nginx, return 204), to
+# a Redis stream (redis-server), to a Storage queue (Azurite's Queue
+# service, the emulator in test/azurite) and to a RabbitMQ queue
+# (rabbitmq-server), single events and with batching asked for, in one
+# run.  On a fresh Debian machine (as root or through sudo): installs what
+# it needs (nginx-light, redis-server, python3-psycopg2, nodejs,
+# python3-azure, rabbitmq-server, python3-pika),
 # builds and installs the extension, starts a throwaway cluster with
-# eventgrid preloaded, nginx and redis-server on 127.0.0.1, and runs
+# eventgrid preloaded, nginx, redis-server and rabbitmq-server on
+# 127.0.0.1, and runs
 # bench/destinations.py.  BENCH_DEST_EVENTS (200000) events a drain;
 # BENCH_DEST_PERF=<directory>: perf record -g of the delivery workers
 # during each drain (linux-perf), perf-<case>.data there.
 set -euo pipefail
 . "$(dirname "$0")/../scripts/common.sh"
-EG_EXTRA_PACKAGES="nginx-light redis-server python3-psycopg2 nodejs python3-azure"
+EG_EXTRA_PACKAGES="nginx-light redis-server python3-psycopg2 nodejs python3-azure rabbitmq-server python3-pika"
 eg_setup "$@"
 work=$EG_WORK
 port=55439
 sink_port=18184
 redis_port=18379
 queue_port=18101
+amqp_port=18672
+rabbit_env=(HOME="$work/rabbitmq" RABBITMQ_NODENAME=eventgrid-bench@localhost ERL_EPMD_PORT=18369)
 cleanup() {
     eg_as_postgres pg_ctl -D "$work/data" -m immediate stop >/dev/null 2>&1 || true
     [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
     [ -f "$work/redis.pid" ] && kill "$(cat "$work/redis.pid")" 2>/dev/null || true
     [ -n "${azurite_pid:-}" ] && kill "$azurite_pid" 2>/dev/null || true
+    if [ -n "${rabbit_pid:-}" ]; then
+        eg_as_postgres env "${rabbit_env[@]}" /usr/lib/rabbitmq/bin/rabbitmqctl stop >/dev/null 2>&1 || true
+        eg_as_postgres env "${rabbit_env[@]}" epmd -port 18369 -kill >/dev/null 2>&1 || true
+    fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -60,6 +68,22 @@ node "$work/test/azurite/azurite-queue.js" --queueHost 127.0.0.1 --queuePort $qu
 azurite_pid=$!
 for _ in $(seq 100); do grep -q 'successfully listens' "$work/azurite.log" && break; sleep 0.1; done
 /usr/bin/python3 "$work/test/storage_queue.py" "http://127.0.0.1:$queue_port/devstoreaccount1" create bench-q
+# RabbitMQ: a broker of its own (its own node name and ports), a durable queue
+mkdir -p "$work/rabbitmq"
+printf 'listeners.tcp.default = 127.0.0.1:%s\n' $amqp_port > "$work/rabbitmq/rabbitmq.conf"
+chown -R postgres: "$work/rabbitmq"
+eg_as_postgres env "${rabbit_env[@]}" RABBITMQ_DIST_PORT=18673 RABBITMQ_MNESIA_BASE="$work/rabbitmq/mnesia" \
+    RABBITMQ_LOG_BASE="$work/rabbitmq/log" RABBITMQ_CONFIG_FILE="$work/rabbitmq/rabbitmq.conf" \
+    RABBITMQ_ENABLED_PLUGINS_FILE="$work/rabbitmq/enabled_plugins" RABBITMQ_PID_FILE="$work/rabbitmq/pid" \
+    /usr/lib/rabbitmq/bin/rabbitmq-server > "$work/rabbitmq.log" 2>&1 &
+rabbit_pid=$!
+for _ in $(seq 120); do
+    eg_as_postgres env "${rabbit_env[@]}" /usr/lib/rabbitmq/bin/rabbitmqctl -q await_startup >/dev/null 2>&1 && break
+    sleep 1
+done
+/usr/bin/python3 "$work/test/rabbitmq.py" "amqp://guest:guest@127.0.0.1:$amqp_port/%2F" queue bench-q
 eg_as_postgres /usr/bin/python3 "$work/bench/destinations.py" --host "$work" --port $port \
     --sink "http://127.0.0.1:$sink_port" --redis "redis://127.0.0.1:$redis_port" --redis-port $redis_port \
-    --queue "http://127.0.0.1:$queue_port/devstoreaccount1/bench-q" --data-dir "$work/data"
+    --queue "http://127.0.0.1:$queue_port/devstoreaccount1/bench-q" \
+    --amqp "amqp://127.0.0.1:$amqp_port/?routing_key=bench-q" --broker-pid-file "$work/rabbitmq/pid" \
+    --data-dir "$work/data"
