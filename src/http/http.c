@@ -41,6 +41,7 @@
  * http_options.c.
  */
 #include "http/http.h"
+#include "http/broker.h"
 #include "http/rabbitmq.h"
 #include "http/redis_stream.h"
 

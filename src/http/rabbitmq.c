@@ -36,23 +36,6 @@
 
 #include <curl/curl.h>
 
-/* A query value decoded into out (of size cap, may be empty); false when it does not fit or holds a NUL. */
-static bool
-decode_value(const char *value, char *out, size_t cap)
-{
-	int			len = 0;
-	char	   *decoded = curl_easy_unescape(NULL, value, 0, &len);
-	bool		ok = decoded != NULL && (size_t) len < cap && memchr(decoded, '\0', len) == NULL;
-
-	if (ok)
-	{
-		memcpy(out, decoded, len);
-		out[len] = '\0';
-	}
-	curl_free(decoded);
-	return ok;
-}
-
 /* The query's parameters into d; NULL or why not. */
 static const char *
 parse_query(const char *query, EgAmqpDest *d)
@@ -74,13 +57,13 @@ parse_query(const char *query, EgAmqpDest *d)
 		*eq = '\0';
 		if (strcmp(p, "exchange") == 0 && !seen_exchange)
 		{
-			if (!decode_value(eq + 1, d->exchange, sizeof(d->exchange)))
+			if (!eg_url_decode(eq + 1, d->exchange, sizeof(d->exchange)))
 				return "the exchange is longer than 255 bytes or holds a NUL";
 			seen_exchange = true;
 		}
 		else if (strcmp(p, "routing_key") == 0 && !seen_key)
 		{
-			if (!decode_value(eq + 1, d->routing_key, sizeof(d->routing_key)))
+			if (!eg_url_decode(eq + 1, d->routing_key, sizeof(d->routing_key)))
 				return "the routing key is longer than 255 bytes or holds a NUL";
 			seen_key = true;
 		}
@@ -102,89 +85,28 @@ parse_query(const char *query, EgAmqpDest *d)
 const char *
 eg_amqp_parse(const char *url, EgAmqpDest *d)
 {
-	CURLU	   *h;
-	char	   *host = NULL,
-			   *port = NULL,
-			   *path = NULL,
-			   *query = NULL,
-			   *user = NULL,
-			   *password = NULL,
-			   *fragment = NULL;
-	const char *problem = NULL;
-	CURLUcode	rc;
-	size_t		after;
+	char	   *path = NULL,
+			   *query = NULL;
+	const char *problem;
 
 	memset(d, 0, sizeof(EgAmqpDest));
-	if (strlen(url) > EG_MAX_ENDPOINT_BYTES)
-		return "the endpoint is longer than 2048 bytes";
 	if (!eg_is_amqp_url(url))
 		return "a RabbitMQ endpoint starts with amqp:// or amqps:// and a host";
 	d->tls = url[4] == 's';
 	d->port = d->tls ? EG_AMQPS_DEFAULT_PORT : EG_AMQP_DEFAULT_PORT;
-	after = d->tls ? 8 : 7;
-	if (url[after] == '/' || url[after] == '\0')
-		return "a RabbitMQ endpoint starts with amqp:// or amqps:// and a host";
-	for (const unsigned char *p = (const unsigned char *) url; *p; p++)
-		if (*p <= ' ' || *p == 0x7f)
-			return "the URL holds a space or a control character";
-	h = curl_url();
-	if (h == NULL)
-		return "out of memory";
-	if ((rc = curl_url_set(h, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME)) != CURLUE_OK)
-		problem = rc == CURLUE_BAD_PORT_NUMBER ? "Port number was not a decimal number between 1 and 65535"
-			: "libcurl cannot parse it as a URL";
-	else if (curl_url_get(h, CURLUPART_USER, &user, 0) == CURLUE_OK ||
-			 curl_url_get(h, CURLUPART_PASSWORD, &password, 0) == CURLUE_OK)
-		problem = "the URL holds a user name or password";
-	else if (curl_url_get(h, CURLUPART_FRAGMENT, &fragment, 0) == CURLUE_OK)
-		problem = "the URL holds a fragment (#...)";
-	else if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0' ||
-			 strlen(host) >= sizeof(d->host))
-		problem = "the URL has no host (or one longer than 255 bytes)";
-	else
+	strcpy(d->vhost, "/");
+	problem = eg_destination_url(url, d->tls ? 5 : 4, d->host, sizeof(d->host), &d->port, &path, &query);
+	if (problem == NULL && path != NULL && strcmp(path, "/") != 0 && path[0] != '\0')
 	{
-		strcpy(d->host, host);
-		/* IPv6: libcurl gives "[::1]"; a socket's address is "::1" */
-		if (d->host[0] == '[')
-		{
-			size_t		len = strlen(d->host);
-
-			memmove(d->host, d->host + 1, len - 2);
-			d->host[len - 2] = '\0';
-		}
-		if (curl_url_get(h, CURLUPART_PORT, &port, 0) == CURLUE_OK)
-		{
-			char	   *end = NULL;
-			long		n = strtol(port, &end, 10);
-
-			if (*end != '\0' || n < 1 || n > 65535)
-				problem = "Port number was not a decimal number between 1 and 65535";
-			else
-				d->port = (int) n;
-		}
-		strcpy(d->vhost, "/");
-		if (problem == NULL && curl_url_get(h, CURLUPART_PATH, &path, 0) == CURLUE_OK &&
-			strcmp(path, "/") != 0 && path[0] != '\0')
-		{
-			if (strchr(path + 1, '/') != NULL)
-				problem = "the path must be empty or /<virtual host> (a / inside the name is %2F)";
-			else if (!decode_value(path + 1, d->vhost, sizeof(d->vhost)) || d->vhost[0] == '\0')
-				problem = "the virtual host is longer than 255 bytes or holds a NUL";
-		}
-		if (problem == NULL)
-		{
-			curl_url_get(h, CURLUPART_QUERY, &query, 0);
-			problem = parse_query(query, d);
-		}
+		if (strchr(path + 1, '/') != NULL)
+			problem = "the path must be empty or /<virtual host> (a / inside the name is %2F)";
+		else if (!eg_url_decode(path + 1, d->vhost, sizeof(d->vhost)) || d->vhost[0] == '\0')
+			problem = "the virtual host is longer than 255 bytes or holds a NUL";
 	}
-	curl_free(host);
-	curl_free(port);
+	if (problem == NULL)
+		problem = parse_query(query, d);
 	curl_free(path);
 	curl_free(query);
-	curl_free(user);
-	curl_free(password);
-	curl_free(fragment);
-	curl_url_cleanup(h);
 	return problem;
 }
 

@@ -78,7 +78,4 @@ extern int	eg_amqp_fd_count(void);
 extern void eg_amqp_after_wait(struct curl_waitfd *fds, int n);
 extern void eg_amqp_close_all(void);
 
-/* http.c, thread side: hands a finished request back to the main thread. */
-extern void eg_http_finish(EgRequest *req, EgTransport transport, int http_status);
-
 #endif							/* EVENTGRID_RABBITMQ_H */

@@ -26,13 +26,13 @@
  * Like the rest of the HTTP thread, nothing here calls into PostgreSQL:
  * plain C, malloc and librabbitmq only.
  */
+#include "http/broker.h"
 #include "http/rabbitmq.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <time.h>
 
 #include <curl/curl.h>
 #include <openssl/ssl.h>
@@ -62,8 +62,7 @@ typedef struct Unconfirmed
 
 typedef struct AmqpConn
 {
-	char	   *key;			/* the endpoint's URL, a newline, and the login (malloc'd) */
-	size_t		key_len;
+	EgBrokerKey id;				/* the endpoint's URL and the login */
 	amqp_connection_state_t st; /* NULL once closed */
 	EgAmqpDest dest;
 	int			fd;
@@ -87,19 +86,9 @@ typedef struct AmqpConn
 	char		failed_text[200];
 } AmqpConn;
 
-static AmqpConn **conns = NULL;
-static int	nconns = 0;
-static int	conns_cap = 0;
+static EgBrokerTable table;
 
-/* Milliseconds on CLOCK_MONOTONIC (a request's start and deadline; the wall clock may step). */
-static double
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec * 1000.0 + (double) ts.tv_nsec / 1e6;
-}
+#define CONN(i) ((AmqpConn *) table.conns[i])
 
 /* ---- a request's parts: content type, message id, message (rabbitmq.c's layout) ---- */
 
@@ -121,28 +110,6 @@ message_offset(const EgRequest *req)
 	const char *id = message_id_of(req);
 
 	return (size_t) (id + strlen(id) + 1 - req->body);
-}
-
-/*
- * Ends req: its duration (it held its start time since eg_amqp_send), the
- * answer text kept for the history, and back to the main thread.
- */
-static void
-end_request(EgRequest *req, EgTransport transport, int status, const char *text)
-{
-	req->duration_ms = mono_ms() - req->duration_ms;
-	if (text != NULL)
-	{
-		if (transport == EG_TRANSPORT_OK)
-		{
-			req->response_head_len = (int) Min(strlen(text), (size_t) EG_RESPONSE_HEAD_BYTES);
-			memcpy(req->response_head, text, req->response_head_len);
-		}
-		else
-			snprintf(req->errbuf, sizeof(req->errbuf), "%s", text);
-	}
-	req->next = NULL;
-	eg_http_finish(req, transport, status);
 }
 
 /* ---- closing ---- */
@@ -181,14 +148,10 @@ close_conn(AmqpConn *c, EgTransport transport, int status, const char *text)
 	}
 	for (int i = c->pending_head; i < c->pending_head + c->pending_n; i++)
 		if ((req = c->pending[i].req) != NULL)
-			end_request(req, transport, transport == EG_TRANSPORT_OK ? status : 0, text);
+			eg_broker_end(req, transport, transport == EG_TRANSPORT_OK ? status : 0, text);
 	c->pending_head = c->pending_n = 0;
-	while ((req = c->waiting) != NULL)
-	{
-		c->waiting = req->next;
-		end_request(req, waited, 0, transport == EG_TRANSPORT_OK ? "the channel to RabbitMQ was closed" : text);
-	}
-	c->waiting_tail = NULL;
+	while ((req = eg_request_pop(&c->waiting, &c->waiting_tail)) != NULL)
+		eg_broker_end(req, waited, 0, transport == EG_TRANSPORT_OK ? "the channel to RabbitMQ was closed" : text);
 	c->want_write = false;
 	c->returning = false;
 }
@@ -245,7 +208,7 @@ closed_by_broker(AmqpConn *c, int code, amqp_bytes_t reply_text, bool connection
 
 			if (req != NULL && (long) (req->body_len - message_offset(req)) > max_size)
 			{
-				end_request(req, EG_TRANSPORT_OK, 413, text);
+				eg_broker_end(req, EG_TRANSPORT_OK, 413, text);
 				c->pending[i].req = NULL;
 			}
 		}
@@ -288,12 +251,12 @@ confirm_one(Unconfirmed *u, bool nack)
 		return;
 	u->req = NULL;
 	if (nack)
-		end_request(req, EG_TRANSPORT_OK, 507,
+		eg_broker_end(req, EG_TRANSPORT_OK, 507,
 					"the broker refused the message (nack): a queue at its x-max-length with overflow reject-publish?");
 	else if (req->http_status == 404)	/* marked when its basic.return came */
-		end_request(req, EG_TRANSPORT_OK, 404, NULL);
+		eg_broker_end(req, EG_TRANSPORT_OK, 404, NULL);
 	else
-		end_request(req, EG_TRANSPORT_OK, 201, NULL);
+		eg_broker_end(req, EG_TRANSPORT_OK, 201, NULL);
 }
 
 /* basic.ack or basic.nack of tag (and of every earlier one when multiple). */
@@ -445,7 +408,7 @@ publish(AmqpConn *c, EgRequest *req)
 
 			if (grown == NULL)
 			{
-				end_request(req, EG_TRANSPORT_SOCKET, 0, "out of memory for a RabbitMQ message");
+				eg_broker_end(req, EG_TRANSPORT_SOCKET, 0, "out of memory for a RabbitMQ message");
 				return true;
 			}
 			c->pending = grown;
@@ -496,11 +459,7 @@ publish_waiting(AmqpConn *c)
 			c->want_write = true;
 			return;
 		}
-		req = c->waiting;
-		c->waiting = req->next;
-		if (c->waiting == NULL)
-			c->waiting_tail = NULL;
-		req->next = NULL;
+		req = eg_request_pop(&c->waiting, &c->waiting_tail);
 		if (!publish(c, req))
 			return;
 	}
@@ -628,19 +587,6 @@ failed:
 	return false;
 }
 
-/* Forgets c, clearing its key (which holds its login). */
-static void
-free_conn(AmqpConn *c)
-{
-	if (c->key != NULL)
-	{
-		explicit_bzero(c->key, c->key_len);
-		free(c->key);
-	}
-	free(c->pending);
-	free(c);
-}
-
 /*
  * The connection of req's endpoint and login (opened if need be), or NULL
  * with req ended.  Its key: the URL, a newline, and the login.
@@ -648,60 +594,24 @@ free_conn(AmqpConn *c)
 static AmqpConn *
 conn_for(EgRequest *req, const char *ca_file)
 {
-	size_t		url_len = strlen(req->url);
-	size_t		auth_len = req->auth_line ? strlen(req->auth_line) : 0;
-	size_t		key_len = url_len + 1 + auth_len;
-	AmqpConn   *c = NULL;
+	AmqpConn   *c = eg_broker_conn_for(&table, sizeof(AmqpConn), req->url, strlen(req->url), req->auth_line);
 
-	for (int i = 0; i < nconns; i++)
-		if (conns[i]->key_len == key_len && memcmp(conns[i]->key, req->url, url_len) == 0 &&
-			conns[i]->key[url_len] == '\n' &&
-			(auth_len == 0 || memcmp(conns[i]->key + url_len + 1, req->auth_line, auth_len) == 0))
-		{
-			c = conns[i];
-			break;
-		}
 	if (c == NULL)
 	{
-		if (nconns == conns_cap)
-		{
-			int			cap = Max(conns_cap * 2, 8);
-			AmqpConn  **grown = realloc(conns, cap * sizeof(AmqpConn *));
-
-			if (grown == NULL)
-			{
-				end_request(req, EG_TRANSPORT_SOCKET, 0, "out of memory for a RabbitMQ connection");
-				return NULL;
-			}
-			conns = grown;
-			conns_cap = cap;
-		}
-		c = calloc(1, sizeof(AmqpConn));
-		if (c == NULL || (c->key = malloc(key_len + 1)) == NULL)
-		{
-			free(c);
-			end_request(req, EG_TRANSPORT_SOCKET, 0, "out of memory for a RabbitMQ connection");
-			return NULL;
-		}
-		memcpy(c->key, req->url, url_len);
-		c->key[url_len] = '\n';
-		if (auth_len > 0)
-			memcpy(c->key + url_len + 1, req->auth_line, auth_len);
-		c->key[key_len] = '\0';
-		c->key_len = key_len;
-		conns[nconns++] = c;
+		eg_broker_end(req, EG_TRANSPORT_SOCKET, 0, "out of memory for a RabbitMQ connection");
+		return NULL;
 	}
 	if (c->st == NULL)
 	{
-		if (c->failed_at > 0 && mono_ms() - c->failed_at < FAILED_OPEN_MS)
+		if (c->failed_at > 0 && eg_mono_ms() - c->failed_at < FAILED_OPEN_MS)
 		{
-			end_request(req, c->failed_transport, c->failed_status, c->failed_text);
+			eg_broker_end(req, c->failed_transport, c->failed_status, c->failed_text);
 			return NULL;
 		}
 		if (!open_conn(c, req, ca_file))
 		{
-			c->failed_at = mono_ms();
-			end_request(req, c->failed_transport, c->failed_status, c->failed_text);
+			c->failed_at = eg_mono_ms();
+			eg_broker_end(req, c->failed_transport, c->failed_status, c->failed_text);
 			return NULL;
 		}
 	}
@@ -718,16 +628,12 @@ eg_amqp_send(EgRequest *req, const char *ca_file)
 {
 	AmqpConn   *c;
 
-	req->duration_ms = mono_ms();	/* its start, until it ends */
+	req->duration_ms = eg_mono_ms();	/* its start, until it ends */
 	req->next = NULL;
 	c = conn_for(req, ca_file);
 	if (c == NULL)
 		return;
-	if (c->waiting_tail)
-		c->waiting_tail->next = req;
-	else
-		c->waiting = req;
-	c->waiting_tail = req;
+	eg_request_push(&c->waiting, &c->waiting_tail, req);
 	publish_waiting(c);
 }
 
@@ -752,7 +658,7 @@ oldest_deadline(const AmqpConn *c)
 int
 eg_amqp_fd_count(void)
 {
-	return nconns;
+	return table.n;
 }
 
 /*
@@ -764,11 +670,11 @@ eg_amqp_fd_count(void)
 int
 eg_amqp_wait_fds(struct curl_waitfd *fds, int n, int cap, int *timeout_ms)
 {
-	double		now = mono_ms();
+	double		now = eg_mono_ms();
 
-	for (int i = 0; i < nconns; i++)
+	for (int i = 0; i < table.n; i++)
 	{
-		AmqpConn   *c = conns[i];
+		AmqpConn   *c = CONN(i);
 		double		deadline = oldest_deadline(c);
 
 		if (deadline > 0)
@@ -794,9 +700,9 @@ eg_amqp_after_wait(struct curl_waitfd *fds, int n)
 	double		now;
 
 	for (int k = 0; k < n; k++)
-		for (int i = 0; i < nconns; i++)
+		for (int i = 0; i < table.n; i++)
 		{
-			AmqpConn   *c = conns[i];
+			AmqpConn   *c = CONN(i);
 
 			if (c->st == NULL || c->fd != fds[k].fd)
 				continue;
@@ -806,10 +712,10 @@ eg_amqp_after_wait(struct curl_waitfd *fds, int n)
 				publish_waiting(c);
 			break;
 		}
-	now = mono_ms();
-	for (int i = 0; i < nconns;)
+	now = eg_mono_ms();
+	for (int i = 0; i < table.n;)
 	{
-		AmqpConn   *c = conns[i];
+		AmqpConn   *c = CONN(i);
 		double		deadline = oldest_deadline(c);
 
 		if (deadline > 0 && deadline <= now)
@@ -817,8 +723,8 @@ eg_amqp_after_wait(struct curl_waitfd *fds, int n)
 		if (c->st == NULL && c->pending_n == 0 && c->waiting == NULL &&
 			(c->failed_at == 0 || now - c->failed_at >= FAILED_OPEN_MS))
 		{
-			free_conn(c);
-			conns[i] = conns[--nconns];
+			free(c->pending);
+			eg_broker_conn_forget(&table, i);
 			continue;
 		}
 		i++;
@@ -829,12 +735,15 @@ eg_amqp_after_wait(struct curl_waitfd *fds, int n)
 void
 eg_amqp_close_all(void)
 {
-	for (int i = 0; i < nconns; i++)
+	while (table.n > 0)
 	{
-		close_conn(conns[i], EG_TRANSPORT_SOCKET, 0, "the worker is stopping");
-		free_conn(conns[i]);
+		AmqpConn   *c = CONN(table.n - 1);
+
+		close_conn(c, EG_TRANSPORT_SOCKET, 0, "the worker is stopping");
+		free(c->pending);
+		eg_broker_conn_forget(&table, table.n - 1);
 	}
-	free(conns);
-	conns = NULL;
-	nconns = conns_cap = 0;
+	free(table.conns);
+	table.conns = NULL;
+	table.cap = 0;
 }

@@ -17,9 +17,8 @@
  * Like the rest of the HTTP thread, nothing here calls into PostgreSQL:
  * plain C, malloc and hiredis only.
  */
+#include "http/broker.h"
 #include "http/redis_stream.h"
-
-#include <time.h>
 
 #include <curl/curl.h>
 #include <hiredis/hiredis.h>
@@ -29,8 +28,7 @@
 
 typedef struct RedisConn
 {
-	char	   *key;			/* the endpoint's URL before its '?', and its AUTH command (malloc'd) */
-	size_t		key_len;
+	EgBrokerKey id;				/* the endpoint's URL before its '?', and its AUTH command */
 	redisAsyncContext *ac;		/* NULL once closed */
 	bool		want_read;
 	bool		want_write;
@@ -43,68 +41,11 @@ typedef struct RedisConn
 	EgRequest  *sent_tail;
 } RedisConn;
 
-static RedisConn **conns = NULL;
-static int	nconns = 0;
-static int	conns_cap = 0;
+static EgBrokerTable table;
+
+#define CONN(i) ((RedisConn *) table.conns[i])
 static struct curl_waitfd *wait_fds = NULL;
 static int	wait_cap = 0;
-
-/* Milliseconds on CLOCK_MONOTONIC (a request's start and deadline; the wall clock may step). */
-static double
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec * 1000.0 + (double) ts.tv_nsec / 1e6;
-}
-
-static void
-push(EgRequest **head, EgRequest **tail, EgRequest *req)
-{
-	req->next = NULL;
-	if (*tail)
-		(*tail)->next = req;
-	else
-		*head = req;
-	*tail = req;
-}
-
-static EgRequest *
-pop(EgRequest **head, EgRequest **tail)
-{
-	EgRequest  *req = *head;
-
-	if (req)
-	{
-		*head = req->next;
-		if (*head == NULL)
-			*tail = NULL;
-		req->next = NULL;
-	}
-	return req;
-}
-
-/*
- * Ends req: its duration (it held its start time since eg_redis_send), the
- * answer text kept for the history, and back to the main thread.
- */
-static void
-end_request(EgRequest *req, EgTransport transport, int status, const char *text)
-{
-	req->duration_ms = mono_ms() - req->duration_ms;
-	if (text != NULL)
-	{
-		if (transport == EG_TRANSPORT_OK)
-		{
-			req->response_head_len = (int) Min(strlen(text), (size_t) EG_RESPONSE_HEAD_BYTES);
-			memcpy(req->response_head, text, req->response_head_len);
-		}
-		else
-			snprintf(req->errbuf, sizeof(req->errbuf), "%s", text);
-	}
-	eg_http_finish(req, transport, status);
-}
 
 /* Ends every request of c not written yet as transport (SocketError or TimedOut). */
 static void
@@ -112,8 +53,8 @@ end_waiting(RedisConn *c, EgTransport transport, int status, const char *text)
 {
 	EgRequest  *req;
 
-	while ((req = pop(&c->waiting, &c->waiting_tail)) != NULL)
-		end_request(req, transport, status, text);
+	while ((req = eg_request_pop(&c->waiting, &c->waiting_tail)) != NULL)
+		eg_broker_end(req, transport, status, text);
 }
 
 /* The HTTP status an error reply is treated as (see the file's comment). */
@@ -150,7 +91,7 @@ on_reply(redisAsyncContext *ac, void *r, void *privdata)
 
 	/* replies come in order: req is the oldest written */
 	if (c->sent == req)
-		pop(&c->sent, &c->sent_tail);
+		eg_request_pop(&c->sent, &c->sent_tail);
 	else
 	{
 		for (EgRequest *p = c->sent; p != NULL; p = p->next)
@@ -164,15 +105,15 @@ on_reply(redisAsyncContext *ac, void *r, void *privdata)
 		req->next = NULL;
 	}
 	if (reply == NULL)
-		end_request(req, c->timed_out ? EG_TRANSPORT_TIMEOUT : EG_TRANSPORT_SOCKET, 0,
+		eg_broker_end(req, c->timed_out ? EG_TRANSPORT_TIMEOUT : EG_TRANSPORT_SOCKET, 0,
 					c->timed_out ? "no reply from Redis within eventgrid.response_timeout"
 					: ac->errstr[0] ? ac->errstr : "the connection to Redis was closed");
 	else if (reply->type == REDIS_REPLY_ERROR)
-		end_request(req, EG_TRANSPORT_OK, error_status(reply->str), reply->str);
+		eg_broker_end(req, EG_TRANSPORT_OK, error_status(reply->str), reply->str);
 	else if (reply->type == REDIS_REPLY_NIL)
-		end_request(req, EG_TRANSPORT_OK, 404, "the stream does not exist (mkstream=false)");
+		eg_broker_end(req, EG_TRANSPORT_OK, 404, "the stream does not exist (mkstream=false)");
 	else
-		end_request(req, EG_TRANSPORT_OK, 201, NULL);
+		eg_broker_end(req, EG_TRANSPORT_OK, 201, NULL);
 }
 
 /* Writes req on c (ready): hiredis queues its bytes and calls on_reply with its answer. */
@@ -182,10 +123,10 @@ write_request(RedisConn *c, EgRequest *req)
 	if (c->ac == NULL ||
 		redisAsyncFormattedCommand(c->ac, on_reply, req, req->body, req->body_len) != REDIS_OK)
 	{
-		end_request(req, EG_TRANSPORT_SOCKET, 0, "the connection to Redis is closing");
+		eg_broker_end(req, EG_TRANSPORT_SOCKET, 0, "the connection to Redis is closing");
 		return;
 	}
-	push(&c->sent, &c->sent_tail, req);
+	eg_request_push(&c->sent, &c->sent_tail, req);
 }
 
 /*
@@ -204,7 +145,7 @@ handshake_reply(redisAsyncContext *ac, redisReply *reply, RedisConn *c, int refu
 		if (--c->handshake > 0)
 			return;
 		c->ready = true;
-		while ((req = pop(&c->waiting, &c->waiting_tail)) != NULL)
+		while ((req = eg_request_pop(&c->waiting, &c->waiting_tail)) != NULL)
 			write_request(c, req);
 	}
 	else if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
@@ -298,13 +239,13 @@ open_conn(RedisConn *c, EgRequest *req)
 
 	if (problem != NULL)
 	{
-		end_request(req, EG_TRANSPORT_SOCKET, 0, problem);
+		eg_broker_end(req, EG_TRANSPORT_SOCKET, 0, problem);
 		return false;
 	}
 	ac = redisAsyncConnect(d.host, d.port);
 	if (ac == NULL || ac->err)
 	{
-		end_request(req, EG_TRANSPORT_SOCKET, 0, ac && ac->errstr[0] ? ac->errstr : "could not connect to Redis");
+		eg_broker_end(req, EG_TRANSPORT_SOCKET, 0, ac && ac->errstr[0] ? ac->errstr : "could not connect to Redis");
 		if (ac)
 			redisAsyncFree(ac);
 		return false;
@@ -345,18 +286,6 @@ open_conn(RedisConn *c, EgRequest *req)
 	return true;
 }
 
-/* Forgets c, clearing its key (which holds its credentials). */
-static void
-free_conn(RedisConn *c)
-{
-	if (c->key != NULL)
-	{
-		explicit_bzero(c->key, c->key_len);
-		free(c->key);
-	}
-	free(c);
-}
-
 /*
  * The connection of req's endpoint and credentials (opened if need be), or
  * NULL with req ended.  Its key: the URL before the '?', a newline, and
@@ -366,48 +295,13 @@ static RedisConn *
 conn_for(EgRequest *req)
 {
 	const char *q = strchr(req->url, '?');
-	size_t		url_len = q ? (size_t) (q - req->url) : strlen(req->url);
-	size_t		auth_len = req->auth_line ? strlen(req->auth_line) : 0;
-	size_t		key_len = url_len + 1 + auth_len;
-	RedisConn  *c = NULL;
+	RedisConn  *c = eg_broker_conn_for(&table, sizeof(RedisConn), req->url,
+									   q ? (size_t) (q - req->url) : strlen(req->url), req->auth_line);
 
-	for (int i = 0; i < nconns; i++)
-		if (conns[i]->key_len == key_len && strncmp(conns[i]->key, req->url, url_len) == 0 &&
-			conns[i]->key[url_len] == '\n' &&
-			(auth_len == 0 || memcmp(conns[i]->key + url_len + 1, req->auth_line, auth_len) == 0))
-		{
-			c = conns[i];
-			break;
-		}
 	if (c == NULL)
 	{
-		if (nconns == conns_cap)
-		{
-			int			cap = Max(conns_cap * 2, 8);
-			RedisConn **grown = realloc(conns, cap * sizeof(RedisConn *));
-
-			if (grown == NULL)
-			{
-				end_request(req, EG_TRANSPORT_SOCKET, 0, "out of memory for a Redis connection");
-				return NULL;
-			}
-			conns = grown;
-			conns_cap = cap;
-		}
-		c = calloc(1, sizeof(RedisConn));
-		if (c == NULL || (c->key = malloc(key_len + 1)) == NULL)
-		{
-			free(c);
-			end_request(req, EG_TRANSPORT_SOCKET, 0, "out of memory for a Redis connection");
-			return NULL;
-		}
-		memcpy(c->key, req->url, url_len);
-		c->key[url_len] = '\n';
-		if (auth_len > 0)
-			memcpy(c->key + url_len + 1, req->auth_line, auth_len);
-		c->key[key_len] = '\0';
-		c->key_len = key_len;
-		conns[nconns++] = c;
+		eg_broker_end(req, EG_TRANSPORT_SOCKET, 0, "out of memory for a Redis connection");
+		return NULL;
 	}
 	if (c->ac == NULL && !open_conn(c, req))
 		return NULL;
@@ -423,7 +317,7 @@ eg_redis_send(EgRequest *req)
 {
 	RedisConn  *c;
 
-	req->duration_ms = mono_ms();	/* its start, until it ends */
+	req->duration_ms = eg_mono_ms();	/* its start, until it ends */
 	req->next = NULL;
 	c = conn_for(req);
 	if (c == NULL)
@@ -431,7 +325,7 @@ eg_redis_send(EgRequest *req)
 	if (c->ready)
 		write_request(c, req);
 	else
-		push(&c->waiting, &c->waiting_tail, req);
+		eg_request_push(&c->waiting, &c->waiting_tail, req);
 }
 
 /*
@@ -477,11 +371,11 @@ int
 eg_redis_wait_fds(struct curl_waitfd **fds, int *timeout_ms)
 {
 	int			n = 0;
-	double		now = mono_ms();
+	double		now = eg_mono_ms();
 
-	if (nconns > wait_cap)
+	if (table.n > wait_cap)
 	{
-		struct curl_waitfd *grown = realloc(wait_fds, conns_cap * sizeof(struct curl_waitfd));
+		struct curl_waitfd *grown = realloc(wait_fds, table.cap * sizeof(struct curl_waitfd));
 
 		if (grown == NULL)
 		{
@@ -490,11 +384,11 @@ eg_redis_wait_fds(struct curl_waitfd **fds, int *timeout_ms)
 			return 0;
 		}
 		wait_fds = grown;
-		wait_cap = conns_cap;
+		wait_cap = table.cap;
 	}
-	for (int i = 0; i < nconns; i++)
+	for (int i = 0; i < table.n; i++)
 	{
-		RedisConn  *c = conns[i];
+		RedisConn  *c = CONN(i);
 		double		deadline = oldest_deadline(c);
 
 		if (deadline > 0)
@@ -522,9 +416,9 @@ eg_redis_after_wait(struct curl_waitfd *fds, int n)
 
 	for (int k = 0; k < n; k++)
 	{
-		for (int i = 0; i < nconns; i++)
+		for (int i = 0; i < table.n; i++)
 		{
-			RedisConn  *c = conns[i];
+			RedisConn  *c = CONN(i);
 
 			if (c->ac == NULL || c->ac->c.fd != fds[k].fd)
 				continue;
@@ -535,10 +429,10 @@ eg_redis_after_wait(struct curl_waitfd *fds, int n)
 			break;
 		}
 	}
-	now = mono_ms();
-	for (int i = 0; i < nconns;)
+	now = eg_mono_ms();
+	for (int i = 0; i < table.n;)
 	{
-		RedisConn  *c = conns[i];
+		RedisConn  *c = CONN(i);
 		double		deadline = oldest_deadline(c);
 
 		if (deadline > 0 && deadline <= now)
@@ -549,8 +443,7 @@ eg_redis_after_wait(struct curl_waitfd *fds, int n)
 		}
 		if (c->ac == NULL && c->sent == NULL && c->waiting == NULL)
 		{
-			free_conn(c);
-			conns[i] = conns[--nconns];
+			eg_broker_conn_forget(&table, i);
 			continue;
 		}
 		i++;
@@ -561,14 +454,14 @@ eg_redis_after_wait(struct curl_waitfd *fds, int n)
 void
 eg_redis_close_all(void)
 {
-	for (int i = 0; i < nconns; i++)
+	while (table.n > 0)
 	{
-		close_conn(conns[i]);
-		free_conn(conns[i]);
+		close_conn(CONN(table.n - 1));
+		eg_broker_conn_forget(&table, table.n - 1);
 	}
-	free(conns);
-	conns = NULL;
-	nconns = conns_cap = 0;
+	free(table.conns);
+	table.conns = NULL;
+	table.cap = 0;
 	free(wait_fds);
 	wait_fds = NULL;
 	wait_cap = 0;

@@ -36,23 +36,6 @@
 
 /* ---- the endpoint URL (both threads: no PostgreSQL calls) ---- */
 
-/* A query value decoded into out (of size cap); false when it does not fit or holds a NUL. */
-static bool
-decode_value(const char *value, char *out, size_t cap)
-{
-	int			len = 0;
-	char	   *decoded = curl_easy_unescape(NULL, value, 0, &len);
-	bool		ok = decoded != NULL && len > 0 && (size_t) len < cap && memchr(decoded, '\0', len) == NULL;
-
-	if (ok)
-	{
-		memcpy(out, decoded, len);
-		out[len] = '\0';
-	}
-	curl_free(decoded);
-	return ok;
-}
-
 /* A whole decimal number in [min, max] into *out. */
 static bool
 parse_number(const char *text, int64 min, int64 max, int64 *out)
@@ -91,7 +74,7 @@ parse_query(const char *query, EgRedisDest *d)
 		if (eq == NULL)
 			return "a query parameter has no value (stream=, maxlen= or mkstream=)";
 		*eq = '\0';
-		if (!decode_value(eq + 1, value, sizeof(value)))
+		if (!eg_url_decode(eq + 1, value, sizeof(value)) || value[0] == '\0')
 			return "a query parameter's value is empty, longer than 512 bytes or holds a NUL";
 		if (strcmp(p, "stream") == 0 && !seen_stream)
 		{
@@ -130,82 +113,31 @@ parse_query(const char *query, EgRedisDest *d)
 const char *
 eg_redis_parse(const char *url, EgRedisDest *d)
 {
-	CURLU	   *h;
-	char	   *host = NULL,
-			   *port = NULL,
-			   *path = NULL,
-			   *query = NULL,
-			   *user = NULL,
-			   *password = NULL,
-			   *fragment = NULL;
-	const char *problem = NULL;
+	char	   *path = NULL,
+			   *query = NULL;
+	const char *problem;
 	const char *q;
 	int64		n;
-	CURLUcode	rc;
 
 	memset(d, 0, sizeof(EgRedisDest));
 	d->mkstream = true;
 	d->port = EG_REDIS_DEFAULT_PORT;
-	if (strlen(url) > EG_MAX_ENDPOINT_BYTES)
-		return "the endpoint is longer than 2048 bytes";
-	if (!eg_is_redis_url(url) || url[8] == '/' || url[8] == '\0')
+	if (!eg_is_redis_url(url))
 		return "a RedisStream endpoint starts with redis:// and a host";
-	for (const unsigned char *p = (const unsigned char *) url; *p; p++)
-		if (*p <= ' ' || *p == 0x7f)
-			return "the URL holds a space or a control character";
-	h = curl_url();
-	if (h == NULL)
-		return "out of memory";
-	if ((rc = curl_url_set(h, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME)) != CURLUE_OK)
-		problem = rc == CURLUE_BAD_PORT_NUMBER ? "Port number was not a decimal number between 1 and 65535"
-			: "libcurl cannot parse it as a URL";
-	else if (curl_url_get(h, CURLUPART_USER, &user, 0) == CURLUE_OK ||
-			 curl_url_get(h, CURLUPART_PASSWORD, &password, 0) == CURLUE_OK)
-		problem = "the URL holds a user name or password";
-	else if (curl_url_get(h, CURLUPART_FRAGMENT, &fragment, 0) == CURLUE_OK)
-		problem = "the URL holds a fragment (#...)";
-	else if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0' ||
-			 strlen(host) >= sizeof(d->host))
-		problem = "the URL has no host after redis:// (or one longer than 255 bytes)";
-	else if (curl_url_get(h, CURLUPART_PORT, &port, 0) == CURLUE_OK &&
-			 !parse_number(port, 1, 65535, &n))
-		problem = "Port number was not a decimal number between 1 and 65535";
-	else
+	problem = eg_destination_url(url, 5, d->host, sizeof(d->host), &d->port, &path, &query);
+	if (problem == NULL && path != NULL && strcmp(path, "/") != 0 && path[0] != '\0')
 	{
-		if (port != NULL)
-			d->port = (int) n;
-		strcpy(d->host, host);
-		/* IPv6: libcurl gives "[::1]"; hiredis connects to "::1" */
-		if (d->host[0] == '[')
-		{
-			size_t		len = strlen(d->host);
-
-			memmove(d->host, d->host + 1, len - 2);
-			d->host[len - 2] = '\0';
-		}
-		if (curl_url_get(h, CURLUPART_PATH, &path, 0) == CURLUE_OK && strcmp(path, "/") != 0 && path[0] != '\0')
-		{
-			if (!parse_number(path + 1, 0, PG_INT32_MAX, &n))
-				problem = "the path must be empty or /<database number> (0-2147483647)";
-			else
-				d->db = (int) n;
-		}
-		if (problem == NULL)
-		{
-			curl_url_get(h, CURLUPART_QUERY, &query, 0);
-			problem = parse_query(query, d);
-		}
+		if (!parse_number(path + 1, 0, PG_INT32_MAX, &n))
+			problem = "the path must be empty or /<database number> (0-2147483647)";
+		else
+			d->db = (int) n;
 	}
+	if (problem == NULL)
+		problem = parse_query(query, d);
 	q = strchr(url, '?');
 	d->key_len = q ? (int) (q - url) : (int) strlen(url);
-	curl_free(host);
-	curl_free(port);
 	curl_free(path);
 	curl_free(query);
-	curl_free(user);
-	curl_free(password);
-	curl_free(fragment);
-	curl_url_cleanup(h);
 	return problem;
 }
 

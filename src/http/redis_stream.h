@@ -62,7 +62,4 @@ extern int	eg_redis_wait_fds(struct curl_waitfd **fds, int *timeout_ms);
 extern void eg_redis_after_wait(struct curl_waitfd *fds, int n);
 extern void eg_redis_close_all(void);
 
-/* http.c, thread side: hands a finished request back to the main thread. */
-extern void eg_http_finish(EgRequest *req, EgTransport transport, int http_status);
-
 #endif							/* EVENTGRID_REDIS_STREAM_H */

@@ -57,6 +57,108 @@ url_parse_problem(const char *url, CURLUcode rc)
 }
 
 /*
+ * Both threads (no PostgreSQL calls): the rules every destination URL
+ * (redis://, amqp[s]://) shares, read by libcurl's parser: at most
+ * EG_MAX_ENDPOINT_BYTES bytes, no space or control character, a host
+ * right after the scheme's "://" (scheme_len bytes), no user name,
+ * password or fragment, a host of at most host_cap - 1 bytes (an IPv6
+ * address without its brackets, as a socket takes it) into host, a port
+ * from 1 to 65535 into *port when the URL has one, and the path and query
+ * (libcurl's strings, or NULL) into *path and *query, which the caller
+ * frees with curl_free().  NULL, or why not (static text).
+ */
+const char *
+eg_destination_url(const char *url, size_t scheme_len, char *host, size_t host_cap, int *port,
+				   char **path, char **query)
+{
+	CURLU	   *h;
+	char	   *got_host = NULL,
+			   *got_port = NULL,
+			   *user = NULL,
+			   *password = NULL,
+			   *fragment = NULL;
+	const char *problem = NULL;
+	CURLUcode	rc;
+
+	*path = *query = NULL;
+	if (strlen(url) > EG_MAX_ENDPOINT_BYTES)
+		return "the endpoint is longer than 2048 bytes";
+	if (!authority_follows(url, scheme_len))
+		return "the URL has no host after its scheme's ://";
+	for (const unsigned char *p = (const unsigned char *) url; *p; p++)
+		if (*p <= ' ' || *p == 0x7f)
+			return "the URL holds a space or a control character";
+	h = curl_url();
+	if (h == NULL)
+		return "out of memory";
+	if ((rc = curl_url_set(h, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME)) != CURLUE_OK)
+		problem = rc == CURLUE_BAD_PORT_NUMBER ? "Port number was not a decimal number between 1 and 65535"
+			: "libcurl cannot parse it as a URL";
+	else if (curl_url_get(h, CURLUPART_USER, &user, 0) == CURLUE_OK ||
+			 curl_url_get(h, CURLUPART_PASSWORD, &password, 0) == CURLUE_OK)
+		problem = "the URL holds a user name or password";
+	else if (curl_url_get(h, CURLUPART_FRAGMENT, &fragment, 0) == CURLUE_OK)
+		problem = "the URL holds a fragment (#...)";
+	else if (curl_url_get(h, CURLUPART_HOST, &got_host, 0) != CURLUE_OK || got_host[0] == '\0' ||
+			 strlen(got_host) >= host_cap)
+		problem = "the URL has no host (or one longer than 255 bytes)";
+	else
+	{
+		char	   *end = NULL;
+		long		n = 0;
+
+		if (curl_url_get(h, CURLUPART_PORT, &got_port, 0) == CURLUE_OK &&
+			((n = strtol(got_port, &end, 10)) < 1 || n > 65535 || *end != '\0'))
+			problem = "Port number was not a decimal number between 1 and 65535";
+		else
+		{
+			if (got_port != NULL)
+				*port = (int) n;
+			/* IPv6: libcurl gives "[::1]"; a socket connects to "::1" */
+			if (got_host[0] == '[')
+			{
+				size_t		len = strlen(got_host);
+
+				memcpy(host, got_host + 1, len - 2);
+				host[len - 2] = '\0';
+			}
+			else
+				strcpy(host, got_host);
+			curl_url_get(h, CURLUPART_PATH, path, 0);
+			curl_url_get(h, CURLUPART_QUERY, query, 0);
+		}
+	}
+	curl_free(got_host);
+	curl_free(got_port);
+	curl_free(user);
+	curl_free(password);
+	curl_free(fragment);
+	curl_url_cleanup(h);
+	return problem;
+}
+
+/*
+ * Both threads: a percent-encoded URL part decoded into out (of size cap,
+ * NUL-terminated; it may be empty); false when it does not fit or holds a
+ * NUL.
+ */
+bool
+eg_url_decode(const char *value, char *out, size_t cap)
+{
+	int			len = 0;
+	char	   *decoded = curl_easy_unescape(NULL, value, 0, &len);
+	bool		ok = decoded != NULL && (size_t) len < cap && memchr(decoded, '\0', len) == NULL;
+
+	if (ok)
+	{
+		memcpy(out, decoded, len);
+		out[len] = '\0';
+	}
+	curl_free(decoded);
+	return ok;
+}
+
+/*
  * Why libcurl could not deliver to url, or NULL when it can (a redis://
  * URL: a RedisStream destination's, redis_stream.c's rule; an amqp:// or
  * amqps:// URL: a RabbitMQ destination's, rabbitmq.c's): scheme http or

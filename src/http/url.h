@@ -17,6 +17,9 @@
 #define EG_MAX_ENDPOINT_BYTES 2048
 
 extern const char *eg_endpoint_problem(const char *url);
+extern const char *eg_destination_url(const char *url, size_t scheme_len, char *host, size_t host_cap, int *port,
+									  char **path, char **query);
+extern bool eg_url_decode(const char *value, char *out, size_t cap);
 extern char *eg_url_host_key(const char *url);
 extern char *eg_uri_escape(const char *s, int len);
 

@@ -21,7 +21,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(scaled new_node start_receiver start_python_server start_nginx requests wait_for_requests advance_clock
-  eg_event wait_for_sql planned_wait wait_recorded sql_error start_workers restart_workers worker_count
+  eg_event publish_events wait_for_sql planned_wait wait_recorded sql_error start_workers restart_workers worker_count
   openssl make_ca issue_certificate cpu_ticks source_cluster received_events wait_for_events);
 
 my $json = JSON::PP->new->canonical;
@@ -269,6 +269,15 @@ sub eg_event
 		eventTime => '2024-05-01T12:00:00Z',
 		data => { orderId => $id },
 		%extra });
+}
+
+# Publishes one eg_event() per id to $topic in database postgres, in one INSERT.
+sub publish_events
+{
+	my ($node, $topic, @ids) = @_;
+	$node->safe_psql('postgres', "INSERT INTO eventgrid.events (topic, event) VALUES "
+		  . join(',', map { "('$topic', '" . eg_event($_) . "')" } @ids));
+	return;
 }
 
 # Polls until $sql returns $expected (compared as text) in database $db

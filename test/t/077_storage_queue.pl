@@ -60,13 +60,6 @@ sub received { return map { decode_json($_) } grep { length } split /\n/, client
 sub sql { return $node->safe_psql('postgres', shift) }
 sub fails { return sql_error($node, @_) }
 
-sub publish
-{
-	my ($topic, @ids) = @_;
-	sql("INSERT INTO eventgrid.events (topic, event) VALUES "
-		  . join(',', map { "('$topic', '" . eg_event($_) . "')" } @ids));
-}
-
 client('create', $_) for qw(orders-q ce-q sas-q);
 sql("SELECT eventgrid.create_topic('orders')");
 sql("SELECT eventgrid.create_topic('ce-topic', 'CloudEventSchemaV1_0')");
@@ -98,7 +91,7 @@ like(fails("SELECT eventgrid.set_storage_account_key('orders', 'to-queue', 'not 
 sql("SELECT eventgrid.set_storage_account_key('orders', 'to-queue', '$key')");
 sql("SELECT eventgrid.create_event_subscription('ce-topic', 'ce-queue', '$account/ce-q', endpoint_type => 'StorageQueue')");
 sql("SELECT eventgrid.set_storage_account_key('ce-topic', 'ce-queue', '$key')");
-publish('orders', 'o1', 'o2', 'o3');
+publish_events($node, 'orders', 'o1', 'o2', 'o3');
 sql("INSERT INTO eventgrid.events (topic, event) VALUES ('ce-topic', '"
 	  . encode_json({ specversion => '1.0', id => 'c1', source => '/shop', type => 'Shop.Order', data => { n => 1 } }) . "')");
 ok(wait_for_sql($node, "SELECT sum(delivered) FROM eventgrid.delivery_statistics", '4'), 'delivered');
@@ -119,7 +112,7 @@ is(sql("SELECT endpoint FROM eventgrid.event_subscriptions WHERE name = 'sas-que
 	'the stored endpoint holds no SAS token');
 is(sql("SELECT kind || ' ' || (secret = '$sas') FROM eventgrid.destination_credentials c JOIN eventgrid.event_subscriptions s "
 	  . "ON s.id = c.subscription_id WHERE s.name = 'sas-queue'"), 'sas true', 'the token is in destination_credentials');
-publish('orders', 's1');
+publish_events($node, 'orders', 's1');
 ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'sas-queue'", '1'),
 	'delivered with the SAS token');
 is(join(',', map { $_->{event}{id} } received('sas-q')), 's1', 'the message is on the queue');
@@ -134,7 +127,7 @@ sql("SELECT eventgrid.set_storage_account_key('orders', 'no-queue', '$key')");
 my $wrong = $key =~ s/^Eby8/Xby8/r;
 sql("SELECT eventgrid.create_event_subscription('orders', 'wrong-key', '$account/orders-q', endpoint_type => 'StorageQueue', deadletter => true)");
 sql("SELECT eventgrid.set_storage_account_key('orders', 'wrong-key', '$wrong')");
-publish('orders', 'x1');
+publish_events($node, 'orders', 'x1');
 ok(wait_for_sql($node, "SELECT string_agg(subscription_name || ':' || last_delivery_outcome || ':' || dead_letter_reason || ':' || "
 	  . "coalesce(last_http_status_code::text, '-'), ',' ORDER BY subscription_name) FROM eventgrid.dead_letter_events",
 	'no-queue:NotFound:MaxDeliveryAttemptsExceeded:404,wrong-key:Forbidden:NonRetriableError:403'),

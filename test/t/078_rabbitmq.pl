@@ -119,13 +119,6 @@ my $node = new_node('rabbitmq', 'eventgrid.response_timeout' => "'3s'", restart_
 sub sql { return $node->safe_psql('postgres', shift) }
 sub fails { return sql_error($node, @_) }
 
-sub publish
-{
-	my ($topic, @ids) = @_;
-	sql("INSERT INTO eventgrid.events (topic, event) VALUES "
-		  . join(',', map { "('$topic', '" . eg_event($_) . "')" } @ids));
-}
-
 start_broker();
 my $base = "amqp://127.0.0.1:$port";
 sql("SELECT eventgrid.create_topic('orders')");
@@ -141,7 +134,7 @@ for my $bad (
 	[ "$base/a/b?routing_key=q", 'virtual host' ],
 	[ "$base/?routing_key=" . ('k' x 256), 'longer than 255 bytes' ],
 	[ "$base/?routing_key=q#frag", 'fragment' ],
-	[ "amqp:///?routing_key=q", 'starts with amqp:// or amqps:// and a host' ])
+	[ "amqp:///?routing_key=q", 'no host after its scheme' ])
 {
 	like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => '$bad->[0]', endpoint_type => 'RabbitMQ')"),
 		qr/22023.*\Q$bad->[1]\E.*HINT:.*RabbitMQ endpoint is amqp/s, "refused: " . substr($bad->[0], 0, 60));
@@ -166,7 +159,7 @@ sql("SELECT eventgrid.create_event_subscription('ce-topic', 'm-ce', endpoint => 
 is(sql("SELECT string_agg(DISTINCT endpoint_type, ',') FROM eventgrid.event_subscriptions"), 'RabbitMQ', 'endpoint_type is stored');
 like(fails("UPDATE eventgrid.event_subscriptions SET endpoint_type = 'RedisStream' WHERE name = 'm-ce'"),
 	qr/23514.*event_subscriptions_endpoint_type_check/s, 'the table constraint holds type and scheme together');
-publish('orders', map { "a$_" } 1 .. 300);
+publish_events($node, 'orders', map { "a$_" } 1 .. 300);
 sql("INSERT INTO eventgrid.events (topic, event) VALUES ('ce-topic', '"
 	  . encode_json({ specversion => '1.0', id => 'c1', source => '/shop', type => 'Shop.Order', data => { n => 1 } }) . "')");
 ok(wait_for_sql($node, "SELECT sum(delivered) FROM eventgrid.delivery_statistics", '712'), 'all delivered (300 + 111 + 300 + 1)');
@@ -191,7 +184,7 @@ is(sql("SELECT count(*) FROM eventgrid.delivery_attempts WHERE http_status IS NO
 sql("SELECT eventgrid.drop_event_subscription('orders', '$_')") for qw(m-exchange m-batch);
 sql("SELECT eventgrid.create_event_subscription('orders', 'm-noroute', endpoint => '$base/?routing_key=nosuchqueue', endpoint_type => 'RabbitMQ', max_delivery_attempts => 1, deadletter => true)");
 sql("SELECT eventgrid.create_event_subscription('orders', 'm-noexchange', endpoint => '$base/?exchange=nosuch&routing_key=k', endpoint_type => 'RabbitMQ', max_delivery_attempts => 1, deadletter => true)");
-publish('orders', 'n1', 'n2');
+publish_events($node, 'orders', 'n1', 'n2');
 ok(wait_for_sql($node, "SELECT string_agg(subscription_name || ':' || last_delivery_outcome, ',' ORDER BY subscription_name, event_id) "
 	  . "FROM eventgrid.dead_letter_events",
 	'm-noexchange:NotFound,m-noexchange:NotFound,m-noroute:NotFound,m-noroute:NotFound'),
@@ -221,7 +214,7 @@ is(sql("SELECT string_agg(c.user_name || ':' || c.secret, ' ' ORDER BY s.name) F
 my $leak = fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => 'amqp://writer:w-secret\@127.0.0.1:70000/?routing_key=q', endpoint_type => 'RabbitMQ')");
 like($leak, qr/22023.*amqp:\/\/\*\*\*\@127/s, 'a malformed URL\'s error masks its credentials');
 unlike($leak, qr/w-secret/, 'and never shows the password');
-publish('orders', 'u1');
+publish_events($node, 'orders', 'u1');
 ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'm-writer'", '1'), 'as writer: delivered');
 ok(wait_for_sql($node, "SELECT last_delivery_outcome || '/' || dead_letter_reason FROM eventgrid.dead_letter_events WHERE subscription_name = 'm-wrong'",
 	'Unauthorized/NonRetriableError'), 'a refused login is Unauthorized, not retried');
@@ -237,7 +230,7 @@ is(sql("SELECT count(*) FROM eventgrid.destination_credentials"), '0', 'dropped 
 # --- Full: a queue at its x-max-length with reject-publish, then room ----------------
 mq('queue', 'qfull', 5);
 sql("SELECT eventgrid.create_event_subscription('orders', 'm-full', endpoint => '$base/?routing_key=qfull', endpoint_type => 'RabbitMQ')");
-publish('orders', map { "f$_" } 1 .. 8);
+publish_events($node, 'orders', map { "f$_" } 1 .. 8);
 ok(wait_for_sql($node, "SELECT delivered || '/' || retrying FROM eventgrid.delivery_statistics WHERE subscription = 'm-full'", '5/3'),
 	'5 fit the queue, 3 were refused and wait in the retries');
 is(sql("SELECT DISTINCT last_outcome FROM eventgrid.retries"), 'Full', 'a nack is Full');
@@ -251,7 +244,7 @@ is(join(',', sort map { $_->{message_id} } messages('qfull')), 'f6,f7,f8', 'the 
 my $big = encode_json({ id => 'big', subject => '/big', eventType => 'T', eventTime => '2024-05-01T12:00:00Z', dataVersion => '1',
 		data => { pad => 'x' x 70000 } });
 sql("INSERT INTO eventgrid.events (topic, event) VALUES ('orders', '$big')");
-publish('orders', 's1');
+publish_events($node, 'orders', 's1');
 ok(wait_for_sql($node, "SELECT string_agg(last_delivery_outcome || '/' || dead_letter_reason || '/' || delivery_attempts, ',') FROM eventgrid.dead_letter_events WHERE subscription_name = 'm-plain'",
 	'PayloadTooLarge/NonRetriableError/1'), 'a message over max_message_size is PayloadTooLarge, not retried');
 ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.retries", '0'), 'the events beside it went, or went again');
@@ -260,7 +253,7 @@ sql("DELETE FROM eventgrid.dead_letter_events");
 
 # --- a stopped broker: SocketError, then delivered on the retry ---------------------
 stop_broker();
-publish('orders', 'b2');
+publish_events($node, 'orders', 'b2');
 ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.retries r JOIN eventgrid.event_subscriptions s ON s.id = r.subscription_id "
 	  . "WHERE s.name = 'm-plain' AND r.last_outcome = 'SocketError'", '1'), 'with the broker down the event waits as a SocketError');
 like(sql("SELECT error FROM eventgrid.delivery_attempts WHERE outcome = 'SocketError' ORDER BY id DESC LIMIT 1"),
@@ -274,7 +267,7 @@ is(join(',', map { $_->{message_id} } messages('q1')), 'b2', 'b2 is in the queue
 my $beam = slurp_file("$dir/rabbitmq.pid");
 chomp $beam;
 ok($beam =~ /^\d+$/ && kill('STOP', $beam), 'the broker stopped (SIGSTOP)');
-publish('orders', 't1');
+publish_events($node, 'orders', 't1');
 ok(wait_for_sql($node, "SELECT count(*) > 0 FROM eventgrid.delivery_attempts WHERE subscription = 'm-plain' AND outcome = 'TimedOut'", 't'),
 	'no confirm within eventgrid.response_timeout is TimedOut');
 kill('CONT', $beam);
@@ -286,7 +279,7 @@ ok(scalar(grep { $_->{message_id} eq 't1' } messages('q1')) >= 1, 't1 is in the 
 mq('queue', 'qtls');
 sql("SELECT eventgrid.create_event_subscription('orders', 'm-tls', endpoint => 'amqps://localhost:$tls_port/?routing_key=qtls', endpoint_type => 'RabbitMQ')");
 sql("SELECT eventgrid.create_event_subscription('orders', 'm-tls-ip', endpoint => 'amqps://127.0.0.1:$tls_port/?routing_key=qtls', endpoint_type => 'RabbitMQ')");
-publish('orders', 'tls1');
+publish_events($node, 'orders', 'tls1');
 ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'm-tls'", '1'),
 	'amqps:// verified against eventgrid.ssl_ca_file: delivered');
 ok(wait_for_sql($node, "SELECT count(*) > 0 FROM eventgrid.delivery_attempts WHERE subscription = 'm-tls-ip' AND outcome = 'SocketError'", 't'),
@@ -316,10 +309,10 @@ is(scalar(grep { !$seen{"k$_"} } 1 .. 3000), 0, 'every one of the 3,000 events i
 # --- update: the type changes with the endpoint -----------------------------------
 my $r = start_receiver();
 sql("SELECT eventgrid.update_event_subscription('orders', 'm-many', endpoint => '$r->{url}/hook', endpoint_type => 'WebHook')");
-publish('orders', 'w1');
+publish_events($node, 'orders', 'w1');
 ok(wait_for_requests($r, '/hook', 1), 'to a webhook: delivered over HTTP');
 sql("SELECT eventgrid.update_event_subscription('orders', 'm-many', endpoint => 'amqp://writer:w-secret\@127.0.0.1:$port/?routing_key=qmany', endpoint_type => 'RabbitMQ')");
-publish('orders', 'w2');
+publish_events($node, 'orders', 'w2');
 ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'm-many'", '3002'), 'and back to RabbitMQ, as writer');
 is(join(',', map { $_->{message_id} } messages('qmany')), 'w2', 'the queue has w2');
 
