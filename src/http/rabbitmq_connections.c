@@ -252,7 +252,8 @@ confirm_one(Unconfirmed *u, bool nack)
 	u->req = NULL;
 	if (nack)
 		eg_broker_end(req, EG_TRANSPORT_OK, 507,
-					"the broker refused the message (nack): a queue at its x-max-length with overflow reject-publish?");
+					"the broker refused the message (basic.nack): a queue at its x-max-length with overflow "
+					"reject-publish, or an internal error of the broker");
 	else if (req->http_status == 404)	/* marked when its basic.return came */
 		eg_broker_end(req, EG_TRANSPORT_OK, 404, NULL);
 	else
