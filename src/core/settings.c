@@ -336,7 +336,7 @@ eg_define_gucs(void)
 							   &eg_webhook_request_origin, "",
 							   PGC_SIGHUP, 0, check_request_origin, NULL, NULL);
 	DefineCustomStringVariable("eventgrid.ssl_ca_file",
-							   gettext_noop("PEM file of the certificate authorities HTTPS endpoints are verified against; empty: the system's store."),
+							   gettext_noop("PEM file of the certificate authorities HTTPS endpoints and amqps:// brokers are verified against; empty: the system's store."),
 							   gettext_noop("Set it for receivers whose certificates a private CA signed. Certificates are always verified."),
 							   &eg_ssl_ca_file, "",
 							   PGC_SIGHUP, GUC_SUPERUSER_ONLY, check_ssl_ca_file, NULL, NULL);
