@@ -258,7 +258,7 @@ destination_build(Destination *dest, EgRequest *req, const char *schema, const c
 
 	if (dest->kind == DEST_RABBITMQ)
 	{
-		problem = eg_amqp_request_build(req, schema, event_id, event, nevents, scratch);
+		problem = eg_amqp_request_build(req, &dest->amqp, schema, event_id, event, nevents, scratch);
 		if (problem == EG_OUTCOME_NONE && dest->cred_secret != NULL)
 			eg_amqp_request_auth(req, dest->cred_user, dest->cred_secret);
 		return problem;
@@ -338,8 +338,9 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 	/*
 	 * a stream entry or a queue message is one event: a Redis stream's
 	 * requests are pipelined instead; a RabbitMQ message may be a batch
+	 * (unless each event's subject is its routing key)
 	 */
-	if ((dest.kind == DEST_WEBHOOK || dest.kind == DEST_RABBITMQ) && (rows[from].max_events_per_batch > 0 || rows[from].preferred_batch_kb > 0))
+	if ((dest.kind == DEST_WEBHOOK || (dest.kind == DEST_RABBITMQ && !dest.amqp.routing_key_from_subject)) && (rows[from].max_events_per_batch > 0 || rows[from].preferred_batch_kb > 0))
 	{
 		max_events = rows[from].max_events_per_batch > 0
 			? rows[from].max_events_per_batch : eg_default_max_events_per_batch;
@@ -424,6 +425,7 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 							first->subscription_name,
 							unsendable == EG_OUTCOME_INVALID_ENCODING
 							? "its body or a header value has no UTF-8 form"
+							: dest.kind == DEST_RABBITMQ ? "its subject, its routing key, is over 255 bytes"
 							: "a header value holds a control character"),
 					 errdetail("%d events were dead-lettered or dropped with outcome %s.", take,
 							   eg_outcome_name(unsendable))));

@@ -8,7 +8,9 @@
  * virtual host, percent-decoded (none, or "/", is the default virtual host
  * "/"; "/%2F" names it too); exchange defaults to the default exchange
  * (""), which routes by queue name, and routing_key to "" (at least one of
- * the two is given).  A stored endpoint holds no credentials:
+ * the two is given); routing_key_from=subject, instead of routing_key,
+ * makes each event's subject its message's routing key (one event per
+ * message then).  A stored endpoint holds no credentials:
  * create_event_subscription() takes user:password out of the URL it was
  * given (_endpoint_credentials()) into destination_credentials, and the
  * worker reads them with each claim; without them the connection logs in
@@ -34,6 +36,9 @@
 #include "http/rabbitmq.h"
 #include "http/url.h"
 
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
 #include <curl/curl.h>
 
 /* The query's parameters into d; NULL or why not. */
@@ -43,7 +48,8 @@ parse_query(const char *query, EgAmqpDest *d)
 	char		copy[EG_MAX_ENDPOINT_BYTES + 1];
 	char	   *save = NULL;
 	bool		seen_exchange = false,
-				seen_key = false;
+				seen_key = false,
+				seen_from = false;
 
 	if (query == NULL || strlen(query) > EG_MAX_ENDPOINT_BYTES)
 		return "the URL names no exchange or routing key: add ?exchange=<name>&routing_key=<key>";
@@ -61,16 +67,23 @@ parse_query(const char *query, EgAmqpDest *d)
 				return "the exchange is longer than 255 bytes or holds a NUL";
 			seen_exchange = true;
 		}
-		else if (strcmp(p, "routing_key") == 0 && !seen_key)
+		else if (strcmp(p, "routing_key") == 0 && !seen_key && !seen_from)
 		{
 			if (!eg_url_decode(eq + 1, d->routing_key, sizeof(d->routing_key)))
 				return "the routing key is longer than 255 bytes or holds a NUL";
 			seen_key = true;
 		}
+		else if (strcmp(p, "routing_key_from") == 0 && !seen_key && !seen_from)
+		{
+			if (strcmp(eq + 1, "subject") != 0)
+				return "routing_key_from takes subject (each event's subject is its routing key)";
+			d->routing_key_from_subject = true;
+			seen_from = true;
+		}
 		else
-			return "the query takes exchange and routing_key, each once";
+			return "the query takes exchange and routing_key (or routing_key_from=subject), each once";
 	}
-	if (!seen_exchange && !seen_key)
+	if (!seen_exchange && !seen_key && !seen_from)
 		return "the URL names no exchange or routing key: add ?exchange=<name>&routing_key=<key>";
 	return NULL;
 }
@@ -130,17 +143,71 @@ eg_amqp_request_auth(EgRequest *req, const char *user, const char *password)
 	req->auth_line = line;
 }
 
+/*
+ * The subject of an event (its JSON text, of len bytes) into out (of
+ * EG_AMQP_MAX_NAME_BYTES + 1 bytes): "" when it has none (a custom-schema
+ * event, or text that does not parse); false when it is longer than a
+ * routing key may be.
+ */
+static bool
+subject_of(const char *json, int len, char *out)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	char	   *copy = pnstrdup(json, len);
+	Jsonb	   *jb = NULL;
+	JsonbValue	v;
+	bool		ok = true;
+
+	out[0] = '\0';
+	PG_TRY();
+	{
+		jb = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(copy)));
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+		jb = NULL;
+	}
+	PG_END_TRY();
+	if (jb != NULL && JB_ROOT_IS_OBJECT(jb) &&
+		getKeyJsonValueFromContainer(&jb->root, "subject", 7, &v) != NULL && v.type == jbvString)
+	{
+		ok = v.val.string.len <= EG_AMQP_MAX_NAME_BYTES;
+		if (ok)
+		{
+			memcpy(out, v.val.string.val, v.val.string.len);
+			out[v.val.string.len] = '\0';
+		}
+	}
+	pfree(copy);
+	if (jb != NULL)
+		pfree(jb);
+	return ok;
+}
+
 EgOutcomeCode
-eg_amqp_request_build(EgRequest *req, const char *schema, const char *event_id,
+eg_amqp_request_build(EgRequest *req, const EgAmqpDest *d, const char *schema, const char *event_id,
 					  const EgEventPart *events, int nevents, StringInfo scratch)
 {
 	bool		cloud = strcmp(schema, "CloudEventSchemaV1_0") == 0;
 	const char *content_type = nevents > 1 ? eg_content_type(schema, nevents)
 		: cloud ? "application/cloudevents+json; charset=utf-8" : "application/json; charset=utf-8";
+	char		subject[EG_AMQP_MAX_NAME_BYTES + 1];
+	const char *routing_key = d->routing_key;
 	const char *message;
 	int			message_len;
 	size_t		head_len;
+	size_t		ct_len,
+				id_len,
+				key_len;
 
+	if (d->routing_key_from_subject)
+	{
+		if (!subject_of(events[0].json, events[0].len, subject))
+			return EG_OUTCOME_INVALID_HEADER;
+		routing_key = subject;
+	}
 	/* one event is the event itself (a queue message's shape), a batch the webhook's array */
 	resetStringInfo(scratch);
 	if (nevents > 1)
@@ -152,14 +219,18 @@ eg_amqp_request_build(EgRequest *req, const char *schema, const char *event_id,
 		return EG_OUTCOME_INVALID_ENCODING;
 	if (nevents > 1 || event_id == NULL)
 		event_id = "";
-	head_len = strlen(content_type) + 1 + strlen(event_id) + 1;
+	ct_len = strlen(content_type) + 1;
+	id_len = strlen(event_id) + 1;
+	key_len = strlen(routing_key) + 1;
+	head_len = ct_len + id_len + key_len;
 	req->body = malloc(head_len + message_len + 1);
 	if (req->body == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("eventgrid: out of memory for a %d-byte RabbitMQ message", message_len)));
-	memcpy(req->body, content_type, strlen(content_type) + 1);
-	memcpy(req->body + strlen(content_type) + 1, event_id, strlen(event_id) + 1);
+	memcpy(req->body, content_type, ct_len);
+	memcpy(req->body + ct_len, event_id, id_len);
+	memcpy(req->body + ct_len + id_len, routing_key, key_len);
 	memcpy(req->body + head_len, message, message_len);
 	req->body[head_len + message_len] = '\0';
 	req->body_len = head_len + message_len;

@@ -27,6 +27,7 @@ typedef struct EgAmqpDest
 	char		vhost[EG_AMQP_MAX_NAME_BYTES + 1];	/* "/" when the URL has no path */
 	char		exchange[EG_AMQP_MAX_NAME_BYTES + 1];	/* "": the default exchange */
 	char		routing_key[EG_AMQP_MAX_NAME_BYTES + 1];
+	bool		routing_key_from_subject;	/* routing_key_from=subject: each event's subject */
 } EgAmqpDest;
 
 /* Is url a RabbitMQ endpoint (lower-case amqp:// or amqps:// scheme)? */
@@ -51,15 +52,18 @@ eg_is_broker_url(const char *url)
 extern const char *eg_amqp_parse(const char *url, EgAmqpDest *d);
 
 /*
- * Main thread: req's body becomes one message: its content type and its
- * message id (the event's id; none for a batch), each NUL-terminated,
- * then the message: the event's JSON object in the delivery schema, or for
- * a batch (nevents > 1) the JSON array a webhook would get, as UTF-8.
- * EG_OUTCOME_NONE, or EG_OUTCOME_INVALID_ENCODING for text with no UTF-8
- * form.
+ * Main thread: req's body becomes one message: its content type, its
+ * message id (the event's id; none for a batch) and its routing key (d's,
+ * or the event's subject), each NUL-terminated, then the message: the
+ * event's JSON object in the delivery schema, or for a batch (nevents > 1)
+ * the JSON array a webhook would get, as UTF-8.  EG_OUTCOME_NONE,
+ * EG_OUTCOME_INVALID_ENCODING for text with no UTF-8 form, or
+ * EG_OUTCOME_INVALID_HEADER for a subject that cannot be a routing key
+ * (over 255 bytes).
  */
-extern EgOutcomeCode eg_amqp_request_build(EgRequest *req, const char *schema, const char *event_id,
-										   const EgEventPart *events, int nevents, StringInfo scratch);
+extern EgOutcomeCode eg_amqp_request_build(EgRequest *req, const EgAmqpDest *d, const char *schema,
+										   const char *event_id, const EgEventPart *events, int nevents,
+										   StringInfo scratch);
 
 /* Main thread: req logs its connection in as user with password (PLAIN); without them, guest. */
 extern void eg_amqp_request_auth(EgRequest *req, const char *user, const char *password);

@@ -90,7 +90,7 @@ static EgBrokerTable table;
 
 #define CONN(i) ((AmqpConn *) table.conns[i])
 
-/* ---- a request's parts: content type, message id, message (rabbitmq.c's layout) ---- */
+/* ---- a request's parts: content type, message id, routing key, message (rabbitmq.c's layout) ---- */
 
 static const char *
 content_type_of(const EgRequest *req)
@@ -104,12 +104,20 @@ message_id_of(const EgRequest *req)
 	return req->body + strlen(req->body) + 1;
 }
 
-static size_t
-message_offset(const EgRequest *req)
+static const char *
+routing_key_of(const EgRequest *req)
 {
 	const char *id = message_id_of(req);
 
-	return (size_t) (id + strlen(id) + 1 - req->body);
+	return id + strlen(id) + 1;
+}
+
+static size_t
+message_offset(const EgRequest *req)
+{
+	const char *key = routing_key_of(req);
+
+	return (size_t) (key + strlen(key) + 1 - req->body);
 }
 
 /* ---- closing ---- */
@@ -434,7 +442,7 @@ publish(AmqpConn *c, EgRequest *req)
 	body.len = req->body_len - off;
 	req->http_status = 0;
 	rc = amqp_basic_publish(c->st, CHANNEL, amqp_cstring_bytes(c->dest.exchange),
-							amqp_cstring_bytes(c->dest.routing_key), 1, 0, &props, body);
+							amqp_cstring_bytes(routing_key_of(req)), 1, 0, &props, body);
 	c->pending[c->pending_head + c->pending_n].tag = c->next_tag++;
 	c->pending[c->pending_head + c->pending_n].req = req;
 	c->pending_n++;

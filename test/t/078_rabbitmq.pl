@@ -7,6 +7,7 @@
 #     as message id, application/json or application/cloudevents+json), in
 #     publish order, through the default exchange or a named one; with
 #     max_events_per_batch a batch is one message holding a JSON array;
+#     routing_key_from=subject: each event's subject its routing key;
 #   - outcomes: unroutable (mandatory) and a missing exchange NotFound; a
 #     wrong password and a user without write permission Unauthorized; a
 #     queue at x-max-length with reject-publish Full (nack), then delivered
@@ -134,6 +135,8 @@ for my $bad (
 	[ "$base/a/b?routing_key=q", 'virtual host' ],
 	[ "$base/?routing_key=" . ('k' x 256), 'longer than 255 bytes' ],
 	[ "$base/?routing_key=q#frag", 'fragment' ],
+	[ "$base/?routing_key_from=data", 'routing_key_from takes subject' ],
+	[ "$base/?routing_key=q&routing_key_from=subject", 'each once' ],
 	[ "amqp:///?routing_key=q", 'no host after its scheme' ])
 {
 	like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => '$bad->[0]', endpoint_type => 'RabbitMQ')"),
@@ -197,6 +200,25 @@ ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHER
 	'the routable subscription beside them delivered');
 mq('purge', 'q1');
 sql("SELECT eventgrid.drop_event_subscription('orders', '$_')") for qw(m-noroute m-noexchange);
+
+# --- routing_key_from=subject: each event's subject is its routing key (no batches) ----
+mq('queue', 'qsubj');
+mq('exchange', 'by-subject', 'qsubj', '/orders/s1');
+sql("SELECT eventgrid.create_event_subscription('orders', 'm-subject', endpoint => '$base/?exchange=by-subject&routing_key_from=subject', "
+	  . "endpoint_type => 'RabbitMQ', max_events_per_batch => 10, max_delivery_attempts => 1, deadletter => true, subject_begins_with => '/orders/s')");
+publish_events($node, 'orders', 's1', 's2');
+sql("INSERT INTO eventgrid.events (topic, event) VALUES ('orders', '"
+	  . eg_event('s3', subject => '/orders/s' . ('x' x 300)) . "')");
+ok(wait_for_sql($node, "SELECT string_agg(last_delivery_outcome, ',' ORDER BY event_id) FROM eventgrid.dead_letter_events "
+	  . "WHERE subscription_name = 'm-subject'", 'NotFound,InvalidHeader'),
+	'a subject no binding takes is NotFound, one over 255 bytes InvalidHeader');
+my @by_subject = messages('qsubj');
+is(join(',', map { $_->{message_id} . ':' . ref($_->{body}) } @by_subject), 's1:HASH', 'the event whose subject the binding names is routed, alone in its message');
+sql("SELECT eventgrid.drop_event_subscription('orders', 'm-subject')");
+sql("DELETE FROM eventgrid.dead_letter_events");
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'm-plain'", '305'),
+	'the fixed-key subscription beside it delivered the three');
+mq('purge', 'q1');
 
 # --- credentials: a user with a password; Unauthorized when wrong or not allowed ----
 ctl('add_user', 'writer', 'w-secret');
