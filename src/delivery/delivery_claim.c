@@ -426,6 +426,7 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 							unsendable == EG_OUTCOME_INVALID_ENCODING
 							? "its body or a header value has no UTF-8 form"
 							: dest.kind == DEST_RABBITMQ ? "its subject, its routing key, is over 255 bytes"
+							: dest.kind == DEST_REDIS_STREAM ? "it has no subject to name its stream, or one over 512 bytes"
 							: "a header value holds a control character"),
 					 errdetail("%d events were dead-lettered or dropped with outcome %s.", take,
 							   eg_outcome_name(unsendable))));

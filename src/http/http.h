@@ -102,6 +102,7 @@ extern char *eg_printable_copy(const char *text, int len);
 extern const char *eg_content_type(const char *delivery_schema, int nevents);
 extern void eg_build_body(StringInfo buf, const char *delivery_schema,
 						  const EgEventPart *events, int nevents);
+extern bool eg_event_subject(const char *json, int len, char *out, size_t cap);
 extern int	eg_batch_take(const EgEventPart *events, int nevents,
 						  int max_events, int64 max_bytes);
 

@@ -36,9 +36,6 @@
 #include "http/rabbitmq.h"
 #include "http/url.h"
 
-#include "utils/builtins.h"
-#include "utils/jsonb.h"
-
 #include <curl/curl.h>
 
 /* The query's parameters into d; NULL or why not. */
@@ -143,49 +140,6 @@ eg_amqp_request_auth(EgRequest *req, const char *user, const char *password)
 	req->auth_line = line;
 }
 
-/*
- * The subject of an event (its JSON text, of len bytes) into out (of
- * EG_AMQP_MAX_NAME_BYTES + 1 bytes): "" when it has none (a custom-schema
- * event, or text that does not parse); false when it is longer than a
- * routing key may be.
- */
-static bool
-subject_of(const char *json, int len, char *out)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	char	   *copy = pnstrdup(json, len);
-	Jsonb	   *jb = NULL;
-	JsonbValue	v;
-	bool		ok = true;
-
-	out[0] = '\0';
-	PG_TRY();
-	{
-		jb = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(copy)));
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		FlushErrorState();
-		jb = NULL;
-	}
-	PG_END_TRY();
-	if (jb != NULL && JB_ROOT_IS_OBJECT(jb) &&
-		getKeyJsonValueFromContainer(&jb->root, "subject", 7, &v) != NULL && v.type == jbvString)
-	{
-		ok = v.val.string.len <= EG_AMQP_MAX_NAME_BYTES;
-		if (ok)
-		{
-			memcpy(out, v.val.string.val, v.val.string.len);
-			out[v.val.string.len] = '\0';
-		}
-	}
-	pfree(copy);
-	if (jb != NULL)
-		pfree(jb);
-	return ok;
-}
-
 EgOutcomeCode
 eg_amqp_request_build(EgRequest *req, const EgAmqpDest *d, const char *schema, const char *event_id,
 					  const EgEventPart *events, int nevents, StringInfo scratch)
@@ -204,7 +158,7 @@ eg_amqp_request_build(EgRequest *req, const EgAmqpDest *d, const char *schema, c
 
 	if (d->routing_key_from_subject)
 	{
-		if (!subject_of(events[0].json, events[0].len, subject))
+		if (!eg_event_subject(events[0].json, events[0].len, subject, sizeof(subject)))
 			return EG_OUTCOME_INVALID_HEADER;
 		routing_key = subject;
 	}

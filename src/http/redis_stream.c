@@ -2,7 +2,9 @@
  * redis_stream.c - the RedisStream destination (SPEC 21): its endpoint
  * and its requests; redis_connections.c sends them.
  *
- * The endpoint is redis://host[:port][/db]?stream=S[&maxlen=N][&mkstream=false],
+ * The endpoint is redis://host[:port][/db]?stream=S[&maxlen=N][&mkstream=false]
+ * (stream_from=subject instead of stream=S: each event's subject is the
+ * key of its stream),
  * parsed by libcurl's URL API (the same parser as the webhooks' URLs).  A
  * stored endpoint holds no credentials: create_event_subscription() takes
  * them out of the URL it was given (_endpoint_credentials()) into
@@ -60,6 +62,7 @@ parse_query(const char *query, EgRedisDest *d)
 	char		copy[EG_MAX_ENDPOINT_BYTES + 1];
 	char	   *save = NULL;
 	bool		seen_stream = false,
+				seen_from = false,
 				seen_maxlen = false,
 				seen_mkstream = false;
 
@@ -76,10 +79,17 @@ parse_query(const char *query, EgRedisDest *d)
 		*eq = '\0';
 		if (!eg_url_decode(eq + 1, value, sizeof(value)) || value[0] == '\0')
 			return "a query parameter's value is empty, longer than 512 bytes or holds a NUL";
-		if (strcmp(p, "stream") == 0 && !seen_stream)
+		if (strcmp(p, "stream") == 0 && !seen_stream && !seen_from)
 		{
 			strcpy(d->stream, value);
 			seen_stream = true;
+		}
+		else if (strcmp(p, "stream_from") == 0 && !seen_stream && !seen_from)
+		{
+			if (strcmp(value, "subject") != 0)
+				return "stream_from takes subject (each event's subject is its stream's key)";
+			d->stream_from_subject = true;
+			seen_from = true;
 		}
 		else if (strcmp(p, "maxlen") == 0 && !seen_maxlen)
 		{
@@ -95,9 +105,9 @@ parse_query(const char *query, EgRedisDest *d)
 			seen_mkstream = true;
 		}
 		else
-			return "the query takes stream, maxlen and mkstream, each once";
+			return "the query takes stream (or stream_from=subject), maxlen and mkstream, each once";
 	}
-	if (!seen_stream)
+	if (!seen_stream && !seen_from)
 		return "the URL names no stream: add ?stream=<key>";
 	return NULL;
 }
@@ -237,14 +247,22 @@ eg_redis_request_build(EgRequest *req, const EgRedisDest *d, const char *event_i
 	int			body_len;
 	char	   *cmd = NULL;
 	long long	len;
+	char		subject[EG_REDIS_MAX_STREAM_BYTES + 1];
+	const char *stream = d->stream;
 
+	if (d->stream_from_subject)
+	{
+		if (!eg_event_subject(event->json, event->len, subject, sizeof(subject)) || subject[0] == '\0')
+			return EG_OUTCOME_INVALID_HEADER;
+		stream = subject;
+	}
 #define ARG(s, n) do { argv[argc] = (s); lens[argc] = (n); argc++; } while (0)
 	/* the event itself, not the one-element array a webhook's body is (Event Grid's queue messages) */
 	body = eg_to_utf8(event->json, event->len, &body_len);
 	if (body == NULL)
 		return EG_OUTCOME_INVALID_ENCODING;
 	ARG("XADD", 4);
-	ARG(d->stream, strlen(d->stream));
+	ARG(stream, strlen(stream));
 	if (!d->mkstream)
 		ARG("NOMKSTREAM", 10);
 	if (d->maxlen > 0)

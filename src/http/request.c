@@ -26,6 +26,7 @@
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/formatting.h"
+#include "utils/jsonb.h"
 
 #define EG_HEADER_NAME_MAX 256
 #define EG_HEADER_VALUE_MAX 4096
@@ -375,4 +376,49 @@ eg_request_build(EgRequest *req, const EgRequestSpec *spec,
 	}
 	eg_http_set_headers(req, scratch->data, scratch->len, n);
 	return EG_OUTCOME_NONE;
+}
+
+/*
+ * The subject of an event (its JSON text, of len bytes: an Event Grid
+ * event's or a CloudEvent's "subject") into out (of cap bytes,
+ * NUL-terminated): "" when it has none (a custom-schema event, or text
+ * that does not parse as a JSON object); false when it does not fit.
+ * Main thread, in a transaction (jsonb's parser).  A destination whose
+ * key comes from the event (a RabbitMQ routing key, a Redis stream).
+ */
+bool
+eg_event_subject(const char *json, int len, char *out, size_t cap)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	char	   *copy = pnstrdup(json, len);
+	Jsonb	   *jb = NULL;
+	JsonbValue	v;
+	bool		ok = true;
+
+	out[0] = '\0';
+	PG_TRY();
+	{
+		jb = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(copy)));
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+		jb = NULL;
+	}
+	PG_END_TRY();
+	if (jb != NULL && JB_ROOT_IS_OBJECT(jb) &&
+		getKeyJsonValueFromContainer(&jb->root, "subject", 7, &v) != NULL && v.type == jbvString)
+	{
+		ok = (size_t) v.val.string.len < cap;
+		if (ok)
+		{
+			memcpy(out, v.val.string.val, v.val.string.len);
+			out[v.val.string.len] = '\0';
+		}
+	}
+	pfree(copy);
+	if (jb != NULL)
+		pfree(jb);
+	return ok;
 }

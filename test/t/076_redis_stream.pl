@@ -4,6 +4,7 @@
 #     the redis:// URL's rules (22023), the type goes with the scheme,
 #     no handshake, none for a queue
 #     subscription; the column survives as stored;
+#   - stream_from=subject: each event into the stream its subject names;
 #   - each event one entry (fields id and event: the event's JSON object in
 #     the delivery schema), in publish order per subscription and per
 #     ordering key, a database
@@ -115,8 +116,10 @@ for my $bad (
 	[ "$base/x?stream=s", 'database number' ],
 	[ "$base/?stream=s&maxlen=0", 'maxlen must be' ],
 	[ "$base/?stream=s&mkstream=no", 'mkstream must be true or false' ],
-	[ "$base/?stream=s&other=1", 'takes stream, maxlen and mkstream' ],
+	[ "$base/?stream=s&other=1", 'takes stream (or stream_from=subject), maxlen and mkstream' ],
 	[ "$base/?stream=s&stream=t", 'each once' ],
+	[ "$base/?stream=s&stream_from=subject", 'each once' ],
+	[ "$base/?stream_from=data", 'stream_from takes subject' ],
 	[ "$base/?stream=s#frag", 'fragment' ],
 	[ "redis:///?stream=s", 'no host after its scheme' ])
 {
@@ -308,6 +311,17 @@ publish_events($node, 'orders', 'w2');
 ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.retries", '0'), 'and again to Redis');
 for (1 .. 50) { last if rcli('XLEN', 'again') eq '1'; usleep(100_000) }
 is((entries('again'))[0][0], 'w2', 'the stream has w2');
+
+# --- stream_from=subject: each event's subject is its stream's key ----------------
+sql("SELECT eventgrid.create_event_subscription('orders', 'r-subject', endpoint => '$base/?stream_from=subject', "
+	  . "endpoint_type => 'RedisStream', subject_begins_with => '/orders/sub', max_delivery_attempts => 1, deadletter => true)");
+publish_events($node, 'orders', 'sub1', 'sub2', 'sub1b');
+sql("INSERT INTO eventgrid.events (topic, event) VALUES ('orders', '" . eg_event('sub3', subject => '/orders/sub' . ('x' x 600)) . "')");
+ok(wait_for_sql($node, "SELECT delivered || '/' || dead_lettered FROM eventgrid.delivery_statistics WHERE subscription = 'r-subject'", '3/1'),
+	'three delivered, one dead-lettered');
+is(join(',', map { rcli('XLEN', $_) } '/orders/sub1', '/orders/sub2', '/orders/sub1b'), '1,1,1', 'each into the stream its subject names');
+is(sql("SELECT last_delivery_outcome FROM eventgrid.dead_letter_events WHERE subscription_name = 'r-subject'"), 'InvalidHeader',
+	'a subject over 512 bytes cannot name a stream: InvalidHeader');
 
 # --- a queue subscription takes no endpoint type ------------------------------------
 sql("SELECT eventgrid.create_topic('ns-topic', 'CloudEventSchemaV1_0', 'namespace')");
