@@ -26,7 +26,9 @@
 // /control/token-server/stop, /control/token-server/start.
 //
 // Usage: node server.js <dir> <token port> <receiver port>; dir holds
-// server.pem, server.key, clients.json.
+// server.pem, server.key, clients.json.  OAUTH_TOKEN_ISSUER, when set, is
+// the tokens' iss claim instead of the server's URL (test 077: Azurite takes
+// tokens from Entra ID's issuers only; it does not check signatures).
 'use strict';
 const fs = require('fs');
 const http = require('http');
@@ -65,6 +67,8 @@ server.service.on('beforeTokenSigning', (token, req) => {
 	token.payload.azp = c.id;
 	token.payload.aud = req.body.audience || (scope && scope.endsWith('/.default') ? scope.slice(0, -9) : 'any');
 	token.payload.exp = Math.ceil(Date.now() / 1000) + ttl;
+	if (process.env.OAUTH_TOKEN_ISSUER)
+		token.payload.iss = process.env.OAUTH_TOKEN_ISSUER;
 	if (scope && scope.endsWith('/.default'))
 		token.payload.roles = ['Events.Send'];
 });

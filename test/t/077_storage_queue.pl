@@ -13,7 +13,11 @@
 #     the history nor the log shows its signature;
 #   - outcomes: a missing queue NotFound (dead-lettered after its one
 #     attempt), a wrong key Forbidden and a message over 64 KB
-#     PayloadTooLarge (both dead-lettered at once, NonRetriableError).
+#     PayloadTooLarge (both dead-lettered at once, NonRetriableError);
+#   - Microsoft Entra ID: a second Azurite over HTTPS with --oauth basic (its
+#     certificate made here), the bearer token from the OAuth 2.0 token
+#     server of test/oauth standing in for Entra ID (eventgrid.entra_authority),
+#     for scope https://storage.azure.com/.default: delivered, read back.
 use strict;
 use warnings;
 use FindBin;
@@ -42,7 +46,7 @@ for (1 .. 100)
 }
 like($qout, qr/successfully listens/, 'Azurite\'s Queue service runs') or BAIL_OUT("Azurite: $qout $qerr");
 
-my $account = "http://127.0.0.1:$qport/devstoreaccount1";
+our $account = "http://127.0.0.1:$qport/devstoreaccount1";
 my $key = 'Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==';
 
 # Microsoft's Python client: create, sas, receive (test/storage_queue.py)
@@ -142,5 +146,66 @@ sql("INSERT INTO eventgrid.events (topic, event) VALUES ('orders', jsonb_build_o
 ok(wait_for_sql($node, "SELECT last_delivery_outcome || ':' || dead_letter_reason FROM eventgrid.dead_letter_events "
 	  . "WHERE subscription_name = 'to-queue'", 'PayloadTooLarge:NonRetriableError'),
 	'a message over the queue\'s 64 KB is PayloadTooLarge, not retried');
+
+# --- Microsoft Entra ID: a bearer token for https://storage.azure.com ---------------
+# Azurite takes OAuth tokens only over HTTPS (--oauth basic: it checks the
+# token's issuer, audience and lifetime, not its signature); the token server
+# of test/oauth stands in for Entra ID, its tokens issued as Entra ID's are
+my $tdir = PostgreSQL::Test::Utils::tempdir();
+make_ca($tdir, 'server-ca', 2);
+issue_certificate($tdir, 'server-ca', 'server', 'IP:127.0.0.1', '-days', 2);
+my $tenant = '11111111-2222-3333-4444-555555555555';
+open(my $cfh, '>', "$tdir/clients.json") or die $!;
+print $cfh encode_json({ 'storage-app' => 'storage-secret-9c1e' });
+close $cfh;
+my ($tport, $hport, $sport) = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 3;
+my ($oout, $oerr) = ('', '');
+my $oauth;
+{
+	local $ENV{NODE_PATH} = '/usr/share/nodejs';
+	local $ENV{NODE_EXTRA_CA_CERTS} = "$tdir/server-ca.pem";
+	local $ENV{OAUTH_TOKEN_ISSUER} = "https://sts.windows.net/$tenant/";
+	$oauth = IPC::Run::start([ 'node', "$FindBin::RealBin/../oauth/server.js", $tdir, $tport, $hport ], '>', \$oout, '2>', \$oerr);
+}
+my ($sout, $serr) = ('', '');
+my $secure = IPC::Run::start(
+	[ 'node', "$FindBin::RealBin/../azurite/azurite-queue.js", '--queueHost', '127.0.0.1', '--queuePort', $sport,
+		'--location', PostgreSQL::Test::Utils::tempdir(), '--skipApiVersionCheck', '--disableTelemetry',
+		'--oauth', 'basic', '--cert', "$tdir/server.pem", '--key', "$tdir/server.key" ],
+	'>', \$sout, '2>', \$serr);
+END { for my $p ($oauth, $secure) { if ($p) { $p->signal('TERM'); $p->finish } } }
+for (1 .. 100)
+{
+	last if -f "$tdir/ready" && $sout =~ /successfully listens/;
+	usleep(100_000);
+	$secure->pump_nb;
+}
+ok(-f "$tdir/ready" && $sout =~ /successfully listens/, 'the token server and Azurite over HTTPS run')
+  or BAIL_OUT("token server: $oerr; Azurite: $sout $serr");
+{
+	local $ENV{REQUESTS_CA_BUNDLE} = "$tdir/server-ca.pem";
+	local $account = "https://127.0.0.1:$sport/devstoreaccount1";
+	client('create', 'entra-q');
+}
+sql("ALTER SYSTEM SET eventgrid.ssl_ca_file = '$tdir/server-ca.pem'; ALTER SYSTEM SET eventgrid.entra_authority = 'https://127.0.0.1:$tport'; SELECT pg_reload_conf()");
+sql("SELECT eventgrid.create_event_subscription('orders', 'sq-entra', endpoint => 'https://127.0.0.1:$sport/devstoreaccount1/entra-q', endpoint_type => 'StorageQueue')");
+sql("SELECT eventgrid.set_entra_authentication('orders', 'sq-entra', '$tenant', 'https://storage.azure.com', 'storage-app', 'storage-secret-9c1e')");
+publish_events($node, 'orders', 'e1', 'e2');
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'sq-entra'", '2', 60),
+	'with an Entra ID token: delivered');
+my @requests = map { decode_json($_) } grep { /\S/ } split /\n/, slurp_file("$tdir/token_requests.jsonl");
+is(join(',', map { $_->{scope} // '' } grep { ($_->{client_id} // '') eq 'storage-app' } @requests), 'https://storage.azure.com/.default',
+	'one token request, for scope https://storage.azure.com/.default');
+{
+	local $ENV{REQUESTS_CA_BUNDLE} = "$tdir/server-ca.pem";
+	local $account = "https://127.0.0.1:$sport/devstoreaccount1";
+	is(join(',', map { $_->{event}{id} } received('entra-q')), 'e1,e2', 'the queue has both');
+}
+sql("SELECT eventgrid.create_event_subscription('orders', 'sq-no-token', endpoint => 'https://127.0.0.1:$sport/devstoreaccount1/entra-q', endpoint_type => 'StorageQueue', deadletter => true)");
+publish_events($node, 'orders', 'e3');
+# (Azurite answers 403 to a request without credentials, Azure Storage 401 or
+# 403: Unauthorized or Forbidden, neither retried)
+ok(wait_for_sql($node, "SELECT last_delivery_outcome || '/' || dead_letter_reason FROM eventgrid.dead_letter_events WHERE subscription_name = 'sq-no-token'",
+	'Forbidden/NonRetriableError', 60), 'without a token or a key the service refuses the request: Forbidden, dead-lettered');
 
 done_testing();
