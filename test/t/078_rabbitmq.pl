@@ -16,6 +16,7 @@
 #     then delivered; a broker that stops answering TimedOut; no HTTP
 #     status in the history; secrets in no view, error or log;
 #   - amqps:// verified against eventgrid.ssl_ca_file, the host name checked;
+#   - ordering per key: each key's messages in publish order;
 #   - kill -9 of the delivery worker during a run of 3,000 events: every
 #     event is in the queue afterwards.
 use strict;
@@ -309,6 +310,26 @@ ok(wait_for_sql($node, "SELECT count(*) > 0 FROM eventgrid.delivery_attempts WHE
 is(join(',', map { $_->{message_id} } messages('qtls')), 'tls1', 'only the verified connection published');
 sql("SELECT eventgrid.drop_event_subscription('orders', '$_')") for qw(m-tls m-tls-ip m-full);
 mq('purge', 'q1');
+
+# --- ordering per key (SPEC 13): each key's messages in publish order ---------------
+mq('queue', 'qordered');
+sql("SELECT eventgrid.create_topic('ordered')");
+sql("SELECT eventgrid.create_event_subscription('ordered', 'm-ordered', endpoint => '$base/?routing_key=qordered', "
+	  . "endpoint_type => 'RabbitMQ', ordering_key => 'data.key')");
+sql("INSERT INTO eventgrid.events (topic, event) SELECT 'ordered', jsonb_build_object('id', 'o' || g, 'subject', '/o', "
+	  . "'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('key', 'k' || (g % 3), 'n', g)) "
+	  . "FROM generate_series(1, 300) g");
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'm-ordered'", '300'),
+	'an ordered subscription\'s 300 events delivered');
+my (%last, $in_order);
+$in_order = 1;
+for my $m (messages('qordered'))
+{
+	my ($k, $n) = ($m->{body}{data}{key}, $m->{body}{data}{n});
+	$in_order = 0 if defined $last{$k} && $n < $last{$k};
+	$last{$k} = $n;
+}
+ok($in_order && keys %last == 3, 'each key\'s messages in publish order');
 
 # --- kill -9 of the delivery worker: nothing lost ----------------------------------
 mq('queue', 'qmany');
