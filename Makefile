@@ -37,6 +37,12 @@ EG_VERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/event
 # (RabbitMQ destinations), OpenSSL's libssl and libcrypto, libmicrohttpd
 # (the HTTP listener) and libpq (the listener's connections to the databases)
 SHLIB_LINK += $(shell curl-config --libs) -lhiredis -lrabbitmq -lssl -lcrypto -lmicrohttpd -lpq -pthread
+# rediss:// (Redis over TLS) where hiredis has TLS (1.0 and later: Debian 13
+# and later; Debian 12's hiredis 0.14 has none, and refuses rediss:// URLs)
+ifneq ($(wildcard /usr/include/hiredis/hiredis_ssl.h),)
+SHLIB_LINK += -lhiredis_ssl
+PG_CPPFLAGS += -DEG_HAVE_REDIS_TLS
+endif
 PG_CPPFLAGS += $(shell curl-config --cflags) -I$(libpq_srcdir) -I$(srcdir)/src -DEG_VERSION='"$(EG_VERSION)"'
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 # warnings are errors for us (scripts/test.sh, CI: make WERROR=1), never in a

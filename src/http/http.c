@@ -353,7 +353,7 @@ start(EgRequest *req)
 
 	if (eg_is_redis_url(req->url))
 	{
-		eg_redis_send(req);		/* a RedisStream destination's: through hiredis */
+		eg_redis_send(req, ca_file);	/* a RedisStream destination's: through hiredis */
 		return;
 	}
 	if (eg_is_amqp_url(req->url))

@@ -20,9 +20,16 @@
 #include "http/broker.h"
 #include "http/redis_stream.h"
 
+#include <arpa/inet.h>
+
 #include <curl/curl.h>
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
+#ifdef EG_HAVE_REDIS_TLS
+#include <hiredis/hiredis_ssl.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#endif
 
 /* ---- connections (the HTTP thread only) ---- */
 
@@ -229,9 +236,63 @@ cleanup(void *p)
 	((RedisConn *) p)->want_read = ((RedisConn *) p)->want_write = false;
 }
 
+#ifdef EG_HAVE_REDIS_TLS
+static SSL_CTX *tls_ctx = NULL; /* rediss:// connections' (the HTTP thread's) */
+static char *tls_ctx_ca = NULL; /* the CA file tls_ctx verifies against ("": the system's store) */
+
+/*
+ * Starts TLS on ac, whose connect has begun (hiredis goes on with the
+ * handshake as the socket allows): the server's certificate verified
+ * against ca_file (or the system's store) and required to name host (an
+ * address as an IP address, a name as a DNS name, also sent as SNI), as
+ * libcurl checks the webhooks'.  NULL, or why not.
+ */
+static const char *
+start_tls(redisAsyncContext *ac, const char *host, const char *ca_file)
+{
+	SSL		   *ssl;
+	unsigned char addr[16];
+	bool		is_address = inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1;
+
+	if (tls_ctx == NULL || strcmp(tls_ctx_ca, ca_file) != 0)
+	{
+		if (tls_ctx != NULL)
+			SSL_CTX_free(tls_ctx);
+		free(tls_ctx_ca);
+		tls_ctx_ca = NULL;
+		tls_ctx = SSL_CTX_new(TLS_client_method());
+		if (tls_ctx == NULL)
+			return "could not set up TLS";
+		SSL_CTX_set_verify(tls_ctx, SSL_VERIFY_PEER, NULL);
+		SSL_CTX_set_min_proto_version(tls_ctx, TLS1_2_VERSION);
+		if ((ca_file[0] != '\0' ? SSL_CTX_load_verify_locations(tls_ctx, ca_file, NULL)
+			 : SSL_CTX_set_default_verify_paths(tls_ctx)) != 1 ||
+			(tls_ctx_ca = strdup(ca_file)) == NULL)
+		{
+			SSL_CTX_free(tls_ctx);
+			tls_ctx = NULL;
+			return "could not load the CA certificates for rediss://";
+		}
+	}
+	ssl = SSL_new(tls_ctx);
+	if (ssl == NULL)
+		return "could not set up TLS";
+	if (is_address ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host) != 1
+		: SSL_set_tlsext_host_name(ssl, host) != 1 || SSL_set1_host(ssl, host) != 1)
+	{
+		SSL_free(ssl);
+		return "could not set up TLS for the server's name";
+	}
+	/* hiredis owns ssl from here */
+	if (redisInitiateSSL(&ac->c, ssl) != REDIS_OK)
+		return ac->c.errstr[0] ? ac->c.errstr : "could not start TLS";
+	return NULL;
+}
+#endif
+
 /* Opens c's connection (its endpoint parsed again from the URL); false with req ended if it cannot. */
 static bool
-open_conn(RedisConn *c, EgRequest *req)
+open_conn(RedisConn *c, EgRequest *req, const char *ca_file)
 {
 	EgRedisDest d;
 	const char *problem = eg_redis_parse(req->url, &d);
@@ -250,6 +311,14 @@ open_conn(RedisConn *c, EgRequest *req)
 			redisAsyncFree(ac);
 		return false;
 	}
+#ifdef EG_HAVE_REDIS_TLS
+	if (d.tls && (problem = start_tls(ac, d.host, ca_file)) != NULL)
+	{
+		eg_broker_end(req, EG_TRANSPORT_SOCKET, 0, problem);
+		redisAsyncFree(ac);
+		return false;
+	}
+#endif
 	c->ac = ac;
 	c->timed_out = false;
 	c->want_read = c->want_write = false;
@@ -292,7 +361,7 @@ open_conn(RedisConn *c, EgRequest *req)
  * the AUTH command if any.
  */
 static RedisConn *
-conn_for(EgRequest *req)
+conn_for(EgRequest *req, const char *ca_file)
 {
 	const char *q = strchr(req->url, '?');
 	RedisConn  *c = eg_broker_conn_for(&table, sizeof(RedisConn), req->url,
@@ -303,7 +372,7 @@ conn_for(EgRequest *req)
 		eg_broker_end(req, EG_TRANSPORT_SOCKET, 0, "out of memory for a Redis connection");
 		return NULL;
 	}
-	if (c->ac == NULL && !open_conn(c, req))
+	if (c->ac == NULL && !open_conn(c, req, ca_file))
 		return NULL;
 	return c;
 }
@@ -313,13 +382,13 @@ conn_for(EgRequest *req)
  * it comes back through eg_http_finish().
  */
 void
-eg_redis_send(EgRequest *req)
+eg_redis_send(EgRequest *req, const char *ca_file)
 {
 	RedisConn  *c;
 
 	req->duration_ms = eg_mono_ms();	/* its start, until it ends */
 	req->next = NULL;
-	c = conn_for(req);
+	c = conn_for(req, ca_file);
 	if (c == NULL)
 		return;
 	if (c->ready)
@@ -465,4 +534,11 @@ eg_redis_close_all(void)
 	free(wait_fds);
 	wait_fds = NULL;
 	wait_cap = 0;
+#ifdef EG_HAVE_REDIS_TLS
+	if (tls_ctx != NULL)
+		SSL_CTX_free(tls_ctx);
+	tls_ctx = NULL;
+	free(tls_ctx_ca);
+	tls_ctx_ca = NULL;
+#endif
 }

@@ -113,12 +113,13 @@ parse_query(const char *query, EgRedisDest *d)
 }
 
 /*
- * Parses a RedisStream endpoint into *d: scheme redis (lower case), "://"
+ * Parses a RedisStream endpoint into *d: scheme redis or rediss (lower case), "://"
  * and a host of at most 255 bytes, a port from 1 to 65535 (6379), a path
  * that is empty, "/" or "/<db>" (0-2147483647; 0), no user name or
  * password, no fragment, at most EG_MAX_ENDPOINT_BYTES bytes, and the query
- * above.  NULL, or why not (a static string).  (rediss://, TLS, is not
- * taken: Debian 12's hiredis has no TLS.)
+ * above.  NULL, or why not (a static string).  rediss:// (TLS) only
+ * where hiredis has TLS (EG_HAVE_REDIS_TLS: hiredis 1.0 or later; Debian
+ * 12's 0.14 has none).
  */
 const char *
 eg_redis_parse(const char *url, EgRedisDest *d)
@@ -133,8 +134,13 @@ eg_redis_parse(const char *url, EgRedisDest *d)
 	d->mkstream = true;
 	d->port = EG_REDIS_DEFAULT_PORT;
 	if (!eg_is_redis_url(url))
-		return "a RedisStream endpoint starts with redis:// and a host";
-	problem = eg_destination_url(url, 5, d->host, sizeof(d->host), &d->port, &path, &query);
+		return "a RedisStream endpoint starts with redis:// (or rediss://) and a host";
+	d->tls = url[5] == 's';
+#ifndef EG_HAVE_REDIS_TLS
+	if (d->tls)
+		return "rediss:// (Redis over TLS) needs hiredis 1.0 or later with TLS, which this build of eventgrid lacks";
+#endif
+	problem = eg_destination_url(url, d->tls ? 6 : 5, d->host, sizeof(d->host), &d->port, &path, &query);
 	if (problem == NULL && path != NULL && strcmp(path, "/") != 0 && path[0] != '\0')
 	{
 		if (!parse_number(path + 1, 0, PG_INT32_MAX, &n))

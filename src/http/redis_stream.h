@@ -26,13 +26,14 @@ typedef struct EgRedisDest
 	int64		maxlen;			/* > 0: XADD ... MAXLEN ~ maxlen */
 	bool		mkstream;		/* false: XADD ... NOMKSTREAM (a missing stream is NotFound) */
 	int			key_len;		/* bytes of the URL before its '?': one connection per key */
+	bool		tls;			/* rediss:// */
 } EgRedisDest;
 
-/* Is url a RedisStream endpoint (lower-case redis:// scheme)? */
+/* Is url a RedisStream endpoint (lower-case redis:// or rediss:// scheme)? */
 static inline bool
 eg_is_redis_url(const char *url)
 {
-	return url != NULL && strncmp(url, "redis://", 8) == 0;
+	return url != NULL && (strncmp(url, "redis://", 8) == 0 || strncmp(url, "rediss://", 9) == 0);
 }
 
 /* Both threads: parses url into *d; NULL, or why it is not a usable endpoint (static text). */
@@ -59,7 +60,7 @@ extern void eg_redis_request_auth(EgRequest *req, const char *user, const char *
  * connection closed (their requests finish as SocketError).
  */
 struct curl_waitfd;
-extern void eg_redis_send(EgRequest *req);
+extern void eg_redis_send(EgRequest *req, const char *ca_file);
 extern int	eg_redis_wait_fds(struct curl_waitfd **fds, int *timeout_ms);
 extern void eg_redis_after_wait(struct curl_waitfd *fds, int n);
 extern void eg_redis_close_all(void);

@@ -243,7 +243,7 @@ eg_url_host_key(const char *url)
 		curl_url_cleanup(h);
 		if (eg_redis_parse(url, &d) != NULL)
 			return pstrdup(url);
-		return psprintf("redis://%s:%d", d.host, d.port);
+		return psprintf("%s://%s:%d", d.tls ? "rediss" : "redis", d.host, d.port);
 	}
 	if (eg_is_amqp_url(url))
 	{

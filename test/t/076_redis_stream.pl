@@ -5,6 +5,8 @@
 #     no handshake, none for a queue
 #     subscription; the column survives as stored;
 #   - stream_from=subject: each event into the stream its subject names;
+#   - rediss:// (where hiredis has TLS): verified against
+#     eventgrid.ssl_ca_file and the host name; else refused (22023);
 #   - each event one entry (fields id and event: the event's JSON object in
 #     the delivery schema), in publish order per subscription and per
 #     ordering key, a database
@@ -124,12 +126,12 @@ for my $bad (
 	[ "redis:///?stream=s", 'no host after its scheme' ])
 {
 	like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => '$bad->[0]', endpoint_type => 'RedisStream')"),
-		qr/22023.*\Q$bad->[1]\E.*HINT:.*RedisStream endpoint is redis:/s, "refused: $bad->[0]");
+		qr/22023.*\Q$bad->[1]\E.*HINT:.*RedisStream endpoint is redis\[s\]:\/\//s, "refused: $bad->[0]");
 }
 like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => '$base/?stream=s')"),
 	qr/22023.*endpoint of type WebHook must be an http/s, 'a redis:// endpoint needs endpoint_type RedisStream');
 like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => 'http://127.0.0.1/x', endpoint_type => 'RedisStream')"),
-	qr/22023.*endpoint of type RedisStream must be a redis:\/\/ URL/s, 'RedisStream needs a redis:// endpoint');
+	qr/22023.*endpoint of type RedisStream must be a redis:\/\/ or rediss:\/\/ URL/s, 'RedisStream needs a redis:// endpoint');
 like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => '$base/?stream=s', endpoint_type => 'RabbitMQ')"),
 	qr/22023.*endpoint of type RabbitMQ must be an amqp:\/\/ or amqps:\/\/ URL/s, 'a redis:// endpoint is not a RabbitMQ one');
 like(fails("SELECT eventgrid.create_event_subscription('orders', 'bad', endpoint => '$base/?stream=s', endpoint_type => 'redis')"),
@@ -322,6 +324,42 @@ ok(wait_for_sql($node, "SELECT delivered || '/' || dead_lettered FROM eventgrid.
 is(join(',', map { rcli('XLEN', $_) } '/orders/sub1', '/orders/sub2', '/orders/sub1b'), '1,1,1', 'each into the stream its subject names');
 is(sql("SELECT last_delivery_outcome FROM eventgrid.dead_letter_events WHERE subscription_name = 'r-subject'"), 'InvalidHeader',
 	'a subject over 512 bytes cannot name a stream: InvalidHeader');
+
+# --- rediss://: TLS verified against eventgrid.ssl_ca_file, the host name checked ---
+# (only where this build's hiredis has TLS: 1.0 or later; Debian 12's has none)
+if (sql("SELECT eventgrid._endpoint_problem('rediss://localhost/?stream=s') IS NULL") ne 't')
+{
+	like(fails("SELECT eventgrid.create_event_subscription('orders', 'r-tls', endpoint => 'rediss://localhost:6380/?stream=tls', endpoint_type => 'RedisStream')"),
+		qr/22023.*needs hiredis 1\.0 or later with TLS/s, 'a build whose hiredis has no TLS refuses rediss:// (22023)');
+}
+else
+{
+	my $tdir = PostgreSQL::Test::Utils::tempdir();
+	make_ca($tdir, 'ca', 2);
+	issue_certificate($tdir, 'ca', 'redis', 'DNS:localhost', '-days', 2);    # localhost only: 127.0.0.1 must fail
+	my $tport = PostgreSQL::Test::Cluster::get_free_port();
+	my ($tout, $terr) = ('', '');
+	my $tls_redis = IPC::Run::start([ 'redis-server', '--port', '0', '--tls-port', $tport, '--bind', '127.0.0.1',
+			'--tls-cert-file', "$tdir/redis.pem", '--tls-key-file', "$tdir/redis.key", '--tls-ca-cert-file', "$tdir/ca.pem",
+			'--tls-auth-clients', 'no', '--save', '', '--appendonly', 'no', '--dir', $tdir ], '>', \$tout, '2>', \$terr);
+	my @tcli = ('redis-cli', '--tls', '--cacert', "$tdir/ca.pem", '-h', 'localhost', '-p', $tport);
+	my $tcli = sub { my ($o, $e) = ('', ''); IPC::Run::run([ @tcli, @_ ], '>', \$o, '2>', \$e); chomp $o; return $o };
+	for (1 .. 100) { last if $tcli->('PING') eq 'PONG'; usleep(100_000) }
+	is($tcli->('PING'), 'PONG', 'a redis-server with TLS runs');
+	sql("ALTER SYSTEM SET eventgrid.ssl_ca_file = '$tdir/ca.pem'; SELECT pg_reload_conf()");
+	sql("SELECT eventgrid.create_event_subscription('orders', 'r-tls', endpoint => 'rediss://localhost:$tport/?stream=tls', endpoint_type => 'RedisStream', subject_begins_with => '/orders/tls')");
+	sql("SELECT eventgrid.create_event_subscription('orders', 'r-tls-ip', endpoint => 'rediss://127.0.0.1:$tport/?stream=tls', endpoint_type => 'RedisStream', subject_begins_with => '/orders/tls')");
+	publish_events($node, 'orders', 'tls1');
+	ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'r-tls'", '1'),
+		'rediss:// verified against eventgrid.ssl_ca_file: delivered');
+	ok(wait_for_sql($node, "SELECT count(*) > 0 FROM eventgrid.delivery_attempts WHERE subscription = 'r-tls-ip' AND outcome = 'SocketError'", 't'),
+		'a certificate that does not name the host is refused (SocketError)');
+	is($tcli->('XLEN', 'tls'), '1', 'only the verified connection wrote');
+	sql("SELECT eventgrid.drop_event_subscription('orders', '$_')") for qw(r-tls r-tls-ip);
+	sql("ALTER SYSTEM RESET eventgrid.ssl_ca_file; SELECT pg_reload_conf()");
+	$tls_redis->signal('TERM');
+	$tls_redis->finish;
+}
 
 # --- a queue subscription takes no endpoint type ------------------------------------
 sql("SELECT eventgrid.create_topic('ns-topic', 'CloudEventSchemaV1_0', 'namespace')");
