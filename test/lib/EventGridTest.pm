@@ -10,7 +10,7 @@ package EventGridTest;
 use strict;
 use warnings;
 use Exporter 'import';
-use File::Basename qw(dirname);
+use File::Basename qw(basename dirname);
 use File::Spec;
 use IO::Socket::INET;
 use IPC::Run;
@@ -97,10 +97,16 @@ sub start_python_server
 }
 
 # Starts test/receiver.py on a free port; returns {port, url, log, handle}.
+# The log is named after the test script and the port: tmp_check is shared
+# by the whole run and a port is free again once the test that held it has
+# ended, so a log named by the port alone would carry an earlier test's
+# requests into this one's counts (027 counted one that way).
 sub start_receiver
 {
 	my $port = PostgreSQL::Test::Cluster::get_free_port();
-	my $log = "$PostgreSQL::Test::Utils::tmp_check/receiver_$port.jsonl";
+	my $test = basename($0, '.pl');
+	my $log = "$PostgreSQL::Test::Utils::tmp_check/receiver_${test}_$port.jsonl";
+	unlink($log);
 	return { %{ start_python_server('receiver.py', $port, '--log', $log) }, log => $log };
 }
 
