@@ -840,14 +840,29 @@ BEGIN
                         eventgrid._quote(regexp_replace(endpoint, '^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@', '\1***@')), problem
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = CASE WHEN starts_with(endpoint, 'redis') THEN
-                      'A RedisStream endpoint is redis[s]://[[user]:password@]host[:port][/db]?stream=<key> (or stream_from=subject: each event''s subject), with maxlen=<entries> and mkstream=false optional.'
+                      'A RedisStream endpoint is redis[s]://[[user]:password@]host[:port][/db]?stream=<key> (or stream_from=subject or ordering_key: each event''s subject or ordering key), with maxlen=<entries> and mkstream=false optional.'
                   WHEN starts_with(endpoint, 'amqp') THEN
-                      'A RabbitMQ endpoint is amqp[s]://[user:password@]host[:port][/vhost]?exchange=<name>&routing_key=<key> (either may be left out, not both; routing_key_from=subject instead of routing_key routes each event by its subject).'
+                      'A RabbitMQ endpoint is amqp[s]://[user:password@]host[:port][/vhost]?exchange=<name>&routing_key=<key> (either may be left out, not both; routing_key_from=subject or ordering_key instead of routing_key routes each event by its subject or its ordering key).'
                   ELSE 'Use an absolute http:// or https:// URL of at most 2048 bytes with a host and no user name or password; send credentials as a secret delivery property.' END;
     END IF;
 END $$;
 
 COMMENT ON FUNCTION eventgrid._check_endpoint(endpoint text) IS 'Internal: raises 22023 with libcurl''s reason when the endpoint is not usable.';
+
+CREATE FUNCTION eventgrid._check_endpoint_key(endpoint text, ordering_key text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF ordering_key IS NULL AND eventgrid._endpoint_key_from(endpoint) = 'ordering_key' THEN
+        RAISE EXCEPTION 'an endpoint that routes by the ordering key needs an ordering_key'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'routing_key_from=ordering_key or stream_from=ordering_key makes each event''s ordering key its routing key or stream; this event subscription has no ordering_key.',
+                  HINT = 'Pass ordering_key => ''<field path>'' (for example ''data.customerId''), or route by subject or a fixed routing_key / stream.';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION eventgrid._check_endpoint_key(endpoint text, ordering_key text) IS 'Internal: raises 22023 when a RabbitMQ or RedisStream endpoint takes each message''s key from the ordering key (routing_key_from=ordering_key, stream_from=ordering_key) and the event subscription has no ordering_key.';
 
 CREATE FUNCTION eventgrid._check_endpoint_type(endpoint_type text, endpoint text, endpoint_validation text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -1541,6 +1556,12 @@ CREATE FUNCTION eventgrid._endpoint_credentials(endpoint text, OUT endpoint text
     AS 'MODULE_PATHNAME', 'eventgrid_endpoint_credentials';
 
 COMMENT ON FUNCTION eventgrid._endpoint_credentials(endpoint text, OUT endpoint text, OUT user_name text, OUT password text) IS 'Internal: a RedisStream or RabbitMQ endpoint with a user name and password (redis://[user]:password@host..., amqp[s]://user:password@host...) as the endpoint without them (libcurl''s form of the URL) and the two, decoded; any other endpoint as it is, with NULLs.';
+
+CREATE FUNCTION eventgrid._endpoint_key_from(endpoint text) RETURNS text
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+    AS 'MODULE_PATHNAME', 'eventgrid_endpoint_key_from';
+
+COMMENT ON FUNCTION eventgrid._endpoint_key_from(endpoint text) IS 'Internal: where the messages of a RabbitMQ or RedisStream endpoint take their key (routing key, stream) from: subject or ordering_key (routing_key_from=, stream_from=); NULL for a fixed key or any other endpoint.';
 
 CREATE TABLE eventgrid.delivery_pauses (
     topic text,
@@ -4048,6 +4069,7 @@ BEGIN
     PERFORM eventgrid._check_endpoint_validation(endpoint_validation);
     PERFORM eventgrid._check_dead_letter_topic(dead_letter_topic);
     PERFORM eventgrid._check_ordering_key(ordering_key);
+    PERFORM eventgrid._check_endpoint_key(endpoint, ordering_key);
     expiration_time := eventgrid._expiration_time_arg(expiration_time);
     IF EXISTS (SELECT 1 FROM eventgrid.event_subscriptions s
                 WHERE s.topic = create_event_subscription.topic AND s.name = create_event_subscription.name
@@ -4093,7 +4115,7 @@ BEGIN
     RETURN sid;
 END $$;
 
-COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer, expiration_time timestamp with time zone, endpoint_type text) IS 'Creates an event subscription and returns its id. topic: a topic, a domain (domain scope: every domain topic''s events) or ''domain/topic'' (domain-topic scope: that domain topic''s events; created with it when the domain creates topics with their first subscription, else 42704; SPEC 18); names are unique per topic, domain or domain topic. endpoint (push): for endpoint_type WebHook (the default) an http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password); for RedisStream redis[s]://[[user]:password@]host[:port][/db]?stream=<key>[&maxlen=N][&mkstream=false] (rediss: TLS, where this builds hiredis has it; stream_from=subject instead of stream: each event''s subject names its stream; SPEC 21; the user name and password are stored apart, readable by the extension''s owner only; see README, Redis streams). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). ordering_key: a dotted field path (1-512 characters, as a dynamic delivery property''s source_field: subject, data.orderId, partitionkey) whose value (string, number or boolean) is each event''s key: events of one key are delivered in publish order, one request at a time across all delivery workers, the next only once the one before is delivered, dead-lettered or dropped; events without it go unordered (NULL: unordered; see README, Ordered delivery). delivery_mode: push (default: delivered to endpoint) or queue (pull delivery, namespace topics only: no endpoint, batching, rate limit, endpoint validation or ordering_key; consumers call receive(), see README, Pull delivery); receive_lock_duration: of a queue subscription, seconds 60-300 (60) a received event stays locked. expiration_time: when the event subscription expires (NULL or ''infinity'': never; else it must be in the future of the real clock): from then on nothing more is delivered or received for it, and the upkeep worker drops it as drop_event_subscription() would (its dead letters are kept; see README, Expiration). endpoint_type: WebHook (default), RedisStream (each event XADDed to a Redis stream; no endpoint validation, batching or bearer tokens: see README, Redis streams) or StorageQueue (endpoint: the queue''s URL, https://<account>.queue.core.windows.net/<queue> or path-style http://127.0.0.1:10001/<account>/<queue>, queueMessageTimeToLiveInSeconds and a SAS token as its query, the token stored apart; each event a message, base64 JSON; an account key through set_storage_account_key(), or a Microsoft Entra ID bearer token; see README, Storage queues); RabbitMQ (endpoint amqp[s]://[user:password@]host[:port][/vhost]?exchange=<name>&routing_key=<key>, or routing_key_from=subject for each event''s subject as its routing key, the user name and password stored apart; each event, or each batch as a JSON array, a persistent message published mandatory and delivered once the broker confirms it: see README, RabbitMQ); a queue subscription takes none (22023). Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9, 13, 14, 17, 18, 21.';
+COMMENT ON FUNCTION eventgrid.create_event_subscription(topic text, name text, endpoint text, event_delivery_schema text, included_event_types text[], subject_begins_with text, subject_ends_with text, is_subject_case_sensitive boolean, max_delivery_attempts integer, event_ttl integer, max_events_per_batch integer, preferred_batch_size_in_kilobytes integer, deadletter boolean, advanced_filters jsonb, enable_advanced_filtering_on_arrays boolean, max_delivery_count integer, event_time_to_live text, max_events_per_second integer, endpoint_validation text, dead_letter_topic text, ordering_key text, delivery_mode text, receive_lock_duration integer, expiration_time timestamp with time zone, endpoint_type text) IS 'Creates an event subscription and returns its id. topic: a topic, a domain (domain scope: every domain topic''s events) or ''domain/topic'' (domain-topic scope: that domain topic''s events; created with it when the domain creates topics with their first subscription, else 42704; SPEC 18); names are unique per topic, domain or domain topic. endpoint (push): for endpoint_type WebHook (the default) an http(s) URL that libcurl parses, with a host, at most 2048 bytes (no user name or password); for RedisStream redis[s]://[[user]:password@]host[:port][/db]?stream=<key>[&maxlen=N][&mkstream=false] (rediss: TLS, where this builds hiredis has it; stream_from=subject or ordering_key instead of stream: each event''s subject or ordering key names its stream, ordering_key needing the subscription''s ordering_key (22023); SPEC 21; the user name and password are stored apart, readable by the extension''s owner only; see README, Redis streams). event_delivery_schema: defaults to the topic''s input schema (namespace topics: CloudEvents only). Filters: included_event_types (case-insensitive), subject_begins_with / subject_ends_with (case-insensitive unless is_subject_case_sensitive), advanced_filters (Event Grid JSON, see set_advanced_filters) with enable_advanced_filtering_on_arrays (false). Retry policy of a custom topic: max_delivery_attempts 1-30 (30), event_ttl 1-1440 minutes (1440); of a namespace topic: max_delivery_count 1-10 (10), event_time_to_live ISO 8601 PT1M-P7D (P7D); the other profile''s arguments are refused. max_events_per_batch 1-5000, preferred_batch_size_in_kilobytes 1-1024 (either turns batching on), deadletter (false). max_events_per_second 1-100,000 (NULL: no rate limit; a batch counts its events, retries count; events over the rate wait in the queue). endpoint_validation: none (default) or handshake (Event Grid''s SubscriptionValidationEvent, or for CloudEvents the webhook OPTIONS request; nothing is delivered until the endpoint is validated, see event_subscription_validation). dead_letter_topic: a topic (of this database) to which each event this subscription dead-letters or drops is published as a notification, in the transaction that records it (see README, Dead-letter notifications; NULL: none). ordering_key: a dotted field path (1-512 characters, as a dynamic delivery property''s source_field: subject, data.orderId, partitionkey) whose value (string, number or boolean) is each event''s key: events of one key are delivered in publish order, one request at a time across all delivery workers, the next only once the one before is delivered, dead-lettered or dropped; events without it go unordered (NULL: unordered; see README, Ordered delivery). delivery_mode: push (default: delivered to endpoint) or queue (pull delivery, namespace topics only: no endpoint, batching, rate limit, endpoint validation or ordering_key; consumers call receive(), see README, Pull delivery); receive_lock_duration: of a queue subscription, seconds 60-300 (60) a received event stays locked. expiration_time: when the event subscription expires (NULL or ''infinity'': never; else it must be in the future of the real clock): from then on nothing more is delivered or received for it, and the upkeep worker drops it as drop_event_subscription() would (its dead letters are kept; see README, Expiration). endpoint_type: WebHook (default), RedisStream (each event XADDed to a Redis stream; no endpoint validation, batching or bearer tokens: see README, Redis streams) or StorageQueue (endpoint: the queue''s URL, https://<account>.queue.core.windows.net/<queue> or path-style http://127.0.0.1:10001/<account>/<queue>, queueMessageTimeToLiveInSeconds and a SAS token as its query, the token stored apart; each event a message, base64 JSON; an account key through set_storage_account_key(), or a Microsoft Entra ID bearer token; see README, Storage queues); RabbitMQ (endpoint amqp[s]://[user:password@]host[:port][/vhost]?exchange=<name>&routing_key=<key>, or routing_key_from=subject or ordering_key for each event''s subject or ordering key as its routing key (ordering_key: only with the subscription''s ordering_key, 22023; an event without a key is not sent, InvalidHeader), the user name and password stored apart; each event, or each batch as a JSON array, a persistent message published mandatory and delivered once the broker confirms it: see README, RabbitMQ); a queue subscription takes none (22023). Requires eventgrid_admin. Errors: 42704 (also no such dead_letter_topic), 42602, 22023, 22003, 22004, 54000, 42710. SPEC 1, 4, 5, 7, 9, 13, 14, 17, 18, 21.';
 
 CREATE FUNCTION eventgrid.create_topic(name text, input_schema text DEFAULT 'EventGridSchema'::text, topic_type text DEFAULT 'custom'::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -5081,6 +5103,7 @@ BEGIN
     PERFORM eventgrid._check_dead_letter_topic(dead_letter_topic);
     ordering_key := CASE WHEN ordering_key IS NULL THEN cur.ordering_key ELSE nullif(ordering_key, '') END;
     PERFORM eventgrid._check_ordering_key(ordering_key);
+    PERFORM eventgrid._check_endpoint_key(endpoint, ordering_key);
     -- NULL keeps it, 'infinity' clears it
     expiration_time := CASE WHEN expiration_time IS NULL THEN cur.expiration_time
                             ELSE eventgrid._expiration_time_arg(expiration_time) END;
@@ -6965,6 +6988,8 @@ REVOKE ALL ON FUNCTION eventgrid._check_delivery_mode(delivery_mode text, topic_
 
 REVOKE ALL ON FUNCTION eventgrid._check_endpoint(endpoint text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION eventgrid._check_endpoint_key(endpoint text, ordering_key text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION eventgrid._check_endpoint_type(endpoint_type text, endpoint text, endpoint_validation text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._check_endpoint_validation(v text) FROM PUBLIC;
@@ -7044,6 +7069,8 @@ REVOKE ALL ON FUNCTION eventgrid._drop_topic(name text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION eventgrid._duration_minutes(field text, v text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION eventgrid._endpoint_credentials(endpoint text, OUT endpoint text, OUT user_name text, OUT password text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION eventgrid._endpoint_key_from(endpoint text) FROM PUBLIC;
 
 GRANT SELECT ON TABLE eventgrid.delivery_pauses TO eventgrid_admin;
 

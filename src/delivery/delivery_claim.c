@@ -252,20 +252,21 @@ destination_open(Destination *dest, EgClaim *claim, const EgClaimedRow *first)
  */
 static EgOutcomeCode
 destination_build(Destination *dest, EgRequest *req, const char *schema, const char *event_id,
-				  const EgEventPart *event, int nevents, StringInfo scratch)
+				  const EgEventPart *event, int nevents, const char *ordering_key, StringInfo scratch)
 {
 	EgOutcomeCode problem;
 
 	if (dest->kind == DEST_RABBITMQ)
 	{
-		problem = eg_amqp_request_build(req, &dest->amqp, schema, event_id, event, nevents, scratch);
+		problem = eg_amqp_request_build(req, &dest->amqp, schema, event_id, event, nevents, ordering_key,
+										scratch);
 		if (problem == EG_OUTCOME_NONE && dest->cred_secret != NULL)
 			eg_amqp_request_auth(req, dest->cred_user, dest->cred_secret);
 		return problem;
 	}
 	if (dest->kind == DEST_REDIS_STREAM)
 	{
-		problem = eg_redis_request_build(req, &dest->redis, event_id, event);
+		problem = eg_redis_request_build(req, &dest->redis, event_id, event, ordering_key);
 		if (problem == EG_OUTCOME_NONE && dest->cred_secret != NULL)
 			eg_redis_request_auth(req, dest->cred_user, dest->cred_secret);
 		return problem;
@@ -338,9 +339,10 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 	/*
 	 * a stream entry or a queue message is one event: a Redis stream's
 	 * requests are pipelined instead; a RabbitMQ message may be a batch
-	 * (unless each event's subject is its routing key)
+	 * (unless each event's subject or ordering key is its routing key)
 	 */
-	if ((dest.kind == DEST_WEBHOOK || (dest.kind == DEST_RABBITMQ && !dest.amqp.routing_key_from_subject)) && (rows[from].max_events_per_batch > 0 || rows[from].preferred_batch_kb > 0))
+	if ((dest.kind == DEST_WEBHOOK || (dest.kind == DEST_RABBITMQ && dest.amqp.routing_key_from == EG_KEY_FIXED))
+		&& (rows[from].max_events_per_batch > 0 || rows[from].preferred_batch_kb > 0))
 	{
 		max_events = rows[from].max_events_per_batch > 0
 			? rows[from].max_events_per_batch : eg_default_max_events_per_batch;
@@ -391,7 +393,7 @@ build_requests(EgClaim *claim, EgClaimedRow *rows, int from, int to, StringInfo 
 		}
 		if (dest.kind != DEST_WEBHOOK)
 			unsendable = destination_build(&dest, req, first->schema, first->output_event_id, &parts[k], take,
-										   scratch);
+										   first->ordering_key, scratch);
 		else
 			unsendable = eg_request_build(req, &spec, &parts[k], take, scratch);
 		if (unsendable == EG_OUTCOME_NONE)

@@ -103,6 +103,23 @@ extern const char *eg_content_type(const char *delivery_schema, int nevents);
 extern void eg_build_body(StringInfo buf, const char *delivery_schema,
 						  const EgEventPart *events, int nevents);
 extern bool eg_event_subject(const char *json, int len, char *out, size_t cap);
+
+/*
+ * Where a broker message's key (a RabbitMQ routing key, a Redis stream's
+ * key) comes from: the endpoint's fixed one, the event's subject
+ * (routing_key_from=subject, stream_from=subject) or its ordering key
+ * (=ordering_key: the subscription's ordering_key path, SPEC 13).
+ */
+typedef enum EgKeyFrom
+{
+	EG_KEY_FIXED = 0,
+	EG_KEY_FROM_SUBJECT,
+	EG_KEY_FROM_ORDERING_KEY
+} EgKeyFrom;
+
+extern bool eg_key_from_name(const char *name, EgKeyFrom *from);
+extern const char *eg_message_key(EgKeyFrom from, const char *fixed, const EgEventPart *event,
+								  const char *ordering_key, char *buf, size_t cap);
 extern int	eg_batch_take(const EgEventPart *events, int nevents,
 						  int max_events, int64 max_bytes);
 

@@ -9,12 +9,14 @@
  * "/"; "/%2F" names it too); exchange defaults to the default exchange
  * (""), which routes by queue name, and routing_key to "" (at least one of
  * the two is given); routing_key_from=subject, instead of routing_key,
- * makes each event's subject its message's routing key (one event per
- * message then).  A stored endpoint holds no credentials:
- * create_event_subscription() takes user:password out of the URL it was
- * given (_endpoint_credentials()) into destination_credentials, and the
- * worker reads them with each claim; without them the connection logs in
- * as guest.
+ * makes each event's subject its message's routing key, and
+ * routing_key_from=ordering_key its ordering key (the subscription's
+ * ordering_key path, SPEC 13; an event without one is not sent:
+ * InvalidHeader): one event per message then.  A stored endpoint holds no
+ * credentials: create_event_subscription() takes user:password out of the
+ * URL it was given (_endpoint_credentials()) into destination_credentials,
+ * and the worker reads them with each claim; without them the connection
+ * logs in as guest.
  *
  * Each event becomes one message, persistent (delivery mode 2), mandatory,
  * with content type application/json (CloudEvents: application/cloudevents+json)
@@ -72,13 +74,12 @@ parse_query(const char *query, EgAmqpDest *d)
 		}
 		else if (strcmp(p, "routing_key_from") == 0 && !seen_key && !seen_from)
 		{
-			if (strcmp(eq + 1, "subject") != 0)
-				return "routing_key_from takes subject (each event's subject is its routing key)";
-			d->routing_key_from_subject = true;
+			if (!eg_key_from_name(eq + 1, &d->routing_key_from))
+				return "routing_key_from takes subject or ordering_key (each event's subject or ordering key is its routing key)";
 			seen_from = true;
 		}
 		else
-			return "the query takes exchange and routing_key (or routing_key_from=subject), each once";
+			return "the query takes exchange and routing_key (or routing_key_from=subject or ordering_key), each once";
 	}
 	if (!seen_exchange && !seen_key && !seen_from)
 		return "the URL names no exchange or routing key: add ?exchange=<name>&routing_key=<key>";
@@ -142,13 +143,14 @@ eg_amqp_request_auth(EgRequest *req, const char *user, const char *password)
 
 EgOutcomeCode
 eg_amqp_request_build(EgRequest *req, const EgAmqpDest *d, const char *schema, const char *event_id,
-					  const EgEventPart *events, int nevents, StringInfo scratch)
+					  const EgEventPart *events, int nevents, const char *ordering_key, StringInfo scratch)
 {
 	bool		cloud = strcmp(schema, "CloudEventSchemaV1_0") == 0;
 	const char *content_type = nevents > 1 ? eg_content_type(schema, nevents)
 		: cloud ? "application/cloudevents+json; charset=utf-8" : "application/json; charset=utf-8";
 	char		subject[EG_AMQP_MAX_NAME_BYTES + 1];
-	const char *routing_key = d->routing_key;
+	const char *routing_key = eg_message_key(d->routing_key_from, d->routing_key, &events[0], ordering_key,
+											 subject, sizeof(subject));
 	const char *message;
 	int			message_len;
 	size_t		head_len;
@@ -156,12 +158,8 @@ eg_amqp_request_build(EgRequest *req, const EgAmqpDest *d, const char *schema, c
 				id_len,
 				key_len;
 
-	if (d->routing_key_from_subject)
-	{
-		if (!eg_event_subject(events[0].json, events[0].len, subject, sizeof(subject)))
-			return EG_OUTCOME_INVALID_HEADER;
-		routing_key = subject;
-	}
+	if (routing_key == NULL)
+		return EG_OUTCOME_INVALID_HEADER;
 	/* one event is the event itself (a queue message's shape), a batch the webhook's array */
 	resetStringInfo(scratch);
 	if (nevents > 1)

@@ -27,7 +27,7 @@ typedef struct EgAmqpDest
 	char		vhost[EG_AMQP_MAX_NAME_BYTES + 1];	/* "/" when the URL has no path */
 	char		exchange[EG_AMQP_MAX_NAME_BYTES + 1];	/* "": the default exchange */
 	char		routing_key[EG_AMQP_MAX_NAME_BYTES + 1];
-	bool		routing_key_from_subject;	/* routing_key_from=subject: each event's subject */
+	EgKeyFrom	routing_key_from;	/* routing_key_from=subject or ordering_key: each event's */
 } EgAmqpDest;
 
 /* Is url a RabbitMQ endpoint (lower-case amqp:// or amqps:// scheme)? */
@@ -54,16 +54,17 @@ extern const char *eg_amqp_parse(const char *url, EgAmqpDest *d);
 /*
  * Main thread: req's body becomes one message: its content type, its
  * message id (the event's id; none for a batch) and its routing key (d's,
- * or the event's subject), each NUL-terminated, then the message: the
- * event's JSON object in the delivery schema, or for a batch (nevents > 1)
- * the JSON array a webhook would get, as UTF-8.  EG_OUTCOME_NONE,
- * EG_OUTCOME_INVALID_ENCODING for text with no UTF-8 form, or
- * EG_OUTCOME_INVALID_HEADER for a subject that cannot be a routing key
- * (over 255 bytes).
+ * or the event's subject, or its ordering_key: the claim's text, NULL for
+ * none), each NUL-terminated, then the message: the event's JSON object in
+ * the delivery schema, or for a batch (nevents > 1) the JSON array a
+ * webhook would get, as UTF-8.  EG_OUTCOME_NONE, EG_OUTCOME_INVALID_ENCODING
+ * for text with no UTF-8 form, or EG_OUTCOME_INVALID_HEADER for a subject
+ * or ordering key that cannot be a routing key (none, for the ordering
+ * key; over 255 bytes).
  */
 extern EgOutcomeCode eg_amqp_request_build(EgRequest *req, const EgAmqpDest *d, const char *schema,
 										   const char *event_id, const EgEventPart *events, int nevents,
-										   StringInfo scratch);
+										   const char *ordering_key, StringInfo scratch);
 
 /* Main thread: req logs its connection in as user with password (PLAIN); without them, guest. */
 extern void eg_amqp_request_auth(EgRequest *req, const char *user, const char *password);

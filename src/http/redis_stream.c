@@ -4,7 +4,8 @@
  *
  * The endpoint is redis://host[:port][/db]?stream=S[&maxlen=N][&mkstream=false]
  * (stream_from=subject instead of stream=S: each event's subject is the
- * key of its stream),
+ * key of its stream; stream_from=ordering_key: its ordering key, by the
+ * subscription's ordering_key path, SPEC 13),
  * parsed by libcurl's URL API (the same parser as the webhooks' URLs).  A
  * stored endpoint holds no credentials: create_event_subscription() takes
  * them out of the URL it was given (_endpoint_credentials()) into
@@ -86,9 +87,8 @@ parse_query(const char *query, EgRedisDest *d)
 		}
 		else if (strcmp(p, "stream_from") == 0 && !seen_stream && !seen_from)
 		{
-			if (strcmp(value, "subject") != 0)
-				return "stream_from takes subject (each event's subject is its stream's key)";
-			d->stream_from_subject = true;
+			if (!eg_key_from_name(value, &d->stream_from))
+				return "stream_from takes subject or ordering_key (each event's subject or ordering key is its stream's key)";
 			seen_from = true;
 		}
 		else if (strcmp(p, "maxlen") == 0 && !seen_maxlen)
@@ -105,7 +105,7 @@ parse_query(const char *query, EgRedisDest *d)
 			seen_mkstream = true;
 		}
 		else
-			return "the query takes stream (or stream_from=subject), maxlen and mkstream, each once";
+			return "the query takes stream (or stream_from=subject or ordering_key), maxlen and mkstream, each once";
 	}
 	if (!seen_stream && !seen_from)
 		return "the URL names no stream: add ?stream=<key>";
@@ -243,7 +243,8 @@ eg_redis_request_auth(EgRequest *req, const char *user, const char *password)
 }
 
 EgOutcomeCode
-eg_redis_request_build(EgRequest *req, const EgRedisDest *d, const char *event_id, const EgEventPart *event)
+eg_redis_request_build(EgRequest *req, const EgRedisDest *d, const char *event_id, const EgEventPart *event,
+					   const char *ordering_key)
 {
 	const char *argv[12];
 	size_t		lens[12];
@@ -254,14 +255,10 @@ eg_redis_request_build(EgRequest *req, const EgRedisDest *d, const char *event_i
 	char	   *cmd = NULL;
 	long long	len;
 	char		subject[EG_REDIS_MAX_STREAM_BYTES + 1];
-	const char *stream = d->stream;
+	const char *stream = eg_message_key(d->stream_from, d->stream, event, ordering_key, subject, sizeof(subject));
 
-	if (d->stream_from_subject)
-	{
-		if (!eg_event_subject(event->json, event->len, subject, sizeof(subject)) || subject[0] == '\0')
-			return EG_OUTCOME_INVALID_HEADER;
-		stream = subject;
-	}
+	if (stream == NULL || stream[0] == '\0')
+		return EG_OUTCOME_INVALID_HEADER;
 #define ARG(s, n) do { argv[argc] = (s); lens[argc] = (n); argc++; } while (0)
 	/* the event itself, not the one-element array a webhook's body is (Event Grid's queue messages) */
 	body = eg_to_utf8(event->json, event->len, &body_len);

@@ -21,8 +21,8 @@ typedef struct EgRedisDest
 	char		host[256];
 	int			port;
 	int			db;				/* SELECTed when not 0 */
-	char		stream[EG_REDIS_MAX_STREAM_BYTES + 1];	/* "" with stream_from_subject */
-	bool		stream_from_subject;	/* stream_from=subject: each event's subject is its stream */
+	char		stream[EG_REDIS_MAX_STREAM_BYTES + 1];	/* "" with stream_from */
+	EgKeyFrom	stream_from;	/* stream_from=subject or ordering_key: each event's is its stream */
 	int64		maxlen;			/* > 0: XADD ... MAXLEN ~ maxlen */
 	bool		mkstream;		/* false: XADD ... NOMKSTREAM (a missing stream is NotFound) */
 	int			key_len;		/* bytes of the URL before its '?': one connection per key */
@@ -42,13 +42,15 @@ extern const char *eg_redis_parse(const char *url, EgRedisDest *d);
 /*
  * Main thread: req's body becomes the XADD of one event (fields id and
  * event: the event's id and its JSON object in the delivery schema, as
- * UTF-8) to d's stream, or to the event's subject (stream_from=subject).
- * EG_OUTCOME_NONE, EG_OUTCOME_INVALID_ENCODING for text with no UTF-8
- * form, or EG_OUTCOME_INVALID_HEADER for a subject that cannot be a
- * stream key (none, or over 512 bytes).
+ * UTF-8) to d's stream, or to the event's subject (stream_from=subject)
+ * or ordering key (stream_from=ordering_key: ordering_key, the claim's
+ * text, NULL for none).  EG_OUTCOME_NONE, EG_OUTCOME_INVALID_ENCODING for
+ * text with no UTF-8 form, or EG_OUTCOME_INVALID_HEADER for a subject or
+ * ordering key that cannot be a stream key (none or empty, or over 512
+ * bytes).
  */
 extern EgOutcomeCode eg_redis_request_build(EgRequest *req, const EgRedisDest *d, const char *event_id,
-											const EgEventPart *event);
+											const EgEventPart *event, const char *ordering_key);
 
 /* Main thread: req authenticates its connection with AUTH [user] password first. */
 extern void eg_redis_request_auth(EgRequest *req, const char *user, const char *password);

@@ -379,6 +379,47 @@ eg_request_build(EgRequest *req, const EgRequestSpec *spec,
 }
 
 /*
+ * A routing_key_from= or stream_from= value into *from: "subject" or
+ * "ordering_key"; false for any other.
+ */
+bool
+eg_key_from_name(const char *name, EgKeyFrom *from)
+{
+	if (strcmp(name, "subject") == 0)
+		*from = EG_KEY_FROM_SUBJECT;
+	else if (strcmp(name, "ordering_key") == 0)
+		*from = EG_KEY_FROM_ORDERING_KEY;
+	else
+		return false;
+	return true;
+}
+
+/*
+ * The key of a broker message (a RabbitMQ routing key, a Redis stream's
+ * key) that carries event: fixed; the event's subject, copied into buf (of
+ * cap bytes; "" when it has none); or ordering_key, the event's ordering
+ * key as the claim read it (eventgrid._ordering_key(), SPEC 13; NULL when
+ * it has none).  NULL when it has no ordering key or the key is over
+ * cap - 1 bytes: the message cannot be sent (InvalidHeader).  Main
+ * thread, in a transaction (jsonb's parser, for the subject).
+ */
+const char *
+eg_message_key(EgKeyFrom from, const char *fixed, const EgEventPart *event, const char *ordering_key,
+			   char *buf, size_t cap)
+{
+	switch (from)
+	{
+		case EG_KEY_FIXED:
+			return fixed;
+		case EG_KEY_FROM_SUBJECT:
+			return eg_event_subject(event->json, event->len, buf, cap) ? buf : NULL;
+		case EG_KEY_FROM_ORDERING_KEY:
+			return ordering_key != NULL && strlen(ordering_key) < cap ? ordering_key : NULL;
+	}
+	return NULL;
+}
+
+/*
  * The subject of an event (its JSON text, of len bytes: an Event Grid
  * event's or a CloudEvent's "subject") into out (of cap bytes,
  * NUL-terminated): "" when it has none (a custom-schema event, or text

@@ -287,6 +287,35 @@ eventgrid_endpoint_problem(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(problem));
 }
 
+PG_FUNCTION_INFO_V1(eventgrid_endpoint_key_from);
+
+/*
+ * SQL: eventgrid._endpoint_key_from(endpoint text) -> text: where a broker
+ * endpoint's messages take their key from, 'subject' or 'ordering_key'
+ * (a RabbitMQ routing_key_from=, a Redis stream_from=; SPEC 21); NULL for
+ * a fixed key, another kind of endpoint or one that does not parse.  The
+ * configuration functions refuse ordering_key routing for an event
+ * subscription without an ordering_key.
+ */
+Datum
+eventgrid_endpoint_key_from(PG_FUNCTION_ARGS)
+{
+	char	   *url = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	EgKeyFrom	from = EG_KEY_FIXED;
+	EgRedisDest r;
+	EgAmqpDest	a;
+
+	if (eg_is_redis_url(url) && eg_redis_parse(url, &r) == NULL)
+		from = r.stream_from;
+	else if (eg_is_amqp_url(url) && eg_amqp_parse(url, &a) == NULL)
+		from = a.routing_key_from;
+	if (from == EG_KEY_FROM_SUBJECT)
+		PG_RETURN_TEXT_P(cstring_to_text("subject"));
+	if (from == EG_KEY_FROM_ORDERING_KEY)
+		PG_RETURN_TEXT_P(cstring_to_text("ordering_key"));
+	PG_RETURN_NULL();
+}
+
 /*
  * len bytes of s percent-encoded for one segment of a URI path (RFC 3986:
  * every byte but the unreserved A-Z a-z 0-9 - . _ ~ becomes %XX), by

@@ -149,6 +149,7 @@ typedef struct EgClaimedRow
 	bool		ordered;		/* a first attempt of an ordered event subscription (SPEC 13) */
 	bool		keyed;			/* ordered, and the event has a key (key_hash) */
 	int64		key_hash;		/* hash of its ordering key, as eventgrid.retries.ordering_key_hash */
+	const char *ordering_key;	/* the key itself (a broker message's key may be it), or NULL */
 	bool		parked;			/* its key waits in the retries: it goes there too, unsent */
 } EgClaimedRow;
 

@@ -80,14 +80,14 @@
  * RequestCol: limits and batching of the subscription, the delivered text,
  * and the values of the aeg-* and custom headers.
  */
-#define REQUEST_COLS(ev, event_id, payload, source) \
+#define REQUEST_COLS(ev, event_id, payload, source, okey) \
 	" s.max_delivery_attempts, s.endpoint, s.name, s.event_delivery_schema," \
 	" s.max_events_per_batch, s.preferred_batch_size_in_kilobytes, " payload "," \
 	" coalesce(" ev "->>'id', " event_id "::text)," \
 	" coalesce(" ev "->>'dataVersion', '')," \
 	" CASE WHEN s.event_delivery_schema = 'CloudEventSchemaV1_0' THEN '1.0' ELSE '1' END," \
 	" " CUSTOM_HEADERS(ev) "," \
-	" kk.keys, " source ", cc.set_at, au.set_at, s.endpoint_type"
+	" kk.keys, " source ", cc.set_at, au.set_at, s.endpoint_type, " okey
 enum RequestCol
 {
 	RC_MAX_ATTEMPTS,
@@ -106,6 +106,7 @@ enum RequestCol
 	RC_CLIENT_CERT_SET_AT,
 	RC_AUTH_SET_AT,
 	RC_ENDPOINT_TYPE,
+	RC_ORDERING_KEY,			/* the event's ordering key (SPEC 13), or NULL */
 	RC_COUNT
 };
 

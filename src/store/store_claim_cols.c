@@ -64,5 +64,6 @@ eg_claim_request_cols(SPITupleTable *tt, int row, int first, EgClaimedRow *r, co
 	r->client_cert_set_at = eg_timestamp_col(tt, row, first + RC_CLIENT_CERT_SET_AT);
 	r->auth_set_at = eg_timestamp_col(tt, row, first + RC_AUTH_SET_AT);
 	r->endpoint_type = SHARED(endpoint_type, RC_ENDPOINT_TYPE);
+	r->ordering_key = eg_text_col(tt, row, first + RC_ORDERING_KEY);
 #undef SHARED
 }

@@ -41,13 +41,14 @@ static EgStatement claim_load = {
 	REQUEST_COLS("e.event", "e.id",
 				 "CASE WHEN t.input_schema = s.event_delivery_schema THEN NULL"
 				 " ELSE eventgrid.convert_event(e.event, t.input_schema, s.event_delivery_schema,"
-				 "                              e.publish_time)::text END", "e.source")
+				 "                              e.publish_time)::text END", "e.source", "k.okey")
 	"  FROM c JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
 	"  JOIN eventgrid.topics t ON t.name = s.topic"
 	EG_SQL_CHUNK_EVENTS
-	/* the ordering key (SPEC 13), hashed as eventgrid.retries.ordering_key_hash */
-	"  CROSS JOIN LATERAL (SELECT CASE WHEN s.ordering_key IS NOT NULL"
-	"                             THEN hashtextextended(eventgrid._ordering_key(e.event, s.ordering_key), 0) END AS h) k"
+	/* the ordering key (SPEC 13), and its hash as eventgrid.retries.ordering_key_hash */
+	"  CROSS JOIN LATERAL (SELECT o.okey, hashtextextended(o.okey, 0) AS h"
+	"                        FROM (SELECT CASE WHEN s.ordering_key IS NOT NULL"
+	"                                     THEN eventgrid._ordering_key(e.event, s.ordering_key) END AS okey) o) k"
 	"  LEFT JOIN props pr ON pr.subscription_id = s.id"
 	"  LEFT JOIN keys kk ON kk.subscription_id = s.id"
 	"  LEFT JOIN certs cc ON cc.subscription_id = s.id"

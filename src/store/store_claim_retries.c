@@ -45,7 +45,10 @@ static EgStatement claim_retries = {
 	"       (s.id IS NOT NULL AND c.publish_time + make_interval(mins => s.event_ttl) <= $1),"
 	"       c.last_outcome, c.last_http_status, c.last_attempt_at, c.event_bytes,"
 	"       s.topic_type = 'namespace', c.event_id, s.topic, s.max_events_per_second, c.publish_time,"
-	REQUEST_COLS("c.event", "c.event_id", "c.payload", "c.source")
+	/* the key it waited under; one that waited unordered takes the subscription's key now */
+	REQUEST_COLS("c.event", "c.event_id", "c.payload", "c.source",
+				 "coalesce(c.ordering_key, CASE WHEN s.ordering_key IS NOT NULL"
+				 "                              THEN eventgrid._ordering_key(c.event, s.ordering_key) END)")
 	"  FROM claimed c"
 	"  LEFT JOIN eventgrid.event_subscriptions s ON s.id = c.subscription_id"
 	"  LEFT JOIN props pr ON pr.subscription_id = s.id"

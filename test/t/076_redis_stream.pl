@@ -5,6 +5,7 @@
 #     no handshake, none for a queue
 #     subscription; the column survives as stored;
 #   - stream_from=subject: each event into the stream its subject names;
+#     stream_from=ordering_key: into the one its ordering key names;
 #   - rediss:// (where hiredis has TLS): verified against
 #     eventgrid.ssl_ca_file and the host name; else refused (22023);
 #   - each event one entry (fields id and event: the event's JSON object in
@@ -118,10 +119,10 @@ for my $bad (
 	[ "$base/x?stream=s", 'database number' ],
 	[ "$base/?stream=s&maxlen=0", 'maxlen must be' ],
 	[ "$base/?stream=s&mkstream=no", 'mkstream must be true or false' ],
-	[ "$base/?stream=s&other=1", 'takes stream (or stream_from=subject), maxlen and mkstream' ],
+	[ "$base/?stream=s&other=1", 'takes stream (or stream_from=subject or ordering_key), maxlen and mkstream' ],
 	[ "$base/?stream=s&stream=t", 'each once' ],
 	[ "$base/?stream=s&stream_from=subject", 'each once' ],
-	[ "$base/?stream_from=data", 'stream_from takes subject' ],
+	[ "$base/?stream_from=data", 'stream_from takes subject or ordering_key' ],
 	[ "$base/?stream=s#frag", 'fragment' ],
 	[ "redis:///?stream=s", 'no host after its scheme' ])
 {
@@ -324,6 +325,27 @@ ok(wait_for_sql($node, "SELECT delivered || '/' || dead_lettered FROM eventgrid.
 is(join(',', map { rcli('XLEN', $_) } '/orders/sub1', '/orders/sub2', '/orders/sub1b'), '1,1,1', 'each into the stream its subject names');
 is(sql("SELECT last_delivery_outcome FROM eventgrid.dead_letter_events WHERE subscription_name = 'r-subject'"), 'InvalidHeader',
 	'a subject over 512 bytes cannot name a stream: InvalidHeader');
+
+# --- stream_from=ordering_key: each event's ordering key is its stream's key -------
+like(fails("SELECT eventgrid.create_event_subscription('ordered', 'r-bykey', endpoint => '$base/?stream_from=ordering_key', endpoint_type => 'RedisStream')"),
+	qr/22023.*routes by the ordering key needs an ordering_key.*HINT:.*ordering_key =>/s,
+	'stream_from=ordering_key needs the subscription\'s ordering_key');
+sql("SELECT eventgrid.drop_event_subscription('ordered', 'r-ordered')");
+sql("SELECT eventgrid.create_event_subscription('ordered', 'r-bykey', endpoint => '$base/?stream_from=ordering_key', "
+	  . "endpoint_type => 'RedisStream', ordering_key => 'data.key', deadletter => true)");
+like(fails("SELECT eventgrid.update_event_subscription('ordered', 'r-bykey', ordering_key => '')"),
+	qr/22023.*needs an ordering_key/s, 'nor may an update take the ordering_key away');
+sql("INSERT INTO eventgrid.events (topic, event) SELECT 'ordered', jsonb_build_object('id', 'ok' || g, 'subject', '/ok', "
+	  . "'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('key', 'okey-' || (g % 3), 'n', g)) "
+	  . "FROM generate_series(1, 60) g");
+sql("INSERT INTO eventgrid.events (topic, event) VALUES ('ordered', '" . eg_event('ok-nokey') . "')");
+ok(wait_for_sql($node, "SELECT delivered || '/' || dead_lettered FROM eventgrid.delivery_statistics WHERE subscription = 'r-bykey'", '60/1'),
+	'60 keyed events delivered, the one without a key dead-lettered');
+is(join(' | ', map { my $k = $_; join(',', map { my $e = decode_json($_->[1]); $e->{data}{key} eq "okey-$k" ? $e->{data}{n} : 'wrong' } entries("okey-$k")) } 0 .. 2),
+	join(' | ', map { my $k = $_; join(',', grep { $_ % 3 == $k } 1 .. 60) } 0 .. 2),
+	'each into the stream its ordering key names, in publish order');
+is(sql("SELECT last_delivery_outcome FROM eventgrid.dead_letter_events WHERE subscription_name = 'r-bykey'"), 'InvalidHeader',
+	'an event without an ordering key names no stream: InvalidHeader');
 
 # --- rediss://: TLS verified against eventgrid.ssl_ca_file, the host name checked ---
 # (only where this build's hiredis has TLS: 1.0 or later; Debian 12's has none)

@@ -8,6 +8,9 @@
 #     publish order, through the default exchange or a named one; with
 #     max_events_per_batch a batch is one message holding a JSON array;
 #     routing_key_from=subject: each event's subject its routing key;
+#     routing_key_from=ordering_key: its ordering key (first attempts,
+#     retries, retries from before the subscription was keyed), needing
+#     the subscription's ordering_key;
 #   - outcomes: unroutable (mandatory) and a missing exchange NotFound; a
 #     wrong password and a user without write permission Unauthorized; a
 #     queue at x-max-length with reject-publish Full (nack), then delivered
@@ -136,7 +139,7 @@ for my $bad (
 	[ "$base/a/b?routing_key=q", 'virtual host' ],
 	[ "$base/?routing_key=" . ('k' x 256), 'longer than 255 bytes' ],
 	[ "$base/?routing_key=q#frag", 'fragment' ],
-	[ "$base/?routing_key_from=data", 'routing_key_from takes subject' ],
+	[ "$base/?routing_key_from=data", 'routing_key_from takes subject or ordering_key' ],
 	[ "$base/?routing_key=q&routing_key_from=subject", 'each once' ],
 	[ "amqp:///?routing_key=q", 'no host after its scheme' ])
 {
@@ -330,6 +333,71 @@ for my $m (messages('qordered'))
 	$last{$k} = $n;
 }
 ok($in_order && keys %last == 3, 'each key\'s messages in publish order');
+
+# --- routing_key_from=ordering_key: each event's ordering key is its routing key ----
+# first attempts, retries, and retries that waited unordered before the
+# subscription was keyed: each message under its event's key
+sql("SELECT eventgrid.drop_event_subscription('ordered', 'm-ordered')");
+my $bykey = "$base/?exchange=by-key&routing_key_from=ordering_key";
+like(fails("SELECT eventgrid.create_event_subscription('ordered', 'm-bykey', endpoint => '$bykey', endpoint_type => 'RabbitMQ')"),
+	qr/22023.*routes by the ordering key needs an ordering_key.*HINT:.*ordering_key =>/s,
+	'routing_key_from=ordering_key needs the subscription\'s ordering_key');
+for my $k (0 .. 2)
+{
+	mq('queue', "qkey$k");
+	mq('exchange', 'by-key', "qkey$k", "key-$k");
+}
+sql("SELECT eventgrid.create_event_subscription('ordered', 'm-bykey', endpoint => '$bykey', endpoint_type => 'RabbitMQ', "
+	  . "ordering_key => 'data.key', max_events_per_batch => 10, deadletter => true)");
+like(fails("SELECT eventgrid.update_event_subscription('ordered', 'm-bykey', ordering_key => '')"),
+	qr/22023.*needs an ordering_key/s, 'nor may an update take the ordering_key away');
+# events $from..$to of keys key-0..key-2 (data.n their number)
+sub keyed_events
+{
+	my ($from, $to) = @_;
+	sql("INSERT INTO eventgrid.events (topic, event) SELECT 'ordered', jsonb_build_object('id', 'rk' || g, 'subject', '/rk', "
+		  . "'eventType', 'T', 'eventTime', '2024-05-01T12:00:00Z', 'data', jsonb_build_object('key', 'key-' || (g % 3), 'n', g)) "
+		  . "FROM generate_series($from, $to) g");
+}
+# each queue's messages as "n,n,..." (one event a message, its key the queue's)
+sub by_key
+{
+	my @got;
+	for my $k (0 .. 2)
+	{
+		my @m = messages("qkey$k");
+		push @got, join(',', map { ref($_->{body}) eq 'HASH' && $_->{body}{data}{key} eq "key-$k" ? $_->{body}{data}{n} : 'wrong' } @m);
+	}
+	return join(' | ', @got);
+}
+keyed_events(1, 30);
+sql("INSERT INTO eventgrid.events (topic, event) VALUES ('ordered', '" . eg_event('rk-nokey') . "')");
+ok(wait_for_sql($node, "SELECT delivered || '/' || dead_lettered FROM eventgrid.delivery_statistics WHERE subscription = 'm-bykey'", '30/1'),
+	'30 keyed events delivered, the one without a key dead-lettered');
+is(by_key(), join(' | ', map { my $k = $_; join(',', grep { $_ % 3 == $k } 1 .. 30) } 0 .. 2),
+	'each key\'s events in its queue, one a message, in publish order');
+is(sql("SELECT last_delivery_outcome FROM eventgrid.dead_letter_events WHERE subscription_name = 'm-bykey'"), 'InvalidHeader',
+	'an event without an ordering key has no routing key: InvalidHeader');
+# retries: a missing exchange (NotFound) first, then the exchange
+sql("SELECT eventgrid.update_event_subscription('ordered', 'm-bykey', endpoint => '$base/?exchange=by-key-2&routing_key_from=ordering_key')");
+keyed_events(31, 36);
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.retries", '6'), 'with the exchange missing, the six wait in the retries');
+mq('exchange', 'by-key-2', "qkey$_", "key-$_") for 0 .. 2;
+advance_clock($node, 400);
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'm-bykey'", '36'),
+	'retried once the exchange is there');
+is(by_key(), '33,36 | 31,34 | 32,35', 'a retry goes under its event\'s key');
+# retries that waited unordered, under a fixed key, before the subscription was keyed
+sql("SELECT eventgrid.update_event_subscription('ordered', 'm-bykey', endpoint => '$base/?exchange=by-key-3&routing_key=x', ordering_key => '')");
+keyed_events(37, 39);
+ok(wait_for_sql($node, "SELECT count(*) FROM eventgrid.retries WHERE ordering_key IS NULL", '3'), 'three wait unordered');
+sql("SELECT eventgrid.update_event_subscription('ordered', 'm-bykey', endpoint => '$bykey', ordering_key => 'data.key')");
+advance_clock($node, 800);
+ok(wait_for_sql($node, "SELECT delivered FROM eventgrid.delivery_statistics WHERE subscription = 'm-bykey'", '39'),
+	'once keyed, they are delivered');
+is(by_key(), '39 | 37 | 38', 'each under the key the subscription now gives it');
+is(sql("SELECT count(*) FROM eventgrid.dead_letter_events WHERE subscription_name = 'm-bykey'"), '1', 'none dead-lettered');
+sql("SELECT eventgrid.drop_event_subscription('ordered', 'm-bykey')");
 
 # --- kill -9 of the delivery worker: nothing lost ----------------------------------
 mq('queue', 'qmany');
