@@ -502,11 +502,10 @@ http_thread_main(void *arg)
 		}
 		/* sleeps until socket activity (libcurl's, Redis's or RabbitMQ's), a timeout, or curl_multi_wakeup() */
 		{
-			struct curl_waitfd *redis_fds;
 			int			timeout_ms = 1000;
-			int			nredis = eg_redis_wait_fds(&redis_fds, &timeout_ms);
-			int			cap = nredis + eg_amqp_fd_count();
-			int			nfds = nredis;
+			int			cap = eg_redis_fd_count() + eg_amqp_fd_count();
+			int			nredis;
+			int			nfds;
 
 			if (cap > wait_cap)
 			{
@@ -520,15 +519,12 @@ http_thread_main(void *arg)
 			}
 			if (wait_cap < cap)
 			{
-				/* out of memory: no extra sockets, a short wait instead */
-				nredis = nfds = 0;
-				timeout_ms = Min(timeout_ms, 10);
+				/* out of memory: no extra sockets (the deadlines still count), a short wait instead */
+				cap = 0;
+				timeout_ms = 10;
 			}
-			else if (cap > 0)
-			{
-				memcpy(wait_fds, redis_fds, nredis * sizeof(struct curl_waitfd));
-				nfds = eg_amqp_wait_fds(wait_fds, nredis, wait_cap, &timeout_ms);
-			}
+			nredis = eg_redis_wait_fds(wait_fds, 0, cap, &timeout_ms);
+			nfds = eg_amqp_wait_fds(wait_fds, nredis, cap, &timeout_ms);
 			curl_multi_poll(multi, nfds > 0 ? wait_fds : NULL, nfds, timeout_ms, NULL);
 			eg_redis_after_wait(wait_fds, nredis);
 			eg_amqp_after_wait(nfds > nredis ? wait_fds + nredis : NULL, nfds - nredis);

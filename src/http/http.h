@@ -9,6 +9,7 @@
 
 #include "core/eventgrid.h"
 #include "core/outcome.h"
+#include "utils/jsonb.h"
 
 #include <curl/curl.h>
 
@@ -103,6 +104,7 @@ extern const char *eg_content_type(const char *delivery_schema, int nevents);
 extern void eg_build_body(StringInfo buf, const char *delivery_schema,
 						  const EgEventPart *events, int nevents);
 extern bool eg_event_subject(const char *json, int len, char *out, size_t cap);
+extern Jsonb *eg_json_object(const char *text, size_t len);
 
 /*
  * Where a broker message's key (a RabbitMQ routing key, a Redis stream's

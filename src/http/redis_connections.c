@@ -51,8 +51,6 @@ typedef struct RedisConn
 static EgBrokerTable table;
 
 #define CONN(i) ((RedisConn *) table.conns[i])
-static struct curl_waitfd *wait_fds = NULL;
-static int	wait_cap = 0;
 
 /* Ends every request of c not written yet as transport (SocketError or TimedOut). */
 static void
@@ -430,31 +428,24 @@ oldest_deadline(const RedisConn *c)
 	return first;
 }
 
+/* HTTP thread: how many descriptors eg_redis_wait_fds may add. */
+int
+eg_redis_fd_count(void)
+{
+	return table.n;
+}
+
 /*
  * HTTP thread: the sockets of the open connections, with the events hiredis
- * wants, for curl_multi_poll's extra descriptors (*fds; their count is
- * returned); *timeout_ms is lowered so that the wait ends by the next
+ * wants, for curl_multi_poll's extra descriptors, into fds[n..cap); returns
+ * the new count; *timeout_ms is lowered so that the wait ends by the next
  * request's deadline.
  */
 int
-eg_redis_wait_fds(struct curl_waitfd **fds, int *timeout_ms)
+eg_redis_wait_fds(struct curl_waitfd *fds, int n, int cap, int *timeout_ms)
 {
-	int			n = 0;
 	double		now = eg_mono_ms();
 
-	if (table.n > wait_cap)
-	{
-		struct curl_waitfd *grown = realloc(wait_fds, table.cap * sizeof(struct curl_waitfd));
-
-		if (grown == NULL)
-		{
-			*fds = NULL;
-			*timeout_ms = Min(*timeout_ms, 10);
-			return 0;
-		}
-		wait_fds = grown;
-		wait_cap = table.cap;
-	}
 	for (int i = 0; i < table.n; i++)
 	{
 		RedisConn  *c = CONN(i);
@@ -462,14 +453,13 @@ eg_redis_wait_fds(struct curl_waitfd **fds, int *timeout_ms)
 
 		if (deadline > 0)
 			*timeout_ms = Max(0, Min(*timeout_ms, (int) (deadline - now) + 1));
-		if (c->ac == NULL || (!c->want_read && !c->want_write))
+		if (c->ac == NULL || (!c->want_read && !c->want_write) || n >= cap)
 			continue;
-		wait_fds[n].fd = c->ac->c.fd;
-		wait_fds[n].events = (c->want_read ? CURL_WAIT_POLLIN : 0) | (c->want_write ? CURL_WAIT_POLLOUT : 0);
-		wait_fds[n].revents = 0;
+		fds[n].fd = c->ac->c.fd;
+		fds[n].events = (c->want_read ? CURL_WAIT_POLLIN : 0) | (c->want_write ? CURL_WAIT_POLLOUT : 0);
+		fds[n].revents = 0;
 		n++;
 	}
-	*fds = wait_fds;
 	return n;
 }
 
@@ -531,9 +521,6 @@ eg_redis_close_all(void)
 	free(table.conns);
 	table.conns = NULL;
 	table.cap = 0;
-	free(wait_fds);
-	wait_fds = NULL;
-	wait_cap = 0;
 #ifdef EG_HAVE_REDIS_TLS
 	if (tls_ctx != NULL)
 		SSL_CTX_free(tls_ctx);

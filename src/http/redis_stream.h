@@ -57,13 +57,15 @@ extern void eg_redis_request_auth(EgRequest *req, const char *user, const char *
 
 /*
  * redis_connections.c, for the HTTP thread (http.c): hand over a request;
- * the sockets to wait on beside libcurl's (*timeout_ms lowered to the
- * next deadline); what the wait found; and, when the thread stops, every
+ * the sockets to wait on beside libcurl's (how many at most; appended to
+ * fds from index n, at most cap; *timeout_ms lowered to the next
+ * deadline); what the wait found; and, when the thread stops, every
  * connection closed (their requests finish as SocketError).
  */
 struct curl_waitfd;
 extern void eg_redis_send(EgRequest *req, const char *ca_file);
-extern int	eg_redis_wait_fds(struct curl_waitfd **fds, int *timeout_ms);
+extern int	eg_redis_fd_count(void);
+extern int	eg_redis_wait_fds(struct curl_waitfd *fds, int n, int cap, int *timeout_ms);
 extern void eg_redis_after_wait(struct curl_waitfd *fds, int n);
 extern void eg_redis_close_all(void);
 

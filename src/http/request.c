@@ -430,13 +430,39 @@ eg_message_key(EgKeyFrom from, const char *fixed, const EgEventPart *event, cons
 bool
 eg_event_subject(const char *json, int len, char *out, size_t cap)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	char	   *copy = pnstrdup(json, len);
-	Jsonb	   *jb = NULL;
+	Jsonb	   *jb = eg_json_object(json, len);
 	JsonbValue	v;
 	bool		ok = true;
 
 	out[0] = '\0';
+	if (jb != NULL &&
+		getKeyJsonValueFromContainer(&jb->root, "subject", 7, &v) != NULL && v.type == jbvString)
+	{
+		ok = (size_t) v.val.string.len < cap;
+		if (ok)
+		{
+			memcpy(out, v.val.string.val, v.val.string.len);
+			out[v.val.string.len] = '\0';
+		}
+	}
+	if (jb != NULL)
+		pfree(jb);
+	return ok;
+}
+
+/*
+ * len bytes of JSON text (untrusted: an event, a server's answer) as a
+ * jsonb object, by jsonb's own parser; NULL when it does not parse or is
+ * not an object (the parser's error is swallowed).  Main thread, in a
+ * transaction; palloc'd.
+ */
+Jsonb *
+eg_json_object(const char *text, size_t len)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	char	   *copy = pnstrdup(text, len);
+	Jsonb	   *jb = NULL;
+
 	PG_TRY();
 	{
 		jb = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(copy)));
@@ -448,18 +474,11 @@ eg_event_subject(const char *json, int len, char *out, size_t cap)
 		jb = NULL;
 	}
 	PG_END_TRY();
-	if (jb != NULL && JB_ROOT_IS_OBJECT(jb) &&
-		getKeyJsonValueFromContainer(&jb->root, "subject", 7, &v) != NULL && v.type == jbvString)
-	{
-		ok = (size_t) v.val.string.len < cap;
-		if (ok)
-		{
-			memcpy(out, v.val.string.val, v.val.string.len);
-			out[v.val.string.len] = '\0';
-		}
-	}
 	pfree(copy);
-	if (jb != NULL)
+	if (jb != NULL && !JB_ROOT_IS_OBJECT(jb))
+	{
 		pfree(jb);
-	return ok;
+		jb = NULL;
+	}
+	return jb;
 }

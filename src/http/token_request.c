@@ -120,30 +120,6 @@ json_string(Jsonb *jb, const char *key)
 	return pnstrdup(v.val.string.val, v.val.string.len);
 }
 
-/* The answer's body as a jsonb object, or NULL when it is not JSON or not an object. */
-static Jsonb *
-parse_object(const char *text, size_t len)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	char	   *copy = pnstrdup(text, len);
-	Jsonb	   *jb = NULL;
-
-	PG_TRY();
-	{
-		jb = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(copy)));
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		FlushErrorState();
-		jb = NULL;
-	}
-	PG_END_TRY();
-	if (jb != NULL && !JB_ROOT_IS_OBJECT(jb))
-		jb = NULL;
-	return jb;
-}
-
 /* RFC 6750 2.1 b64token: 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=" */
 static bool
 is_b64token(const char *s, int len)
@@ -257,7 +233,7 @@ eg_token_answer(const EgCredentials *c, const EgRequest *req, char **token, int 
 				 req->errbuf[0] ? req->errbuf : eg_outcome_name(eg_outcome_of(req->transport, 0)));
 		return false;
 	}
-	jb = parse_object(req->answer ? req->answer : "", req->answer_len);
+	jb = eg_json_object(req->answer ? req->answer : "", req->answer_len);
 	if (req->http_status != 200)
 	{
 		describe_error(error, errlen, c, req->http_status, jb);
