@@ -5,7 +5,8 @@ python3-azure-storage) against Azurite's Queue service:
 
   storage_queue.py <queue endpoint> create <queue>
   storage_queue.py <queue endpoint> clear <queue>     (bench/destinations.py, between drains)
-  storage_queue.py <queue endpoint> sas <queue>       prints a SAS token allowing add, for an hour
+  storage_queue.py <queue endpoint> sas <queue> [permissions]
+      prints a SAS token allowing add (or the permissions given: r, a, u, p), for an hour
   storage_queue.py <queue endpoint> receive <queue>   prints each message as a JSON line:
       {"event": <the message text base64-decoded, parsed as JSON>, "ttl": <expires_on - inserted_on in seconds>}
 
@@ -30,7 +31,8 @@ def main():
     elif command == "clear":
         svc.get_queue_client(queue).clear_messages()
     elif command == "sas":
-        print(generate_queue_sas(ACCOUNT, queue, KEY, permission=QueueSasPermissions(add=True),
+        permission = QueueSasPermissions.from_string(sys.argv[4] if len(sys.argv) > 4 else "a")
+        print(generate_queue_sas(ACCOUNT, queue, KEY, permission=permission,
                                  expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)))
     elif command == "receive":
         q = svc.get_queue_client(queue)

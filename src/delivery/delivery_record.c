@@ -19,7 +19,6 @@
  */
 #include "delivery/delivery.h"
 #include "delivery/endpoint.h"
-#include "http/rabbitmq.h"
 #include "store/worker.h"
 
 #include "access/xact.h"
@@ -174,10 +173,8 @@ eg_delivery_remember_attempt(EgRequest *req, TimestampTz started)
 	a->event_ids = ids;
 	a->nevents = req->count;
 	a->attempt = ((EgDelivery *) req->items[0])->attempts + 1;
-	a->http_status = req->transport == EG_TRANSPORT_OK ? req->http_status : 0;
-	a->outcome = eg_outcome_of(req->transport, a->http_status);
-	if (eg_is_broker_url(req->url))
-		a->http_status = 0;		/* a destination's reply, not an HTTP answer (redis_stream.c) */
+	a->outcome = eg_outcome_of(req->transport, req->http_status);
+	a->http_status = eg_http_recorded_status(req);	/* the status line's; none for a broker's reply */
 	if (req->transport == EG_TRANSPORT_HELD)
 	{
 		a->duration_ms = -1;

@@ -28,7 +28,6 @@
 #include "delivery/delivery.h"
 #include "core/rate.h"
 #include "delivery/auth.h"
-#include "http/rabbitmq.h"
 #include "http/token.h"
 #include "delivery/endpoint.h"
 #include "store/worker.h"
@@ -404,9 +403,8 @@ collect_finished(void)
 			d->out.duration_ms = req->transport == EG_TRANSPORT_OK ? req->duration_ms : -1;
 			d->out.request_head = k == 0;
 			eg_delivery_decide(d, req->transport, req->http_status, req->retry_after_s, req->started_at, now);
-			/* a destination's reply is not an HTTP answer: no status in the history (redis_stream.c) */
-			if (eg_is_broker_url(req->url))
-				d->out.http_status = 0;
+			/* the status line's, none for a broker's reply (redis_stream.c) */
+			d->out.http_status = eg_http_recorded_status(req);
 		}
 		if (req->keep_body)
 			eg_http_free_body(req);

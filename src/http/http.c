@@ -44,6 +44,7 @@
 #include "http/broker.h"
 #include "http/rabbitmq.h"
 #include "http/redis_stream.h"
+#include "http/storage_queue.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -234,6 +235,21 @@ total_time_ms(CURL *easy)
 		return 0;
 	return s * 1000.0;
 #endif
+}
+
+/*
+ * The HTTP status the attempt history records for a finished request:
+ * the status line's (a Storage queue's 403 that http_status reads as
+ * 401); none (0) for a request that got no HTTP answer, or whose answer
+ * was a broker's (Redis, RabbitMQ: http_status is then only what Event
+ * Grid's policy treats alike).  Main thread.
+ */
+int
+eg_http_recorded_status(const EgRequest *req)
+{
+	if (req->transport != EG_TRANSPORT_OK || eg_is_broker_url(req->url))
+		return 0;
+	return req->read_as_401 ? 403 : req->http_status;
 }
 
 /*
@@ -498,6 +514,10 @@ http_thread_main(void *arg)
 					req->http_version = version == CURL_HTTP_VERSION_2_0 ? 2 : version != 0 ? 1 : 0;
 			}
 			req->retry_after_s = transport == EG_TRANSPORT_OK ? retry_after_s(msg->easy_handle) : 0;
+			req->read_as_401 = transport == EG_TRANSPORT_OK && status == 403 && req->azure_storage &&
+				eg_storage_credentials_refused(msg->easy_handle);
+			if (req->read_as_401)
+				status = 401;	/* the key, SAS token or bearer token refused: Unauthorized */
 			eg_http_finish(req, transport, (int) status);
 		}
 		/* sleeps until socket activity (libcurl's, Redis's or RabbitMQ's), a timeout, or curl_multi_wakeup() */

@@ -51,11 +51,13 @@ typedef struct EgRequest
 	struct curl_slist auth_node;	/* the list node of auth_line (the thread's) */
 	bool		keep_body;		/* body and headers stay when it ends (it may be sent again) */
 	bool		token_request;	/* a token request (token.c): its body and headers hold a secret */
+	bool		azure_storage;	/* to Azure Storage: a 403 AuthenticationFailed is read as 401 (storage_queue.c) */
+	bool		read_as_401;	/* result: its 403 (AuthenticationFailed) is read as 401 in http_status */
 	size_t		answer_max;		/* > 0: the answer's body is kept whole, up to this many bytes */
 	char		errbuf[256];
 	/* results */
 	EgTransport transport;
-	int			http_status;
+	int			http_status;	/* as Event Grid's policy reads the answer (a broker's: rabbitmq.c, redis_stream.c) */
 	int64		retry_after_s;	/* the answer's Retry-After, in seconds from now (0: none) */
 	char		response_head[EG_RESPONSE_HEAD_BYTES];	/* the first bytes of the answer's body */
 	int			response_head_len;
@@ -90,6 +92,7 @@ extern CURLcode eg_http_safe_options(CURL *h, const char *ca_file);
 extern CURLcode eg_http_client_cert_options(CURL *h, const EgClientCert *c);
 extern void eg_http_end_token_request(EgRequest *req);
 extern void eg_http_perform(EgRequest *req, const char *ca_file, long timeout_ms);
+extern int	eg_http_recorded_status(const EgRequest *req);
 
 /*
  * request.c: eg_header_problem() returns NULL when "name: value" may be

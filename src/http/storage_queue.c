@@ -27,6 +27,19 @@
 
 #include <curl/curl.h>
 
+bool
+eg_storage_credentials_refused(void *easy)
+{
+#if LIBCURL_VERSION_NUM >= 0x075300
+	struct curl_header *h = NULL;
+
+	return curl_easy_header((CURL *) easy, "x-ms-error-code", 0, CURLH_HEADER, -1, &h) == CURLHE_OK &&
+		h != NULL && strcmp(h->value, "AuthenticationFailed") == 0;
+#else
+	return false;				/* libcurl before 7.83 reads no header back: 403 stays Forbidden */
+#endif
+}
+
 /* The Queue service version the requests speak (Put Message with messagettl -1 needs 2017-07-29). */
 #define EG_STORAGE_VERSION "2019-12-12"
 
@@ -221,6 +234,7 @@ eg_storage_request_build(EgRequest *req, const EgStorageQueue *q, const char *ac
 				 errmsg("eventgrid: out of memory for a %d-byte request body", scratch->len)));
 	memcpy(req->body, scratch->data, scratch->len + 1);
 	req->body_len = scratch->len;
+	req->azure_storage = true;	/* its refused credentials are a 403 AuthenticationFailed */
 
 	http_date(date, sizeof(date));
 	if (account_key != NULL && (sig = shared_key_signature(q, account_key, req->body_len, date)) == NULL)

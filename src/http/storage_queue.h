@@ -32,4 +32,13 @@ extern char *eg_storage_put_url(const char *endpoint, const EgStorageQueue *q, c
 extern EgOutcomeCode eg_storage_request_build(EgRequest *req, const EgStorageQueue *q, const char *account_key,
 											  const EgEventPart *event, StringInfo scratch);
 
+/*
+ * HTTP thread: did the Storage service refuse the request's credentials
+ * (its 403 says x-ms-error-code: AuthenticationFailed: a wrong key, a SAS
+ * token or bearer token it does not take, none)?  easy: the finished
+ * transfer (CURL *).  Such a 403 is Unauthorized, as a 401 is; other 403s
+ * (AuthorizationPermissionMismatch: no role for the queue) are Forbidden.
+ */
+extern bool eg_storage_credentials_refused(void *easy);
+
 #endif							/* EVENTGRID_STORAGE_QUEUE_H */

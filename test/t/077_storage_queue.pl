@@ -12,8 +12,10 @@
 #   - a SAS token: delivered, and neither the stored endpoint, the views,
 #     the history nor the log shows its signature;
 #   - outcomes: a missing queue NotFound (dead-lettered after its one
-#     attempt), a wrong key Forbidden and a message over 64 KB
-#     PayloadTooLarge (both dead-lettered at once, NonRetriableError);
+#     attempt), a wrong key Unauthorized (the service's 403
+#     AuthenticationFailed), a SAS token without add permission Forbidden
+#     and a message over 64 KB PayloadTooLarge (dead-lettered at once,
+#     NonRetriableError);
 #   - ordering per key through kill -9 of the delivery worker mid-run: every
 #     one of 1,000 events on the queue, each key's in publish order;
 #   - Microsoft Entra ID: a second Azurite over HTTPS with --oauth basic (its
@@ -133,14 +135,19 @@ sql("SELECT eventgrid.set_storage_account_key('orders', 'no-queue', '$key')");
 my $wrong = $key =~ s/^Eby8/Xby8/r;
 sql("SELECT eventgrid.create_event_subscription('orders', 'wrong-key', '$account/orders-q', endpoint_type => 'StorageQueue', deadletter => true)");
 sql("SELECT eventgrid.set_storage_account_key('orders', 'wrong-key', '$wrong')");
+# a SAS token that may read but not add: the credentials are taken, the permission lacks
+my $read_sas = client('sas', 'orders-q', 'r');
+sql("SELECT eventgrid.create_event_subscription('orders', 'read-sas', '$account/orders-q?$read_sas', endpoint_type => 'StorageQueue', deadletter => true)");
 publish_events($node, 'orders', 'x1');
 ok(wait_for_sql($node, "SELECT string_agg(subscription_name || ':' || last_delivery_outcome || ':' || dead_letter_reason || ':' || "
 	  . "coalesce(last_http_status_code::text, '-'), ',' ORDER BY subscription_name) FROM eventgrid.dead_letter_events",
-	'no-queue:NotFound:MaxDeliveryAttemptsExceeded:404,wrong-key:Forbidden:NonRetriableError:403'),
-	'a missing queue is NotFound; a wrong key Forbidden, not retried');
+	'no-queue:NotFound:MaxDeliveryAttemptsExceeded:404,read-sas:Forbidden:NonRetriableError:403,wrong-key:Unauthorized:NonRetriableError:403'),
+	'a missing queue is NotFound; a wrong key (the service\'s 403 AuthenticationFailed) Unauthorized, a SAS token without add permission Forbidden, neither retried');
+like(sql("SELECT response_body FROM eventgrid.delivery_attempts WHERE subscription = 'wrong-key'"), qr/AuthenticationFailed/,
+	'the history keeps the service\'s 403 and its answer');
 like(sql("SELECT response_body FROM eventgrid.delivery_attempts WHERE subscription = 'no-queue'"), qr/QueueNotFound/,
 	'the history keeps the service\'s answer');
-sql("SELECT eventgrid.drop_event_subscription('orders', '$_')") for qw(no-queue wrong-key sas-queue);
+sql("SELECT eventgrid.drop_event_subscription('orders', '$_')") for qw(no-queue wrong-key read-sas sas-queue);
 # over 64 KB once base64-encoded
 sql("SELECT eventgrid.update_event_subscription('orders', 'to-queue', deadletter => true)");
 sql("INSERT INTO eventgrid.events (topic, event) VALUES ('orders', jsonb_build_object('id', 'big', 'subject', '/big', "
@@ -233,9 +240,9 @@ is(join(',', map { $_->{scope} // '' } grep { ($_->{client_id} // '') eq 'storag
 }
 sql("SELECT eventgrid.create_event_subscription('orders', 'sq-no-token', endpoint => 'https://127.0.0.1:$sport/devstoreaccount1/entra-q', endpoint_type => 'StorageQueue', deadletter => true)");
 publish_events($node, 'orders', 'e3');
-# (Azurite answers 403 to a request without credentials, Azure Storage 401 or
-# 403: Unauthorized or Forbidden, neither retried)
+# (Azurite answers 403 AuthenticationFailed to a request without credentials,
+# Azure Storage 401 or 403 AuthenticationFailed: Unauthorized, not retried)
 ok(wait_for_sql($node, "SELECT last_delivery_outcome || '/' || dead_letter_reason FROM eventgrid.dead_letter_events WHERE subscription_name = 'sq-no-token'",
-	'Forbidden/NonRetriableError', 60), 'without a token or a key the service refuses the request: Forbidden, dead-lettered');
+	'Unauthorized/NonRetriableError', 60), 'without a token or a key the service refuses the request: Unauthorized, dead-lettered');
 
 done_testing();
