@@ -400,8 +400,13 @@ failed(EgServeCall *call, PGresult *res)
 		state = "";
 	if (strcmp(state, "42883") == 0 || strcmp(state, "3F000") == 0 || strcmp(state, "42501") == 0)
 	{
-		/* the extension is not in this database (or not in a version with the data plane) */
-		finish(call, 404, "NotFound", "No such database with Event Grid's data plane.");
+		/*
+		 * the extension is not in this database (or not in a version with
+		 * the data plane): as an unserved one, a wrong key, so that whether a
+		 * database exists is not told (a database the listener had not yet
+		 * found unserved, just created, comes here)
+		 */
+		finish(call, 401, "Unauthorized", EG_HTTP_UNAUTHORIZED_MESSAGE);
 		return;
 	}
 	if (strncmp(state, "22", 2) == 0)
