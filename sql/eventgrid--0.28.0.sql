@@ -4099,7 +4099,12 @@ BEGIN
         INSERT INTO eventgrid.destination_credentials (subscription_id, kind, user_name, secret)
         VALUES (sid, cred_kind, cred_user, cred_password);
     END IF;
-    -- events of transactions that commit after this one's snapshot are for it
+    -- events of transactions that commit after this one's snapshot are for it.  The upkeep worker
+    -- cannot see this position before it commits: were an event table emptied meanwhile, the events
+    -- of a transaction in progress at the snapshot that committed since would be lost to it.  So the
+    -- event tables are locked first (ACCESS SHARE, until this transaction ends: the rotation's
+    -- TRUNCATE takes its lock only if it is free), and the snapshot taken after the lock
+    LOCK TABLE eventgrid.events IN ACCESS SHARE MODE;
     INSERT INTO eventgrid.subscription_positions (subscription_id, since, done)
     VALUES (sid, pg_current_snapshot(), pg_current_snapshot());
     PERFORM eventgrid._subscriptions_changed_at_commit();
