@@ -118,6 +118,21 @@ $creator->query_safe('COMMIT');
 $creator->quit;
 my @late = wait_for_requests($r, '/late', 1, 60);
 is(scalar(@late), 1, 'the event of the transaction in progress at the subscription\'s snapshot reached it');
+# a REPEATABLE READ transaction took its snapshot before its call took the
+# lock: when an event table was emptied in between, what the subscription
+# was owed may be gone, and it is refused
+my $rr = $node->background_psql('postgres', on_error_stop => 0);
+$rr->query_safe("\\set VERBOSITY verbose");
+$rr->query_safe("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM eventgrid.topics");
+my $snapshot_at = sql("SELECT clock_timestamp()");
+sql("SELECT eventgrid.publish('busy', '[" . eg_event('b22') . "]')");
+ok(wait_for_sql($node, "SELECT count(*) > 0 FROM eventgrid.event_tables WHERE truncated_at > '$snapshot_at'", 't', 60),
+	'an event table was emptied after the snapshot');
+$rr->query("SELECT eventgrid.create_event_subscription('late', 'repeatable', '$u/rr')");
+like($rr->{stderr}, qr/ERROR:  40001: an event table was emptied after this transaction's snapshot was taken/,
+	'REPEATABLE READ: create_event_subscription() after an emptied event table is a serialization failure (40001)');
+$rr->quit;
+is(sql("SELECT count(*) FROM eventgrid.event_subscriptions WHERE topic = 'late'"), '1', 'and nothing of it is left');
 
 # --- resumed after a pause
 sql("SELECT eventgrid.pause_delivery('tenants/t-42', 'hook')");
